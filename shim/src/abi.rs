@@ -1,0 +1,290 @@
+//! The region's ABI: the single definition of the shared-memory layout that the shim writes and the
+//! `fsprof` profiler reads.
+//!
+//! This module is the contract between two processes. It says how the profiler finds a region, what
+//! the header, slots and mark records look like byte for byte, and how a reader gets a consistent copy
+//! of a slot while its thread keeps marking. It does not create or write regions (that is
+//! `region.rs`), and it does not read another process's memory (that is the profiler's job); the
+//! `parse_*` functions only decode bytes that a reader already copied.
+//!
+//! # Finding a region
+//! The shim creates one region per process with `memfd_create(REGION_NAME)`, maps it `MAP_SHARED`
+//! and closes the descriptor, so the mapping appears in `/proc/<pid>/maps` with the path
+//! `/memfd:fsprof-region (deleted)`. The mapping is marked `MADV_DONTFORK`: a forked child does not
+//! inherit it and creates its own on its first mark. A process can hold several regions (two copies
+//! of the shim linked into one program); a reader reads them all.
+//!
+//! # Layout (all integers native-endian, native word size 8 bytes)
+//! ```text
+//! offset 0              RegionHeader (HEADER_SIZE bytes, zero padded)
+//! offset HEADER_SIZE    Slot[slot_count], each SLOT_SIZE bytes
+//! Slot:  seq u32 | tid u32 | depth u32 | reserved u32 | padding to 64 | Record[MARK_CAPACITY]
+//! Record: feature u64 | payload u64 | meta u64 | position u64 | sp u64 | tag u64
+//! ```
+//! * `RegionHeader::slots_used` is a high-water mark: slots at or above it were never claimed.
+//! * A slot with `tid == 0` is free. Otherwise it belongs to thread `tid` (a kernel thread id).
+//! * `depth` is the thread's logical mark depth. Records `0..min(depth, MARK_CAPACITY)` are valid,
+//!   outermost first; `depth > MARK_CAPACITY` means the deeper marks were counted but not written.
+//! * `Record::feature` is the address (in the target) of a [`crate::Feature`] descriptor: a `u64`
+//!   [`FEATURE_MAGIC`], then the name's address and length. `meta` holds the payload kind in its high
+//!   32 bits and the payload string's length in its low 32 bits; `payload` the string's address.
+//!   For [`KIND_LOCATION`] the string is a file name and `position` is `line << 32 | column`.
+//!   For [`KIND_ANTIMARK`] payload and position are zero. `sp` is a stack address in the frame
+//!   that pushed the mark. `tag` is private to the writer.
+//!
+//! # Consistency protocol (a sequence lock per slot)
+//! Only the owning thread writes its slot. Before changing `tid`, `depth` or a record it makes `seq`
+//! odd, and afterwards even again (release ordering). A reader copies the slot's first 16 bytes
+//! (`seq`, `tid`, `depth`), then the records it needs together with those 16 bytes again; the copy is
+//! consistent when both copies of the 16 bytes are equal and `seq` is even. Otherwise it retries or
+//! gives up on that slot for this sample.
+//!
+//! Everything a reader takes from a region is untrusted input: check the header against these
+//! constants, clamp `depth`, and bound every string it follows.
+
+use core::mem::{offset_of, size_of};
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+/// The memfd name; the mapping's path in `/proc/<pid>/maps` is `/memfd:` followed by this.
+pub const REGION_NAME: &str = "fsprof-region";
+/// First eight bytes of every region.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"FSPROFRG");
+/// Incremented on any layout change; a reader refuses a region of another version.
+pub const VERSION: u32 = 1;
+/// Size of the header area in front of the slots.
+pub const HEADER_SIZE: usize = 4096;
+/// Number of thread slots per region.
+pub const SLOT_COUNT: usize = 1024;
+/// Number of mark records per slot; deeper marks are counted in `depth` but not written.
+pub const MARK_CAPACITY: usize = 64;
+/// Size of one slot.
+pub const SLOT_SIZE: usize = size_of::<Slot>();
+/// Size of one mark record.
+pub const RECORD_SIZE: usize = size_of::<Record>();
+/// Offset of the first record inside a slot.
+pub const RECORDS_OFFSET: usize = offset_of!(Slot, records);
+/// Bytes a reader copies to learn a slot's state: `seq`, `tid`, `depth`, reserved.
+pub const SLOT_STATE_SIZE: usize = 16;
+/// Total size of a region.
+pub const REGION_SIZE: usize = HEADER_SIZE + SLOT_COUNT * SLOT_SIZE;
+
+/// First word of every feature descriptor, so a reader can tell one from stray memory.
+pub const FEATURE_MAGIC: u64 = u64::from_le_bytes(*b"FSPROFFT");
+/// Size of the part of a feature descriptor a reader copies: magic, name address, name length.
+pub const FEATURE_DESCRIPTOR_SIZE: usize = 24;
+
+/// Payload kind: a source location (file string, line and column).
+pub const KIND_LOCATION: u32 = 1;
+/// Payload kind: a name string (a `&'static str` or an interned name).
+pub const KIND_NAME: u32 = 2;
+/// Payload kind: an antimark; no payload.
+pub const KIND_ANTIMARK: u32 = 3;
+
+/// The region header, at offset 0.
+#[repr(C)]
+pub struct RegionHeader {
+    pub(crate) magic: u64,
+    pub(crate) version: u32,
+    pub(crate) header_size: u32,
+    pub(crate) slot_count: u32,
+    pub(crate) slot_size: u32,
+    pub(crate) mark_capacity: u32,
+    pub(crate) record_size: u32,
+    /// Process id of the process that created the region.
+    pub(crate) pid: u32,
+    /// High-water mark of claimed slots.
+    pub(crate) slots_used: AtomicU32,
+    /// Threads that wanted to mark but found every slot taken.
+    pub(crate) threads_without_slot: AtomicU64,
+}
+
+/// One thread's slot.
+#[repr(C, align(64))]
+pub struct Slot {
+    pub(crate) seq: AtomicU32,
+    pub(crate) tid: AtomicU32,
+    pub(crate) depth: AtomicU32,
+    pub(crate) reserved: AtomicU32,
+    pub(crate) padding: [u8; 48],
+    pub(crate) records: [Record; MARK_CAPACITY],
+}
+
+/// One mark or antimark.
+#[repr(C)]
+pub struct Record {
+    pub(crate) feature: AtomicU64,
+    pub(crate) payload: AtomicU64,
+    pub(crate) meta: AtomicU64,
+    pub(crate) position: AtomicU64,
+    pub(crate) sp: AtomicU64,
+    pub(crate) tag: AtomicU64,
+}
+
+const _: () = assert!(size_of::<RegionHeader>() <= HEADER_SIZE);
+const _: () = assert!(RECORDS_OFFSET == 64);
+const _: () = assert!(RECORD_SIZE == 48);
+
+/// A decoded region header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeaderView {
+    /// Must equal [`MAGIC`].
+    pub magic: u64,
+    /// Must equal [`VERSION`].
+    pub version: u32,
+    /// Must equal [`HEADER_SIZE`].
+    pub header_size: u32,
+    /// Must equal [`SLOT_COUNT`].
+    pub slot_count: u32,
+    /// Must equal [`SLOT_SIZE`].
+    pub slot_size: u32,
+    /// Must equal [`MARK_CAPACITY`].
+    pub mark_capacity: u32,
+    /// Must equal [`RECORD_SIZE`].
+    pub record_size: u32,
+    /// The creating process.
+    pub pid: u32,
+    /// Slots at or above this index were never claimed (clamp to `slot_count`).
+    pub slots_used: u32,
+    /// Threads that could not get a slot.
+    pub threads_without_slot: u64,
+}
+
+impl HeaderView {
+    /// Whether this header describes a region laid out exactly as this crate defines it.
+    pub fn is_compatible(&self) -> bool {
+        self.magic == MAGIC
+            && self.version == VERSION
+            && self.header_size as usize == HEADER_SIZE
+            && self.slot_count as usize == SLOT_COUNT
+            && self.slot_size as usize == SLOT_SIZE
+            && self.mark_capacity as usize == MARK_CAPACITY
+            && self.record_size as usize == RECORD_SIZE
+    }
+}
+
+/// The state words of a slot, as a reader copied them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotState {
+    /// Sequence counter: odd while the owner writes.
+    pub seq: u32,
+    /// Owner thread id, 0 when free.
+    pub tid: u32,
+    /// Logical mark depth (may exceed [`MARK_CAPACITY`]).
+    pub depth: u32,
+}
+
+/// A decoded mark record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RecordView {
+    /// Address of the feature descriptor in the target.
+    pub feature: u64,
+    /// One of the `KIND_*` constants (unchecked).
+    pub kind: u32,
+    /// Address of the payload string.
+    pub payload: u64,
+    /// Length of the payload string (unchecked).
+    pub payload_len: u32,
+    /// Line for locations.
+    pub line: u32,
+    /// Column for locations.
+    pub column: u32,
+    /// A stack address in the frame that pushed the mark.
+    pub sp: u64,
+}
+
+/// A decoded feature descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeatureView {
+    /// Must equal [`FEATURE_MAGIC`].
+    pub magic: u64,
+    /// Address of the name string.
+    pub name: u64,
+    /// Length of the name string (unchecked).
+    pub name_len: u64,
+}
+
+fn u32_at(bytes: &[u8], offset: usize) -> u32 {
+    let mut word = [0; 4];
+    word.copy_from_slice(&bytes[offset..offset + 4]);
+    u32::from_ne_bytes(word)
+}
+
+fn u64_at(bytes: &[u8], offset: usize) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&bytes[offset..offset + 8]);
+    u64::from_ne_bytes(word)
+}
+
+/// Decodes a region header from at least `size_of::<RegionHeader>()` bytes; `None` if too short.
+pub fn parse_header(bytes: &[u8]) -> Option<HeaderView> {
+    if bytes.len() < size_of::<RegionHeader>() {
+        return None;
+    }
+    Some(HeaderView {
+        magic: u64_at(bytes, offset_of!(RegionHeader, magic)),
+        version: u32_at(bytes, offset_of!(RegionHeader, version)),
+        header_size: u32_at(bytes, offset_of!(RegionHeader, header_size)),
+        slot_count: u32_at(bytes, offset_of!(RegionHeader, slot_count)),
+        slot_size: u32_at(bytes, offset_of!(RegionHeader, slot_size)),
+        mark_capacity: u32_at(bytes, offset_of!(RegionHeader, mark_capacity)),
+        record_size: u32_at(bytes, offset_of!(RegionHeader, record_size)),
+        pid: u32_at(bytes, offset_of!(RegionHeader, pid)),
+        slots_used: u32_at(bytes, offset_of!(RegionHeader, slots_used)),
+        threads_without_slot: u64_at(bytes, offset_of!(RegionHeader, threads_without_slot)),
+    })
+}
+
+/// Size of the header prefix a reader must copy for [`parse_header`].
+pub const HEADER_VIEW_SIZE: usize = size_of::<RegionHeader>();
+
+/// Decodes the [`SLOT_STATE_SIZE`] state bytes at the start of a slot; `None` if too short.
+pub fn parse_slot_state(bytes: &[u8]) -> Option<SlotState> {
+    if bytes.len() < SLOT_STATE_SIZE {
+        return None;
+    }
+    Some(SlotState {
+        seq: u32_at(bytes, offset_of!(Slot, seq)),
+        tid: u32_at(bytes, offset_of!(Slot, tid)),
+        depth: u32_at(bytes, offset_of!(Slot, depth)),
+    })
+}
+
+/// Decodes one [`RECORD_SIZE`]-byte record; `None` if too short.
+pub fn parse_record(bytes: &[u8]) -> Option<RecordView> {
+    if bytes.len() < RECORD_SIZE {
+        return None;
+    }
+    let meta = u64_at(bytes, offset_of!(Record, meta));
+    let position = u64_at(bytes, offset_of!(Record, position));
+    Some(RecordView {
+        feature: u64_at(bytes, offset_of!(Record, feature)),
+        kind: (meta >> 32) as u32,
+        payload: u64_at(bytes, offset_of!(Record, payload)),
+        payload_len: meta as u32,
+        line: (position >> 32) as u32,
+        column: position as u32,
+        sp: u64_at(bytes, offset_of!(Record, sp)),
+    })
+}
+
+/// Decodes the first [`FEATURE_DESCRIPTOR_SIZE`] bytes of a feature descriptor; `None` if too short.
+pub fn parse_feature(bytes: &[u8]) -> Option<FeatureView> {
+    if bytes.len() < FEATURE_DESCRIPTOR_SIZE {
+        return None;
+    }
+    Some(FeatureView {
+        magic: u64_at(bytes, 0),
+        name: u64_at(bytes, 8),
+        name_len: u64_at(bytes, 16),
+    })
+}
+
+/// Address of slot `index` in a region mapped at `region_start`.
+pub fn slot_address(region_start: u64, index: usize) -> u64 {
+    region_start + (HEADER_SIZE + index * SLOT_SIZE) as u64
+}
+
+/// Address of record `index` of the slot at `slot_address`.
+pub fn record_address(slot_address: u64, index: usize) -> u64 {
+    slot_address + (RECORDS_OFFSET + index * RECORD_SIZE) as u64
+}

@@ -1,0 +1,224 @@
+//! Feature marks for [fsprof], the feature-specific profiler.
+//!
+//! A library marks the code that implements one of its features; fsprof, running as a separate
+//! process, samples every thread's marks and reports how much time each feature, and each instance
+//! of it, costs.
+//!
+//! ```
+//! use fsprof_shim::Feature;
+//!
+//! static OUTPUT: Feature = Feature::new("output");
+//!
+//! fn emit(line: &str) {
+//!     let _m = OUTPUT.mark();                  // instance: this source location
+//!     println!("{line}");
+//! }
+//!
+//! fn emit_with(callback: impl FnOnce()) {
+//!     let _m = OUTPUT.mark_with("emit_with");  // instance: a static name
+//!     let _a = OUTPUT.antimark();              // user code: not output's cost
+//!     callback();
+//! }
+//!
+//! // Names computed at run time: intern once, mark many times without allocating.
+//! let task = fsprof_shim::intern(&format!("task-{}", 7));
+//! static TASKS: Feature = Feature::new("tasks");
+//! let total = TASKS.scope_with(task, || 2 + 2);
+//! # emit("x"); emit_with(|| ()); assert_eq!(total, 4);
+//! ```
+//!
+//! # Guarantees
+//! * Marking never allocates, locks or makes a syscall once a thread has marked once, and never
+//!   panics. A push and its pop cost a few nanoseconds (see `BENCHMARKS.md`).
+//! * Guards ([`Mark`]) are RAII and not `Send`. Dropping a guard pops its mark *and every mark
+//!   above it*; guards dropped later whose marks are already gone do nothing. A leaked guard's mark
+//!   stays on the stack until an enclosing guard is dropped or the thread exits. No order of drops
+//!   or leaks can corrupt a stack.
+//! * Each thread's stack holds [`abi::MARK_CAPACITY`] marks; deeper marks are counted, not
+//!   recorded, and the profiler reports the stack as truncated.
+//! * Any thread can mark, however it was created. A thread's slot is released when it exits and
+//!   reused by later threads. If every slot is taken, that thread's marks are not recorded (the
+//!   region counts such threads).
+//! * After `fork()` the child does not inherit the region; it creates its own on its first mark.
+//!   Guards alive across the fork do nothing in the child.
+//! * A mark made from a signal handler that interrupted a push or pop on the same thread is skipped.
+//!
+//! The shared-memory layout the profiler reads is defined, and documented, in [`abi`].
+//!
+//! [fsprof]: https://crates.io/crates/fsprof
+
+#![deny(missing_docs)]
+
+pub mod abi;
+mod region;
+
+use core::marker::PhantomData;
+use core::panic::Location;
+use region::Pushed;
+
+/// A feature: a static descriptor whose address identifies it in the profile.
+///
+/// Create one per feature, as a `static`. Its name is what the report calls the feature; features
+/// with the same name are reported together.
+#[repr(C)]
+pub struct Feature {
+    // Layout read by the profiler: see `abi::FEATURE_DESCRIPTOR_SIZE` and `abi::parse_feature`.
+    magic: u64,
+    name_ptr: *const u8,
+    name_len: usize,
+}
+
+// SAFETY: a Feature is immutable; its pointer is to a `&'static str`.
+unsafe impl Sync for Feature {}
+// SAFETY: as above.
+unsafe impl Send for Feature {}
+
+impl Feature {
+    /// A feature named `name`.
+    pub const fn new(name: &'static str) -> Feature {
+        Feature {
+            magic: abi::FEATURE_MAGIC,
+            name_ptr: name.as_ptr(),
+            name_len: name.len(),
+        }
+    }
+
+    /// The feature's name.
+    pub const fn name(&self) -> &'static str {
+        // SAFETY: built from a `&'static str` in `new`.
+        unsafe {
+            core::str::from_utf8_unchecked(core::slice::from_raw_parts(
+                self.name_ptr,
+                self.name_len,
+            ))
+        }
+    }
+
+    /// Marks the current thread as running this feature until the guard is dropped. The instance is
+    /// the caller's source location (`file:line:column`).
+    #[track_caller]
+    #[inline(always)]
+    pub fn mark(&'static self) -> Mark {
+        let location = Location::caller();
+        let file = location.file();
+        let position = (location.line() as u64) << 32 | location.column() as u64;
+        self.push(
+            abi::KIND_LOCATION,
+            file.as_ptr() as u64,
+            file.len(),
+            position,
+        )
+    }
+
+    /// Marks the current thread as running this feature until the guard is dropped. The instance is
+    /// `instance`: a string literal, or a name computed at run time and made `'static` once by
+    /// [`intern`].
+    #[inline(always)]
+    pub fn mark_with(&'static self, instance: &'static str) -> Mark {
+        self.push(abi::KIND_NAME, instance.as_ptr() as u64, instance.len(), 0)
+    }
+
+    /// Stops attributing time to this feature until the guard is dropped: wrap user code (a
+    /// callback, a closure argument) that runs inside the feature's own code with an antimark.
+    /// Other features are not affected.
+    #[inline(always)]
+    pub fn antimark(&'static self) -> Mark {
+        self.push(abi::KIND_ANTIMARK, 0, 0, 0)
+    }
+
+    /// Runs `f` under [`Feature::mark`] (the instance is the caller's location).
+    #[track_caller]
+    #[inline(always)]
+    pub fn scope<R>(&'static self, f: impl FnOnce() -> R) -> R {
+        let _mark = self.mark();
+        f()
+    }
+
+    /// Runs `f` under [`Feature::mark_with`].
+    #[inline(always)]
+    pub fn scope_with<R>(&'static self, instance: &'static str, f: impl FnOnce() -> R) -> R {
+        let _mark = self.mark_with(instance);
+        f()
+    }
+
+    #[inline(always)]
+    fn push(&'static self, kind: u32, payload: u64, len: usize, position: u64) -> Mark {
+        // A stack address in the caller's frame (this function is always inlined), so the profiler
+        // can place the mark between the right native frames.
+        let anchor = 0u8;
+        let sp = core::hint::black_box(&anchor) as *const u8 as u64;
+        let len = len.min(u32::MAX as usize) as u64;
+        let meta = (kind as u64) << 32 | len;
+        let pushed = region::push(self as *const Feature as u64, payload, meta, position, sp);
+        Mark {
+            pushed,
+            _not_send: PhantomData,
+        }
+    }
+}
+
+impl core::fmt::Debug for Feature {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_tuple("Feature").field(&self.name()).finish()
+    }
+}
+
+/// A mark or antimark on the current thread's stack; dropping it pops it.
+///
+/// Not `Send`: a mark belongs to the thread that pushed it.
+#[must_use = "a mark is popped as soon as its guard is dropped; bind it: `let _m = FEATURE.mark();`"]
+pub struct Mark {
+    pushed: Pushed,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for Mark {
+    #[inline(always)]
+    fn drop(&mut self) {
+        region::pop(self.pushed);
+    }
+}
+
+impl core::fmt::Debug for Mark {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Mark")
+            .field("index", &self.pushed.index)
+            .finish()
+    }
+}
+
+/// Returns a `'static` copy of `name`, the same one for equal names, for [`Feature::mark_with`].
+///
+/// Intern a run-time name (a task, a connection id) once, when it is created, and mark with it as
+/// often as needed: marking does not allocate. Interned names live until the process exits, so
+/// intern names from a bounded set, not a fresh string per request.
+pub fn intern(name: &str) -> &'static str {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut names = NAMES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(existing) = names.get(name) {
+        return existing;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.insert(leaked);
+    leaked
+}
+
+/// The calling thread's current mark depth, including marks beyond the recorded capacity.
+/// Meant for tests and debug assertions.
+pub fn depth() -> u32 {
+    region::current_depth()
+}
+
+/// Address of this process's region, if it has been created (it is created on the first mark).
+/// Meant for tests and diagnostics.
+pub fn region_address() -> Option<usize> {
+    region::region_address()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,347 @@
+//! The writer side of the region: creating it, giving each thread a slot, pushing and popping marks.
+//!
+//! The layout and the reader's protocol are in `abi.rs`; this module only follows them. The public
+//! API (features, guards) is in `lib.rs`; this module knows nothing of Rust guards beyond the
+//! `(index, tag)` pair a push returns.
+//!
+//! Cost model: the first mark of a process creates the region (memfd + mmap), the first mark of a
+//! thread claims a slot (a scan with compare-and-swap) and registers a thread-exit destructor. Every
+//! later push or pop is a handful of plain loads and stores on memory only this thread writes: no
+//! allocation, no lock, no syscall. On x86-64 the release fences compile to nothing.
+
+use crate::abi::{self, Record, RegionHeader, Slot, MARK_CAPACITY, SLOT_COUNT};
+use core::cell::Cell;
+use core::ptr::null_mut;
+use core::sync::atomic::{fence, AtomicPtr, Ordering::*};
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::Once;
+
+extern "C" {
+    fn memfd_create(name: *const c_char, flags: c_uint) -> c_int;
+    fn ftruncate(fd: c_int, length: i64) -> c_int;
+    fn mmap(
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: c_int,
+        off: i64,
+    ) -> *mut c_void;
+    fn munmap(addr: *mut c_void, len: usize) -> c_int;
+    fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
+    fn close(fd: c_int) -> c_int;
+    fn getpid() -> c_int;
+    fn gettid() -> c_int;
+    fn pthread_atfork(
+        prepare: Option<unsafe extern "C" fn()>,
+        parent: Option<unsafe extern "C" fn()>,
+        child: Option<unsafe extern "C" fn()>,
+    ) -> c_int;
+}
+
+const MFD_CLOEXEC: c_uint = 1;
+const PROT_READ_WRITE: c_int = 0x1 | 0x2;
+const MAP_SHARED: c_int = 0x01;
+const MAP_FAILED: *mut c_void = !0usize as *mut c_void;
+const MADV_DONTFORK: c_int = 10;
+
+/// This process's region, null until the first mark (or if it could not be created).
+static REGION: AtomicPtr<RegionHeader> = AtomicPtr::new(null_mut());
+/// Set once region creation failed, so that marks do not retry a syscall every time.
+static REGION_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static ATFORK: Once = Once::new();
+
+/// Per-thread state. `const` initialised and without `Drop`, so accessing it never registers a
+/// destructor or checks for lazy initialisation: it is a plain thread-local load.
+struct ThreadState {
+    /// This thread's slot, null until claimed (and after release or fork).
+    slot: Cell<*mut Slot>,
+    /// Set when this thread must not claim a slot again (its destructors are running).
+    exiting: Cell<bool>,
+    /// Serial number of the last push; tags records so a stale guard cannot pop a newer mark.
+    serial: Cell<u64>,
+}
+
+thread_local! {
+    static STATE: ThreadState = const {
+        ThreadState { slot: Cell::new(null_mut()), exiting: Cell::new(false), serial: Cell::new(0) }
+    };
+    /// Touched when a slot is claimed; its destructor releases the slot at thread exit.
+    static OWNER: SlotOwner = const { SlotOwner };
+}
+
+struct SlotOwner;
+
+impl Drop for SlotOwner {
+    fn drop(&mut self) {
+        let _ = STATE.try_with(|state| {
+            state.exiting.set(true);
+            let slot = state.slot.replace(null_mut());
+            if !slot.is_null() {
+                // SAFETY: a non-null slot pointer always points into this process's live region.
+                unsafe { release(&*slot) };
+            }
+        });
+    }
+}
+
+/// Runs in the child after `fork()`: the region was not inherited (`MADV_DONTFORK`), so forget it.
+/// The child creates its own region on its first mark; guards alive across the fork become inert.
+unsafe extern "C" fn forget_region_in_child() {
+    REGION.store(null_mut(), Relaxed);
+    REGION_FAILED.store(false, Relaxed);
+    let _ = STATE.try_with(|state| state.slot.set(null_mut()));
+}
+
+fn create_region() -> *mut RegionHeader {
+    // SAFETY: plain syscalls on values we own; every result is checked before use.
+    unsafe {
+        let fd = memfd_create(c"fsprof-region".as_ptr(), MFD_CLOEXEC);
+        if fd < 0 {
+            return null_mut();
+        }
+        let mut addr = MAP_FAILED;
+        if ftruncate(fd, abi::REGION_SIZE as i64) == 0 {
+            addr = mmap(
+                null_mut(),
+                abi::REGION_SIZE,
+                PROT_READ_WRITE,
+                MAP_SHARED,
+                fd,
+                0,
+            );
+        }
+        close(fd);
+        if addr == MAP_FAILED {
+            return null_mut();
+        }
+        // Without DONTFORK a child would share (and scribble on) the parent's slots.
+        if madvise(addr, abi::REGION_SIZE, MADV_DONTFORK) != 0 {
+            munmap(addr, abi::REGION_SIZE);
+            return null_mut();
+        }
+        let header = addr as *mut RegionHeader;
+        // The memfd starts zeroed: slots are free, the counters zero. Fill in the constants.
+        header.write(RegionHeader {
+            magic: abi::MAGIC,
+            version: abi::VERSION,
+            header_size: abi::HEADER_SIZE as u32,
+            slot_count: SLOT_COUNT as u32,
+            slot_size: abi::SLOT_SIZE as u32,
+            mark_capacity: MARK_CAPACITY as u32,
+            record_size: abi::RECORD_SIZE as u32,
+            pid: getpid() as u32,
+            slots_used: Default::default(),
+            threads_without_slot: Default::default(),
+        });
+        header
+    }
+}
+
+/// This process's region, created on first use; null if it cannot be created.
+fn region() -> *mut RegionHeader {
+    let existing = REGION.load(Acquire);
+    if !existing.is_null() || REGION_FAILED.load(Relaxed) {
+        return existing;
+    }
+    ATFORK.call_once(|| {
+        // SAFETY: registers a handler that only stores to atomics and thread-locals.
+        unsafe { pthread_atfork(None, None, Some(forget_region_in_child)) };
+    });
+    let created = create_region();
+    if created.is_null() {
+        REGION_FAILED.store(true, Relaxed);
+        return null_mut();
+    }
+    match REGION.compare_exchange(null_mut(), created, AcqRel, Acquire) {
+        Ok(_) => created,
+        Err(winner) => {
+            // Another thread created it first.
+            // SAFETY: `created` is our own mapping of REGION_SIZE bytes, never published.
+            unsafe { munmap(created as *mut c_void, abi::REGION_SIZE) };
+            winner
+        }
+    }
+}
+
+/// Claims a free slot for the calling thread. Slow path, once per thread.
+#[cold]
+#[inline(never)]
+fn claim(state: &ThreadState) -> *mut Slot {
+    if state.exiting.get() {
+        return null_mut();
+    }
+    // Register the exit destructor first; if thread-locals are already being torn down, do not claim.
+    if OWNER.try_with(|_| ()).is_err() {
+        state.exiting.set(true);
+        return null_mut();
+    }
+    let header = region();
+    if header.is_null() {
+        return null_mut();
+    }
+    // SAFETY: header points to a live region of REGION_SIZE bytes laid out as abi.rs says.
+    unsafe {
+        let slots = (header as *mut u8).add(abi::HEADER_SIZE) as *mut Slot;
+        let tid = gettid() as u32;
+        for index in 0..SLOT_COUNT {
+            let slot = &*slots.add(index);
+            if slot.tid.load(Relaxed) == 0
+                && slot.tid.compare_exchange(0, tid, Acquire, Relaxed).is_ok()
+            {
+                begin_write(slot);
+                slot.depth.store(0, Relaxed);
+                end_write(slot);
+                (*header).slots_used.fetch_max(index as u32 + 1, Release);
+                state.slot.set(slots.add(index));
+                return slots.add(index);
+            }
+        }
+        (*header).threads_without_slot.fetch_add(1, Relaxed);
+    }
+    state.exiting.set(true); // do not rescan a full table on every mark
+    null_mut()
+}
+
+/// Frees a slot at thread exit.
+fn release(slot: &Slot) {
+    begin_write(slot);
+    slot.depth.store(0, Relaxed);
+    end_write(slot);
+    slot.tid.store(0, Release);
+}
+
+/// Makes the slot's sequence counter odd: a reader will discard what it copies until `end_write`.
+#[inline(always)]
+fn begin_write(slot: &Slot) {
+    let seq = slot.seq.load(Relaxed);
+    slot.seq.store(seq.wrapping_add(1), Relaxed);
+    fence(Release);
+}
+
+#[inline(always)]
+fn end_write(slot: &Slot) {
+    let seq = slot.seq.load(Relaxed);
+    slot.seq.store(seq.wrapping_add(1), Release);
+}
+
+/// What a push returns and the matching pop needs. `index == u32::MAX` means nothing was pushed.
+#[derive(Clone, Copy)]
+pub(crate) struct Pushed {
+    pub(crate) index: u32,
+    pub(crate) tag: u64,
+}
+
+impl Pushed {
+    pub(crate) const NOTHING: Pushed = Pushed {
+        index: u32::MAX,
+        tag: 0,
+    };
+}
+
+/// Pushes a record on the calling thread's mark stack.
+#[inline(always)]
+pub(crate) fn push(feature: u64, payload: u64, meta: u64, position: u64, sp: u64) -> Pushed {
+    STATE
+        .try_with(|state| {
+            let mut slot = state.slot.get();
+            if slot.is_null() {
+                slot = claim(state);
+                if slot.is_null() {
+                    return Pushed::NOTHING;
+                }
+            }
+            // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
+            let slot = unsafe { &*slot };
+            let seq = slot.seq.load(Relaxed);
+            if seq & 1 == 1 {
+                // A signal handler interrupted this thread in the middle of a push or pop: leave
+                // the slot alone rather than corrupt the record being written.
+                return Pushed::NOTHING;
+            }
+            let depth = slot.depth.load(Relaxed);
+            let tag = state.serial.get().wrapping_add(1);
+            state.serial.set(tag);
+            slot.seq.store(seq.wrapping_add(1), Relaxed);
+            fence(Release);
+            if let Some(record) = slot.records.get(depth as usize) {
+                write_record(record, feature, payload, meta, position, sp, tag);
+            }
+            slot.depth.store(depth.saturating_add(1), Relaxed);
+            slot.seq.store(seq.wrapping_add(2), Release);
+            Pushed { index: depth, tag }
+        })
+        .unwrap_or(Pushed::NOTHING)
+}
+
+#[inline(always)]
+fn write_record(
+    record: &Record,
+    feature: u64,
+    payload: u64,
+    meta: u64,
+    position: u64,
+    sp: u64,
+    tag: u64,
+) {
+    record.feature.store(feature, Relaxed);
+    record.payload.store(payload, Relaxed);
+    record.meta.store(meta, Relaxed);
+    record.position.store(position, Relaxed);
+    record.sp.store(sp, Relaxed);
+    record.tag.store(tag, Relaxed);
+}
+
+/// Pops the mark `pushed` and every mark above it, if it is still on the stack.
+///
+/// A guard dropped out of order (an outer one before an inner one) pops the inner marks with it; the
+/// inner guards' later pops find their mark gone and do nothing. A guard whose mark was already
+/// popped, or that outlived a `fork()`, does nothing. So no sequence of drops or leaks can corrupt
+/// the stack: a leaked guard's mark stays until an enclosing guard is dropped.
+#[inline(always)]
+pub(crate) fn pop(pushed: Pushed) {
+    if pushed.index == u32::MAX {
+        return;
+    }
+    let _ = STATE.try_with(|state| {
+        let slot = state.slot.get();
+        if slot.is_null() {
+            return;
+        }
+        // SAFETY: as in `push`.
+        let slot = unsafe { &*slot };
+        let seq = slot.seq.load(Relaxed);
+        let depth = slot.depth.load(Relaxed);
+        if seq & 1 == 1 || depth <= pushed.index {
+            return;
+        }
+        if let Some(record) = slot.records.get(pushed.index as usize) {
+            if record.tag.load(Relaxed) != pushed.tag {
+                return; // that mark is gone and another took its place
+            }
+        }
+        slot.seq.store(seq.wrapping_add(1), Relaxed);
+        fence(Release);
+        slot.depth.store(pushed.index, Relaxed);
+        slot.seq.store(seq.wrapping_add(2), Release);
+    });
+}
+
+/// The calling thread's current logical mark depth (0 if it has no slot). For tests and asserts.
+pub(crate) fn current_depth() -> u32 {
+    STATE
+        .try_with(|state| {
+            let slot = state.slot.get();
+            // SAFETY: as in `push`.
+            (!slot.is_null())
+                .then(|| unsafe { (*slot).depth.load(Relaxed) })
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
+/// Address of this process's region, if it has one. For tests.
+pub(crate) fn region_address() -> Option<usize> {
+    let region = REGION.load(Acquire);
+    (!region.is_null()).then_some(region as usize)
+}
