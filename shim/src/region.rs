@@ -333,9 +333,11 @@ pub(crate) fn current_depth() -> u32 {
         .try_with(|state| {
             let slot = state.slot.get();
             // SAFETY: as in `push`.
-            (!slot.is_null())
-                .then(|| unsafe { (*slot).depth.load(Relaxed) })
-                .unwrap_or(0)
+            if slot.is_null() {
+                0
+            } else {
+                unsafe { (*slot).depth.load(Relaxed) }
+            }
         })
         .unwrap_or(0)
 }
