@@ -1,0 +1,165 @@
+//! The command line (clap). Parsed arguments are turned into plain option structs here, so the
+//! rest of the crate never sees clap types.
+
+use crate::session::RecordOptions;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The default sampling rate. At 1000 Hz a 3-second run of a busy thread gives about 3000
+/// samples, so a feature's share is known to about one percentage point, while the sampler (which
+/// never stops the target) uses a few percent of one core.
+pub const DEFAULT_RATE_HZ: f64 = 1000.0;
+
+/// fsprof: a feature-specific profiler. Reports how much time each feature marked in a program
+/// (and each instance of it: a call site, a named rule, a task) costs.
+#[derive(Debug, Parser)]
+#[command(name = "fsprof", version, propagate_version = true, after_help = EXAMPLES)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+const EXAMPLES: &str = "Examples:
+  fsprof run -- ./app --input data.txt     profile a program until it exits
+  fsprof attach 4242 --duration 10         profile a running process for 10 s
+  fsprof report fsprof-app-1 --format json re-render a saved profile";
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Launch a program under the profiler; report when it exits (or on Ctrl-C).
+    Run {
+        #[command(flatten)]
+        record: RecordArgs,
+        /// The program and its arguments (after `--`).
+        #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
+        program: Vec<OsString>,
+    },
+    /// Profile a running process until Ctrl-C, --duration, or its exit; it keeps running.
+    Attach {
+        #[command(flatten)]
+        record: RecordArgs,
+        /// Process id of the target.
+        pid: u32,
+    },
+    /// Re-render a saved profile.
+    Report {
+        /// An output directory, or the profile.json in it.
+        path: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Count all thread time, idle included (whatever the recording used).
+        #[arg(long)]
+        idle: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+struct RecordArgs {
+    /// Output directory for profile.json and report.txt (created if missing).
+    /// Default: ./fsprof-<program>-<n>, with the first n not already taken.
+    #[arg(short, long, value_name = "DIR")]
+    output: Option<PathBuf>,
+    /// Mean sampling rate, samples per second; intervals are jittered around it.
+    #[arg(long, value_name = "HZ", default_value_t = DEFAULT_RATE_HZ, value_parser = parse_rate)]
+    rate: f64,
+    /// Stop recording after this many seconds (the target keeps running).
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Count all thread time, idle included. By default a thread's time counts while it runs (or
+    /// waits for a CPU), or while it is blocked inside a mark.
+    #[arg(long)]
+    idle: bool,
+}
+
+/// Output formats of `fsprof report`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// The text report.
+    Text,
+    /// The report as JSON.
+    Json,
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    let rate: f64 = text.parse().map_err(|_| format!("not a number: {text}"))?;
+    if !(1.0..=20_000.0).contains(&rate) {
+        return Err("the rate must be between 1 and 20000 Hz".to_owned());
+    }
+    Ok(rate)
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text.parse().map_err(|_| format!("not a number of seconds: {text}"))?;
+    if !(secs > 0.0 && secs < 1e9) {
+        return Err("the duration must be a positive number of seconds".to_owned());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// What the user asked for, without clap types.
+#[derive(Debug)]
+pub enum Command {
+    /// `fsprof run`.
+    Run {
+        /// Program and arguments.
+        program: Vec<OsString>,
+        /// Recording options.
+        options: RecordOptions,
+    },
+    /// `fsprof attach`.
+    Attach {
+        /// Target process.
+        pid: u32,
+        /// Recording options.
+        options: RecordOptions,
+    },
+    /// `fsprof report`.
+    Report {
+        /// Directory or file.
+        path: PathBuf,
+        /// Output format.
+        format: Format,
+        /// Force the all-time view.
+        idle: bool,
+    },
+}
+
+impl From<RecordArgs> for RecordOptions {
+    fn from(args: RecordArgs) -> RecordOptions {
+        RecordOptions { output: args.output, rate_hz: args.rate, duration: args.duration, count_idle: args.idle }
+    }
+}
+
+impl Cli {
+    /// The parsed command.
+    pub fn into_command(self) -> Command {
+        match self.command {
+            Cmd::Run { record, program } => Command::Run { program, options: record.into() },
+            Cmd::Attach { record, pid } => Command::Attach { pid, options: record.into() },
+            Cmd::Report { path, format, idle } => Command::Report { path, format, idle },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_the_program_after_dashes() {
+        let cli = Cli::try_parse_from(["fsprof", "run", "--rate", "500", "--", "./app", "-x", "--rate"]).unwrap();
+        let Command::Run { program, options } = cli.into_command() else { panic!() };
+        assert_eq!(program, ["./app", "-x", "--rate"]);
+        assert_eq!(options.rate_hz, 500.0);
+        assert!(Cli::try_parse_from(["fsprof", "run", "--rate", "0", "--", "x"]).is_err());
+    }
+}

@@ -1,0 +1,100 @@
+//! Turning addresses found in mark records into text: feature names and instance payloads.
+//!
+//! Strings live in the target (static descriptors, `&'static str`s, file names of
+//! `Location`s), so they are read with `process_vm_readv` the first time an address is seen and
+//! cached by address by the caller. Everything read is untrusted: lengths are capped, bytes are
+//! decoded lossily and control characters replaced, and unreadable memory becomes a placeholder
+//! rather than an error.
+
+use crate::remote::Remote;
+use fsprof_shim::abi::{self, RecordView};
+
+/// Longest feature name we read.
+pub const MAX_NAME: usize = 256;
+/// Longest payload string we read.
+pub const MAX_PAYLOAD: usize = 1024;
+
+/// What kind of instance a payload names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadKind {
+    /// `file:line:column` of the code that marked.
+    Location,
+    /// A name given by the program.
+    Name,
+}
+
+/// Reads the name of the feature whose descriptor is at `address`.
+pub fn feature_name(remote: &Remote, address: u64) -> String {
+    let mut bytes = [0u8; abi::FEATURE_DESCRIPTOR_SIZE];
+    if remote.read(address, &mut bytes).is_err() {
+        return format!("<unreadable feature at {address:#x}>");
+    }
+    let view = abi::parse_feature(&bytes).expect("sized");
+    if view.magic != abi::FEATURE_MAGIC {
+        return format!("<not a feature at {address:#x}>");
+    }
+    read_string(remote, view.name, view.name_len, MAX_NAME)
+}
+
+/// Reads a mark's payload; `None` for an antimark.
+pub fn payload(remote: &Remote, record: &RecordView) -> Option<(PayloadKind, String)> {
+    match record.kind {
+        abi::KIND_ANTIMARK => None,
+        abi::KIND_LOCATION => {
+            let file = read_string(remote, record.payload, record.payload_len as u64, MAX_PAYLOAD);
+            Some((PayloadKind::Location, format!("{file}:{}:{}", record.line, record.column)))
+        }
+        abi::KIND_NAME => {
+            Some((PayloadKind::Name, read_string(remote, record.payload, record.payload_len as u64, MAX_PAYLOAD)))
+        }
+        other => Some((PayloadKind::Name, format!("<unknown payload kind {other}>"))),
+    }
+}
+
+/// Reads at most `max` bytes of a string at `address`, marking truncation with `…`.
+fn read_string(remote: &Remote, address: u64, len: u64, max: usize) -> String {
+    let take = (len as usize).min(max);
+    let mut bytes = vec![0u8; take];
+    if take > 0 && remote.read(address, &mut bytes).is_err() {
+        return format!("<unreadable string at {address:#x}>");
+    }
+    let mut text: String = String::from_utf8_lossy(&bytes)
+        .chars()
+        .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
+        .collect();
+    if (len as usize) > take {
+        text.push('…');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fsprof_shim::Feature;
+
+    static F: Feature = Feature::new("feature\nwith control");
+
+    #[test]
+    fn reads_names_from_a_process_and_survives_garbage() {
+        let remote = Remote::new(std::process::id());
+        assert_eq!(feature_name(&remote, &F as *const Feature as u64), "feature\u{FFFD}with control");
+        let not_a_feature = b"just some bytes that are long enough";
+        assert!(feature_name(&remote, not_a_feature.as_ptr() as u64).starts_with("<not a feature"));
+        assert!(feature_name(&remote, 8).starts_with("<unreadable"));
+        let record = RecordView {
+            feature: 0,
+            kind: abi::KIND_NAME,
+            payload: "hello".as_ptr() as u64,
+            payload_len: u32::MAX,
+            line: 0,
+            column: 0,
+            sp: 0,
+        };
+        // A huge claimed length is capped, and reading past the end of the mapping fails softly.
+        let (kind, text) = payload(&remote, &record).unwrap();
+        assert_eq!(kind, PayloadKind::Name);
+        assert!(text.starts_with("hello") || text.starts_with("<unreadable"));
+    }
+}

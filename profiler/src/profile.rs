@@ -1,0 +1,277 @@
+//! The profile: what a recording produced, in the form that is saved, loaded and analysed.
+//!
+//! A profile holds interned tables (feature names, instance payloads, mark stacks, threads) and
+//! sample groups: for each (thread, mark stack) pair, how many samples saw it and how much wall and
+//! active time they stand for. Memory grows with the number of distinct stacks, not with the length
+//! of the run. Both time measures are kept so that any time view can be computed later.
+//!
+//! # Saved format (`profile.json`, versioned)
+//! ```json
+//! {"format": "fsprof-profile", "version": 1,
+//!  "meta": {...},                                   // see `Meta`
+//!  "features": ["output", "formatting"],            // feature id = index
+//!  "payloads": [{"kind": "location", "text": "src/main.rs:13:28"}],
+//!  "stacks": [{"frames": [{"feature": 0, "payload": 0}, {"feature": 0}]}],
+//!                                                   // root first; no payload = antimark;
+//!                                                   // "truncated_depth": N when deeper than recorded
+//!  "threads": [{"tid": 4242, "name": "main"}],
+//!  "samples": [{"thread": 0, "stack": 0, "count": 10, "wall_ns": 10000000, "active_ns": 9000000}]}
+//! ```
+//! A reader refuses other `format`s and newer `version`s; fields may be added within a version.
+
+use crate::names::PayloadKind;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Value of the `format` field.
+pub const FORMAT: &str = "fsprof-profile";
+/// Version written by this build; it reads this version and older.
+pub const VERSION: u32 = 1;
+/// Name of the profile file inside an output directory.
+pub const FILE_NAME: &str = "profile.json";
+
+/// A recorded profile.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Profile {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// Format version.
+    pub version: u32,
+    /// How the profile was recorded.
+    pub meta: Meta,
+    /// Feature names; a frame's `feature` indexes this.
+    pub features: Vec<String>,
+    /// Instance payloads; a frame's `payload` indexes this.
+    pub payloads: Vec<Payload>,
+    /// Distinct mark stacks; a sample group's `stack` indexes this.
+    pub stacks: Vec<Stack>,
+    /// Threads seen; a sample group's `thread` indexes this.
+    pub threads: Vec<Thread>,
+    /// Aggregated samples.
+    pub samples: Vec<SampleGroup>,
+}
+
+/// How and when a profile was recorded.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Meta {
+    /// `fsprof` version that recorded it.
+    pub fsprof_version: String,
+    /// `run` or `attach`.
+    pub mode: String,
+    /// The target's command line.
+    pub command: Vec<String>,
+    /// The target's process id.
+    pub pid: u32,
+    /// Mean sampling rate asked for.
+    pub rate_hz: f64,
+    /// Wall time from the first to the last sample.
+    pub duration_ns: u64,
+    /// Whether the default view counts idle time (`--idle`).
+    pub count_idle: bool,
+    /// Number of fsprof regions found in the target.
+    pub regions: u32,
+    /// Slot copies retried because the thread was writing its marks.
+    pub torn_retries: u64,
+    /// Thread samples dropped (time carried to the thread's next sample) after all retries.
+    pub torn_dropped: u64,
+    /// Threads of the target that could not get a mark slot.
+    pub threads_without_slot: u64,
+    /// Mark stack capacity of the region.
+    pub mark_capacity: u32,
+    /// Why recording stopped, e.g. "the program exited with code 0".
+    pub end: String,
+}
+
+/// An instance payload.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Payload {
+    /// Location or name.
+    pub kind: PayloadKind,
+    /// Display text: `file:line:column` or the name.
+    pub text: String,
+}
+
+/// A mark stack, root first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Stack {
+    /// Marks and antimarks, outermost first.
+    pub frames: Vec<Frame>,
+    /// The thread's real depth, when it was deeper than the frames recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated_depth: Option<u32>,
+}
+
+/// One mark (with a payload) or antimark (without).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Frame {
+    /// Index into [`Profile::features`].
+    pub feature: u32,
+    /// Index into [`Profile::payloads`]; absent for an antimark.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<u32>,
+}
+
+/// A thread of the target.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Thread {
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Name when first seen.
+    pub name: String,
+}
+
+/// Samples of one thread with one mark stack.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SampleGroup {
+    /// Index into [`Profile::threads`].
+    pub thread: u32,
+    /// Index into [`Profile::stacks`].
+    pub stack: u32,
+    /// Number of samples.
+    pub count: u64,
+    /// Wall time the samples stand for.
+    pub wall_ns: u64,
+    /// Of that, time the thread was running or waiting for a CPU.
+    pub active_ns: u64,
+}
+
+impl Profile {
+    /// Writes the profile as `dir/profile.json`.
+    pub fn save(&self, dir: &Path) -> Result<PathBuf> {
+        let path = dir.join(FILE_NAME);
+        let json = serde_json::to_vec(self).context("serialising the profile")?;
+        std::fs::write(&path, json).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(path)
+    }
+
+    /// Loads a profile from a file, or from `profile.json` in a directory.
+    pub fn load(path: &Path) -> Result<Profile> {
+        let file = if path.is_dir() { path.join(FILE_NAME) } else { path.to_owned() };
+        let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+        let profile: Profile = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not an fsprof profile", file.display()))?;
+        if profile.format != FORMAT {
+            bail!("{} is not an fsprof profile (format {:?})", file.display(), profile.format);
+        }
+        if profile.version > VERSION {
+            bail!(
+                "{} has profile format version {}, this fsprof reads up to {VERSION}: upgrade fsprof",
+                file.display(),
+                profile.version
+            );
+        }
+        profile.check().with_context(|| format!("{} is damaged", file.display()))?;
+        Ok(profile)
+    }
+
+    /// Checks that every index points into its table.
+    fn check(&self) -> Result<()> {
+        for stack in &self.stacks {
+            for frame in &stack.frames {
+                if frame.feature as usize >= self.features.len()
+                    || frame.payload.is_some_and(|p| p as usize >= self.payloads.len())
+                {
+                    bail!("a stack refers to a missing feature or payload");
+                }
+            }
+        }
+        for group in &self.samples {
+            if group.thread as usize >= self.threads.len() || group.stack as usize >= self.stacks.len() {
+                bail!("a sample refers to a missing thread or stack");
+            }
+        }
+        Ok(())
+    }
+
+    /// Total number of samples.
+    pub fn sample_count(&self) -> u64 {
+        self.samples.iter().map(|g| g.count).sum()
+    }
+}
+
+/// Builds a [`Profile`] while recording: interns names, payloads, stacks and threads.
+#[derive(Default)]
+pub struct ProfileBuilder {
+    features: Vec<String>,
+    feature_ids: HashMap<String, u32>,
+    payloads: Vec<Payload>,
+    payload_ids: HashMap<Payload, u32>,
+    stacks: Vec<Stack>,
+    stack_ids: HashMap<Stack, u32>,
+    threads: Vec<Thread>,
+    thread_ids: HashMap<u32, u32>,
+    samples: Vec<SampleGroup>,
+    sample_ids: HashMap<(u32, u32), usize>,
+}
+
+impl ProfileBuilder {
+    /// An empty builder.
+    pub fn new() -> ProfileBuilder {
+        ProfileBuilder::default()
+    }
+
+    /// The id of a feature name.
+    pub fn feature(&mut self, name: String) -> u32 {
+        intern(&mut self.features, &mut self.feature_ids, name)
+    }
+
+    /// The id of a payload.
+    pub fn payload(&mut self, payload: Payload) -> u32 {
+        intern(&mut self.payloads, &mut self.payload_ids, payload)
+    }
+
+    /// The id of a stack.
+    pub fn stack(&mut self, stack: Stack) -> u32 {
+        intern(&mut self.stacks, &mut self.stack_ids, stack)
+    }
+
+    /// The id of thread `tid`; `name` is called the first time it is seen.
+    pub fn thread(&mut self, tid: u32, name: impl FnOnce() -> String) -> u32 {
+        if let Some(id) = self.thread_ids.get(&tid) {
+            return *id;
+        }
+        let id = self.threads.len() as u32;
+        self.threads.push(Thread { tid, name: name() });
+        self.thread_ids.insert(tid, id);
+        id
+    }
+
+    /// Adds one sample.
+    pub fn add_sample(&mut self, thread: u32, stack: u32, wall_ns: u64, active_ns: u64) {
+        let next = self.samples.len();
+        let index = *self.sample_ids.entry((thread, stack)).or_insert(next);
+        if index == next {
+            self.samples.push(SampleGroup { thread, stack, count: 0, wall_ns: 0, active_ns: 0 });
+        }
+        let group = &mut self.samples[index];
+        group.count += 1;
+        group.wall_ns += wall_ns;
+        group.active_ns += active_ns.min(wall_ns);
+    }
+
+    /// The finished profile.
+    pub fn finish(self, meta: Meta) -> Profile {
+        Profile {
+            format: FORMAT.to_owned(),
+            version: VERSION,
+            meta,
+            features: self.features,
+            payloads: self.payloads,
+            stacks: self.stacks,
+            threads: self.threads,
+            samples: self.samples,
+        }
+    }
+}
+
+fn intern<T: Clone + Eq + std::hash::Hash>(table: &mut Vec<T>, ids: &mut HashMap<T, u32>, value: T) -> u32 {
+    if let Some(id) = ids.get(&value) {
+        return *id;
+    }
+    let id = table.len() as u32;
+    table.push(value.clone());
+    ids.insert(value, id);
+    id
+}

@@ -1,0 +1,52 @@
+//! Reading another process's memory with `process_vm_readv`.
+//!
+//! The target keeps running while we read; this module only copies bytes. It does not interpret
+//! them (that is `region.rs` and `names.rs`), and it never trusts a length it did not choose: every
+//! read is bounded by [`MAX_READ`].
+
+use nix::errno::Errno;
+use nix::sys::uio::{process_vm_readv, RemoteIoVec};
+use nix::unistd::Pid;
+use std::io::IoSliceMut;
+
+/// The largest single read we ever make, whatever the target claims.
+pub const MAX_READ: usize = 1 << 20;
+/// `process_vm_readv` accepts at most this many iovecs per call (IOV_MAX).
+const MAX_IOVECS: usize = 1024;
+
+/// A handle for reading one process's memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Remote {
+    pid: Pid,
+}
+
+impl Remote {
+    /// A reader for process `pid`.
+    pub fn new(pid: u32) -> Remote {
+        Remote { pid: Pid::from_raw(pid as i32) }
+    }
+
+    /// Fills `buf` from `address`. Fails with the errno, or `EFAULT` on a short read.
+    pub fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), Errno> {
+        self.read_many(&mut [(address, buf)])
+    }
+
+    /// Fills every buffer from its address, in order, in as few system calls as possible.
+    /// Fails unless every byte was read.
+    pub fn read_many(&self, parts: &mut [(u64, &mut [u8])]) -> Result<(), Errno> {
+        for chunk in parts.chunks_mut(MAX_IOVECS) {
+            let remote: Vec<RemoteIoVec> = chunk
+                .iter()
+                .map(|(address, buf)| RemoteIoVec { base: *address as usize, len: buf.len().min(MAX_READ) })
+                .collect();
+            let wanted: usize = remote.iter().map(|r| r.len).sum();
+            let mut local: Vec<IoSliceMut> =
+                chunk.iter_mut().map(|(_, buf)| IoSliceMut::new(buf)).collect();
+            let got = process_vm_readv(self.pid, &mut local, &remote)?;
+            if got != wanted {
+                return Err(Errno::EFAULT);
+            }
+        }
+        Ok(())
+    }
+}

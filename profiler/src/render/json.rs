@@ -1,0 +1,45 @@
+//! The JSON report: the analysis as a stable document for programs.
+//!
+//! ```json
+//! {"samples": 1234, "total_ms": 3012.5, "time_view": "active",
+//!  "features": [{"name": "output", "ms": 1650.2, "percent": 54.78, "samples": 700,
+//!                "instances": [{"payload": "src/main.rs:57:27", "ms": 1000.1, "percent": 33.2, "samples": 420}]}],
+//!  "truncated_samples": 0, "meta": {...}}
+//! ```
+//! `percent` is of `total_ms`, 0–100. Fields may be added; none are removed within a major version.
+
+use crate::analysis::{FeatureReport, TimeView};
+use crate::profile::Meta;
+use serde_json::{json, Value};
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Renders the report as a JSON value.
+pub fn render(report: &FeatureReport, meta: &Meta) -> Value {
+    let features: Vec<Value> = report
+        .features
+        .iter()
+        .map(|feature| {
+            let instances: Vec<Value> = feature
+                .instances
+                .iter()
+                .map(|i| {
+                    json!({"payload": i.payload, "ms": ms(i.ns), "percent": report.percent(i.ns),
+                           "samples": i.samples})
+                })
+                .collect();
+            json!({"name": feature.name, "ms": ms(feature.ns), "percent": report.percent(feature.ns),
+                   "samples": feature.samples, "instances": instances})
+        })
+        .collect();
+    json!({
+        "samples": report.samples,
+        "total_ms": ms(report.total_ns),
+        "time_view": match report.view { TimeView::Active => "active", TimeView::All => "all" },
+        "features": features,
+        "truncated_samples": report.truncated_samples,
+        "meta": meta,
+    })
+}

@@ -1,0 +1,104 @@
+//! The text report, in the spirit of the original feature profiler:
+//!
+//! ```text
+//! Output accounts for 54.70% of running time (4240 / 7752 ms)
+//!   3354 ms : src/main.rs:13:28
+//!    886 ms : src/main.rs:14:20
+//! ```
+
+use crate::analysis::FeatureReport;
+use crate::profile::Meta;
+use std::fmt::Write;
+
+/// Formats milliseconds like the paper: whole numbers, with a decimal below 10 ms.
+fn ms(ns: u64) -> String {
+    let ms = ns as f64 / 1e6;
+    if ms >= 10.0 || ms == 0.0 {
+        format!("{ms:.0}")
+    } else {
+        format!("{ms:.1}")
+    }
+}
+
+fn capitalised(name: &str) -> String {
+    let mut chars = name.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// Renders the report.
+pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
+    let mut out = String::new();
+    let program = meta.command.first().map(String::as_str).unwrap_or("?");
+    let _ = writeln!(
+        out,
+        "fsprof: {} samples of {} thread{} of {program} (pid {}) over {:.2} s at {} Hz; {}",
+        report.samples,
+        threads,
+        if threads == 1 { "" } else { "s" },
+        meta.pid,
+        meta.duration_ns as f64 / 1e9,
+        meta.rate_hz,
+        meta.end,
+    );
+    let _ = writeln!(out, "{}", report.view.describe());
+    let _ = writeln!(out);
+
+    if report.samples == 0 {
+        let _ = writeln!(out, "No samples were taken: the program ended before the first sample.");
+    } else if report.features.is_empty() {
+        let _ = writeln!(
+            out,
+            "No feature marks were seen{}.",
+            if meta.regions == 0 {
+                " (the program has no fsprof region: it never marked, or does not link fsprof-shim)"
+            } else {
+                ""
+            }
+        );
+    }
+    let total = ms(report.total_ns);
+    for feature in &report.features {
+        let _ = writeln!(
+            out,
+            "{} accounts for {:.2}% of running time ({} / {total} ms)",
+            capitalised(&feature.name),
+            report.percent(feature.ns),
+            ms(feature.ns),
+        );
+        let width = feature.instances.iter().map(|i| ms(i.ns).len()).max().unwrap_or(0);
+        for instance in &feature.instances {
+            let _ = writeln!(out, "  {:>width$} ms : {}", ms(instance.ns), instance.payload);
+        }
+        let _ = writeln!(out);
+    }
+
+    let mut notes = Vec::new();
+    if report.truncated_samples > 0 {
+        notes.push(format!(
+            "{} samples had mark stacks deeper than {} (up to {}): their stacks are truncated, marks beyond that depth are not attributed",
+            report.truncated_samples, meta.mark_capacity, report.max_truncated_depth
+        ));
+    }
+    if meta.threads_without_slot > 0 {
+        notes.push(format!(
+            "{} threads could not mark: every mark slot was taken",
+            meta.threads_without_slot
+        ));
+    }
+    if meta.torn_dropped > 0 {
+        notes.push(format!(
+            "{} thread samples were skipped because the thread was changing its marks on every retry; their time went to the thread's next sample",
+            meta.torn_dropped
+        ));
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(out, "Notes:");
+        for note in notes {
+            let _ = writeln!(out, "  - {note}");
+        }
+    }
+    out
+}

@@ -1,0 +1,289 @@
+//! The sampling loop: at jittered intervals, copy every thread's mark stack and CPU clock, and turn
+//! them into weighted samples in a [`ProfileBuilder`].
+//!
+//! Per sample and thread the sampler records two durations since that thread's previous sample:
+//! the wall interval, and the *active* part of it (running, or runnable and waiting for a CPU, from
+//! the kernel's per-thread schedstat clock). Which of the two counts is decided later, by the
+//! analysis, so one recording serves every time view. The target is never stopped: marks are read
+//! with `process_vm_readv` while it runs (see `region.rs` for the consistency protocol).
+//!
+//! Strings behind mark addresses are read once per unique address (cached here) while the target
+//! is alive; nothing else is resolved in the loop.
+
+use crate::names::{self, PayloadKind};
+use crate::profile::{Frame, Meta, Payload, Profile, ProfileBuilder, Stack};
+use crate::region::{ReadStats, RegionError, RegionReader, ThreadMarks};
+use crate::remote::Remote;
+use crate::target::{self, ThreadClock};
+use fsprof_shim::abi::RecordView;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Why recording stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum End {
+    /// The target exited (the text says how, when known).
+    TargetExited(String),
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
+    /// `--duration` elapsed.
+    Duration,
+}
+
+impl End {
+    /// A sentence for the profile's metadata and the report.
+    pub fn describe(&self) -> String {
+        match self {
+            End::TargetExited(how) => how.clone(),
+            End::Interrupted => "recording was interrupted (Ctrl-C or SIGTERM)".to_owned(),
+            End::Duration => "the requested duration elapsed".to_owned(),
+        }
+    }
+}
+
+struct ThreadState {
+    clock: ThreadClock,
+    id: u32,
+    last_time: Instant,
+    last_active_ns: u64,
+    seen_at: u64,
+}
+
+/// Samples one target process.
+pub struct Sampler {
+    pid: u32,
+    remote: Remote,
+    started: Instant,
+    first_tick: Option<Instant>,
+    last_tick: Option<Instant>,
+    ticks: u64,
+    regions: Vec<RegionReader>,
+    next_region_scan: Instant,
+    threads: HashMap<u32, ThreadState>,
+    builder: ProfileBuilder,
+    feature_ids: HashMap<u64, u32>,
+    payload_ids: HashMap<(u32, u64, u32, u32, u32), Option<u32>>,
+    stats: ReadStats,
+    threads_without_slot: u64,
+    regions_seen: Vec<u64>,
+    // Buffers reused across ticks.
+    tids: Vec<u32>,
+    marks: Vec<ThreadMarks>,
+    unreadable: Vec<u32>,
+}
+
+impl Sampler {
+    /// A sampler for process `pid`. Nothing is read until the first [`Sampler::tick`].
+    pub fn new(pid: u32) -> Sampler {
+        let now = Instant::now();
+        Sampler {
+            pid,
+            remote: Remote::new(pid),
+            started: now,
+            first_tick: None,
+            last_tick: None,
+            ticks: 0,
+            regions: Vec::new(),
+            next_region_scan: now,
+            threads: HashMap::new(),
+            builder: ProfileBuilder::new(),
+            feature_ids: HashMap::new(),
+            payload_ids: HashMap::new(),
+            stats: ReadStats::default(),
+            threads_without_slot: 0,
+            regions_seen: Vec::new(),
+            tids: Vec::new(),
+            marks: Vec::new(),
+            unreadable: Vec::new(),
+        }
+    }
+
+    /// Takes one sample of every thread. Returns `false` when the target is gone.
+    pub fn tick(&mut self) -> bool {
+        let now = Instant::now();
+        if target::threads(self.pid, &mut self.tids).is_err() || self.tids.is_empty() {
+            return false;
+        }
+        self.scan_regions(now);
+        self.read_marks();
+
+        let first = self.first_tick.is_none();
+        let tick = self.ticks;
+        for index in 0..self.tids.len() {
+            let tid = self.tids[index];
+            if self.unreadable.contains(&tid) {
+                continue; // its time is carried to its next sample
+            }
+            let state = match self.threads.get_mut(&tid) {
+                Some(state) => state,
+                None => {
+                    let Ok(clock) = ThreadClock::open(self.pid, tid) else { continue };
+                    let pid = self.pid;
+                    let id = self.builder.thread(tid, || target::thread_name(pid, tid));
+                    let (last_time, last_active_ns) = match self.last_tick {
+                        // Born since the previous tick: all its active time is new.
+                        Some(previous) => (previous, 0),
+                        // Already running when we started: start its clocks now.
+                        None => (now, u64::MAX),
+                    };
+                    self.threads
+                        .entry(tid)
+                        .or_insert(ThreadState { clock, id, last_time, last_active_ns, seen_at: tick })
+                }
+            };
+            state.seen_at = tick;
+            let Some(active_ns) = state.clock.active_ns() else { continue };
+            let previous_active = std::mem::replace(&mut state.last_active_ns, active_ns);
+            let wall_ns = now.duration_since(std::mem::replace(&mut state.last_time, now)).as_nanos() as u64;
+            if first || previous_active == u64::MAX {
+                continue;
+            }
+            let active_ns = active_ns.saturating_sub(previous_active).min(wall_ns);
+            let thread = state.id;
+            let stack = self.stack_of(tid);
+            self.builder.add_sample(thread, stack, wall_ns, active_ns);
+        }
+        self.threads.retain(|_, state| state.seen_at == tick);
+        self.first_tick.get_or_insert(now);
+        self.last_tick = Some(now);
+        self.ticks += 1;
+        true
+    }
+
+    /// Finds new regions, and forgets vanished ones, on a schedule: often while none was found
+    /// (the program creates its region on its first mark), rarely afterwards.
+    fn scan_regions(&mut self, now: Instant) {
+        if now < self.next_region_scan {
+            return;
+        }
+        let since_start = now.duration_since(self.started);
+        let interval = if self.regions.is_empty() {
+            (since_start / 50).clamp(Duration::from_millis(1), Duration::from_millis(200))
+        } else {
+            Duration::from_secs(1)
+        };
+        self.next_region_scan = now + interval;
+        let Ok(addresses) = target::region_addresses(self.pid) else { return };
+        self.regions.retain(|region| addresses.contains(&region.address()));
+        for address in addresses {
+            if self.regions.iter().any(|r| r.address() == address) {
+                continue;
+            }
+            if let Ok(reader) = RegionReader::open(self.remote, address) {
+                self.regions.push(reader);
+                if !self.regions_seen.contains(&address) {
+                    self.regions_seen.push(address);
+                }
+            }
+        }
+    }
+
+    fn read_marks(&mut self) {
+        self.marks.clear();
+        self.unreadable.clear();
+        let mut failed = false;
+        for region in &mut self.regions {
+            match region.read(&mut self.marks, &mut self.unreadable, &mut self.stats) {
+                Ok(()) => self.threads_without_slot = self.threads_without_slot.max(region.threads_without_slot),
+                Err(RegionError::Read(_) | RegionError::Incompatible(_)) => failed = true,
+            }
+        }
+        if failed {
+            // Unmapped (exec) or the process is exiting: look again soon.
+            self.next_region_scan = Instant::now();
+        }
+    }
+
+    /// The interned mark stack of thread `tid` in this tick.
+    fn stack_of(&mut self, tid: u32) -> u32 {
+        let mut records: Vec<(RecordView, bool)> = Vec::new();
+        let mut truncated_depth = None;
+        for marks in self.marks.iter().filter(|m| m.tid == tid) {
+            records.extend(marks.records.iter().map(|r| (*r, true)));
+            if marks.depth as usize > marks.records.len() {
+                truncated_depth = Some(marks.depth);
+            }
+        }
+        if self.regions.len() > 1 {
+            // Marks from several regions: order them by the stack address at which they were
+            // pushed (the stack grows down, so outer marks have higher addresses).
+            records.sort_by(|a, b| b.0.sp.cmp(&a.0.sp));
+        }
+        let mut frames = Vec::with_capacity(records.len());
+        for (record, _) in &records {
+            let feature = self.feature_id(record.feature);
+            let payload = self.payload_id(record);
+            frames.push(Frame { feature, payload });
+        }
+        self.builder.stack(Stack { frames, truncated_depth })
+    }
+
+    fn feature_id(&mut self, address: u64) -> u32 {
+        if let Some(id) = self.feature_ids.get(&address) {
+            return *id;
+        }
+        let id = self.builder.feature(names::feature_name(&self.remote, address));
+        self.feature_ids.insert(address, id);
+        id
+    }
+
+    fn payload_id(&mut self, record: &RecordView) -> Option<u32> {
+        let key = (record.kind, record.payload, record.payload_len, record.line, record.column);
+        if let Some(id) = self.payload_ids.get(&key) {
+            return *id;
+        }
+        let id = names::payload(&self.remote, record)
+            .map(|(kind, text): (PayloadKind, String)| self.builder.payload(Payload { kind, text }));
+        self.payload_ids.insert(key, id);
+        id
+    }
+
+    /// The finished profile; `meta`'s recording fields are filled in here.
+    pub fn finish(self, mut meta: Meta) -> Profile {
+        meta.duration_ns = match (self.first_tick, self.last_tick) {
+            (Some(first), Some(last)) => last.duration_since(first).as_nanos() as u64,
+            _ => 0,
+        };
+        meta.regions = self.regions_seen.len() as u32;
+        meta.torn_retries = self.stats.retries;
+        meta.torn_dropped = self.stats.dropped;
+        meta.threads_without_slot = self.threads_without_slot;
+        meta.mark_capacity = fsprof_shim::abi::MARK_CAPACITY as u32;
+        self.builder.finish(meta)
+    }
+}
+
+/// How long to record and how often.
+#[derive(Clone, Copy, Debug)]
+pub struct Schedule {
+    /// Mean samples per second.
+    pub rate_hz: f64,
+    /// Stop after this long, if set.
+    pub duration: Option<Duration>,
+}
+
+/// Samples until the target exits, `stop` returns a reason, or the duration elapses. Intervals are
+/// drawn uniformly from 0.5 to 1.5 times the mean period, so periodic behaviour in the target
+/// cannot alias with the sampling.
+pub fn record(sampler: &mut Sampler, schedule: Schedule, mut stop: impl FnMut() -> Option<End>) -> End {
+    let period = Duration::from_secs_f64(1.0 / schedule.rate_hz);
+    let start = Instant::now();
+    let mut next = start;
+    loop {
+        if let Some(end) = stop() {
+            return end;
+        }
+        if schedule.duration.is_some_and(|d| start.elapsed() >= d) {
+            return End::Duration;
+        }
+        if !sampler.tick() {
+            return End::TargetExited("the program exited".to_owned());
+        }
+        next += period.mul_f64(0.5 + fastrand::f64());
+        let now = Instant::now();
+        if next < now {
+            next = now; // we fell behind (a busy machine): do not burst to catch up
+        }
+        std::thread::sleep(next - now);
+    }
+}

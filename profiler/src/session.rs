@@ -1,0 +1,266 @@
+//! The commands that record: `fsprof run` and `fsprof attach`, and the output directory they write.
+//!
+//! A session checks what can be checked before the target is touched (the output directory, the
+//! permission to read the target), records with the sampler until the target exits, the user
+//! interrupts or the duration elapses, and then always writes what it collected: the saved profile
+//! and `report.txt`, and the report on stderr. The target is never stopped, signalled or killed.
+
+use crate::analysis::{self, TimeView};
+use crate::profile::{Meta, Profile};
+use crate::remote::Remote;
+use crate::render;
+use crate::sampler::{self, End, Sampler, Schedule};
+use crate::target;
+use anyhow::{bail, Context, Result};
+use nix::errno::Errno;
+use std::ffi::OsString;
+use std::io::ErrorKind;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Name of the text report inside an output directory.
+pub const REPORT_FILE: &str = "report.txt";
+
+/// Options common to `run` and `attach`.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    /// Output directory; `None` picks `./fsprof-<program>-<n>`.
+    pub output: Option<PathBuf>,
+    /// Mean samples per second.
+    pub rate_hz: f64,
+    /// Stop recording after this long.
+    pub duration: Option<Duration>,
+    /// Count all thread time, idle included.
+    pub count_idle: bool,
+}
+
+/// `fsprof run`: launches `program` with its stdio untouched, records until it exits, writes the
+/// profile, and returns the program's exit code (128 + signal if a signal killed it).
+pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
+    let Some((name, args)) = program.split_first() else { bail!("no program given: fsprof run -- PROGRAM [ARGS...]") };
+    let interrupted = interrupt_flag()?;
+    let dir = prepare_output(options.output.as_deref(), &program_name(name))?;
+    let mut child = spawn(name, args)?;
+    let pid = child.id();
+
+    let mut sampler = Sampler::new(pid);
+    let mut status: Option<ExitStatus> = None;
+    let end = sampler::record(&mut sampler, schedule(options), || {
+        if interrupted.load(Ordering::Relaxed) {
+            return Some(End::Interrupted);
+        }
+        match child.try_wait() {
+            Ok(Some(exit)) => {
+                status = Some(exit);
+                Some(End::TargetExited(describe_exit(exit)))
+            }
+            _ => None,
+        }
+    });
+    let end = match (end, status) {
+        (End::TargetExited(_), None) => {
+            let exit = child.wait().context("waiting for the program")?;
+            status = Some(exit);
+            End::TargetExited(describe_exit(exit))
+        }
+        (end, _) => end,
+    };
+
+    let meta = meta("run", program.iter().map(|a| a.to_string_lossy().into_owned()).collect(), pid, options, &end);
+    write_outputs(&dir, sampler.finish(meta))?;
+
+    let status = match status {
+        Some(status) => status,
+        None => wait_after_interrupt(&mut child, pid, &interrupted)?,
+    };
+    Ok(exit_code(status))
+}
+
+/// `fsprof attach`: records process `pid` until Ctrl-C, the duration or its exit; it keeps running.
+pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
+    check_attachable(pid)?;
+    let interrupted = interrupt_flag()?;
+    let command = target::command_line(pid);
+    let name = command.first().map(|c| program_name(c.as_ref())).unwrap_or_else(|| pid.to_string());
+    let dir = prepare_output(options.output.as_deref(), &name)?;
+
+    let mut sampler = Sampler::new(pid);
+    let mut next_check = Instant::now();
+    let end = sampler::record(&mut sampler, schedule(options), || {
+        if interrupted.load(Ordering::Relaxed) {
+            return Some(End::Interrupted);
+        }
+        // A zombie still lists its threads; look at its state now and then.
+        if Instant::now() >= next_check {
+            next_check = Instant::now() + Duration::from_millis(100);
+            if !target::is_alive(pid) {
+                return Some(End::TargetExited("the program exited".to_owned()));
+            }
+        }
+        None
+    });
+    let meta = meta("attach", command, pid, options, &end);
+    write_outputs(&dir, sampler.finish(meta))
+}
+
+/// Fails with a clear message unless `pid` is a live process whose memory we may read.
+fn check_attachable(pid: u32) -> Result<()> {
+    if pid == 0 || !target::proc_dir(pid).exists() {
+        bail!("no process with pid {pid}");
+    }
+    if !target::is_alive(pid) {
+        bail!("process {pid} has already exited (it is a zombie waiting for its parent)");
+    }
+    if pid == std::process::id() {
+        bail!("fsprof cannot profile itself");
+    }
+    let address = match target::some_readable_address(pid) {
+        Ok(Some(address)) => address,
+        Ok(None) => bail!("process {pid} has no readable memory (a kernel thread?)"),
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+            bail!("no permission to read process {pid}: {}", target::permission_advice(pid))
+        }
+        Err(_) => bail!("no process with pid {pid}"),
+    };
+    match Remote::new(pid).read(address, &mut [0u8; 1]) {
+        Ok(()) => Ok(()),
+        Err(Errno::EPERM | Errno::EACCES) => {
+            bail!("no permission to read the memory of process {pid}: {}", target::permission_advice(pid))
+        }
+        Err(Errno::ESRCH) => bail!("no process with pid {pid}"),
+        Err(errno) => bail!("cannot read the memory of process {pid}: {}", errno.desc()),
+    }
+}
+
+fn spawn(name: &OsString, args: &[OsString]) -> Result<Child> {
+    Command::new(name).args(args).spawn().map_err(|e| {
+        let shown = name.to_string_lossy();
+        match e.kind() {
+            ErrorKind::NotFound => anyhow::anyhow!("program not found: {shown} (check the name, or give a path such as ./{shown})"),
+            ErrorKind::PermissionDenied => anyhow::anyhow!("cannot execute {shown}: permission denied (is it executable? chmod +x)"),
+            _ => anyhow::anyhow!("cannot start {shown}: {e}"),
+        }
+    })
+}
+
+/// After an interrupt, the program (which got the terminal's Ctrl-C too) is left to exit on its
+/// own; a second interrupt stops waiting for it. It is never killed.
+fn wait_after_interrupt(child: &mut Child, pid: u32, interrupted: &AtomicBool) -> Result<ExitStatus> {
+    interrupted.store(false, Ordering::Relaxed);
+    let mut told = false;
+    loop {
+        if let Some(status) = child.try_wait().context("waiting for the program")? {
+            return Ok(status);
+        }
+        if interrupted.load(Ordering::Relaxed) {
+            eprintln!("fsprof: leaving the program (pid {pid}) running");
+            return Ok(ExitStatus::from_raw(130 << 8));
+        }
+        if !told {
+            eprintln!("fsprof: waiting for the program (pid {pid}) to exit; Ctrl-C again to stop waiting");
+            told = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn interrupt_flag() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&flag)).context("installing the Ctrl-C handler")?;
+    }
+    Ok(flag)
+}
+
+fn schedule(options: &RecordOptions) -> Schedule {
+    Schedule { rate_hz: options.rate_hz, duration: options.duration }
+}
+
+fn meta(mode: &str, command: Vec<String>, pid: u32, options: &RecordOptions, end: &End) -> Meta {
+    Meta {
+        fsprof_version: env!("CARGO_PKG_VERSION").to_owned(),
+        mode: mode.to_owned(),
+        command,
+        pid,
+        rate_hz: options.rate_hz,
+        count_idle: options.count_idle,
+        end: end.describe(),
+        ..Meta::default()
+    }
+}
+
+fn describe_exit(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("the program exited with code {code}"),
+        (None, Some(signal)) => format!("the program was killed by signal {signal}"),
+        _ => "the program exited".to_owned(),
+    }
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        _ => 1,
+    }
+}
+
+fn program_name(path: &std::ffi::OsStr) -> String {
+    let name = Path::new(path).file_name().unwrap_or(path).to_string_lossy();
+    name.chars().map(|c| if c.is_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' }).collect()
+}
+
+/// Creates the output directory and checks that it is writable, before anything is recorded.
+/// Without `-o`, picks `./fsprof-<program>-<n>` with the first `n` not yet taken, so no earlier
+/// profile is ever overwritten.
+pub fn prepare_output(explicit: Option<&Path>, program: &str) -> Result<PathBuf> {
+    let dir = match explicit {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create output directory {} (choose another with -o DIR)", dir.display()))?;
+            dir.to_owned()
+        }
+        None => {
+            let mut n = 1;
+            loop {
+                let dir = PathBuf::from(format!("fsprof-{program}-{n}"));
+                match std::fs::create_dir(&dir) {
+                    Ok(()) => break dir,
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists && n < 100_000 => n += 1,
+                    Err(e) => {
+                        return Err(e).with_context(|| {
+                            format!("cannot create output directory {} (choose one with -o DIR)", dir.display())
+                        })
+                    }
+                }
+            }
+        }
+    };
+    let probe = dir.join(".fsprof-write-test");
+    std::fs::write(&probe, b"")
+        .with_context(|| format!("output directory {} is not writable (choose another with -o DIR)", dir.display()))?;
+    let _ = std::fs::remove_file(probe);
+    Ok(dir)
+}
+
+/// Saves the profile and the text report, and prints the report to stderr.
+fn write_outputs(dir: &Path, profile: Profile) -> Result<()> {
+    let view = if profile.meta.count_idle { TimeView::All } else { TimeView::Active };
+    let report = analysis::analyse(&profile, view);
+    let text = render::text::render(&report, &profile.meta, profile.threads.len());
+    let saved = profile.save(dir)?;
+    let report_path = dir.join(REPORT_FILE);
+    std::fs::write(&report_path, &text).with_context(|| format!("cannot write {}", report_path.display()))?;
+    eprint!("\n{text}");
+    eprintln!(
+        "fsprof: wrote {} and {} (re-render with: fsprof report {})",
+        saved.display(),
+        report_path.display(),
+        dir.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,184 @@
+//! What `/proc` tells about a target process: whether it is alive, its threads, their CPU clocks and
+//! names, and where its fsprof regions are mapped.
+//!
+//! Only `/proc` reads live here. Reading the target's memory is `remote.rs`; deciding what to do
+//! with the answers is the sampler's job.
+
+use fsprof_shim::abi;
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+
+/// The `/proc` directory of a process.
+pub fn proc_dir(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}"))
+}
+
+/// Whether `pid` names a process that has not exited (a zombie counts as exited).
+pub fn is_alive(pid: u32) -> bool {
+    match fs::read_to_string(proc_dir(pid).join("stat")) {
+        Ok(stat) => !matches!(state_from_stat(&stat), Some('Z' | 'X' | 'x')),
+        Err(_) => false,
+    }
+}
+
+fn state_from_stat(stat: &str) -> Option<char> {
+    // The command name is in parentheses and may itself contain spaces or ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// The command line of `pid`, for the report (empty if unreadable).
+pub fn command_line(pid: u32) -> Vec<String> {
+    fs::read(proc_dir(pid).join("cmdline"))
+        .map(|bytes| {
+            bytes
+                .split(|b| *b == 0)
+                .filter(|arg| !arg.is_empty())
+                .map(|arg| String::from_utf8_lossy(arg).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The thread ids of `pid`. Fails when the process is gone.
+pub fn threads(pid: u32, into: &mut Vec<u32>) -> io::Result<()> {
+    into.clear();
+    for entry in fs::read_dir(proc_dir(pid).join("task"))? {
+        if let Some(tid) = entry?.file_name().to_str().and_then(|name| name.parse().ok()) {
+            into.push(tid);
+        }
+    }
+    Ok(())
+}
+
+/// A thread's name (`comm`), or an empty string.
+pub fn thread_name(pid: u32, tid: u32) -> String {
+    fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/comm")))
+        .map(|name| name.trim_end().to_owned())
+        .unwrap_or_default()
+}
+
+/// A thread's clock of *active* time: nanoseconds spent running on a CPU plus waiting on a run
+/// queue for one, from `/proc/<pid>/task/<tid>/schedstat`. The file is kept open and re-read.
+pub struct ThreadClock {
+    file: File,
+    buf: [u8; 96],
+}
+
+impl ThreadClock {
+    /// Opens the clock of thread `tid` of `pid`.
+    pub fn open(pid: u32, tid: u32) -> io::Result<ThreadClock> {
+        let file = File::open(proc_dir(pid).join(format!("task/{tid}/schedstat")))?;
+        Ok(ThreadClock { file, buf: [0; 96] })
+    }
+
+    /// Active nanoseconds since the thread started; `None` once the thread is gone.
+    pub fn active_ns(&mut self) -> Option<u64> {
+        let len = self.file.read_at(&mut self.buf, 0).ok()?;
+        let text = std::str::from_utf8(&self.buf[..len]).ok()?;
+        let mut fields = text.split_ascii_whitespace().map(|f| f.parse::<u64>().ok());
+        let on_cpu = fields.next()??;
+        let waiting = fields.next()??;
+        Some(on_cpu.saturating_add(waiting))
+    }
+}
+
+/// Start addresses of the fsprof regions mapped in `pid` (mappings of the right name and size).
+pub fn region_addresses(pid: u32) -> io::Result<Vec<u64>> {
+    let maps = fs::read_to_string(proc_dir(pid).join("maps"))?;
+    let wanted = format!("/memfd:{}", abi::REGION_NAME);
+    Ok(maps
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_ascii_whitespace();
+            let range = fields.next()?;
+            let path = fields.nth(4)?;
+            if path != wanted {
+                return None;
+            }
+            let (start, end) = range.split_once('-')?;
+            let start = u64::from_str_radix(start, 16).ok()?;
+            let end = u64::from_str_radix(end, 16).ok()?;
+            (end.checked_sub(start)? as usize >= abi::REGION_SIZE).then_some(start)
+        })
+        .collect())
+}
+
+/// The start of some readable mapping of `pid`, to probe whether its memory can be read at all.
+pub fn some_readable_address(pid: u32) -> io::Result<Option<u64>> {
+    let maps = fs::read_to_string(proc_dir(pid).join("maps"))?;
+    Ok(maps.lines().find_map(|line| {
+        let mut fields = line.split_ascii_whitespace();
+        let (start, _) = fields.next()?.split_once('-')?;
+        let perms = fields.next()?;
+        (perms.starts_with('r') && !line.ends_with("[vvar]") && !line.ends_with("[vsyscall]"))
+            .then(|| u64::from_str_radix(start, 16).ok())
+            .flatten()
+    }))
+}
+
+/// Why we may not read `pid`'s memory, and what to do about it: one line, for an error message.
+pub fn permission_advice(pid: u32) -> String {
+    let our_uid = nix::unistd::geteuid().as_raw();
+    let target_uid = fs::read_to_string(proc_dir(pid).join("status")).ok().and_then(|status| {
+        let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+        line.split_ascii_whitespace().nth(2)?.parse::<u32>().ok() // effective uid
+    });
+    if let Some(uid) = target_uid.filter(|uid| *uid != our_uid && our_uid != 0) {
+        return format!(
+            "the process belongs to another user (uid {uid}, you are uid {our_uid}); run fsprof as that user or with sudo"
+        );
+    }
+    let scope = fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    match scope {
+        Some(1) => "kernel.yama.ptrace_scope is 1, so only a parent may read a process's memory: \
+            run `sudo sysctl kernel.yama.ptrace_scope=0`, run fsprof with sudo, or use `fsprof run` to start the program under fsprof"
+            .to_owned(),
+        Some(2) => "kernel.yama.ptrace_scope is 2 (admin only): run fsprof with sudo (CAP_SYS_PTRACE), \
+            or use `fsprof run` to start the program under fsprof"
+            .to_owned(),
+        Some(3) => "kernel.yama.ptrace_scope is 3 (no attaching at all, until reboot): use `fsprof run` \
+            to start the program under fsprof"
+            .to_owned(),
+        _ if in_container() => "in a container, reading another process's memory needs CAP_SYS_PTRACE: \
+            start the container with `--cap-add SYS_PTRACE`, or use `fsprof run`"
+            .to_owned(),
+        _ => "the kernel refused (is the target setuid, or are you missing CAP_SYS_PTRACE?): try sudo, \
+            or use `fsprof run` to start the program under fsprof"
+            .to_owned(),
+    }
+}
+
+fn in_container() -> bool {
+    fs::metadata("/.dockerenv").is_ok()
+        || fs::read_to_string("/proc/1/cgroup")
+            .map(|c| c.contains("docker") || c.contains("kubepods") || c.contains("containerd"))
+            .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_survives_odd_command_names() {
+        assert_eq!(state_from_stat("12 (a) b) R 1 2"), Some('R'));
+        assert_eq!(state_from_stat("12 (x) Z 1"), Some('Z'));
+        assert_eq!(state_from_stat("garbage"), None);
+    }
+
+    #[test]
+    fn own_process_is_alive_with_threads_and_a_clock() {
+        let pid = std::process::id();
+        assert!(is_alive(pid));
+        let mut tids = Vec::new();
+        threads(pid, &mut tids).unwrap();
+        assert!(tids.contains(&pid));
+        let mut clock = ThreadClock::open(pid, pid).unwrap();
+        assert!(clock.active_ns().unwrap() > 0);
+        assert!(!is_alive(u32::MAX / 2));
+    }
+}
