@@ -88,7 +88,10 @@ impl FeatureReport {
 /// Whether some feature's innermost frame in `stack` is a mark: the sample is inside a mark.
 fn inside_a_mark(stack: &Stack) -> bool {
     stack.frames.iter().enumerate().any(|(i, frame)| {
-        frame.payload.is_some() && !stack.frames[i + 1..].iter().any(|inner| inner.feature == frame.feature)
+        frame.payload.is_some()
+            && !stack.frames[i + 1..]
+                .iter()
+                .any(|inner| inner.feature == frame.feature)
     })
 }
 
@@ -169,7 +172,9 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             instances,
         });
     }
-    report.features.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.name.cmp(&b.name)));
+    report
+        .features
+        .sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.name.cmp(&b.name)));
     report
 }
 
@@ -180,10 +185,16 @@ mod tests {
     use crate::profile::{Frame, Meta, Payload, ProfileBuilder};
 
     fn mark(feature: u32, payload: u32) -> Frame {
-        Frame { feature, payload: Some(payload) }
+        Frame {
+            feature,
+            payload: Some(payload),
+        }
     }
     fn anti(feature: u32) -> Frame {
-        Frame { feature, payload: None }
+        Frame {
+            feature,
+            payload: None,
+        }
     }
 
     /// Builds a profile from (frames, wall ms, active ms) samples on one thread.
@@ -193,11 +204,17 @@ mod tests {
         let parse = b.feature("parse".into());
         assert_eq!((output, parse), (0, 1));
         for text in ["a", "b", "c"] {
-            b.payload(Payload { kind: PayloadKind::Name, text: text.into() });
+            b.payload(Payload {
+                kind: PayloadKind::Name,
+                text: text.into(),
+            });
         }
         let thread = b.thread(1, || "main".into());
         for (frames, wall, active) in samples {
-            let stack = b.stack(Stack { frames: frames.clone(), truncated_depth: None });
+            let stack = b.stack(Stack {
+                frames: frames.clone(),
+                truncated_depth: None,
+            });
             b.add_sample(thread, stack, wall * 1_000_000, active * 1_000_000);
         }
         b.finish(Meta::default())
@@ -206,19 +223,22 @@ mod tests {
     #[test]
     fn innermost_mark_per_feature_wins_and_antimarks_cancel() {
         let p = profile(&[
-            (vec![mark(0, 0)], 10, 10),                       // output a
-            (vec![mark(0, 0), mark(0, 1)], 10, 10),           // output b (innermost)
-            (vec![mark(0, 0), anti(0)], 10, 10),              // user code inside output
-            (vec![mark(0, 0), mark(1, 2)], 10, 10),           // both output a and parse c
-            (vec![mark(0, 0), anti(0), mark(0, 2)], 10, 10),  // output again, instance c
-            (vec![], 50, 50),                                 // unmarked
+            (vec![mark(0, 0)], 10, 10),                      // output a
+            (vec![mark(0, 0), mark(0, 1)], 10, 10),          // output b (innermost)
+            (vec![mark(0, 0), anti(0)], 10, 10),             // user code inside output
+            (vec![mark(0, 0), mark(1, 2)], 10, 10),          // both output a and parse c
+            (vec![mark(0, 0), anti(0), mark(0, 2)], 10, 10), // output again, instance c
+            (vec![], 50, 50),                                // unmarked
         ]);
         let r = analyse(&p, TimeView::Active);
         assert_eq!(r.total_ns, 100_000_000);
         let output = &r.features[0];
         assert_eq!((output.name.as_str(), output.ns), ("output", 40_000_000));
-        let by_payload: Vec<(&str, u64)> =
-            output.instances.iter().map(|i| (i.payload.as_str(), i.ns / 1_000_000)).collect();
+        let by_payload: Vec<(&str, u64)> = output
+            .instances
+            .iter()
+            .map(|i| (i.payload.as_str(), i.ns / 1_000_000))
+            .collect();
         assert_eq!(by_payload, [("a", 20), ("b", 10), ("c", 10)]);
         assert_eq!(r.features[1].name, "parse");
         assert_eq!(r.features[1].ns, 10_000_000);
@@ -228,7 +248,11 @@ mod tests {
     #[test]
     fn idle_time_counts_only_inside_marks_unless_asked() {
         // 100 ms idle outside marks, 30 ms blocked inside a mark, 20 ms running outside marks.
-        let p = profile(&[(vec![], 100, 0), (vec![mark(0, 0)], 30, 0), (vec![], 20, 20)]);
+        let p = profile(&[
+            (vec![], 100, 0),
+            (vec![mark(0, 0)], 30, 0),
+            (vec![], 20, 20),
+        ]);
         let active = analyse(&p, TimeView::Active);
         assert_eq!(active.total_ns, 50_000_000);
         assert_eq!(active.features[0].ns, 30_000_000);
@@ -242,7 +266,10 @@ mod tests {
         let p = profile(&[(vec![anti(0)], 10, 10)]);
         let r = analyse(&p, TimeView::Active);
         assert_eq!(r.features.len(), 1);
-        assert_eq!((r.features[0].name.as_str(), r.features[0].ns), ("output", 0));
+        assert_eq!(
+            (r.features[0].name.as_str(), r.features[0].ns),
+            ("output", 0)
+        );
         assert!(analyse(&profile(&[]), TimeView::Active).features.is_empty());
     }
 }

@@ -33,7 +33,11 @@ enum Cmd {
         #[command(flatten)]
         record: RecordArgs,
         /// The program and its arguments (after `--`).
-        #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            value_name = "PROGRAM [ARGS]..."
+        )]
         program: Vec<OsString>,
     },
     /// Profile a running process until Ctrl-C, --duration, or its exit; it keeps running.
@@ -92,7 +96,9 @@ fn parse_rate(text: &str) -> Result<f64, String> {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let secs: f64 = text.parse().map_err(|_| format!("not a number of seconds: {text}"))?;
+    let secs: f64 = text
+        .parse()
+        .map_err(|_| format!("not a number of seconds: {text}"))?;
     if !(secs > 0.0 && secs < 1e9) {
         return Err("the duration must be a positive number of seconds".to_owned());
     }
@@ -129,7 +135,12 @@ pub enum Command {
 
 impl From<RecordArgs> for RecordOptions {
     fn from(args: RecordArgs) -> RecordOptions {
-        RecordOptions { output: args.output, rate_hz: args.rate, duration: args.duration, count_idle: args.idle }
+        RecordOptions {
+            output: args.output,
+            rate_hz: args.rate,
+            duration: args.duration,
+            count_idle: args.idle,
+        }
     }
 }
 
@@ -137,8 +148,14 @@ impl Cli {
     /// The parsed command.
     pub fn into_command(self) -> Command {
         match self.command {
-            Cmd::Run { record, program } => Command::Run { program, options: record.into() },
-            Cmd::Attach { record, pid } => Command::Attach { pid, options: record.into() },
+            Cmd::Run { record, program } => Command::Run {
+                program,
+                options: record.into(),
+            },
+            Cmd::Attach { record, pid } => Command::Attach {
+                pid,
+                options: record.into(),
+            },
             Cmd::Report { path, format, idle } => Command::Report { path, format, idle },
         }
     }
@@ -156,8 +173,13 @@ mod tests {
 
     #[test]
     fn run_takes_the_program_after_dashes() {
-        let cli = Cli::try_parse_from(["fsprof", "run", "--rate", "500", "--", "./app", "-x", "--rate"]).unwrap();
-        let Command::Run { program, options } = cli.into_command() else { panic!() };
+        let cli = Cli::try_parse_from([
+            "fsprof", "run", "--rate", "500", "--", "./app", "-x", "--rate",
+        ])
+        .unwrap();
+        let Command::Run { program, options } = cli.into_command() else {
+            panic!()
+        };
         assert_eq!(program, ["./app", "-x", "--rate"]);
         assert_eq!(options.rate_hz, 500.0);
         assert!(Cli::try_parse_from(["fsprof", "run", "--rate", "0", "--", "x"]).is_err());

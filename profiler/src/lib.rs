@@ -24,12 +24,17 @@ use std::path::Path;
 /// `fsprof report`: renders a saved profile.
 pub fn report(path: &Path, format: Format, idle: bool) -> Result<String> {
     let profile = profile::Profile::load(path)?;
-    let view = if idle || profile.meta.count_idle { TimeView::All } else { TimeView::Active };
+    let view = if idle || profile.meta.count_idle {
+        TimeView::All
+    } else {
+        TimeView::Active
+    };
     let report = analysis::analyse(&profile, view);
     Ok(match format {
         Format::Text => render::text::render(&report, &profile.meta, profile.threads.len()),
         Format::Json => {
-            let mut json = serde_json::to_string_pretty(&render::json::render(&report, &profile.meta))?;
+            let mut json =
+                serde_json::to_string_pretty(&render::json::render(&report, &profile.meta))?;
             json.push('\n');
             json
         }

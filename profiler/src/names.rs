@@ -42,12 +42,26 @@ pub fn payload(remote: &Remote, record: &RecordView) -> Option<(PayloadKind, Str
     match record.kind {
         abi::KIND_ANTIMARK => None,
         abi::KIND_LOCATION => {
-            let file = read_string(remote, record.payload, record.payload_len as u64, MAX_PAYLOAD);
-            Some((PayloadKind::Location, format!("{file}:{}:{}", record.line, record.column)))
+            let file = read_string(
+                remote,
+                record.payload,
+                record.payload_len as u64,
+                MAX_PAYLOAD,
+            );
+            Some((
+                PayloadKind::Location,
+                format!("{file}:{}:{}", record.line, record.column),
+            ))
         }
-        abi::KIND_NAME => {
-            Some((PayloadKind::Name, read_string(remote, record.payload, record.payload_len as u64, MAX_PAYLOAD)))
-        }
+        abi::KIND_NAME => Some((
+            PayloadKind::Name,
+            read_string(
+                remote,
+                record.payload,
+                record.payload_len as u64,
+                MAX_PAYLOAD,
+            ),
+        )),
         other => Some((PayloadKind::Name, format!("<unknown payload kind {other}>"))),
     }
 }
@@ -79,7 +93,10 @@ mod tests {
     #[test]
     fn reads_names_from_a_process_and_survives_garbage() {
         let remote = Remote::new(std::process::id());
-        assert_eq!(feature_name(&remote, &F as *const Feature as u64), "feature\u{FFFD}with control");
+        assert_eq!(
+            feature_name(&remote, &F as *const Feature as u64),
+            "feature\u{FFFD}with control"
+        );
         let not_a_feature = b"just some bytes that are long enough";
         assert!(feature_name(&remote, not_a_feature.as_ptr() as u64).starts_with("<not a feature"));
         assert!(feature_name(&remote, 8).starts_with("<unreadable"));

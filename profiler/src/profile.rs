@@ -148,12 +148,21 @@ impl Profile {
 
     /// Loads a profile from a file, or from `profile.json` in a directory.
     pub fn load(path: &Path) -> Result<Profile> {
-        let file = if path.is_dir() { path.join(FILE_NAME) } else { path.to_owned() };
-        let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+        let file = if path.is_dir() {
+            path.join(FILE_NAME)
+        } else {
+            path.to_owned()
+        };
+        let bytes =
+            std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
         let profile: Profile = serde_json::from_slice(&bytes)
             .with_context(|| format!("{} is not an fsprof profile", file.display()))?;
         if profile.format != FORMAT {
-            bail!("{} is not an fsprof profile (format {:?})", file.display(), profile.format);
+            bail!(
+                "{} is not an fsprof profile (format {:?})",
+                file.display(),
+                profile.format
+            );
         }
         if profile.version > VERSION {
             bail!(
@@ -162,7 +171,9 @@ impl Profile {
                 profile.version
             );
         }
-        profile.check().with_context(|| format!("{} is damaged", file.display()))?;
+        profile
+            .check()
+            .with_context(|| format!("{} is damaged", file.display()))?;
         Ok(profile)
     }
 
@@ -171,14 +182,18 @@ impl Profile {
         for stack in &self.stacks {
             for frame in &stack.frames {
                 if frame.feature as usize >= self.features.len()
-                    || frame.payload.is_some_and(|p| p as usize >= self.payloads.len())
+                    || frame
+                        .payload
+                        .is_some_and(|p| p as usize >= self.payloads.len())
                 {
                     bail!("a stack refers to a missing feature or payload");
                 }
             }
         }
         for group in &self.samples {
-            if group.thread as usize >= self.threads.len() || group.stack as usize >= self.stacks.len() {
+            if group.thread as usize >= self.threads.len()
+                || group.stack as usize >= self.stacks.len()
+            {
                 bail!("a sample refers to a missing thread or stack");
             }
         }
@@ -243,7 +258,13 @@ impl ProfileBuilder {
         let next = self.samples.len();
         let index = *self.sample_ids.entry((thread, stack)).or_insert(next);
         if index == next {
-            self.samples.push(SampleGroup { thread, stack, count: 0, wall_ns: 0, active_ns: 0 });
+            self.samples.push(SampleGroup {
+                thread,
+                stack,
+                count: 0,
+                wall_ns: 0,
+                active_ns: 0,
+            });
         }
         let group = &mut self.samples[index];
         group.count += 1;
@@ -266,7 +287,11 @@ impl ProfileBuilder {
     }
 }
 
-fn intern<T: Clone + Eq + std::hash::Hash>(table: &mut Vec<T>, ids: &mut HashMap<T, u32>, value: T) -> u32 {
+fn intern<T: Clone + Eq + std::hash::Hash>(
+    table: &mut Vec<T>,
+    ids: &mut HashMap<T, u32>,
+    value: T,
+) -> u32 {
     if let Some(id) = ids.get(&value) {
         return *id;
     }

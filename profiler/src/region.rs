@@ -1,18 +1,26 @@
 //! Reading a target's fsprof region: consistent copies of every thread's mark stack.
 //!
-//! Follows the protocol defined in `fsprof_shim::abi` (the single definition of the layout): copy a
-//! slot's state words, then its records together with the state words again, and keep the copy only
-//! if the state did not change and was not mid-write. Inconsistent slots are retried a few times and
-//! then reported as unreadable for this sample, never as a torn stack.
+//! Follows the protocol defined in `fsprof_shim::abi` (the single definition of the layout and of
+//! the consistency check). Two ways to read, chosen per region when it is opened:
+//! * **mapped**: the region's memfd, opened through `/proc/<pid>/fd/<fd>` and mapped read-only
+//!   into fsprof. A slot is copied with plain loads between two reads of its sequence counter, a
+//!   window of tens of nanoseconds, so even threads that mark millions of times a second are read
+//!   consistently. No system call per sample.
+//! * **remote**: `process_vm_readv` (when the program closed the descriptor): the slot's state
+//!   words, then its records with the state words again, in two calls.
 //!
-//! Addresses in records are not followed here; `names.rs` does that.
+//! A slot that changed under us is retried, and after that reported as unreadable for this sample,
+//! never as a torn stack. Addresses in records are not followed here; `names.rs` does that.
 
 use crate::remote::Remote;
 use fsprof_shim::abi::{self, HeaderView, RecordView, SlotState, MARK_CAPACITY, SLOT_COUNT};
+use memmap2::{Mmap, MmapOptions};
 use nix::errno::Errno;
 
-/// How many times a slot that changed under us is copied again before giving up for this sample.
-const RETRIES: usize = 4;
+/// Copies of a changing slot made before giving up for this sample (mapped backing).
+const MAPPED_RETRIES: usize = 200;
+/// The same for the remote backing, where each copy costs two system calls.
+const REMOTE_RETRIES: usize = 8;
 
 /// Why a mapping that looks like a region cannot be read as one.
 #[derive(Debug)]
@@ -43,20 +51,40 @@ pub struct ReadStats {
     pub dropped: u64,
 }
 
+enum Backing {
+    Mapped(Mmap),
+    Remote(Remote),
+}
+
 /// A region in the target, at a fixed address.
 pub struct RegionReader {
-    remote: Remote,
+    backing: Backing,
     address: u64,
     /// Threads that could not get a slot, as last read.
     pub threads_without_slot: u64,
 }
 
 impl RegionReader {
-    /// Checks the header of the mapping at `address` in the target.
-    pub fn open(remote: Remote, address: u64) -> Result<RegionReader, RegionError> {
-        let mut reader = RegionReader { remote, address, threads_without_slot: 0 };
-        reader.read_header()?;
-        Ok(reader)
+    /// Opens the region mapped at `address` in process `pid`: maps it if possible, else reads it
+    /// remotely. Fails if its header does not match this build.
+    pub fn open(pid: u32, address: u64) -> Result<RegionReader, RegionError> {
+        let remote = Remote::new(pid);
+        let mut bytes = [0u8; abi::HEADER_VIEW_SIZE];
+        remote
+            .read(address, &mut bytes)
+            .map_err(RegionError::Read)?;
+        let header = abi::parse_header(&bytes).expect("buffer has the header's size");
+        if !header.is_compatible() {
+            return Err(RegionError::Incompatible(header));
+        }
+        let backing = map(pid, address, &header)
+            .map(Backing::Mapped)
+            .unwrap_or(Backing::Remote(remote));
+        Ok(RegionReader {
+            backing,
+            address,
+            threads_without_slot: header.threads_without_slot,
+        })
     }
 
     /// The region's address in the target.
@@ -64,15 +92,9 @@ impl RegionReader {
         self.address
     }
 
-    fn read_header(&mut self) -> Result<HeaderView, RegionError> {
-        let mut bytes = [0u8; abi::HEADER_VIEW_SIZE];
-        self.remote.read(self.address, &mut bytes).map_err(RegionError::Read)?;
-        let header = abi::parse_header(&bytes).expect("buffer has the header's size");
-        if !header.is_compatible() {
-            return Err(RegionError::Incompatible(header));
-        }
-        self.threads_without_slot = header.threads_without_slot;
-        Ok(header)
+    /// Whether the region is mapped into fsprof (rather than read with system calls).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.backing, Backing::Mapped(_))
     }
 
     /// Appends every claimed slot's marks to `out`, and the tids of slots that could not be copied
@@ -83,68 +105,167 @@ impl RegionReader {
         unreadable: &mut Vec<u32>,
         stats: &mut ReadStats,
     ) -> Result<(), RegionError> {
-        let header = self.read_header()?;
-        let used = (header.slots_used as usize).min(SLOT_COUNT);
-        let slots: Vec<u64> = (0..used).map(|i| abi::slot_address(self.address, i)).collect();
-
-        let mut states = vec![[0u8; abi::SLOT_STATE_SIZE]; used];
-        {
-            let mut parts: Vec<(u64, &mut [u8])> =
-                slots.iter().zip(states.iter_mut()).map(|(a, b)| (*a, &mut b[..])).collect();
-            self.remote.read_many(&mut parts).map_err(RegionError::Read)?;
-        }
-
-        for (slot, state_bytes) in slots.iter().zip(&states) {
-            let mut state = abi::parse_slot_state(state_bytes).expect("sized");
-            let mut attempt = 0;
-            loop {
-                if state.tid == 0 {
-                    break;
+        match &self.backing {
+            Backing::Mapped(map) => {
+                // SAFETY: `map` is a compatible region of REGION_SIZE bytes (checked in `map`),
+                // mapped for as long as `self` lives.
+                let header = unsafe { abi::header_at(map.as_ptr()) };
+                self.threads_without_slot = header.threads_without_slot;
+                read_mapped(map, header.slots_used, out, unreadable, stats);
+                Ok(())
+            }
+            Backing::Remote(remote) => {
+                let mut bytes = [0u8; abi::HEADER_VIEW_SIZE];
+                remote
+                    .read(self.address, &mut bytes)
+                    .map_err(RegionError::Read)?;
+                let header = abi::parse_header(&bytes).expect("sized");
+                if !header.is_compatible() {
+                    return Err(RegionError::Incompatible(header));
                 }
-                if state.seq % 2 == 0 {
-                    match self.copy_records(*slot, state) {
-                        Ok(Some(marks)) => {
-                            out.push(marks);
-                            break;
-                        }
-                        Ok(None) => {}
-                        Err(errno) => return Err(RegionError::Read(errno)),
-                    }
-                }
-                attempt += 1;
-                if attempt > RETRIES {
-                    stats.dropped += 1;
-                    unreadable.push(state.tid);
-                    break;
-                }
-                stats.retries += 1;
-                std::thread::yield_now();
-                let mut again = [0u8; abi::SLOT_STATE_SIZE];
-                self.remote.read(*slot, &mut again).map_err(RegionError::Read)?;
-                state = abi::parse_slot_state(&again).expect("sized");
+                self.threads_without_slot = header.threads_without_slot;
+                read_remote(
+                    remote,
+                    self.address,
+                    header.slots_used,
+                    out,
+                    unreadable,
+                    stats,
+                )
+                .map_err(RegionError::Read)
             }
         }
-        Ok(())
     }
+}
 
-    /// Copies the records `state` describes and the state words again; `None` if they changed.
-    fn copy_records(&self, slot: u64, state: SlotState) -> Result<Option<ThreadMarks>, Errno> {
-        let recorded = (state.depth as usize).min(MARK_CAPACITY);
-        let mut records = vec![0u8; recorded * abi::RECORD_SIZE];
-        let mut after = [0u8; abi::SLOT_STATE_SIZE];
-        let mut parts: Vec<(u64, &mut [u8])> = Vec::with_capacity(2);
-        if recorded > 0 {
-            parts.push((abi::record_address(slot, 0), &mut records[..]));
-        }
-        parts.push((slot, &mut after[..]));
-        self.remote.read_many(&mut parts)?;
-        if abi::parse_slot_state(&after) != Some(state) {
-            return Ok(None);
-        }
-        let records = records
-            .chunks_exact(abi::RECORD_SIZE)
-            .map(|bytes| abi::parse_record(bytes).expect("sized"))
-            .collect();
-        Ok(Some(ThreadMarks { tid: state.tid, depth: state.depth, records }))
+/// Maps the region's memfd, if the target still has it open and it is the region at `address`.
+fn map(pid: u32, address: u64, header: &HeaderView) -> Option<Mmap> {
+    if header.fd < 0 || header.address != address {
+        return None;
     }
+    let file = std::fs::File::open(format!("/proc/{pid}/fd/{}", header.fd)).ok()?;
+    if file.metadata().ok()?.len() < abi::REGION_SIZE as u64 {
+        return None;
+    }
+    // SAFETY: a read-only shared mapping; the target writes it concurrently, which is why every
+    // read of it goes through the atomic loads of `abi::header_at` and `abi::copy_slot`. The file
+    // was checked to be at least REGION_SIZE bytes, and a memfd cannot shrink under a mapping.
+    let map = unsafe { MmapOptions::new().len(abi::REGION_SIZE).map(&file) }.ok()?;
+    // SAFETY: the mapping has REGION_SIZE >= HEADER_SIZE bytes.
+    let mapped = unsafe { abi::header_at(map.as_ptr()) };
+    (mapped.is_compatible() && mapped.address == address).then_some(map)
+}
+
+fn read_mapped(
+    map: &Mmap,
+    slots_used: u32,
+    out: &mut Vec<ThreadMarks>,
+    unreadable: &mut Vec<u32>,
+    stats: &mut ReadStats,
+) {
+    let mut records = Vec::with_capacity(MARK_CAPACITY);
+    for index in 0..(slots_used as usize).min(SLOT_COUNT) {
+        let mut attempt = 0;
+        loop {
+            // SAFETY: see `RegionReader::read`; index < SLOT_COUNT.
+            match unsafe { abi::copy_slot(map.as_ptr(), index, &mut records) } {
+                Ok(state) => {
+                    if state.tid != 0 {
+                        out.push(ThreadMarks {
+                            tid: state.tid,
+                            depth: state.depth,
+                            records: records.clone(),
+                        });
+                    }
+                    break;
+                }
+                Err(abi::Busy) if attempt < MAPPED_RETRIES => {
+                    attempt += 1;
+                    stats.retries += 1;
+                    std::hint::spin_loop();
+                }
+                Err(abi::Busy) => {
+                    stats.dropped += 1;
+                    // The owner is unknown if it was mid-claim; a tid of 0 matches no thread.
+                    // SAFETY: as above.
+                    let tid = unsafe { abi::copy_slot(map.as_ptr(), index, &mut records) }
+                        .map_or(0, |s| s.tid);
+                    unreadable.push(tid);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn read_remote(
+    remote: &Remote,
+    address: u64,
+    slots_used: u32,
+    out: &mut Vec<ThreadMarks>,
+    unreadable: &mut Vec<u32>,
+    stats: &mut ReadStats,
+) -> Result<(), Errno> {
+    let used = (slots_used as usize).min(SLOT_COUNT);
+    let slots: Vec<u64> = (0..used).map(|i| abi::slot_address(address, i)).collect();
+    let mut states = vec![[0u8; abi::SLOT_STATE_SIZE]; used];
+    {
+        let mut parts: Vec<(u64, &mut [u8])> = slots
+            .iter()
+            .zip(states.iter_mut())
+            .map(|(a, b)| (*a, &mut b[..]))
+            .collect();
+        remote.read_many(&mut parts)?;
+    }
+    for (slot, state_bytes) in slots.iter().zip(&states) {
+        let mut state = abi::parse_slot_state(state_bytes).expect("sized");
+        let mut attempt = 0;
+        loop {
+            if state.tid == 0 {
+                break;
+            }
+            if state.seq % 2 == 0 {
+                if let Some(marks) = copy_remote(remote, *slot, state)? {
+                    out.push(marks);
+                    break;
+                }
+            }
+            attempt += 1;
+            if attempt > REMOTE_RETRIES {
+                stats.dropped += 1;
+                unreadable.push(state.tid);
+                break;
+            }
+            stats.retries += 1;
+            let mut again = [0u8; abi::SLOT_STATE_SIZE];
+            remote.read(*slot, &mut again)?;
+            state = abi::parse_slot_state(&again).expect("sized");
+        }
+    }
+    Ok(())
+}
+
+/// Copies the records `state` describes and the state words again; `None` if they changed.
+fn copy_remote(remote: &Remote, slot: u64, state: SlotState) -> Result<Option<ThreadMarks>, Errno> {
+    let recorded = (state.depth as usize).min(MARK_CAPACITY);
+    let mut records = vec![0u8; recorded * abi::RECORD_SIZE];
+    let mut after = [0u8; abi::SLOT_STATE_SIZE];
+    let mut parts: Vec<(u64, &mut [u8])> = Vec::with_capacity(2);
+    if recorded > 0 {
+        parts.push((abi::record_address(slot, 0), &mut records[..]));
+    }
+    parts.push((slot, &mut after[..]));
+    remote.read_many(&mut parts)?;
+    if abi::parse_slot_state(&after) != Some(state) {
+        return Ok(None);
+    }
+    let records = records
+        .chunks_exact(abi::RECORD_SIZE)
+        .map(|bytes| abi::parse_record(bytes).expect("sized"))
+        .collect();
+    Ok(Some(ThreadMarks {
+        tid: state.tid,
+        depth: state.depth,
+        records,
+    }))
 }

@@ -23,7 +23,9 @@ pub struct Remote {
 impl Remote {
     /// A reader for process `pid`.
     pub fn new(pid: u32) -> Remote {
-        Remote { pid: Pid::from_raw(pid as i32) }
+        Remote {
+            pid: Pid::from_raw(pid as i32),
+        }
     }
 
     /// Fills `buf` from `address`. Fails with the errno, or `EFAULT` on a short read.
@@ -37,11 +39,16 @@ impl Remote {
         for chunk in parts.chunks_mut(MAX_IOVECS) {
             let remote: Vec<RemoteIoVec> = chunk
                 .iter()
-                .map(|(address, buf)| RemoteIoVec { base: *address as usize, len: buf.len().min(MAX_READ) })
+                .map(|(address, buf)| RemoteIoVec {
+                    base: *address as usize,
+                    len: buf.len().min(MAX_READ),
+                })
                 .collect();
             let wanted: usize = remote.iter().map(|r| r.len).sum();
-            let mut local: Vec<IoSliceMut> =
-                chunk.iter_mut().map(|(_, buf)| IoSliceMut::new(buf)).collect();
+            let mut local: Vec<IoSliceMut> = chunk
+                .iter_mut()
+                .map(|(_, buf)| IoSliceMut::new(buf))
+                .collect();
             let got = process_vm_readv(self.pid, &mut local, &remote)?;
             if got != wanted {
                 return Err(Errno::EFAULT);

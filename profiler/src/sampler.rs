@@ -117,7 +117,9 @@ impl Sampler {
             let state = match self.threads.get_mut(&tid) {
                 Some(state) => state,
                 None => {
-                    let Ok(clock) = ThreadClock::open(self.pid, tid) else { continue };
+                    let Ok(clock) = ThreadClock::open(self.pid, tid) else {
+                        continue;
+                    };
                     let pid = self.pid;
                     let id = self.builder.thread(tid, || target::thread_name(pid, tid));
                     let (last_time, last_active_ns) = match self.last_tick {
@@ -126,15 +128,23 @@ impl Sampler {
                         // Already running when we started: start its clocks now.
                         None => (now, u64::MAX),
                     };
-                    self.threads
-                        .entry(tid)
-                        .or_insert(ThreadState { clock, id, last_time, last_active_ns, seen_at: tick })
+                    self.threads.entry(tid).or_insert(ThreadState {
+                        clock,
+                        id,
+                        last_time,
+                        last_active_ns,
+                        seen_at: tick,
+                    })
                 }
             };
             state.seen_at = tick;
-            let Some(active_ns) = state.clock.active_ns() else { continue };
+            let Some(active_ns) = state.clock.active_ns() else {
+                continue;
+            };
             let previous_active = std::mem::replace(&mut state.last_active_ns, active_ns);
-            let wall_ns = now.duration_since(std::mem::replace(&mut state.last_time, now)).as_nanos() as u64;
+            let wall_ns = now
+                .duration_since(std::mem::replace(&mut state.last_time, now))
+                .as_nanos() as u64;
             if first || previous_active == u64::MAX {
                 continue;
             }
@@ -163,13 +173,16 @@ impl Sampler {
             Duration::from_secs(1)
         };
         self.next_region_scan = now + interval;
-        let Ok(addresses) = target::region_addresses(self.pid) else { return };
-        self.regions.retain(|region| addresses.contains(&region.address()));
+        let Ok(addresses) = target::region_addresses(self.pid) else {
+            return;
+        };
+        self.regions
+            .retain(|region| addresses.contains(&region.address()));
         for address in addresses {
             if self.regions.iter().any(|r| r.address() == address) {
                 continue;
             }
-            if let Ok(reader) = RegionReader::open(self.remote, address) {
+            if let Ok(reader) = RegionReader::open(self.pid, address) {
                 self.regions.push(reader);
                 if !self.regions_seen.contains(&address) {
                     self.regions_seen.push(address);
@@ -184,7 +197,10 @@ impl Sampler {
         let mut failed = false;
         for region in &mut self.regions {
             match region.read(&mut self.marks, &mut self.unreadable, &mut self.stats) {
-                Ok(()) => self.threads_without_slot = self.threads_without_slot.max(region.threads_without_slot),
+                Ok(()) => {
+                    self.threads_without_slot =
+                        self.threads_without_slot.max(region.threads_without_slot)
+                }
                 Err(RegionError::Read(_) | RegionError::Incompatible(_)) => failed = true,
             }
         }
@@ -215,25 +231,37 @@ impl Sampler {
             let payload = self.payload_id(record);
             frames.push(Frame { feature, payload });
         }
-        self.builder.stack(Stack { frames, truncated_depth })
+        self.builder.stack(Stack {
+            frames,
+            truncated_depth,
+        })
     }
 
     fn feature_id(&mut self, address: u64) -> u32 {
         if let Some(id) = self.feature_ids.get(&address) {
             return *id;
         }
-        let id = self.builder.feature(names::feature_name(&self.remote, address));
+        let id = self
+            .builder
+            .feature(names::feature_name(&self.remote, address));
         self.feature_ids.insert(address, id);
         id
     }
 
     fn payload_id(&mut self, record: &RecordView) -> Option<u32> {
-        let key = (record.kind, record.payload, record.payload_len, record.line, record.column);
+        let key = (
+            record.kind,
+            record.payload,
+            record.payload_len,
+            record.line,
+            record.column,
+        );
         if let Some(id) = self.payload_ids.get(&key) {
             return *id;
         }
-        let id = names::payload(&self.remote, record)
-            .map(|(kind, text): (PayloadKind, String)| self.builder.payload(Payload { kind, text }));
+        let id = names::payload(&self.remote, record).map(|(kind, text): (PayloadKind, String)| {
+            self.builder.payload(Payload { kind, text })
+        });
         self.payload_ids.insert(key, id);
         id
     }
@@ -265,7 +293,11 @@ pub struct Schedule {
 /// Samples until the target exits, `stop` returns a reason, or the duration elapses. Intervals are
 /// drawn uniformly from 0.5 to 1.5 times the mean period, so periodic behaviour in the target
 /// cannot alias with the sampling.
-pub fn record(sampler: &mut Sampler, schedule: Schedule, mut stop: impl FnMut() -> Option<End>) -> End {
+pub fn record(
+    sampler: &mut Sampler,
+    schedule: Schedule,
+    mut stop: impl FnMut() -> Option<End>,
+) -> End {
     let period = Duration::from_secs_f64(1.0 / schedule.rate_hz);
     let start = Instant::now();
     let mut next = start;

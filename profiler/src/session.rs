@@ -41,7 +41,9 @@ pub struct RecordOptions {
 /// `fsprof run`: launches `program` with its stdio untouched, records until it exits, writes the
 /// profile, and returns the program's exit code (128 + signal if a signal killed it).
 pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
-    let Some((name, args)) = program.split_first() else { bail!("no program given: fsprof run -- PROGRAM [ARGS...]") };
+    let Some((name, args)) = program.split_first() else {
+        bail!("no program given: fsprof run -- PROGRAM [ARGS...]")
+    };
     let interrupted = interrupt_flag()?;
     let dir = prepare_output(options.output.as_deref(), &program_name(name))?;
     let mut child = spawn(name, args)?;
@@ -70,7 +72,16 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         (end, _) => end,
     };
 
-    let meta = meta("run", program.iter().map(|a| a.to_string_lossy().into_owned()).collect(), pid, options, &end);
+    let meta = meta(
+        "run",
+        program
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        pid,
+        options,
+        &end,
+    );
     write_outputs(&dir, sampler.finish(meta))?;
 
     let status = match status {
@@ -85,7 +96,10 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     check_attachable(pid)?;
     let interrupted = interrupt_flag()?;
     let command = target::command_line(pid);
-    let name = command.first().map(|c| program_name(c.as_ref())).unwrap_or_else(|| pid.to_string());
+    let name = command
+        .first()
+        .map(|c| program_name(c.as_ref()))
+        .unwrap_or_else(|| pid.to_string());
     let dir = prepare_output(options.output.as_deref(), &name)?;
 
     let mut sampler = Sampler::new(pid);
@@ -122,14 +136,20 @@ fn check_attachable(pid: u32) -> Result<()> {
         Ok(Some(address)) => address,
         Ok(None) => bail!("process {pid} has no readable memory (a kernel thread?)"),
         Err(e) if e.kind() == ErrorKind::PermissionDenied => {
-            bail!("no permission to read process {pid}: {}", target::permission_advice(pid))
+            bail!(
+                "no permission to read process {pid}: {}",
+                target::permission_advice(pid)
+            )
         }
         Err(_) => bail!("no process with pid {pid}"),
     };
     match Remote::new(pid).read(address, &mut [0u8; 1]) {
         Ok(()) => Ok(()),
         Err(Errno::EPERM | Errno::EACCES) => {
-            bail!("no permission to read the memory of process {pid}: {}", target::permission_advice(pid))
+            bail!(
+                "no permission to read the memory of process {pid}: {}",
+                target::permission_advice(pid)
+            )
         }
         Err(Errno::ESRCH) => bail!("no process with pid {pid}"),
         Err(errno) => bail!("cannot read the memory of process {pid}: {}", errno.desc()),
@@ -140,8 +160,12 @@ fn spawn(name: &OsString, args: &[OsString]) -> Result<Child> {
     Command::new(name).args(args).spawn().map_err(|e| {
         let shown = name.to_string_lossy();
         match e.kind() {
-            ErrorKind::NotFound => anyhow::anyhow!("program not found: {shown} (check the name, or give a path such as ./{shown})"),
-            ErrorKind::PermissionDenied => anyhow::anyhow!("cannot execute {shown}: permission denied (is it executable? chmod +x)"),
+            ErrorKind::NotFound => anyhow::anyhow!(
+                "program not found: {shown} (check the name, or give a path such as ./{shown})"
+            ),
+            ErrorKind::PermissionDenied => anyhow::anyhow!(
+                "cannot execute {shown}: permission denied (is it executable? chmod +x)"
+            ),
             _ => anyhow::anyhow!("cannot start {shown}: {e}"),
         }
     })
@@ -149,7 +173,11 @@ fn spawn(name: &OsString, args: &[OsString]) -> Result<Child> {
 
 /// After an interrupt, the program (which got the terminal's Ctrl-C too) is left to exit on its
 /// own; a second interrupt stops waiting for it. It is never killed.
-fn wait_after_interrupt(child: &mut Child, pid: u32, interrupted: &AtomicBool) -> Result<ExitStatus> {
+fn wait_after_interrupt(
+    child: &mut Child,
+    pid: u32,
+    interrupted: &AtomicBool,
+) -> Result<ExitStatus> {
     interrupted.store(false, Ordering::Relaxed);
     let mut told = false;
     loop {
@@ -161,7 +189,9 @@ fn wait_after_interrupt(child: &mut Child, pid: u32, interrupted: &AtomicBool) -
             return Ok(ExitStatus::from_raw(130 << 8));
         }
         if !told {
-            eprintln!("fsprof: waiting for the program (pid {pid}) to exit; Ctrl-C again to stop waiting");
+            eprintln!(
+                "fsprof: waiting for the program (pid {pid}) to exit; Ctrl-C again to stop waiting"
+            );
             told = true;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -171,13 +201,17 @@ fn wait_after_interrupt(child: &mut Child, pid: u32, interrupted: &AtomicBool) -
 fn interrupt_flag() -> Result<Arc<AtomicBool>> {
     let flag = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&flag)).context("installing the Ctrl-C handler")?;
+        signal_hook::flag::register(signal, Arc::clone(&flag))
+            .context("installing the Ctrl-C handler")?;
     }
     Ok(flag)
 }
 
 fn schedule(options: &RecordOptions) -> Schedule {
-    Schedule { rate_hz: options.rate_hz, duration: options.duration }
+    Schedule {
+        rate_hz: options.rate_hz,
+        duration: options.duration,
+    }
 }
 
 fn meta(mode: &str, command: Vec<String>, pid: u32, options: &RecordOptions, end: &End) -> Meta {
@@ -210,8 +244,19 @@ fn exit_code(status: ExitStatus) -> i32 {
 }
 
 fn program_name(path: &std::ffi::OsStr) -> String {
-    let name = Path::new(path).file_name().unwrap_or(path).to_string_lossy();
-    name.chars().map(|c| if c.is_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' }).collect()
+    let name = Path::new(path)
+        .file_name()
+        .unwrap_or(path)
+        .to_string_lossy();
+    name.chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// Creates the output directory and checks that it is writable, before anything is recorded.
@@ -220,8 +265,12 @@ fn program_name(path: &std::ffi::OsStr) -> String {
 pub fn prepare_output(explicit: Option<&Path>, program: &str) -> Result<PathBuf> {
     let dir = match explicit {
         Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create output directory {} (choose another with -o DIR)", dir.display()))?;
+            std::fs::create_dir_all(dir).with_context(|| {
+                format!(
+                    "cannot create output directory {} (choose another with -o DIR)",
+                    dir.display()
+                )
+            })?;
             dir.to_owned()
         }
         None => {
@@ -233,7 +282,10 @@ pub fn prepare_output(explicit: Option<&Path>, program: &str) -> Result<PathBuf>
                     Err(e) if e.kind() == ErrorKind::AlreadyExists && n < 100_000 => n += 1,
                     Err(e) => {
                         return Err(e).with_context(|| {
-                            format!("cannot create output directory {} (choose one with -o DIR)", dir.display())
+                            format!(
+                                "cannot create output directory {} (choose one with -o DIR)",
+                                dir.display()
+                            )
                         })
                     }
                 }
@@ -241,20 +293,29 @@ pub fn prepare_output(explicit: Option<&Path>, program: &str) -> Result<PathBuf>
         }
     };
     let probe = dir.join(".fsprof-write-test");
-    std::fs::write(&probe, b"")
-        .with_context(|| format!("output directory {} is not writable (choose another with -o DIR)", dir.display()))?;
+    std::fs::write(&probe, b"").with_context(|| {
+        format!(
+            "output directory {} is not writable (choose another with -o DIR)",
+            dir.display()
+        )
+    })?;
     let _ = std::fs::remove_file(probe);
     Ok(dir)
 }
 
 /// Saves the profile and the text report, and prints the report to stderr.
 fn write_outputs(dir: &Path, profile: Profile) -> Result<()> {
-    let view = if profile.meta.count_idle { TimeView::All } else { TimeView::Active };
+    let view = if profile.meta.count_idle {
+        TimeView::All
+    } else {
+        TimeView::Active
+    };
     let report = analysis::analyse(&profile, view);
     let text = render::text::render(&report, &profile.meta, profile.threads.len());
     let saved = profile.save(dir)?;
     let report_path = dir.join(REPORT_FILE);
-    std::fs::write(&report_path, &text).with_context(|| format!("cannot write {}", report_path.display()))?;
+    std::fs::write(&report_path, &text)
+        .with_context(|| format!("cannot write {}", report_path.display()))?;
     eprint!("\n{text}");
     eprintln!(
         "fsprof: wrote {} and {} (re-render with: fsprof report {})",

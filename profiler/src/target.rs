@@ -45,7 +45,11 @@ pub fn command_line(pid: u32) -> Vec<String> {
 pub fn threads(pid: u32, into: &mut Vec<u32>) -> io::Result<()> {
     into.clear();
     for entry in fs::read_dir(proc_dir(pid).join("task"))? {
-        if let Some(tid) = entry?.file_name().to_str().and_then(|name| name.parse().ok()) {
+        if let Some(tid) = entry?
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse().ok())
+        {
             into.push(tid);
         }
     }
@@ -121,10 +125,12 @@ pub fn some_readable_address(pid: u32) -> io::Result<Option<u64>> {
 /// Why we may not read `pid`'s memory, and what to do about it: one line, for an error message.
 pub fn permission_advice(pid: u32) -> String {
     let our_uid = nix::unistd::geteuid().as_raw();
-    let target_uid = fs::read_to_string(proc_dir(pid).join("status")).ok().and_then(|status| {
-        let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-        line.split_ascii_whitespace().nth(2)?.parse::<u32>().ok() // effective uid
-    });
+    let target_uid = fs::read_to_string(proc_dir(pid).join("status"))
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+            line.split_ascii_whitespace().nth(2)?.parse::<u32>().ok() // effective uid
+        });
     if let Some(uid) = target_uid.filter(|uid| *uid != our_uid && our_uid != 0) {
         return format!(
             "the process belongs to another user (uid {uid}, you are uid {our_uid}); run fsprof as that user or with sudo"

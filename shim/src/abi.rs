@@ -8,11 +8,16 @@
 //! `parse_*` functions only decode bytes that a reader already copied.
 //!
 //! # Finding a region
-//! The shim creates one region per process with `memfd_create(REGION_NAME)`, maps it `MAP_SHARED`
-//! and closes the descriptor, so the mapping appears in `/proc/<pid>/maps` with the path
-//! `/memfd:fsprof-region (deleted)`. The mapping is marked `MADV_DONTFORK`: a forked child does not
-//! inherit it and creates its own on its first mark. A process can hold several regions (two copies
-//! of the shim linked into one program); a reader reads them all.
+//! The shim creates one region per process with `memfd_create(REGION_NAME)` and maps it
+//! `MAP_SHARED`, so the mapping appears in `/proc/<pid>/maps` with the path
+//! `/memfd:fsprof-region (deleted)`. It keeps the descriptor open (close-on-exec) and records its
+//! number and the mapping's address in the header: a reader with permission to read the process
+//! can open `/proc/<pid>/fd/<fd>` and map the region read-only into itself, then copy slots with
+//! plain loads ([`copy_slot`]) instead of a system call per read. Where that fails (the program
+//! closed the descriptor), a reader copies with `process_vm_readv` and the same protocol.
+//! The mapping is marked `MADV_DONTFORK`, and a forked child closes the inherited descriptor: it
+//! does not share its parent's region and creates its own on its first mark. A process can hold
+//! several regions (two copies of the shim linked into one program); a reader reads them all.
 //!
 //! # Layout (all integers native-endian, native word size 8 bytes)
 //! ```text
@@ -96,6 +101,10 @@ pub struct RegionHeader {
     pub(crate) slots_used: AtomicU32,
     /// Threads that wanted to mark but found every slot taken.
     pub(crate) threads_without_slot: AtomicU64,
+    /// The region's own address in its process, to match a mapping to its descriptor.
+    pub(crate) address: u64,
+    /// The memfd descriptor, kept open (close-on-exec) so a reader can map the region itself.
+    pub(crate) fd: i32,
 }
 
 /// One thread's slot.
@@ -147,6 +156,10 @@ pub struct HeaderView {
     pub slots_used: u32,
     /// Threads that could not get a slot.
     pub threads_without_slot: u64,
+    /// The region's address in the process that created it.
+    pub address: u64,
+    /// The creating process's memfd descriptor for the region (`-1` if closed).
+    pub fd: i32,
 }
 
 impl HeaderView {
@@ -231,6 +244,8 @@ pub fn parse_header(bytes: &[u8]) -> Option<HeaderView> {
         pid: u32_at(bytes, offset_of!(RegionHeader, pid)),
         slots_used: u32_at(bytes, offset_of!(RegionHeader, slots_used)),
         threads_without_slot: u64_at(bytes, offset_of!(RegionHeader, threads_without_slot)),
+        address: u64_at(bytes, offset_of!(RegionHeader, address)),
+        fd: u32_at(bytes, offset_of!(RegionHeader, fd)) as i32,
     })
 }
 
@@ -287,4 +302,76 @@ pub fn slot_address(region_start: u64, index: usize) -> u64 {
 /// Address of record `index` of the slot at `slot_address`.
 pub fn record_address(slot_address: u64, index: usize) -> u64 {
     slot_address + (RECORDS_OFFSET + index * RECORD_SIZE) as u64
+}
+
+/// A slot that changed while it was being copied; copy it again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Busy;
+
+/// Decodes the header of a region mapped in the reading process.
+///
+/// # Safety
+/// `region` must point to at least [`HEADER_SIZE`] readable bytes (a region mapped read-only is
+/// fine) that stay mapped during the call.
+pub unsafe fn header_at(region: *const u8) -> HeaderView {
+    let header = &*(region as *const RegionHeader);
+    HeaderView {
+        magic: header.magic,
+        version: header.version,
+        header_size: header.header_size,
+        slot_count: header.slot_count,
+        slot_size: header.slot_size,
+        mark_capacity: header.mark_capacity,
+        record_size: header.record_size,
+        pid: header.pid,
+        slots_used: header
+            .slots_used
+            .load(core::sync::atomic::Ordering::Acquire),
+        threads_without_slot: header
+            .threads_without_slot
+            .load(core::sync::atomic::Ordering::Relaxed),
+        address: header.address,
+        fd: header.fd,
+    }
+}
+
+/// Copies slot `index` of a region mapped in the reading process, following the consistency
+/// protocol: `records` receives the first `min(depth, MARK_CAPACITY)` records, outermost first.
+/// Returns [`Busy`] if the owner changed the slot meanwhile.
+///
+/// # Safety
+/// `region` must point to a mapped region of [`REGION_SIZE`] bytes that is compatible
+/// ([`HeaderView::is_compatible`]) and stays mapped during the call; `index < SLOT_COUNT`.
+pub unsafe fn copy_slot(
+    region: *const u8,
+    index: usize,
+    records: &mut Vec<RecordView>,
+) -> Result<SlotState, Busy> {
+    use core::sync::atomic::{fence, Ordering::*};
+    let slot = &*(region.add(HEADER_SIZE + index * SLOT_SIZE) as *const Slot);
+    let seq = slot.seq.load(Acquire);
+    if seq % 2 == 1 {
+        return Err(Busy);
+    }
+    let tid = slot.tid.load(Relaxed);
+    let depth = slot.depth.load(Relaxed);
+    records.clear();
+    for record in slot.records.iter().take(depth as usize) {
+        let meta = record.meta.load(Relaxed);
+        let position = record.position.load(Relaxed);
+        records.push(RecordView {
+            feature: record.feature.load(Relaxed),
+            kind: (meta >> 32) as u32,
+            payload: record.payload.load(Relaxed),
+            payload_len: meta as u32,
+            line: (position >> 32) as u32,
+            column: position as u32,
+            sp: record.sp.load(Relaxed),
+        });
+    }
+    fence(Acquire);
+    if slot.seq.load(Relaxed) != seq || slot.tid.load(Relaxed) != tid {
+        return Err(Busy);
+    }
+    Ok(SlotState { seq, tid, depth })
 }

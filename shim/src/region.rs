@@ -12,7 +12,7 @@
 use crate::abi::{self, Record, RegionHeader, Slot, MARK_CAPACITY, SLOT_COUNT};
 use core::cell::Cell;
 use core::ptr::null_mut;
-use core::sync::atomic::{fence, AtomicPtr, Ordering::*};
+use core::sync::atomic::{fence, AtomicI32, AtomicPtr, Ordering::*};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Once;
 
@@ -50,6 +50,8 @@ static REGION: AtomicPtr<RegionHeader> = AtomicPtr::new(null_mut());
 /// Set once region creation failed, so that marks do not retry a syscall every time.
 static REGION_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static ATFORK: Once = Once::new();
+/// The region's memfd descriptor (the header is not mapped in a forked child, so keep it here).
+static REGION_FD: AtomicI32 = AtomicI32::new(-1);
 
 /// Per-thread state. `const` initialised and without `Drop`, so accessing it never registers a
 /// destructor or checks for lazy initialisation: it is a plain thread-local load.
@@ -88,7 +90,16 @@ impl Drop for SlotOwner {
 /// Runs in the child after `fork()`: the region was not inherited (`MADV_DONTFORK`), so forget it.
 /// The child creates its own region on its first mark; guards alive across the fork become inert.
 unsafe extern "C" fn forget_region_in_child() {
-    REGION.store(null_mut(), Relaxed);
+    let region = REGION.swap(null_mut(), Relaxed);
+    if !region.is_null() {
+        // The mapping is gone but the descriptor was inherited: close it, so that nobody mistakes
+        // it for the child's own region.
+        let fd = REGION_FD.load(Relaxed);
+        if fd >= 0 {
+            close(fd);
+        }
+        REGION_FD.store(-1, Relaxed);
+    }
     REGION_FAILED.store(false, Relaxed);
     let _ = STATE.try_with(|state| state.slot.set(null_mut()));
 }
@@ -111,13 +122,14 @@ fn create_region() -> *mut RegionHeader {
                 0,
             );
         }
-        close(fd);
         if addr == MAP_FAILED {
+            close(fd);
             return null_mut();
         }
         // Without DONTFORK a child would share (and scribble on) the parent's slots.
         if madvise(addr, abi::REGION_SIZE, MADV_DONTFORK) != 0 {
             munmap(addr, abi::REGION_SIZE);
+            close(fd);
             return null_mut();
         }
         let header = addr as *mut RegionHeader;
@@ -133,6 +145,8 @@ fn create_region() -> *mut RegionHeader {
             pid: getpid() as u32,
             slots_used: Default::default(),
             threads_without_slot: Default::default(),
+            address: addr as u64,
+            fd,
         });
         header
     }
@@ -154,11 +168,19 @@ fn region() -> *mut RegionHeader {
         return null_mut();
     }
     match REGION.compare_exchange(null_mut(), created, AcqRel, Acquire) {
-        Ok(_) => created,
+        Ok(_) => {
+            // SAFETY: `created` is a live, initialised header.
+            REGION_FD.store(unsafe { (*created).fd }, Relaxed);
+            created
+        }
         Err(winner) => {
             // Another thread created it first.
-            // SAFETY: `created` is our own mapping of REGION_SIZE bytes, never published.
-            unsafe { munmap(created as *mut c_void, abi::REGION_SIZE) };
+            // SAFETY: `created` is our own mapping of REGION_SIZE bytes and its descriptor, never
+            // published.
+            unsafe {
+                close((*created).fd);
+                munmap(created as *mut c_void, abi::REGION_SIZE);
+            }
             winner
         }
     }

@@ -47,7 +47,10 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
     let _ = writeln!(out);
 
     if report.samples == 0 {
-        let _ = writeln!(out, "No samples were taken: the program ended before the first sample.");
+        let _ = writeln!(
+            out,
+            "No samples were taken: the program ended before the first sample."
+        );
     } else if report.features.is_empty() {
         let _ = writeln!(
             out,
@@ -68,9 +71,19 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
             report.percent(feature.ns),
             ms(feature.ns),
         );
-        let width = feature.instances.iter().map(|i| ms(i.ns).len()).max().unwrap_or(0);
+        let width = feature
+            .instances
+            .iter()
+            .map(|i| ms(i.ns).len())
+            .max()
+            .unwrap_or(0);
         for instance in &feature.instances {
-            let _ = writeln!(out, "  {:>width$} ms : {}", ms(instance.ns), instance.payload);
+            let _ = writeln!(
+                out,
+                "  {:>width$} ms : {}",
+                ms(instance.ns),
+                instance.payload
+            );
         }
         let _ = writeln!(out);
     }
