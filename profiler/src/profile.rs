@@ -133,7 +133,7 @@ pub struct SampleGroup {
     pub count: u64,
     /// Wall time the samples stand for.
     pub wall_ns: u64,
-    /// Of that, time the thread was running or waiting for a CPU.
+    /// Of that, the intervals of samples that found the thread running or waiting for a CPU.
     pub active_ns: u64,
 }
 

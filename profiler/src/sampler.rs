@@ -1,9 +1,9 @@
 //! The sampling loop: at jittered intervals, copy every thread's mark stack and CPU clock, and turn
 //! them into weighted samples in a [`ProfileBuilder`].
 //!
-//! Per sample and thread the sampler records two durations since that thread's previous sample:
-//! the wall interval, and the *active* part of it (running, or runnable and waiting for a CPU, from
-//! the kernel's per-thread schedstat clock). Which of the two counts is decided later, by the
+//! Per sample and thread the sampler records the wall interval since that thread's previous sample
+//! and whether the thread was *active* (running, or runnable and waiting for a CPU) at the sample:
+//! if so the interval also counts as active time. Which of the two counts is decided later, by the
 //! analysis, so one recording serves every time view. The target is never stopped: marks are read
 //! with `process_vm_readv` while it runs (see `region.rs` for the consistency protocol).
 //!
@@ -14,7 +14,7 @@ use crate::names::{self, PayloadKind};
 use crate::profile::{Frame, Meta, Payload, Profile, ProfileBuilder, Stack};
 use crate::region::{ReadStats, RegionError, RegionReader, ThreadMarks};
 use crate::remote::Remote;
-use crate::target::{self, ThreadClock};
+use crate::target::{self, ThreadStatus};
 use fsprof_shim::abi::RecordView;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -42,10 +42,9 @@ impl End {
 }
 
 struct ThreadState {
-    clock: ThreadClock,
+    status: ThreadStatus,
     id: u32,
     last_time: Instant,
-    last_active_ns: u64,
     seen_at: u64,
 }
 
@@ -117,41 +116,35 @@ impl Sampler {
             let state = match self.threads.get_mut(&tid) {
                 Some(state) => state,
                 None => {
-                    let Ok(clock) = ThreadClock::open(self.pid, tid) else {
+                    let Ok(status) = ThreadStatus::open(self.pid, tid) else {
                         continue;
                     };
                     let pid = self.pid;
                     let id = self.builder.thread(tid, || target::thread_name(pid, tid));
-                    let (last_time, last_active_ns) = match self.last_tick {
-                        // Born since the previous tick: all its active time is new.
-                        Some(previous) => (previous, 0),
-                        // Already running when we started: start its clocks now.
-                        None => (now, u64::MAX),
-                    };
+                    // A thread born since the previous tick stands for the time since then.
+                    let last_time = self.last_tick.unwrap_or(now);
                     self.threads.entry(tid).or_insert(ThreadState {
-                        clock,
+                        status,
                         id,
                         last_time,
-                        last_active_ns,
                         seen_at: tick,
                     })
                 }
             };
             state.seen_at = tick;
-            let Some(active_ns) = state.clock.active_ns() else {
+            let Some(running) = state.status.is_running() else {
                 continue;
             };
-            let previous_active = std::mem::replace(&mut state.last_active_ns, active_ns);
             let wall_ns = now
                 .duration_since(std::mem::replace(&mut state.last_time, now))
                 .as_nanos() as u64;
-            if first || previous_active == u64::MAX {
+            if first {
                 continue;
             }
-            let active_ns = active_ns.saturating_sub(previous_active).min(wall_ns);
             let thread = state.id;
             let stack = self.stack_of(tid);
-            self.builder.add_sample(thread, stack, wall_ns, active_ns);
+            self.builder
+                .add_sample(thread, stack, wall_ns, if running { wall_ns } else { 0 });
         }
         self.threads.retain(|_, state| state.seen_at == tick);
         self.first_tick.get_or_insert(now);

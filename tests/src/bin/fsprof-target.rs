@@ -1,1 +1,327 @@
-fn main() {}
+//! A target program with known behaviour: each scenario marks features and times its own marked
+//! regions, then writes that ground truth as JSON for the end-to-end tests to compare with fsprof.
+//!
+//! `fsprof-target SCENARIO SECONDS [--truth FILE] [--ready FILE]`
+//!
+//! `--ready FILE` is written (with the pid) once the scenario has started marking, so a test can
+//! attach without sleeping; `--truth FILE` is written when the scenario ends.
+
+use fsprof_shim::{intern, Feature};
+use fsprof_tests::{spin, Rng, Truth};
+use std::panic::Location;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+static VALIDATION: Feature = Feature::new("validation");
+static OUTPUT: Feature = Feature::new("output");
+static PARSING: Feature = Feature::new("parsing");
+static LEXING: Feature = Feature::new("lexing");
+static WAITING: Feature = Feature::new("waiting");
+static REQUEST: Feature = Feature::new("request");
+static RECURSION: Feature = Feature::new("recursion");
+static STRESS_X: Feature = Feature::new("stress-x");
+static STRESS_Y: Feature = Feature::new("stress-y");
+
+struct Args {
+    scenario: String,
+    secs: f64,
+    truth: Option<String>,
+    ready: Option<String>,
+}
+
+fn parse_args() -> Args {
+    let mut args = std::env::args().skip(1);
+    let scenario = args
+        .next()
+        .expect("usage: fsprof-target SCENARIO SECONDS [--truth F] [--ready F]");
+    let secs = args.next().and_then(|s| s.parse().ok()).expect("SECONDS");
+    let (mut truth, mut ready) = (None, None);
+    while let Some(flag) = args.next() {
+        match flag.as_str() {
+            "--truth" => truth = args.next(),
+            "--ready" => ready = args.next(),
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    Args {
+        scenario,
+        secs,
+        truth,
+        ready,
+    }
+}
+
+fn main() {
+    let args = parse_args();
+    // Allow `fsprof attach` from a sibling process where Yama restricts ptrace to ancestors.
+    unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+    let truth = Arc::new(Truth::default());
+    let run_for = Duration::from_secs_f64(args.secs);
+    let ready = || {
+        if let Some(path) = &args.ready {
+            let tmp = format!("{path}.tmp");
+            std::fs::write(&tmp, std::process::id().to_string()).unwrap();
+            std::fs::rename(tmp, path).unwrap();
+        }
+    };
+    match args.scenario.as_str() {
+        "mixed" => {
+            ready();
+            mixed(&truth, run_for, 1);
+        }
+        "threads" => threads(&truth, run_for, ready),
+        "nested" => {
+            ready();
+            nested(&truth, run_for);
+        }
+        "antimark" => {
+            ready();
+            antimark(&truth, run_for);
+        }
+        "churn" => churn(&truth, run_for, ready),
+        "deep" => {
+            ready();
+            deep(&truth, run_for);
+        }
+        "stress" => stress(&truth, run_for, ready),
+        "exit-now" => {
+            let _m = OUTPUT.mark_with("exit-now");
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+    if let Some(path) = &args.truth {
+        let tmp = format!("{path}.tmp");
+        std::fs::write(&tmp, truth.to_json().to_string()).unwrap();
+        std::fs::rename(tmp, path).unwrap();
+    }
+}
+
+/// Runs `work` under a mark of `feature`/`instance` and records its wall time as truth.
+fn timed(truth: &Truth, feature: &'static Feature, instance: &'static str, work: impl FnOnce()) {
+    let _m = feature.mark_with(instance);
+    let start = Instant::now();
+    work();
+    truth.feature(feature.name(), instance, start.elapsed());
+}
+
+/// `timed`, with the caller's location as the instance (as `Feature::mark` records it).
+#[track_caller]
+fn timed_here(truth: &Truth, feature: &'static Feature, work: impl FnOnce()) {
+    let location = Location::caller();
+    let _m = feature.mark(); // #[track_caller] passes our caller's location through
+    let start = Instant::now();
+    work();
+    let instance = format!(
+        "{}:{}:{}",
+        location.file(),
+        location.line(),
+        location.column()
+    );
+    truth.feature(feature.name(), &instance, start.elapsed());
+}
+
+/// One busy thread: a random mix of marked and unmarked regions of 0.2–3 ms.
+fn mixed(truth: &Truth, run_for: Duration, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let start = Instant::now();
+    while start.elapsed() < run_for {
+        match rng.below(5) {
+            0 => timed(truth, &VALIDATION, "rule-a", || spin(rng.micros(200, 3000))),
+            1 => timed(truth, &VALIDATION, "rule-b", || spin(rng.micros(200, 1500))),
+            2 => timed_here(truth, &OUTPUT, || spin(rng.micros(200, 2000))),
+            3 => spin(rng.micros(200, 3000)),
+            _ => timed(truth, &PARSING, "expr", || spin(rng.micros(200, 1000))),
+        }
+    }
+    truth.active(start.elapsed());
+}
+
+/// Two busy threads, one idle thread outside marks, one thread blocked inside a mark half the time.
+fn threads(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
+    let mut handles = Vec::new();
+    for seed in [11, 12] {
+        let truth = Arc::clone(truth);
+        handles.push(thread::spawn(move || mixed(&truth, run_for, seed)));
+    }
+    handles.push(thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < run_for {
+            thread::sleep(Duration::from_millis(5)); // idle, outside marks: counts nothing
+        }
+    }));
+    let blocked = Arc::clone(truth);
+    handles.push(thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < run_for {
+            let t = Instant::now();
+            {
+                let _m = WAITING.mark_with("disk");
+                thread::sleep(Duration::from_millis(4));
+            }
+            let waited = t.elapsed();
+            blocked.feature("waiting", "disk", waited);
+            blocked.active(waited);
+            thread::sleep(Duration::from_millis(4)); // idle outside marks
+        }
+    }));
+    ready();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+}
+
+/// Nested features (parsing around lexing) and a feature nested in itself.
+fn nested(truth: &Truth, run_for: Duration) {
+    let mut rng = Rng::new(3);
+    let start = Instant::now();
+    while start.elapsed() < run_for {
+        match rng.below(3) {
+            0 => {
+                // parsing/stmt contains lexing/ident: both count the inner time.
+                let (a, b, c) = (
+                    rng.micros(100, 1000),
+                    rng.micros(100, 1000),
+                    rng.micros(100, 1000),
+                );
+                let _p = PARSING.mark_with("stmt");
+                let t = Instant::now();
+                spin(a);
+                timed(truth, &LEXING, "ident", || spin(b));
+                spin(c);
+                truth.feature("parsing", "stmt", t.elapsed());
+            }
+            1 => {
+                // parsing/expr contains parsing/atom: the innermost instance gets the inner time.
+                let (a, b) = (rng.micros(100, 1500), rng.micros(100, 1500));
+                let _p = PARSING.mark_with("expr");
+                let t = Instant::now();
+                spin(a);
+                let outer = t.elapsed();
+                timed(truth, &PARSING, "atom", || spin(b));
+                truth.feature("parsing", "expr", outer);
+            }
+            _ => spin(rng.micros(200, 2000)),
+        }
+    }
+    truth.active(start.elapsed());
+}
+
+/// Output with a user callback under an antimark; the callback validates.
+fn antimark(truth: &Truth, run_for: Duration) {
+    let mut rng = Rng::new(4);
+    let start = Instant::now();
+    while start.elapsed() < run_for {
+        if rng.below(3) == 0 {
+            spin(rng.micros(200, 2000));
+            continue;
+        }
+        let (a, b, c, d) = (
+            rng.micros(100, 1000),
+            rng.micros(100, 800),
+            rng.micros(100, 800),
+            rng.micros(100, 1000),
+        );
+        let _m = OUTPUT.mark_with("print");
+        let t = Instant::now();
+        spin(a);
+        let before = t.elapsed();
+        {
+            let _user = OUTPUT.antimark();
+            spin(b);
+            timed(truth, &VALIDATION, "callback", || spin(c));
+        }
+        let t = Instant::now();
+        spin(d);
+        truth.feature("output", "print", before + t.elapsed());
+    }
+    truth.active(start.elapsed());
+}
+
+/// Short-lived threads, started and finished all through the run, at most two at a time.
+fn churn(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
+    let start = Instant::now();
+    let mut rng = Rng::new(5);
+    let mut running = std::collections::VecDeque::new();
+    let mut ready = Some(ready);
+    let mut seed = 100;
+    while start.elapsed() < run_for {
+        if running.len() == 2 {
+            let handle: thread::JoinHandle<()> = running.pop_front().unwrap();
+            handle.join().unwrap();
+        }
+        let truth = Arc::clone(truth);
+        let life = rng
+            .micros(10_000, 60_000)
+            .min(run_for.saturating_sub(start.elapsed()));
+        seed += 1;
+        running.push_back(thread::spawn(move || mixed(&truth, life, seed)));
+        if let Some(ready) = ready.take() {
+            ready();
+        }
+    }
+    for handle in running {
+        handle.join().unwrap();
+    }
+    truth.extra("threads", (seed - 100) as f64);
+}
+
+/// Marks nested 80 deep, past the shim's capacity of 64.
+fn deep(truth: &Truth, run_for: Duration) {
+    fn descend(levels: usize, work: Duration) {
+        if levels == 0 {
+            spin(work);
+            return;
+        }
+        let _m = RECURSION.mark_with("descent");
+        descend(levels - 1, work);
+    }
+    let mut rng = Rng::new(6);
+    let start = Instant::now();
+    while start.elapsed() < run_for {
+        if rng.below(2) == 0 {
+            spin(rng.micros(200, 2000));
+            continue;
+        }
+        let work = rng.micros(200, 2000);
+        timed(truth, &REQUEST, "r1", || {
+            let t = Instant::now();
+            descend(80, work);
+            truth.feature("recursion", "descent", t.elapsed());
+        });
+    }
+    truth.active(start.elapsed());
+}
+
+/// Marks changing millions of times a second. Every stack the thread ever has is either empty,
+/// `[x:A]`, `[x:A, y:A]` or the same with B: a stack that mixes A and B is impossible, and can only
+/// be reported if a read was torn.
+fn stress(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
+    let worker = |truth: Arc<Truth>, a: &'static str, b: &'static str| {
+        move || {
+            let a = intern(a);
+            let b = intern(b);
+            let start = Instant::now();
+            let mut pushes = 0u64;
+            while start.elapsed() < run_for {
+                for _ in 0..1000 {
+                    for payload in [a, b] {
+                        let _x = STRESS_X.mark_with(payload);
+                        let _y = STRESS_Y.mark_with(payload);
+                        std::hint::black_box(&_y);
+                    }
+                }
+                pushes += 4000;
+            }
+            truth.extra(
+                "pushes_per_second",
+                pushes as f64 / start.elapsed().as_secs_f64(),
+            );
+            truth.active(start.elapsed());
+        }
+    };
+    let handle = thread::spawn(worker(Arc::clone(truth), "A", "B"));
+    ready();
+    worker(Arc::clone(truth), "C", "D")();
+    handle.join().unwrap();
+}

@@ -1,0 +1,107 @@
+//! Ground truth for the end-to-end tests: target programs time their own marked regions with
+//! [`Truth`] and write the result as JSON, which the tests compare with what fsprof reports.
+//!
+//! A target accounts time the way fsprof's default view does: a busy thread's whole working time
+//! counts (`Truth::active`), a feature's time is the wall time inside its marks, minus the time
+//! spent under one of its antimarks; a thread blocked outside marks counts nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Accumulated true costs, shared by a target's threads.
+#[derive(Default)]
+pub struct Truth {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    total: Duration,
+    features: BTreeMap<String, (Duration, BTreeMap<String, Duration>)>,
+    extra: BTreeMap<String, f64>,
+}
+
+impl Truth {
+    /// Adds `time` to the total counted time (a thread's busy or in-mark time).
+    pub fn active(&self, time: Duration) {
+        self.inner.lock().unwrap().total += time;
+    }
+
+    /// Adds `time` to `feature` and its `instance`.
+    pub fn feature(&self, feature: &str, instance: &str, time: Duration) {
+        let mut inner = self.inner.lock().unwrap();
+        let entry = inner.features.entry(feature.to_owned()).or_default();
+        entry.0 += time;
+        *entry.1.entry(instance.to_owned()).or_default() += time;
+    }
+
+    /// Records an extra figure (e.g. marks per second).
+    pub fn extra(&self, key: &str, value: f64) {
+        self.inner
+            .lock()
+            .unwrap()
+            .extra
+            .insert(key.to_owned(), value);
+    }
+
+    /// The truth as JSON: `{"total_ms", "features": {name: {"ms", "instances": {payload: ms}}}, "extra"}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let inner = self.inner.lock().unwrap();
+        let ms = |d: &Duration| d.as_secs_f64() * 1e3;
+        let features: serde_json::Map<String, serde_json::Value> = inner
+            .features
+            .iter()
+            .map(|(name, (total, instances))| {
+                let instances: serde_json::Map<String, serde_json::Value> = instances
+                    .iter()
+                    .map(|(k, v)| (k.clone(), ms(v).into()))
+                    .collect();
+                (
+                    name.clone(),
+                    serde_json::json!({"ms": ms(total), "instances": instances}),
+                )
+            })
+            .collect();
+        serde_json::json!({"total_ms": ms(&inner.total), "features": features, "extra": inner.extra})
+    }
+}
+
+/// Keeps the CPU busy for `time`.
+pub fn spin(time: Duration) {
+    let end = Instant::now() + time;
+    let mut x = 1u64;
+    while Instant::now() < end {
+        for _ in 0..64 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+}
+
+/// A small deterministic random number generator (xorshift), so targets need no dependency.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded with `seed` (0 is replaced).
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+
+    /// The next number.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A duration uniformly between `lo` and `hi` microseconds.
+    pub fn micros(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_micros(lo + self.next_u64() % (hi - lo + 1))
+    }
+
+    /// An index below `n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
