@@ -38,11 +38,14 @@
 //!   that pushed the mark. `tag` is private to the writer.
 //!
 //! # Consistency protocol (a sequence lock per slot)
-//! Only the owning thread writes its slot. Before changing `tid`, `depth` or a record it makes `seq`
-//! odd, and afterwards even again (release ordering). A reader copies the slot's first 16 bytes
-//! (`seq`, `tid`, `depth`), then the records it needs together with those 16 bytes again; the copy is
-//! consistent when both copies of the 16 bytes are equal and `seq` is even. Otherwise it retries or
-//! gives up on that slot for this sample.
+//! Only the owning thread writes its slot. A push (and a claim or release) makes `seq` odd, writes,
+//! and makes `seq` even again (release ordering); `seq` only grows. A pop is a single release store
+//! that lowers `depth`: it overwrites nothing, so records below the old depth stay valid until the
+//! next push, which moves `seq`. A reader loads `seq` (even), `tid` and `depth`, copies records
+//! `0..depth`, and loads `seq` (and `tid`) again: if they are unchanged, the copy is the stack as it
+//! was when `depth` was read. Otherwise it retries or gives up on that slot for this sample.
+//! ([`copy_slot`] implements this for a reader that mapped the region; a reader using
+//! `process_vm_readv` compares all three state words instead, which is stricter.)
 //!
 //! Everything a reader takes from a region is untrusted input: check the header against these
 //! constants, clamp `depth`, and bound every string it follows.

@@ -145,8 +145,7 @@ impl Feature {
     fn push(&'static self, kind: u32, payload: u64, len: usize, position: u64) -> Mark {
         // A stack address in the caller's frame (this function is always inlined), so the profiler
         // can place the mark between the right native frames.
-        let anchor = 0u8;
-        let sp = core::hint::black_box(&anchor) as *const u8 as u64;
+        let sp = stack_pointer();
         let len = len.min(u32::MAX as usize) as u64;
         let meta = (kind as u64) << 32 | len;
         let pushed = region::push(self as *const Feature as u64, payload, meta, position, sp);
@@ -222,3 +221,31 @@ pub fn region_address() -> Option<usize> {
 
 #[cfg(test)]
 mod tests;
+
+/// The stack pointer, in the frame of the (always inlining) caller.
+#[inline(always)]
+fn stack_pointer() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let sp: u64;
+        // SAFETY: reads a register; touches no memory.
+        unsafe {
+            core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+        };
+        sp
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let sp: u64;
+        // SAFETY: reads a register; touches no memory.
+        unsafe {
+            core::arch::asm!("mov {}, sp", out(reg) sp, options(nomem, nostack, preserves_flags))
+        };
+        sp
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        let anchor = 0u8;
+        core::hint::black_box(&anchor) as *const u8 as u64
+    }
+}

@@ -342,10 +342,9 @@ pub(crate) fn pop(pushed: Pushed) {
                 return; // that mark is gone and another took its place
             }
         }
-        slot.seq.store(seq.wrapping_add(1), Relaxed);
-        fence(Release);
-        slot.depth.store(pushed.index, Relaxed);
-        slot.seq.store(seq.wrapping_add(2), Release);
+        // A pop only lowers depth: one store, no seq bracket. (seq, depth) still identifies the
+        // stack: seq only grows (on pushes), and without a push depth only falls.
+        slot.depth.store(pushed.index, Release);
     });
 }
 
