@@ -102,6 +102,11 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         .unwrap_or_else(|| pid.to_string());
     let dir = prepare_output(options.output.as_deref(), &name)?;
 
+    eprintln!(
+        "fsprof: recording process {pid} ({name}) at {} Hz into {}; Ctrl-C to stop",
+        options.rate_hz,
+        dir.display()
+    );
     let mut sampler = Sampler::new(pid);
     let mut next_check = Instant::now();
     let end = sampler::record(&mut sampler, schedule(options), || {

@@ -1,0 +1,424 @@
+//! End-to-end tests: real target programs, profiled by the real `fsprof` binary, with reports
+//! compared against the ground truth the targets measure themselves.
+//!
+//! Every accuracy test runs its target for 3 s at the default settings and requires every feature
+//! and instance share to be within 2.5 percentage points of the truth.
+
+mod support;
+
+use serde_json::Value;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::*;
+
+const SECS: f64 = 3.0;
+
+fn profile_and_compare(scenario: &str) -> (tempfile::TempDir, Value) {
+    let _serial = serial();
+    let dir = tempdir();
+    run_target(dir.path(), scenario, SECS, &[]);
+    let report = report_json(dir.path());
+    assert_shares_match(&report, &truth(dir.path()));
+    (dir, report)
+}
+
+#[test]
+fn one_thread_features_and_instances() {
+    let (_dir, report) = profile_and_compare("mixed");
+    // The location payload of `Feature::mark()` prints as file:line:col.
+    let output = report["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "output")
+        .unwrap();
+    let payload = output["instances"][0]["payload"].as_str().unwrap();
+    assert!(
+        payload.starts_with("tests/src/bin/fsprof-target.rs:"),
+        "{payload}"
+    );
+    assert_eq!(payload.split(':').count(), 3, "{payload}");
+}
+
+#[test]
+fn several_threads_one_idle_one_blocked_in_a_mark() {
+    let (dir, report) = profile_and_compare("threads");
+    // Idle time outside marks does not count: the total is the busy and in-mark time only.
+    let truth = truth(dir.path());
+    let (reported, expected) = (
+        report["total_ms"].as_f64().unwrap(),
+        truth["total_ms"].as_f64().unwrap(),
+    );
+    assert!(
+        (reported - expected).abs() / expected < 0.05,
+        "total {reported} ms vs truth {expected} ms"
+    );
+    // With --idle every thread's wall time counts, so the same recording gives a larger total.
+    let idle = Command::new(fsprof())
+        .arg("report")
+        .arg(dir.path())
+        .args(["--format", "json", "--idle"])
+        .output()
+        .unwrap();
+    let idle: Value = serde_json::from_slice(&idle.stdout).unwrap();
+    assert_eq!(idle["time_view"], "all");
+    assert!(
+        idle["total_ms"].as_f64().unwrap() > reported * 1.4,
+        "{} vs {reported}",
+        idle["total_ms"]
+    );
+}
+
+#[test]
+fn nested_features_both_count() {
+    profile_and_compare("nested");
+}
+
+#[test]
+fn antimarks_stop_attribution_to_their_feature_only() {
+    profile_and_compare("antimark");
+}
+
+#[test]
+fn threads_starting_and_exiting_during_sampling() {
+    let (dir, report) = profile_and_compare("churn");
+    let profile: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("profile.json")).unwrap())
+            .unwrap();
+    let threads = profile["threads"].as_array().unwrap().len();
+    let started = truth(dir.path())["extra"]["threads"].as_f64().unwrap() as usize;
+    assert!(
+        threads > started / 2,
+        "saw {threads} threads of {started} started"
+    );
+    assert!(report["samples"].as_u64().unwrap() > 1000);
+}
+
+#[test]
+fn marks_deeper_than_the_bound_are_reported_as_truncated() {
+    let (dir, report) = profile_and_compare("deep");
+    assert!(
+        report["truncated_samples"].as_u64().unwrap() > 100,
+        "{}",
+        report["truncated_samples"]
+    );
+    let text = std::fs::read_to_string(dir.path().join("report.txt")).unwrap();
+    assert!(text.contains("deeper than 64"), "{text}");
+}
+
+#[test]
+fn torn_reads_never_produce_an_impossible_stack() {
+    let _serial = serial();
+    let dir = tempdir();
+    run_target(dir.path(), "stress", SECS, &[]);
+    let truth = truth(dir.path());
+    let rate = truth["extra"]["pushes_per_second"].as_f64().unwrap();
+    assert!(
+        rate > 1e6,
+        "the stress target only marked {rate} times a second"
+    );
+    let profile: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("profile.json")).unwrap())
+            .unwrap();
+    let payloads = profile["payloads"].as_array().unwrap();
+    let mut marked_samples = 0;
+    for group in profile["samples"].as_array().unwrap() {
+        let stack = &profile["stacks"][group["stack"].as_u64().unwrap() as usize];
+        let texts: Vec<&str> = stack["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                payloads[f["payload"].as_u64().unwrap() as usize]["text"]
+                    .as_str()
+                    .unwrap()
+            })
+            .collect();
+        // Possible stacks: [], [x:P], [x:P, y:P] for one payload P.
+        assert!(
+            texts.len() <= 2 && texts.windows(2).all(|w| w[0] == w[1]),
+            "impossible stack {texts:?}"
+        );
+        if !texts.is_empty() {
+            marked_samples += group["count"].as_u64().unwrap();
+        }
+    }
+    assert!(
+        marked_samples > 1000,
+        "only {marked_samples} samples saw marks"
+    );
+    eprintln!(
+        "{rate:.0} pushes/s; {marked_samples} marked samples; {} copies retried, {} thread samples dropped",
+        profile["meta"]["torn_retries"], profile["meta"]["torn_dropped"]
+    );
+}
+
+/// Starts `fsprof-target SCENARIO SECS` (outside fsprof) and waits until it is marking.
+fn start_target(dir: &std::path::Path, scenario: &str, secs: f64) -> Guarded {
+    let ready = dir.join("ready");
+    let child = Command::new(target())
+        .args([scenario, &secs.to_string(), "--truth"])
+        .arg(dir.join("truth.json"))
+        .arg("--ready")
+        .arg(&ready)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let target = Guarded(child);
+    wait_for_file(&ready, Duration::from_secs(10));
+    target
+}
+
+#[test]
+fn attach_profiles_a_running_process_and_leaves_it_running() {
+    let _serial = serial();
+    let dir = tempdir();
+    let mut target = start_target(dir.path(), "mixed", 6.0);
+    let out = dir.path().join("out");
+    let status = Command::new(fsprof())
+        .args([
+            "attach",
+            &target.pid().to_string(),
+            "--duration",
+            &SECS.to_string(),
+            "-o",
+        ])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (state, tracer) = state_and_tracer(target.pid());
+    assert!(matches!(state, 'R' | 'S'), "target left in state {state}");
+    assert_eq!(tracer, 0, "target left traced");
+    assert!(
+        target.wait_with_deadline(Duration::from_secs(20)).success(),
+        "target did not finish normally"
+    );
+    // The target's mix is stationary, so the 3 s window's shares match the whole run's truth.
+    assert_shares_match(&report_json(&out), &truth(dir.path()));
+}
+
+#[test]
+fn attach_stops_when_the_target_exits() {
+    let _serial = serial();
+    let dir = tempdir();
+    let mut target = start_target(dir.path(), "mixed", 1.5);
+    let out = dir.path().join("out");
+    let mut fsprof = Guarded(
+        Command::new(fsprof())
+            .args(["attach", &target.pid().to_string(), "-o"])
+            .arg(&out)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(target.wait_with_deadline(Duration::from_secs(20)).success());
+    let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("the program exited"), "{stderr}");
+    assert!(report_json(&out)["samples"].as_u64().unwrap() > 100);
+}
+
+#[test]
+fn a_target_killed_mid_run_still_gets_its_profile() {
+    let _serial = serial();
+    let dir = tempdir();
+    let ready = dir.path().join("ready");
+    let mut fsprof = Guarded(
+        Command::new(fsprof())
+            .args(["run", "-o"])
+            .arg(dir.path())
+            .args(["--", target(), "mixed", "30", "--ready"])
+            .arg(&ready)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let pid: i32 = wait_for_file(&ready, Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500)); // let it collect half a second of samples
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(128 + 9), "{stderr}");
+    assert!(stderr.contains("killed by signal 9"), "{stderr}");
+    let report = report_json(dir.path());
+    assert!(report["samples"].as_u64().unwrap() > 100, "{report}");
+    assert!(!report["features"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn ctrl_c_during_run_writes_the_profile() {
+    let _serial = serial();
+    let dir = tempdir();
+    let ready = dir.path().join("ready");
+    // Its own process group, so the test can send SIGINT to fsprof and the program together,
+    // as a terminal does.
+    let mut fsprof = Guarded(
+        std::os::unix::process::CommandExt::process_group(
+            Command::new(fsprof())
+                .args(["run", "-o"])
+                .arg(dir.path())
+                .args(["--", target(), "mixed", "30", "--ready"])
+                .arg(&ready),
+            0,
+        )
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    wait_for_file(&ready, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe { libc::kill(-(fsprof.pid() as i32), libc::SIGINT) };
+    let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(10));
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "the program's own exit (SIGINT) is passed on: {stderr}"
+    );
+    assert!(report_json(dir.path())["samples"].as_u64().unwrap() > 100);
+    assert!(dir.path().join("report.txt").exists());
+}
+
+#[test]
+fn ctrl_c_during_attach_writes_the_profile_and_leaves_the_target_running() {
+    let _serial = serial();
+    let dir = tempdir();
+    let mut target = start_target(dir.path(), "mixed", 30.0);
+    let out = dir.path().join("out");
+    let mut fsprof = Guarded(
+        Command::new(fsprof())
+            .args(["attach", &target.pid().to_string(), "-o"])
+            .arg(&out)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let lines = stderr_lines(&mut fsprof);
+    let first = lines
+        .recv_timeout(Duration::from_secs(10))
+        .expect("fsprof says when it starts recording");
+    assert!(first.contains("recording"), "{first}");
+    std::thread::sleep(Duration::from_millis(500)); // let it collect half a second of samples
+    unsafe { libc::kill(fsprof.pid() as i32, libc::SIGINT) };
+    let status = fsprof.wait_with_deadline(Duration::from_secs(10));
+    let stderr: Vec<String> = lines.iter().collect();
+    assert!(status.success(), "{stderr:?}");
+    assert!(report_json(&out)["samples"].as_u64().unwrap() > 100);
+    assert!(
+        target.0.try_wait().unwrap().is_none(),
+        "the target must keep running"
+    );
+    let (state, tracer) = state_and_tracer(target.pid());
+    assert!(
+        matches!(state, 'R' | 'S') && tracer == 0,
+        "state {state}, tracer {tracer}"
+    );
+}
+
+#[test]
+fn a_program_that_exits_before_the_first_sample_gives_a_valid_empty_profile() {
+    let _serial = serial();
+    let dir = tempdir();
+    let output = Command::new(fsprof())
+        .args(["run", "-o"])
+        .arg(dir.path())
+        .args(["--", target(), "exit-now", "0"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = report_json(dir.path());
+    assert!(report["samples"].as_u64().unwrap() < 5);
+    assert!(dir.path().join("report.txt").exists());
+}
+
+#[test]
+fn run_passes_on_the_exit_code_and_handles_a_program_without_marks() {
+    let _serial = serial();
+    let dir = tempdir();
+    let output = Command::new(fsprof())
+        .args(["run", "-o"])
+        .arg(dir.path())
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exit 3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("No feature marks were seen"), "{stderr}");
+    assert!(stderr.contains("no fsprof region"), "{stderr}");
+    let report = report_json(dir.path());
+    assert!(
+        report["samples"].as_u64().unwrap() > 10
+            && report["features"].as_array().unwrap().is_empty()
+    );
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let output = Command::new(fsprof()).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{args:?} succeeded");
+    assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+}
+
+#[test]
+fn errors_are_one_clear_line() {
+    let dir = tempdir();
+    let out = dir.path().join("o");
+    let out = out.to_str().unwrap();
+    fails_with(
+        &["attach", "999999999", "-o", out],
+        "no process with pid 999999999",
+    );
+    fails_with(
+        &["run", "-o", out, "--", "/no/such/program"],
+        "program not found: /no/such/program",
+    );
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    fails_with(
+        &["run", "-o", file.to_str().unwrap(), "--", "true"],
+        "cannot create output directory",
+    );
+    fails_with(&["report", dir.path().to_str().unwrap()], "cannot read");
+    let status = Command::new(fsprof())
+        .args(["run", "--rate", "0", "--", "true"])
+        .output()
+        .unwrap()
+        .status;
+    assert_eq!(status.code(), Some(2), "usage errors exit 2");
+}
+
+#[test]
+fn errors_when_attaching_to_a_process_we_may_not_read() {
+    // As root every process is readable; as another user, pid 1 (root's) is not.
+    if unsafe { libc::geteuid() } == 0 {
+        let nobody = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(fsprof())
+            .args(["attach", "1", "-o", "/tmp"])
+            .output();
+        let Ok(output) = nobody else { return };
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success());
+        assert!(
+            stderr.contains("no permission") && stderr.contains("uid 0"),
+            "{stderr}"
+        );
+    } else {
+        fails_with(
+            &["attach", "1", "-o", "/tmp/fsprof-e2e-unused"],
+            "no permission",
+        );
+    }
+}

@@ -1,0 +1,243 @@
+//! Helpers for the end-to-end tests: the built binaries, a fresh directory per test, targets that
+//! are killed if a test fails, waiting with deadlines, and comparing reports with ground truth.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Share tolerance of the issue: percentage points between report and truth.
+pub const TOLERANCE: f64 = 2.5;
+
+/// The end-to-end tests measure time; running them one at a time keeps a 2-core machine from
+/// being oversubscribed by several busy targets at once.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The `fsprof` binary built by this `cargo test` (it sits next to the `deps` directory).
+pub fn fsprof() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let path = dir.join("fsprof");
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo test --workspace`",
+        path.display()
+    );
+    path
+}
+
+/// The ground-truth target program.
+pub fn target() -> &'static str {
+    env!("CARGO_BIN_EXE_fsprof-target")
+}
+
+/// A fresh temporary directory.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("fsprof-e2e-")
+        .tempdir()
+        .unwrap()
+}
+
+/// A child process that is killed (and reaped) when dropped, so a failing test leaves nothing.
+pub struct Guarded(pub Child);
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Guarded {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Waits for exit, failing the test after `limit`.
+    pub fn wait_with_deadline(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "process {} did not exit within {limit:?}",
+                self.pid()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for exit (failing after `limit`) and returns the status and what it wrote to stderr
+    /// (which must be piped; fsprof writes far less than a pipe holds).
+    pub fn stderr_with_deadline(&mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        let status = self.wait_with_deadline(limit);
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.0.stderr.take() {
+            std::io::Read::read_to_string(&mut pipe, &mut stderr).unwrap();
+        }
+        (status, stderr)
+    }
+}
+
+/// The lines `child` writes to its (piped) stderr, as they come.
+pub fn stderr_lines(child: &mut Guarded) -> std::sync::mpsc::Receiver<String> {
+    let pipe = child.0.stderr.take().expect("stderr must be piped");
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)) {
+            let Ok(line) = line else { break };
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receive
+}
+
+/// Polls until `path` exists (written atomically by the target), failing after `limit`.
+pub fn wait_for_file(path: &Path, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} did not appear within {limit:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A thread's state letter and tracer pid, from /proc.
+pub fn state_and_tracer(pid: u32) -> (char, u32) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let state = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .trim_start()
+        .chars()
+        .next()
+        .unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let tracer = status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap();
+    (state, tracer)
+}
+
+/// `fsprof run -o DIR [args] -- fsprof-target SCENARIO SECS --truth DIR/truth.json`.
+pub fn run_target(dir: &Path, scenario: &str, secs: f64, args: &[&str]) -> Output {
+    let truth = dir.join("truth.json");
+    let output = Command::new(fsprof())
+        .arg("run")
+        .arg("-o")
+        .arg(dir)
+        .args(args)
+        .arg("--")
+        .arg(target())
+        .args([scenario, &secs.to_string(), "--truth"])
+        .arg(&truth)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "fsprof run failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// `fsprof report PATH --format json`.
+pub fn report_json(path: &Path) -> Value {
+    let output = Command::new(fsprof())
+        .arg("report")
+        .arg(path)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "fsprof report failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Reads the truth a target wrote.
+pub fn truth(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("truth.json")).unwrap()).unwrap()
+}
+
+/// Asserts that every feature and instance share in `report` is within [`TOLERANCE`] points of
+/// the truth, in both directions (nothing missing, nothing invented). Returns the worst error.
+pub fn assert_shares_match(report: &Value, truth: &Value) -> f64 {
+    let total = truth["total_ms"].as_f64().unwrap();
+    assert!(total > 0.0, "the target measured no time");
+    let truth_pct = |ms: &Value| ms.as_f64().unwrap_or(0.0) * 100.0 / total;
+    let mut rows = Vec::new();
+    let mut seen = Vec::new();
+    for feature in report["features"].as_array().unwrap() {
+        let name = feature["name"].as_str().unwrap();
+        let t = &truth["features"][name];
+        rows.push((
+            name.to_owned(),
+            feature["percent"].as_f64().unwrap(),
+            truth_pct(&t["ms"]),
+        ));
+        seen.push(name.to_owned());
+        for instance in feature["instances"].as_array().unwrap() {
+            let payload = instance["payload"].as_str().unwrap();
+            rows.push((
+                format!("{name} / {payload}"),
+                instance["percent"].as_f64().unwrap(),
+                truth_pct(&t["instances"][payload]),
+            ));
+            seen.push(format!("{name} / {payload}"));
+        }
+    }
+    for (name, feature) in truth["features"].as_object().unwrap() {
+        if !seen.contains(name) {
+            rows.push((name.clone(), 0.0, truth_pct(&feature["ms"])));
+        }
+        for (payload, ms) in feature["instances"].as_object().unwrap() {
+            let key = format!("{name} / {payload}");
+            if !seen.contains(&key) {
+                rows.push((key, 0.0, truth_pct(ms)));
+            }
+        }
+    }
+    let mut table = format!(
+        "report total {:.0} ms, truth total {total:.0} ms, {} samples\n",
+        report["total_ms"].as_f64().unwrap(),
+        report["samples"]
+    );
+    let mut worst: f64 = 0.0;
+    for (name, reported, expected) in &rows {
+        let error = reported - expected;
+        worst = worst.max(error.abs());
+        table += &format!(
+            "  {name:<50} report {reported:6.2}%  truth {expected:6.2}%  error {error:+.2}\n"
+        );
+    }
+    eprintln!("{table}");
+    assert!(rows.len() > 1, "nothing to compare:\n{table}");
+    assert!(
+        worst <= TOLERANCE,
+        "a share is off by {worst:.2} points (bound {TOLERANCE}):\n{table}"
+    );
+    worst
+}
