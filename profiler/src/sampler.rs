@@ -205,10 +205,10 @@ impl Sampler {
 
     /// The interned mark stack of thread `tid` in this tick.
     fn stack_of(&mut self, tid: u32) -> u32 {
-        let mut records: Vec<(RecordView, bool)> = Vec::new();
+        let mut records: Vec<RecordView> = Vec::new();
         let mut truncated_depth = None;
         for marks in self.marks.iter().filter(|m| m.tid == tid) {
-            records.extend(marks.records.iter().map(|r| (*r, true)));
+            records.extend_from_slice(&marks.records);
             if marks.depth as usize > marks.records.len() {
                 truncated_depth = Some(marks.depth);
             }
@@ -216,10 +216,10 @@ impl Sampler {
         if self.regions.len() > 1 {
             // Marks from several regions: order them by the stack address at which they were
             // pushed (the stack grows down, so outer marks have higher addresses).
-            records.sort_by(|a, b| b.0.sp.cmp(&a.0.sp));
+            records.sort_by_key(|record| std::cmp::Reverse(record.sp));
         }
         let mut frames = Vec::with_capacity(records.len());
-        for (record, _) in &records {
+        for record in &records {
             let feature = self.feature_id(record.feature);
             let payload = self.payload_id(record);
             frames.push(Frame { feature, payload });
