@@ -29,6 +29,7 @@ const EXAMPLES: &str = "Examples:
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Launch a program under the profiler; report when it exits (or on Ctrl-C).
+    #[command(override_usage = "fsprof run [OPTIONS] -- PROGRAM [ARGS]...")]
     Run {
         #[command(flatten)]
         record: RecordArgs,

@@ -1,6 +1,6 @@
 //! The bundled demo: FizzBuzz with feature marks, as in the paper's first example.
 //!
-//! `fizzbuzz [N]` prints FizzBuzz for 0..N (default 3,000,000) to stdout through a deliberately
+//! `fizzbuzz [N]` prints FizzBuzz for 0..N (default 10,000,000, as in the paper) to stdout through a deliberately
 //! unbuffered writer, so output is expensive. Two features are marked: `output` (each call site is an
 //! instance) and `formatting` (turning numbers into text). Run it under fsprof:
 //!
@@ -19,7 +19,7 @@ fn main() {
     let n: u64 = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
-        .unwrap_or(3_000_000);
+        .unwrap_or(10_000_000);
     // Unbuffered on purpose: every line is a write(2), the cost the profile should show.
     let mut out = std::io::stdout().lock();
     let mut line = String::new();
