@@ -82,6 +82,15 @@ pub struct Meta {
     pub mark_capacity: u32,
     /// Why recording stopped, e.g. "the program exited with code 0".
     pub end: String,
+    /// How the sampler was scheduled: "real-time", "raised" or "normal" (see `sampler.rs`).
+    #[serde(default)]
+    pub sampler_priority: String,
+    /// Ticks that started more than half a period late (the sampler waited for a CPU).
+    #[serde(default)]
+    pub late_ticks: u64,
+    /// All ticks.
+    #[serde(default)]
+    pub ticks: u64,
 }
 
 /// An instance payload.

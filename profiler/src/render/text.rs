@@ -107,6 +107,13 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
             meta.torn_dropped
         ));
     }
+    if meta.ticks > 0 && meta.late_ticks * 10 > meta.ticks {
+        notes.push(format!(
+            "{:.0}% of samples were taken late because fsprof waited for a CPU (sampler priority: {}); shares may lean toward features in which the program blocks. Run on a quieter machine, or with the privilege to use real-time scheduling (root or CAP_SYS_NICE)",
+            meta.late_ticks as f64 * 100.0 / meta.ticks as f64,
+            if meta.sampler_priority.is_empty() { "unknown" } else { &meta.sampler_priority }
+        ));
+    }
     if !notes.is_empty() {
         let _ = writeln!(out, "Notes:");
         for note in notes {
