@@ -187,7 +187,8 @@ mod tests {
         let mut tids = Vec::new();
         threads(pid, &mut tids).unwrap();
         assert!(tids.contains(&pid));
-        let mut status = ThreadStatus::open(pid, pid).unwrap();
+        let tid = nix::unistd::gettid().as_raw() as u32;
+        let mut status = ThreadStatus::open(pid, tid).unwrap();
         assert_eq!(
             status.is_running(),
             Some(true),
