@@ -186,11 +186,8 @@ fn read_mapped(
                 }
                 Err(abi::Busy) => {
                     stats.dropped += 1;
-                    // The owner is unknown if it was mid-claim; a tid of 0 matches no thread.
                     // SAFETY: as above.
-                    let tid = unsafe { abi::copy_slot(map.as_ptr(), index, &mut records) }
-                        .map_or(0, |s| s.tid);
-                    unreadable.push(tid);
+                    unreadable.push(unsafe { abi::slot_owner(map.as_ptr(), index) });
                     break;
                 }
             }

@@ -115,7 +115,11 @@ impl Sampler {
         for index in 0..self.tids.len() {
             let tid = self.tids[index];
             if self.unreadable.contains(&tid) {
-                continue; // its time is carried to its next sample
+                // Its time is carried to its next sample: keep its state, do not advance it.
+                if let Some(state) = self.threads.get_mut(&tid) {
+                    state.seen_at = tick;
+                }
+                continue;
             }
             let state = match self.threads.get_mut(&tid) {
                 Some(state) => state,

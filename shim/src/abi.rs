@@ -15,8 +15,8 @@
 //! can open `/proc/<pid>/fd/<fd>` and map the region read-only into itself, then copy slots with
 //! plain loads ([`copy_slot`]) instead of a system call per read. Where that fails (the program
 //! closed the descriptor), a reader copies with `process_vm_readv` and the same protocol.
-//! The mapping is marked `MADV_DONTFORK`, and a forked child closes the inherited descriptor: it
-//! does not share its parent's region and creates its own on its first mark. A process can hold
+//! The mapping is marked `MADV_DONTFORK`: a forked child does not share its parent's region and
+//! creates its own on its first mark (the descriptor it inherits is not its region's). A process can hold
 //! several regions (two copies of the shim linked into one program); a reader reads them all.
 //!
 //! # Layout (all integers native-endian, native word size 8 bytes)
@@ -336,6 +336,17 @@ pub unsafe fn header_at(region: *const u8) -> HeaderView {
         address: header.address,
         fd: header.fd,
     }
+}
+
+/// The thread that owns slot `index` of a region mapped in the reading process (0 if free).
+/// `tid` changes only when a slot is claimed or released, so this needs no consistent copy; use it
+/// to tell whose slot could not be copied.
+///
+/// # Safety
+/// As for [`copy_slot`].
+pub unsafe fn slot_owner(region: *const u8, index: usize) -> u32 {
+    let slot = &*(region.add(HEADER_SIZE + index * SLOT_SIZE) as *const Slot);
+    slot.tid.load(core::sync::atomic::Ordering::Relaxed)
 }
 
 /// Copies slot `index` of a region mapped in the reading process, following the consistency

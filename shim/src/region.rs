@@ -12,7 +12,7 @@
 use crate::abi::{self, Record, RegionHeader, Slot, MARK_CAPACITY, SLOT_COUNT};
 use core::cell::Cell;
 use core::ptr::null_mut;
-use core::sync::atomic::{fence, AtomicI32, AtomicPtr, Ordering::*};
+use core::sync::atomic::{compiler_fence, fence, AtomicPtr, Ordering::*};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Once;
 
@@ -50,8 +50,6 @@ static REGION: AtomicPtr<RegionHeader> = AtomicPtr::new(null_mut());
 /// Set once region creation failed, so that marks do not retry a syscall every time.
 static REGION_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static ATFORK: Once = Once::new();
-/// The region's memfd descriptor (the header is not mapped in a forked child, so keep it here).
-static REGION_FD: AtomicI32 = AtomicI32::new(-1);
 
 /// Per-thread state. `const` initialised and without `Drop`, so accessing it never registers a
 /// destructor or checks for lazy initialisation: it is a plain thread-local load.
@@ -60,13 +58,20 @@ struct ThreadState {
     slot: Cell<*mut Slot>,
     /// Set when this thread must not claim a slot again (its destructors are running).
     exiting: Cell<bool>,
-    /// Serial number of the last push; tags records so a stale guard cannot pop a newer mark.
+    /// Push counter, advanced by two per push: odd while this thread is inside `push` (or
+    /// `claim`), so that a signal handler interrupting it and marking is turned away instead of
+    /// writing the slot (or claiming a second one) under it; the even value after a push tags its
+    /// record, so a stale guard cannot pop a newer mark.
     serial: Cell<u64>,
 }
 
 thread_local! {
     static STATE: ThreadState = const {
-        ThreadState { slot: Cell::new(null_mut()), exiting: Cell::new(false), serial: Cell::new(0) }
+        ThreadState {
+            slot: Cell::new(null_mut()),
+            exiting: Cell::new(false),
+            serial: Cell::new(0),
+        }
     };
     /// Touched when a slot is claimed; its destructor releases the slot at thread exit.
     static OWNER: SlotOwner = const { SlotOwner };
@@ -89,17 +94,10 @@ impl Drop for SlotOwner {
 
 /// Runs in the child after `fork()`: the region was not inherited (`MADV_DONTFORK`), so forget it.
 /// The child creates its own region on its first mark; guards alive across the fork become inert.
+/// The inherited descriptor is left open (it is close-on-exec): by now the program may have closed
+/// it and reused the number for one of its own files.
 unsafe extern "C" fn forget_region_in_child() {
-    let region = REGION.swap(null_mut(), Relaxed);
-    if !region.is_null() {
-        // The mapping is gone but the descriptor was inherited: close it, so that nobody mistakes
-        // it for the child's own region.
-        let fd = REGION_FD.load(Relaxed);
-        if fd >= 0 {
-            close(fd);
-        }
-        REGION_FD.store(-1, Relaxed);
-    }
+    REGION.store(null_mut(), Relaxed);
     REGION_FAILED.store(false, Relaxed);
     let _ = STATE.try_with(|state| state.slot.set(null_mut()));
 }
@@ -168,11 +166,7 @@ fn region() -> *mut RegionHeader {
         return null_mut();
     }
     match REGION.compare_exchange(null_mut(), created, AcqRel, Acquire) {
-        Ok(_) => {
-            // SAFETY: `created` is a live, initialised header.
-            REGION_FD.store(unsafe { (*created).fd }, Relaxed);
-            created
-        }
+        Ok(_) => created,
         Err(winner) => {
             // Another thread created it first.
             // SAFETY: `created` is our own mapping of REGION_SIZE bytes and its descriptor, never
@@ -262,38 +256,82 @@ impl Pushed {
 }
 
 /// Pushes a record on the calling thread's mark stack.
+///
+/// Signal safety: a signal handler that marks while this thread is inside `push` must not write
+/// the slot. The slot's `seq` is odd exactly while a push is in progress, so `push` turns a caller
+/// away when it finds it odd; what remains is the gap between checking `seq` and making it odd.
+/// On x86-64 `seq` is advanced by a single (non-locked) `inc` on memory, which a handler on the
+/// same thread cannot split: a handler that ran in the gap finished entirely, and the increment
+/// applies to the value it left, so `seq` never moves backwards. Elsewhere a thread-local flag,
+/// the low bit of `serial`, closes the gap (at the cost of one more store).
 #[inline(always)]
 pub(crate) fn push(feature: u64, payload: u64, meta: u64, position: u64, sp: u64) -> Pushed {
     STATE
         .try_with(|state| {
-            let mut slot = state.slot.get();
-            if slot.is_null() {
-                slot = claim(state);
-                if slot.is_null() {
-                    return Pushed::NOTHING;
-                }
+            let serial = state.serial.get();
+            if serial & 1 == 1 {
+                return Pushed::NOTHING; // only on targets without `bump`, see above
             }
-            // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
-            let slot = unsafe { &*slot };
-            let seq = slot.seq.load(Relaxed);
-            if seq & 1 == 1 {
-                // A signal handler interrupted this thread in the middle of a push or pop: leave
-                // the slot alone rather than corrupt the record being written.
-                return Pushed::NOTHING;
+            let tag = serial.wrapping_add(2);
+            if !cfg!(target_arch = "x86_64") {
+                state.serial.set(serial | 1);
+                compiler_fence(SeqCst);
             }
-            let depth = slot.depth.load(Relaxed);
-            let tag = state.serial.get().wrapping_add(1);
+            let pushed = push_unless_busy(state, feature, payload, meta, position, sp, tag);
+            if !cfg!(target_arch = "x86_64") {
+                compiler_fence(SeqCst);
+            }
             state.serial.set(tag);
-            slot.seq.store(seq.wrapping_add(1), Relaxed);
-            fence(Release);
-            if let Some(record) = slot.records.get(depth as usize) {
-                write_record(record, feature, payload, meta, position, sp, tag);
-            }
-            slot.depth.store(depth.saturating_add(1), Relaxed);
-            slot.seq.store(seq.wrapping_add(2), Release);
-            Pushed { index: depth, tag }
+            pushed
         })
         .unwrap_or(Pushed::NOTHING)
+}
+
+#[inline(always)]
+fn push_unless_busy(
+    state: &ThreadState,
+    feature: u64,
+    payload: u64,
+    meta: u64,
+    position: u64,
+    sp: u64,
+    tag: u64,
+) -> Pushed {
+    let mut slot = state.slot.get();
+    if slot.is_null() {
+        slot = claim(state);
+        if slot.is_null() {
+            return Pushed::NOTHING;
+        }
+    }
+    // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
+    let slot = unsafe { &*slot };
+    if slot.seq.load(Relaxed) & 1 == 1 {
+        return Pushed::NOTHING; // a signal handler interrupted this thread inside a push
+    }
+    bump(&slot.seq); // odd: writing
+    fence(Release);
+    let depth = slot.depth.load(Relaxed);
+    if let Some(record) = slot.records.get(depth as usize) {
+        write_record(record, feature, payload, meta, position, sp, tag);
+    }
+    slot.depth.store(depth.saturating_add(1), Relaxed);
+    fence(Release);
+    bump(&slot.seq); // even: done
+    Pushed { index: depth, tag }
+}
+
+/// Adds one to `seq` with a single instruction that a signal handler cannot interrupt halfway.
+/// Not atomic across threads (no `lock` prefix, which costs far more): only the owner writes.
+#[inline(always)]
+fn bump(seq: &core::sync::atomic::AtomicU32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: increments the u32 that `seq` owns; only this thread writes it.
+    unsafe {
+        core::arch::asm!("inc dword ptr [{0}]", in(reg) seq.as_ptr(), options(nostack));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    seq.store(seq.load(Relaxed).wrapping_add(1), Relaxed);
 }
 
 #[inline(always)]
