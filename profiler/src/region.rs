@@ -53,12 +53,13 @@ pub struct ReadStats {
 
 enum Backing {
     Mapped(Mmap),
-    Remote(Remote),
+    Remote,
 }
 
 /// A region in the target, at a fixed address.
 pub struct RegionReader {
     backing: Backing,
+    remote: Remote,
     address: u64,
     /// Threads that could not get a slot, as last read.
     pub threads_without_slot: u64,
@@ -67,8 +68,9 @@ pub struct RegionReader {
 impl RegionReader {
     /// Opens the region mapped at `address` in process `pid`: maps it if possible, else reads it
     /// remotely. Fails if its header does not match this build.
-    pub fn open(pid: u32, address: u64) -> Result<RegionReader, RegionError> {
-        let remote = Remote::new(pid);
+    /// `via` is a live thread of the process, through which its memory is read.
+    pub fn open(pid: u32, via: u32, address: u64) -> Result<RegionReader, RegionError> {
+        let remote = Remote::new(via);
         let mut bytes = [0u8; abi::HEADER_VIEW_SIZE];
         remote
             .read(address, &mut bytes)
@@ -79,9 +81,10 @@ impl RegionReader {
         }
         let backing = map(pid, address, &header)
             .map(Backing::Mapped)
-            .unwrap_or(Backing::Remote(remote));
+            .unwrap_or(Backing::Remote);
         Ok(RegionReader {
             backing,
+            remote,
             address,
             threads_without_slot: header.threads_without_slot,
         })
@@ -107,6 +110,16 @@ impl RegionReader {
     ) -> Result<(), RegionError> {
         match &self.backing {
             Backing::Mapped(map) => {
+                // Our mapping outlives the target's (after an exec, say): check, with one small
+                // read, that the region is still mapped at its address in the target.
+                let mut bytes = [0u8; abi::HEADER_VIEW_SIZE];
+                self.remote
+                    .read(self.address, &mut bytes)
+                    .map_err(RegionError::Read)?;
+                let header = abi::parse_header(&bytes).expect("sized");
+                if !header.is_compatible() || header.address != self.address {
+                    return Err(RegionError::Incompatible(header));
+                }
                 // SAFETY: `map` is a compatible region of REGION_SIZE bytes (checked in `map`),
                 // mapped for as long as `self` lives.
                 let header = unsafe { abi::header_at(map.as_ptr()) };
@@ -114,9 +127,9 @@ impl RegionReader {
                 read_mapped(map, header.slots_used, out, unreadable, stats);
                 Ok(())
             }
-            Backing::Remote(remote) => {
+            Backing::Remote => {
                 let mut bytes = [0u8; abi::HEADER_VIEW_SIZE];
-                remote
+                self.remote
                     .read(self.address, &mut bytes)
                     .map_err(RegionError::Read)?;
                 let header = abi::parse_header(&bytes).expect("sized");
@@ -125,7 +138,7 @@ impl RegionReader {
                 }
                 self.threads_without_slot = header.threads_without_slot;
                 read_remote(
-                    remote,
+                    &self.remote,
                     self.address,
                     header.slots_used,
                     out,
@@ -139,17 +152,40 @@ impl RegionReader {
 }
 
 /// Maps the region's memfd, if the target still has it open and it is the region at `address`.
+///
+/// The descriptor number comes from the target, so it is checked before anything is done with it:
+/// it must name a memfd of the region's name (not a FIFO, whose open would block, or a device),
+/// be opened without blocking, be a regular file of the region's size, and be sealed against
+/// shrinking (a mapping of a file that shrinks faults with SIGBUS when read).
 fn map(pid: u32, address: u64, header: &HeaderView) -> Option<Mmap> {
+    use nix::libc;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
     if header.fd < 0 || header.address != address {
         return None;
     }
-    let file = std::fs::File::open(format!("/proc/{pid}/fd/{}", header.fd)).ok()?;
-    if file.metadata().ok()?.len() < abi::REGION_SIZE as u64 {
+    let path = format!("/proc/{pid}/fd/{}", header.fd);
+    let link = std::fs::read_link(&path).ok()?;
+    if link.as_os_str() != format!("/memfd:{} (deleted)", abi::REGION_NAME).as_str() {
         return None;
     }
-    // SAFETY: a read-only shared mapping; the target writes it concurrently, which is why every
-    // read of it goes through the atomic loads of `abi::header_at` and `abi::copy_slot`. The file
-    // was checked to be at least REGION_SIZE bytes, and a memfd cannot shrink under a mapping.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&path)
+        .ok()?;
+    let metadata = file.metadata().ok()?;
+    if !metadata.is_file() || metadata.len() < abi::REGION_SIZE as u64 {
+        return None;
+    }
+    // SAFETY: F_GET_SEALS on a descriptor we own.
+    let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        return None;
+    }
+    // SAFETY: a read-only shared mapping of a file sealed against shrinking and at least
+    // REGION_SIZE bytes long; the target writes it concurrently, which is why every read of it
+    // goes through the atomic loads of `abi::header_at` and `abi::copy_slot`.
     let map = unsafe { MmapOptions::new().len(abi::REGION_SIZE).map(&file) }.ok()?;
     // SAFETY: the mapping has REGION_SIZE >= HEADER_SIZE bytes.
     let mapped = unsafe { abi::header_at(map.as_ptr()) };

@@ -12,7 +12,7 @@
 
 use crate::names::{self, PayloadKind};
 use crate::profile::{Frame, Meta, Payload, Profile, ProfileBuilder, Stack};
-use crate::region::{ReadStats, RegionError, RegionReader, ThreadMarks};
+use crate::region::{ReadStats, RegionReader, ThreadMarks};
 use crate::remote::Remote;
 use crate::target::{self, ThreadStatus};
 use fsprof_shim::abi::RecordView;
@@ -104,8 +104,16 @@ impl Sampler {
     /// Takes one sample of every thread. Returns `false` when the target is gone.
     pub fn tick(&mut self) -> bool {
         let now = Instant::now();
-        if target::threads(self.pid, &mut self.tids).is_err() || self.tids.is_empty() {
-            return false;
+        match target::threads(self.pid, &mut self.tids) {
+            Ok(()) if self.tids.is_empty() => return false,
+            Ok(()) => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(nix::libc::ESRCH) =>
+            {
+                return false;
+            }
+            Err(_) => return true, // e.g. out of descriptors: try again at the next tick
         }
         self.scan_regions(now);
         self.read_marks();
@@ -124,7 +132,7 @@ impl Sampler {
             let state = match self.threads.get_mut(&tid) {
                 Some(state) => state,
                 None => {
-                    let Ok(status) = ThreadStatus::open(self.pid, tid) else {
+                    let Some(status) = ThreadStatus::open(self.pid, tid) else {
                         continue;
                     };
                     let pid = self.pid;
@@ -174,16 +182,22 @@ impl Sampler {
             Duration::from_secs(1)
         };
         self.next_region_scan = now + interval;
-        let Ok(addresses) = target::region_addresses(self.pid) else {
+        let via = target::memory_thread(self.pid, &self.tids);
+        self.remote = Remote::new(via);
+        let Ok(addresses) = target::region_addresses(self.pid, &self.tids) else {
             return;
         };
+        let before = self.regions.len();
         self.regions
             .retain(|region| addresses.contains(&region.address()));
+        if self.regions.len() != before {
+            self.forget_names();
+        }
         for address in addresses {
             if self.regions.iter().any(|r| r.address() == address) {
                 continue;
             }
-            if let Ok(reader) = RegionReader::open(self.pid, address) {
+            if let Ok(reader) = RegionReader::open(self.pid, via, address) {
                 self.regions.push(reader);
                 if !self.regions_seen.contains(&address) {
                     self.regions_seen.push(address);
@@ -192,21 +206,30 @@ impl Sampler {
         }
     }
 
+    /// Forgets cached strings: after an `exec` the same addresses may hold other strings.
+    fn forget_names(&mut self) {
+        self.feature_ids.clear();
+        self.payload_ids.clear();
+    }
+
     fn read_marks(&mut self) {
         self.marks.clear();
         self.unreadable.clear();
-        let mut failed = false;
-        for region in &mut self.regions {
-            match region.read(&mut self.marks, &mut self.unreadable, &mut self.stats) {
+        let before = self.regions.len();
+        let (marks, unreadable, stats) = (&mut self.marks, &mut self.unreadable, &mut self.stats);
+        let mut without_slot = self.threads_without_slot;
+        self.regions
+            .retain_mut(|region| match region.read(marks, unreadable, stats) {
                 Ok(()) => {
-                    self.threads_without_slot =
-                        self.threads_without_slot.max(region.threads_without_slot)
+                    without_slot = without_slot.max(region.threads_without_slot);
+                    true
                 }
-                Err(RegionError::Read(_) | RegionError::Incompatible(_)) => failed = true,
-            }
-        }
-        if failed {
-            // Unmapped (exec) or the process is exiting: look again soon.
+                // Unmapped (the program called exec, or is exiting): drop it, look again soon.
+                Err(_) => false,
+            });
+        self.threads_without_slot = without_slot;
+        if self.regions.len() != before {
+            self.forget_names();
             self.next_region_scan = Instant::now();
         }
     }

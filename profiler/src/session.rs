@@ -45,6 +45,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         bail!("no program given: fsprof run -- PROGRAM [ARGS...]")
     };
     let interrupted = interrupt_flag()?;
+    target::raise_open_file_limit();
     let dir = prepare_output(options.output.as_deref(), &program_name(name))?;
     let mut child = spawn(name, args)?;
     let pid = child.id();
@@ -95,6 +96,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
 pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     check_attachable(pid)?;
     let interrupted = interrupt_flag()?;
+    target::raise_open_file_limit();
     let command = target::command_line(pid);
     let name = command
         .first()

@@ -15,10 +15,20 @@ pub fn proc_dir(pid: u32) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}"))
 }
 
-/// Whether `pid` names a process that has not exited (a zombie counts as exited).
+/// Whether `pid` names a process that has not exited. A zombie leader whose other threads still
+/// run (the main thread called `pthread_exit`) is alive; a zombie process is not.
 pub fn is_alive(pid: u32) -> bool {
+    let running = |stat: &str| !matches!(state_from_stat(stat), Some('Z' | 'X' | 'x'));
     match fs::read_to_string(proc_dir(pid).join("stat")) {
-        Ok(stat) => !matches!(state_from_stat(&stat), Some('Z' | 'X' | 'x')),
+        Ok(stat) if running(&stat) => true,
+        Ok(_) => {
+            let mut tids = Vec::new();
+            threads(pid, &mut tids).is_ok()
+                && tids.iter().any(|tid| {
+                    fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/stat")))
+                        .is_ok_and(|s| running(&s))
+                })
+        }
         Err(_) => false,
     }
 }
@@ -70,31 +80,74 @@ pub fn thread_name(pid: u32, tid: u32) -> String {
 /// (`schedstat`): in a virtual machine that clock excludes time stolen by the hypervisor, so it
 /// would undercount busy time relative to the wall time given to samples inside marks.
 pub struct ThreadStatus {
-    file: File,
+    /// The open file, or `None` when fsprof ran out of descriptors (then it is opened each time).
+    file: Option<File>,
+    path: PathBuf,
     buf: Vec<u8>,
 }
 
 impl ThreadStatus {
-    /// Opens the status of thread `tid` of `pid`.
-    pub fn open(pid: u32, tid: u32) -> io::Result<ThreadStatus> {
-        let file = File::open(proc_dir(pid).join(format!("task/{tid}/stat")))?;
-        Ok(ThreadStatus {
+    /// The status of thread `tid` of `pid`; `None` if the thread is gone.
+    pub fn open(pid: u32, tid: u32) -> Option<ThreadStatus> {
+        let path = proc_dir(pid).join(format!("task/{tid}/stat"));
+        let file = match File::open(&path) {
+            Ok(file) => Some(file),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(_) => None, // out of descriptors (a target with very many threads)
+        };
+        Some(ThreadStatus {
             file,
+            path,
             buf: vec![0; 1024],
         })
     }
 
     /// Whether the thread is running or runnable; `None` once the thread is gone.
     pub fn is_running(&mut self) -> Option<bool> {
-        let len = self.file.read_at(&mut self.buf, 0).ok()?;
+        let len = match &self.file {
+            Some(file) => file.read_at(&mut self.buf, 0).ok()?,
+            None => File::open(&self.path)
+                .ok()?
+                .read_at(&mut self.buf, 0)
+                .ok()?,
+        };
         let stat = std::str::from_utf8(&self.buf[..len]).ok()?;
         Some(state_from_stat(stat)? == 'R')
     }
 }
 
+/// Raises this process's limit on open files to the hard limit: fsprof keeps one file open per
+/// target thread. Beyond the limit it still works, opening the files each time.
+pub fn raise_open_file_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}
+
+/// A thread of `pid` through which its memory can be read: the leader, unless it has exited
+/// before the other threads (a zombie leader has no memory map), then another of `tids`.
+pub fn memory_thread(pid: u32, tids: &[u32]) -> u32 {
+    let leader_running = fs::read_to_string(proc_dir(pid).join("stat"))
+        .is_ok_and(|stat| !matches!(state_from_stat(&stat), Some('Z' | 'X' | 'x')));
+    if leader_running {
+        return pid;
+    }
+    tids.iter().copied().find(|tid| *tid != pid).unwrap_or(pid)
+}
+
 /// Start addresses of the fsprof regions mapped in `pid` (mappings of the right name and size).
-pub fn region_addresses(pid: u32) -> io::Result<Vec<u64>> {
-    let maps = fs::read_to_string(proc_dir(pid).join("maps"))?;
+/// Reads the process's maps through one of `tids` if the leader's are empty (a leader that exited
+/// before its other threads has no maps of its own).
+pub fn region_addresses(pid: u32, tids: &[u32]) -> io::Result<Vec<u64>> {
+    let mut maps = fs::read_to_string(proc_dir(pid).join("maps"))?;
+    for tid in tids.iter().filter(|tid| **tid != pid).take(3) {
+        if !maps.is_empty() {
+            break;
+        }
+        maps =
+            fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/maps"))).unwrap_or_default();
+    }
     let wanted = format!("/memfd:{}", abi::REGION_NAME);
     Ok(maps
         .lines()
@@ -189,6 +242,7 @@ mod tests {
         assert!(tids.contains(&pid));
         let tid = nix::unistd::gettid().as_raw() as u32;
         let mut status = ThreadStatus::open(pid, tid).unwrap();
+        assert!(ThreadStatus::open(pid, u32::MAX).is_none());
         assert_eq!(
             status.is_running(),
             Some(true),

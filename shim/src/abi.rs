@@ -8,8 +8,8 @@
 //! `parse_*` functions only decode bytes that a reader already copied.
 //!
 //! # Finding a region
-//! The shim creates one region per process with `memfd_create(REGION_NAME)` and maps it
-//! `MAP_SHARED`, so the mapping appears in `/proc/<pid>/maps` with the path
+//! The shim creates one region per process with `memfd_create(REGION_NAME)`, sealed against
+//! shrinking and growing, and maps it `MAP_SHARED`, so the mapping appears in `/proc/<pid>/maps` with the path
 //! `/memfd:fsprof-region (deleted)`. It keeps the descriptor open (close-on-exec) and records its
 //! number and the mapping's address in the header: a reader with permission to read the process
 //! can open `/proc/<pid>/fd/<fd>` and map the region read-only into itself, then copy slots with

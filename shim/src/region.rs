@@ -30,6 +30,7 @@ extern "C" {
     fn munmap(addr: *mut c_void, len: usize) -> c_int;
     fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
     fn close(fd: c_int) -> c_int;
+    fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
     fn getpid() -> c_int;
     fn gettid() -> c_int;
     fn pthread_atfork(
@@ -40,6 +41,11 @@ extern "C" {
 }
 
 const MFD_CLOEXEC: c_uint = 1;
+const MFD_ALLOW_SEALING: c_uint = 2;
+const F_ADD_SEALS: c_int = 1033;
+const F_SEAL_SEAL: c_int = 1;
+const F_SEAL_SHRINK: c_int = 2;
+const F_SEAL_GROW: c_int = 4;
 const PROT_READ_WRITE: c_int = 0x1 | 0x2;
 const MAP_SHARED: c_int = 0x01;
 const MAP_FAILED: *mut c_void = !0usize as *mut c_void;
@@ -105,12 +111,15 @@ unsafe extern "C" fn forget_region_in_child() {
 fn create_region() -> *mut RegionHeader {
     // SAFETY: plain syscalls on values we own; every result is checked before use.
     unsafe {
-        let fd = memfd_create(c"fsprof-region".as_ptr(), MFD_CLOEXEC);
+        let fd = memfd_create(c"fsprof-region".as_ptr(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if fd < 0 {
             return null_mut();
         }
         let mut addr = MAP_FAILED;
-        if ftruncate(fd, abi::REGION_SIZE as i64) == 0 {
+        // Sealed at its size: a reader that maps it can never fault on a shrunk file.
+        if ftruncate(fd, abi::REGION_SIZE as i64) == 0
+            && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0
+        {
             addr = mmap(
                 null_mut(),
                 abi::REGION_SIZE,
