@@ -8,7 +8,8 @@
 //! Which time a sample stands for is the [`TimeView`]. This module computes numbers only; the
 //! renderers turn them into text or JSON.
 
-use crate::profile::{Profile, SampleGroup, Stack};
+use crate::profile::Profile;
+use std::collections::HashMap;
 
 /// Which part of the threads' time counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,33 +86,16 @@ impl FeatureReport {
     }
 }
 
-/// Whether some feature's innermost frame in `stack` is a mark: the sample is inside a mark.
-fn inside_a_mark(stack: &Stack) -> bool {
-    stack.frames.iter().enumerate().any(|(i, frame)| {
-        frame.payload.is_some()
-            && !stack.frames[i + 1..]
-                .iter()
-                .any(|inner| inner.feature == frame.feature)
-    })
-}
-
-/// The time `group` counts for under `view`.
-pub fn weight(group: &SampleGroup, stack: &Stack, view: TimeView) -> u64 {
-    match view {
-        TimeView::All => group.wall_ns,
-        TimeView::Active if inside_a_mark(stack) => group.wall_ns,
-        TimeView::Active => group.active_ns,
-    }
-}
-
-/// Runs the analysis.
+/// Runs the analysis. Linear in the total size of the profile's stacks and samples.
 pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
     let feature_count = profile.features.len();
     let mut seen = vec![false; feature_count];
     let mut feature_ns = vec![0u64; feature_count];
     let mut feature_samples = vec![0u64; feature_count];
-    // (feature, payload) -> (ns, samples)
-    let mut instance: std::collections::HashMap<(u32, u32), (u64, u64)> = Default::default();
+    // For the innermost-frame-per-feature walk: the stack last seen to have this feature.
+    let mut visited_in = vec![usize::MAX; feature_count];
+    let mut instances: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
+    let mut attributed: Vec<(u32, u32)> = Vec::new();
     let mut report = FeatureReport {
         view,
         samples: 0,
@@ -121,49 +105,54 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         max_truncated_depth: 0,
     };
 
-    for group in &profile.samples {
+    for (index, group) in profile.samples.iter().enumerate() {
         let stack = &profile.stacks[group.stack as usize];
-        let ns = weight(group, stack, view);
-        report.samples += group.count;
-        report.total_ns += ns;
-        if let Some(depth) = stack.truncated_depth {
-            report.truncated_samples += group.count;
-            report.max_truncated_depth = report.max_truncated_depth.max(depth);
-        }
-        for frame in &stack.frames {
-            seen[frame.feature as usize] = true;
-        }
-        // Innermost frame per feature: walk from the innermost outwards, first hit wins.
-        let mut done: Vec<u32> = Vec::new();
+        // For each feature, its innermost frame; it counts if it is a mark, not an antimark.
+        attributed.clear();
         for frame in stack.frames.iter().rev() {
-            if done.contains(&frame.feature) {
+            let feature = frame.feature as usize;
+            seen[feature] = true;
+            if std::mem::replace(&mut visited_in[feature], index) == index {
                 continue;
             }
-            done.push(frame.feature);
             if let Some(payload) = frame.payload {
-                feature_ns[frame.feature as usize] += ns;
-                feature_samples[frame.feature as usize] += group.count;
-                let entry = instance.entry((frame.feature, payload)).or_default();
-                entry.0 += ns;
-                entry.1 += group.count;
+                attributed.push((frame.feature, payload));
             }
+        }
+        // Inside a mark, blocked time counts too (see `TimeView::Active`).
+        let ns = match view {
+            TimeView::Active if attributed.is_empty() => group.active_ns,
+            _ => group.wall_ns,
+        };
+        report.samples = report.samples.saturating_add(group.count);
+        report.total_ns = report.total_ns.saturating_add(ns);
+        if let Some(depth) = stack.truncated_depth {
+            report.truncated_samples = report.truncated_samples.saturating_add(group.count);
+            report.max_truncated_depth = report.max_truncated_depth.max(depth);
+        }
+        for (feature, payload) in &attributed {
+            let f = *feature as usize;
+            feature_ns[f] = feature_ns[f].saturating_add(ns);
+            feature_samples[f] = feature_samples[f].saturating_add(group.count);
+            let entry = instances.entry((*feature, *payload)).or_default();
+            entry.0 = entry.0.saturating_add(ns);
+            entry.1 = entry.1.saturating_add(group.count);
         }
     }
 
+    let mut by_feature: Vec<Vec<InstanceCost>> = vec![Vec::new(); feature_count];
+    for ((feature, payload), (ns, samples)) in instances {
+        by_feature[feature as usize].push(InstanceCost {
+            payload: profile.payloads[payload as usize].text.clone(),
+            ns,
+            samples,
+        });
+    }
     // Features with the same name (two descriptors) were interned to one id by the recorder.
-    for (id, name) in profile.features.iter().enumerate() {
+    for ((id, name), mut instances) in profile.features.iter().enumerate().zip(by_feature) {
         if !seen[id] {
             continue;
         }
-        let mut instances: Vec<InstanceCost> = instance
-            .iter()
-            .filter(|((feature, _), _)| *feature as usize == id)
-            .map(|((_, payload), (ns, samples))| InstanceCost {
-                payload: profile.payloads[*payload as usize].text.clone(),
-                ns: *ns,
-                samples: *samples,
-            })
-            .collect();
         instances.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.payload.cmp(&b.payload)));
         report.features.push(FeatureCost {
             name: name.clone(),
@@ -182,7 +171,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
 mod tests {
     use super::*;
     use crate::names::PayloadKind;
-    use crate::profile::{Frame, Meta, Payload, ProfileBuilder};
+    use crate::profile::{Frame, Meta, Payload, ProfileBuilder, Stack};
 
     fn mark(feature: u32, payload: u32) -> Frame {
         Frame {

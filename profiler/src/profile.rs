@@ -31,6 +31,8 @@ pub const FORMAT: &str = "fsprof-profile";
 pub const VERSION: u32 = 1;
 /// Name of the profile file inside an output directory.
 pub const FILE_NAME: &str = "profile.json";
+/// Most frames a stack may have (a thread records at most a few regions' capacity of marks).
+pub const MAX_STACK_FRAMES: usize = 1024;
 
 /// A recorded profile.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -91,6 +93,9 @@ pub struct Meta {
     /// All ticks.
     #[serde(default)]
     pub ticks: u64,
+    /// Things the recording noticed that the report should say (e.g. an incompatible region).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// An instance payload.
@@ -164,7 +169,7 @@ impl Profile {
         };
         let bytes =
             std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
-        let profile: Profile = serde_json::from_slice(&bytes)
+        let mut profile: Profile = serde_json::from_slice(&bytes)
             .with_context(|| format!("{} is not an fsprof profile", file.display()))?;
         if profile.format != FORMAT {
             bail!(
@@ -183,12 +188,19 @@ impl Profile {
         profile
             .check()
             .with_context(|| format!("{} is damaged", file.display()))?;
+        profile.sanitise();
         Ok(profile)
     }
 
-    /// Checks that every index points into its table.
+    /// Checks that every index points into its table and that stacks are of a sane size.
     fn check(&self) -> Result<()> {
         for stack in &self.stacks {
+            if stack.frames.len() > MAX_STACK_FRAMES {
+                bail!(
+                    "a stack has {} frames (at most {MAX_STACK_FRAMES})",
+                    stack.frames.len()
+                );
+            }
             for frame in &stack.frames {
                 if frame.feature as usize >= self.features.len()
                     || frame
@@ -207,6 +219,25 @@ impl Profile {
             }
         }
         Ok(())
+    }
+
+    /// Replaces control characters in every text that reaches a terminal: a profile is a file
+    /// anyone may have written.
+    fn sanitise(&mut self) {
+        let clean = |text: &mut String| {
+            if text.chars().any(char::is_control) {
+                *text = text
+                    .chars()
+                    .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
+                    .collect();
+            }
+        };
+        self.features.iter_mut().for_each(clean);
+        self.payloads.iter_mut().for_each(|p| clean(&mut p.text));
+        self.threads.iter_mut().for_each(|t| clean(&mut t.name));
+        self.meta.command.iter_mut().for_each(clean);
+        self.meta.notes.iter_mut().for_each(clean);
+        clean(&mut self.meta.end);
     }
 
     /// Total number of samples.

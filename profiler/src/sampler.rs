@@ -11,8 +11,8 @@
 //! is alive; nothing else is resolved in the loop.
 
 use crate::names::{self, PayloadKind};
-use crate::profile::{Frame, Meta, Payload, Profile, ProfileBuilder, Stack};
-use crate::region::{ReadStats, RegionReader, ThreadMarks};
+use crate::profile::{Frame, Meta, Payload, Profile, ProfileBuilder, Stack, MAX_STACK_FRAMES};
+use crate::region::{ReadStats, RegionError, RegionReader, ThreadMarks};
 use crate::remote::Remote;
 use crate::target::{self, ThreadStatus};
 use fsprof_shim::abi::RecordView;
@@ -41,6 +41,10 @@ impl End {
     }
 }
 
+/// Distinct feature or payload addresses resolved before further ones are lumped together: a
+/// corrupt region must not make fsprof read and keep unbounded numbers of strings.
+const MAX_DISTINCT: usize = 100_000;
+
 struct ThreadState {
     status: ThreadStatus,
     id: u32,
@@ -66,6 +70,7 @@ pub struct Sampler {
     threads_without_slot: u64,
     priority: &'static str,
     late_ticks: u64,
+    notes: Vec<String>,
     regions_seen: Vec<u64>,
     // Buffers reused across ticks.
     tids: Vec<u32>,
@@ -94,6 +99,7 @@ impl Sampler {
             threads_without_slot: 0,
             priority: "normal",
             late_ticks: 0,
+            notes: Vec::new(),
             regions_seen: Vec::new(),
             tids: Vec::new(),
             marks: Vec::new(),
@@ -197,11 +203,24 @@ impl Sampler {
             if self.regions.iter().any(|r| r.address() == address) {
                 continue;
             }
-            if let Ok(reader) = RegionReader::open(self.pid, via, address) {
-                self.regions.push(reader);
-                if !self.regions_seen.contains(&address) {
-                    self.regions_seen.push(address);
+            match RegionReader::open(self.pid, via, address) {
+                Ok(reader) => {
+                    self.regions.push(reader);
+                    if !self.regions_seen.contains(&address) {
+                        self.regions_seen.push(address);
+                    }
                 }
+                Err(RegionError::Incompatible(header)) => {
+                    let note = format!(
+                        "the program has an fsprof region that this fsprof cannot read (ABI version {}; this fsprof reads version {}): build the program and fsprof from the same fsprof release",
+                        header.version,
+                        fsprof_shim::abi::VERSION
+                    );
+                    if !self.notes.contains(&note) {
+                        self.notes.push(note);
+                    }
+                }
+                Err(RegionError::Read(_)) => {}
             }
         }
     }
@@ -244,6 +263,11 @@ impl Sampler {
                 truncated_depth = Some(marks.depth);
             }
         }
+        if records.len() > MAX_STACK_FRAMES {
+            // Only a corrupt region gives one thread this many slots' worth of marks.
+            truncated_depth = Some(records.len().min(u32::MAX as usize) as u32);
+            records.truncate(MAX_STACK_FRAMES);
+        }
         if self.regions.len() > 1 {
             // Marks from several regions: order them by the stack address at which they were
             // pushed (the stack grows down, so outer marks have higher addresses).
@@ -265,9 +289,12 @@ impl Sampler {
         if let Some(id) = self.feature_ids.get(&address) {
             return *id;
         }
-        let id = self
-            .builder
-            .feature(names::feature_name(&self.remote, address));
+        let name = if self.feature_ids.len() < MAX_DISTINCT {
+            names::feature_name(&self.remote, address)
+        } else {
+            "<too many distinct features>".to_owned()
+        };
+        let id = self.builder.feature(name);
         self.feature_ids.insert(address, id);
         id
     }
@@ -282,6 +309,13 @@ impl Sampler {
         );
         if let Some(id) = self.payload_ids.get(&key) {
             return *id;
+        }
+        if self.payload_ids.len() >= MAX_DISTINCT {
+            let text = "<too many distinct instances>".to_owned();
+            return Some(self.builder.payload(Payload {
+                kind: PayloadKind::Name,
+                text,
+            }));
         }
         let id = names::payload(&self.remote, record).map(|(kind, text): (PayloadKind, String)| {
             self.builder.payload(Payload { kind, text })
@@ -304,6 +338,7 @@ impl Sampler {
         meta.sampler_priority = self.priority.to_owned();
         meta.late_ticks = self.late_ticks;
         meta.ticks = self.ticks;
+        meta.notes = self.notes;
         self.builder.finish(meta)
     }
 }

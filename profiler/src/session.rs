@@ -44,16 +44,24 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     let Some((name, args)) = program.split_first() else {
         bail!("no program given: fsprof run -- PROGRAM [ARGS...]")
     };
-    let interrupted = interrupt_flag()?;
+    let signals = Signals::install()?;
     target::raise_open_file_limit();
     let dir = prepare_output(options.output.as_deref(), &program_name(name))?;
-    let mut child = spawn(name, args)?;
+    let mut child = match spawn(name, args) {
+        Ok(child) => child,
+        Err(error) => {
+            if options.output.is_none() {
+                let _ = std::fs::remove_dir(&dir); // ours, and still empty
+            }
+            return Err(error);
+        }
+    };
     let pid = child.id();
 
     let mut sampler = Sampler::new(pid);
     let mut status: Option<ExitStatus> = None;
-    let end = sampler::record(&mut sampler, schedule(options), || {
-        if interrupted.load(Ordering::Relaxed) {
+    let mut end = sampler::record(&mut sampler, schedule(options), || {
+        if signals.any() {
             return Some(End::Interrupted);
         }
         match child.try_wait() {
@@ -64,38 +72,41 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
             _ => None,
         }
     });
-    let end = match (end, status) {
-        (End::TargetExited(_), None) => {
-            let exit = child.wait().context("waiting for the program")?;
-            status = Some(exit);
-            End::TargetExited(describe_exit(exit))
-        }
-        (end, _) => end,
-    };
+    if matches!(end, End::TargetExited(_)) && status.is_none() {
+        // The sampler saw it go; collect its status (if our parent ignores SIGCHLD there is none).
+        status = child.wait().ok();
+        end = End::TargetExited(
+            status.map_or_else(|| "the program exited".to_owned(), describe_exit),
+        );
+    }
 
-    let meta = meta(
-        "run",
-        program
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect(),
-        pid,
-        options,
-        &end,
-    );
-    write_outputs(&dir, sampler.finish(meta))?;
+    let command = program
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    write_outputs(
+        &dir,
+        sampler.finish(meta("run", command, pid, options, &end)),
+    )?;
 
-    let status = match status {
-        Some(status) => status,
-        None => wait_after_interrupt(&mut child, pid, &interrupted)?,
-    };
-    Ok(exit_code(status))
+    if let Some(status) = status {
+        return Ok(exit_code(status));
+    }
+    if matches!(end, End::TargetExited(_)) {
+        return Ok(1); // exited, status unknown
+    }
+    if signals.terminated.load(Ordering::Relaxed) {
+        // SIGTERM came to fsprof alone (from `timeout`, say): the program was not asked to stop.
+        eprintln!("fsprof: stopped by SIGTERM; the program (pid {pid}) keeps running");
+        return Ok(128 + 15);
+    }
+    wait_for_program(&mut child, pid, &signals, &end)
 }
 
 /// `fsprof attach`: records process `pid` until Ctrl-C, the duration or its exit; it keeps running.
 pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     check_attachable(pid)?;
-    let interrupted = interrupt_flag()?;
+    let signals = Signals::install()?;
     target::raise_open_file_limit();
     let command = target::command_line(pid);
     let name = command
@@ -112,7 +123,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     let mut sampler = Sampler::new(pid);
     let mut next_check = Instant::now();
     let end = sampler::record(&mut sampler, schedule(options), || {
-        if interrupted.load(Ordering::Relaxed) {
+        if signals.any() {
             return Some(End::Interrupted);
         }
         // A zombie still lists its threads; look at its state now and then.
@@ -178,40 +189,64 @@ fn spawn(name: &OsString, args: &[OsString]) -> Result<Child> {
     })
 }
 
-/// After an interrupt, the program (which got the terminal's Ctrl-C too) is left to exit on its
-/// own; a second interrupt stops waiting for it. It is never killed.
-fn wait_after_interrupt(
-    child: &mut Child,
-    pid: u32,
-    interrupted: &AtomicBool,
-) -> Result<ExitStatus> {
-    interrupted.store(false, Ordering::Relaxed);
-    let mut told = false;
+/// After recording stopped but the program did not, waits for it and returns its exit code.
+/// The program is never signalled: after Ctrl-C it got the terminal's Ctrl-C too and is
+/// presumably ending; after `--duration` it simply goes on. Another Ctrl-C or SIGTERM stops the
+/// wait and leaves it running.
+fn wait_for_program(child: &mut Child, pid: u32, signals: &Signals, end: &End) -> Result<i32> {
+    signals.interrupted.store(false, Ordering::Relaxed);
+    match end {
+        End::Duration => eprintln!(
+            "fsprof: recording stopped after --duration; the program (pid {pid}) goes on, and fsprof will exit with its exit code"
+        ),
+        _ => eprintln!("fsprof: waiting for the program (pid {pid}) to exit; Ctrl-C again to stop waiting"),
+    }
     loop {
-        if let Some(status) = child.try_wait().context("waiting for the program")? {
-            return Ok(status);
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(exit_code(status)),
+            Ok(None) => {}
+            Err(_) => return Ok(1),
         }
-        if interrupted.load(Ordering::Relaxed) {
+        if signals.any() {
             eprintln!("fsprof: leaving the program (pid {pid}) running");
-            return Ok(ExitStatus::from_raw(130 << 8));
-        }
-        if !told {
-            eprintln!(
-                "fsprof: waiting for the program (pid {pid}) to exit; Ctrl-C again to stop waiting"
-            );
-            told = true;
+            return Ok(if signals.terminated.load(Ordering::Relaxed) {
+                128 + 15
+            } else {
+                128 + 2
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
-fn interrupt_flag() -> Result<Arc<AtomicBool>> {
-    let flag = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&flag))
-            .context("installing the Ctrl-C handler")?;
+/// Ctrl-C (SIGINT) and SIGTERM, recorded as flags the loops poll.
+struct Signals {
+    interrupted: Arc<AtomicBool>,
+    terminated: Arc<AtomicBool>,
+}
+
+impl Signals {
+    fn install() -> Result<Signals> {
+        let signals = Signals {
+            interrupted: Arc::default(),
+            terminated: Arc::default(),
+        };
+        signal_hook::flag::register(
+            signal_hook::consts::SIGINT,
+            Arc::clone(&signals.interrupted),
+        )
+        .context("installing the Ctrl-C handler")?;
+        signal_hook::flag::register(
+            signal_hook::consts::SIGTERM,
+            Arc::clone(&signals.terminated),
+        )
+        .context("installing the SIGTERM handler")?;
+        Ok(signals)
     }
-    Ok(flag)
+
+    fn any(&self) -> bool {
+        self.interrupted.load(Ordering::Relaxed) || self.terminated.load(Ordering::Relaxed)
+    }
 }
 
 fn schedule(options: &RecordOptions) -> Schedule {

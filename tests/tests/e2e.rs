@@ -422,3 +422,118 @@ fn errors_when_attaching_to_a_process_we_may_not_read() {
         );
     }
 }
+
+#[test]
+fn marks_held_across_exec_do_not_outlive_it() {
+    let _serial = serial();
+    let dir = tempdir();
+    run_target(dir.path(), "exec", 2.5, &[]);
+    let report = report_json(dir.path());
+    let output = report["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "output")
+        .unwrap();
+    let before = output["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["payload"] == "before-exec")
+        .unwrap();
+    let ms = before["ms"].as_f64().unwrap();
+    assert!(
+        (400.0..650.0).contains(&ms),
+        "the mark held across exec got {ms} ms (it was held 500 ms)"
+    );
+    assert!(
+        report["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "validation"),
+        "marks after exec are seen"
+    );
+}
+
+#[test]
+fn a_leader_thread_that_exits_first_does_not_end_the_profile() {
+    let (_dir, report) = profile_and_compare("leader-exit");
+    assert!(report["samples"].as_u64().unwrap() > 2000);
+}
+
+#[test]
+fn sigterm_to_fsprof_alone_writes_the_profile_and_leaves_the_program_running() {
+    let _serial = serial();
+    let dir = tempdir();
+    let ready = dir.path().join("ready");
+    // fsprof's stderr goes to a file: the program inherits it and outlives fsprof here.
+    let log = dir.path().join("stderr");
+    let mut fsprof = Guarded(
+        Command::new(fsprof())
+            .args(["run", "-o"])
+            .arg(dir.path())
+            .args(["--", target(), "mixed", "30", "--ready"])
+            .arg(&ready)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let pid: u32 = wait_for_file(&ready, Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    let _program = KillPid(pid);
+    std::thread::sleep(Duration::from_millis(500)); // let it collect half a second of samples
+    unsafe { libc::kill(fsprof.pid() as i32, libc::SIGTERM) };
+    let status = fsprof.wait_with_deadline(Duration::from_secs(10));
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("keeps running"), "{stderr}");
+    let (state, tracer) = state_and_tracer(pid);
+    assert!(
+        matches!(state, 'R' | 'S') && tracer == 0,
+        "program left in state {state}, tracer {tracer}"
+    );
+    assert!(report_json(dir.path())["samples"].as_u64().unwrap() > 100);
+}
+
+#[test]
+fn run_with_a_duration_records_that_long_and_waits_for_the_program() {
+    let _serial = serial();
+    let dir = tempdir();
+    let output = Command::new(fsprof())
+        .args(["run", "--duration", "1", "-o"])
+        .arg(dir.path())
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 1500000 ]; do i=$((i+1)); done; exit 4",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(4),
+        "the program's exit code: {stderr}"
+    );
+    assert!(
+        stderr.contains("recording stopped after --duration"),
+        "{stderr}"
+    );
+    let profile: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("profile.json")).unwrap())
+            .unwrap();
+    let secs = profile["meta"]["duration_ns"].as_f64().unwrap() / 1e9;
+    assert!((0.9..1.2).contains(&secs), "recorded {secs} s");
+}
+
+/// Kills a process that is not our child when dropped.
+struct KillPid(u32);
+
+impl Drop for KillPid {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+    }
+}

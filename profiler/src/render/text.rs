@@ -6,7 +6,7 @@
 //!    886 ms : src/main.rs:14:20
 //! ```
 
-use crate::analysis::FeatureReport;
+use crate::analysis::{FeatureReport, TimeView};
 use crate::profile::Meta;
 use std::fmt::Write;
 
@@ -34,8 +34,9 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
     let program = meta.command.first().map(String::as_str).unwrap_or("?");
     let _ = writeln!(
         out,
-        "fsprof: {} samples of {} thread{} of {program} (pid {}) over {:.2} s at {} Hz; {}",
+        "fsprof: {} sample{} of {} thread{} of {program} (pid {}) over {:.2} s at {} Hz; {}",
         report.samples,
+        if report.samples == 1 { "" } else { "s" },
         threads,
         if threads == 1 { "" } else { "s" },
         meta.pid,
@@ -47,10 +48,12 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
     let _ = writeln!(out);
 
     if report.samples == 0 {
-        let _ = writeln!(
-            out,
-            "No samples were taken: the program ended before the first sample."
-        );
+        let why = if meta.end.contains("exited") || meta.end.contains("killed") {
+            "the program ended before the first sample"
+        } else {
+            "recording stopped before the first sample"
+        };
+        let _ = writeln!(out, "No samples were taken: {why}.");
     } else if report.features.is_empty() {
         let _ = writeln!(
             out,
@@ -66,9 +69,13 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
     for feature in &report.features {
         let _ = writeln!(
             out,
-            "{} accounts for {:.2}% of running time ({} / {total} ms)",
+            "{} accounts for {:.2}% of {} ({} / {total} ms)",
             capitalised(&feature.name),
             report.percent(feature.ns),
+            match report.view {
+                TimeView::Active => "running time",
+                TimeView::All => "all thread time",
+            },
             ms(feature.ns),
         );
         let width = feature
@@ -88,7 +95,7 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
         let _ = writeln!(out);
     }
 
-    let mut notes = Vec::new();
+    let mut notes = meta.notes.clone();
     if report.truncated_samples > 0 {
         notes.push(format!(
             "{} samples had mark stacks deeper than {} (up to {}): their stacks are truncated, marks beyond that depth are not attributed",

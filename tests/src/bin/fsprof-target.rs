@@ -85,6 +85,36 @@ fn main() {
             deep(&truth, run_for);
         }
         "stress" => stress(&truth, run_for, ready),
+        "exec" => {
+            // Marks for half a second, then replaces itself (with the mark still held) by a
+            // `mixed` run for the rest of the time: the old mark must not outlive the exec.
+            ready();
+            let _held = OUTPUT.mark_with("before-exec");
+            spin(Duration::from_millis(500));
+            let rest = (args.secs - 0.5).max(0.1).to_string();
+            let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+            command.args(["mixed", &rest]);
+            if let Some(truth) = &args.truth {
+                command.args(["--truth", truth]);
+            }
+            let error = std::os::unix::process::CommandExt::exec(&mut command);
+            panic!("exec failed: {error}");
+        }
+        "leader-exit" => {
+            // The main thread exits first; a worker goes on marking and writes the truth.
+            let truth = Arc::clone(&truth);
+            let path = args.truth.clone();
+            thread::spawn(move || {
+                mixed(&truth, run_for, 7);
+                if let Some(path) = path {
+                    std::fs::write(&path, truth.to_json().to_string()).unwrap();
+                }
+                std::process::exit(0);
+            });
+            ready();
+            thread::sleep(Duration::from_millis(100));
+            unsafe { libc::syscall(libc::SYS_exit, 0) };
+        }
         "exit-now" => {
             let _m = OUTPUT.mark_with("exit-now");
         }
