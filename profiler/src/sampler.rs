@@ -48,6 +48,9 @@ const MAX_DISTINCT: usize = 100_000;
 struct ThreadState {
     status: ThreadStatus,
     id: u32,
+    /// The thread's id as the target sees it (and writes in its slot): different from `tid` when
+    /// the target runs in another PID namespace (a container) than fsprof.
+    own_tid: u32,
     last_time: Instant,
     seen_at: u64,
 }
@@ -70,6 +73,8 @@ pub struct Sampler {
     threads_without_slot: u64,
     priority: &'static str,
     late_ticks: u64,
+    /// Whether the target is in another PID namespace, so thread ids need translating.
+    other_namespace: bool,
     notes: Vec<String>,
     regions_seen: Vec<u64>,
     // Buffers reused across ticks.
@@ -99,6 +104,7 @@ impl Sampler {
             threads_without_slot: 0,
             priority: "normal",
             late_ticks: 0,
+            other_namespace: target::in_other_pid_namespace(pid),
             notes: Vec::new(),
             regions_seen: Vec::new(),
             tids: Vec::new(),
@@ -128,13 +134,6 @@ impl Sampler {
         let tick = self.ticks;
         for index in 0..self.tids.len() {
             let tid = self.tids[index];
-            if self.unreadable.contains(&tid) {
-                // Its time is carried to its next sample: keep its state, do not advance it.
-                if let Some(state) = self.threads.get_mut(&tid) {
-                    state.seen_at = tick;
-                }
-                continue;
-            }
             let state = match self.threads.get_mut(&tid) {
                 Some(state) => state,
                 None => {
@@ -143,17 +142,26 @@ impl Sampler {
                     };
                     let pid = self.pid;
                     let id = self.builder.thread(tid, || target::thread_name(pid, tid));
+                    let own_tid = if self.other_namespace {
+                        target::namespace_tid(pid, tid)
+                    } else {
+                        tid
+                    };
                     // A thread born since the previous tick stands for the time since then.
                     let last_time = self.last_tick.unwrap_or(now);
                     self.threads.entry(tid).or_insert(ThreadState {
                         status,
                         id,
+                        own_tid,
                         last_time,
                         seen_at: tick,
                     })
                 }
             };
             state.seen_at = tick;
+            if self.unreadable.contains(&state.own_tid) {
+                continue; // its time is carried to its next sample: its state is not advanced
+            }
             let Some(running) = state.status.is_running() else {
                 continue;
             };
@@ -163,8 +171,8 @@ impl Sampler {
             if first {
                 continue;
             }
-            let thread = state.id;
-            let stack = self.stack_of(tid);
+            let (thread, own_tid) = (state.id, state.own_tid);
+            let stack = self.stack_of(own_tid);
             self.builder
                 .add_sample(thread, stack, wall_ns, if running { wall_ns } else { 0 });
         }
@@ -253,7 +261,7 @@ impl Sampler {
         }
     }
 
-    /// The interned mark stack of thread `tid` in this tick.
+    /// The interned mark stack of the thread whose own id (see `ThreadState::own_tid`) is `tid`.
     fn stack_of(&mut self, tid: u32) -> u32 {
         let mut records: Vec<RecordView> = Vec::new();
         let mut truncated_depth = None;

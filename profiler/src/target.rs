@@ -66,6 +66,29 @@ pub fn threads(pid: u32, into: &mut Vec<u32>) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `pid` lives in another PID namespace than fsprof (a container seen from its host).
+pub fn in_other_pid_namespace(pid: u32) -> bool {
+    match (
+        fs::read_link("/proc/self/ns/pid"),
+        fs::read_link(proc_dir(pid).join("ns/pid")),
+    ) {
+        (Ok(ours), Ok(theirs)) => ours != theirs,
+        _ => false,
+    }
+}
+
+/// The id thread `tid` of `pid` has in its own (innermost) PID namespace, from the `NSpid` line
+/// of its status; `tid` itself when that cannot be read.
+pub fn namespace_tid(pid: u32, tid: u32) -> u32 {
+    fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/status")))
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+            line.split_ascii_whitespace().last()?.parse().ok()
+        })
+        .unwrap_or(tid)
+}
+
 /// A thread's name (`comm`), or an empty string.
 pub fn thread_name(pid: u32, tid: u32) -> String {
     fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/comm")))

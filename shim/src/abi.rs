@@ -317,24 +317,24 @@ pub struct Busy;
 /// `region` must point to at least [`HEADER_SIZE`] readable bytes (a region mapped read-only is
 /// fine) that stay mapped during the call.
 pub unsafe fn header_at(region: *const u8) -> HeaderView {
-    let header = &*(region as *const RegionHeader);
+    use core::ptr::{addr_of, read_volatile};
+    use core::sync::atomic::Ordering::{Acquire, Relaxed};
+    // Another process may write any of these at any time: read each field once, volatile (the
+    // counters atomically), and never hold a reference to the plain fields.
+    let header = region as *const RegionHeader;
     HeaderView {
-        magic: header.magic,
-        version: header.version,
-        header_size: header.header_size,
-        slot_count: header.slot_count,
-        slot_size: header.slot_size,
-        mark_capacity: header.mark_capacity,
-        record_size: header.record_size,
-        pid: header.pid,
-        slots_used: header
-            .slots_used
-            .load(core::sync::atomic::Ordering::Acquire),
-        threads_without_slot: header
-            .threads_without_slot
-            .load(core::sync::atomic::Ordering::Relaxed),
-        address: header.address,
-        fd: header.fd,
+        magic: read_volatile(addr_of!((*header).magic)),
+        version: read_volatile(addr_of!((*header).version)),
+        header_size: read_volatile(addr_of!((*header).header_size)),
+        slot_count: read_volatile(addr_of!((*header).slot_count)),
+        slot_size: read_volatile(addr_of!((*header).slot_size)),
+        mark_capacity: read_volatile(addr_of!((*header).mark_capacity)),
+        record_size: read_volatile(addr_of!((*header).record_size)),
+        pid: read_volatile(addr_of!((*header).pid)),
+        slots_used: (*addr_of!((*header).slots_used)).load(Acquire),
+        threads_without_slot: (*addr_of!((*header).threads_without_slot)).load(Relaxed),
+        address: read_volatile(addr_of!((*header).address)),
+        fd: read_volatile(addr_of!((*header).fd)),
     }
 }
 

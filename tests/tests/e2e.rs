@@ -537,3 +537,61 @@ impl Drop for KillPid {
         unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
     }
 }
+
+#[test]
+fn attach_from_the_host_to_a_program_in_a_pid_namespace() {
+    // Needs CAP_SYS_ADMIN for unshare (CI runs as root); elsewhere there is nothing to test.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: cannot create a PID namespace, test not run");
+        return;
+    }
+    let _serial = serial();
+    let dir = tempdir();
+    let ready = dir.path().join("ready");
+    let mut unshare = Guarded(
+        Command::new("unshare")
+            .args([
+                "--pid",
+                "--fork",
+                "--kill-child",
+                target(),
+                "mixed",
+                "5",
+                "--truth",
+            ])
+            .arg(dir.path().join("truth.json"))
+            .arg("--ready")
+            .arg(&ready)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let inner: u32 = wait_for_file(&ready, Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    assert_eq!(inner, 1, "the target is pid 1 of its namespace");
+    // Its pid on the host: the child of unshare.
+    let host = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                s.lines().any(|l| {
+                    l.split_whitespace()
+                        .eq(["PPid:", &unshare.pid().to_string()])
+                })
+            })
+        })
+        .expect("unshare's child");
+    let out = dir.path().join("out");
+    let status = Command::new(fsprof())
+        .args(["attach", &host.to_string(), "--duration", "3", "-o"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(unshare
+        .wait_with_deadline(Duration::from_secs(20))
+        .success());
+    assert_shares_match(&report_json(&out), &truth(dir.path()));
+}
