@@ -70,6 +70,11 @@ fn several_threads_one_idle_one_blocked_in_a_mark() {
 }
 
 #[test]
+fn a_thread_that_sleeps_inside_marks() {
+    profile_and_compare("sleepy");
+}
+
+#[test]
 fn nested_features_both_count() {
     profile_and_compare("nested");
 }

@@ -71,6 +71,10 @@ fn main() {
             mixed(&truth, run_for, 1);
         }
         "threads" => threads(&truth, run_for, ready),
+        "sleepy" => {
+            ready();
+            sleepy(&truth, run_for);
+        }
         "nested" => {
             ready();
             nested(&truth, run_for);
@@ -163,6 +167,25 @@ fn mixed(truth: &Truth, run_for: Duration, seed: u64) {
             3 => spin(rng.micros(200, 3000)),
             _ => timed(truth, &PARSING, "expr", || spin(rng.micros(200, 1000))),
         }
+    }
+    truth.active(start.elapsed());
+}
+
+/// One thread alternating 700 µs of work in `hashing`, a 500 µs sleep in `io` and 300 µs of
+/// unmarked work: a thread that blocks inside marks, so the sampler and the target share CPUs
+/// in a regular rhythm.
+fn sleepy(truth: &Truth, run_for: Duration) {
+    static HASHING: Feature = Feature::new("hashing");
+    static IO: Feature = Feature::new("io");
+    let start = Instant::now();
+    while start.elapsed() < run_for {
+        timed(truth, &HASHING, "digest", || {
+            spin(Duration::from_micros(700))
+        });
+        timed(truth, &IO, "read", || {
+            thread::sleep(Duration::from_micros(500))
+        });
+        spin(Duration::from_micros(300));
     }
     truth.active(start.elapsed());
 }

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Accuracy of `fsprof run` on the ground-truth target's `sleepy` scenario, alone and with N other
+# busy processes competing for the CPUs. Prints, per run, the error of each feature's share in
+# percentage points (report minus truth). Usage: accuracy-under-load.sh [RUNS] [BUSY]
+# Run from the repository root after `cargo build --release --workspace`. Set AS="setpriv
+# --reuid=65534 --regid=65534 --clear-groups" (as root) to measure fsprof without the privilege of
+# real-time scheduling. LOAD is the busy command (default: a shell loop), e.g. LOAD="yes > /dev/null".
+set -euo pipefail
+runs=${1:-5}
+busy=${2:-2}
+dir=$(mktemp -d)
+chmod 777 "$dir"
+trap 'rm -rf "$dir"; kill $(jobs -p) 2>/dev/null || true' EXIT
+measure() {
+  for i in $(seq "$runs"); do
+    ${AS:-} target/release/fsprof run -o "$dir/out" -- target/release/fsprof-target sleepy 3 --truth "$dir/truth.json" 2>/dev/null
+    python3 - "$dir" <<'PY'
+import json, subprocess, sys
+d = sys.argv[1]
+t = json.load(open(d + "/truth.json"))
+r = json.loads(subprocess.check_output(["target/release/fsprof", "report", d + "/out", "--format", "json"]))
+errs = {f["name"]: f["percent"] - t["features"][f["name"]]["ms"] * 100 / t["total_ms"] for f in r["features"]}
+late = r["meta"]["late_ticks"] * 100 / max(r["meta"]["ticks"], 1)
+print("  " + "  ".join(f"{k} {v:+.2f}" for k, v in sorted(errs.items())) + f"  (late samples {late:.1f}%, sampler {r['meta']['sampler_priority']})")
+PY
+  done
+}
+echo "quiet machine:"
+measure
+echo "with $busy busy processes:"
+for _ in $(seq "$busy"); do bash -c "${LOAD:-while :; do :; done}" & done
+measure
