@@ -10,7 +10,9 @@ runs=${1:-5}
 busy=${2:-2}
 dir=$(mktemp -d)
 chmod 777 "$dir"
-trap 'rm -rf "$dir"; kill $(jobs -p) 2>/dev/null || true' EXIT
+loads=()
+# Each load runs in its own session; kill the whole group, not just the shell.
+trap 'for p in "${loads[@]}"; do kill -- "-$p" 2>/dev/null || true; done; rm -rf "$dir"' EXIT
 measure() {
   for i in $(seq "$runs"); do
     ${AS:-} target/release/fsprof run -o "$dir/out" -- target/release/fsprof-target sleepy 3 --truth "$dir/truth.json" 2>/dev/null
@@ -28,5 +30,8 @@ PY
 echo "quiet machine:"
 measure
 echo "with $busy busy processes:"
-for _ in $(seq "$busy"); do bash -c "${LOAD:-while :; do :; done}" & done
+for _ in $(seq "$busy"); do
+  setsid bash -c "${LOAD:-while :; do :; done}" &
+  loads+=($!)
+done
 measure

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Interleaved: fizzbuzz 10M alone vs under fsprof run (default 1000 Hz), 5 rounds each.
-cd /work/main
+cd "$(dirname "$0")/../.."
 B=target/release
 for i in 1 2 3 4 5; do
   s=$(date +%s.%N); $B/fizzbuzz > /dev/null; e=$(date +%s.%N); echo "alone $(echo "$e - $s" | bc)"
