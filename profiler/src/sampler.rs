@@ -255,6 +255,8 @@ impl Sampler {
                 Err(_) => false,
             });
         self.threads_without_slot = without_slot;
+        // Sorted by thread (stable: regions keep their order), for `stack_of`'s lookups.
+        self.marks.sort_by_key(|marks| marks.tid);
         if self.regions.len() != before {
             self.forget_names();
             self.next_region_scan = Instant::now();
@@ -265,7 +267,8 @@ impl Sampler {
     fn stack_of(&mut self, tid: u32) -> u32 {
         let mut records: Vec<RecordView> = Vec::new();
         let mut truncated_depth = None;
-        for marks in self.marks.iter().filter(|m| m.tid == tid) {
+        let first = self.marks.partition_point(|m| m.tid < tid);
+        for marks in self.marks[first..].iter().take_while(|m| m.tid == tid) {
             records.extend_from_slice(&marks.records);
             if marks.depth as usize > marks.records.len() {
                 truncated_depth = Some(marks.depth);
