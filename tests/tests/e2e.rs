@@ -209,14 +209,7 @@ fn attach_stops_when_the_target_exits() {
     let dir = tempdir();
     let mut target = start_target(dir.path(), "mixed", 1.5);
     let out = dir.path().join("out");
-    let mut fsprof = Guarded(
-        Command::new(fsprof())
-            .args(["attach", &target.pid().to_string(), "-o"])
-            .arg(&out)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut fsprof = attach_to(target.pid(), &out);
     assert!(target.wait_with_deadline(Duration::from_secs(20)).success());
     let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(10));
     assert!(status.success(), "{stderr}");
@@ -230,11 +223,7 @@ fn a_target_killed_mid_run_still_gets_its_profile() {
     let dir = tempdir();
     let ready = dir.path().join("ready");
     let mut fsprof = Guarded(
-        Command::new(fsprof())
-            .args(["run", "-o"])
-            .arg(dir.path())
-            .args(["--", target(), "mixed", "30", "--ready"])
-            .arg(&ready)
+        run_until_killed(dir.path(), &ready)
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
@@ -261,11 +250,7 @@ fn ctrl_c_during_run_writes_the_profile() {
     // as a terminal does.
     let mut fsprof = Guarded(
         std::os::unix::process::CommandExt::process_group(
-            Command::new(fsprof())
-                .args(["run", "-o"])
-                .arg(dir.path())
-                .args(["--", target(), "mixed", "30", "--ready"])
-                .arg(&ready),
+            &mut run_until_killed(dir.path(), &ready),
             0,
         )
         .stderr(Stdio::piped())
@@ -291,14 +276,7 @@ fn ctrl_c_during_attach_writes_the_profile_and_leaves_the_target_running() {
     let dir = tempdir();
     let mut target = start_target(dir.path(), "mixed", 30.0);
     let out = dir.path().join("out");
-    let mut fsprof = Guarded(
-        Command::new(fsprof())
-            .args(["attach", &target.pid().to_string(), "-o"])
-            .arg(&out)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut fsprof = attach_to(target.pid(), &out);
     let lines = stderr_lines(&mut fsprof);
     let first = lines
         .recv_timeout(Duration::from_secs(10))
@@ -475,11 +453,7 @@ fn sigterm_to_fsprof_alone_writes_the_profile_and_leaves_the_program_running() {
     // fsprof's stderr goes to a file: the program inherits it and outlives fsprof here.
     let log = dir.path().join("stderr");
     let mut fsprof = Guarded(
-        Command::new(fsprof())
-            .args(["run", "-o"])
-            .arg(dir.path())
-            .args(["--", target(), "mixed", "30", "--ready"])
-            .arg(&ready)
+        run_until_killed(dir.path(), &ready)
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap(),
@@ -532,6 +506,28 @@ fn run_with_a_duration_records_that_long_and_waits_for_the_program() {
             .unwrap();
     let secs = profile["meta"]["duration_ns"].as_f64().unwrap() / 1e9;
     assert!((0.9..1.2).contains(&secs), "recorded {secs} s");
+}
+
+/// `fsprof attach PID -o OUT`, with stderr piped.
+fn attach_to(pid: u32, out: &std::path::Path) -> Guarded {
+    let child = Command::new(fsprof())
+        .args(["attach", &pid.to_string(), "-o"])
+        .arg(out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Guarded(child)
+}
+
+/// `fsprof run -o DIR -- fsprof-target mixed 30 --ready READY`: a run that a test ends early.
+fn run_until_killed(dir: &std::path::Path, ready: &std::path::Path) -> Command {
+    let mut command = Command::new(fsprof());
+    command
+        .args(["run", "-o"])
+        .arg(dir)
+        .args(["--", target(), "mixed", "30", "--ready"])
+        .arg(ready);
+    command
 }
 
 /// Kills a process that is not our child when dropped.
