@@ -41,7 +41,10 @@
 //!   region counts such threads).
 //! * After `fork()` the child does not inherit the region; it creates its own on its first mark.
 //!   Guards alive across the fork do nothing in the child.
-//! * A mark made from a signal handler that interrupted a push or pop on the same thread is skipped.
+//! * Marks may be made from signal handlers, on one condition: the thread must have marked once
+//!   outside a handler before (its first mark claims a slot and registers a thread-exit
+//!   destructor, which may allocate). A handler's mark that interrupted a push on the same thread
+//!   is skipped; one that interrupted a pop nests normally.
 //!
 //! The shared-memory layout the profiler reads is defined, and documented, in [`abi`].
 //!

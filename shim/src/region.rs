@@ -64,11 +64,13 @@ struct ThreadState {
     slot: Cell<*mut Slot>,
     /// Set when this thread must not claim a slot again (its destructors are running).
     exiting: Cell<bool>,
-    /// Push counter, advanced by two per push: odd while this thread is inside `push` (or
-    /// `claim`), so that a signal handler interrupting it and marking is turned away instead of
-    /// writing the slot (or claiming a second one) under it; the even value after a push tags its
-    /// record, so a stale guard cannot pop a newer mark.
+    /// Push counter, advanced by two per push; the even value after a push tags its record, so a
+    /// stale guard cannot pop a newer mark. On targets other than x86-64 it is odd while the
+    /// thread is inside `push` (see `push`).
     serial: Cell<u64>,
+    /// Set while this thread claims its slot, so that a signal handler interrupting the claim
+    /// and marking does not claim a second slot.
+    claiming: Cell<bool>,
 }
 
 thread_local! {
@@ -77,6 +79,7 @@ thread_local! {
             slot: Cell::new(null_mut()),
             exiting: Cell::new(false),
             serial: Cell::new(0),
+            claiming: Cell::new(false),
         }
     };
     /// Touched when a slot is claimed; its destructor releases the slot at thread exit.
@@ -193,9 +196,17 @@ fn region() -> *mut RegionHeader {
 #[cold]
 #[inline(never)]
 fn claim(state: &ThreadState) -> *mut Slot {
-    if state.exiting.get() {
+    if state.exiting.get() || state.claiming.replace(true) {
         return null_mut();
     }
+    compiler_fence(SeqCst);
+    let slot = claim_once(state);
+    compiler_fence(SeqCst);
+    state.claiming.set(false);
+    slot
+}
+
+fn claim_once(state: &ThreadState) -> *mut Slot {
     // Register the exit destructor first; if thread-locals are already being torn down, do not claim.
     if OWNER.try_with(|_| ()).is_err() {
         state.exiting.set(true);
