@@ -90,6 +90,9 @@ pub struct Meta {
     /// Ticks that started more than half a period late (the sampler waited for a CPU).
     #[serde(default)]
     pub late_ticks: u64,
+    /// Ticks that took longer than the sampling period (too many threads for the rate).
+    #[serde(default)]
+    pub overrun_ticks: u64,
     /// All ticks.
     #[serde(default)]
     pub ticks: u64,

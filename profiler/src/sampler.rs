@@ -73,6 +73,8 @@ pub struct Sampler {
     threads_without_slot: u64,
     priority: &'static str,
     late_ticks: u64,
+    /// Ticks that took longer than the mean period (too many threads for the rate).
+    overrun_ticks: u64,
     /// Whether the target is in another PID namespace, so thread ids need translating.
     other_namespace: bool,
     notes: Vec<String>,
@@ -104,6 +106,7 @@ impl Sampler {
             threads_without_slot: 0,
             priority: "normal",
             late_ticks: 0,
+            overrun_ticks: 0,
             other_namespace: target::in_other_pid_namespace(pid),
             notes: Vec::new(),
             regions_seen: Vec::new(),
@@ -348,6 +351,7 @@ impl Sampler {
         meta.mark_capacity = fsprof_shim::abi::MARK_CAPACITY as u32;
         meta.sampler_priority = self.priority.to_owned();
         meta.late_ticks = self.late_ticks;
+        meta.overrun_ticks = self.overrun_ticks;
         meta.ticks = self.ticks;
         meta.notes = self.notes;
         self.builder.finish(meta)
@@ -401,6 +405,17 @@ pub fn record(
     // With the default 50 µs timer slack our wake-ups would be batched with the target's own
     // timers; one nanosecond keeps the sampling times independent of the target's.
     let _ = nix::sys::prctl::set_timerslack(1);
+    let end = sample_until_stopped(sampler, schedule, period, &mut stop);
+    lower_priority();
+    end
+}
+
+fn sample_until_stopped(
+    sampler: &mut Sampler,
+    schedule: Schedule,
+    period: Duration,
+    stop: &mut impl FnMut() -> Option<End>,
+) -> End {
     let start = Instant::now();
     let mut next = start;
     loop {
@@ -410,17 +425,30 @@ pub fn record(
         if schedule.duration.is_some_and(|d| start.elapsed() >= d) {
             return End::Duration;
         }
-        if Instant::now().duration_since(next) > period / 2 {
+        let began = Instant::now();
+        if began.duration_since(next) > period / 2 {
             sampler.late_ticks += 1;
         }
         if !sampler.tick() {
             return End::TargetExited("the program exited".to_owned());
         }
-        next += period.mul_f64(0.5 + fastrand::f64());
         let now = Instant::now();
-        if next < now {
-            next = now; // we fell behind (a busy machine): do not burst to catch up
+        let cost = now - began;
+        next += period.mul_f64(0.5 + fastrand::f64());
+        // Never busier than half the time: with many threads a tick can take longer than the
+        // period, and a real-time sampler that never slept would starve the target.
+        next = next.max(now + cost);
+        if cost > period {
+            sampler.overrun_ticks += 1;
         }
         std::thread::sleep(next - now);
     }
+}
+
+/// Back to normal scheduling once recording is over (writing the profile needs no priority).
+fn lower_priority() {
+    use nix::libc;
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain system call on this process with a valid parameter block.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
 }

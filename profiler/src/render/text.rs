@@ -114,6 +114,18 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
             meta.torn_dropped
         ));
     }
+    let asked = meta.rate_hz;
+    let achieved = if meta.duration_ns > 0 {
+        meta.ticks as f64 * 1e9 / meta.duration_ns as f64
+    } else {
+        asked
+    };
+    if meta.ticks > 100 && achieved < 0.8 * asked {
+        notes.push(format!(
+            "fsprof sampled {achieved:.0} times a second, not the {asked} asked for: {} of {} samples took longer than the period ({threads} threads); lower --rate, or expect less precise shares",
+            meta.overrun_ticks, meta.ticks
+        ));
+    }
     if meta.ticks > 0 && meta.late_ticks * 10 > meta.ticks {
         notes.push(format!(
             "{:.0}% of samples were taken late because fsprof waited for a CPU (sampler priority: {}); shares may lean toward features in which the program blocks. Run on a quieter machine, or with the privilege to use real-time scheduling (root or CAP_SYS_NICE)",
