@@ -49,8 +49,8 @@ struct ThreadState {
     status: ThreadStatus,
     id: u32,
     /// The thread's id as the target sees it (and writes in its slot): different from `tid` when
-    /// the target runs in another PID namespace (a container) than fsprof.
-    own_tid: u32,
+    /// the target runs in another PID namespace (a container) than fsprof; `None` until known.
+    own_tid: Option<u32>,
     last_time: Instant,
     seen_at: u64,
 }
@@ -73,6 +73,8 @@ pub struct Sampler {
     threads_without_slot: u64,
     priority: &'static str,
     late_ticks: u64,
+    /// How many more thread status files may be kept open (see `target::raise_open_file_limit`).
+    descriptor_budget: usize,
     /// Ticks that took longer than the mean period (too many threads for the rate).
     overrun_ticks: u64,
     /// Whether the target is in another PID namespace, so thread ids need translating.
@@ -86,8 +88,9 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// A sampler for process `pid`. Nothing is read until the first [`Sampler::tick`].
-    pub fn new(pid: u32) -> Sampler {
+    /// A sampler for process `pid` that may keep `descriptor_budget` files open. Nothing is read
+    /// until the first [`Sampler::tick`].
+    pub fn new(pid: u32, descriptor_budget: usize) -> Sampler {
         let now = Instant::now();
         Sampler {
             pid,
@@ -106,6 +109,7 @@ impl Sampler {
             threads_without_slot: 0,
             priority: "normal",
             late_ticks: 0,
+            descriptor_budget,
             overrun_ticks: 0,
             other_namespace: target::in_other_pid_namespace(pid),
             notes: Vec::new(),
@@ -140,32 +144,42 @@ impl Sampler {
             let state = match self.threads.get_mut(&tid) {
                 Some(state) => state,
                 None => {
-                    let Some(status) = ThreadStatus::open(self.pid, tid) else {
+                    let keep_open = self.descriptor_budget > 0;
+                    let Some(status) = ThreadStatus::open(self.pid, tid, keep_open) else {
                         continue;
                     };
+                    if status.holds_descriptor() {
+                        self.descriptor_budget -= 1;
+                    }
                     let pid = self.pid;
                     let id = self.builder.thread(tid, || target::thread_name(pid, tid));
-                    let own_tid = if self.other_namespace {
-                        target::namespace_tid(pid, tid)
-                    } else {
-                        tid
-                    };
                     // A thread born since the previous tick stands for the time since then.
                     let last_time = self.last_tick.unwrap_or(now);
-                    self.threads.entry(tid).or_insert(ThreadState {
+                    let state = ThreadState {
                         status,
                         id,
-                        own_tid,
+                        own_tid: None,
                         last_time,
                         seen_at: tick,
-                    })
+                    };
+                    self.threads.entry(tid).or_insert(state)
                 }
             };
             state.seen_at = tick;
-            if self.unreadable.contains(&state.own_tid) {
+            if state.own_tid.is_none() {
+                // Read once; retried at the next tick if /proc could not tell now.
+                state.own_tid = if self.other_namespace {
+                    target::namespace_tid(self.pid, tid)
+                } else {
+                    Some(tid)
+                };
+            }
+            let own_tid = state.own_tid.unwrap_or(tid);
+            if self.unreadable.contains(&own_tid) {
                 continue; // its time is carried to its next sample: its state is not advanced
             }
             let Some(running) = state.status.is_running() else {
+                state.seen_at = u64::MAX; // gone (or its id reused): forget it below
                 continue;
             };
             let wall_ns = now
@@ -174,12 +188,19 @@ impl Sampler {
             if first {
                 continue;
             }
-            let (thread, own_tid) = (state.id, state.own_tid);
+            let thread = state.id;
             let stack = self.stack_of(own_tid);
             self.builder
                 .add_sample(thread, stack, wall_ns, if running { wall_ns } else { 0 });
         }
-        self.threads.retain(|_, state| state.seen_at == tick);
+        let budget = &mut self.descriptor_budget;
+        self.threads.retain(|_, state| {
+            let keep = state.seen_at == tick;
+            if !keep && state.status.holds_descriptor() {
+                *budget += 1;
+            }
+            keep
+        });
         self.first_tick.get_or_insert(now);
         self.last_tick = Some(now);
         self.ticks += 1;

@@ -45,7 +45,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         bail!("no program given: fsprof run -- PROGRAM [ARGS...]")
     };
     let signals = Signals::install()?;
-    target::raise_open_file_limit();
+    let descriptors = target::raise_open_file_limit();
     let dir = prepare_output(options.output.as_deref(), &program_name(name))?;
     let mut child = match spawn(name, args) {
         Ok(child) => child,
@@ -58,7 +58,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     };
     let pid = child.id();
 
-    let mut sampler = Sampler::new(pid);
+    let mut sampler = Sampler::new(pid, descriptors);
     let mut status: Option<ExitStatus> = None;
     let mut end = sampler::record(&mut sampler, schedule(options), || {
         if signals.any() {
@@ -107,7 +107,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
 pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     check_attachable(pid)?;
     let signals = Signals::install()?;
-    target::raise_open_file_limit();
+    let descriptors = target::raise_open_file_limit();
     let command = target::command_line(pid);
     let name = command
         .first()
@@ -120,7 +120,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         options.rate_hz,
         dir.display()
     );
-    let mut sampler = Sampler::new(pid);
+    let mut sampler = Sampler::new(pid, descriptors);
     let mut next_check = Instant::now();
     let end = sampler::record(&mut sampler, schedule(options), || {
         if signals.any() {

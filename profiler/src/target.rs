@@ -78,15 +78,11 @@ pub fn in_other_pid_namespace(pid: u32) -> bool {
 }
 
 /// The id thread `tid` of `pid` has in its own (innermost) PID namespace, from the `NSpid` line
-/// of its status; `tid` itself when that cannot be read.
-pub fn namespace_tid(pid: u32, tid: u32) -> u32 {
-    fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/status")))
-        .ok()
-        .and_then(|status| {
-            let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
-            line.split_ascii_whitespace().last()?.parse().ok()
-        })
-        .unwrap_or(tid)
+/// of its status; `None` when that cannot be read now.
+pub fn namespace_tid(pid: u32, tid: u32) -> Option<u32> {
+    let status = fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/status"))).ok()?;
+    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+    line.split_ascii_whitespace().last()?.parse().ok()
 }
 
 /// A thread's name (`comm`), or an empty string.
@@ -110,19 +106,25 @@ pub struct ThreadStatus {
 }
 
 impl ThreadStatus {
-    /// The status of thread `tid` of `pid`; `None` if the thread is gone.
-    pub fn open(pid: u32, tid: u32) -> Option<ThreadStatus> {
+    /// The status of thread `tid` of `pid`; `None` if the thread is gone. With `keep_open` false
+    /// (fsprof is short of descriptors) the file is opened at each read instead.
+    pub fn open(pid: u32, tid: u32, keep_open: bool) -> Option<ThreadStatus> {
         let path = proc_dir(pid).join(format!("task/{tid}/stat"));
         let file = match File::open(&path) {
-            Ok(file) => Some(file),
+            Ok(file) => Some(file).filter(|_| keep_open),
             Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
-            Err(_) => None, // out of descriptors (a target with very many threads)
+            Err(_) => None, // out of descriptors after all: open at each read
         };
         Some(ThreadStatus {
             file,
             path,
             buf: vec![0; 1024],
         })
+    }
+
+    /// Whether the file is kept open (and so holds a descriptor).
+    pub fn holds_descriptor(&self) -> bool {
+        self.file.is_some()
     }
 
     /// Whether the thread is running or runnable; `None` once the thread is gone.
@@ -139,13 +141,21 @@ impl ThreadStatus {
     }
 }
 
-/// Raises this process's limit on open files to the hard limit: fsprof keeps one file open per
-/// target thread. Beyond the limit it still works, opening the files each time.
-pub fn raise_open_file_limit() {
+/// Raises this process's limit on open files to the hard limit, and returns how many more files
+/// fsprof may keep open while leaving a reserve for everything else it opens. fsprof keeps one
+/// file open per target thread up to that number, and opens the others at each read.
+pub fn raise_open_file_limit() -> usize {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-    }
+    const RESERVE: u64 = 64;
+    let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 0;
+    };
+    let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    let limit = getrlimit(Resource::RLIMIT_NOFILE).map_or(0, |(soft, _)| soft);
+    let in_use = fs::read_dir("/proc/self/fd").map_or(RESERVE, |dir| dir.count() as u64);
+    limit
+        .saturating_sub(in_use + RESERVE)
+        .min(usize::MAX as u64) as usize
 }
 
 /// A thread of `pid` through which its memory can be read: the leader, unless it has exited
@@ -264,8 +274,9 @@ mod tests {
         threads(pid, &mut tids).unwrap();
         assert!(tids.contains(&pid));
         let tid = nix::unistd::gettid().as_raw() as u32;
-        let mut status = ThreadStatus::open(pid, tid).unwrap();
-        assert!(ThreadStatus::open(pid, u32::MAX).is_none());
+        let mut status = ThreadStatus::open(pid, tid, true).unwrap();
+        assert!(status.holds_descriptor());
+        assert!(ThreadStatus::open(pid, u32::MAX, true).is_none());
         assert_eq!(
             status.is_running(),
             Some(true),
