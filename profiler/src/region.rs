@@ -61,6 +61,8 @@ pub struct RegionReader {
     backing: Backing,
     remote: Remote,
     address: u64,
+    /// The header's nonce when opened: a region with another is a new one (after an exec).
+    nonce: u64,
     /// Threads that could not get a slot, as last read.
     pub threads_without_slot: u64,
 }
@@ -79,13 +81,14 @@ impl RegionReader {
         if !header.is_compatible() {
             return Err(RegionError::Incompatible(header));
         }
-        let backing = map(pid, address, &header)
+        let backing = map(pid, via, address, &header)
             .map(Backing::Mapped)
             .unwrap_or(Backing::Remote);
         Ok(RegionReader {
             backing,
             remote,
             address,
+            nonce: header.nonce,
             threads_without_slot: header.threads_without_slot,
         })
     }
@@ -117,7 +120,10 @@ impl RegionReader {
                     .read(self.address, &mut bytes)
                     .map_err(RegionError::Read)?;
                 let header = abi::parse_header(&bytes).expect("sized");
-                if !header.is_compatible() || header.address != self.address {
+                if !header.is_compatible()
+                    || header.address != self.address
+                    || header.nonce != self.nonce
+                {
                     return Err(RegionError::Incompatible(header));
                 }
                 // SAFETY: `map` is a compatible region of REGION_SIZE bytes (checked in `map`),
@@ -133,7 +139,7 @@ impl RegionReader {
                     .read(self.address, &mut bytes)
                     .map_err(RegionError::Read)?;
                 let header = abi::parse_header(&bytes).expect("sized");
-                if !header.is_compatible() {
+                if !header.is_compatible() || header.nonce != self.nonce {
                     return Err(RegionError::Incompatible(header));
                 }
                 self.threads_without_slot = header.threads_without_slot;
@@ -157,14 +163,15 @@ impl RegionReader {
 /// it must name a memfd of the region's name (not a FIFO, whose open would block, or a device),
 /// be opened without blocking, be a regular file of the region's size, and be sealed against
 /// shrinking (a mapping of a file that shrinks faults with SIGBUS when read).
-fn map(pid: u32, address: u64, header: &HeaderView) -> Option<Mmap> {
+fn map(pid: u32, via: u32, address: u64, header: &HeaderView) -> Option<Mmap> {
     use nix::libc;
     use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::io::AsRawFd;
     if header.fd < 0 || header.address != address {
         return None;
     }
-    let path = format!("/proc/{pid}/fd/{}", header.fd);
+    // Through a live thread: a leader that exited before the others has an empty fd directory.
+    let path = format!("/proc/{pid}/task/{via}/fd/{}", header.fd);
     let link = std::fs::read_link(&path).ok()?;
     if link.as_os_str() != format!("/memfd:{} (deleted)", abi::REGION_NAME).as_str() {
         return None;
@@ -189,7 +196,8 @@ fn map(pid: u32, address: u64, header: &HeaderView) -> Option<Mmap> {
     let map = unsafe { MmapOptions::new().len(abi::REGION_SIZE).map(&file) }.ok()?;
     // SAFETY: the mapping has REGION_SIZE >= HEADER_SIZE bytes.
     let mapped = unsafe { abi::header_at(map.as_ptr()) };
-    (mapped.is_compatible() && mapped.address == address).then_some(map)
+    (mapped.is_compatible() && mapped.address == address && mapped.nonce == header.nonce)
+        .then_some(map)
 }
 
 fn read_mapped(

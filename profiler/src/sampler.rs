@@ -73,6 +73,8 @@ pub struct Sampler {
     threads_without_slot: u64,
     priority: &'static str,
     late_ticks: u64,
+    /// Set when a region could not be read this tick: every thread's time is carried over.
+    marks_incomplete: bool,
     /// How many more thread status files may be kept open (see `target::raise_open_file_limit`).
     descriptor_budget: usize,
     /// Ticks that took longer than the mean period (too many threads for the rate).
@@ -109,6 +111,7 @@ impl Sampler {
             threads_without_slot: 0,
             priority: "normal",
             late_ticks: 0,
+            marks_incomplete: false,
             descriptor_budget,
             overrun_ticks: 0,
             other_namespace: target::in_other_pid_namespace(pid),
@@ -175,7 +178,7 @@ impl Sampler {
                 };
             }
             let own_tid = state.own_tid.unwrap_or(tid);
-            if self.unreadable.contains(&own_tid) {
+            if self.marks_incomplete || self.unreadable.contains(&own_tid) {
                 continue; // its time is carried to its next sample: its state is not advanced
             }
             let Some(running) = state.status.is_running() else {
@@ -281,7 +284,8 @@ impl Sampler {
         self.threads_without_slot = without_slot;
         // Sorted by thread (stable: regions keep their order), for `stack_of`'s lookups.
         self.marks.sort_by_key(|marks| marks.tid);
-        if self.regions.len() != before {
+        self.marks_incomplete = self.regions.len() != before;
+        if self.marks_incomplete {
             self.forget_names();
             self.next_region_scan = Instant::now();
         }

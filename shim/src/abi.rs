@@ -108,6 +108,9 @@ pub struct RegionHeader {
     pub(crate) address: u64,
     /// The memfd descriptor, kept open (close-on-exec) so a reader can map the region itself.
     pub(crate) fd: i32,
+    /// A number drawn when the region is created, so that a reader can tell a new region (after
+    /// an `exec`, say) from the one it opened even when both are mapped at the same address.
+    pub(crate) nonce: u64,
 }
 
 /// One thread's slot.
@@ -163,6 +166,8 @@ pub struct HeaderView {
     pub address: u64,
     /// The creating process's memfd descriptor for the region (`-1` if closed).
     pub fd: i32,
+    /// Drawn at creation: tells this region from a later one at the same address.
+    pub nonce: u64,
 }
 
 impl HeaderView {
@@ -249,6 +254,7 @@ pub fn parse_header(bytes: &[u8]) -> Option<HeaderView> {
         threads_without_slot: u64_at(bytes, offset_of!(RegionHeader, threads_without_slot)),
         address: u64_at(bytes, offset_of!(RegionHeader, address)),
         fd: u32_at(bytes, offset_of!(RegionHeader, fd)) as i32,
+        nonce: u64_at(bytes, offset_of!(RegionHeader, nonce)),
     })
 }
 
@@ -335,6 +341,7 @@ pub unsafe fn header_at(region: *const u8) -> HeaderView {
         threads_without_slot: (*addr_of!((*header).threads_without_slot)).load(Relaxed),
         address: read_volatile(addr_of!((*header).address)),
         fd: read_volatile(addr_of!((*header).fd)),
+        nonce: read_volatile(addr_of!((*header).nonce)),
     }
 }
 

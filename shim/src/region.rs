@@ -157,9 +157,20 @@ fn create_region() -> *mut RegionHeader {
             threads_without_slot: Default::default(),
             address: addr as u64,
             fd,
+            nonce: nonce(addr as u64),
         });
         header
     }
+}
+
+/// A number unlikely to repeat for a region created at `address` now (slow path, once a process).
+fn nonce(address: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { getpid() } as u64;
+    (now ^ address.rotate_left(29) ^ pid.rotate_left(47)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
 }
 
 /// This process's region, created on first use; null if it cannot be created.
