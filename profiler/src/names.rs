@@ -66,6 +66,23 @@ pub fn payload(remote: &Remote, record: &RecordView) -> Option<(PayloadKind, Str
     }
 }
 
+/// `text` safe to print on a terminal: control characters (escape sequences) and the bidi and
+/// other invisible format characters that can make text display as something else are replaced
+/// by U+FFFD. Everything fsprof prints that came from a target or a file goes through this.
+pub fn clean(text: &str) -> String {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+    };
+    if text.chars().any(unsafe_char) {
+        text.chars()
+            .map(|c| if unsafe_char(c) { '\u{FFFD}' } else { c })
+            .collect()
+    } else {
+        text.to_owned()
+    }
+}
+
 /// Reads at most `max` bytes of a string at `address`, marking truncation with `…`.
 fn read_string(remote: &Remote, address: u64, len: u64, max: usize) -> String {
     let take = (len as usize).min(max);
@@ -73,10 +90,7 @@ fn read_string(remote: &Remote, address: u64, len: u64, max: usize) -> String {
     if take > 0 && remote.read(address, &mut bytes).is_err() {
         return format!("<unreadable string at {address:#x}>");
     }
-    let mut text: String = String::from_utf8_lossy(&bytes)
-        .chars()
-        .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
-        .collect();
+    let mut text = clean(&String::from_utf8_lossy(&bytes));
     if (len as usize) > take {
         text.push('…');
     }
@@ -96,6 +110,10 @@ mod tests {
         assert_eq!(
             feature_name(&remote, &F as *const Feature as u64),
             "feature\u{FFFD}with control"
+        );
+        assert_eq!(
+            clean("a\u{1b}]0;x\u{7}b\u{202E}c"),
+            "a\u{FFFD}]0;x\u{FFFD}b\u{FFFD}c"
         );
         let not_a_feature = b"just some bytes that are long enough";
         assert!(feature_name(&remote, not_a_feature.as_ptr() as u64).starts_with("<not a feature"));

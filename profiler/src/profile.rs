@@ -224,23 +224,26 @@ impl Profile {
         Ok(())
     }
 
-    /// Replaces control characters in every text that reaches a terminal: a profile is a file
-    /// anyone may have written.
+    /// Replaces control and bidi characters in every text that reaches a terminal: a profile is a
+    /// file anyone may have written.
     fn sanitise(&mut self) {
-        let clean = |text: &mut String| {
-            if text.chars().any(char::is_control) {
-                *text = text
-                    .chars()
-                    .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
-                    .collect();
-            }
-        };
+        let clean = |text: &mut String| *text = crate::names::clean(text);
         self.features.iter_mut().for_each(clean);
         self.payloads.iter_mut().for_each(|p| clean(&mut p.text));
         self.threads.iter_mut().for_each(|t| clean(&mut t.name));
-        self.meta.command.iter_mut().for_each(clean);
-        self.meta.notes.iter_mut().for_each(clean);
-        clean(&mut self.meta.end);
+        let meta = &mut self.meta;
+        meta.command
+            .iter_mut()
+            .chain(meta.notes.iter_mut())
+            .for_each(clean);
+        for text in [
+            &mut meta.end,
+            &mut meta.mode,
+            &mut meta.fsprof_version,
+            &mut meta.sampler_priority,
+        ] {
+            clean(text);
+        }
     }
 
     /// Total number of samples.

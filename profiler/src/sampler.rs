@@ -246,10 +246,19 @@ impl Sampler {
                     }
                 }
                 Err(RegionError::Incompatible(header)) => {
+                    let ours = fsprof_shim::abi::VERSION;
+                    let what = if header.magic != fsprof_shim::abi::MAGIC {
+                        "a mapping named like an fsprof region that is not one".to_owned()
+                    } else if header.version != ours {
+                        format!(
+                            "an fsprof region of ABI version {} (this fsprof reads version {ours})",
+                            header.version
+                        )
+                    } else {
+                        format!("an fsprof region of ABI version {ours} with another layout (a different fsprof revision)")
+                    };
                     let note = format!(
-                        "the program has an fsprof region that this fsprof cannot read (ABI version {}; this fsprof reads version {}): build the program and fsprof from the same fsprof release",
-                        header.version,
-                        fsprof_shim::abi::VERSION
+                        "the program has {what}, which this fsprof cannot read: build the program and fsprof from the same fsprof release"
                     );
                     if !self.notes.contains(&note) {
                         self.notes.push(note);

@@ -45,7 +45,7 @@ pub fn command_line(pid: u32) -> Vec<String> {
             bytes
                 .split(|b| *b == 0)
                 .filter(|arg| !arg.is_empty())
-                .map(|arg| String::from_utf8_lossy(arg).into_owned())
+                .map(|arg| crate::names::clean(&String::from_utf8_lossy(arg)))
                 .collect()
         })
         .unwrap_or_default()
@@ -88,7 +88,7 @@ pub fn namespace_tid(pid: u32, tid: u32) -> Option<u32> {
 /// A thread's name (`comm`), or an empty string.
 pub fn thread_name(pid: u32, tid: u32) -> String {
     fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/comm")))
-        .map(|name| name.trim_end().to_owned())
+        .map(|name| crate::names::clean(name.trim_end()))
         .unwrap_or_default()
 }
 
