@@ -48,6 +48,9 @@ const MAX_DISTINCT: usize = 100_000;
 struct ThreadState {
     status: ThreadStatus,
     id: u32,
+    /// For a thread born during the recording, its active time when first seen: its first sample
+    /// stands for no more than that.
+    first_cap_ns: Option<u64>,
     /// The thread's id as the target sees it (and writes in its slot): different from `tid` when
     /// the target runs in another PID namespace (a container) than fsprof; `None` until known.
     own_tid: Option<u32>,
@@ -156,14 +159,19 @@ impl Sampler {
                     }
                     let pid = self.pid;
                     let id = self.builder.thread(tid, || target::thread_name(pid, tid));
-                    // A thread born since the previous tick stands for the time since then.
+                    // A thread born since the previous tick stands for the time since then, but no more
+                    // than it has been active: it may have been born just now.
                     let last_time = self.last_tick.unwrap_or(now);
+                    let first_cap_ns = self
+                        .last_tick
+                        .and_then(|_| target::thread_active_ns(pid, tid));
                     let state = ThreadState {
                         status,
                         id,
                         own_tid: None,
                         last_time,
                         seen_at: tick,
+                        first_cap_ns,
                     };
                     self.threads.entry(tid).or_insert(state)
                 }
@@ -185,9 +193,12 @@ impl Sampler {
                 state.seen_at = u64::MAX; // gone (or its id reused): forget it below
                 continue;
             };
-            let wall_ns = now
+            let mut wall_ns = now
                 .duration_since(std::mem::replace(&mut state.last_time, now))
                 .as_nanos() as u64;
+            if let Some(cap) = state.first_cap_ns.take() {
+                wall_ns = wall_ns.min(cap);
+            }
             if first {
                 continue;
             }

@@ -141,6 +141,15 @@ impl ThreadStatus {
     }
 }
 
+/// How long thread `tid` of `pid` has been running or waiting for a CPU since it started, in
+/// nanoseconds, from its `schedstat`; `None` if unreadable. Used once per thread born during a
+/// recording, to bound its first sample by its age.
+pub fn thread_active_ns(pid: u32, tid: u32) -> Option<u64> {
+    let text = fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/schedstat"))).ok()?;
+    let mut fields = text.split_ascii_whitespace().map(|f| f.parse::<u64>().ok());
+    Some(fields.next()??.saturating_add(fields.next()??))
+}
+
 /// Raises this process's limit on open files to the hard limit, and returns how many more files
 /// fsprof may keep open while leaving a reserve for everything else it opens. fsprof keeps one
 /// file open per target thread up to that number, and opens the others at each read.

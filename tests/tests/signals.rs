@@ -83,3 +83,64 @@ fn marks_from_signal_handlers_never_corrupt_the_stack() {
         "{signals} signals, {copies} copies"
     );
 }
+
+extern "C" fn mark_in_handler(_: libc::c_int) {
+    let _m = HANDLER.mark_with("in-handler");
+}
+
+#[test]
+fn a_handler_marking_during_a_threads_first_mark_does_not_leak_a_slot() {
+    use std::sync::atomic::AtomicI32;
+    static CURRENT: AtomicI32 = AtomicI32::new(0);
+    static DONE: AtomicBool = AtomicBool::new(false);
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = mark_in_handler as extern "C" fn(libc::c_int) as usize;
+        action.sa_flags = libc::SA_RESTART;
+        assert_eq!(
+            libc::sigaction(libc::SIGUSR2, &action, std::ptr::null_mut()),
+            0
+        );
+    }
+    {
+        let _m = MAIN.mark_with("outer"); // the region exists; this thread has its slot
+    }
+    let pid = unsafe { libc::getpid() };
+    let sender = std::thread::spawn(move || {
+        while !DONE.load(Ordering::Relaxed) {
+            let tid = CURRENT.load(Ordering::Relaxed);
+            if tid != 0 {
+                unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGUSR2) };
+            }
+        }
+    });
+    // Each thread's first mark (which claims its slot) races with the handler's marks.
+    for _ in 0..2000 {
+        std::thread::spawn(|| {
+            CURRENT.store(unsafe { libc::gettid() }, Ordering::Relaxed);
+            for _ in 0..100 {
+                std::hint::spin_loop();
+            }
+            let _m = MAIN.mark_with("first");
+            CURRENT.store(0, Ordering::Relaxed);
+        })
+        .join()
+        .unwrap();
+    }
+    DONE.store(true, Ordering::Relaxed);
+    sender.join().unwrap();
+    // Every slot still owned must belong to a live thread of this process.
+    let region = region_address().unwrap() as *const u8;
+    let leaked: Vec<u32> = (0..abi::SLOT_COUNT)
+        .map(|i| unsafe { abi::slot_owner(region, i) })
+        .filter(|tid| {
+            *tid != 0 && !std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
+        })
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "{} slots owned by exited threads, e.g. {:?}",
+        leaked.len(),
+        &leaked[..leaked.len().min(8)]
+    );
+}

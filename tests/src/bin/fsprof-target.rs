@@ -71,6 +71,17 @@ fn main() {
             mixed(&truth, run_for, 1);
         }
         "threads" => threads(&truth, run_for, ready),
+        "crowd" => {
+            // 300 threads asleep outside marks, and the main thread busy.
+            for _ in 0..300 {
+                thread::spawn(|| loop {
+                    thread::sleep(Duration::from_secs(3600));
+                });
+            }
+            thread::sleep(Duration::from_millis(200)); // let them all fall asleep
+            ready();
+            mixed(&truth, run_for, 9);
+        }
         "sleepy" => {
             ready();
             sleepy(&truth, run_for);
