@@ -25,7 +25,11 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            let chain: Vec<String> = error.chain().map(ToString::to_string).collect();
+            // Errors can quote a file's or a process's contents: print them safely.
+            let chain: Vec<String> = error
+                .chain()
+                .map(|e| fsprof::names::clean(&e.to_string()))
+                .collect();
             eprintln!("fsprof: error: {}", chain.join(": "));
             ExitCode::FAILURE
         }

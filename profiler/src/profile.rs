@@ -90,9 +90,10 @@ pub struct Meta {
     /// Ticks that started more than half a period late (the sampler waited for a CPU).
     #[serde(default)]
     pub late_ticks: u64,
-    /// Ticks that took longer than the sampling period (too many threads for the rate).
+    /// Ticks whose cost made the next interval longer than drawn (too many threads for the rate:
+    /// the sampler is never busy more than half the time).
     #[serde(default)]
-    pub overrun_ticks: u64,
+    pub stretched_ticks: u64,
     /// All ticks.
     #[serde(default)]
     pub ticks: u64,

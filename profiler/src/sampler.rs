@@ -48,9 +48,7 @@ const MAX_DISTINCT: usize = 100_000;
 struct ThreadState {
     status: ThreadStatus,
     id: u32,
-    /// For a thread born during the recording, its active time when first seen: its first sample
-    /// stands for no more than that.
-    first_cap_ns: Option<u64>,
+
     /// The thread's id as the target sees it (and writes in its slot): different from `tid` when
     /// the target runs in another PID namespace (a container) than fsprof; `None` until known.
     own_tid: Option<u32>,
@@ -80,8 +78,8 @@ pub struct Sampler {
     marks_incomplete: bool,
     /// How many more thread status files may be kept open (see `target::raise_open_file_limit`).
     descriptor_budget: usize,
-    /// Ticks that took longer than the mean period (too many threads for the rate).
-    overrun_ticks: u64,
+    /// Ticks whose cost made the next interval longer than drawn (too many threads for the rate).
+    stretched_ticks: u64,
     /// Whether the target is in another PID namespace, so thread ids need translating.
     other_namespace: bool,
     notes: Vec<String>,
@@ -116,7 +114,7 @@ impl Sampler {
             late_ticks: 0,
             marks_incomplete: false,
             descriptor_budget,
-            overrun_ticks: 0,
+            stretched_ticks: 0,
             other_namespace: target::in_other_pid_namespace(pid),
             notes: Vec::new(),
             regions_seen: Vec::new(),
@@ -159,19 +157,16 @@ impl Sampler {
                     }
                     let pid = self.pid;
                     let id = self.builder.thread(tid, || target::thread_name(pid, tid));
-                    // A thread born since the previous tick stands for the time since then, but no more
-                    // than it has been active: it may have been born just now.
+                    // A thread born since the previous tick stands for the time since then. That credits
+                    // the stretch before its birth and, symmetrically, the stretch after its last
+                    // sample is never credited: on average the two balance.
                     let last_time = self.last_tick.unwrap_or(now);
-                    let first_cap_ns = self
-                        .last_tick
-                        .and_then(|_| target::thread_active_ns(pid, tid));
                     let state = ThreadState {
                         status,
                         id,
                         own_tid: None,
                         last_time,
                         seen_at: tick,
-                        first_cap_ns,
                     };
                     self.threads.entry(tid).or_insert(state)
                 }
@@ -185,20 +180,24 @@ impl Sampler {
                     Some(tid)
                 };
             }
-            let own_tid = state.own_tid.unwrap_or(tid);
+            // Until its own id is known its marks cannot be found: carry its time.
+            let Some(own_tid) = state.own_tid else {
+                continue;
+            };
             if self.marks_incomplete || self.unreadable.contains(&own_tid) {
                 continue; // its time is carried to its next sample: its state is not advanced
             }
-            let Some(running) = state.status.is_running() else {
-                state.seen_at = u64::MAX; // gone (or its id reused): forget it below
-                continue;
+            let running = match state.status.is_running() {
+                Ok(Some(running)) => running,
+                Ok(None) => {
+                    state.seen_at = u64::MAX; // gone (or its id reused): forget it below
+                    continue;
+                }
+                Err(_) => continue, // unreadable this time: its time is carried over
             };
-            let mut wall_ns = now
+            let wall_ns = now
                 .duration_since(std::mem::replace(&mut state.last_time, now))
                 .as_nanos() as u64;
-            if let Some(cap) = state.first_cap_ns.take() {
-                wall_ns = wall_ns.min(cap);
-            }
             if first {
                 continue;
             }
@@ -255,6 +254,10 @@ impl Sampler {
                     if !self.regions_seen.contains(&address) {
                         self.regions_seen.push(address);
                     }
+                }
+                // Mapped but not yet written by the program (its first mark is under way): look again.
+                Err(RegionError::Incompatible(header)) if header.magic == 0 => {
+                    self.next_region_scan = now;
                 }
                 Err(RegionError::Incompatible(header)) => {
                     let ours = fsprof_shim::abi::VERSION;
@@ -396,7 +399,7 @@ impl Sampler {
         meta.mark_capacity = fsprof_shim::abi::MARK_CAPACITY as u32;
         meta.sampler_priority = self.priority.to_owned();
         meta.late_ticks = self.late_ticks;
-        meta.overrun_ticks = self.overrun_ticks;
+        meta.stretched_ticks = self.stretched_ticks;
         meta.ticks = self.ticks;
         meta.notes = self.notes;
         self.builder.finish(meta)
@@ -422,19 +425,20 @@ pub struct Schedule {
 /// reset on fork so that programs we start never inherit it) removes the delay; failing that, a
 /// lower nice value shortens it. The sampler sleeps almost all the time, so this costs the
 /// machine nothing.
-fn raise_priority() -> &'static str {
+fn raise_priority() -> (&'static str, i32) {
     use nix::libc;
     let param = libc::sched_param { sched_priority: 1 };
     // SAFETY: plain system calls on this process with a valid parameter block.
     unsafe {
+        let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
         if libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) == 0 {
-            return "real-time";
+            return ("real-time", nice);
         }
-        if libc::setpriority(libc::PRIO_PROCESS, 0, -10) == 0 {
-            return "raised";
+        if libc::setpriority(libc::PRIO_PROCESS, 0, nice - 10) == 0 {
+            return ("raised", nice);
         }
+        ("normal", nice)
     }
-    "normal"
 }
 
 /// Samples until the target exits, `stop` returns a reason, or the duration elapses. Intervals are
@@ -446,12 +450,13 @@ pub fn record(
     mut stop: impl FnMut() -> Option<End>,
 ) -> End {
     let period = Duration::from_secs_f64(1.0 / schedule.rate_hz);
-    sampler.priority = raise_priority();
+    let (priority, nice) = raise_priority();
+    sampler.priority = priority;
     // With the default 50 µs timer slack our wake-ups would be batched with the target's own
     // timers; one nanosecond keeps the sampling times independent of the target's.
     let _ = nix::sys::prctl::set_timerslack(1);
     let end = sample_until_stopped(sampler, schedule, period, &mut stop);
-    lower_priority();
+    lower_priority(priority, nice);
     end
 }
 
@@ -470,30 +475,50 @@ fn sample_until_stopped(
         if schedule.duration.is_some_and(|d| start.elapsed() >= d) {
             return End::Duration;
         }
-        let began = Instant::now();
-        if began.duration_since(next) > period / 2 {
+        if Instant::now().duration_since(next) > period / 2 {
             sampler.late_ticks += 1;
         }
+        let cpu_before = thread_cpu_time();
         if !sampler.tick() {
             return End::TargetExited("the program exited".to_owned());
         }
+        // The tick's CPU time, not its wall time: a tick that was preempted or stopped must not
+        // make the next wait longer.
+        let cost = thread_cpu_time().saturating_sub(cpu_before);
         let now = Instant::now();
-        let cost = now - began;
         next += period.mul_f64(0.5 + fastrand::f64());
-        // Never busier than half the time: with many threads a tick can take longer than the
-        // period, and a real-time sampler that never slept would starve the target.
-        next = next.max(now + cost);
-        if cost > period {
-            sampler.overrun_ticks += 1;
+        // Never busier than half the time: with many threads a tick can take longer than half
+        // the period, and a real-time sampler that never slept would starve the target.
+        let floor = now + cost.min(period * 10);
+        if next < floor {
+            next = floor;
+            sampler.stretched_ticks += 1;
         }
         std::thread::sleep(next - now);
     }
 }
 
+/// CPU time this thread has used.
+fn thread_cpu_time() -> Duration {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(Duration::ZERO, Duration::from)
+}
+
 /// Back to normal scheduling once recording is over (writing the profile needs no priority).
-fn lower_priority() {
+fn lower_priority(raised: &str, nice: i32) {
     use nix::libc;
     let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: plain system call on this process with a valid parameter block.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+    // SAFETY: plain system calls on this process with valid arguments. Keeping the reset-on-fork
+    // flag matters: an unprivileged process (real-time through RLIMIT_RTPRIO) may not clear it.
+    unsafe {
+        match raised {
+            "real-time" => {
+                libc::sched_setscheduler(0, libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK, &param);
+            }
+            "raised" => {
+                libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+            }
+            _ => {}
+        }
+    }
 }

@@ -45,7 +45,6 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         bail!("no program given: fsprof run -- PROGRAM [ARGS...]")
     };
     let signals = Signals::install()?;
-    let descriptors = target::raise_open_file_limit();
     let dir = prepare_output(options.output.as_deref(), &program_name(name))?;
     let mut child = match spawn(name, args) {
         Ok(child) => child,
@@ -57,6 +56,8 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         }
     };
     let pid = child.id();
+    // Raised only now, so that the program does not inherit fsprof's higher limit.
+    let descriptors = target::raise_open_file_limit();
 
     let mut sampler = Sampler::new(pid, descriptors);
     let mut status: Option<ExitStatus> = None;

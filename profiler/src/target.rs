@@ -127,27 +127,24 @@ impl ThreadStatus {
         self.file.is_some()
     }
 
-    /// Whether the thread is running or runnable; `None` once the thread is gone.
-    pub fn is_running(&mut self) -> Option<bool> {
-        let len = match &self.file {
-            Some(file) => file.read_at(&mut self.buf, 0).ok()?,
-            None => File::open(&self.path)
-                .ok()?
-                .read_at(&mut self.buf, 0)
-                .ok()?,
+    /// Whether the thread is running or runnable: `Ok(None)` once the thread is gone, `Err` if
+    /// its state could not be read this time (out of descriptors, say).
+    pub fn is_running(&mut self) -> io::Result<Option<bool>> {
+        let gone = |e: &io::Error| {
+            e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(nix::libc::ESRCH)
         };
-        let stat = std::str::from_utf8(&self.buf[..len]).ok()?;
-        Some(state_from_stat(stat)? == 'R')
+        let read = match &self.file {
+            Some(file) => file.read_at(&mut self.buf, 0),
+            None => File::open(&self.path).and_then(|file| file.read_at(&mut self.buf, 0)),
+        };
+        let len = match read {
+            Ok(len) => len,
+            Err(e) if gone(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let stat = std::str::from_utf8(&self.buf[..len]).ok();
+        Ok(stat.and_then(state_from_stat).map(|state| state == 'R'))
     }
-}
-
-/// How long thread `tid` of `pid` has been running or waiting for a CPU since it started, in
-/// nanoseconds, from its `schedstat`; `None` if unreadable. Used once per thread born during a
-/// recording, to bound its first sample by its age.
-pub fn thread_active_ns(pid: u32, tid: u32) -> Option<u64> {
-    let text = fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/schedstat"))).ok()?;
-    let mut fields = text.split_ascii_whitespace().map(|f| f.parse::<u64>().ok());
-    Some(fields.next()??.saturating_add(fields.next()??))
 }
 
 /// Raises this process's limit on open files to the hard limit, and returns how many more files
@@ -287,7 +284,7 @@ mod tests {
         assert!(status.holds_descriptor());
         assert!(ThreadStatus::open(pid, u32::MAX, true).is_none());
         assert_eq!(
-            status.is_running(),
+            status.is_running().unwrap(),
             Some(true),
             "this thread is running the test"
         );

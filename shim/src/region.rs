@@ -211,7 +211,12 @@ fn claim(state: &ThreadState) -> *mut Slot {
         return null_mut();
     }
     compiler_fence(SeqCst);
-    let slot = claim_once(state);
+    // A signal handler may have run between our caller finding no slot and the flag being set,
+    // and claimed one for this thread: use it rather than claim (and leak) a second.
+    let mut slot = state.slot.get();
+    if slot.is_null() {
+        slot = claim_once(state);
+    }
     compiler_fence(SeqCst);
     state.claiming.set(false);
     slot

@@ -100,6 +100,11 @@ fn threads_starting_and_exiting_during_sampling() {
 }
 
 #[test]
+fn short_lived_threads_beside_a_long_lived_one() {
+    profile_and_compare("requests");
+}
+
+#[test]
 fn marks_deeper_than_the_bound_are_reported_as_truncated() {
     let (dir, report) = profile_and_compare("deep");
     assert!(

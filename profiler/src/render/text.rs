@@ -122,8 +122,8 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
     };
     if meta.ticks > 100 && achieved < 0.8 * asked {
         notes.push(format!(
-            "fsprof sampled {achieved:.0} times a second, not the {asked} asked for: {} of {} samples took longer than the period ({threads} threads); lower --rate, or expect less precise shares",
-            meta.overrun_ticks, meta.ticks
+            "fsprof sampled {achieved:.0} times a second, not the {asked} asked for: sampling {threads} threads took so long that {} of {} intervals were stretched (fsprof never samples more than half the time); lower --rate, or expect less precise shares",
+            meta.stretched_ticks, meta.ticks
         ));
     }
     if meta.ticks > 0 && meta.late_ticks * 10 > meta.ticks {

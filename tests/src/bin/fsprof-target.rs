@@ -71,6 +71,7 @@ fn main() {
             mixed(&truth, run_for, 1);
         }
         "threads" => threads(&truth, run_for, ready),
+        "requests" => requests(&truth, run_for, ready),
         "crowd" => {
             // 300 threads asleep outside marks, and the main thread busy.
             for _ in 0..300 {
@@ -328,6 +329,34 @@ fn churn(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
         handle.join().unwrap();
     }
     truth.extra("threads", (seed - 100) as f64);
+}
+
+/// A long-lived busy thread in one feature, and short-lived request threads (3 ms each, one
+/// every 4 ms or so) in another: a thread's first and last moments must count like any other.
+fn requests(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
+    static SERVER: Feature = Feature::new("server");
+    static HANDLING: Feature = Feature::new("handling");
+    let background = Arc::clone(truth);
+    let busy = thread::spawn(move || {
+        let start = Instant::now();
+        timed(&background, &SERVER, "loop", || spin(run_for));
+        background.active(start.elapsed());
+    });
+    ready();
+    let start = Instant::now();
+    let mut rng = Rng::new(8);
+    while start.elapsed() < run_for {
+        let truth = Arc::clone(truth);
+        let work = rng.micros(2000, 4000);
+        thread::spawn(move || {
+            let born = Instant::now();
+            timed(&truth, &HANDLING, "request", || spin(work));
+            truth.active(born.elapsed());
+        });
+        thread::sleep(rng.micros(3000, 5000)); // the spawner is idle outside marks
+    }
+    busy.join().unwrap();
+    thread::sleep(Duration::from_millis(20)); // let the last request finish
 }
 
 /// Marks nested 80 deep, past the shim's capacity of 64.
