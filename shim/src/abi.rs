@@ -166,7 +166,7 @@ pub struct HeaderView {
     pub address: u64,
     /// The creating process's memfd descriptor for the region (`-1` if closed).
     pub fd: i32,
-        /// Drawn at creation, never 0: tells this region from a later one at the same address.
+    /// Drawn at creation, never 0: tells this region from a later one at the same address.
     pub nonce: u64,
 }
 

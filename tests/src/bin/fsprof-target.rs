@@ -331,8 +331,9 @@ fn churn(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
     truth.extra("threads", (seed - 100) as f64);
 }
 
-/// A long-lived busy thread in one feature, and short-lived request threads (3 ms each, one
-/// every 4 ms or so) in another: a thread's first and last moments must count like any other.
+/// A long-lived busy thread in one feature, and short-lived request threads (3–6 ms each, one
+/// every 5–8 ms) in another: a thread's first and last moments must count like any other. The
+/// spawner's own running time (creating threads) counts as active time, outside marks.
 fn requests(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
     static SERVER: Feature = Feature::new("server");
     static HANDLING: Feature = Feature::new("handling");
@@ -347,13 +348,16 @@ fn requests(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
     let mut rng = Rng::new(8);
     while start.elapsed() < run_for {
         let truth = Arc::clone(truth);
-        let work = rng.micros(2000, 4000);
+        let work = rng.micros(3000, 6000);
+        let spawning = Instant::now();
+        let request = Arc::clone(&truth);
         thread::spawn(move || {
             let born = Instant::now();
-            timed(&truth, &HANDLING, "request", || spin(work));
-            truth.active(born.elapsed());
+            timed(&request, &HANDLING, "request", || spin(work));
+            request.active(born.elapsed());
         });
-        thread::sleep(rng.micros(3000, 5000)); // the spawner is idle outside marks
+        truth.active(spawning.elapsed());
+        thread::sleep(rng.micros(5000, 8000)); // the spawner is idle outside marks
     }
     busy.join().unwrap();
     thread::sleep(Duration::from_millis(20)); // let the last request finish
