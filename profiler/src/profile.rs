@@ -246,11 +246,6 @@ impl Profile {
             clean(text);
         }
     }
-
-    /// Total number of samples.
-    pub fn sample_count(&self) -> u64 {
-        self.samples.iter().map(|g| g.count).sum()
-    }
 }
 
 /// Builds a [`Profile`] while recording: interns names, payloads, stacks and threads.

@@ -98,11 +98,6 @@ impl RegionReader {
         self.address
     }
 
-    /// Whether the region is mapped into fsprof (rather than read with system calls).
-    pub fn is_mapped(&self) -> bool {
-        matches!(self.backing, Backing::Mapped(_))
-    }
-
     /// Appends every claimed slot's marks to `out`, and the tids of slots that could not be copied
     /// consistently to `unreadable`.
     pub fn read(
