@@ -204,9 +204,9 @@ mod tests {
                 frames: frames.clone(),
                 truncated_depth: None,
             });
-            b.add_sample(thread, stack, wall * 1_000_000, active * 1_000_000);
+            b.add_sample(thread, stack, None, wall * 1_000_000, active * 1_000_000);
         }
-        b.finish(Meta::default())
+        b.finish(Meta::default(), |_| Vec::new())
     }
 
     #[test]

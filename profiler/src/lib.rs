@@ -14,6 +14,7 @@ pub mod remote;
 pub mod render;
 pub mod sampler;
 pub mod session;
+pub mod stacks;
 pub mod target;
 
 use analysis::TimeView;

@@ -15,9 +15,15 @@
 //!                                                   // root first; no payload = antimark;
 //!                                                   // "truncated_depth": N when deeper than recorded
 //!  "threads": [{"tid": 4242, "name": "main"}],
-//!  "samples": [{"thread": 0, "stack": 0, "count": 10, "wall_ns": 10000000, "active_ns": 9000000}]}
+//!  "native_frames": [{"function": "app::parse", "file": "src/parse.rs", "line": 57,
+//!                     "module": "app", "inlined": false}],  // symbolized once, after recording
+//!  "native_stacks": [{"frames": [0, 1], "marks_at": [1], "truncated": false}],
+//!                                                   // root first; see `NativeStack`
+//!  "samples": [{"thread": 0, "stack": 0, "native": 0, "count": 10,
+//!               "wall_ns": 10000000, "active_ns": 9000000}]}
 //! ```
 //! A reader refuses other `format`s and newer `version`s; fields may be added within a version.
+//! Version 1 had no native stacks (`--no-native` profiles still have none).
 
 use crate::names::PayloadKind;
 use anyhow::{bail, Context, Result};
@@ -28,11 +34,14 @@ use std::path::{Path, PathBuf};
 /// Value of the `format` field.
 pub const FORMAT: &str = "fsprof-profile";
 /// Version written by this build; it reads this version and older.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Name of the profile file inside an output directory.
 pub const FILE_NAME: &str = "profile.json";
 /// Most frames a stack may have (a thread records at most a few regions' capacity of marks).
 pub const MAX_STACK_FRAMES: usize = 1024;
+/// Most native (physical) frames unwound per sample; inlined frames may add to them when
+/// symbolized.
+pub const MAX_NATIVE_FRAMES: usize = 1024;
 
 /// A recorded profile.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -53,6 +62,12 @@ pub struct Profile {
     pub threads: Vec<Thread>,
     /// Aggregated samples.
     pub samples: Vec<SampleGroup>,
+    /// Symbolized native frames; a native stack's `frames` index this.
+    #[serde(default)]
+    pub native_frames: Vec<NativeFrame>,
+    /// Distinct native stacks (with their marks' places); a sample group's `native` indexes this.
+    #[serde(default)]
+    pub native_stacks: Vec<NativeStack>,
 }
 
 /// How and when a profile was recorded.
@@ -131,6 +146,41 @@ pub struct Frame {
     pub payload: Option<u32>,
 }
 
+/// One native frame, symbolized: a function, or a function inlined into another (then the frame
+/// of the function it was inlined into comes right before it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NativeFrame {
+    /// Demangled function name without Rust's hash suffix; `module+0xoffset` when unknown.
+    pub function: String,
+    /// Source file, when debug information says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Source line, when debug information says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// File name of the executable or library (`[vdso]` for the vdso).
+    pub module: String,
+    /// Whether this function was inlined into the previous (outer) frame.
+    #[serde(default)]
+    pub inlined: bool,
+}
+
+/// A sample's native call stack, root first, and where its marks were pushed in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NativeStack {
+    /// Indexes into [`Profile::native_frames`], outermost (the thread's root) first.
+    pub frames: Vec<u32>,
+    /// For each frame of the sample's mark stack (outermost first): how many native frames come
+    /// before it, i.e. the mark was pushed by `frames[marks_at[i] - 1]` (0: before every frame,
+    /// which happens when it was pushed in a part of the stack that was not unwound). Never
+    /// decreasing, at most `frames.len()`.
+    pub marks_at: Vec<u32>,
+    /// Unwinding stopped before the thread's root (`_start`, the thread start routine): frames
+    /// are missing at the root end of `frames`.
+    #[serde(default)]
+    pub truncated: bool,
+}
+
 /// A thread of the target.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Thread {
@@ -147,6 +197,10 @@ pub struct SampleGroup {
     pub thread: u32,
     /// Index into [`Profile::stacks`].
     pub stack: u32,
+    /// Index into [`Profile::native_stacks`]; absent when recorded without native stacks
+    /// (`--no-native`) or when the thread's stack could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native: Option<u32>,
     /// Number of samples.
     pub count: u64,
     /// Wall time the samples stand for.
@@ -215,11 +269,37 @@ impl Profile {
                 }
             }
         }
+        for native in &self.native_stacks {
+            if native.frames.len() > MAX_NATIVE_FRAMES * 4
+                || native
+                    .frames
+                    .iter()
+                    .any(|f| *f as usize >= self.native_frames.len())
+            {
+                bail!("a native stack is too deep or refers to a missing frame");
+            }
+            let in_order = native.marks_at.windows(2).all(|w| w[0] <= w[1]);
+            let inside = native
+                .marks_at
+                .last()
+                .is_none_or(|last| *last as usize <= native.frames.len());
+            if !in_order || !inside {
+                bail!("a native stack places its marks out of order");
+            }
+        }
         for group in &self.samples {
             if group.thread as usize >= self.threads.len()
                 || group.stack as usize >= self.stacks.len()
             {
                 bail!("a sample refers to a missing thread or stack");
+            }
+            if let Some(native) = group.native {
+                let Some(native) = self.native_stacks.get(native as usize) else {
+                    bail!("a sample refers to a missing native stack");
+                };
+                if native.marks_at.len() != self.stacks[group.stack as usize].frames.len() {
+                    bail!("a sample's native stack places another number of marks than it has");
+                }
             }
         }
         Ok(())
@@ -232,6 +312,13 @@ impl Profile {
         self.features.iter_mut().for_each(clean);
         self.payloads.iter_mut().for_each(|p| clean(&mut p.text));
         self.threads.iter_mut().for_each(|t| clean(&mut t.name));
+        for frame in &mut self.native_frames {
+            clean(&mut frame.function);
+            clean(&mut frame.module);
+            if let Some(file) = &mut frame.file {
+                clean(file);
+            }
+        }
         let meta = &mut self.meta;
         meta.command
             .iter_mut()
@@ -260,7 +347,22 @@ pub struct ProfileBuilder {
     threads: Vec<Thread>,
     thread_ids: HashMap<u32, u32>,
     samples: Vec<SampleGroup>,
-    sample_ids: HashMap<(u32, u32), usize>,
+    sample_ids: HashMap<(u32, u32, Option<u32>), usize>,
+    native_stacks: Vec<RawNativeStack>,
+    native_ids: HashMap<RawNativeStack, u32>,
+}
+
+/// A native stack as recorded, before symbolization: like [`NativeStack`] with addresses instead of
+/// frames. Addresses are *lookup* addresses: the instruction pointer for the innermost frame, the
+/// return address minus one for callers, so that each points into the call instruction's line.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RawNativeStack {
+    /// Lookup addresses, root first.
+    pub addresses: Vec<u64>,
+    /// See [`NativeStack::marks_at`].
+    pub marks_at: Vec<u32>,
+    /// See [`NativeStack::truncated`].
+    pub truncated: bool,
 }
 
 impl ProfileBuilder {
@@ -295,14 +397,27 @@ impl ProfileBuilder {
         id
     }
 
+    /// The id of a native stack.
+    pub fn native_stack(&mut self, stack: RawNativeStack) -> u32 {
+        intern(&mut self.native_stacks, &mut self.native_ids, stack)
+    }
+
     /// Adds one sample.
-    pub fn add_sample(&mut self, thread: u32, stack: u32, wall_ns: u64, active_ns: u64) {
+    pub fn add_sample(
+        &mut self,
+        thread: u32,
+        stack: u32,
+        native: Option<u32>,
+        wall_ns: u64,
+        active_ns: u64,
+    ) {
         let next = self.samples.len();
-        let index = *self.sample_ids.entry((thread, stack)).or_insert(next);
+        let index = *self.sample_ids.entry((thread, stack, native)).or_insert(next);
         if index == next {
             self.samples.push(SampleGroup {
                 thread,
                 stack,
+                native,
                 count: 0,
                 wall_ns: 0,
                 active_ns: 0,
@@ -314,8 +429,64 @@ impl ProfileBuilder {
         group.active_ns += active_ns.min(wall_ns);
     }
 
-    /// The finished profile.
-    pub fn finish(self, meta: Meta) -> Profile {
+    /// The distinct addresses of all native stacks, for symbolization.
+    pub fn native_addresses(&self) -> Vec<u64> {
+        let mut addresses: Vec<u64> = self
+            .native_stacks
+            .iter()
+            .flat_map(|s| s.addresses.iter().copied())
+            .collect();
+        addresses.sort_unstable();
+        addresses.dedup();
+        addresses
+    }
+
+    /// The finished profile. `symbolize` gives the frames at each address of
+    /// [`ProfileBuilder::native_addresses`], outermost first (more than one when functions were
+    /// inlined there; at least one).
+    pub fn finish(
+        self,
+        meta: Meta,
+        mut symbolize: impl FnMut(u64) -> Vec<NativeFrame>,
+    ) -> Profile {
+        let mut frames = Vec::new();
+        let mut frame_ids = HashMap::new();
+        let mut expanded: HashMap<u64, Vec<u32>> = HashMap::new();
+        let mut native_stacks = Vec::with_capacity(self.native_stacks.len());
+        for raw in self.native_stacks {
+            let mut stack = NativeStack {
+                frames: Vec::with_capacity(raw.addresses.len()),
+                marks_at: Vec::with_capacity(raw.marks_at.len()),
+                truncated: raw.truncated,
+            };
+            let mut marks = raw.marks_at.iter().peekable();
+            for (index, address) in raw.addresses.iter().enumerate() {
+                while marks.next_if(|at| **at as usize <= index).is_some() {
+                    stack.marks_at.push(stack.frames.len() as u32);
+                }
+                let ids = expanded.entry(*address).or_insert_with(|| {
+                    let mut symbolized = symbolize(*address);
+                    if symbolized.is_empty() {
+                        symbolized.push(NativeFrame {
+                            function: format!("{address:#x}"),
+                            file: None,
+                            line: None,
+                            module: String::new(),
+                            inlined: false,
+                        });
+                    }
+                    symbolized
+                        .into_iter()
+                        .map(|frame| intern(&mut frames, &mut frame_ids, frame))
+                        .collect()
+                });
+                stack.frames.extend_from_slice(ids);
+            }
+            for _ in marks {
+                stack.marks_at.push(stack.frames.len() as u32);
+            }
+            native_stacks.push(stack);
+        }
         Profile {
             format: FORMAT.to_owned(),
             version: VERSION,
@@ -325,6 +496,8 @@ impl ProfileBuilder {
             stacks: self.stacks,
             threads: self.threads,
             samples: self.samples,
+            native_frames: frames,
+            native_stacks,
         }
     }
 }

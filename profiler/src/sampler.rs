@@ -204,7 +204,7 @@ impl Sampler {
             let thread = state.id;
             let stack = self.stack_of(own_tid);
             self.builder
-                .add_sample(thread, stack, wall_ns, if running { wall_ns } else { 0 });
+                .add_sample(thread, stack, None, wall_ns, if running { wall_ns } else { 0 });
         }
         let budget = &mut self.descriptor_budget;
         self.threads.retain(|_, state| {
@@ -402,7 +402,7 @@ impl Sampler {
         meta.stretched_ticks = self.stretched_ticks;
         meta.ticks = self.ticks;
         meta.notes = self.notes;
-        self.builder.finish(meta)
+        self.builder.finish(meta, |_| Vec::new())
     }
 }
 

@@ -1,0 +1,82 @@
+//! A sample's combined stack: its native frames, root first, with each mark drawn as a frame
+//! between the native frames where it was pushed. The folded output and both flamegraphs are made
+//! of these; nothing here counts time or renders anything.
+
+use crate::profile::{NativeFrame, Profile, SampleGroup};
+
+/// One frame of a combined stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackFrame<'a> {
+    /// Frames are missing here: unwinding stopped before the thread's root.
+    Truncated,
+    /// A native frame.
+    Native(&'a NativeFrame),
+    /// A mark (with its instance's payload) or an antimark (without).
+    Mark {
+        /// Feature name.
+        feature: &'a str,
+        /// Instance payload text; `None` for an antimark.
+        payload: Option<&'a str>,
+    },
+    /// The mark stack was deeper than recorded: marks are missing here (innermost end).
+    MarksTruncated,
+}
+
+impl StackFrame<'_> {
+    /// The frame's text in folded stacks and flamegraphs: the function name for native frames,
+    /// `[feature] payload` for marks (the brackets set them apart), `[feature] antimark`.
+    pub fn label(&self) -> String {
+        match self {
+            StackFrame::Truncated => "[stack truncated]".to_owned(),
+            StackFrame::Native(frame) => frame.function.clone(),
+            StackFrame::Mark {
+                feature,
+                payload: Some(payload),
+            } => format!("[{feature}] {payload}"),
+            StackFrame::Mark {
+                feature,
+                payload: None,
+            } => format!("[{feature}] antimark"),
+            StackFrame::MarksTruncated => "[more marks]".to_owned(),
+        }
+    }
+
+    /// Whether the frame stands for a mark or antimark (not native code).
+    pub fn is_mark(&self) -> bool {
+        matches!(self, StackFrame::Mark { .. } | StackFrame::MarksTruncated)
+    }
+}
+
+/// The combined stack of a sample group, root first. With `marks_only`, or when the group has no
+/// native stack, only its marks (the paper's "core samples").
+pub fn combined<'a>(profile: &'a Profile, group: &SampleGroup, marks_only: bool) -> Vec<StackFrame<'a>> {
+    let stack = &profile.stacks[group.stack as usize];
+    let marks = stack.frames.iter().map(|frame| StackFrame::Mark {
+        feature: &profile.features[frame.feature as usize],
+        payload: frame
+            .payload
+            .map(|payload| profile.payloads[payload as usize].text.as_str()),
+    });
+    let more_marks = stack.truncated_depth.map(|_| StackFrame::MarksTruncated);
+    let native = group
+        .native
+        .filter(|_| !marks_only)
+        .and_then(|id| profile.native_stacks.get(id as usize));
+    let Some(native) = native else {
+        return marks.chain(more_marks).collect();
+    };
+    let mut out = Vec::with_capacity(native.frames.len() + stack.frames.len() + 2);
+    if native.truncated {
+        out.push(StackFrame::Truncated);
+    }
+    let mut marks = native.marks_at.iter().zip(marks).peekable();
+    for (index, frame) in native.frames.iter().enumerate() {
+        while let Some((_, mark)) = marks.next_if(|(at, _)| **at as usize <= index) {
+            out.push(mark);
+        }
+        out.push(StackFrame::Native(&profile.native_frames[*frame as usize]));
+    }
+    out.extend(marks.map(|(_, mark)| mark));
+    out.extend(more_marks);
+    out
+}
