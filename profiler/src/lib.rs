@@ -7,6 +7,7 @@
 
 pub mod analysis;
 pub mod cli;
+pub mod modules;
 pub mod names;
 pub mod profile;
 pub mod region;
