@@ -77,6 +77,11 @@ struct RecordArgs {
     /// waits for a CPU), or while it is blocked inside a mark.
     #[arg(long)]
     idle: bool,
+    /// Record marks only, without native call stacks: the target is then never stopped, not
+    /// even for an instant (by default each running thread is stopped briefly, with ptrace, at
+    /// each sample to copy its stack).
+    #[arg(long)]
+    no_native: bool,
 }
 
 /// Output formats of `fsprof report`.
@@ -141,6 +146,7 @@ impl From<RecordArgs> for RecordOptions {
             rate_hz: args.rate,
             duration: args.duration,
             count_idle: args.idle,
+            native: !args.no_native && cfg!(target_arch = "x86_64"),
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod analysis;
 pub mod cli;
 pub mod modules;
 pub mod names;
+pub mod native;
 pub mod profile;
 pub mod region;
 pub mod remote;
@@ -16,7 +17,10 @@ pub mod render;
 pub mod sampler;
 pub mod session;
 pub mod stacks;
+pub mod symbols;
 pub mod target;
+pub mod tracer;
+pub mod unwind;
 
 use analysis::TimeView;
 use anyhow::Result;

@@ -22,6 +22,8 @@ pub struct Module {
     pub range: Range<u64>,
     /// Load bias: an address in the target minus the address the ELF file states (SVMA).
     pub bias: u64,
+    /// The file's inode (0 for the vdso).
+    pub inode: u64,
     /// The file's bytes.
     pub image: Image,
 }
@@ -59,4 +61,166 @@ impl Deref for Image {
             ImageBytes::Owned(bytes) => bytes,
         }
     }
+}
+
+/// One line of `/proc/<pid>/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// Addresses in the target.
+    pub range: Range<u64>,
+    /// Readable.
+    pub read: bool,
+    /// Executable.
+    pub execute: bool,
+    /// Offset in the file.
+    pub offset: u64,
+    /// Inode (0 for anonymous mappings).
+    pub inode: u64,
+    /// Path or pseudo-name (`[stack]`, `[vdso]`), `" (deleted)"` removed; empty when anonymous.
+    pub path: String,
+    /// The file was deleted (or replaced) since it was mapped.
+    pub deleted: bool,
+}
+
+/// Most lines of a maps file considered: a process with more mappings than this is unusual, and
+/// the file is the target's doing.
+const MAX_MAPPINGS: usize = 1 << 20;
+/// Largest vdso copied (it is a few pages).
+const MAX_VDSO: u64 = 1 << 20;
+
+/// Reads and parses `/proc/<pid>/maps` (of thread `via`, which must be alive).
+pub fn read_maps(pid: u32, via: u32) -> std::io::Result<Vec<Mapping>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{via}/maps"))?;
+    Ok(text
+        .lines()
+        .take(MAX_MAPPINGS)
+        .filter_map(parse_mapping)
+        .collect())
+}
+
+fn parse_mapping(line: &str) -> Option<Mapping> {
+    let mut fields = line.splitn(6, ' ');
+    let (start, end) = fields.next()?.split_once('-')?;
+    let perms = fields.next()?.as_bytes();
+    let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+    let _device = fields.next()?;
+    let inode = fields.next()?.parse().ok()?;
+    let path = fields.next().unwrap_or("").trim_start();
+    let (path, deleted) = match path.strip_suffix(" (deleted)") {
+        Some(path) => (path, true),
+        None => (path, false),
+    };
+    let range = u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?;
+    (range.start < range.end && perms.len() >= 3).then(|| Mapping {
+        range,
+        read: perms[0] == b'r',
+        execute: perms[2] == b'x',
+        offset,
+        inode,
+        path: path.to_owned(),
+        deleted,
+    })
+}
+
+/// The modules of the executable mappings in `maps`. `known` are modules loaded before: one whose
+/// file and address are unchanged is reused rather than opened again.
+pub fn modules(pid: u32, maps: &[Mapping], known: &[Module]) -> Vec<Module> {
+    let mut out: Vec<Module> = Vec::new();
+    for mapping in maps.iter().filter(|m| m.execute) {
+        // Another executable segment of a file already seen (rare: split text sections).
+        if let Some(module) = out
+            .iter_mut()
+            .find(|m| m.inode != 0 && m.inode == mapping.inode && m.path == mapping.path)
+        {
+            module.range.start = module.range.start.min(mapping.range.start);
+            module.range.end = module.range.end.max(mapping.range.end);
+            continue;
+        }
+        if let Some(module) = known
+            .iter()
+            .find(|m| m.range.start == mapping.range.start && m.path == mapping.path)
+        {
+            out.push(module.clone());
+            continue;
+        }
+        if let Some(module) = load(pid, mapping) {
+            out.push(module);
+        }
+    }
+    out
+}
+
+/// Opens and parses the file behind an executable mapping (or copies the vdso).
+fn load(pid: u32, mapping: &Mapping) -> Option<Module> {
+    let image = if mapping.path == "[vdso]" {
+        let len = (mapping.range.end - mapping.range.start).min(MAX_VDSO) as usize;
+        let mut bytes = vec![0u8; len];
+        crate::remote::Remote::new(pid)
+            .read(mapping.range.start, &mut bytes)
+            .ok()?;
+        Image::from_vec(bytes)
+    } else if mapping.path.starts_with('/') {
+        // The mapped file itself, even if deleted or replaced on disk since.
+        let by_mapping = format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            mapping.range.start, mapping.range.end
+        );
+        let file = std::fs::File::open(by_mapping)
+            .or_else(|_| {
+                if mapping.deleted {
+                    Err(std::io::ErrorKind::NotFound.into())
+                } else {
+                    std::fs::File::open(format!("/proc/{pid}/root{}", mapping.path))
+                }
+            })
+            .ok()?;
+        Image::map(&file).ok()?
+    } else {
+        return None; // anonymous executable memory (a JIT): nothing to read
+    };
+    let offset = if mapping.path == "[vdso]" {
+        0
+    } else {
+        mapping.offset
+    };
+    let bias = load_bias(&image, mapping.range.start, offset)?;
+    let name = std::path::Path::new(&mapping.path).file_name().map_or_else(
+        || mapping.path.clone(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    Some(Module {
+        name,
+        path: mapping.path.clone(),
+        range: mapping.range.clone(),
+        bias,
+        inode: mapping.inode,
+        image,
+    })
+}
+
+/// The load bias of an ELF file whose executable segment is mapped at `start` from file offset
+/// `offset` (page-aligned): found through that `PT_LOAD` segment, which may begin inside the
+/// page and state an address that differs from its file offset (lld and recent ld lay out
+/// segments so), hence not `start - offset`.
+pub fn load_bias(image: &[u8], start: u64, offset: u64) -> Option<u64> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    use object::Endianness;
+    let header = object::elf::FileHeader64::<Endianness>::parse(image).ok()?;
+    let endian = header.endian().ok()?;
+    let segments = header.program_headers(endian, image).ok()?;
+    const PAGE: u64 = 4096;
+    let segment = segments.iter().find(|s| {
+        let file_start = s.p_offset(endian);
+        s.p_type(endian) == object::elf::PT_LOAD
+            && s.p_flags(endian) & object::elf::PF_X != 0
+            && offset >= file_start & !(PAGE - 1)
+            && offset < file_start.saturating_add(s.p_filesz(endian).max(1))
+    })?;
+    // An address in the mapping minus (its file offset's stated address).
+    Some(
+        start
+            .wrapping_sub(offset)
+            .wrapping_add(segment.p_offset(endian))
+            .wrapping_sub(segment.p_vaddr(endian)),
+    )
 }

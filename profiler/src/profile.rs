@@ -112,6 +112,24 @@ pub struct Meta {
     /// All ticks.
     #[serde(default)]
     pub ticks: u64,
+    /// Whether native stacks were recorded (not `--no-native`).
+    #[serde(default)]
+    pub native: bool,
+    /// Thread samples whose native stack was captured (the thread was stopped for it).
+    #[serde(default)]
+    pub native_captured: u64,
+    /// Of those, stacks unwound to the thread's root.
+    #[serde(default)]
+    pub native_complete: u64,
+    /// Thread samples whose thread did not stop in time (no native stack).
+    #[serde(default)]
+    pub native_not_stopped: u64,
+    /// Median time a sampled thread stayed stopped, microseconds.
+    #[serde(default)]
+    pub pause_p50_us: u64,
+    /// 99th percentile of the time a sampled thread stayed stopped, microseconds.
+    #[serde(default)]
+    pub pause_p99_us: u64,
     /// Things the recording noticed that the report should say (e.g. an incompatible region).
     #[serde(default)]
     pub notes: Vec<String>,
@@ -412,7 +430,10 @@ impl ProfileBuilder {
         active_ns: u64,
     ) {
         let next = self.samples.len();
-        let index = *self.sample_ids.entry((thread, stack, native)).or_insert(next);
+        let index = *self
+            .sample_ids
+            .entry((thread, stack, native))
+            .or_insert(next);
         if index == next {
             self.samples.push(SampleGroup {
                 thread,
@@ -444,11 +465,7 @@ impl ProfileBuilder {
     /// The finished profile. `symbolize` gives the frames at each address of
     /// [`ProfileBuilder::native_addresses`], outermost first (more than one when functions were
     /// inlined there; at least one).
-    pub fn finish(
-        self,
-        meta: Meta,
-        mut symbolize: impl FnMut(u64) -> Vec<NativeFrame>,
-    ) -> Profile {
+    pub fn finish(self, meta: Meta, mut symbolize: impl FnMut(u64) -> Vec<NativeFrame>) -> Profile {
         let mut frames = Vec::new();
         let mut frame_ids = HashMap::new();
         let mut expanded: HashMap<u64, Vec<u32>> = HashMap::new();

@@ -40,6 +40,10 @@ pub struct ThreadMarks {
     pub depth: u32,
     /// Records, outermost first.
     pub records: Vec<RecordView>,
+    /// Index of the slot in its region.
+    pub slot: usize,
+    /// Index of the region among those the caller reads (set by the caller).
+    pub region: usize,
 }
 
 /// Per-read counters.
@@ -152,6 +156,44 @@ impl RegionReader {
     }
 }
 
+impl RegionReader {
+    /// Copies one slot again (a thread's, while it is stopped: its marks then match its native
+    /// stack). `None` if the slot changed owner, or could not be copied consistently (a thread
+    /// stopped in the middle of a push).
+    pub fn read_slot(&self, index: usize, tid: u32) -> Option<ThreadMarks> {
+        if index >= SLOT_COUNT {
+            return None;
+        }
+        let marks = match &self.backing {
+            Backing::Mapped(map) => {
+                let mut records = Vec::with_capacity(MARK_CAPACITY);
+                // SAFETY: see `RegionReader::read`; index < SLOT_COUNT.
+                let state = unsafe { abi::copy_slot(map.as_ptr(), index, &mut records) }.ok()?;
+                ThreadMarks {
+                    tid: state.tid,
+                    depth: state.depth,
+                    records,
+                    slot: index,
+                    region: 0,
+                }
+            }
+            Backing::Remote => {
+                let slot = abi::slot_address(self.address, index);
+                let mut bytes = [0u8; abi::SLOT_STATE_SIZE];
+                self.remote.read(slot, &mut bytes).ok()?;
+                let state = abi::parse_slot_state(&bytes)?;
+                if state.seq % 2 == 1 {
+                    return None;
+                }
+                let mut marks = copy_remote(&self.remote, slot, state).ok()??;
+                marks.slot = index;
+                marks
+            }
+        };
+        (marks.tid == tid).then_some(marks)
+    }
+}
+
 /// Maps the region's memfd, if the target still has it open and it is the region at `address`.
 ///
 /// The descriptor number comes from the target, so it is checked before anything is done with it:
@@ -214,6 +256,8 @@ fn read_mapped(
                             tid: state.tid,
                             depth: state.depth,
                             records: records.clone(),
+                            slot: index,
+                            region: 0,
                         });
                     }
                     break;
@@ -253,7 +297,7 @@ fn read_remote(
             .collect();
         remote.read_many(&mut parts)?;
     }
-    for (slot, state_bytes) in slots.iter().zip(&states) {
+    for (index, (slot, state_bytes)) in slots.iter().zip(&states).enumerate() {
         let mut state = abi::parse_slot_state(state_bytes).expect("sized");
         let mut attempt = 0;
         loop {
@@ -261,7 +305,8 @@ fn read_remote(
                 break;
             }
             if state.seq % 2 == 0 {
-                if let Some(marks) = copy_remote(remote, *slot, state)? {
+                if let Some(mut marks) = copy_remote(remote, *slot, state)? {
+                    marks.slot = index;
                     out.push(marks);
                     break;
                 }
@@ -303,5 +348,7 @@ fn copy_remote(remote: &Remote, slot: u64, state: SlotState) -> Result<Option<Th
         tid: state.tid,
         depth: state.depth,
         records,
+        slot: 0,
+        region: 0,
     }))
 }

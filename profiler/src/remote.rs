@@ -33,6 +33,16 @@ impl Remote {
         self.read_many(&mut [(address, buf)])
     }
 
+    /// Fills `buf` from `address` as far as memory is readable; returns how many bytes were read.
+    pub fn read_partial(&self, address: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let len = buf.len().min(MAX_READ);
+        let remote = [RemoteIoVec {
+            base: address as usize,
+            len,
+        }];
+        process_vm_readv(self.pid, &mut [IoSliceMut::new(&mut buf[..len])], &remote)
+    }
+
     /// Fills every buffer from its address, in order, in as few system calls as possible.
     /// Fails unless every byte was read.
     pub fn read_many(&self, parts: &mut [(u64, &mut [u8])]) -> Result<(), Errno> {

@@ -11,6 +11,7 @@
 //! is alive; nothing else is resolved in the loop.
 
 use crate::names::{self, PayloadKind};
+use crate::native::{self, Captured, NativeSampler};
 use crate::profile::{Frame, Meta, Payload, Profile, ProfileBuilder, Stack, MAX_STACK_FRAMES};
 use crate::region::{ReadStats, RegionError, RegionReader, ThreadMarks};
 use crate::remote::Remote;
@@ -54,6 +55,21 @@ struct ThreadState {
     own_tid: Option<u32>,
     last_time: Instant,
     seen_at: u64,
+    /// The native stack last captured, reused while the thread does not run.
+    last_native: Option<Captured>,
+    /// Whether the thread was running at its previous sample.
+    was_running: bool,
+    /// Times the thread was scheduled, as read at its previous sample (when read).
+    last_pcount: Option<u64>,
+}
+
+/// What a sampler records besides marks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SamplerOptions {
+    /// Native stacks (ptrace): stops each running thread for an instant per sample.
+    pub native: bool,
+    /// Whether idle time counts (then idle threads' stacks matter too).
+    pub count_idle: bool,
 }
 
 /// Samples one target process.
@@ -88,12 +104,15 @@ pub struct Sampler {
     tids: Vec<u32>,
     marks: Vec<ThreadMarks>,
     unreadable: Vec<u32>,
+    records: Vec<RecordView>,
+    native: Option<NativeSampler>,
+    options: SamplerOptions,
 }
 
 impl Sampler {
     /// A sampler for process `pid` that may keep `descriptor_budget` files open. Nothing is read
     /// until the first [`Sampler::tick`].
-    pub fn new(pid: u32, descriptor_budget: usize) -> Sampler {
+    pub fn new(pid: u32, descriptor_budget: usize, options: SamplerOptions) -> Sampler {
         let now = Instant::now();
         Sampler {
             pid,
@@ -121,11 +140,30 @@ impl Sampler {
             tids: Vec::new(),
             marks: Vec::new(),
             unreadable: Vec::new(),
+            records: Vec::new(),
+            native: options.native.then(|| NativeSampler::new(pid)),
+            options,
+        }
+    }
+
+    /// How the program ended, when native sampling (as the program's tracer) collected it.
+    pub fn exit_status(&self) -> Option<std::process::ExitStatus> {
+        self.native.as_ref().and_then(NativeSampler::exit_status)
+    }
+
+    /// Detaches from the target's threads (native sampling), leaving them running. Done by
+    /// [`Sampler::finish`] too, and on drop.
+    pub fn stop_tracing(&mut self) {
+        if let Some(native) = &mut self.native {
+            native.detach();
         }
     }
 
     /// Takes one sample of every thread. Returns `false` when the target is gone.
     pub fn tick(&mut self) -> bool {
+        if let Some(native) = &mut self.native {
+            native.poll();
+        }
         let now = Instant::now();
         match target::threads(self.pid, &mut self.tids) {
             Ok(()) if self.tids.is_empty() => return false,
@@ -167,6 +205,9 @@ impl Sampler {
                         own_tid: None,
                         last_time,
                         seen_at: tick,
+                        last_native: None,
+                        was_running: false,
+                        last_pcount: None,
                     };
                     self.threads.entry(tid).or_insert(state)
                 }
@@ -202,9 +243,19 @@ impl Sampler {
                 continue;
             }
             let thread = state.id;
+            let captured = self.native_stack(tid, own_tid, running);
             let stack = self.stack_of(own_tid);
-            self.builder
-                .add_sample(thread, stack, None, wall_ns, if running { wall_ns } else { 0 });
+            let native = captured.map(|captured| {
+                let placed = native::place(&captured, &self.records);
+                self.builder.native_stack(placed)
+            });
+            self.builder.add_sample(
+                thread,
+                stack,
+                native,
+                wall_ns,
+                if running { wall_ns } else { 0 },
+            );
         }
         let budget = &mut self.descriptor_budget;
         self.threads.retain(|_, state| {
@@ -294,16 +345,22 @@ impl Sampler {
         self.unreadable.clear();
         let before = self.regions.len();
         let (marks, unreadable, stats) = (&mut self.marks, &mut self.unreadable, &mut self.stats);
+        let marks: &mut Vec<ThreadMarks> = marks;
         let mut without_slot = self.threads_without_slot;
-        self.regions
-            .retain_mut(|region| match region.read(marks, unreadable, stats) {
+        let mut kept = 0;
+        self.regions.retain_mut(|region| {
+            let start = marks.len();
+            match region.read(marks, unreadable, stats) {
                 Ok(()) => {
                     without_slot = without_slot.max(region.threads_without_slot);
+                    marks[start..].iter_mut().for_each(|m| m.region = kept);
+                    kept += 1;
                     true
                 }
                 // Unmapped (the program called exec, or is exiting): drop it, look again soon.
                 Err(_) => false,
-            });
+            }
+        });
         self.threads_without_slot = without_slot;
         // Sorted by thread (stable: regions keep their order), for `stack_of`'s lookups.
         self.marks.sort_by_key(|marks| marks.tid);
@@ -314,9 +371,76 @@ impl Sampler {
         }
     }
 
-    /// The interned mark stack of the thread whose own id (see `ThreadState::own_tid`) is `tid`.
+    /// The thread's native stack at this sample: captured now if it is running, or has run since
+    /// its previous sample while inside a mark (or idle time counts); else the one captured last
+    /// (its stack cannot have changed). A capture also copies the thread's marks again, in the
+    /// same stop, so that marks and native stack describe the same instant.
+    fn native_stack(&mut self, tid: u32, own_tid: u32, running: bool) -> Option<Captured> {
+        let native = self.native.as_mut()?;
+        if !native.attach(tid) {
+            return None;
+        }
+        let state = self.threads.get_mut(&tid)?;
+        let first = self.marks.partition_point(|m| m.tid < own_tid);
+        let count = self.marks[first..]
+            .iter()
+            .take_while(|m| m.tid == own_tid)
+            .count();
+        let in_mark = self.marks[first..first + count].iter().any(|m| m.depth > 0);
+        // A thread that is not running weighs something only inside a mark, or with --idle;
+        // stopping it may also make some blocking calls (epoll_wait) return early with EINTR.
+        let matters = in_mark || self.options.count_idle;
+        let stop = if running {
+            true
+        } else if !matters {
+            false
+        } else if state.was_running || state.last_native.is_none() {
+            true // it blocked since it was last seen running, or was never captured
+        } else {
+            // Not running now nor at the previous sample: stop it only if it ran in between.
+            let pcount = target::times_scheduled(self.pid, tid);
+            let ran = pcount.is_none() || pcount != state.last_pcount;
+            state.last_pcount = pcount;
+            ran
+        };
+        state.was_running = running;
+        if !stop {
+            return state.last_native.clone();
+        }
+        let regions = &self.regions;
+        let slots: Vec<(usize, usize)> = self.marks[first..first + count]
+            .iter()
+            .map(|m| (m.region, m.slot))
+            .collect();
+        let captured = native.capture(tid, || {
+            slots
+                .iter()
+                .map(|(region, slot)| regions.get(*region)?.read_slot(*slot, own_tid))
+                .collect::<Vec<_>>()
+        });
+        let state = self.threads.get_mut(&tid)?;
+        let (captured, fresh) = match captured {
+            Some(result) => result,
+            None => return state.last_native.clone(),
+        };
+        for (old, new) in self.marks[first..first + count].iter_mut().zip(fresh) {
+            if let Some(mut new) = new {
+                new.region = old.region;
+                *old = new;
+            }
+        }
+        if !running {
+            state.last_pcount = target::times_scheduled(self.pid, tid);
+        }
+        state.last_native = Some(captured.clone());
+        Some(captured)
+    }
+
+    /// The interned mark stack of the thread whose own id (see `ThreadState::own_tid`) is `tid`;
+    /// its records are left in `self.records`, in the stack's order.
     fn stack_of(&mut self, tid: u32) -> u32 {
-        let mut records: Vec<RecordView> = Vec::new();
+        let mut records = std::mem::take(&mut self.records);
+        records.clear();
         let mut truncated_depth = None;
         let first = self.marks.partition_point(|m| m.tid < tid);
         for marks in self.marks[first..].iter().take_while(|m| m.tid == tid) {
@@ -341,6 +465,7 @@ impl Sampler {
             let payload = self.payload_id(record);
             frames.push(Frame { feature, payload });
         }
+        self.records = records;
         self.builder.stack(Stack {
             frames,
             truncated_depth,
@@ -401,8 +526,35 @@ impl Sampler {
         meta.late_ticks = self.late_ticks;
         meta.stretched_ticks = self.stretched_ticks;
         meta.ticks = self.ticks;
-        meta.notes = self.notes;
-        self.builder.finish(meta, |_| Vec::new())
+        let mut notes = self.notes;
+        let mut modules = Vec::new();
+        if let Some(mut native) = self.native {
+            native.detach();
+            meta.native = true;
+            let stats = &native.stats;
+            meta.native_captured = stats.captured;
+            meta.native_complete = stats.complete;
+            meta.native_not_stopped = stats.not_stopped;
+            meta.pause_p50_us = native.pauses().quantile(0.5).as_micros() as u64;
+            meta.pause_p99_us = native.pauses().quantile(0.99).as_micros() as u64;
+            if let Some(errno) = native.attach_error {
+                notes.push(format!(
+                    "native stacks: {} thread(s) could not be attached ({}): their samples have marks only{}",
+                    stats.attach_failures,
+                    errno.desc(),
+                    if errno == nix::errno::Errno::EPERM {
+                        " (is another debugger or tracer, such as gdb or strace, attached? see also /proc/sys/kernel/yama/ptrace_scope)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            modules = native.into_modules();
+        }
+        meta.notes = notes;
+        let mut symbolizer = crate::symbols::Symbolizer::new(&modules);
+        self.builder
+            .finish(meta, |address| symbolizer.symbolize(address))
     }
 }
 
@@ -447,7 +599,7 @@ fn raise_priority() -> (&'static str, i32) {
 pub fn record(
     sampler: &mut Sampler,
     schedule: Schedule,
-    mut stop: impl FnMut() -> Option<End>,
+    mut stop: impl FnMut(&Sampler) -> Option<End>,
 ) -> End {
     let period = Duration::from_secs_f64(1.0 / schedule.rate_hz);
     let (priority, nice) = raise_priority();
@@ -456,6 +608,7 @@ pub fn record(
     // timers; one nanosecond keeps the sampling times independent of the target's.
     let _ = nix::sys::prctl::set_timerslack(1);
     let end = sample_until_stopped(sampler, schedule, period, &mut stop);
+    sampler.stop_tracing();
     lower_priority(priority, nice);
     end
 }
@@ -464,12 +617,12 @@ fn sample_until_stopped(
     sampler: &mut Sampler,
     schedule: Schedule,
     period: Duration,
-    stop: &mut impl FnMut() -> Option<End>,
+    stop: &mut impl FnMut(&Sampler) -> Option<End>,
 ) -> End {
     let start = Instant::now();
     let mut next = start;
     loop {
-        if let Some(end) = stop() {
+        if let Some(end) = stop(sampler) {
             return end;
         }
         if schedule.duration.is_some_and(|d| start.elapsed() >= d) {

@@ -9,7 +9,7 @@ use crate::analysis::{self, TimeView};
 use crate::profile::{Meta, Profile};
 use crate::remote::Remote;
 use crate::render;
-use crate::sampler::{self, End, Sampler, Schedule};
+use crate::sampler::{self, End, Sampler, SamplerOptions, Schedule};
 use crate::target;
 use anyhow::{bail, Context, Result};
 use nix::errno::Errno;
@@ -36,6 +36,8 @@ pub struct RecordOptions {
     pub duration: Option<Duration>,
     /// Count all thread time, idle included.
     pub count_idle: bool,
+    /// Record native stacks (stopping each running thread for an instant per sample).
+    pub native: bool,
 }
 
 /// `fsprof run`: launches `program` with its stdio untouched, records until it exits, writes the
@@ -59,11 +61,18 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     // Raised only now, so that the program does not inherit fsprof's higher limit.
     let descriptors = target::raise_open_file_limit();
 
-    let mut sampler = Sampler::new(pid, descriptors);
+    let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
     let mut status: Option<ExitStatus> = None;
-    let mut end = sampler::record(&mut sampler, schedule(options), || {
+    let mut end = sampler::record(&mut sampler, schedule(options), |sampler| {
         if signals.any() {
             return Some(End::Interrupted);
+        }
+        if options.native {
+            // The program is traced: only the tracer may wait for it (a wait here could take a
+            // stop for an exit, and leave the program stopped).
+            let exit = sampler.exit_status()?;
+            status = Some(exit);
+            return Some(End::TargetExited(describe_exit(exit)));
         }
         match child.try_wait() {
             Ok(Some(exit)) => {
@@ -73,6 +82,9 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
             _ => None,
         }
     });
+    if status.is_none() {
+        status = sampler.exit_status(); // collected while detaching
+    }
     if matches!(end, End::TargetExited(_)) && status.is_none() {
         // The sampler saw it go; collect its status (if our parent ignores SIGCHLD there is none).
         status = child.wait().ok();
@@ -121,9 +133,9 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         options.rate_hz,
         dir.display()
     );
-    let mut sampler = Sampler::new(pid, descriptors);
+    let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
     let mut next_check = Instant::now();
-    let end = sampler::record(&mut sampler, schedule(options), || {
+    let end = sampler::record(&mut sampler, schedule(options), |_| {
         if signals.any() {
             return Some(End::Interrupted);
         }
@@ -247,6 +259,13 @@ impl Signals {
 
     fn any(&self) -> bool {
         self.interrupted.load(Ordering::Relaxed) || self.terminated.load(Ordering::Relaxed)
+    }
+}
+
+fn sampler_options(options: &RecordOptions) -> SamplerOptions {
+    SamplerOptions {
+        native: options.native,
+        count_idle: options.count_idle,
     }
 }
 

@@ -147,6 +147,13 @@ impl ThreadStatus {
     }
 }
 
+/// How many times thread `tid` has been scheduled onto a CPU (`/proc/.../schedstat`), if known:
+/// unchanged between two reads means the thread has not run in between.
+pub fn times_scheduled(pid: u32, tid: u32) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    text.split_whitespace().nth(2)?.parse().ok()
+}
+
 /// Raises this process's limit on open files to the hard limit, and returns how many more files
 /// fsprof may keep open while leaving a reserve for everything else it opens. fsprof keeps one
 /// file open per target thread up to that number, and opens the others at each read.

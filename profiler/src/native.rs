@@ -1,0 +1,295 @@
+//! Native stacks for the sampler: stops a thread (through `tracer.rs`), copies its registers and
+//! the top of its stack, lets the caller copy its marks in the same stop, and unwinds the copy
+//! (`unwind.rs`) once the thread runs again. Then places each mark between the native frames
+//! where it was pushed.
+//!
+//! Keeps the target's memory map current (re-read when an address or a stack falls outside it,
+//! at most every [`MAPS_REFRESH`]) and every module seen, for symbolization after recording.
+//! Symbolization itself is not done here.
+
+use crate::modules::{self, Mapping, Module};
+use crate::profile::RawNativeStack;
+use crate::remote::Remote;
+use crate::tracer::{Pauses, Tracer};
+use crate::unwind::{Registers, StackCopy, Unwinder, Unwound, UnwoundFrame};
+use fsprof_shim::abi::RecordView;
+use std::time::{Duration, Instant};
+
+/// Most of a stack copied per sample, from the stack pointer up: deeper stacks are cut (and marked
+/// as such).
+pub const MAX_STACK_COPY: usize = 512 * 1024;
+/// Shortest interval between two reads of the memory map.
+pub const MAPS_REFRESH: Duration = Duration::from_millis(100);
+
+/// A thread's native stack at one sample.
+#[derive(Clone, Debug, Default)]
+pub struct Captured {
+    /// Frames, innermost first.
+    pub frames: Vec<UnwoundFrame>,
+    /// Whether unwinding reached the thread's root.
+    pub complete: bool,
+}
+
+/// Counters for the profile's metadata.
+#[derive(Clone, Debug, Default)]
+pub struct NativeStats {
+    /// Thread samples with a freshly captured stack.
+    pub captured: u64,
+    /// Of those, stacks that reached the thread's root.
+    pub complete: u64,
+    /// Thread samples whose thread did not stop in time (no native stack for them).
+    pub not_stopped: u64,
+    /// Threads that could not be attached.
+    pub attach_failures: u64,
+}
+
+/// The native side of a sampler.
+pub struct NativeSampler {
+    pid: u32,
+    tracer: Tracer,
+    unwinder: Unwinder,
+    maps: Vec<Mapping>,
+    /// Every module loaded during the session (modules unloaded since included).
+    seen: Vec<Module>,
+    next_refresh: Instant,
+    copy: StackCopy,
+    unwound: Unwound,
+    /// Counters.
+    pub stats: NativeStats,
+    /// The first attach error, for the report.
+    pub attach_error: Option<nix::errno::Errno>,
+}
+
+impl NativeSampler {
+    /// A native sampler for process `pid`; `via` is a live thread of it.
+    pub fn new(pid: u32) -> NativeSampler {
+        let mut sampler = NativeSampler {
+            pid,
+            tracer: Tracer::new(pid),
+            unwinder: Unwinder::new(),
+            maps: Vec::new(),
+            seen: Vec::new(),
+            next_refresh: Instant::now(),
+            copy: StackCopy::default(),
+            unwound: Unwound::default(),
+            stats: NativeStats::default(),
+            attach_error: None,
+        };
+        sampler.refresh(pid);
+        sampler
+    }
+
+    /// Re-reads the memory map and modules (not more often than [`MAPS_REFRESH`]).
+    fn refresh(&mut self, via: u32) {
+        let now = Instant::now();
+        if now < self.next_refresh {
+            return;
+        }
+        self.next_refresh = now + MAPS_REFRESH;
+        let Ok(maps) = modules::read_maps(self.pid, via) else {
+            return;
+        };
+        let loaded = modules::modules(self.pid, &maps, self.unwinder.modules());
+        for module in &loaded {
+            let known = self
+                .seen
+                .iter()
+                .any(|m| m.range.start == module.range.start && m.path == module.path);
+            if !known {
+                self.seen.push(module.clone());
+            }
+        }
+        self.unwinder.set_modules(loaded);
+        self.maps = maps;
+    }
+
+    /// Handles the target's pending events (signals, exits) without blocking.
+    pub fn poll(&mut self) {
+        self.tracer.poll();
+    }
+
+    /// Attaches to `tid` if not yet done; whether it is attached.
+    pub fn attach(&mut self, tid: u32) -> bool {
+        if self.tracer.is_attached(tid) {
+            return true;
+        }
+        match self.tracer.seize(tid) {
+            Ok(()) => true,
+            Err(errno) => {
+                self.stats.attach_failures += 1;
+                self.attach_error.get_or_insert(errno);
+                false
+            }
+        }
+    }
+
+    /// Stops `tid`, copies its stack, runs `during_stop` (to copy its marks) while it is still
+    /// stopped, resumes it, and unwinds. `None` if it could not be stopped.
+    pub fn capture<R>(
+        &mut self,
+        tid: u32,
+        during_stop: impl FnOnce() -> R,
+    ) -> Option<(Captured, R)> {
+        let remote = Remote::new(tid);
+        let maps = &self.maps;
+        let copy = &mut self.copy;
+        let sampled = self.tracer.sample(tid, |regs| {
+            copy_stack(remote, maps, regs, copy);
+            (regs, during_stop())
+        });
+        let Some((regs, result)) = sampled else {
+            self.stats.not_stopped += 1;
+            return None;
+        };
+        let stack_known = self.maps.iter().any(|m| m.range.contains(&regs.sp));
+        if !self.unwinder.knows(regs.ip) || !stack_known {
+            self.refresh(tid); // a library loaded, or a new thread's stack, since the last read
+        }
+        self.unwinder.unwind(regs, &self.copy, &mut self.unwound);
+        if !self.unwound.complete {
+            // The stack may run through a library loaded since the maps were read.
+            let unknown = self
+                .unwound
+                .frames
+                .last()
+                .is_some_and(|f| !self.unwinder.knows(f.address));
+            if unknown {
+                self.refresh(tid);
+                self.unwinder.unwind(regs, &self.copy, &mut self.unwound);
+            }
+        }
+        self.stats.captured += 1;
+        self.stats.complete += u64::from(self.unwound.complete);
+        let captured = Captured {
+            frames: self.unwound.frames.clone(),
+            complete: self.unwound.complete,
+        };
+        Some((captured, result))
+    }
+
+    /// Detaches from every thread (they keep running).
+    pub fn detach(&mut self) {
+        self.tracer.detach_all();
+    }
+
+    /// The program's exit, when the tracer collected it.
+    pub fn exit_status(&self) -> Option<std::process::ExitStatus> {
+        self.tracer.exit_status()
+    }
+
+    /// How long sampled threads stayed stopped.
+    pub fn pauses(&self) -> &Pauses {
+        self.tracer.pauses()
+    }
+
+    /// Every module loaded during the session, for symbolization.
+    pub fn into_modules(self) -> Vec<Module> {
+        self.seen
+    }
+}
+
+/// Copies the stack from `regs.sp` to the end of its mapping (at most [`MAX_STACK_COPY`]).
+fn copy_stack(remote: Remote, maps: &[Mapping], regs: Registers, copy: &mut StackCopy) {
+    let end = maps
+        .iter()
+        .find(|m| m.range.contains(&regs.sp))
+        .map_or(regs.sp.saturating_add(64 * 1024), |m| m.range.end);
+    let len = (end.saturating_sub(regs.sp) as usize).min(MAX_STACK_COPY);
+    copy.start = regs.sp;
+    copy.bytes.resize(len, 0);
+    let got = remote.read_partial(regs.sp, &mut copy.bytes).unwrap_or(0);
+    copy.bytes.truncate(got);
+}
+
+/// The native stack of a sample, root first, with `marks` (outermost first) placed: each after the
+/// innermost frame whose CFA lies above the stack address the mark was pushed at (the frame that
+/// pushed it). Marks keep their order.
+pub fn place(captured: &Captured, marks: &[RecordView]) -> RawNativeStack {
+    let frames = &captured.frames;
+    let n = frames.len();
+    let mut stack = RawNativeStack {
+        addresses: frames.iter().rev().map(|f| f.address).collect(),
+        marks_at: Vec::with_capacity(marks.len()),
+        truncated: !captured.complete,
+    };
+    let mut previous = 0;
+    for mark in marks {
+        let at = frames
+            .iter()
+            .position(|f| f.cfa > mark.sp)
+            .map_or(0, |innermost| n - innermost);
+        previous = at.max(previous);
+        stack.marks_at.push(previous as u32);
+    }
+    stack
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(sp: u64) -> RecordView {
+        RecordView {
+            feature: 1,
+            kind: 2,
+            payload: 0,
+            payload_len: 0,
+            line: 0,
+            column: 0,
+            sp,
+        }
+    }
+
+    #[test]
+    fn marks_go_after_the_frame_that_pushed_them() {
+        // main (CFA ∞) > outer (CFA 1000) > inner (CFA 900) > leaf (CFA 800); sp decreases inward.
+        let captured = Captured {
+            frames: vec![
+                UnwoundFrame {
+                    address: 4,
+                    cfa: 800,
+                },
+                UnwoundFrame {
+                    address: 3,
+                    cfa: 900,
+                },
+                UnwoundFrame {
+                    address: 2,
+                    cfa: 1000,
+                },
+                UnwoundFrame {
+                    address: 1,
+                    cfa: u64::MAX,
+                },
+            ],
+            complete: true,
+        };
+        // Pushed by main (sp 1000..), by inner (sp 850), by leaf (sp 790).
+        let stack = place(&captured, &[mark(1200), mark(850), mark(790)]);
+        assert_eq!(stack.addresses, vec![1, 2, 3, 4]);
+        assert_eq!(stack.marks_at, vec![1, 3, 4]);
+        assert!(!stack.truncated);
+    }
+
+    #[test]
+    fn marks_outside_a_cut_stack_go_first_and_order_is_kept() {
+        let captured = Captured {
+            frames: vec![
+                UnwoundFrame {
+                    address: 2,
+                    cfa: 500,
+                },
+                UnwoundFrame {
+                    address: 1,
+                    cfa: 600,
+                },
+            ],
+            complete: false,
+        };
+        // The first mark was pushed above the unwound part; the second claims an outer place
+        // than the first (a corrupt sp): it keeps its order.
+        let stack = place(&captured, &[mark(700), mark(450), mark(900)]);
+        assert_eq!(stack.marks_at, vec![0, 2, 2]);
+        assert!(stack.truncated);
+    }
+}

@@ -1,0 +1,356 @@
+//! Stopping target threads for an instant: ptrace, one thread at a time.
+//!
+//! Each thread is *seized* once (`PTRACE_SEIZE`, which neither stops it nor changes its signals)
+//! and stays attached for the session. To sample it the tracer interrupts it, waits for the stop,
+//! hands its registers to the caller (who copies what must describe the same instant: the top of
+//! the stack, the mark slot), and lets it run again. While attached, every signal sent to the
+//! target passes through us: it is re-injected at once, and job-control stops are left in place
+//! (`PTRACE_LISTEN`).
+//!
+//! The target is never left stopped or traced: [`Tracer::detach_all`] (also run on drop, so on
+//! errors and panics) stops each thread once more only to detach it, passing on any signal that
+//! was being delivered; if fsprof is killed outright, the kernel detaches everything. This module
+//! knows nothing of marks or unwinding.
+
+use crate::unwind::Registers;
+use nix::errno::Errno;
+use nix::libc;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// How long a sample waits for a thread to stop (a thread in uninterruptible sleep may not).
+const STOP_TIMEOUT: Duration = Duration::from_millis(10);
+/// How long detaching waits for a thread to stop before giving up on it (fsprof's exit then
+/// detaches it).
+const DETACH_TIMEOUT: Duration = Duration::from_millis(500);
+
+#[derive(Default)]
+struct Traced {
+    /// An interrupt was sent but its stop not yet seen (the sample gave up waiting).
+    interrupt_pending: bool,
+}
+
+/// Pause lengths: how long sampled threads stayed stopped, in microsecond buckets.
+#[derive(Clone, Debug)]
+pub struct Pauses {
+    buckets: Vec<u64>,
+}
+
+impl Default for Pauses {
+    fn default() -> Self {
+        Pauses {
+            buckets: vec![0; 10_001],
+        }
+    }
+}
+
+impl Pauses {
+    fn add(&mut self, pause: Duration) {
+        let us = (pause.as_micros() as usize).min(self.buckets.len() - 1);
+        self.buckets[us] += 1;
+    }
+
+    /// Number of pauses.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// The pause at quantile `q` (0–1), to the microsecond (10 ms means 10 ms or more).
+    pub fn quantile(&self, q: f64) -> Duration {
+        let total = self.count();
+        let rank = ((total as f64 * q).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (us, count) in self.buckets.iter().enumerate() {
+            seen += count;
+            if seen >= rank {
+                return Duration::from_micros(us as u64);
+            }
+        }
+        Duration::ZERO
+    }
+}
+
+/// The ptrace side of a session with one target process.
+pub struct Tracer {
+    pid: u32,
+    threads: HashMap<u32, Traced>,
+    exit: Option<std::process::ExitStatus>,
+    pauses: Pauses,
+    old_mask: libc::sigset_t,
+}
+
+impl Tracer {
+    /// A tracer for process `pid`, attached to nothing yet. Must be used from one thread only
+    /// (ptrace ties a tracee to the thread that attached): the one that creates it. It blocks
+    /// SIGCHLD in that thread (to wait for stops with a timeout) until dropped.
+    pub fn new(pid: u32) -> Tracer {
+        // SAFETY: plain signal-mask calls on valid sets.
+        let old_mask = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            old
+        };
+        Tracer {
+            pid,
+            threads: HashMap::new(),
+            exit: None,
+            pauses: Pauses::default(),
+            old_mask,
+        }
+    }
+
+    /// Whether thread `tid` is attached.
+    pub fn is_attached(&self, tid: u32) -> bool {
+        self.threads.contains_key(&tid)
+    }
+
+    /// Number of attached threads.
+    pub fn attached(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Attaches to thread `tid` without stopping it.
+    pub fn seize(&mut self, tid: u32) -> Result<(), Errno> {
+        // SAFETY: ptrace with no pointers.
+        let result = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid as libc::pid_t, 0, 0) };
+        Errno::result(result)?;
+        self.threads.insert(tid, Traced::default());
+        Ok(())
+    }
+
+    /// How the program ended, if the tracer collected its exit (only when fsprof is its parent).
+    pub fn exit_status(&self) -> Option<std::process::ExitStatus> {
+        self.exit
+    }
+
+    /// Pause lengths so far.
+    pub fn pauses(&self) -> &Pauses {
+        &self.pauses
+    }
+
+    /// Handles every pending event without blocking: signals are passed on, job-control stops
+    /// listened to, late interrupt stops resumed, exited threads forgotten.
+    pub fn poll(&mut self) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid with a valid status pointer.
+            let tid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) };
+            if tid <= 0 {
+                return;
+            }
+            self.handle(tid as u32, status);
+        }
+    }
+
+    /// Handles one event of a thread outside a sample.
+    fn handle(&mut self, tid: u32, status: i32) {
+        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            self.threads.remove(&tid);
+            if tid == self.pid {
+                use std::os::unix::process::ExitStatusExt;
+                self.exit = Some(std::process::ExitStatus::from_raw(status));
+            }
+            return;
+        }
+        if !libc::WIFSTOPPED(status) {
+            return;
+        }
+        let signal = libc::WSTOPSIG(status);
+        let event = status >> 16;
+        if event == libc::PTRACE_EVENT_STOP {
+            if is_job_stop(signal) {
+                // A group stop (SIGSTOP, Ctrl-Z): leave the thread stopped, as without us.
+                ptrace(libc::PTRACE_LISTEN, tid, 0);
+            } else {
+                if let Some(thread) = self.threads.get_mut(&tid) {
+                    thread.interrupt_pending = false;
+                }
+                ptrace(libc::PTRACE_CONT, tid, 0);
+            }
+        } else if event == 0 {
+            // Signal-delivery stop: deliver the signal as if we were not here.
+            ptrace(libc::PTRACE_CONT, tid, signal as usize);
+        } else {
+            ptrace(libc::PTRACE_CONT, tid, 0);
+        }
+    }
+
+    /// Stops thread `tid`, calls `copy` with its registers while it is stopped, and lets it run
+    /// again. `None` if it could not be stopped in time (it stays marked, and is resumed when its
+    /// stop arrives), is in a job-control stop, or is gone.
+    pub fn sample<R>(&mut self, tid: u32, copy: impl FnOnce(Registers) -> R) -> Option<R> {
+        let thread = self.threads.get_mut(&tid)?;
+        if thread.interrupt_pending {
+            return None;
+        }
+        let started = Instant::now();
+        if !ptrace(libc::PTRACE_INTERRUPT, tid, 0) {
+            self.threads.remove(&tid);
+            return None;
+        }
+        let deadline = started + STOP_TIMEOUT;
+        loop {
+            let Some(status) = self.wait(tid, deadline) else {
+                if let Some(thread) = self.threads.get_mut(&tid) {
+                    thread.interrupt_pending = true;
+                }
+                return None;
+            };
+            let stopped_by_us = libc::WIFSTOPPED(status)
+                && status >> 16 == libc::PTRACE_EVENT_STOP
+                && !is_job_stop(libc::WSTOPSIG(status));
+            if !stopped_by_us {
+                self.handle(tid, status); // a signal on its way, an exit, a job stop
+                if !self.threads.contains_key(&tid)
+                    || (libc::WIFSTOPPED(status) && is_job_stop(libc::WSTOPSIG(status)))
+                {
+                    return None;
+                }
+                continue;
+            }
+            let result = registers(tid).map(copy);
+            ptrace(libc::PTRACE_CONT, tid, 0);
+            self.pauses.add(started.elapsed());
+            return result;
+        }
+    }
+
+    /// Waits for an event of `tid` until `deadline`; other threads' events are handled meanwhile.
+    fn wait(&mut self, tid: u32, deadline: Instant) -> Option<i32> {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid with a valid status pointer.
+            let got = unsafe {
+                libc::waitpid(
+                    tid as libc::pid_t,
+                    &mut status,
+                    libc::__WALL | libc::WNOHANG,
+                )
+            };
+            if got == tid as libc::pid_t {
+                return Some(status);
+            }
+            if got < 0 {
+                self.threads.remove(&tid);
+                return None;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            wait_for_sigchld(deadline - now);
+        }
+    }
+
+    /// Detaches from every thread, leaving each running (or in the job-control stop it was in),
+    /// with any signal that was being delivered passed on.
+    pub fn detach_all(&mut self) {
+        let tids: Vec<u32> = self.threads.keys().copied().collect();
+        for tid in tids {
+            self.detach(tid);
+        }
+        self.poll(); // collect the program's exit, if it happened meanwhile
+    }
+
+    fn detach(&mut self, tid: u32) {
+        let pending = self
+            .threads
+            .get(&tid)
+            .is_some_and(|thread| thread.interrupt_pending);
+        // A thread must be stopped to be detached.
+        if !pending && !ptrace(libc::PTRACE_INTERRUPT, tid, 0) {
+            self.threads.remove(&tid);
+            return;
+        }
+        let deadline = Instant::now() + DETACH_TIMEOUT;
+        loop {
+            let Some(status) = self.wait(tid, deadline) else {
+                // Not stopped in time: try anyway; failing that, fsprof's exit detaches it.
+                ptrace(libc::PTRACE_DETACH, tid, 0);
+                break;
+            };
+            if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+                self.handle(tid, status);
+                break;
+            }
+            if libc::WIFSTOPPED(status) {
+                let signal = libc::WSTOPSIG(status);
+                let event = status >> 16;
+                // A signal being delivered goes with the detach; any other stop is ours (or a
+                // job-control stop, which the thread keeps after the detach).
+                let pass = if event == 0 { signal as usize } else { 0 };
+                ptrace(libc::PTRACE_DETACH, tid, pass);
+                break;
+            }
+        }
+        self.threads.remove(&tid);
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        self.detach_all();
+        // SAFETY: restores the mask saved in `new`.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut());
+        }
+    }
+}
+
+fn is_job_stop(signal: i32) -> bool {
+    matches!(
+        signal,
+        libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+    )
+}
+
+/// A ptrace request without pointers; whether it succeeded.
+fn ptrace(request: libc::c_uint, tid: u32, data: usize) -> bool {
+    // SAFETY: requests that take no pointer (`data` is a signal number or 0).
+    unsafe { libc::ptrace(request, tid as libc::pid_t, 0usize, data) == 0 }
+}
+
+/// The registers of a stopped thread.
+fn registers(tid: u32) -> Option<Registers> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: PTRACE_GETREGS fills a user_regs_struct.
+        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        let result = unsafe {
+            libc::ptrace(
+                libc::PTRACE_GETREGS,
+                tid as libc::pid_t,
+                0usize,
+                &mut regs as *mut libc::user_regs_struct,
+            )
+        };
+        (result == 0).then_some(Registers {
+            ip: regs.rip,
+            sp: regs.rsp,
+            bp: regs.rbp,
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = tid;
+        None
+    }
+}
+
+/// Sleeps until a SIGCHLD arrives (a tracee changed state) or `timeout` passes.
+fn wait_for_sigchld(timeout: Duration) {
+    // SAFETY: sigtimedwait with valid set and timespec; SIGCHLD is blocked in this thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        let timeout = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        libc::sigtimedwait(&set, std::ptr::null_mut(), &timeout);
+    }
+}

@@ -1,0 +1,231 @@
+//! Unwinding a thread's stack from a copy: the registers and the top of the stack taken while the
+//! thread was stopped, walked afterwards, while it runs again.
+//!
+//! DWARF CFI (`.eh_frame` through `.eh_frame_hdr`, `.debug_frame` when present) with frame
+//! pointers as the fallback, by framehop, over the modules of `modules.rs` (executable, shared
+//! libraries, vdso). Produces return addresses and each frame's CFA (the caller's stack pointer),
+//! which places marks between frames. Nothing here reads the target: only the copy.
+//! x86-64 only for now; on other architectures native stacks are not recorded.
+
+use crate::modules::{Image, Module};
+use crate::profile::MAX_NATIVE_FRAMES;
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Unwinder as _};
+use std::ops::{Deref, Range};
+
+/// The registers unwinding starts from.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Registers {
+    /// Instruction pointer.
+    pub ip: u64,
+    /// Stack pointer.
+    pub sp: u64,
+    /// Frame pointer (rbp).
+    pub bp: u64,
+}
+
+/// A copy of the top of a thread's stack.
+#[derive(Clone, Debug, Default)]
+pub struct StackCopy {
+    /// Address in the target of `bytes[0]`.
+    pub start: u64,
+    /// The copied bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl StackCopy {
+    fn read_u64(&self, address: u64) -> Result<u64, ()> {
+        let offset = address.checked_sub(self.start).ok_or(())? as usize;
+        let bytes = self
+            .bytes
+            .get(offset..offset.checked_add(8).ok_or(())?)
+            .ok_or(())?;
+        Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+    }
+}
+
+/// One unwound frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnwoundFrame {
+    /// Lookup address: the instruction pointer for the innermost frame, the return address minus
+    /// one for callers (inside the call instruction).
+    pub address: u64,
+    /// The frame's CFA: the caller's stack pointer at the call; `u64::MAX` for the root frame.
+    pub cfa: u64,
+}
+
+/// The result of unwinding one stack.
+#[derive(Clone, Debug, Default)]
+pub struct Unwound {
+    /// Frames, innermost first.
+    pub frames: Vec<UnwoundFrame>,
+    /// Whether unwinding reached the thread's root (the unwind information said the stack ends);
+    /// otherwise it stopped early (unreadable memory, missing unwind data, the depth bound).
+    pub complete: bool,
+}
+
+/// A slice of a module's image, as framehop wants section data.
+#[derive(Clone)]
+pub struct Section {
+    image: Image,
+    range: Range<usize>,
+}
+
+impl Deref for Section {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.image[self.range.clone()]
+    }
+}
+
+/// An unwinder for one process.
+pub struct Unwinder {
+    unwinder: UnwinderX86_64<Section>,
+    cache: CacheX86_64,
+    modules: Vec<Module>,
+}
+
+impl Default for Unwinder {
+    fn default() -> Self {
+        Unwinder::new()
+    }
+}
+
+impl Unwinder {
+    /// An unwinder that knows no module yet.
+    pub fn new() -> Unwinder {
+        Unwinder {
+            unwinder: UnwinderX86_64::new(),
+            cache: CacheX86_64::new(),
+            modules: Vec::new(),
+        }
+    }
+
+    /// The modules it unwinds with.
+    pub fn modules(&self) -> &[Module] {
+        &self.modules
+    }
+
+    /// Replaces the modules (after the target loaded or unloaded libraries, or called exec).
+    pub fn set_modules(&mut self, modules: Vec<Module>) {
+        for old in &self.modules {
+            self.unwinder.remove_module(old.range.start);
+        }
+        for module in &modules {
+            self.unwinder.add_module(framehop_module(module));
+        }
+        self.modules = modules;
+        self.cache = CacheX86_64::new();
+    }
+
+    /// Whether `address` is in a known module.
+    pub fn knows(&self, address: u64) -> bool {
+        self.modules.iter().any(|m| m.range.contains(&address))
+    }
+
+    /// Unwinds the stack `stack` from `regs` into `out`.
+    pub fn unwind(&mut self, regs: Registers, stack: &StackCopy, out: &mut Unwound) {
+        out.frames.clear();
+        out.complete = false;
+        let mut unwind_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let mut address = FrameAddress::from_instruction_pointer(regs.ip);
+        let mut read = |address: u64| stack.read_u64(address);
+        while out.frames.len() < MAX_NATIVE_FRAMES {
+            let lookup = match address {
+                FrameAddress::InstructionPointer(ip) => ip,
+                FrameAddress::ReturnAddress(ra) => u64::from(ra) - 1,
+            };
+            let result =
+                self.unwinder
+                    .unwind_frame(address, &mut unwind_regs, &mut self.cache, &mut read);
+            match result {
+                Ok(Some(return_address)) => {
+                    out.frames.push(UnwoundFrame {
+                        address: lookup,
+                        cfa: unwind_regs.sp(),
+                    });
+                    match FrameAddress::from_return_address(return_address) {
+                        Some(next) => address = next,
+                        None => {
+                            out.complete = true;
+                            return;
+                        }
+                    }
+                }
+                Ok(None) => {
+                    out.frames.push(UnwoundFrame {
+                        address: lookup,
+                        cfa: u64::MAX,
+                    });
+                    out.complete = true;
+                    return;
+                }
+                Err(_) => {
+                    out.frames.push(UnwoundFrame {
+                        address: lookup,
+                        cfa: u64::MAX,
+                    });
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The framehop view of a module: its unwind sections, as slices of the image (no copies).
+fn framehop_module(module: &Module) -> framehop::Module<Section> {
+    use object::{Object, ObjectSection};
+    let mut info = ExplicitModuleSectionInfo::<Section> {
+        base_svma: 0,
+        text_svma: None,
+        text: None,
+        stubs_svma: None,
+        stub_helper_svma: None,
+        got_svma: None,
+        unwind_info: None,
+        eh_frame_svma: None,
+        eh_frame: None,
+        eh_frame_hdr_svma: None,
+        eh_frame_hdr: None,
+        debug_frame: None,
+        text_segment_svma: None,
+        text_segment: None,
+    };
+    if let Ok(file) = object::File::parse(&*module.image) {
+        let section = |name: &str| -> Option<(Range<u64>, Option<Section>)> {
+            let section = file.section_by_name(name)?;
+            let svma = section.address()..section.address().checked_add(section.size())?;
+            let data = match section.compressed_file_range() {
+                Ok(range) if range.format == object::CompressionFormat::None => {
+                    let start = usize::try_from(range.offset).ok()?;
+                    let end = start.checked_add(usize::try_from(range.compressed_size).ok()?)?;
+                    (end <= module.image.len()).then(|| Section {
+                        image: module.image.clone(),
+                        range: start..end,
+                    })
+                }
+                _ => None,
+            };
+            Some((svma, data))
+        };
+        if let Some((svma, data)) = section(".text") {
+            info.text_svma = Some(svma);
+            info.text = data;
+        }
+        if let Some((svma, data)) = section(".eh_frame") {
+            info.eh_frame_svma = Some(svma);
+            info.eh_frame = data;
+        }
+        if let Some((svma, data)) = section(".eh_frame_hdr") {
+            info.eh_frame_hdr_svma = Some(svma);
+            info.eh_frame_hdr = data;
+        }
+        if let Some((svma, _)) = section(".got") {
+            info.got_svma = Some(svma);
+        }
+        if info.eh_frame.is_none() {
+            info.debug_frame = section(".debug_frame").and_then(|(_, data)| data);
+        }
+    }
+    framehop::Module::new(module.name.clone(), module.range.clone(), module.bias, info)
+}
