@@ -54,6 +54,7 @@ pub struct NativeSampler {
     next_refresh: Instant,
     copy: StackCopy,
     unwound: Unwound,
+    late: Vec<(u32, Captured)>,
     /// Counters.
     pub stats: NativeStats,
     /// The first attach error, for the report.
@@ -72,6 +73,7 @@ impl NativeSampler {
             next_refresh: Instant::now(),
             copy: StackCopy::default(),
             unwound: Unwound::default(),
+            late: Vec::new(),
             stats: NativeStats::default(),
             attach_error: None,
         };
@@ -103,9 +105,45 @@ impl NativeSampler {
         self.maps = maps;
     }
 
-    /// Handles the target's pending events (signals, exits) without blocking.
+    /// Handles the target's pending events (signals, exits) without blocking. Threads that
+    /// stopped late for an earlier sample have their stack copied now (they have not run since
+    /// they were asked to stop, so it is the stack they had then); see [`NativeSampler::take_late`].
     pub fn poll(&mut self) {
-        self.tracer.poll();
+        let maps = &self.maps;
+        let mut copies = Vec::new();
+        self.tracer.poll(|tid, regs| {
+            let mut copy = StackCopy::default();
+            copy_stack(Remote::new(tid), maps, regs, &mut copy);
+            copies.push((tid, regs, copy));
+        });
+        for (tid, regs, copy) in copies {
+            self.unwinder.unwind(regs, &copy, &mut self.unwound);
+            self.late.push((
+                tid,
+                Captured {
+                    frames: self.unwound.frames.clone(),
+                    complete: self.unwound.complete,
+                },
+            ));
+        }
+    }
+
+    /// Stacks copied by [`NativeSampler::poll`] from threads that stopped late.
+    pub fn take_late(&mut self) -> Vec<(u32, Captured)> {
+        std::mem::take(&mut self.late)
+    }
+
+    /// Sleeps until `deadline`, handling the target's events as they come (signals for it are
+    /// passed on at once, late stops ended at once).
+    pub fn sleep_until(&mut self, deadline: Instant) {
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            self.tracer.wait_for_event(deadline - now);
+            self.poll();
+        }
     }
 
     /// Attaches to `tid` if not yet done; whether it is attached.

@@ -304,7 +304,7 @@ fn read_remote(
             if state.tid == 0 {
                 break;
             }
-            if state.seq % 2 == 0 {
+            if state.seq.is_multiple_of(2) {
                 if let Some(mut marks) = copy_remote(remote, *slot, state)? {
                     marks.slot = index;
                     out.push(marks);

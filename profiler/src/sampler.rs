@@ -151,6 +151,14 @@ impl Sampler {
         self.native.as_ref().and_then(NativeSampler::exit_status)
     }
 
+    /// Sleeps until `deadline` (handling the target's events meanwhile, when tracing it).
+    fn sleep_until(&mut self, deadline: Instant) {
+        match &mut self.native {
+            Some(native) => native.sleep_until(deadline),
+            None => std::thread::sleep(deadline.saturating_duration_since(Instant::now())),
+        }
+    }
+
     /// Detaches from the target's threads (native sampling), leaving them running. Done by
     /// [`Sampler::finish`] too, and on drop.
     pub fn stop_tracing(&mut self) {
@@ -163,6 +171,11 @@ impl Sampler {
     pub fn tick(&mut self) -> bool {
         if let Some(native) = &mut self.native {
             native.poll();
+            for (tid, captured) in native.take_late() {
+                if let Some(state) = self.threads.get_mut(&tid) {
+                    state.last_native = Some(captured);
+                }
+            }
         }
         let now = Instant::now();
         match target::threads(self.pid, &mut self.tids) {
@@ -647,7 +660,7 @@ fn sample_until_stopped(
             next = floor;
             sampler.stretched_ticks += 1;
         }
-        std::thread::sleep(next - now);
+        sampler.sleep_until(next);
     }
 }
 

@@ -18,8 +18,13 @@ use nix::libc;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// How long a sample waits for a thread to stop (a thread in uninterruptible sleep may not).
-const STOP_TIMEOUT: Duration = Duration::from_millis(10);
+/// How long a sample waits for a thread to stop. A thread on a CPU stops within microseconds; one
+/// that is runnable but waiting for a CPU stops only when it gets one. The sampler must not wait
+/// for that: its samples would then cluster at the moments the target gets a CPU back (which, in
+/// a program with deadline-driven work, are the starts of new work items: we measured short
+/// features overstated by 5 points on a loaded machine). Such a stop is left pending and handled
+/// when it arrives ([`Tracer::poll`]), between samples.
+const STOP_TIMEOUT: Duration = Duration::from_micros(500);
 /// How long detaching waits for a thread to stop before giving up on it (fsprof's exit then
 /// detaches it).
 const DETACH_TIMEOUT: Duration = Duration::from_millis(500);
@@ -132,8 +137,9 @@ impl Tracer {
     }
 
     /// Handles every pending event without blocking: signals are passed on, job-control stops
-    /// listened to, late interrupt stops resumed, exited threads forgotten.
-    pub fn poll(&mut self) {
+    /// listened to, exited threads forgotten, and the stops of earlier samples that did not stop
+    /// in time handed to `late` (with the thread's registers, while it is stopped) and resumed.
+    pub fn poll(&mut self, mut late: impl FnMut(u32, Registers)) {
         loop {
             let mut status = 0;
             // SAFETY: waitpid with a valid status pointer.
@@ -141,8 +147,23 @@ impl Tracer {
             if tid <= 0 {
                 return;
             }
-            self.handle(tid as u32, status);
+            let tid = tid as u32;
+            let ours = libc::WIFSTOPPED(status)
+                && status >> 16 == libc::PTRACE_EVENT_STOP
+                && !is_job_stop(libc::WSTOPSIG(status))
+                && self.threads.get(&tid).is_some_and(|t| t.interrupt_pending);
+            if ours {
+                if let Some(regs) = registers(tid) {
+                    late(tid, regs);
+                }
+            }
+            self.handle(tid, status);
         }
+    }
+
+    /// Sleeps until a tracee changes state (then [`Tracer::poll`] has work) or `timeout` passes.
+    pub fn wait_for_event(&self, timeout: Duration) {
+        wait_for_sigchld(timeout);
     }
 
     /// Handles one event of a thread outside a sample.
@@ -252,7 +273,7 @@ impl Tracer {
         for tid in tids {
             self.detach(tid);
         }
-        self.poll(); // collect the program's exit, if it happened meanwhile
+        self.poll(|_, _| {}); // collect the program's exit, if it happened meanwhile
     }
 
     fn detach(&mut self, tid: u32) {
