@@ -282,7 +282,7 @@ impl Profile {
             let inside = native
                 .marks_at
                 .last()
-                .is_none_or(|last| *last as usize <= native.frames.len());
+                .map_or(true, |last| *last as usize <= native.frames.len());
             if !in_order || !inside {
                 bail!("a native stack places its marks out of order");
             }
@@ -412,7 +412,10 @@ impl ProfileBuilder {
         active_ns: u64,
     ) {
         let next = self.samples.len();
-        let index = *self.sample_ids.entry((thread, stack, native)).or_insert(next);
+        let index = *self
+            .sample_ids
+            .entry((thread, stack, native))
+            .or_insert(next);
         if index == next {
             self.samples.push(SampleGroup {
                 thread,
@@ -444,11 +447,7 @@ impl ProfileBuilder {
     /// The finished profile. `symbolize` gives the frames at each address of
     /// [`ProfileBuilder::native_addresses`], outermost first (more than one when functions were
     /// inlined there; at least one).
-    pub fn finish(
-        self,
-        meta: Meta,
-        mut symbolize: impl FnMut(u64) -> Vec<NativeFrame>,
-    ) -> Profile {
+    pub fn finish(self, meta: Meta, mut symbolize: impl FnMut(u64) -> Vec<NativeFrame>) -> Profile {
         let mut frames = Vec::new();
         let mut frame_ids = HashMap::new();
         let mut expanded: HashMap<u64, Vec<u32>> = HashMap::new();

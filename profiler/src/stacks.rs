@@ -49,7 +49,11 @@ impl StackFrame<'_> {
 
 /// The combined stack of a sample group, root first. With `marks_only`, or when the group has no
 /// native stack, only its marks (the paper's "core samples").
-pub fn combined<'a>(profile: &'a Profile, group: &SampleGroup, marks_only: bool) -> Vec<StackFrame<'a>> {
+pub fn combined<'a>(
+    profile: &'a Profile,
+    group: &SampleGroup,
+    marks_only: bool,
+) -> Vec<StackFrame<'a>> {
     let stack = &profile.stacks[group.stack as usize];
     let marks = stack.frames.iter().map(|frame| StackFrame::Mark {
         feature: &profile.features[frame.feature as usize],
