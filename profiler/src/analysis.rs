@@ -5,11 +5,23 @@
 //! that feature in the sample's mark stack is a mark, not an antimark; its time goes to that mark's
 //! payload (the feature instance). Features are independent: nested features both count a sample.
 //!
-//! Which time a sample stands for is the [`TimeView`]. This module computes numbers only; the
-//! renderers turn them into text or JSON.
+//! Which time a sample stands for is the [`TimeView`]; [`group_weights`] gives it for every sample
+//! group (the folded stacks and flamegraphs count with it).
+//!
+//! When the profile has native stacks, the most expensive instances of each feature also get their
+//! most expensive native call paths: the last few native frames before the instance's mark, so a
+//! user sees which use of a feature costs. This module computes numbers only; the renderers turn
+//! them into text, JSON or flamegraphs.
 
-use crate::profile::Profile;
-use std::collections::HashMap;
+use crate::profile::{Profile, SampleGroup, Stack};
+use std::collections::{HashMap, HashSet};
+
+/// Instances per feature (the most expensive) that get their call paths.
+pub const PATH_INSTANCES: usize = 5;
+/// Call paths kept per instance (the most expensive).
+pub const PATHS_PER_INSTANCE: usize = 3;
+/// Native frames a call path shows: the innermost ones before the mark.
+pub const PATH_FRAMES: usize = 4;
 
 /// Which part of the threads' time counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +68,38 @@ pub struct InstanceCost {
     pub ns: u64,
     /// Samples attributed to it.
     pub samples: u64,
+    /// The native call paths that reached its mark, most expensive first: at most
+    /// [`PATHS_PER_INSTANCE`], and only for the [`PATH_INSTANCES`] most expensive instances of a
+    /// feature in a profile with native stacks (empty otherwise).
+    pub paths: Vec<CallPath>,
+}
+
+impl InstanceCost {
+    /// `part` as a percentage of the instance's time, 0–100.
+    pub fn share(&self, part_ns: u64) -> f64 {
+        if self.ns == 0 {
+            0.0
+        } else {
+            part_ns as f64 * 100.0 / self.ns as f64
+        }
+    }
+}
+
+/// Where an instance's mark was pushed from: the native frames right before it in the combined
+/// stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallPath {
+    /// Function names of the innermost native frames before the mark (at most [`PATH_FRAMES`]),
+    /// outer to inner. Empty when the samples had no native stack (`cut` false), or when the mark
+    /// was pushed above the frames that were unwound (`cut` true).
+    pub functions: Vec<String>,
+    /// Frames are left out at the outer end: the path is deeper than shown, or unwinding stopped
+    /// before the thread's root.
+    pub cut: bool,
+    /// Time of the instance that went through this path.
+    pub ns: u64,
+    /// Samples of the instance that went through this path.
+    pub samples: u64,
 }
 
 /// The result of the analysis.
@@ -73,6 +117,8 @@ pub struct FeatureReport {
     pub truncated_samples: u64,
     /// Deepest mark stack seen, when some were truncated.
     pub max_truncated_depth: u32,
+    /// Whether the profile has native stacks (then instances have call paths).
+    pub native: bool,
 }
 
 impl FeatureReport {
@@ -95,7 +141,11 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
     // For the innermost-frame-per-feature walk: the stack last seen to have this feature.
     let mut visited_in = vec![usize::MAX; feature_count];
     let mut instances: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
-    let mut attributed: Vec<(u32, u32)> = Vec::new();
+    // (feature, payload, mark's index in the mark stack)
+    let mut attributed: Vec<(u32, u32, usize)> = Vec::new();
+    let native = !profile.native_stacks.is_empty();
+    // Per instance (feature, payload), per call path: (ns, samples).
+    let mut paths: HashMap<(u32, u32), PathCosts> = HashMap::new();
     let mut report = FeatureReport {
         view,
         samples: 0,
@@ -103,20 +153,21 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         features: Vec::new(),
         truncated_samples: 0,
         max_truncated_depth: 0,
+        native,
     };
 
     for (index, group) in profile.samples.iter().enumerate() {
         let stack = &profile.stacks[group.stack as usize];
         // For each feature, its innermost frame; it counts if it is a mark, not an antimark.
         attributed.clear();
-        for frame in stack.frames.iter().rev() {
+        for (at, frame) in stack.frames.iter().enumerate().rev() {
             let feature = frame.feature as usize;
             seen[feature] = true;
             if std::mem::replace(&mut visited_in[feature], index) == index {
                 continue;
             }
             if let Some(payload) = frame.payload {
-                attributed.push((frame.feature, payload));
+                attributed.push((frame.feature, payload, at));
             }
         }
         // Inside a mark, blocked time counts too (see `TimeView::Active`).
@@ -130,41 +181,131 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             report.truncated_samples = report.truncated_samples.saturating_add(group.count);
             report.max_truncated_depth = report.max_truncated_depth.max(depth);
         }
-        for (feature, payload) in &attributed {
+        for (feature, payload, at) in &attributed {
             let f = *feature as usize;
             feature_ns[f] = feature_ns[f].saturating_add(ns);
             feature_samples[f] = feature_samples[f].saturating_add(group.count);
             let entry = instances.entry((*feature, *payload)).or_default();
             entry.0 = entry.0.saturating_add(ns);
             entry.1 = entry.1.saturating_add(group.count);
+            if native {
+                let path = call_path(profile, group, *at);
+                let entry = paths
+                    .entry((*feature, *payload))
+                    .or_default()
+                    .entry(path)
+                    .or_default();
+                entry.0 = entry.0.saturating_add(ns);
+                entry.1 = entry.1.saturating_add(group.count);
+            }
         }
     }
 
-    let mut by_feature: Vec<Vec<InstanceCost>> = vec![Vec::new(); feature_count];
+    let mut by_feature: Vec<Vec<(InstanceCost, u32)>> = vec![Vec::new(); feature_count];
     for ((feature, payload), (ns, samples)) in instances {
-        by_feature[feature as usize].push(InstanceCost {
+        let instance = InstanceCost {
             payload: profile.payloads[payload as usize].text.clone(),
             ns,
             samples,
-        });
+            paths: Vec::new(),
+        };
+        by_feature[feature as usize].push((instance, payload));
     }
     // Features with the same name (two descriptors) were interned to one id by the recorder.
     for ((id, name), mut instances) in profile.features.iter().enumerate().zip(by_feature) {
         if !seen[id] {
             continue;
         }
-        instances.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.payload.cmp(&b.payload)));
+        instances.sort_by(|(a, _), (b, _)| b.ns.cmp(&a.ns).then_with(|| a.payload.cmp(&b.payload)));
+        for (instance, payload) in instances.iter_mut().take(PATH_INSTANCES) {
+            if let Some(found) = paths.remove(&(id as u32, *payload)) {
+                instance.paths = top_paths(found);
+            }
+        }
         report.features.push(FeatureCost {
             name: name.clone(),
             ns: feature_ns[id],
             samples: feature_samples[id],
-            instances,
+            instances: instances.into_iter().map(|(i, _)| i).collect(),
         });
     }
     report
         .features
         .sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.name.cmp(&b.name)));
     report
+}
+
+/// The call path of the mark at index `mark` of `group`'s mark stack: the function names of the
+/// innermost [`PATH_FRAMES`] native frames before it, and whether frames are left out.
+fn call_path<'a>(profile: &'a Profile, group: &SampleGroup, mark: usize) -> (Vec<&'a str>, bool) {
+    let Some(native) = group
+        .native
+        .and_then(|id| profile.native_stacks.get(id as usize))
+    else {
+        return (Vec::new(), false);
+    };
+    let before = native
+        .marks_at
+        .get(mark)
+        .map_or(0, |at| (*at as usize).min(native.frames.len()));
+    let first = before.saturating_sub(PATH_FRAMES);
+    let functions = native.frames[first..before]
+        .iter()
+        .map(|frame| profile.native_frames[*frame as usize].function.as_str())
+        .collect();
+    (functions, first > 0 || native.truncated || before == 0)
+}
+
+/// Time and samples per call path (functions, cut) of one instance.
+type PathCosts<'a> = HashMap<(Vec<&'a str>, bool), (u64, u64)>;
+
+/// The most expensive paths, ties by path text.
+fn top_paths(found: PathCosts) -> Vec<CallPath> {
+    let mut paths: Vec<CallPath> = found
+        .into_iter()
+        .map(|((functions, cut), (ns, samples))| CallPath {
+            functions: functions.into_iter().map(str::to_owned).collect(),
+            cut,
+            ns,
+            samples,
+        })
+        .collect();
+    paths.sort_by(|a, b| {
+        b.ns.cmp(&a.ns)
+            .then_with(|| a.functions.cmp(&b.functions))
+            .then_with(|| a.cut.cmp(&b.cut))
+    });
+    paths.truncate(PATHS_PER_INSTANCE);
+    paths
+}
+
+/// The time each sample group stands for in `view`, indexed like [`Profile::samples`]: the same
+/// rule as [`analyse`] (in the active view, a sample inside some feature's mark counts its wall
+/// time, blocked time included; other samples their active time), so the weights add up to the
+/// report's total.
+pub fn group_weights(profile: &Profile, view: TimeView) -> Vec<u64> {
+    let inside_mark: Vec<bool> = match view {
+        TimeView::All => Vec::new(),
+        TimeView::Active => profile.stacks.iter().map(inside_a_mark).collect(),
+    };
+    profile
+        .samples
+        .iter()
+        .map(|group| match view {
+            TimeView::Active if !inside_mark[group.stack as usize] => group.active_ns,
+            _ => group.wall_ns,
+        })
+        .collect()
+}
+
+/// Whether some feature's innermost frame in the stack is a mark (not an antimark).
+fn inside_a_mark(stack: &Stack) -> bool {
+    let mut seen = HashSet::new();
+    stack
+        .frames
+        .iter()
+        .rev()
+        .any(|frame| seen.insert(frame.feature) && frame.payload.is_some())
 }
 
 #[cfg(test)]
@@ -260,5 +401,92 @@ mod tests {
             ("output", 0)
         );
         assert!(analyse(&profile(&[]), TimeView::Active).features.is_empty());
+    }
+
+    #[test]
+    fn top_instances_get_the_native_paths_that_reached_their_marks() {
+        use crate::render::folded::tests::{build, S};
+        let s = |marks, native, us| S {
+            marks,
+            native: Some(native),
+            tid: 1,
+            wall_us: us,
+            active_us: us,
+        };
+        let mut samples = vec![
+            // Instance a through f1 > f2 (600 µs), and through a deeper path cut to 4 frames.
+            s(
+                vec![("output", Some("a"))],
+                (vec![1, 2, 9], vec![2], false),
+                600,
+            ),
+            s(
+                vec![("output", Some("a")), ("parse", Some("p"))],
+                (vec![1, 2, 3, 4, 5, 6], vec![5, 6], false),
+                300,
+            ),
+            // Instance b: pushed from a truncated stack, and from outside the unwound frames.
+            s(vec![("output", Some("b"))], (vec![7], vec![1], true), 200),
+            s(vec![("output", Some("b"))], (vec![7], vec![0], false), 100),
+        ];
+        // Six more instances: only the top five get paths.
+        for (payload, us) in [("c", 90), ("d", 80), ("e", 70), ("f", 60), ("g", 50)] {
+            samples.push(s(
+                vec![("output", Some(payload))],
+                (vec![1], vec![1], false),
+                us,
+            ));
+        }
+        let p = build(&samples);
+        let r = analyse(&p, TimeView::Active);
+        assert!(r.native);
+        let output = &r.features[0];
+        let paths = |i: usize| -> Vec<(String, bool, u64)> {
+            output.instances[i]
+                .paths
+                .iter()
+                .map(|p| (p.functions.join(">"), p.cut, p.ns / 1000))
+                .collect()
+        };
+        assert_eq!(output.instances[0].payload, "a");
+        assert_eq!(
+            paths(0),
+            [
+                ("f1>f2".into(), false, 600),
+                ("f2>f3>f4>f5".into(), true, 300)
+            ]
+        );
+        assert!((output.instances[0].share(600_000) - 66.666).abs() < 0.01);
+        assert_eq!(paths(1), [("f7".into(), true, 200), ("".into(), true, 100)]);
+        assert_eq!(paths(4), [("f1".into(), false, 70)]);
+        assert!(output.instances[5].paths.is_empty());
+        // The parse instance inside it.
+        assert_eq!(
+            r.features[1].instances[0].paths[0].functions,
+            ["f3", "f4", "f5", "f6"]
+        );
+
+        // Without native stacks, no paths.
+        let plain = profile(&[(vec![mark(0, 0)], 10, 10)]);
+        let r = analyse(&plain, TimeView::Active);
+        assert!(!r.native && r.features[0].instances[0].paths.is_empty());
+    }
+
+    #[test]
+    fn group_weights_add_up_to_the_report_total() {
+        let p = profile(&[
+            (vec![], 100, 0),
+            (vec![mark(0, 0)], 30, 0),
+            (vec![mark(0, 0), anti(0)], 30, 5),
+            (vec![], 20, 20), // merged with the first
+        ]);
+        for view in [TimeView::Active, TimeView::All] {
+            let sum: u64 = group_weights(&p, view).iter().sum();
+            assert_eq!(sum, analyse(&p, view).total_ns);
+        }
+        assert_eq!(
+            group_weights(&p, TimeView::Active),
+            [20_000_000, 30_000_000, 5_000_000]
+        );
     }
 }

@@ -24,7 +24,11 @@ pub struct Cli {
 const EXAMPLES: &str = "Examples:
   fsprof run -- ./app --input data.txt     profile a program until it exits
   fsprof attach 4242 --duration 10         profile a running process for 10 s
-  fsprof report fsprof-app-1 --format json re-render a saved profile";
+  fsprof report fsprof-app-1 --format json re-render a saved profile
+  fsprof report fsprof-app-1 --format folded > app.folded
+                                           collapsed stacks for other flamegraph tools
+  fsprof report fsprof-app-1 --features-only --flamegraph features.svg
+                                           redraw the features-only flamegraph";
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
@@ -48,16 +52,25 @@ enum Cmd {
         /// Process id of the target.
         pid: u32,
     },
-    /// Re-render a saved profile.
+    /// Re-render a saved profile: the report, folded stacks, or a flamegraph.
     Report {
         /// An output directory, or the profile.json in it.
         path: PathBuf,
-        /// Output format.
+        /// Output format, printed to stdout.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
-        /// Count all thread time, idle included (whatever the recording used).
+        /// Count all thread time, idle included (whatever the recording used). Also sets what
+        /// folded counts and flamegraph widths measure.
         #[arg(long)]
         idle: bool,
+        /// With --format folded or --flamegraph: the feature marks alone, without native frames
+        /// (samples without marks become one "[no feature]" frame).
+        #[arg(long)]
+        features_only: bool,
+        /// Write a flamegraph SVG to this file instead of printing a report (widths are µs of
+        /// the report's time view; marks are blue). Not with --format.
+        #[arg(long, value_name = "OUT.svg", conflicts_with = "format")]
+        flamegraph: Option<PathBuf>,
     },
 }
 
@@ -91,6 +104,10 @@ pub enum Format {
     Text,
     /// The report as JSON.
     Json,
+    /// Collapsed stacks, one line per distinct stack, root first: `frame;frame;... COUNT`, with
+    /// COUNT the stack's time in microseconds (rounded; the report's time view, see --idle).
+    /// Mark frames read `[feature] payload`.
+    Folded,
 }
 
 fn parse_rate(text: &str) -> Result<f64, String> {
@@ -132,11 +149,22 @@ pub enum Command {
     Report {
         /// Directory or file.
         path: PathBuf,
-        /// Output format.
-        format: Format,
-        /// Force the all-time view.
-        idle: bool,
+        /// What to render.
+        options: ReportOptions,
     },
+}
+
+/// What `fsprof report` renders.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportOptions {
+    /// Output format (ignored with `flamegraph`).
+    pub format: Format,
+    /// Force the all-time view.
+    pub idle: bool,
+    /// Folded stacks or flamegraph of the marks alone.
+    pub features_only: bool,
+    /// Write a flamegraph SVG here instead of printing.
+    pub flamegraph: Option<PathBuf>,
 }
 
 impl From<RecordArgs> for RecordOptions {
@@ -152,9 +180,22 @@ impl From<RecordArgs> for RecordOptions {
 }
 
 impl Cli {
-    /// The parsed command.
-    pub fn into_command(self) -> Command {
-        match self.command {
+    /// Parses the process's arguments; exits with a usage error (code 2) when they are wrong.
+    pub fn parse_command() -> Command {
+        match Cli::parse().into_command() {
+            Ok(command) => command,
+            Err(message) => {
+                use clap::CommandFactory;
+                Cli::command()
+                    .error(clap::error::ErrorKind::ArgumentConflict, message)
+                    .exit()
+            }
+        }
+    }
+
+    /// The parsed command, or why the arguments do not go together.
+    pub fn into_command(self) -> Result<Command, String> {
+        Ok(match self.command {
             Cmd::Run { record, program } => Command::Run {
                 program,
                 options: record.into(),
@@ -163,8 +204,30 @@ impl Cli {
                 pid,
                 options: record.into(),
             },
-            Cmd::Report { path, format, idle } => Command::Report { path, format, idle },
-        }
+            Cmd::Report {
+                path,
+                format,
+                idle,
+                features_only,
+                flamegraph,
+            } => {
+                if features_only && flamegraph.is_none() && format != Format::Folded {
+                    return Err(
+                        "--features-only goes with --format folded or --flamegraph OUT.svg"
+                            .to_owned(),
+                    );
+                }
+                Command::Report {
+                    path,
+                    options: ReportOptions {
+                        format,
+                        idle,
+                        features_only,
+                        flamegraph,
+                    },
+                }
+            }
+        })
     }
 }
 
@@ -184,11 +247,35 @@ mod tests {
             "fsprof", "run", "--rate", "500", "--", "./app", "-x", "--rate",
         ])
         .unwrap();
-        let Command::Run { program, options } = cli.into_command() else {
+        let Ok(Command::Run { program, options }) = cli.into_command() else {
             panic!()
         };
         assert_eq!(program, ["./app", "-x", "--rate"]);
         assert_eq!(options.rate_hz, 500.0);
         assert!(Cli::try_parse_from(["fsprof", "run", "--rate", "0", "--", "x"]).is_err());
+    }
+
+    fn report(args: &[&str]) -> Result<ReportOptions, String> {
+        let cli = Cli::try_parse_from(["fsprof", "report", "dir"].iter().chain(args))
+            .map_err(|e| e.kind().to_string())?;
+        match cli.into_command()? {
+            Command::Report { options, .. } => Ok(options),
+            _ => panic!(),
+        }
+    }
+
+    #[test]
+    fn report_options_and_their_bad_combinations() {
+        let folded = report(&["--format", "folded", "--features-only"]).unwrap();
+        assert_eq!(
+            (folded.format, folded.features_only),
+            (Format::Folded, true)
+        );
+        let svg = report(&["--flamegraph", "x.svg", "--features-only", "--idle"]).unwrap();
+        assert_eq!(svg.flamegraph, Some(PathBuf::from("x.svg")));
+        assert!(svg.features_only && svg.idle);
+        assert!(report(&["--features-only"]).is_err());
+        assert!(report(&["--format", "json", "--features-only"]).is_err());
+        assert!(report(&["--format", "text", "--flamegraph", "x.svg"]).is_err());
     }
 }

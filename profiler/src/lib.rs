@@ -3,7 +3,8 @@
 //! Data flows one way: the target's shim writes marks into a shared-memory region; the
 //! [`sampler`] copies them (through [`region`] and [`remote`]) together with per-thread clocks from
 //! [`target`] into a [`profile`]; the [`analysis`] computes costs per feature and instance; the
-//! [`render`]ers print them. [`session`] wires this into the `run` and `attach` commands.
+//! [`render`]ers print them, fold the stacks and draw flamegraphs. [`session`] wires this into
+//! the `run` and `attach` commands.
 
 pub mod analysis;
 pub mod cli;
@@ -24,21 +25,32 @@ pub mod unwind;
 
 use analysis::TimeView;
 use anyhow::Result;
-use cli::Format;
+use cli::{Format, ReportOptions};
 use std::path::Path;
 
-/// `fsprof report`: renders a saved profile.
-pub fn report(path: &Path, format: Format, idle: bool) -> Result<String> {
+/// `fsprof report`: renders a saved profile. Returns the text for stdout; with a flamegraph, writes
+/// the SVG file and returns nothing to print.
+pub fn report(path: &Path, options: &ReportOptions) -> Result<String> {
     let profile = profile::Profile::load(path)?;
-    let view = if idle || profile.meta.count_idle {
+    let view = if options.idle || profile.meta.count_idle {
         TimeView::All
     } else {
         TimeView::Active
     };
-    let report = analysis::analyse(&profile, view);
-    Ok(match format {
-        Format::Text => render::text::render(&report, &profile.meta, profile.threads.len()),
+    if let Some(svg) = &options.flamegraph {
+        let folded = render::folded::fold(&profile, view, options.features_only);
+        render::flamegraph::write_file(&folded, svg)?;
+        eprintln!("fsprof: wrote {}", svg.display());
+        return Ok(String::new());
+    }
+    Ok(match options.format {
+        Format::Folded => render::folded::fold(&profile, view, options.features_only).text(),
+        Format::Text => {
+            let report = analysis::analyse(&profile, view);
+            render::text::render(&report, &profile.meta, profile.threads.len())
+        }
         Format::Json => {
+            let report = analysis::analyse(&profile, view);
             let mut json =
                 serde_json::to_string_pretty(&render::json::render(&report, &profile.meta))?;
             json.push('\n');

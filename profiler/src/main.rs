@@ -1,26 +1,23 @@
 //! The `fsprof` command: parses arguments, dispatches to the library, and turns errors into a
 //! one-line message and an exit code. Nothing else lives here.
 
-use clap::Parser;
 use fsprof::cli::{Cli, Command};
 use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let command = Cli::parse().into_command();
+    let command = Cli::parse_command();
     let result = match command {
         Command::Run { program, options } => {
             fsprof::session::run(&program, &options).map(|code| code as u8)
         }
         Command::Attach { pid, options } => fsprof::session::attach(pid, &options).map(|()| 0),
-        Command::Report { path, format, idle } => {
-            fsprof::report(&path, format, idle).and_then(|text| {
-                match std::io::stdout().write_all(text.as_bytes()) {
-                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
-                    other => other.map(|()| 0).map_err(Into::into),
-                }
-            })
-        }
+        Command::Report { path, options } => fsprof::report(&path, &options).and_then(|text| {
+            match std::io::stdout().write_all(text.as_bytes()) {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
+                other => other.map(|()| 0).map_err(Into::into),
+            }
+        }),
     };
     match result {
         Ok(code) => ExitCode::from(code),

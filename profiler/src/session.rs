@@ -3,7 +3,9 @@
 //! A session checks what can be checked before the target is touched (the output directory, the
 //! permission to read the target), records with the sampler until the target exits, the user
 //! interrupts or the duration elapses, and then always writes what it collected: the saved profile
-//! and `report.txt`, and the report on stderr. The target is never stopped, signalled or killed.
+//! and `report.txt`, the flamegraphs `flamegraph.svg` (native stacks with marks) and
+//! `features.svg` (marks only), and the report on stderr. The target is never stopped, signalled
+//! or killed.
 
 use crate::analysis::{self, TimeView};
 use crate::profile::{Meta, Profile};
@@ -24,6 +26,10 @@ use std::time::{Duration, Instant};
 
 /// Name of the text report inside an output directory.
 pub const REPORT_FILE: &str = "report.txt";
+/// Name of the flamegraph of native stacks with marks inside an output directory.
+pub const FLAMEGRAPH_FILE: &str = "flamegraph.svg";
+/// Name of the features-only flamegraph inside an output directory.
+pub const FEATURES_FILE: &str = "features.svg";
 
 /// Options common to `run` and `attach`.
 #[derive(Clone, Debug)]
@@ -365,7 +371,9 @@ pub fn prepare_output(explicit: Option<&Path>, program: &str) -> Result<PathBuf>
     Ok(dir)
 }
 
-/// Saves the profile and the text report, and prints the report to stderr.
+/// Saves the profile, the text report and the two flamegraphs, and prints the report to stderr.
+/// The profile is written first; a flamegraph that cannot be drawn or written is only warned
+/// about (`fsprof report --flamegraph` can redraw it).
 fn write_outputs(dir: &Path, profile: Profile) -> Result<()> {
     let view = if profile.meta.count_idle {
         TimeView::All
@@ -378,11 +386,27 @@ fn write_outputs(dir: &Path, profile: Profile) -> Result<()> {
     let report_path = dir.join(REPORT_FILE);
     std::fs::write(&report_path, &text)
         .with_context(|| format!("cannot write {}", report_path.display()))?;
+    let mut written = vec![
+        saved.display().to_string(),
+        report_path.display().to_string(),
+    ];
+    for (file, marks_only) in [(FLAMEGRAPH_FILE, false), (FEATURES_FILE, true)] {
+        let path = dir.join(file);
+        let folded = render::folded::fold(&profile, view, marks_only);
+        match render::flamegraph::write_file(&folded, &path) {
+            Ok(()) => written.push(path.display().to_string()),
+            Err(error) => eprintln!(
+                "fsprof: warning: no {}: {}",
+                path.display(),
+                crate::names::clean(&format!("{error:#}"))
+            ),
+        }
+    }
     eprint!("\n{text}");
+    let last = written.pop().unwrap_or_default();
     eprintln!(
-        "fsprof: wrote {} and {} (re-render with: fsprof report {})",
-        saved.display(),
-        report_path.display(),
+        "fsprof: wrote {} and {last} (re-render with: fsprof report {})",
+        written.join(", "),
         dir.display()
     );
     Ok(())

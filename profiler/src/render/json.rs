@@ -7,6 +7,13 @@
 //!  "truncated_samples": 0, "meta": {...}}
 //! ```
 //! `percent` is of `total_ms`, 0–100. Fields may be added; none are removed within a major version.
+//!
+//! When the profile has native stacks, the most expensive instances of each feature also have
+//! `"paths"`: the native call paths that reached their mark, most expensive first,
+//! `{"functions": ["app::main", "app::report"], "cut": true, "ms": 700.5, "share": 70.04,
+//! "samples": 300}`; `functions` are the innermost native frames before the mark, outer to inner
+//! (empty: no native stack, or with `cut` the mark was pushed outside the unwound frames), `cut`
+//! says frames are left out at the outer end, `share` is of the instance's `ms`, 0–100.
 
 use crate::analysis::{FeatureReport, TimeView};
 use crate::profile::Meta;
@@ -26,8 +33,20 @@ pub fn render(report: &FeatureReport, meta: &Meta) -> Value {
                 .instances
                 .iter()
                 .map(|i| {
-                    json!({"payload": i.payload, "ms": ms(i.ns), "percent": report.percent(i.ns),
-                           "samples": i.samples})
+                    let mut instance = json!({"payload": i.payload, "ms": ms(i.ns),
+                        "percent": report.percent(i.ns), "samples": i.samples});
+                    if !i.paths.is_empty() {
+                        let paths: Vec<Value> = i
+                            .paths
+                            .iter()
+                            .map(|p| {
+                                json!({"functions": p.functions, "cut": p.cut, "ms": ms(p.ns),
+                                       "share": i.share(p.ns), "samples": p.samples})
+                            })
+                            .collect();
+                        instance["paths"] = Value::Array(paths);
+                    }
+                    instance
                 })
                 .collect();
             json!({"name": feature.name, "ms": ms(feature.ns), "percent": report.percent(feature.ns),

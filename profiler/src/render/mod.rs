@@ -1,5 +1,9 @@
-//! Renderers: turn a [`FeatureReport`](crate::analysis::FeatureReport) and the profile's metadata
-//! into text for people (`text`) or JSON for programs (`json`). They compute nothing themselves.
+//! Renderers: turn what the analyses computed into text for people (`text`), JSON for programs
+//! (`json`), collapsed stacks (`folded`) and flamegraph SVGs (`flamegraph`). They format; the
+//! numbers come from [`analysis`](crate::analysis) (folded stacks only merge and add the sample
+//! groups' weights it gives).
 
+pub mod flamegraph;
+pub mod folded;
 pub mod json;
 pub mod text;

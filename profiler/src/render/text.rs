@@ -5,8 +5,18 @@
 //!   3354 ms : src/main.rs:13:28
 //!    886 ms : src/main.rs:14:20
 //! ```
+//!
+//! With native stacks, the most expensive instances also list the call paths that reached them
+//! (the innermost native frames before the mark, outer to inner; `… >` where frames are left out)
+//! with their share of the instance's time:
+//!
+//! ```text
+//!   3354 ms : src/main.rs:13:28
+//!                71% … > app::main > app::report > app::print_row
+//!                29% app::main > app::summary
+//! ```
 
-use crate::analysis::{FeatureReport, TimeView};
+use crate::analysis::{CallPath, FeatureReport, TimeView};
 use crate::profile::Meta;
 use std::fmt::Write;
 
@@ -25,6 +35,19 @@ fn capitalised(name: &str) -> String {
     match chars.next() {
         Some(first) => first.to_uppercase().chain(chars).collect(),
         None => String::new(),
+    }
+}
+
+/// A call path as `a > b > c`, `… > ` first when frames are left out.
+fn describe_path(path: &CallPath) -> String {
+    match (path.functions.is_empty(), path.cut) {
+        (true, false) => "[no native stack]".to_owned(),
+        (true, true) => "… [mark pushed outside the unwound frames]".to_owned(),
+        (false, cut) => format!(
+            "{}{}",
+            if cut { "… > " } else { "" },
+            path.functions.join(" > ")
+        ),
     }
 }
 
@@ -91,6 +114,15 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
                 ms(instance.ns),
                 instance.payload
             );
+            for path in &instance.paths {
+                let _ = writeln!(
+                    out,
+                    "  {:width$}        {:>3.0}% {}",
+                    "",
+                    instance.share(path.ns),
+                    describe_path(path)
+                );
+            }
         }
         let _ = writeln!(out);
     }
@@ -140,4 +172,40 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::analyse;
+    use crate::render::folded::tests::{build, S};
+
+    #[test]
+    fn instances_list_their_call_paths_only_with_native_stacks() {
+        let s = |native, us| S {
+            marks: vec![("output", Some("src/main.rs:13:28"))],
+            native,
+            tid: 1,
+            wall_us: us,
+            active_us: us,
+        };
+        let p = build(&[
+            s(Some((vec![1, 2, 3, 4, 5], vec![5], false)), 7_000),
+            s(Some((vec![1, 2], vec![2], false)), 2_000),
+            s(None, 1_000),
+        ]);
+        let text = render(&analyse(&p, TimeView::Active), &p.meta, 1);
+        assert!(
+            text.contains(
+                "  10 ms : src/main.rs:13:28\n\
+                 \x20            70% … > f2 > f3 > f4 > f5\n\
+                 \x20            20% f1 > f2\n\
+                 \x20            10% [no native stack]\n\n"
+            ),
+            "{text}"
+        );
+        let plain = build(&[s(None, 1_000)]);
+        let text = render(&analyse(&plain, TimeView::Active), &plain.meta, 1);
+        assert!(text.contains("1.0 ms : src/main.rs:13:28\n\n"), "{text}");
+    }
 }
