@@ -300,7 +300,7 @@ impl Profile {
             let inside = native
                 .marks_at
                 .last()
-                .map_or(true, |last| *last as usize <= native.frames.len());
+                .is_none_or(|last| *last as usize <= native.frames.len());
             if !in_order || !inside {
                 bail!("a native stack places its marks out of order");
             }

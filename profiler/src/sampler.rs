@@ -634,9 +634,17 @@ fn sample_until_stopped(
 ) -> End {
     let start = Instant::now();
     let mut next = start;
+    // Fault injection for tests: a panic in the middle of recording, to prove that the target is
+    // released (detached, running) when fsprof fails.
+    let panic_after: Option<u64> = std::env::var("FSPROF_TEST_PANIC_AFTER_TICKS")
+        .ok()
+        .and_then(|ticks| ticks.parse().ok());
     loop {
         if let Some(end) = stop(sampler) {
             return end;
+        }
+        if panic_after.is_some_and(|ticks| sampler.ticks >= ticks) {
+            panic!("FSPROF_TEST_PANIC_AFTER_TICKS: panicking on purpose");
         }
         if schedule.duration.is_some_and(|d| start.elapsed() >= d) {
             return End::Duration;

@@ -1,0 +1,268 @@
+//! The target is sacred: whatever way recording ends (Ctrl-C, SIGTERM, a panic in fsprof, the end
+//! of --duration), every thread of the target is left running and untraced. Each test first
+//! waits until fsprof really traces the target (so it can fail), then ends the recording.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::*;
+
+/// Every thread of `pid`: (tid, state letter, tracer pid).
+fn threads(pid: u32) -> Vec<(u32, char, u32)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Ok(tid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"));
+        let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"));
+        let (Ok(stat), Ok(status)) = (stat, status) else {
+            continue; // exited meanwhile
+        };
+        let state = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .trim_start()
+            .chars()
+            .next()
+            .unwrap();
+        let tracer = status
+            .lines()
+            .find_map(|l| l.strip_prefix("TracerPid:"))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap();
+        out.push((tid, state, tracer));
+    }
+    out
+}
+
+/// Polls until some thread of `pid` is traced, failing after 10 s.
+fn wait_until_traced(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !threads(pid).iter().any(|(_, _, tracer)| *tracer != 0) {
+        assert!(Instant::now() < deadline, "fsprof never traced the target");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Asserts every thread of `pid` is untraced and not stopped (checked a few times over 100 ms:
+/// a thread left stopped stays stopped).
+fn assert_released(pid: u32) {
+    for _ in 0..5 {
+        let threads = threads(pid);
+        assert!(
+            threads.len() > 1,
+            "the target has {} threads",
+            threads.len()
+        );
+        for (tid, state, tracer) in threads {
+            assert_eq!(tracer, 0, "thread {tid} is still traced");
+            assert!(
+                !matches!(state, 'T' | 't'),
+                "thread {tid} left stopped ({state})"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A multi-threaded target (two busy threads, one idle, one blocking inside a mark) for 30 s.
+fn start_target(dir: &std::path::Path) -> Guarded {
+    let ready = dir.join("ready");
+    let child = Command::new(target())
+        .args(["threads", "30", "--ready"])
+        .arg(&ready)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let target = Guarded(child);
+    wait_for_file(&ready, Duration::from_secs(10));
+    target
+}
+
+fn attach(pid: u32, dir: &std::path::Path, env: &[(&str, &str)]) -> Guarded {
+    let mut command = Command::new(fsprof());
+    command
+        .args(["attach", &pid.to_string(), "-o"])
+        .arg(dir.join("out"))
+        .stderr(Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    Guarded(command.spawn().unwrap())
+}
+
+fn signal(pid: u32, signal: libc::c_int) {
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, signal) }, 0);
+}
+
+fn attach_then_signal_fsprof(sig: libc::c_int) {
+    let _serial = serial();
+    let dir = tempdir();
+    let target = start_target(dir.path());
+    let mut fsprof = attach(target.pid(), dir.path(), &[]);
+    wait_until_traced(target.pid());
+    std::thread::sleep(Duration::from_millis(300));
+    signal(fsprof.pid(), sig);
+    let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    assert_released(target.pid());
+    assert!(
+        report_json(&dir.path().join("out"))["samples"]
+            .as_u64()
+            .unwrap()
+            > 50
+    );
+}
+
+#[test]
+fn ctrl_c_during_attach_releases_every_thread() {
+    attach_then_signal_fsprof(libc::SIGINT);
+}
+
+#[test]
+fn sigterm_during_attach_releases_every_thread() {
+    attach_then_signal_fsprof(libc::SIGTERM);
+}
+
+#[test]
+fn sigterm_during_run_releases_the_program_it_leaves_running() {
+    let _serial = serial();
+    let dir = tempdir();
+    let ready = dir.path().join("ready");
+    let mut fsprof = Guarded(
+        Command::new(fsprof())
+            .args(["run", "-o"])
+            .arg(dir.path().join("out"))
+            .args(["--", target(), "threads", "30", "--ready"])
+            .arg(&ready)
+            .stdout(Stdio::null())
+            // Not piped: the program inherits it and keeps it open after fsprof exits.
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid: u32 = wait_for_file(&ready, Duration::from_secs(10))
+        .trim()
+        .parse()
+        .expect("the ready file holds the target's pid");
+    let _kill = KillOnDrop(pid);
+    wait_until_traced(pid);
+    std::thread::sleep(Duration::from_millis(300));
+    signal(fsprof.pid(), libc::SIGTERM);
+    let status = fsprof.wait_with_deadline(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(143));
+    assert_released(pid);
+}
+
+#[test]
+fn a_panic_in_fsprof_releases_every_thread() {
+    let _serial = serial();
+    let dir = tempdir();
+    let target = start_target(dir.path());
+    let mut fsprof = attach(
+        target.pid(),
+        dir.path(),
+        &[("FSPROF_TEST_PANIC_AFTER_TICKS", "500")],
+    );
+    wait_until_traced(target.pid());
+    let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(20));
+    assert!(stderr.contains("panicking on purpose"), "{stderr}");
+    assert!(!status.success());
+    assert_released(target.pid());
+}
+
+#[test]
+fn a_program_stopped_and_continued_during_recording_runs_on() {
+    let _serial = serial();
+    let dir = tempdir();
+    let target = start_target(dir.path());
+    let pid = target.pid();
+    let mut fsprof = attach(pid, dir.path(), &[]);
+    wait_until_traced(pid);
+    // Job control passes through: SIGSTOP stops every thread (and fsprof keeps them stopped)...
+    signal(pid, libc::SIGSTOP);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !threads(pid)
+        .iter()
+        .all(|(_, state, _)| matches!(state, 'T' | 't'))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "SIGSTOP did not stop the target: {:?}",
+            threads(pid)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        threads(pid)
+            .iter()
+            .all(|(_, state, _)| matches!(state, 'T' | 't')),
+        "a stopped target was resumed by fsprof: {:?}",
+        threads(pid)
+    );
+    // ... and SIGCONT resumes them, while fsprof still records.
+    signal(pid, libc::SIGCONT);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while threads(pid).iter().any(|(_, state, _)| *state == 'T') {
+        assert!(
+            Instant::now() < deadline,
+            "SIGCONT did not resume the target: {:?}",
+            threads(pid)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    signal(fsprof.pid(), libc::SIGINT);
+    let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    assert_released(pid);
+}
+
+/// Kills a process that is not our child when dropped.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
+    }
+}
+
+#[test]
+fn after_duration_the_program_fsprof_waits_for_is_released() {
+    let _serial = serial();
+    let dir = tempdir();
+    let ready = dir.path().join("ready");
+    let mut fsprof = Guarded(
+        Command::new(fsprof())
+            .args(["run", "--duration", "1", "-o"])
+            .arg(dir.path().join("out"))
+            .args(["--", target(), "threads", "30", "--ready"])
+            .arg(&ready)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid: u32 = wait_for_file(&ready, Duration::from_secs(10))
+        .trim()
+        .parse()
+        .expect("the ready file holds the target's pid");
+    let _kill = KillOnDrop(pid);
+    wait_until_traced(pid);
+    // fsprof stays alive, waiting for the program, once the profile is written: the program
+    // must by then be detached by fsprof itself (not by the kernel at fsprof's exit).
+    let profile = dir.path().join("out").join("report.txt");
+    wait_for_file(&profile, Duration::from_secs(20));
+    assert!(
+        fsprof.0.try_wait().unwrap().is_none(),
+        "fsprof did not wait"
+    );
+    assert_released(pid);
+}
