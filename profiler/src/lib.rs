@@ -16,6 +16,7 @@ pub mod render;
 pub mod sampler;
 pub mod session;
 pub mod stacks;
+pub mod symbols;
 pub mod target;
 
 use analysis::TimeView;
