@@ -124,6 +124,10 @@ pub struct Meta {
     /// Thread samples whose thread did not stop in time (no native stack).
     #[serde(default)]
     pub native_not_stopped: u64,
+    /// Thread samples whose marks changed between the sample's instant and the thread's stop:
+    /// they have marks but no native stack.
+    #[serde(default)]
+    pub native_moved: u64,
     /// Median time a sampled thread stayed stopped, microseconds.
     #[serde(default)]
     pub pause_p50_us: u64,

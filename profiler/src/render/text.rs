@@ -146,6 +146,24 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
             meta.torn_dropped
         ));
     }
+    let native_samples = meta.native_captured + meta.native_not_stopped;
+    if meta.native && native_samples > 0 {
+        let without = meta.native_moved + meta.native_not_stopped;
+        if without * 20 > native_samples {
+            notes.push(format!(
+                "{:.0}% of running-thread samples have no native stack (they count in the tables, not in flamegraph.svg): {} because the thread's marks changed between the sample and the moment it stopped (a thread stops at its next return to user space, which lags on virtual machines), {} because it had no CPU to stop on",
+                without as f64 * 100.0 / native_samples as f64,
+                meta.native_moved,
+                meta.native_not_stopped
+            ));
+        }
+        if meta.native_captured > 0 && meta.native_complete * 100 < meta.native_captured * 99 {
+            notes.push(format!(
+                "{:.1}% of native stacks were unwound to the thread's root; the others start with [stack truncated]",
+                meta.native_complete as f64 * 100.0 / meta.native_captured as f64
+            ));
+        }
+    }
     let asked = meta.rate_hz;
     let achieved = if meta.duration_ns > 0 {
         meta.ticks as f64 * 1e9 / meta.duration_ns as f64
