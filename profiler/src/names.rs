@@ -4,7 +4,8 @@
 //! `Location`s), so they are read with `process_vm_readv` the first time an address is seen and
 //! cached by address by the caller. Everything read is untrusted: lengths are capped, bytes are
 //! decoded lossily and control characters replaced, and unreadable memory becomes a placeholder
-//! rather than an error.
+//! rather than an error. A call-site payload (a C mark without a payload string) is a return
+//! address and is shown as `0x…`; this module does not symbolize it.
 
 use crate::remote::Remote;
 use fsprof_shim::abi::{self, RecordView};
@@ -22,6 +23,8 @@ pub enum PayloadKind {
     Location,
     /// A name given by the program.
     Name,
+    /// The return address of a call that marked (C ABI, no payload), as `0x…` until symbolized.
+    CallSite,
 }
 
 /// Reads the name of the feature whose descriptor is at `address`.
@@ -62,6 +65,7 @@ pub fn payload(remote: &Remote, record: &RecordView) -> Option<(PayloadKind, Str
                 MAX_PAYLOAD,
             ),
         )),
+        abi::KIND_CALL_SITE => Some((PayloadKind::CallSite, format!("{:#x}", record.payload))),
         other => Some((PayloadKind::Name, format!("<unknown payload kind {other}>"))),
     }
 }
@@ -131,5 +135,16 @@ mod tests {
         let (kind, text) = payload(&remote, &record).unwrap();
         assert_eq!(kind, PayloadKind::Name);
         assert!(text.starts_with("hello") || text.starts_with("<unreadable"));
+        // A call site is an address, not a string: nothing is read.
+        let call_site = RecordView {
+            kind: abi::KIND_CALL_SITE,
+            payload: 0x5555_0000_1234,
+            payload_len: 0,
+            ..record
+        };
+        assert_eq!(
+            payload(&remote, &call_site),
+            Some((PayloadKind::CallSite, "0x555500001234".to_owned()))
+        );
     }
 }

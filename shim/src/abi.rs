@@ -34,7 +34,8 @@
 //!   [`FEATURE_MAGIC`], then the name's address and length. `meta` holds the payload kind in its high
 //!   32 bits and the payload string's length in its low 32 bits; `payload` the string's address.
 //!   For [`KIND_LOCATION`] the string is a file name and `position` is `line << 32 | column`.
-//!   For [`KIND_ANTIMARK`] payload and position are zero. `sp` is a stack address in the frame
+//!   For [`KIND_ANTIMARK`] payload and position are zero. For [`KIND_CALL_SITE`] `payload` is a
+//!   return address, not a string, and length and position are zero. `sp` is a stack address in the frame
 //!   that pushed the mark. `tag` is private to the writer.
 //!
 //! # Consistency protocol (a sequence lock per slot)
@@ -87,6 +88,10 @@ pub const KIND_LOCATION: u32 = 1;
 pub const KIND_NAME: u32 = 2;
 /// Payload kind: an antimark; no payload.
 pub const KIND_ANTIMARK: u32 = 3;
+/// Payload kind: a call site; `payload` is a return address in the target (the instruction after
+/// the call that marked, so look up `payload - 1` to symbolize it), length and position are zero.
+/// Written by the C ABI (`fsprof_mark(feature, NULL)`).
+pub const KIND_CALL_SITE: u32 = 4;
 
 /// The region header, at offset 0.
 #[repr(C)]

@@ -222,6 +222,48 @@ pub fn region_address() -> Option<usize> {
     region::region_address()
 }
 
+/// Marks without guards, for the C ABI of `fsprof-agent`: not for Rust code, which should use
+/// [`Feature`]'s guards. Same region, same signal safety, same costs as the guards.
+///
+/// A raw pop removes the innermost mark, whoever pushed it. Mixing raw pops with guards is safe
+/// (a guard whose mark a raw pop removed does nothing when dropped, as after an out-of-order drop)
+/// but pairs marks however the calls pair them.
+#[doc(hidden)]
+pub mod raw {
+    use crate::{region, Feature};
+
+    /// Pushes a mark or antimark of `feature` on the calling thread's stack: `kind` is one of the
+    /// [`crate::abi`]`::KIND_*` constants, `payload`, `len` (capped at `u32::MAX`) and `position` are
+    /// stored as that kind defines them, and `sp` must be a stack address in the frame of the
+    /// function that marks (its stack pointer), which the profiler uses to place the mark among
+    /// native frames. Does nothing if the mark cannot be recorded (see the crate's guarantees).
+    #[inline(always)]
+    pub fn push(
+        feature: &'static Feature,
+        kind: u32,
+        payload: u64,
+        len: usize,
+        position: u64,
+        sp: u64,
+    ) {
+        let len = len.min(u32::MAX as usize) as u64;
+        let meta = (kind as u64) << 32 | len;
+        let _ = region::push(
+            feature as *const Feature as u64,
+            payload,
+            meta,
+            position,
+            sp,
+        );
+    }
+
+    /// Pops the calling thread's innermost mark or antimark; does nothing if it has none.
+    #[inline(always)]
+    pub fn pop_innermost() {
+        region::pop_innermost();
+    }
+}
+
 #[cfg(test)]
 mod tests;
 

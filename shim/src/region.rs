@@ -422,6 +422,36 @@ pub(crate) fn pop(pushed: Pushed) {
     });
 }
 
+/// Pops the calling thread's innermost mark or antimark, whichever guard or caller pushed it; does
+/// nothing if its stack is empty. For callers without guards (the C ABI), whose pop names no mark.
+///
+/// Signal safety: like a push, it is turned away while this thread is inside a push (`seq` odd,
+/// or on targets other than x86-64 `serial` odd), so a handler whose push was skipped for that
+/// reason also skips the matching pop. A handler that interrupts it between the load and the store
+/// of `depth` and pushes and pops in balance leaves `depth` as it found it, so the store is right.
+#[inline(always)]
+pub(crate) fn pop_innermost() {
+    let _ = STATE.try_with(|state| {
+        if state.serial.get() & 1 == 1 {
+            return; // only on targets without `bump`, see `push`
+        }
+        let slot = state.slot.get();
+        if slot.is_null() {
+            return;
+        }
+        // SAFETY: as in `push`.
+        let slot = unsafe { &*slot };
+        if slot.seq.load(Relaxed) & 1 == 1 {
+            return;
+        }
+        let depth = slot.depth.load(Relaxed);
+        if depth > 0 {
+            // As in `pop`: one store, no seq bracket.
+            slot.depth.store(depth - 1, Release);
+        }
+    });
+}
+
 /// The calling thread's current logical mark depth (0 if it has no slot). For tests and asserts.
 pub(crate) fn current_depth() -> u32 {
     STATE

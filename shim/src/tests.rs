@@ -169,3 +169,30 @@ fn forked_child_gets_its_own_region() {
     assert_eq!(status, 0, "child saw a stale region");
     assert_eq!(depth(), 1);
 }
+
+#[test]
+fn raw_pops_take_the_innermost_mark_and_never_underflow() {
+    use crate::raw;
+    assert_eq!(depth(), 0);
+    raw::pop_innermost(); // empty: nothing happens
+    assert_eq!(depth(), 0);
+    raw::push(&A, KIND_NAME, "x".as_ptr() as u64, 1, 0, 0x1000);
+    raw::push(&B, abi::KIND_CALL_SITE, 0xdead, 0, 0, 0x0800);
+    let (d, records) = my_records();
+    assert_eq!(d, 2);
+    assert_eq!(records[1].kind, abi::KIND_CALL_SITE);
+    assert_eq!((records[1].payload, records[1].sp), (0xdead, 0x0800));
+    raw::pop_innermost();
+    assert_eq!(my_records().1[..1], records[..1]);
+    // A guard above a raw mark: a raw pop removes it, and the guard's drop is then harmless.
+    let guard = B.mark();
+    raw::pop_innermost();
+    assert_eq!(depth(), 1);
+    raw::push(&A, KIND_ANTIMARK, 0, 0, 0, 0);
+    drop(guard); // its index now holds a newer mark: left alone
+    assert_eq!(depth(), 2);
+    for _ in 0..5 {
+        raw::pop_innermost();
+    }
+    assert_eq!(depth(), 0);
+}

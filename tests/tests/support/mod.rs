@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod native;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};

@@ -1,0 +1,185 @@
+//! Helpers for tests of native programs: the built `libfsprof_agent.so` and its header, and the C
+//! targets under `tests/c/`, compiled with `gcc` into a test's temporary directory.
+//!
+//! Each build copies the agent library into that directory and links with an rpath of `$ORIGIN`,
+//! so the programs run without `LD_LIBRARY_PATH` and keep working while cargo rebuilds the agent.
+//! Nothing here runs or profiles the programs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The workspace root (the parent of this crate).
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// `libfsprof_agent.so` as this `cargo test` built it. `fsprof-agent` is a dev-dependency of this
+/// crate only so that it is built (into `deps/`); `cargo build --workspace` also copies it next
+/// to the binaries. The newer of the two wins.
+pub fn agent_library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let release = exe.parent().and_then(Path::parent).unwrap();
+    let candidates = [
+        release.join("deps/libfsprof_agent.so"),
+        release.join("libfsprof_agent.so"),
+    ];
+    let modified = |p: &PathBuf| p.metadata().and_then(|m| m.modified()).ok();
+    candidates
+        .iter()
+        .filter(|p| p.exists())
+        .max_by_key(|p| modified(p))
+        .unwrap_or_else(|| {
+            panic!(
+                "libfsprof_agent.so is missing from {}: run `cargo test --release --workspace`",
+                release.display()
+            )
+        })
+        .clone()
+}
+
+/// The directory holding `fsprof.h`.
+pub fn agent_include() -> PathBuf {
+    workspace().join("agent/include")
+}
+
+/// The C sources of the test programs.
+pub fn c_sources() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("c")
+}
+
+/// Runs gcc with `args` in `dir`, failing the test with gcc's messages if it fails.
+fn gcc(dir: &Path, args: &[&str]) {
+    let output = Command::new("gcc")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("gcc is needed to build the C test programs");
+    assert!(
+        output.status.success(),
+        "gcc {} failed:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Copies the agent library into `dir` (for `-L` and the `$ORIGIN` rpath).
+fn copy_agent(dir: &Path) {
+    std::fs::copy(agent_library(), dir.join("libfsprof_agent.so")).unwrap();
+}
+
+/// A compiled C program and the directory of the shared libraries it needs (its own).
+pub struct CProgram {
+    pub exe: PathBuf,
+    pub lib_dir: PathBuf,
+}
+
+/// Compiles `tests/c/marks.c` (the C ABI target) into `dir`.
+pub fn build_c_marks(dir: &Path) -> CProgram {
+    copy_agent(dir);
+    let source = c_sources().join("marks.c");
+    let include = agent_include();
+    gcc(
+        dir,
+        &[
+            "-O2",
+            "-g",
+            "-Wall",
+            "-Werror",
+            "-pthread",
+            "-I",
+            include.to_str().unwrap(),
+            source.to_str().unwrap(),
+            "-o",
+            "marks",
+            "-L.",
+            "-lfsprof_agent",
+            "-Wl,-rpath,$ORIGIN",
+        ],
+    );
+    CProgram {
+        exe: dir.join("marks"),
+        lib_dir: dir.to_path_buf(),
+    }
+}
+
+/// Compiles the native-stack target `tests/c/chain.c` and its library `tests/c/libleaf.c` into
+/// `dir`: `dir/chain` and `dir/libleaf.so`, without frame pointers, with DWARF (`-g`).
+pub fn build_c_chain(dir: &Path) -> CProgram {
+    copy_agent(dir);
+    let sources = c_sources();
+    let include = agent_include();
+    let common = ["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-Werror"];
+    let leaf = sources.join("libleaf.c");
+    let mut args = common.to_vec();
+    args.extend([
+        "-fPIC",
+        "-shared",
+        "-I",
+        include.to_str().unwrap(),
+        leaf.to_str().unwrap(),
+        "-o",
+        "libleaf.so",
+        "-L.",
+        "-lfsprof_agent",
+        "-Wl,-rpath,$ORIGIN",
+    ]);
+    gcc(dir, &args);
+    let chain = sources.join("chain.c");
+    let mut args = common.to_vec();
+    args.extend([
+        chain.to_str().unwrap(),
+        "-o",
+        "chain",
+        "-L.",
+        "-lleaf",
+        "-Wl,-rpath,$ORIGIN",
+    ]);
+    gcc(dir, &args);
+    CProgram {
+        exe: dir.join("chain"),
+        lib_dir: dir.to_path_buf(),
+    }
+}
+
+/// The disassembly (Intel syntax, demangled) of each function of `file` whose name is in
+/// `functions`, by name; a function missing from the symbol table is missing from the map.
+pub fn disassemble(file: &Path, functions: &[&str]) -> std::collections::HashMap<String, String> {
+    let output = Command::new("objdump")
+        .args(["-d", "-C", "--no-show-raw-insn", "-M", "intel"])
+        .arg(file)
+        .output()
+        .expect("objdump (binutils) is needed to inspect the test programs");
+    assert!(output.status.success(), "objdump {} failed", file.display());
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut bodies = std::collections::HashMap::new();
+    for block in text.split("\n\n") {
+        let Some((header, body)) = block.split_once(">:\n") else {
+            continue;
+        };
+        let Some((_, name)) = header.rsplit_once(" <") else {
+            continue;
+        };
+        if functions.contains(&name) {
+            bodies.insert(name.to_owned(), body.to_owned());
+        }
+    }
+    bodies
+}
+
+/// Asserts that each of `functions` is a function of its own in `file` and does not set up a
+/// frame pointer (`mov rbp, rsp`), so that unwinding through it needs its CFI. x86-64 only.
+pub fn assert_separate_frames_without_frame_pointer(file: &Path, functions: &[&str]) {
+    let bodies = disassemble(file, functions);
+    for function in functions {
+        let body = bodies
+            .get(*function)
+            .unwrap_or_else(|| panic!("{function} is not a function of {}", file.display()));
+        assert!(
+            !body.contains("mov    rbp,rsp"),
+            "{function} sets up a frame pointer:\n{body}"
+        );
+    }
+}
