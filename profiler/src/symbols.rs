@@ -901,6 +901,7 @@ int main(int argc, char **argv) {
             path: path.to_str().unwrap().to_owned(),
             range: start..end,
             bias: 0,
+            inode: 0,
             image,
         }
     }
@@ -927,6 +928,7 @@ int main(int argc, char **argv) {
                 path: path.to_str().unwrap().to_owned(),
                 range: start..end,
                 bias,
+                inode: 0,
                 image,
             };
         }
