@@ -480,11 +480,16 @@ impl ProfileBuilder {
                 marks_at: Vec::with_capacity(raw.marks_at.len()),
                 truncated: raw.truncated,
             };
+            // A mark pushed by a physical frame goes right after that frame's own function, before
+            // the functions inlined into it at the current address (they run inside it: black_box,
+            // an iterator's next). A mark pushed by an inlined helper is thus drawn one level
+            // too shallow; nothing in a sample tells which inlined function pushed it.
             let mut marks = raw.marks_at.iter().peekable();
+            while marks.next_if(|at| **at == 0).is_some() {
+                stack.marks_at.push(0);
+            }
             for (index, address) in raw.addresses.iter().enumerate() {
-                while marks.next_if(|at| **at as usize <= index).is_some() {
-                    stack.marks_at.push(stack.frames.len() as u32);
-                }
+                let before = stack.frames.len() as u32;
                 let ids = expanded.entry(*address).or_insert_with(|| {
                     let mut symbolized = symbolize(*address);
                     if symbolized.is_empty() {
@@ -502,6 +507,9 @@ impl ProfileBuilder {
                         .collect()
                 });
                 stack.frames.extend_from_slice(ids);
+                while marks.next_if(|at| **at as usize <= index + 1).is_some() {
+                    stack.marks_at.push(before + 1);
+                }
             }
             for _ in marks {
                 stack.marks_at.push(stack.frames.len() as u32);

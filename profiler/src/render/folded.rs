@@ -310,7 +310,8 @@ pub(crate) mod tests {
             folded.lines(),
             [
                 "[no native stack];[no feature] 40",
-                "[stack truncated];g5;f5;[parse] x:y;f4;[output] antimark 1000",
+                // The mark goes after the physical function g5, before f5 inlined into it.
+                "[stack truncated];g5;[parse] x:y;f5;f4;[output] antimark 1000",
                 "f1;f2;[output] a.rs:1:1;f3 500",
             ]
         );
