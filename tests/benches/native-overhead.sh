@@ -1,0 +1,212 @@
+#!/bin/bash
+# native-overhead.sh: what fsprof's native stacks (ptrace stops at each sample) cost the target,
+# next to marks-only fsprof and perf; the profiler's own CPU and memory; unwind completeness.
+#
+# Parts (PARTS=, default "1 2 3"):
+#   1  Slowdown + pauses. Targets, each a fixed amount of work:
+#        spin1     a C hash loop (compiled here from the source below, gcc -O2 -g), 1 thread
+#        spin2     the same, 2 threads (as many as the machine's cores on the reference VM)
+#        fizzbuzz  the demo, FIZZ_N lines to /dev/null (syscall-heavy, ~5M marks/s)
+#      Configurations, interleaved within each round (RUNS rounds, default 5):
+#        alone | fsprof run --no-native | fsprof run (native, default 1000 Hz)
+#        | perf record -F 1000 --call-graph dwarf | perf record -F 1000 -g (frame pointers)
+#      Measured: wall time of the whole command (date +%s%N; includes the tool's start and the
+#      writing of its output), and for spin* also the target's own elapsed time (it prints it).
+#      From each native fsprof run's profile.json meta: pause_p50_us, pause_p99_us, ticks,
+#      native_captured, native_complete, native_not_stopped, native_moved.
+#      Summary: medians, min-max, slowdown = median(under tool) / median(alone) - 1.
+#   2  fsprof's own CPU and max RSS: `fsprof attach PID --duration D` (native mode) on
+#      `fsprof-target threads` (4 threads), under /usr/bin/time -v, for D = 15 and D = 60.
+#   3  Unwind completeness (native_complete / native_captured) for fizzbuzz, fsprof-chain 3,
+#      python3 (a 30M-iteration generator sum), and ripgrep if RG= names an rg binary
+#      (built without frame pointers, with line tables: see BENCHMARKS.md); RG_ARGS= its args.
+#
+# Run (from anywhere; needs root or ptrace rights, perf, gcc, python3):
+#   cargo build --release --workspace && tests/benches/native-overhead.sh
+#   BIN=/tmp/bench-bin RUNS=7 PARTS="1" tests/benches/native-overhead.sh
+# Knobs: BIN (dir with fsprof, fizzbuzz, fsprof-target, fsprof-chain; default target/release),
+#   RUNS (5), PARTS ("1 2 3"), TARGETS ("spin1 spin2 fizzbuzz"), SPIN_ITERS (per thread, 750M,
+#   about 2 s), FIZZ_N (10000000), CONFIGS ("alone nonative native perf-dwarf perf-fp"),
+#   LONG (60) and SHORT (15) for part 2, RG and RG_ARGS for part 3, WORK (temp dir).
+# Raw lines go to $WORK/raw.tsv; the summary to stdout. Measure on a quiet machine: kill stray
+# load first and check `uptime` (the script prints the load average before each part).
+set -u
+cd "$(dirname "$0")/../.."
+BIN=$(realpath "${BIN:-target/release}")
+RUNS=${RUNS:-5}
+PARTS=${PARTS:-"1 2 3"}
+TARGETS=${TARGETS:-"spin1 spin2 fizzbuzz"}
+CONFIGS=${CONFIGS:-"alone nonative native perf-dwarf perf-fp"}
+SPIN_ITERS=${SPIN_ITERS:-750000000}
+FIZZ_N=${FIZZ_N:-10000000}
+LONG=${LONG:-60}
+SHORT=${SHORT:-15}
+RG=${RG:-}
+RG_ARGS=${RG_ARGS:-}
+WORK=${WORK:-$(mktemp -d /tmp/native-overhead.XXXXXX)}
+mkdir -p "$WORK"
+RAW=$WORK/raw.tsv
+echo "work dir: $WORK; bin: $BIN"
+echo "machine: nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); kernel $(uname -r); $(rustc --version 2>/dev/null)"
+
+meta() { # meta DIR KEY... -> values, space separated
+  python3 - "$@" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1] + "/profile.json"))["meta"]
+print(" ".join(str(m.get(k, "-")) for k in sys.argv[2:]))
+EOF
+}
+
+build_spin() {
+  cat > "$WORK/spin.c" <<'EOF'
+// spin THREADS ITERS_PER_THREAD: a fixed amount of CPU work (an FNV-like hash loop) per thread.
+// Prints the result, then its own elapsed time in seconds (from start to the last join).
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <time.h>
+static uint64_t iters;
+__attribute__((noinline)) static uint64_t mix(uint64_t h, uint64_t i) {
+  h ^= i; h *= 0x100000001b3ULL; h ^= h >> 29; return h;
+}
+__attribute__((noinline)) static uint64_t inner(uint64_t h, uint64_t n) {
+  for (uint64_t i = 0; i < n; i++) h = mix(h, i);
+  return h;
+}
+__attribute__((noinline)) static uint64_t work(uint64_t seed) {
+  uint64_t h = seed;
+  for (uint64_t k = 0; k < iters / 1000; k++) h = inner(h, 1000);
+  return h;
+}
+static void *thr(void *a) { return (void *)(uintptr_t)work((uintptr_t)a); }
+int main(int argc, char **argv) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int t = argc > 1 ? atoi(argv[1]) : 1;
+  iters = argc > 2 ? strtoull(argv[2], 0, 10) : 300000000ULL;
+  pthread_t th[64]; uint64_t x = 0;
+  for (int i = 0; i < t && i < 64; i++) pthread_create(&th[i], 0, thr, (void *)(uintptr_t)(i + 1));
+  for (int i = 0; i < t && i < 64; i++) { void *r; pthread_join(th[i], &r); x ^= (uintptr_t)r; }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  printf("%llx\nself_s %.4f\n", (unsigned long long)x,
+         (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+  return 0;
+}
+EOF
+  gcc -O2 -g -pthread -o "$WORK/spin" "$WORK/spin.c" || exit 1
+}
+
+target_cmd() {
+  case $1 in
+    spin1) echo "$WORK/spin 1 $SPIN_ITERS" ;;
+    spin2) echo "$WORK/spin 2 $SPIN_ITERS" ;;
+    fizzbuzz) echo "$BIN/fizzbuzz $FIZZ_N" ;;
+  esac
+}
+
+run_one() { # run_one TARGET CONFIG ROUND -> one raw line
+  local t=$1 c=$2 r=$3 cmd out=$WORK/out-$1-$2-$3 s e self extra="-"
+  cmd=$(target_cmd "$t")
+  rm -rf "$out" "$WORK/perf.data"
+  s=$(date +%s%N)
+  case $c in
+    alone) $cmd > "$WORK/stdout" ;;
+    nonative) "$BIN/fsprof" run --no-native -o "$out" -- $cmd > "$WORK/stdout" 2> "$WORK/stderr" ;;
+    native) "$BIN/fsprof" run -o "$out" -- $cmd > "$WORK/stdout" 2> "$WORK/stderr" ;;
+    perf-dwarf) perf record -q -F 1000 --call-graph dwarf -o "$WORK/perf.data" -- $cmd > "$WORK/stdout" 2> "$WORK/stderr" ;;
+    perf-fp) perf record -q -F 1000 -g -o "$WORK/perf.data" -- $cmd > "$WORK/stdout" 2> "$WORK/stderr" ;;
+  esac
+  e=$(date +%s%N)
+  self=$(awk '/^self_s/ {print $2}' "$WORK/stdout"); self=${self:--}
+  if [ "$c" = native ]; then
+    extra=$(meta "$out" pause_p50_us pause_p99_us ticks native_captured native_complete native_not_stopped native_moved | tr ' ' ',')
+  fi
+  [ "$c" = nonative ] || [ "$c" = native ] && rm -rf "$out"
+  printf '%s\t%s\t%s\t%.4f\t%s\t%s\n' "$t" "$c" "$r" "$(echo "($e - $s) / 1000000000" | bc -l)" "$self" "$extra" | tee -a "$RAW"
+}
+
+part1() {
+  echo "== part 1: slowdown and pauses ($RUNS rounds); $(uptime)"
+  build_spin
+  printf 'target\tconfig\tround\twall_s\tself_s\tp50,p99,ticks,captured,complete,not_stopped,moved\n' | tee -a "$RAW"
+  for t in $TARGETS; do run_one "$t" alone 0 > /dev/null; done # warm-up, not counted
+  for r in $(seq 1 "$RUNS"); do
+    for t in $TARGETS; do
+      for c in $CONFIGS; do run_one "$t" "$c" "$r"; done
+    done
+  done
+  python3 - "$RAW" <<'EOF'
+import sys, statistics as st
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if not l.startswith("target")]
+rows = [r for r in rows if r[2] != "0"]
+targets = list(dict.fromkeys(r[0] for r in rows)); configs = list(dict.fromkeys(r[1] for r in rows))
+def col(t, c, i):
+    return [float(r[i]) for r in rows if r[0] == t and r[1] == c and r[i] != "-"]
+print("\n| target | config | wall median (min-max) s | slowdown (wall) | self median (min-max) s | slowdown (self) |")
+print("| --- | --- | --- | --- | --- | --- |")
+for t in targets:
+    base_w = st.median(col(t, "alone", 3)); sb = col(t, "alone", 4); base_s = st.median(sb) if sb else None
+    for c in configs:
+        w = col(t, c, 3); s = col(t, c, 4)
+        ws = f"{st.median(w):.3f} ({min(w):.3f}-{max(w):.3f})"
+        sw = f"{(st.median(w)/base_w-1)*100:+.1f}%"
+        ss = f"{st.median(s):.3f} ({min(s):.3f}-{max(s):.3f})" if s else "-"
+        sl = f"{(st.median(s)/base_s-1)*100:+.1f}%" if s and base_s else "-"
+        print(f"| {t} | {c} | {ws} | {sw} | {ss} | {sl} |")
+print("\n| target | pause p50 µs, runs (median) | pause p99 µs, runs (median) | complete/captured | not stopped / ticks |")
+print("| --- | --- | --- | --- | --- |")
+for t in targets:
+    ex = [list(map(int, r[5].split(","))) for r in rows if r[0] == t and r[1] == "native" and r[5] != "-"]
+    if not ex: continue
+    p50 = [e[0] for e in ex]; p99 = [e[1] for e in ex]
+    cap = sum(e[3] for e in ex); comp = sum(e[4] for e in ex); ns = sum(e[5] for e in ex); ticks = sum(e[2] for e in ex)
+    print(f"| {t} | {' '.join(map(str,p50))} ({st.median(p50)}) | {' '.join(map(str,p99))} ({st.median(p99)}) | {comp}/{cap} = {100*comp/max(cap,1):.2f}% | {ns}/{ticks} |")
+EOF
+}
+
+part2() {
+  echo "== part 2: fsprof attach CPU and max RSS; $(uptime)"
+  for d in $SHORT $LONG; do
+    local ready=$WORK/ready-$d out=$WORK/attach-$d
+    rm -f "$ready"
+    "$BIN/fsprof-target" threads $((d + 10)) --ready "$ready" > /dev/null & local tp=$!
+    while [ ! -f "$ready" ]; do sleep 0.05; done
+    /usr/bin/time -v "$BIN/fsprof" attach "$tp" --duration "$d" -o "$out" 2> "$WORK/attach-$d.err" > /dev/null
+    kill "$tp" 2> /dev/null; wait "$tp" 2> /dev/null
+    local u sy rss
+    u=$(awk -F': ' '/User time/ {print $2}' "$WORK/attach-$d.err")
+    sy=$(awk -F': ' '/System time/ {print $2}' "$WORK/attach-$d.err")
+    rss=$(awk -F': ' '/Maximum resident/ {print $2}' "$WORK/attach-$d.err")
+    echo "duration ${d}s: user ${u}s sys ${sy}s cpu $(echo "scale=2; 100 * ($u + $sy) / $d" | bc)% of a core; maxrss ${rss} KB;" \
+      "meta: $(meta "$out" ticks native_captured native_complete native_not_stopped pause_p50_us pause_p99_us);" \
+      "unique folded stacks $("$BIN/fsprof" report "$out" --format folded | wc -l)"
+  done
+}
+
+heaviest() { awk '{print $NF "\t" $0}' | sort -n | cut -f2-; } # folded lines by count (last field)
+
+complete_of() { # complete_of NAME DIR
+  echo "$1: $(meta "$2" native_complete native_captured native_not_stopped native_moved ticks pause_p50_us pause_p99_us |
+    awk '{printf "complete %d / captured %d = %.2f%%; not_stopped %d, moved %d, ticks %d; pause p50 %s p99 %s us", $1, $2, 100*$1/($2?$2:1), $3, $4, $5, $6, $7}')"
+}
+
+part3() {
+  echo "== part 3: unwind completeness; $(uptime)"
+  rm -rf "$WORK"/c-*
+  "$BIN/fsprof" run -o "$WORK/c-fizzbuzz" -- "$BIN/fizzbuzz" > /dev/null 2>&1; complete_of fizzbuzz "$WORK/c-fizzbuzz"
+  "$BIN/fsprof" run -o "$WORK/c-chain" -- "$BIN/fsprof-chain" 3 > /dev/null 2>&1; complete_of fsprof-chain "$WORK/c-chain"
+  "$BIN/fsprof" run -o "$WORK/c-python" -- python3 -c 'sum(i*i for i in range(30_000_000))' > /dev/null 2>&1; complete_of python3 "$WORK/c-python"
+  if [ -n "$RG" ]; then
+    # shellcheck disable=SC2086
+    "$BIN/fsprof" run -o "$WORK/c-rg" -- "$RG" $RG_ARGS > /dev/null 2> "$WORK/c-rg.err"; complete_of ripgrep "$WORK/c-rg"
+    echo "ripgrep, heaviest folded stacks:"
+    "$BIN/fsprof" report "$WORK/c-rg" --format folded | heaviest | tail -5 | cut -c1-400
+  fi
+  for d in "$WORK"/c-*/; do
+    local n; n=$("$BIN/fsprof" report "$d" --format folded | grep -c '^\[stack truncated\]')
+    [ "$n" -gt 0 ] && { echo "truncated stacks in $d (heaviest):"; "$BIN/fsprof" report "$d" --format folded | grep '^\[stack truncated\]' | heaviest | tail -5 | cut -c1-300; }
+  done
+}
+
+for p in $PARTS; do "part$p"; done
