@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 /// Most of a stack copied per sample, from the stack pointer up: deeper stacks are cut (and marked
 /// as such).
 pub const MAX_STACK_COPY: usize = 512 * 1024;
-/// Shortest interval between two reads of the memory map.
+/// Longest interval between two reads of the memory map while addresses fall outside it. The
+/// interval starts at 1 ms and doubles while reads find nothing new: a program starting up maps
+/// its libraries within milliseconds, a program that jumps to code without a file (a JIT) must
+/// not make fsprof read its map at every sample.
 pub const MAPS_REFRESH: Duration = Duration::from_millis(100);
 
 /// A thread's native stack at one sample.
@@ -52,6 +55,7 @@ pub struct NativeSampler {
     /// Every module loaded during the session (modules unloaded since included).
     seen: Vec<Module>,
     next_refresh: Instant,
+    refresh_interval: Duration,
     copy: StackCopy,
     unwound: Unwound,
     late: Vec<(u32, Captured)>,
@@ -71,6 +75,7 @@ impl NativeSampler {
             maps: Vec::new(),
             seen: Vec::new(),
             next_refresh: Instant::now(),
+            refresh_interval: Duration::from_millis(1),
             copy: StackCopy::default(),
             unwound: Unwound::default(),
             late: Vec::new(),
@@ -87,10 +92,16 @@ impl NativeSampler {
         if now < self.next_refresh {
             return;
         }
-        self.next_refresh = now + MAPS_REFRESH;
         let Ok(maps) = modules::read_maps(self.pid, via) else {
+            self.next_refresh = now + MAPS_REFRESH;
             return;
         };
+        self.refresh_interval = if maps == self.maps {
+            (self.refresh_interval * 2).min(MAPS_REFRESH)
+        } else {
+            Duration::from_millis(1)
+        };
+        self.next_refresh = now + self.refresh_interval;
         let loaded = modules::modules(self.pid, &maps, self.unwinder.modules());
         for module in &loaded {
             let known = self
