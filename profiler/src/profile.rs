@@ -128,6 +128,10 @@ pub struct Meta {
     /// they have marks but no native stack.
     #[serde(default)]
     pub native_moved: u64,
+    /// Thread samples whose thread had no CPU at the sample and was stopped later, when it got
+    /// one (its stack had not changed meanwhile).
+    #[serde(default)]
+    pub native_late: u64,
     /// Median time a sampled thread stayed stopped, microseconds.
     #[serde(default)]
     pub pause_p50_us: u64,

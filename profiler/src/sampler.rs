@@ -61,6 +61,39 @@ struct ThreadState {
     was_running: bool,
     /// Times the thread was scheduled, as read at its previous sample (when read).
     last_pcount: Option<u64>,
+    /// This tick's sample, when it waits for the thread's late stop.
+    pending: Option<PendingSample>,
+}
+
+/// A thread's native stack for one sample.
+enum Native {
+    /// No native stack (not recorded, not attached, or the marks moved before the stop).
+    None,
+    /// The thread did not stop in time; its stack comes when it does.
+    Pending,
+    /// Its stack.
+    Captured(Captured),
+}
+
+/// A sample waiting for its thread's late stop.
+struct PendingSample {
+    thread: u32,
+    stack: u32,
+    records: Vec<RecordView>,
+    wall_ns: u64,
+    active_ns: u64,
+}
+
+impl PendingSample {
+    fn add(self, builder: &mut ProfileBuilder, native: Option<u32>) {
+        builder.add_sample(
+            self.thread,
+            self.stack,
+            native,
+            self.wall_ns,
+            self.active_ns,
+        );
+    }
 }
 
 /// What a sampler records besides marks.
@@ -109,6 +142,8 @@ pub struct Sampler {
     options: SamplerOptions,
     /// Thread samples whose marks changed between the tick and the thread's stop (no stack).
     native_moved: u64,
+    /// Thread samples whose stack came from a stop after the tick (the thread had no CPU).
+    native_late: u64,
 }
 
 impl Sampler {
@@ -146,6 +181,7 @@ impl Sampler {
             native: options.native.then(|| NativeSampler::new(pid)),
             options,
             native_moved: 0,
+            native_late: 0,
         }
     }
 
@@ -176,10 +212,17 @@ impl Sampler {
             native.poll();
             for (tid, captured) in native.take_late() {
                 if let Some(state) = self.threads.get_mut(&tid) {
+                    if let Some(pending) = state.pending.take() {
+                        let placed = native::place(&captured, &pending.records);
+                        let id = self.builder.native_stack(placed);
+                        pending.add(&mut self.builder, Some(id));
+                        self.native_late += 1;
+                    }
                     state.last_native = Some(captured);
                 }
             }
         }
+        self.flush_pending();
         let now = Instant::now();
         match target::threads(self.pid, &mut self.tids) {
             Ok(()) if self.tids.is_empty() => return false,
@@ -224,6 +267,7 @@ impl Sampler {
                         last_native: None,
                         was_running: false,
                         last_pcount: None,
+                        pending: None,
                     };
                     self.threads.entry(tid).or_insert(state)
                 }
@@ -261,17 +305,30 @@ impl Sampler {
             let thread = state.id;
             let captured = self.native_stack(tid, own_tid, running);
             let stack = self.stack_of(own_tid);
-            let native = captured.map(|captured| {
-                let placed = native::place(&captured, &self.records);
-                self.builder.native_stack(placed)
-            });
-            self.builder.add_sample(
-                thread,
-                stack,
-                native,
-                wall_ns,
-                if running { wall_ns } else { 0 },
-            );
+            let active_ns = if running { wall_ns } else { 0 };
+            let native = match captured {
+                Native::Captured(captured) => {
+                    let placed = native::place(&captured, &self.records);
+                    Some(self.builder.native_stack(placed))
+                }
+                Native::Pending => {
+                    // Completed when the thread stops (it has not run since this instant, so
+                    // its stack and marks are still this sample's), or at the next tick.
+                    if let Some(state) = self.threads.get_mut(&tid) {
+                        state.pending = Some(PendingSample {
+                            thread,
+                            stack,
+                            records: self.records.clone(),
+                            wall_ns,
+                            active_ns,
+                        });
+                    }
+                    continue;
+                }
+                Native::None => None,
+            };
+            self.builder
+                .add_sample(thread, stack, native, wall_ns, active_ns);
         }
         let budget = &mut self.descriptor_budget;
         self.threads.retain(|_, state| {
@@ -391,12 +448,16 @@ impl Sampler {
     /// its previous sample while inside a mark (or idle time counts); else the one captured last
     /// (its stack cannot have changed). A capture also copies the thread's marks again, in the
     /// same stop, so that marks and native stack describe the same instant.
-    fn native_stack(&mut self, tid: u32, own_tid: u32, running: bool) -> Option<Captured> {
-        let native = self.native.as_mut()?;
+    fn native_stack(&mut self, tid: u32, own_tid: u32, running: bool) -> Native {
+        let Some(native) = self.native.as_mut() else {
+            return Native::None;
+        };
         if !native.attach(tid) {
-            return None;
+            return Native::None;
         }
-        let state = self.threads.get_mut(&tid)?;
+        let Some(state) = self.threads.get_mut(&tid) else {
+            return Native::None;
+        };
         let first = self.marks.partition_point(|m| m.tid < own_tid);
         let count = self.marks[first..]
             .iter()
@@ -421,7 +482,10 @@ impl Sampler {
         };
         state.was_running = running;
         if !stop {
-            return state.last_native.clone();
+            return state
+                .last_native
+                .clone()
+                .map_or(Native::None, Native::Captured);
         }
         let regions = &self.regions;
         let slots: Vec<(usize, usize)> = self.marks[first..first + count]
@@ -434,9 +498,13 @@ impl Sampler {
                 .map(|(region, slot)| regions.get(*region)?.read_slot(*slot, own_tid))
                 .collect::<Vec<_>>()
         });
-        let state = self.threads.get_mut(&tid)?;
-        // Not stopped in time (it had no CPU): its stack is copied when it stops, for later.
-        let (captured, fresh) = captured?;
+        let Some(state) = self.threads.get_mut(&tid) else {
+            return Native::None;
+        };
+        // Not stopped in time (it had no CPU): its stack is copied when it stops.
+        let Some((captured, fresh)) = captured else {
+            return Native::Pending;
+        };
         if !running {
             state.last_pcount = target::times_scheduled(self.pid, tid);
         }
@@ -456,9 +524,18 @@ impl Sampler {
             });
         if !unchanged {
             self.native_moved += 1;
-            return None;
+            return Native::None;
         }
-        Some(captured)
+        Native::Captured(captured)
+    }
+
+    /// Adds, without a native stack, the samples still waiting for their thread to stop.
+    fn flush_pending(&mut self) {
+        for state in self.threads.values_mut() {
+            if let Some(pending) = state.pending.take() {
+                pending.add(&mut self.builder, None);
+            }
+        }
     }
 
     /// The interned mark stack of the thread whose own id (see `ThreadState::own_tid`) is `tid`;
@@ -537,7 +614,8 @@ impl Sampler {
     }
 
     /// The finished profile; `meta`'s recording fields are filled in here.
-    pub fn finish(self, mut meta: Meta) -> Profile {
+    pub fn finish(mut self, mut meta: Meta) -> Profile {
+        self.flush_pending();
         meta.duration_ns = match (self.first_tick, self.last_tick) {
             (Some(first), Some(last)) => last.duration_since(first).as_nanos() as u64,
             _ => 0,
@@ -561,6 +639,7 @@ impl Sampler {
             meta.native_complete = stats.complete;
             meta.native_not_stopped = stats.not_stopped;
             meta.native_moved = self.native_moved;
+            meta.native_late = self.native_late;
             meta.pause_p50_us = native.pauses().quantile(0.5).as_micros() as u64;
             meta.pause_p99_us = native.pauses().quantile(0.99).as_micros() as u64;
             if let Some(errno) = native.attach_error {

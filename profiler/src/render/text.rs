@@ -148,13 +148,14 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
     }
     let native_samples = meta.native_captured + meta.native_not_stopped;
     if meta.native && native_samples > 0 {
-        let without = meta.native_moved + meta.native_not_stopped;
+        let no_cpu = meta.native_not_stopped.saturating_sub(meta.native_late);
+        let without = meta.native_moved + no_cpu;
         if without * 20 > native_samples {
             notes.push(format!(
-                "{:.0}% of running-thread samples have no native stack (they count in the tables, not in flamegraph.svg): {} because the thread's marks changed between the sample and the moment it stopped (a thread stops at its next return to user space, which lags on virtual machines), {} because it had no CPU to stop on",
+                "{:.0}% of running-thread samples have no native stack (they count in the tables, not in flamegraph.svg): {} because the thread's marks changed between the sample and the moment it stopped (a thread stops at its next return to user space, which lags on virtual machines), {} because it had no CPU to stop on until the next sample",
                 without as f64 * 100.0 / native_samples as f64,
                 meta.native_moved,
-                meta.native_not_stopped
+                no_cpu
             ));
         }
         if meta.native_captured > 0 && meta.native_complete * 100 < meta.native_captured * 99 {
