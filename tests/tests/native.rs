@@ -142,3 +142,41 @@ fn a_c_program_whose_leaf_is_in_a_shared_library_without_frame_pointers() {
     assert!(status.success());
     check_chains(dir.path(), &truth(dir.path()));
 }
+
+#[test]
+fn a_binary_deleted_while_it_runs_is_still_symbolized() {
+    let _serial = serial();
+    let dir = tempdir();
+    let copy = dir.path().join("doomed-chain");
+    std::fs::copy(fsprof().with_file_name("fsprof-chain"), &copy).unwrap();
+    let ready = dir.path().join("ready");
+    let mut fsprof = Guarded(
+        Command::new(fsprof())
+            .args(["run", "-o"])
+            .arg(dir.path().join("out"))
+            .arg("--")
+            .arg(&copy)
+            .args(["2", "--ready"])
+            .arg(&ready)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_file(&ready, std::time::Duration::from_secs(10));
+    std::fs::remove_file(&copy).unwrap();
+    assert!(fsprof
+        .wait_with_deadline(std::time::Duration::from_secs(30))
+        .success());
+    let stacks = folded(&dir.path().join("out"));
+    let named: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|f| f == "fsprof_chain::alpha_inner"))
+        .map(|(_, us)| us)
+        .sum();
+    let total: u64 = stacks.iter().map(|(_, us)| us).sum();
+    assert!(
+        named * 4 >= total,
+        "alpha_inner named in {named} of {total} µs"
+    );
+}
