@@ -147,6 +147,7 @@ impl NativeSampler {
     /// Sleeps until `deadline`, handling the target's events as they come (signals for it are
     /// passed on at once, late stops ended at once).
     pub fn sleep_until(&mut self, deadline: Instant) {
+        self.poll(); // events whose SIGCHLD a wait during the tick consumed
         loop {
             let now = Instant::now();
             if now >= deadline {

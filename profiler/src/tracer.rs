@@ -28,6 +28,8 @@ const STOP_TIMEOUT: Duration = Duration::from_micros(500);
 /// How long detaching waits for a thread to stop before giving up on it (fsprof's exit then
 /// detaches it).
 const DETACH_TIMEOUT: Duration = Duration::from_millis(500);
+/// Rounds of detaching threads that did not stop in time.
+const DETACH_ROUNDS: usize = 3;
 
 #[derive(Default)]
 struct Traced {
@@ -182,13 +184,14 @@ impl Tracer {
         let signal = libc::WSTOPSIG(status);
         let event = status >> 16;
         if event == libc::PTRACE_EVENT_STOP {
+            // Any trap stop consumes a pending interrupt (a group stop included).
+            if let Some(thread) = self.threads.get_mut(&tid) {
+                thread.interrupt_pending = false;
+            }
             if is_job_stop(signal) {
                 // A group stop (SIGSTOP, Ctrl-Z): leave the thread stopped, as without us.
                 ptrace(libc::PTRACE_LISTEN, tid, 0);
             } else {
-                if let Some(thread) = self.threads.get_mut(&tid) {
-                    thread.interrupt_pending = false;
-                }
                 ptrace(libc::PTRACE_CONT, tid, 0);
             }
         } else if event == 0 {
@@ -240,23 +243,25 @@ impl Tracer {
     }
 
     /// Waits for an event of `tid` until `deadline`; other threads' events are handled meanwhile.
+    /// (Events of other threads are handled as they come, so that the SIGCHLD they raise, which
+    /// this wait consumes, delays nothing: their signals are passed on and their stops ended.)
     fn wait(&mut self, tid: u32, deadline: Instant) -> Option<i32> {
         loop {
-            let mut status = 0;
-            // SAFETY: waitpid with a valid status pointer.
-            let got = unsafe {
-                libc::waitpid(
-                    tid as libc::pid_t,
-                    &mut status,
-                    libc::__WALL | libc::WNOHANG,
-                )
-            };
-            if got == tid as libc::pid_t {
-                return Some(status);
-            }
-            if got < 0 {
-                self.threads.remove(&tid);
-                return None;
+            loop {
+                let mut status = 0;
+                // SAFETY: waitpid with a valid status pointer.
+                let got = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) };
+                if got == tid as libc::pid_t {
+                    return Some(status);
+                }
+                if got < 0 {
+                    self.threads.remove(&tid);
+                    return None;
+                }
+                if got == 0 {
+                    break;
+                }
+                self.handle(got as u32, status);
             }
             let now = Instant::now();
             if now >= deadline {
@@ -268,30 +273,40 @@ impl Tracer {
 
     /// Detaches from every thread, leaving each running (or in the job-control stop it was in),
     /// with any signal that was being delivered passed on.
+    /// A thread that cannot be stopped in time (uninterruptible sleep) is tried again, a few
+    /// rounds; one still attached after that is detached by the kernel when fsprof exits.
     pub fn detach_all(&mut self) {
-        let tids: Vec<u32> = self.threads.keys().copied().collect();
-        for tid in tids {
-            self.detach(tid);
+        if self.threads.is_empty() {
+            return; // never wait again once detached: the program's exit is not ours to reap
         }
-        self.poll(|_, _| {}); // collect the program's exit, if it happened meanwhile
+        self.poll(|_, _| {});
+        for _ in 0..DETACH_ROUNDS {
+            let tids: Vec<u32> = self.threads.keys().copied().collect();
+            for tid in tids {
+                self.detach(tid);
+            }
+            if self.threads.is_empty() {
+                break;
+            }
+        }
     }
 
+    /// Stops `tid` and detaches it; it stays in `threads` if it could not be stopped.
     fn detach(&mut self, tid: u32) {
-        let pending = self
-            .threads
-            .get(&tid)
-            .is_some_and(|thread| thread.interrupt_pending);
-        // A thread must be stopped to be detached.
-        if !pending && !ptrace(libc::PTRACE_INTERRUPT, tid, 0) {
+        // A thread must be stopped to be detached. Interrupting again is harmless when an
+        // interrupt is pending, and stops a thread in a listened-to group stop again.
+        if !ptrace(libc::PTRACE_INTERRUPT, tid, 0) {
             self.threads.remove(&tid);
             return;
         }
         let deadline = Instant::now() + DETACH_TIMEOUT;
         loop {
             let Some(status) = self.wait(tid, deadline) else {
-                // Not stopped in time: try anyway; failing that, fsprof's exit detaches it.
-                ptrace(libc::PTRACE_DETACH, tid, 0);
-                break;
+                // Not stopped in time: try anyway; if that fails it is tried again.
+                if ptrace(libc::PTRACE_DETACH, tid, 0) || !self.threads.contains_key(&tid) {
+                    break;
+                }
+                return;
             };
             if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
                 self.handle(tid, status);

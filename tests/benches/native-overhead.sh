@@ -7,6 +7,7 @@
 #        spin1     a C hash loop (compiled here from the source below, gcc -O2 -g), 1 thread
 #        spin2     the same, 2 threads (as many as the machine's cores on the reference VM)
 #        fizzbuzz  the demo, FIZZ_N lines to /dev/null (syscall-heavy, ~5M marks/s)
+#        empty     spin with no work: the tool's own start and stop cost (perf's is ~0.4 s)
 #      Configurations, interleaved within each round (RUNS rounds, default 5):
 #        alone | fsprof run --no-native | fsprof run (native, default 1000 Hz)
 #        | perf record -F 1000 --call-graph dwarf | perf record -F 1000 -g (frame pointers)
@@ -25,7 +26,7 @@
 #   cargo build --release --workspace && tests/benches/native-overhead.sh
 #   BIN=/tmp/bench-bin RUNS=7 PARTS="1" tests/benches/native-overhead.sh
 # Knobs: BIN (dir with fsprof, fizzbuzz, fsprof-target, fsprof-chain; default target/release),
-#   RUNS (5), PARTS ("1 2 3"), TARGETS ("spin1 spin2 fizzbuzz"), SPIN_ITERS (per thread, 750M,
+#   RUNS (5), PARTS ("1 2 3"), TARGETS ("empty spin1 spin2 fizzbuzz"), SPIN_ITERS (per thread, 750M,
 #   about 2 s), FIZZ_N (10000000), CONFIGS ("alone nonative native perf-dwarf perf-fp"),
 #   LONG (60) and SHORT (15) for part 2, RG and RG_ARGS for part 3, WORK (temp dir).
 # Raw lines go to $WORK/raw.tsv; the summary to stdout. Measure on a quiet machine: kill stray
@@ -35,7 +36,7 @@ cd "$(dirname "$0")/../.."
 BIN=$(realpath "${BIN:-target/release}")
 RUNS=${RUNS:-5}
 PARTS=${PARTS:-"1 2 3"}
-TARGETS=${TARGETS:-"spin1 spin2 fizzbuzz"}
+TARGETS=${TARGETS:-"empty spin1 spin2 fizzbuzz"}
 CONFIGS=${CONFIGS:-"alone nonative native perf-dwarf perf-fp"}
 SPIN_ITERS=${SPIN_ITERS:-750000000}
 FIZZ_N=${FIZZ_N:-10000000}
@@ -102,23 +103,25 @@ target_cmd() {
     spin1) echo "$WORK/spin 1 $SPIN_ITERS" ;;
     spin2) echo "$WORK/spin 2 $SPIN_ITERS" ;;
     fizzbuzz) echo "$BIN/fizzbuzz $FIZZ_N" ;;
+    empty) echo "$WORK/spin 1 0" ;; # the tool's own start and stop cost
   esac
 }
 
 run_one() { # run_one TARGET CONFIG ROUND -> one raw line
   local t=$1 c=$2 r=$3 cmd out=$WORK/out-$1-$2-$3 s e self extra="-"
   cmd=$(target_cmd "$t")
+  local so=$WORK/stdout; [ "$t" = fizzbuzz ] && so=/dev/null
   rm -rf "$out" "$WORK/perf.data"
   s=$(date +%s%N)
   case $c in
-    alone) $cmd > "$WORK/stdout" ;;
-    nonative) "$BIN/fsprof" run --no-native -o "$out" -- $cmd > "$WORK/stdout" 2> "$WORK/stderr" ;;
-    native) "$BIN/fsprof" run -o "$out" -- $cmd > "$WORK/stdout" 2> "$WORK/stderr" ;;
-    perf-dwarf) perf record -q -F 1000 --call-graph dwarf -o "$WORK/perf.data" -- $cmd > "$WORK/stdout" 2> "$WORK/stderr" ;;
-    perf-fp) perf record -q -F 1000 -g -o "$WORK/perf.data" -- $cmd > "$WORK/stdout" 2> "$WORK/stderr" ;;
+    alone) $cmd > "$so" ;;
+    nonative) "$BIN/fsprof" run --no-native -o "$out" -- $cmd > "$so" 2> "$WORK/stderr" ;;
+    native) "$BIN/fsprof" run -o "$out" -- $cmd > "$so" 2> "$WORK/stderr" ;;
+    perf-dwarf) perf record -q -F 1000 --call-graph dwarf -o "$WORK/perf.data" -- $cmd > "$so" 2> "$WORK/stderr" ;;
+    perf-fp) perf record -q -F 1000 -g -o "$WORK/perf.data" -- $cmd > "$so" 2> "$WORK/stderr" ;;
   esac
   e=$(date +%s%N)
-  self=$(awk '/^self_s/ {print $2}' "$WORK/stdout"); self=${self:--}
+  self=-; [ "$so" = /dev/null ] || self=$(awk '/^self_s/ {print $2}' "$so")
   if [ "$c" = native ]; then
     extra=$(meta "$out" pause_p50_us pause_p99_us ticks native_captured native_complete native_not_stopped native_moved | tr ' ' ',')
   fi
@@ -143,17 +146,21 @@ rows = [r for r in rows if r[2] != "0"]
 targets = list(dict.fromkeys(r[0] for r in rows)); configs = list(dict.fromkeys(r[1] for r in rows))
 def col(t, c, i):
     return [float(r[i]) for r in rows if r[0] == t and r[1] == c and r[i] != "-"]
-print("\n| target | config | wall median (min-max) s | slowdown (wall) | self median (min-max) s | slowdown (self) |")
-print("| --- | --- | --- | --- | --- | --- |")
+# the tool's fixed cost (start, stop, writing its output), from the runs with no work; not
+# subtracted for perf, whose ~1.1 s with no work mostly overlaps a longer target's run
+fixed = {c: st.median(col("empty", c, 3)) - st.median(col("empty", "alone", 3)) for c in configs} if "empty" in targets else {}
+print("\n| target | config | wall median (min-max) s | slowdown (wall) | wall minus tool's fixed cost | self median (min-max) s | slowdown (self) |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
 for t in targets:
     base_w = st.median(col(t, "alone", 3)); sb = col(t, "alone", 4); base_s = st.median(sb) if sb else None
     for c in configs:
         w = col(t, c, 3); s = col(t, c, 4)
         ws = f"{st.median(w):.3f} ({min(w):.3f}-{max(w):.3f})"
         sw = f"{(st.median(w)/base_w-1)*100:+.1f}%"
+        net = f"{((st.median(w)-fixed[c])/base_w-1)*100:+.1f}%" if fixed and t != "empty" and not c.startswith("perf") else "n/a" if t != "empty" and c.startswith("perf") else (f"{fixed[c]:.3f} s" if fixed else "-")
         ss = f"{st.median(s):.3f} ({min(s):.3f}-{max(s):.3f})" if s else "-"
         sl = f"{(st.median(s)/base_s-1)*100:+.1f}%" if s and base_s else "-"
-        print(f"| {t} | {c} | {ws} | {sw} | {ss} | {sl} |")
+        print(f"| {t} | {c} | {ws} | {sw} | {net} | {ss} | {sl} |")
 print("\n| target | pause p50 µs, runs (median) | pause p99 µs, runs (median) | complete/captured | not stopped / ticks |")
 print("| --- | --- | --- | --- | --- |")
 for t in targets:
@@ -199,7 +206,7 @@ part3() {
   "$BIN/fsprof" run -o "$WORK/c-python" -- python3 -c 'sum(i*i for i in range(30_000_000))' > /dev/null 2>&1; complete_of python3 "$WORK/c-python"
   if [ -n "$RG" ]; then
     # shellcheck disable=SC2086
-    "$BIN/fsprof" run -o "$WORK/c-rg" -- "$RG" $RG_ARGS > /dev/null 2> "$WORK/c-rg.err"; complete_of ripgrep "$WORK/c-rg"
+    set -f; "$BIN/fsprof" run -o "$WORK/c-rg" -- "$RG" $RG_ARGS > /dev/null 2> "$WORK/c-rg.err"; set +f; complete_of ripgrep "$WORK/c-rg"
     echo "ripgrep, heaviest folded stacks:"
     "$BIN/fsprof" report "$WORK/c-rg" --format folded | heaviest | tail -5 | cut -c1-400
   fi
