@@ -156,10 +156,10 @@ for t in targets:
     for c in configs:
         w = col(t, c, 3); s = col(t, c, 4)
         ws = f"{st.median(w):.3f} ({min(w):.3f}-{max(w):.3f})"
-        sw = f"{(st.median(w)/base_w-1)*100:+.1f}%"
+        sw = f"{(st.median(w)/base_w-1)*100:+.1f}%" if t != "empty" else "-"
         net = f"{((st.median(w)-fixed[c])/base_w-1)*100:+.1f}%" if fixed and t != "empty" and not c.startswith("perf") else "n/a" if t != "empty" and c.startswith("perf") else (f"{fixed[c]:.3f} s" if fixed else "-")
         ss = f"{st.median(s):.3f} ({min(s):.3f}-{max(s):.3f})" if s else "-"
-        sl = f"{(st.median(s)/base_s-1)*100:+.1f}%" if s and base_s else "-"
+        sl = f"{(st.median(s)/base_s-1)*100:+.1f}%" if s and base_s and t != "empty" else "-"
         print(f"| {t} | {c} | {ws} | {sw} | {net} | {ss} | {sl} |")
 print("\n| target | pause p50 µs, runs (median) | pause p99 µs, runs (median) | complete/captured | not stopped / ticks |")
 print("| --- | --- | --- | --- | --- |")
