@@ -66,7 +66,7 @@ pub struct NativeSampler {
 }
 
 impl NativeSampler {
-    /// A native sampler for process `pid`; `via` is a live thread of it.
+    /// A native sampler for process `pid` (its memory map is read at once).
     pub fn new(pid: u32) -> NativeSampler {
         let mut sampler = NativeSampler {
             pid,

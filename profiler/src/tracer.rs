@@ -114,11 +114,6 @@ impl Tracer {
         self.threads.contains_key(&tid)
     }
 
-    /// Number of attached threads.
-    pub fn attached(&self) -> usize {
-        self.threads.len()
-    }
-
     /// Attaches to thread `tid` without stopping it.
     pub fn seize(&mut self, tid: u32) -> Result<(), Errno> {
         // SAFETY: ptrace with no pointers.

@@ -62,8 +62,6 @@ pub struct Unwound {
     /// Whether unwinding reached the thread's root (the unwind information said the stack ends);
     /// otherwise it stopped early (unreadable memory, missing unwind data, the depth bound).
     pub complete: bool,
-    /// Why unwinding stopped early, when it did on an error.
-    pub error: Option<framehop::Error>,
 }
 
 /// A slice of a module's image, as framehop wants section data.
@@ -129,7 +127,6 @@ impl Unwinder {
     pub fn unwind(&mut self, regs: Registers, stack: &StackCopy, out: &mut Unwound) {
         out.frames.clear();
         out.complete = false;
-        out.error = None;
         let mut unwind_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
         let mut address = FrameAddress::from_instruction_pointer(regs.ip);
         let mut read = |address: u64| stack.read_u64(address);
@@ -163,8 +160,7 @@ impl Unwinder {
                     out.complete = true;
                     return;
                 }
-                Err(error) => {
-                    out.error = Some(error);
+                Err(_) => {
                     out.frames.push(UnwoundFrame {
                         address: lookup,
                         cfa: u64::MAX,

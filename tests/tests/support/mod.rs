@@ -123,7 +123,13 @@ pub fn wait_for_file(path: &Path, limit: Duration) -> String {
 
 /// A thread's state letter and tracer pid, from /proc.
 pub fn state_and_tracer(pid: u32) -> (char, u32) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    task_state_and_tracer(pid, pid).unwrap()
+}
+
+/// The state letter and tracer pid of thread `tid` of process `pid`; `None` once it has exited.
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn task_state_and_tracer(pid: u32, tid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     let state = stat
         .rsplit_once(')')
         .unwrap()
@@ -132,13 +138,13 @@ pub fn state_and_tracer(pid: u32) -> (char, u32) {
         .chars()
         .next()
         .unwrap();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
     let tracer = status
         .lines()
         .find_map(|l| l.strip_prefix("TracerPid:"))
         .map(|v| v.trim().parse().unwrap())
         .unwrap();
-    (state, tracer)
+    Some((state, tracer))
 }
 
 /// `fsprof run -o DIR [args] -- fsprof-target SCENARIO SECS --truth DIR/truth.json`.
