@@ -189,7 +189,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             entry.0 = entry.0.saturating_add(ns);
             entry.1 = entry.1.saturating_add(group.count);
             if native {
-                let path = call_path(profile, group, *at);
+                let path = call_path(profile, group, (*feature, *payload), *at);
                 let entry = paths
                     .entry((*feature, *payload))
                     .or_default()
@@ -235,14 +235,34 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
     report
 }
 
-/// The call path of the mark at index `mark` of `group`'s mark stack: the function names of the
-/// innermost [`PATH_FRAMES`] native frames before it, and whether frames are left out.
-fn call_path<'a>(profile: &'a Profile, group: &SampleGroup, mark: usize) -> (Vec<&'a str>, bool) {
+/// The call path of the mark at index `mark` of `group`'s mark stack, of instance `instance`
+/// (feature, payload): the function names of the innermost [`PATH_FRAMES`] native frames before
+/// it, and whether frames are left out. Empty (as without a native stack) when the native stack
+/// was taken with other marks that lack this instance.
+fn call_path<'a>(
+    profile: &'a Profile,
+    group: &SampleGroup,
+    instance: (u32, u32),
+    mark: usize,
+) -> (Vec<&'a str>, bool) {
     let Some(native) = group
         .native
         .and_then(|id| profile.native_stacks.get(id as usize))
     else {
         return (Vec::new(), false);
+    };
+    let mark = match native.marks {
+        None => mark,
+        Some(own) => {
+            let frames = &profile.stacks[own as usize].frames;
+            let innermost = frames
+                .iter()
+                .rposition(|f| (f.feature, f.payload) == (instance.0, Some(instance.1)));
+            match innermost {
+                Some(at) => at,
+                None => return (Vec::new(), false),
+            }
+        }
     };
     let before = native
         .marks_at

@@ -90,11 +90,27 @@ struct RecordArgs {
     /// waits for a CPU), or while it is blocked inside a mark.
     #[arg(long)]
     idle: bool,
-    /// Record marks only, without native call stacks: the target is then never stopped, not
-    /// even for an instant (by default each running thread is stopped briefly, with ptrace, at
-    /// each sample to copy its stack).
+    /// Record marks only, without native call stacks.
     #[arg(long)]
     no_native: bool,
+    /// How running threads' native stacks are taken. `perf`: a perf event copies the registers,
+    /// the top of the stack and (with a small BPF program) the marks at one instant, without
+    /// stopping the thread; needs root, or CAP_PERFMON and CAP_BPF. `ptrace`: each running
+    /// thread is stopped for an instant (tens of microseconds) per sample. `auto` uses perf
+    /// where the kernel allows it. Threads that are not running are always read with ptrace.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    backend: Backend,
+}
+
+/// How native stacks of running threads are taken (see `--backend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// perf where allowed, else ptrace.
+    Auto,
+    /// perf events (and BPF); an error where the kernel refuses.
+    Perf,
+    /// ptrace stops.
+    Ptrace,
 }
 
 /// Output formats of `fsprof report`.
@@ -175,6 +191,7 @@ impl From<RecordArgs> for RecordOptions {
             duration: args.duration,
             count_idle: args.idle,
             native: !args.no_native && cfg!(target_arch = "x86_64"),
+            backend: args.backend,
         }
     }
 }

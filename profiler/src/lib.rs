@@ -11,6 +11,7 @@ pub mod cli;
 pub mod modules;
 pub mod names;
 pub mod native;
+pub mod perf;
 pub mod profile;
 pub mod region;
 pub mod remote;

@@ -1,13 +1,19 @@
-//! Native stacks for the sampler: stops a thread (through `tracer.rs`), copies its registers and
-//! the top of its stack, lets the caller copy its marks in the same stop, and unwinds the copy
-//! (`unwind.rs`) once the thread runs again. Then places each mark between the native frames
-//! where it was pushed.
+//! Native stacks for the sampler, by one of two backends:
+//! * perf (`perf.rs`): a running thread is armed for one sample, which the kernel takes without
+//!   stopping it, registers, stack and mark slots at the same instant;
+//! * ptrace (`tracer.rs`): the thread is stopped, its registers and the top of its stack are
+//!   copied, the caller copies its marks in the same stop, and it runs again.
+//!
+//! Either way the copy is unwound (`unwind.rs`) while the thread runs, and each mark is placed
+//! between the native frames where it was pushed. Threads that are not running are always taken
+//! with ptrace (a perf sample needs the thread to run); so is everything where perf is refused.
 //!
 //! Keeps the target's memory map current (re-read when an address or a stack falls outside it,
 //! at most every [`MAPS_REFRESH`]) and every module seen, for symbolization after recording.
 //! Symbolization itself is not done here.
 
 use crate::modules::{self, Mapping, Module};
+use crate::perf::{PerfSample, PerfSampler, SLOTS};
 use crate::profile::RawNativeStack;
 use crate::remote::Remote;
 use crate::tracer::{Pauses, Tracer};
@@ -44,6 +50,8 @@ pub struct NativeStats {
     pub not_stopped: u64,
     /// Threads that could not be attached.
     pub attach_failures: u64,
+    /// Thread samples taken by perf (the rest of `captured` by ptrace).
+    pub perf_captured: u64,
 }
 
 /// The native side of a sampler.
@@ -59,6 +67,10 @@ pub struct NativeSampler {
     copy: StackCopy,
     unwound: Unwound,
     late: Vec<(u32, Captured)>,
+    perf: Option<PerfSampler>,
+    perf_sample: PerfSample,
+    /// Why perf is not used, when it was wanted.
+    pub perf_refused: Option<String>,
     /// Counters.
     pub stats: NativeStats,
     /// The first attach error, for the report.
@@ -66,8 +78,14 @@ pub struct NativeSampler {
 }
 
 impl NativeSampler {
-    /// A native sampler for process `pid` (its memory map is read at once).
-    pub fn new(pid: u32) -> NativeSampler {
+    /// A native sampler for process `pid` (its memory map is read at once), sampling running
+    /// threads with perf if `perf` and the kernel allows it.
+    pub fn new(pid: u32, perf: bool) -> NativeSampler {
+        let (perf, perf_refused) = match perf.then(PerfSampler::new) {
+            Some(Ok(sampler)) => (Some(sampler), None),
+            Some(Err(why)) => (None, Some(why)),
+            None => (None, None),
+        };
         let mut sampler = NativeSampler {
             pid,
             tracer: Tracer::new(pid),
@@ -79,6 +97,9 @@ impl NativeSampler {
             copy: StackCopy::default(),
             unwound: Unwound::default(),
             late: Vec::new(),
+            perf,
+            perf_sample: PerfSample::default(),
+            perf_refused,
             stats: NativeStats::default(),
             attach_error: None,
         };
@@ -191,6 +212,48 @@ impl NativeSampler {
             self.stats.not_stopped += 1;
             return None;
         };
+        Some((self.unwind(tid, regs), result))
+    }
+
+    /// Whether running threads are sampled with perf.
+    pub fn uses_perf(&self) -> bool {
+        self.perf.is_some()
+    }
+
+    /// Arms running thread `tid` for a perf sample that also copies the mark slots at
+    /// `slots` (addresses in the target, 0 for none). False if perf cannot sample it: the caller
+    /// then uses [`NativeSampler::capture`].
+    pub fn arm(&mut self, tid: u32, slots: [u64; SLOTS]) -> bool {
+        self.perf
+            .as_mut()
+            .is_some_and(|perf| perf.arm(tid, slots).is_ok())
+    }
+
+    /// The perf sample `tid` took since it was armed, unwound, with the raw bytes of the slots
+    /// it was armed with as they were at that instant. `None` if it took none (it has not run
+    /// long enough since).
+    pub fn take_perf(&mut self, tid: u32) -> Option<(Captured, [Option<Vec<u8>>; SLOTS])> {
+        let perf = self.perf.as_mut()?;
+        if !perf.take(tid, &mut self.perf_sample) {
+            return None;
+        }
+        std::mem::swap(&mut self.copy, &mut self.perf_sample.stack);
+        let regs = self.perf_sample.regs;
+        let slots = std::mem::take(&mut self.perf_sample.slots);
+        self.stats.perf_captured += 1;
+        Some((self.unwind(tid, regs), slots))
+    }
+
+    /// Forgets a thread that is gone (closes its perf event).
+    pub fn forget(&mut self, tid: u32) {
+        if let Some(perf) = &mut self.perf {
+            perf.forget(tid);
+        }
+    }
+
+    /// Unwinds the stack in `self.copy`, whose registers are `regs`, re-reading the memory map
+    /// (through `tid`) when the stack runs through memory the map did not know.
+    fn unwind(&mut self, tid: u32, regs: Registers) -> Captured {
         let stack_known = self.maps.iter().any(|m| m.range.contains(&regs.sp));
         if !self.unwinder.knows(regs.ip) || !stack_known {
             self.refresh(tid); // a library loaded, or a new thread's stack, since the last read
@@ -210,11 +273,10 @@ impl NativeSampler {
         }
         self.stats.captured += 1;
         self.stats.complete += u64::from(self.unwound.complete);
-        let captured = Captured {
+        Captured {
             frames: self.unwound.frames.clone(),
             complete: self.unwound.complete,
-        };
-        Some((captured, result))
+        }
     }
 
     /// Detaches from every thread (they keep running).
@@ -261,6 +323,7 @@ pub fn place(captured: &Captured, marks: &[RecordView]) -> RawNativeStack {
         addresses: frames.iter().rev().map(|f| f.address).collect(),
         marks_at: Vec::with_capacity(marks.len()),
         truncated: !captured.complete,
+        marks: None,
     };
     let mut previous = 0;
     for mark in marks {

@@ -115,7 +115,10 @@ pub struct Meta {
     /// Whether native stacks were recorded (not `--no-native`).
     #[serde(default)]
     pub native: bool,
-    /// Thread samples whose native stack was captured (the thread was stopped for it).
+    /// How running threads' stacks were taken: "perf" or "ptrace" (empty without native stacks).
+    #[serde(default)]
+    pub native_backend: String,
+    /// Thread samples whose native stack was captured (by perf or a ptrace stop).
     #[serde(default)]
     pub native_captured: u64,
     /// Of those, stacks unwound to the thread's root.
@@ -205,6 +208,12 @@ pub struct NativeStack {
     /// are missing at the root end of `frames`.
     #[serde(default)]
     pub truncated: bool,
+    /// The mark stack (index into [`Profile::stacks`]) at the instant this native stack was
+    /// taken, when it differs from its samples' own marks (with the perf backend the stack is
+    /// taken a moment after the sample's marks were read; see `sampler.rs`). `marks_at` then
+    /// places these marks, and flamegraphs draw them; the tables count the samples' own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marks: Option<u32>,
 }
 
 /// A thread of the target.
@@ -323,7 +332,11 @@ impl Profile {
                 let Some(native) = self.native_stacks.get(native as usize) else {
                     bail!("a sample refers to a missing native stack");
                 };
-                if native.marks_at.len() != self.stacks[group.stack as usize].frames.len() {
+                let marks = native.marks.unwrap_or(group.stack) as usize;
+                let Some(marks) = self.stacks.get(marks) else {
+                    bail!("a native stack refers to a missing mark stack");
+                };
+                if native.marks_at.len() != marks.frames.len() {
                     bail!("a sample's native stack places another number of marks than it has");
                 }
             }
@@ -389,6 +402,8 @@ pub struct RawNativeStack {
     pub marks_at: Vec<u32>,
     /// See [`NativeStack::truncated`].
     pub truncated: bool,
+    /// See [`NativeStack::marks`].
+    pub marks: Option<u32>,
 }
 
 impl ProfileBuilder {
@@ -483,6 +498,7 @@ impl ProfileBuilder {
                 frames: Vec::with_capacity(raw.addresses.len()),
                 marks_at: Vec::with_capacity(raw.marks_at.len()),
                 truncated: raw.truncated,
+                marks: raw.marks,
             };
             // A mark pushed by a physical frame goes right after that frame's own function, before
             // the functions inlined into it at the current address (they run inside it: black_box,

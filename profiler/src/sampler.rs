@@ -12,11 +12,12 @@
 
 use crate::names::{self, PayloadKind};
 use crate::native::{self, Captured, NativeSampler};
+use crate::perf::SLOTS;
 use crate::profile::{Frame, Meta, Payload, Profile, ProfileBuilder, Stack, MAX_STACK_FRAMES};
 use crate::region::{ReadStats, RegionError, RegionReader, ThreadMarks};
 use crate::remote::Remote;
 use crate::target::{self, ThreadStatus};
-use fsprof_shim::abi::RecordView;
+use fsprof_shim::abi::{self, RecordView};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -71,6 +72,9 @@ enum Native {
     None,
     /// The thread did not stop in time; its stack comes when it does.
     Pending,
+    /// The thread is armed for a perf sample (copying the slots at these addresses), which
+    /// brings its stack and the marks of the same instant.
+    Armed([u64; SLOTS]),
     /// Its stack.
     Captured(Captured),
 }
@@ -82,6 +86,8 @@ struct PendingSample {
     records: Vec<RecordView>,
     wall_ns: u64,
     active_ns: u64,
+    /// For a perf sample: the slot addresses the thread was armed with.
+    perf: Option<[u64; SLOTS]>,
 }
 
 impl PendingSample {
@@ -99,8 +105,11 @@ impl PendingSample {
 /// What a sampler records besides marks.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SamplerOptions {
-    /// Native stacks (ptrace): stops each running thread for an instant per sample.
+    /// Native stacks.
     pub native: bool,
+    /// Running threads' stacks by perf events where the kernel allows (else ptrace, which
+    /// stops each running thread for an instant per sample).
+    pub perf: bool,
     /// Whether idle time counts (then idle threads' stacks matter too).
     pub count_idle: bool,
 }
@@ -178,7 +187,9 @@ impl Sampler {
             marks: Vec::new(),
             unreadable: Vec::new(),
             records: Vec::new(),
-            native: options.native.then(|| NativeSampler::new(pid)),
+            native: options
+                .native
+                .then(|| NativeSampler::new(pid, options.perf)),
             options,
             native_moved: 0,
             native_late: 0,
@@ -222,7 +233,6 @@ impl Sampler {
                 }
             }
         }
-        self.flush_pending();
         let now = Instant::now();
         match target::threads(self.pid, &mut self.tids) {
             Ok(()) if self.tids.is_empty() => return false,
@@ -237,6 +247,8 @@ impl Sampler {
         }
         self.scan_regions(now);
         self.read_marks();
+        self.complete_perf_samples();
+        self.flush_pending(false);
 
         let first = self.first_tick.is_none();
         let tick = self.ticks;
@@ -305,13 +317,30 @@ impl Sampler {
             let thread = state.id;
             let captured = self.native_stack(tid, own_tid, running);
             let stack = self.stack_of(own_tid);
-            let active_ns = if running { wall_ns } else { 0 };
+            let mut active_ns = if running { wall_ns } else { 0 };
+            let mut wall_ns = wall_ns;
+            // A perf sample still awaited from an earlier tick (the thread has had no CPU for
+            // 10 µs since): if the thread is armed again, that sample completes both ticks (their
+            // marks are the same unless it ran meanwhile); otherwise the earlier tick goes in
+            // without a stack.
+            if let Some(carried) = self.threads.get_mut(&tid).and_then(|s| s.pending.take()) {
+                if matches!(captured, Native::Armed(_)) {
+                    wall_ns += carried.wall_ns;
+                    active_ns += carried.active_ns;
+                } else {
+                    self.not_sampled(carried);
+                }
+            }
             let native = match captured {
                 Native::Captured(captured) => {
                     let placed = native::place(&captured, &self.records);
                     Some(self.builder.native_stack(placed))
                 }
-                Native::Pending => {
+                Native::Pending | Native::Armed(_) => {
+                    let perf = match captured {
+                        Native::Armed(addresses) => Some(addresses),
+                        _ => None,
+                    };
                     // Completed when the thread stops (it has not run since this instant, so
                     // its stack and marks are still this sample's), or at the next tick.
                     if let Some(state) = self.threads.get_mut(&tid) {
@@ -321,6 +350,7 @@ impl Sampler {
                             records: self.records.clone(),
                             wall_ns,
                             active_ns,
+                            perf,
                         });
                     }
                     continue;
@@ -331,10 +361,20 @@ impl Sampler {
                 .add_sample(thread, stack, native, wall_ns, active_ns);
         }
         let budget = &mut self.descriptor_budget;
-        self.threads.retain(|_, state| {
+        let native = &mut self.native;
+        let builder = &mut self.builder;
+        self.threads.retain(|tid, state| {
             let keep = state.seen_at == tick;
             if !keep && state.status.holds_descriptor() {
                 *budget += 1;
+            }
+            if !keep {
+                if let Some(pending) = state.pending.take() {
+                    pending.add(builder, None);
+                }
+                if let Some(native) = native {
+                    native.forget(*tid);
+                }
             }
             keep
         });
@@ -487,6 +527,15 @@ impl Sampler {
                 .clone()
                 .map_or(Native::None, Native::Captured);
         }
+        if running && native.uses_perf() {
+            if let Some(addresses) =
+                slot_addresses(&self.regions, &self.marks[first..first + count])
+            {
+                if native.arm(tid, addresses) {
+                    return Native::Armed(addresses);
+                }
+            }
+        }
         let regions = &self.regions;
         let slots: Vec<(usize, usize)> = self.marks[first..first + count]
             .iter()
@@ -529,13 +578,84 @@ impl Sampler {
         Native::Captured(captured)
     }
 
-    /// Adds, without a native stack, the samples still waiting for their thread to stop.
-    fn flush_pending(&mut self) {
-        for state in self.threads.values_mut() {
-            if let Some(pending) = state.pending.take() {
+    /// Completes the samples of threads armed for perf whose sample came, with its stack placed
+    /// among the marks the kernel copied at the same instant. The tables keep the marks read at
+    /// the tick: the perf sample comes 10 µs of CPU time later, which for a thread that was
+    /// waiting for a CPU (just woken, say) is when it got one, not a random instant. So when the
+    /// two mark stacks differ, the native stack carries its own (see `NativeStack::marks`).
+    /// Threads whose sample has not come stay pending (see `tick`).
+    fn complete_perf_samples(&mut self) {
+        if !self.native.as_ref().is_some_and(NativeSampler::uses_perf) {
+            return;
+        }
+        let armed: Vec<u32> = self
+            .threads
+            .iter()
+            .filter(|(_, state)| state.pending.as_ref().is_some_and(|p| p.perf.is_some()))
+            .map(|(tid, _)| *tid)
+            .collect();
+        for tid in armed {
+            let native = self.native.as_mut().expect("checked");
+            let Some((captured, slots)) = native.take_perf(tid) else {
+                continue;
+            };
+            let state = self.threads.get_mut(&tid).expect("listed");
+            let pending = state.pending.take().expect("listed");
+            state.last_native = Some(captured.clone());
+            let own_tid = state.own_tid.expect("known when armed");
+            let armed_with = pending.perf.expect("listed");
+            // The thread's slots now (read this tick): a slot it claimed after being armed may
+            // have held marks at the sample that the kernel did not copy.
+            let first = self.marks.partition_point(|m| m.tid < own_tid);
+            let count = self.marks[first..]
+                .iter()
+                .take_while(|m| m.tid == own_tid)
+                .count();
+            let now = slot_addresses(&self.regions, &self.marks[first..first + count]);
+            let snapshot = (now == Some(armed_with))
+                .then(|| snapshot_records(own_tid, &armed_with, &slots))
+                .flatten();
+            let Some((records, truncated_depth)) = snapshot else {
+                self.native_moved += 1;
                 pending.add(&mut self.builder, None);
+                continue;
+            };
+            let own = self.intern_records(records, truncated_depth);
+            let mut placed = native::place(&captured, &self.records);
+            placed.marks = (own != pending.stack).then_some(own);
+            let id = self.builder.native_stack(placed);
+            self.builder.add_sample(
+                pending.thread,
+                pending.stack,
+                Some(id),
+                pending.wall_ns,
+                pending.active_ns,
+            );
+        }
+    }
+
+    /// Adds, without a native stack, the samples still waiting for their thread to stop.
+    /// Perf samples still awaited wait for the thread's next sample (see `tick`), unless `all`.
+    fn flush_pending(&mut self, all: bool) {
+        let waiting: Vec<u32> = self
+            .threads
+            .iter()
+            .filter(|(_, s)| s.pending.as_ref().is_some_and(|p| all || p.perf.is_none()))
+            .map(|(tid, _)| *tid)
+            .collect();
+        for tid in waiting {
+            if let Some(pending) = self.threads.get_mut(&tid).and_then(|s| s.pending.take()) {
+                self.not_sampled(pending);
             }
         }
+    }
+
+    /// Adds a pending sample without a native stack.
+    fn not_sampled(&mut self, pending: PendingSample) {
+        if let (Some(native), Some(_)) = (&mut self.native, pending.perf) {
+            native.stats.not_stopped += 1; // armed, but took no sample in time
+        }
+        pending.add(&mut self.builder, None);
     }
 
     /// The interned mark stack of the thread whose own id (see `ThreadState::own_tid`) is `tid`;
@@ -551,6 +671,16 @@ impl Sampler {
                 truncated_depth = Some(marks.depth);
             }
         }
+        self.intern_records(records, truncated_depth)
+    }
+
+    /// The interned mark stack of `records` (a thread's, from all its slots in region order);
+    /// they are left in `self.records`, in the stack's order.
+    fn intern_records(
+        &mut self,
+        mut records: Vec<RecordView>,
+        mut truncated_depth: Option<u32>,
+    ) -> u32 {
         if records.len() > MAX_STACK_FRAMES {
             // Only a corrupt region gives one thread this many slots' worth of marks.
             truncated_depth = Some(records.len().min(u32::MAX as usize) as u32);
@@ -615,7 +745,7 @@ impl Sampler {
 
     /// The finished profile; `meta`'s recording fields are filled in here.
     pub fn finish(mut self, mut meta: Meta) -> Profile {
-        self.flush_pending();
+        self.flush_pending(true);
         meta.duration_ns = match (self.first_tick, self.last_tick) {
             (Some(first), Some(last)) => last.duration_since(first).as_nanos() as u64,
             _ => 0,
@@ -635,6 +765,7 @@ impl Sampler {
             native.detach();
             meta.native = true;
             let stats = &native.stats;
+            meta.native_backend = if native.uses_perf() { "perf" } else { "ptrace" }.to_owned();
             meta.native_captured = stats.captured;
             meta.native_complete = stats.complete;
             meta.native_not_stopped = stats.not_stopped;
@@ -654,6 +785,11 @@ impl Sampler {
                     }
                 ));
             }
+            if let Some(why) = &native.perf_refused {
+                notes.push(format!(
+                    "native stacks were taken with ptrace (each running thread stopped for an instant per sample) because perf is not available: {why}"
+                ));
+            }
             modules = native.into_modules();
         }
         meta.notes = notes;
@@ -661,6 +797,50 @@ impl Sampler {
         self.builder
             .finish(meta, |address| symbolizer.symbolize(address))
     }
+}
+
+/// The addresses in the target of a thread's slots (`marks`, one per region it marks in), as
+/// perf arms them; `None` if they do not fit.
+fn slot_addresses(regions: &[RegionReader], marks: &[ThreadMarks]) -> Option<[u64; SLOTS]> {
+    if marks.len() > SLOTS {
+        return None;
+    }
+    let mut addresses = [0; SLOTS];
+    for (address, marks) in addresses.iter_mut().zip(marks) {
+        *address = abi::slot_address(regions.get(marks.region)?.address(), marks.slot);
+    }
+    Some(addresses)
+}
+
+/// Decodes the slots the kernel copied at a perf sample into the thread's records (all slots,
+/// in order) and the logical depth if some were not recorded. `None` if a copy is not this
+/// thread's slot or caught a push half written.
+fn snapshot_records(
+    own_tid: u32,
+    addresses: &[u64; SLOTS],
+    slots: &[Option<Vec<u8>>; SLOTS],
+) -> Option<(Vec<RecordView>, Option<u32>)> {
+    let mut records = Vec::new();
+    let mut truncated_depth = None;
+    for (address, bytes) in addresses.iter().zip(slots) {
+        if *address == 0 {
+            continue;
+        }
+        let bytes = bytes.as_ref()?;
+        let state = abi::parse_slot_state(bytes.get(..abi::SLOT_STATE_SIZE)?)?;
+        if state.seq % 2 == 1 || state.tid != own_tid {
+            return None;
+        }
+        let recorded = (state.depth as usize).min(abi::MARK_CAPACITY);
+        for index in 0..recorded {
+            let at = abi::RECORDS_OFFSET + index * abi::RECORD_SIZE;
+            records.push(abi::parse_record(bytes.get(at..at + abi::RECORD_SIZE)?)?);
+        }
+        if state.depth as usize > recorded {
+            truncated_depth = Some(state.depth);
+        }
+    }
+    Some((records, truncated_depth))
 }
 
 /// How long to record and how often.

@@ -8,6 +8,7 @@
 //! or killed.
 
 use crate::analysis::{self, TimeView};
+use crate::cli::Backend;
 use crate::profile::{Meta, Profile};
 use crate::remote::Remote;
 use crate::render;
@@ -42,8 +43,10 @@ pub struct RecordOptions {
     pub duration: Option<Duration>,
     /// Count all thread time, idle included.
     pub count_idle: bool,
-    /// Record native stacks (stopping each running thread for an instant per sample).
+    /// Record native stacks.
     pub native: bool,
+    /// How running threads' native stacks are taken.
+    pub backend: Backend,
 }
 
 /// `fsprof run`: launches `program` with its stdio untouched, records until it exits, writes the
@@ -52,6 +55,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     let Some((name, args)) = program.split_first() else {
         bail!("no program given: fsprof run -- PROGRAM [ARGS...]")
     };
+    check_backend(options)?;
     let signals = Signals::install()?;
     let dir = prepare_output(options.output.as_deref(), &program_name(name))?;
     let mut child = match spawn(name, args) {
@@ -125,6 +129,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
 /// `fsprof attach`: records process `pid` until Ctrl-C, the duration or its exit; it keeps running.
 pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     check_attachable(pid)?;
+    check_backend(options)?;
     let signals = Signals::install()?;
     let descriptors = target::raise_open_file_limit();
     let command = target::command_line(pid);
@@ -271,8 +276,19 @@ impl Signals {
 fn sampler_options(options: &RecordOptions) -> SamplerOptions {
     SamplerOptions {
         native: options.native,
+        perf: options.backend != Backend::Ptrace,
         count_idle: options.count_idle,
     }
+}
+
+/// Fails, before anything is started, when perf was asked for explicitly and is refused.
+fn check_backend(options: &RecordOptions) -> Result<()> {
+    if options.native && options.backend == Backend::Perf {
+        if let Err(why) = crate::perf::PerfSampler::new() {
+            bail!("--backend perf: {why} (or use --backend ptrace)");
+        }
+    }
+    Ok(())
 }
 
 fn schedule(options: &RecordOptions) -> Schedule {

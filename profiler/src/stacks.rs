@@ -54,7 +54,13 @@ pub fn combined<'a>(
     group: &SampleGroup,
     marks_only: bool,
 ) -> Vec<StackFrame<'a>> {
-    let stack = &profile.stacks[group.stack as usize];
+    let native = group
+        .native
+        .filter(|_| !marks_only)
+        .and_then(|id| profile.native_stacks.get(id as usize));
+    // A native stack taken with other marks than the sample's is drawn with its own.
+    let marks = native.and_then(|n| n.marks).unwrap_or(group.stack);
+    let stack = &profile.stacks[marks as usize];
     let marks = stack.frames.iter().map(|frame| StackFrame::Mark {
         feature: &profile.features[frame.feature as usize],
         payload: frame
@@ -62,10 +68,6 @@ pub fn combined<'a>(
             .map(|payload| profile.payloads[payload as usize].text.as_str()),
     });
     let more_marks = stack.truncated_depth.map(|_| StackFrame::MarksTruncated);
-    let native = group
-        .native
-        .filter(|_| !marks_only)
-        .and_then(|id| profile.native_stacks.get(id as usize));
     let Some(native) = native else {
         return marks.chain(more_marks).collect();
     };

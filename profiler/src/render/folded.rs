@@ -247,6 +247,7 @@ pub(crate) mod tests {
                     addresses,
                     marks_at,
                     truncated,
+                    marks: None,
                 })
             });
             b.add_sample(thread, stack, native, s.wall_us * 1000, s.active_us * 1000);

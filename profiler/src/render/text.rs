@@ -151,8 +151,19 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
         let no_cpu = meta.native_not_stopped.saturating_sub(meta.native_late);
         let without = meta.native_moved + no_cpu;
         if without * 20 > native_samples {
+            let (moved, no_cpu_why) = if meta.native_backend == "perf" {
+                (
+                    "the kernel's copy of its marks caught it in the middle of pushing one",
+                    "it did not run for 10 µs of CPU time before the next sample",
+                )
+            } else {
+                (
+                    "the thread's marks changed between the sample and the moment it stopped (a thread stops at its next return to user space, which lags on virtual machines)",
+                    "it had no CPU to stop on until the next sample",
+                )
+            };
             notes.push(format!(
-                "{:.0}% of running-thread samples have no native stack (they count in the tables, not in flamegraph.svg): {} because the thread's marks changed between the sample and the moment it stopped (a thread stops at its next return to user space, which lags on virtual machines), {} because it had no CPU to stop on until the next sample",
+                "{:.0}% of running-thread samples have no native stack (they count in the tables, not in flamegraph.svg): {} because {moved}, {} because {no_cpu_why}",
                 without as f64 * 100.0 / native_samples as f64,
                 meta.native_moved,
                 no_cpu
