@@ -104,13 +104,44 @@ fn check_chains(dir: &Path, truth: &Value) {
     );
 }
 
-#[test]
-fn a_rust_release_build_without_frame_pointers_unwinds_to_the_exact_chain() {
+/// Whether `--backend perf` works here. As root it must (these tests run as root in CI); for
+/// other users the kernel may refuse, and the perf variants are skipped with a message.
+fn perf_backend_available() -> bool {
+    let output = Command::new(fsprof())
+        .args(["run", "--backend", "perf", "-o"])
+        .arg(tempdir().path().join("probe"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    if output.status.success() {
+        return true;
+    }
+    let why = String::from_utf8_lossy(&output.stderr);
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    assert!(!root, "--backend perf fails as root: {why}");
+    eprintln!("skipped: --backend perf is not available to this user: {why}");
+    false
+}
+
+/// The backend a recording used, from its profile.
+fn backend_of(dir: &Path) -> String {
+    let profile: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("profile.json")).unwrap()).unwrap();
+    profile["meta"]["native_backend"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn rust_chain(backend: &str) {
     let _serial = serial();
     let dir = tempdir();
     let chain = fsprof().with_file_name("fsprof-chain");
     let status = Command::new(fsprof())
-        .args(["run", "-o"])
+        .args(["run", "--backend", backend, "-o"])
         .arg(dir.path().join("out"))
         .arg("--")
         .arg(&chain)
@@ -120,17 +151,29 @@ fn a_rust_release_build_without_frame_pointers_unwinds_to_the_exact_chain() {
         .status()
         .unwrap();
     assert!(status.success());
+    assert_eq!(backend_of(&dir.path().join("out")), backend);
     check_chains(dir.path(), &truth(dir.path()));
 }
 
 #[test]
-fn a_c_program_whose_leaf_is_in_a_shared_library_without_frame_pointers() {
+fn a_rust_release_build_without_frame_pointers_unwinds_to_the_exact_chain_with_perf() {
+    if perf_backend_available() {
+        rust_chain("perf");
+    }
+}
+
+#[test]
+fn a_rust_release_build_without_frame_pointers_unwinds_to_the_exact_chain_with_ptrace() {
+    rust_chain("ptrace");
+}
+
+fn c_chain(backend: &str) {
     let _serial = serial();
     let dir = tempdir();
     let program = build_c_chain(dir.path());
     assert_separate_frames_without_frame_pointer(&program.exe, &["c_outer", "c_middle"]);
     let status = Command::new(fsprof())
-        .args(["run", "-o"])
+        .args(["run", "--backend", backend, "-o"])
         .arg(dir.path().join("out"))
         .arg("--")
         .arg(&program.exe)
@@ -140,7 +183,123 @@ fn a_c_program_whose_leaf_is_in_a_shared_library_without_frame_pointers() {
         .status()
         .unwrap();
     assert!(status.success());
+    assert_eq!(backend_of(&dir.path().join("out")), backend);
     check_chains(dir.path(), &truth(dir.path()));
+}
+
+#[test]
+fn a_c_program_whose_leaf_is_in_a_shared_library_without_frame_pointers_with_perf() {
+    if perf_backend_available() {
+        c_chain("perf");
+    }
+}
+
+#[test]
+fn a_c_program_whose_leaf_is_in_a_shared_library_without_frame_pointers_with_ptrace() {
+    c_chain("ptrace");
+}
+
+/// FizzBuzz changes marks every microsecond: [formatting] around `writeln!` into a String,
+/// [output] around each write(2). A stack drawn under the wrong marks would show formatting code
+/// under [output] (or write(2) under [formatting]) in proportion to the other's share. So under
+/// each mark the stacks must be that mark's own code, and the flamegraph's shares must be the
+/// tables'. With perf, most samples must also have a stack (ptrace loses most of them here: a
+/// thread stops at its next system call, with other marks by then).
+fn marks_and_stack_of_the_same_instant(backend: &str) {
+    let _serial = serial();
+    let dir = tempdir();
+    let out = dir.path().join("out");
+    let status = Command::new(fsprof())
+        .args(["run", "--backend", backend, "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(fsprof().with_file_name("fizzbuzz"))
+        .arg("3000000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(backend_of(&out), backend);
+    let stacks = folded(&out);
+    let under = |mark: &str| -> Vec<&(Vec<String>, u64)> {
+        stacks
+            .iter()
+            .filter(|(frames, _)| {
+                frames[0] != "[no native stack]"
+                    && frames
+                        .iter()
+                        .rev()
+                        .find(|f| f.starts_with('['))
+                        .is_some_and(|f| f.starts_with(mark))
+            })
+            .collect()
+    };
+    let weight = |stacks: &[&(Vec<String>, u64)], with: &dyn Fn(&str) -> bool| -> (u64, u64) {
+        let all = stacks.iter().map(|(_, us)| us).sum();
+        let matching = stacks
+            .iter()
+            .filter(|(frames, _)| frames.iter().any(|f| with(f)))
+            .map(|(_, us)| us)
+            .sum();
+        (matching, all)
+    };
+    let formatting_code = |f: &str| f.contains("core::fmt") || f.contains("write_fmt");
+    let (fmt_in_fmt, fmt_all) = weight(&under("[formatting]"), &formatting_code);
+    let (fmt_in_output, output_all) = weight(&under("[output]"), &formatting_code);
+    let summary = format!(
+        "under [formatting]: {fmt_in_fmt} of {fmt_all} µs in formatting code; under [output]: {fmt_in_output} of {output_all} µs"
+    );
+    assert!(fmt_all > 0 && output_all > 0, "{summary}");
+    assert!(fmt_in_fmt * 100 >= fmt_all * 90, "{summary}");
+    assert!(fmt_in_output * 100 <= output_all, "{summary}");
+    if backend == "perf" {
+        let without: u64 = stacks
+            .iter()
+            .filter(|(frames, _)| frames[0] == "[no native stack]")
+            .map(|(_, us)| us)
+            .sum();
+        let total: u64 = stacks.iter().map(|(_, us)| us).sum();
+        assert!(
+            without * 100 <= total * 10,
+            "{without} of {total} µs without a native stack"
+        );
+        // The flamegraph's [formatting] share (stacks with their own marks) is the table's.
+        let report: Value = serde_json::from_slice(
+            &Command::new(fsprof())
+                .args(["report", "--format", "json"])
+                .arg(&out)
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let table = report["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "formatting")
+            .unwrap()["percent"]
+            .as_f64()
+            .unwrap();
+        let graph = fmt_all as f64 * 100.0 / (total - without) as f64;
+        assert!(
+            (graph - table).abs() < 2.0,
+            "[formatting] is {graph:.2}% of the flamegraph's stacks, {table:.2}% in the table"
+        );
+    }
+}
+
+#[test]
+fn marks_and_stack_of_a_sample_are_of_the_same_instant_with_perf() {
+    if perf_backend_available() {
+        marks_and_stack_of_the_same_instant("perf");
+    }
+}
+
+#[test]
+fn marks_and_stack_of_a_sample_are_of_the_same_instant_with_ptrace() {
+    marks_and_stack_of_the_same_instant("ptrace");
 }
 
 #[test]
