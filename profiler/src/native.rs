@@ -1,6 +1,7 @@
 //! Native stacks for the sampler, by one of two backends:
-//! * perf (`perf.rs`): a running thread is armed for one sample, which the kernel takes without
-//!   stopping it, registers, stack and mark slots at the same instant;
+//! * perf (`perf.rs`): the kernel samples each running thread every period of its CPU time
+//!   without stopping it, registers, stack and mark slots at the same instant; a sample of the
+//!   profiler's takes the thread's latest;
 //! * ptrace (`tracer.rs`): the thread is stopped, its registers and the top of its stack are
 //!   copied, the caller copies its marks in the same stop, and it runs again.
 //!
@@ -29,6 +30,16 @@ pub const MAX_STACK_COPY: usize = 512 * 1024;
 /// its libraries within milliseconds, a program that jumps to code without a file (a JIT) must
 /// not make fsprof read its map at every sample.
 pub const MAPS_REFRESH: Duration = Duration::from_millis(100);
+
+/// What perf has for a running thread (see [`NativeSampler::perf_stack`]).
+pub enum PerfStack {
+    /// perf does not sample it: use [`NativeSampler::capture`].
+    Unavailable,
+    /// No sample since the previous call: it ran less than a period of CPU time.
+    Nothing,
+    /// Its latest sample, and the raw bytes of its slots at that instant (`None`: unknown).
+    Sample(Captured, Option<[Option<Vec<u8>>; SLOTS]>),
+}
 
 /// A thread's native stack at one sample.
 #[derive(Clone, Debug, Default)]
@@ -79,9 +90,10 @@ pub struct NativeSampler {
 
 impl NativeSampler {
     /// A native sampler for process `pid` (its memory map is read at once), sampling running
-    /// threads with perf if `perf` and the kernel allows it.
-    pub fn new(pid: u32, perf: bool) -> NativeSampler {
-        let (perf, perf_refused) = match perf.then(PerfSampler::new) {
+    /// threads with perf every `perf` of their CPU time, if given and the kernel allows it.
+    pub fn new(pid: u32, perf: Option<Duration>) -> NativeSampler {
+        let perf = perf.map(|period| PerfSampler::new(period.as_nanos() as u64));
+        let (perf, perf_refused) = match perf {
             Some(Ok(sampler)) => (Some(sampler), None),
             Some(Err(why)) => (None, Some(why)),
             None => (None, None),
@@ -220,28 +232,25 @@ impl NativeSampler {
         self.perf.is_some()
     }
 
-    /// Arms running thread `tid` for a perf sample that also copies the mark slots at
-    /// `slots` (addresses in the target, 0 for none). False if perf cannot sample it: the caller
-    /// then uses [`NativeSampler::capture`].
-    pub fn arm(&mut self, tid: u32, slots: [u64; SLOTS]) -> bool {
-        self.perf
-            .as_mut()
-            .is_some_and(|perf| perf.arm(tid, slots).is_ok())
-    }
-
-    /// The perf sample `tid` took since it was armed, unwound, with the raw bytes of the slots
-    /// it was armed with as they were at that instant. `None` if it took none (it has not run
-    /// long enough since).
-    pub fn take_perf(&mut self, tid: u32) -> Option<(Captured, [Option<Vec<u8>>; SLOTS])> {
-        let perf = self.perf.as_mut()?;
+    /// What perf has for running thread `tid`, whose slots are at `slots` (addresses in the
+    /// target, 0 for none): its latest sample since the previous call, unwound. Starts
+    /// sampling the thread on first use.
+    pub fn perf_stack(&mut self, tid: u32, slots: [u64; SLOTS]) -> PerfStack {
+        let Some(perf) = self.perf.as_mut() else {
+            return PerfStack::Unavailable;
+        };
+        if perf.watch(tid, slots).is_err() {
+            return PerfStack::Unavailable;
+        }
         if !perf.take(tid, &mut self.perf_sample) {
-            return None;
+            return PerfStack::Nothing;
         }
         std::mem::swap(&mut self.copy, &mut self.perf_sample.stack);
         let regs = self.perf_sample.regs;
         let slots = std::mem::take(&mut self.perf_sample.slots);
+        let known = self.perf_sample.marks_known;
         self.stats.perf_captured += 1;
-        Some((self.unwind(tid, regs), slots))
+        PerfStack::Sample(self.unwind(tid, regs), known.then_some(slots))
     }
 
     /// Forgets a thread that is gone (closes its perf event).

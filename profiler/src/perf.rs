@@ -1,18 +1,19 @@
-//! Samples a running thread's registers, the top of its stack and its mark slots at one instant,
-//! without stopping it: a per-thread `perf_event_open` task-clock event, armed for a single
-//! overflow (10 µs of the thread's CPU time later), writes the registers and stack into a ring
-//! buffer, and a small BPF program attached to the event copies the thread's slots from the
-//! region at that same instant (the thread is interrupted, so its slots cannot change meanwhile).
+//! Samples running threads' registers, the top of their stacks and their mark slots, at one
+//! instant each, without stopping them: a per-thread `perf_event_open` task-clock event samples
+//! the thread every period of its own CPU time (the timer fires on the thread's CPU, as for
+//! `perf record`), writing registers and stack into a ring buffer, and a small BPF program
+//! attached to the event copies the thread's slots from the region at that same instant (the
+//! thread is interrupted, so its slots cannot change meanwhile).
 //!
 //! This module owns the kernel objects (events, rings, the BPF map and programs) and decodes what
 //! they hold. It does not unwind (`unwind.rs`), decode slots (`fsprof_shim::abi`) or decide which
 //! threads to sample (the sampler). Everything read from a ring or the map came from the target's
 //! memory or the kernel's copy of it and is bounded before use.
 //!
-//! The BPF program is hand-assembled (about twenty instructions): the BPF toolchains in the Rust
-//! ecosystem (aya, libbpf-rs) need a separate compiler for the program, which a profiler built with
-//! `cargo build` cannot assume. It needs `CAP_BPF` and `CAP_PERFMON` (or root); where the kernel
-//! refuses, [`PerfSampler::new`] says why and the sampler falls back to ptrace.
+//! The BPF program is hand-assembled (about fifty instructions): the BPF toolchains in the Rust
+//! ecosystem (aya, libbpf-rs) need a separate compiler for the program, which a profiler built
+//! with `cargo build` cannot assume. It needs `CAP_BPF` and `CAP_PERFMON` (or root); where the
+//! kernel refuses, [`PerfSampler::new`] says why and the sampler falls back to ptrace.
 
 use crate::unwind::{Registers, StackCopy};
 use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE, SLOT_SIZE, SLOT_STATE_SIZE};
@@ -21,6 +22,7 @@ use nix::libc;
 use perf_event_open_sys as sys;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{fence, Ordering};
 
 /// Bytes of stack copied per sample, from the stack pointer up. At most 65528 (a sample record's
 /// size is a 16-bit number); deeper stacks are cut (and marked as such).
@@ -29,16 +31,17 @@ pub const STACK_DUMP: u32 = 48 * 1024;
 pub const SLOTS: usize = 2;
 /// Threads sampled this way at once; further threads fall back to ptrace.
 pub const MAX_THREADS: u32 = 1024;
-/// CPU time of the thread between arming and the sample.
-const DELAY_NS: u64 = 10_000;
-/// Data pages of each thread's ring: room for one sample of [`STACK_DUMP`] bytes and more.
-const RING_PAGES: usize = 32;
+/// Data pages of each thread's ring: room for five samples of [`STACK_DUMP`] bytes, so that a
+/// sampler late by a few periods loses none.
+const RING_PAGES: usize = 64;
 
-/// Layout of one map value: slot addresses (set by fsprof); a sample counter, each copy's result
-/// (0 or an error) and the slot copies (written by the BPF program).
+/// Layout of one map value: slot addresses (set by fsprof); then, written by the BPF program at
+/// each sample: a run counter, the addresses it copied from, each copy's result (0 or an error)
+/// and the copies.
 const VALUE_ADDRESSES: usize = 0;
 const VALUE_COUNT: usize = 8 * SLOTS;
-const VALUE_RESULTS: usize = VALUE_COUNT + 8;
+const VALUE_USED: usize = VALUE_COUNT + 8;
+const VALUE_RESULTS: usize = VALUE_USED + 8 * SLOTS;
 const VALUE_COPIES: usize = VALUE_RESULTS + 8 * SLOTS;
 const VALUE_SIZE: usize = VALUE_COPIES + SLOTS * SLOT_SIZE;
 
@@ -48,6 +51,8 @@ const DEPTH_OFFSET: i32 = 8;
 /// Registers perf copies (bits of `enum perf_event_x86_regs`): bp, sp, ip, in this order.
 #[cfg(target_arch = "x86_64")]
 const REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
+#[cfg(not(target_arch = "x86_64"))]
+const REGS_MASK: u64 = 0;
 
 /// One sample of one thread.
 #[derive(Debug, Default)]
@@ -56,21 +61,22 @@ pub struct PerfSample {
     pub regs: Registers,
     /// The top of its stack.
     pub stack: StackCopy,
-    /// The raw bytes of each slot it was armed with, copied at the sample: its state and the
-    /// records below its depth, the rest is stale (`None` for none, or if it could not be read).
+    /// The raw bytes of each slot whose address was given, copied at the sample: its state and
+    /// the records below its depth (the rest is stale). `None` where no address was given, and
+    /// all `None` when the copies could not be matched to this sample (see [`PerfSampler::take`]).
     pub slots: [Option<Vec<u8>>; SLOTS],
+    /// Whether `slots` are this sample's (else its marks are unknown).
+    pub marks_known: bool,
 }
 
 struct Thread {
     index: u32,
-    event: OwnedFd,
+    _event: OwnedFd,
     _program: OwnedFd,
     ring: Ring,
     addresses: [u64; SLOTS],
-    armed: bool,
-    count: u64,
-    /// The event's enabled time when last checked.
-    enabled: Option<u64>,
+    /// Program runs seen so far (samples read plus samples lost).
+    runs: u64,
 }
 
 /// The perf side of a sampler: one event per sampled thread.
@@ -81,15 +87,17 @@ pub struct PerfSampler {
     threads: HashMap<u32, Thread>,
     free: Vec<u32>,
     page: usize,
+    period_ns: u64,
 }
 
 // SAFETY: `values` is owned by this struct (unmapped on drop) and only used through `&mut self`.
 unsafe impl Send for PerfSampler {}
 
 impl PerfSampler {
-    /// Creates the map and checks that this process may load the program and open events.
-    /// The error says what the kernel refused and what to do.
-    pub fn new() -> Result<PerfSampler, String> {
+    /// Creates the map and checks that this process may load the program and open events that
+    /// sample every `period_ns` of a thread's CPU time. The error says what the kernel refused
+    /// and what to do.
+    pub fn new(period_ns: u64) -> Result<PerfSampler, String> {
         if !cfg!(target_arch = "x86_64") {
             return Err("the perf backend is x86-64 only".to_owned());
         }
@@ -118,13 +126,14 @@ impl PerfSampler {
             threads: HashMap::new(),
             free: (0..MAX_THREADS).rev().collect(),
             page,
+            period_ns: period_ns.max(10_000),
         };
         load_program(sampler.map.as_raw_fd(), 0).map_err(|e| {
             format!("cannot load a BPF program ({e}): the perf backend needs root, or CAP_BPF and CAP_PERFMON")
         })?;
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
-        open_event(me).map_err(|e| {
+        open_event(me, sampler.period_ns).map_err(|e| {
             format!(
                 "perf_event_open refused ({}; kernel.perf_event_paranoid is {}): run as root, or grant CAP_PERFMON",
                 e.desc(),
@@ -135,100 +144,90 @@ impl PerfSampler {
         Ok(sampler)
     }
 
-    /// Arms `tid` for one sample, copying the slots at `addresses` (0 for none) with it. Opens
-    /// its event on first use. A thread still armed from before (it has not run since) stays
-    /// armed. Fails if the thread cannot be sampled this way.
-    pub fn arm(&mut self, tid: u32, addresses: [u64; SLOTS]) -> Result<(), Errno> {
+    /// Makes sure `tid` is being sampled, copying the slots at `addresses` (0 for none) with
+    /// each sample from now on. Fails if the thread cannot be sampled this way.
+    pub fn watch(&mut self, tid: u32, addresses: [u64; SLOTS]) -> Result<(), Errno> {
         if !self.threads.contains_key(&tid) {
             let thread = self.open(tid)?;
             self.threads.insert(tid, thread);
         }
-        let values = self.values;
+        let value = value_at(self.values, self.threads[&tid].index);
         let thread = self.threads.get_mut(&tid).expect("inserted");
-        if thread.armed {
-            // The program copies from the addresses it finds at the sample: they must be those
-            // the caller expects, so a thread whose slots changed meanwhile is re-armed.
-            // An event left disabled without a sample is armed again: REFRESH re-enables an
-            // event that is still enabled but about to be disabled by its previous overflow
-            // (the kernel disables it a moment after writing the sample), so a REFRESH issued
-            // in that moment is lost. The event's enabled time tells: it stands still.
-            let enabled = enabled_time(&thread.event);
-            let stuck = enabled.is_some() && enabled == thread.enabled;
-            thread.enabled = enabled;
-            if thread.addresses == addresses && !stuck {
-                return Ok(());
+        if thread.addresses != addresses {
+            for (i, address) in addresses.iter().enumerate() {
+                // SAFETY: `value` points at this thread's map value, VALUE_SIZE bytes, 8-aligned.
+                unsafe {
+                    value
+                        .add(VALUE_ADDRESSES + 8 * i)
+                        .cast::<u64>()
+                        .write_volatile(*address)
+                };
             }
-            // SAFETY: a valid event descriptor.
-            unsafe { sys::ioctls::DISABLE(thread.event.as_raw_fd(), 0) };
-            drain(&mut thread.ring, |_| {});
+            thread.addresses = addresses;
         }
-        let value = value_at(values, thread.index);
-        for (i, address) in addresses.iter().enumerate() {
-            // SAFETY: `value` points at this thread's map value, VALUE_SIZE bytes, 8-aligned.
-            unsafe {
-                value
-                    .add(VALUE_ADDRESSES + 8 * i)
-                    .cast::<u64>()
-                    .write_volatile(*address)
-            };
-        }
-        thread.addresses = addresses;
-        // SAFETY: as above.
-        thread.count = unsafe { value.add(VALUE_COUNT).cast::<u64>().read_volatile() };
-        // One overflow, then the kernel disables the event again. REFRESH adds to the count of
-        // overflows left, so a thread is only refreshed once it has used the previous one.
-        // SAFETY: a valid event descriptor.
-        if unsafe { sys::ioctls::REFRESH(thread.event.as_raw_fd(), 1) } != 0 {
-            return Err(Errno::last());
-        }
-        thread.armed = true;
         Ok(())
     }
 
-    /// The sample `tid` took since it was armed, if it took one (then it is no longer armed).
+    /// The latest sample `tid` took since the previous call, if it took any. Its slots are
+    /// those the program copied for it: the program runs (and counts) before the kernel writes
+    /// each sample, so the copies are this sample's if the count is exactly the samples seen
+    /// (read or lost), before and after they are copied out, and they came from the addresses
+    /// the thread is watched with.
     pub fn take(&mut self, tid: u32, into: &mut PerfSample) -> bool {
         let values = self.values;
         let Some(thread) = self.threads.get_mut(&tid) else {
             return false;
         };
-        if !thread.armed {
-            return false;
-        }
         let mut found = false;
-        drain(&mut thread.ring, |record| {
-            found |= parse_sample(record, into);
+        let mut runs = 0u64;
+        drain(&mut thread.ring, |record| match parse(record, into) {
+            Record::Sample => {
+                found = true;
+                runs += 1;
+            }
+            Record::Lost(lost) => runs = runs.saturating_add(lost),
+            Record::Other => {}
         });
         if !found {
+            thread.runs = thread.runs.saturating_add(runs);
             return false;
         }
-        thread.armed = false;
         let value = value_at(values, thread.index);
-        // SAFETY: this thread's map value; the program finished writing it before the kernel
-        // wrote the sample we just read.
-        let count = unsafe { value.add(VALUE_COUNT).cast::<u64>().read_volatile() };
-        if count == thread.count {
-            return false; // the program did not run (it failed to load its value): no marks
-        }
+        let word = |offset: usize| -> u64 {
+            // SAFETY: a word inside this thread's map value.
+            unsafe { value.add(offset).cast::<u64>().read_volatile() }
+        };
+        // The counter is twice the program's runs, odd while one writes.
+        let before = word(VALUE_COUNT);
+        fence(Ordering::Acquire);
+        let mut known = true;
         for (i, slot) in into.slots.iter_mut().enumerate() {
-            // SAFETY: as above.
-            let result = unsafe {
-                value
-                    .add(VALUE_RESULTS + 8 * i)
-                    .cast::<u64>()
-                    .read_volatile()
+            known &= word(VALUE_USED + 8 * i) == thread.addresses[i];
+            *slot = None;
+            if thread.addresses[i] == 0 || word(VALUE_RESULTS + 8 * i) != 0 {
+                known &= thread.addresses[i] == 0;
+                continue;
+            }
+            let mut bytes = vec![0u8; SLOT_SIZE];
+            // SAFETY: reads the copy inside this thread's value.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    value.add(VALUE_COPIES + i * SLOT_SIZE),
+                    bytes.as_mut_ptr(),
+                    SLOT_SIZE,
+                )
             };
-            *slot = (thread.addresses[i] != 0 && result == 0).then(|| {
-                let mut bytes = vec![0u8; SLOT_SIZE];
-                // SAFETY: reads the copy inside this thread's value.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        value.add(VALUE_COPIES + i * SLOT_SIZE),
-                        bytes.as_mut_ptr(),
-                        SLOT_SIZE,
-                    )
-                };
-                bytes
-            });
+            *slot = Some(bytes);
+        }
+        fence(Ordering::Acquire);
+        let after = word(VALUE_COUNT);
+        let expected = thread.runs.saturating_add(runs);
+        // A run whose sample is not in the ring yet (the program runs first) makes the count
+        // one ahead: then the copies are that sample's, not this one's.
+        into.marks_known = known && before == after && after == 2 * expected;
+        thread.runs = expected;
+        if !into.marks_known {
+            into.slots = Default::default();
         }
         true
     }
@@ -240,30 +239,33 @@ impl PerfSampler {
         }
     }
 
-    /// Whether `tid` has an event.
-    pub fn knows(&self, tid: u32) -> bool {
-        self.threads.contains_key(&tid)
-    }
-
     fn open(&mut self, tid: u32) -> Result<Thread, Errno> {
         let index = self.free.pop().ok_or(Errno::EMFILE)?;
+        let value = value_at(self.values, index);
+        // SAFETY: this (free) thread's map value; no program uses it.
+        let runs = unsafe {
+            std::ptr::write_bytes(value, 0, VALUE_COUNT);
+            value.add(VALUE_COUNT).cast::<u64>().read_volatile() / 2
+        };
         let opened = (|| {
-            let event = open_event(tid as i32)?;
+            let event = open_event(tid as i32, self.period_ns)?;
             let ring = Ring::new(&event, self.page)?;
             let program = load_program(self.map.as_raw_fd(), index).map_err(|_| Errno::EPERM)?;
             // SAFETY: valid descriptors.
-            if unsafe { sys::ioctls::SET_BPF(event.as_raw_fd(), program.as_raw_fd() as u32) } != 0 {
-                return Err(Errno::last());
+            unsafe {
+                if sys::ioctls::SET_BPF(event.as_raw_fd(), program.as_raw_fd() as u32) != 0
+                    || sys::ioctls::ENABLE(event.as_raw_fd(), 0) != 0
+                {
+                    return Err(Errno::last());
+                }
             }
             Ok(Thread {
                 index,
-                event,
+                _event: event,
                 _program: program,
                 ring,
                 addresses: [0; SLOTS],
-                armed: false,
-                count: 0,
-                enabled: None,
+                runs,
             })
         })();
         if opened.is_err() {
@@ -281,14 +283,6 @@ impl Drop for PerfSampler {
     }
 }
 
-/// How long the event has been enabled, in nanoseconds.
-fn enabled_time(event: &OwnedFd) -> Option<u64> {
-    let mut values = [0u64; 2]; // value, time enabled (PERF_FORMAT_TOTAL_TIME_ENABLED)
-                                // SAFETY: reads 16 bytes into a 16-byte buffer.
-    let read = unsafe { libc::read(event.as_raw_fd(), values.as_mut_ptr().cast(), 16) };
-    (read == 16).then_some(values[1])
-}
-
 fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
@@ -303,8 +297,9 @@ fn value_at(values: *mut u8, index: u32) -> *mut u8 {
     unsafe { values.add(index as usize * VALUE_SIZE) }
 }
 
-/// A task-clock event on `tid`, disabled, sampling registers and stack at each overflow.
-fn open_event(tid: i32) -> Result<OwnedFd, Errno> {
+/// A task-clock event on `tid`, disabled, sampling registers and stack every `period_ns` of the
+/// thread's CPU time.
+fn open_event(tid: i32, period_ns: u64) -> Result<OwnedFd, Errno> {
     let mut attr = sys::bindings::perf_event_attr {
         size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
         type_: sys::bindings::PERF_TYPE_SOFTWARE,
@@ -314,10 +309,9 @@ fn open_event(tid: i32) -> Result<OwnedFd, Errno> {
             | sys::bindings::PERF_SAMPLE_STACK_USER) as u64,
         sample_regs_user: REGS_MASK,
         sample_stack_user: STACK_DUMP,
-        read_format: sys::bindings::PERF_FORMAT_TOTAL_TIME_ENABLED as u64,
         ..Default::default()
     };
-    attr.__bindgen_anon_1.sample_period = DELAY_NS;
+    attr.__bindgen_anon_1.sample_period = period_ns;
     attr.set_disabled(1);
     // Kernel time counts: a thread inside a system call is sampled there (with its user
     // registers and stack), as it would be by a timer, not only once back in user space.
@@ -428,30 +422,45 @@ fn copy_out(data: *const u8, size: usize, at: u64, out: &mut [u8]) {
     }
 }
 
-/// Decodes a `PERF_RECORD_SAMPLE` (TID, REGS_USER, STACK_USER) into `into`; false for other
-/// records, samples without user registers (the thread was in the kernel for good, exiting),
-/// and malformed ones.
-fn parse_sample(record: &[u8], into: &mut PerfSample) -> bool {
+/// What a ring record was.
+enum Record {
+    /// A sample, decoded into the caller's [`PerfSample`].
+    Sample,
+    /// Samples lost (the ring was full).
+    Lost(u64),
+    /// Anything else, or a malformed record.
+    Other,
+}
+
+/// Decodes a `PERF_RECORD_SAMPLE` (TID, REGS_USER, STACK_USER) into `into`, or counts a
+/// `PERF_RECORD_LOST`. A sample without user registers (the thread was exiting) or a malformed
+/// one is `Other`.
+fn parse(record: &[u8], into: &mut PerfSample) -> Record {
     let word = |at: usize| -> Option<u64> {
         Some(u64::from_ne_bytes(record.get(at..at + 8)?.try_into().ok()?))
     };
     let kind = u32::from_ne_bytes(record[0..4].try_into().expect("8-byte header"));
+    if kind == sys::bindings::PERF_RECORD_LOST {
+        return word(16).map_or(Record::Other, Record::Lost); // header, id, lost
+    }
     if kind != sys::bindings::PERF_RECORD_SAMPLE {
-        return false;
+        return Record::Other;
     }
     // header (8), pid+tid (8), regs abi (8), bp, sp, ip, stack size (8), bytes, dyn size (8)
-    let Some(abi) = word(16) else { return false };
-    if abi == 0 {
-        return false;
-    }
+    let Some(abi) = word(16) else {
+        return Record::Other;
+    };
     let (Some(bp), Some(sp), Some(ip), Some(size)) = (word(24), word(32), word(40), word(48))
     else {
-        return false;
+        return Record::Other;
     };
     let size = size as usize;
     let Some(bytes) = record.get(56..56usize.saturating_add(size)) else {
-        return false;
+        return Record::Other;
     };
+    if abi == 0 {
+        return Record::Other;
+    }
     let dynamic = word(56 + size).unwrap_or(0) as usize;
     into.regs = Registers { ip, sp, bp };
     into.stack.start = sp;
@@ -459,7 +468,7 @@ fn parse_sample(record: &[u8], into: &mut PerfSample) -> bool {
     into.stack
         .bytes
         .extend_from_slice(&bytes[..dynamic.min(size)]);
-    true
+    Record::Sample
 }
 
 // --- The BPF side: raw bpf(2) commands and the program. ---
@@ -569,8 +578,15 @@ const HELPER_PROBE_READ_USER: i32 = 112;
 /// The program for the thread whose map value is `index`: copies each slot whose address is set
 /// (the thread is the one interrupted, so its slots hold still), its state first, then only the
 /// records below its depth (deeper ones may lie on pages never touched, which the copy, made
-/// without faulting, cannot read), and counts the sample. Returns 1, so the kernel writes it.
+/// without faulting, cannot read). The counter goes up by one before and after (odd while
+/// writing), so a reader can tell a finished copy. Returns 1, so the kernel writes the sample.
 fn program(map: RawFd, index: u32) -> Vec<Insn> {
+    let count = VALUE_COUNT as i16;
+    let bump = [
+        insn(LDX_DW, 1, 6, count, 0),
+        insn(ADD64_IMM, 1, 0, 0, 1),
+        insn(STX_DW, 6, 1, count, 0),
+    ];
     let mut p = vec![
         insn(ST_W, 10, 0, -4, index as i32),
         insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, map),
@@ -583,12 +599,16 @@ fn program(map: RawFd, index: u32) -> Vec<Insn> {
         insn(EXIT, 0, 0, 0, 0),
         insn(MOV64_REG, 6, 0, 0, 0),
     ];
+    p.extend(bump);
     for slot in 0..SLOTS {
         let address = (VALUE_ADDRESSES + 8 * slot) as i16;
+        let used = (VALUE_USED + 8 * slot) as i16;
         let result = (VALUE_RESULTS + 8 * slot) as i16;
         let copy = (VALUE_COPIES + slot * SLOT_SIZE) as i32;
+        // Jump offsets count from the next instruction; the block is 20 long.
         let block = [
             insn(LDX_DW, 3, 6, address, 0),
+            insn(STX_DW, 6, 3, used, 0),
             insn(JEQ_IMM, 3, 0, 17, 0), // no slot: next
             insn(MOV64_REG, 1, 6, 0, 0),
             insn(ADD64_IMM, 1, 0, 0, copy),
@@ -608,16 +628,10 @@ fn program(map: RawFd, index: u32) -> Vec<Insn> {
             insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
             insn(STX_DW, 6, 0, result, 0),
         ];
-        debug_assert_eq!(block.len(), 19);
         p.extend(block);
     }
-    p.extend([
-        insn(LDX_DW, 1, 6, VALUE_COUNT as i16, 0),
-        insn(ADD64_IMM, 1, 0, 0, 1),
-        insn(STX_DW, 6, 1, VALUE_COUNT as i16, 0),
-        insn(MOV64_IMM, 0, 0, 0, 1),
-        insn(EXIT, 0, 0, 0, 0),
-    ]);
+    p.extend(bump);
+    p.extend([insn(MOV64_IMM, 0, 0, 0, 1), insn(EXIT, 0, 0, 0, 0)]);
     p
 }
 
@@ -675,7 +689,7 @@ mod tests {
         record.extend_from_slice(&[9u8; 16]);
         record.extend_from_slice(&8u64.to_ne_bytes()); // only 8 of the 16 bytes are valid
         let mut sample = PerfSample::default();
-        assert!(parse_sample(&record, &mut sample));
+        assert!(matches!(parse(&record, &mut sample), Record::Sample));
         assert_eq!(
             (sample.regs.ip, sample.regs.sp, sample.regs.bp),
             (0x4000, 0x1000, 7)
@@ -683,14 +697,14 @@ mod tests {
         assert_eq!(sample.stack.bytes, vec![9u8; 8]);
         // A size that runs past the record is refused, not trusted.
         record[48..56].copy_from_slice(&u64::MAX.to_ne_bytes());
-        assert!(!parse_sample(&record, &mut sample));
+        assert!(matches!(parse(&record, &mut sample), Record::Other));
     }
 
     /// A thread of this process spins while "marking": its fake slot (two words that change
     /// together) must come back from the sample exactly as it was at the sample's instant.
     #[test]
     fn a_running_thread_is_sampled_with_its_slot_at_the_same_instant() {
-        let mut perf = match PerfSampler::new() {
+        let mut perf = match PerfSampler::new(1_000_000) {
             Ok(perf) => perf,
             // Only root is sure to have perf events and BPF; elsewhere this backend is off.
             Err(why) if unsafe { libc::geteuid() } != 0 => {
@@ -733,10 +747,13 @@ mod tests {
         let mut sample = PerfSample::default();
         let mut taken = 0;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        perf.watch(tid, [address, 0]).unwrap();
         while taken < 20 && std::time::Instant::now() < deadline {
-            perf.arm(tid, [address, 0]).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(2));
             if perf.take(tid, &mut sample) {
+                if !sample.marks_known {
+                    continue; // a sample came while the slots were copied out: rare
+                }
                 taken += 1;
                 let copy = sample.slots[0].as_ref().unwrap();
                 let a = u32::from_ne_bytes(copy[0..4].try_into().unwrap());

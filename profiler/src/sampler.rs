@@ -11,7 +11,7 @@
 //! is alive; nothing else is resolved in the loop.
 
 use crate::names::{self, PayloadKind};
-use crate::native::{self, Captured, NativeSampler};
+use crate::native::{self, Captured, NativeSampler, PerfStack};
 use crate::perf::SLOTS;
 use crate::profile::{Frame, Meta, Payload, Profile, ProfileBuilder, Stack, MAX_STACK_FRAMES};
 use crate::region::{ReadStats, RegionError, RegionReader, ThreadMarks};
@@ -64,6 +64,9 @@ struct ThreadState {
     last_pcount: Option<u64>,
     /// This tick's sample, when it waits for the thread's late stop.
     pending: Option<PendingSample>,
+    /// Its latest perf sample (always a `Native::Perf`), which stands for the ticks at which the
+    /// thread has not run a whole period since.
+    last_perf: Option<Native>,
 }
 
 /// A thread's native stack for one sample.
@@ -72,9 +75,9 @@ enum Native {
     None,
     /// The thread did not stop in time; its stack comes when it does.
     Pending,
-    /// The thread is armed for a perf sample (copying the slots at these addresses), which
-    /// brings its stack and the marks of the same instant.
-    Armed([u64; SLOTS]),
+    /// Its latest perf sample: the stack and the marks of that instant (records, and the
+    /// logical depth when deeper than recorded).
+    Perf(Captured, Vec<RecordView>, Option<u32>),
     /// Its stack.
     Captured(Captured),
 }
@@ -86,8 +89,6 @@ struct PendingSample {
     records: Vec<RecordView>,
     wall_ns: u64,
     active_ns: u64,
-    /// For a perf sample: the slot addresses the thread was armed with.
-    perf: Option<[u64; SLOTS]>,
 }
 
 impl PendingSample {
@@ -107,9 +108,10 @@ impl PendingSample {
 pub struct SamplerOptions {
     /// Native stacks.
     pub native: bool,
-    /// Running threads' stacks by perf events where the kernel allows (else ptrace, which
-    /// stops each running thread for an instant per sample).
-    pub perf: bool,
+    /// Running threads' stacks by perf events where the kernel allows, sampling each every
+    /// this much of its CPU time (else ptrace, which stops each running thread for an instant
+    /// per sample).
+    pub perf: Option<Duration>,
     /// Whether idle time counts (then idle threads' stacks matter too).
     pub count_idle: bool,
 }
@@ -247,8 +249,7 @@ impl Sampler {
         }
         self.scan_regions(now);
         self.read_marks();
-        self.complete_perf_samples();
-        self.flush_pending(false);
+        self.flush_pending();
 
         let first = self.first_tick.is_none();
         let tick = self.ticks;
@@ -280,6 +281,7 @@ impl Sampler {
                         was_running: false,
                         last_pcount: None,
                         pending: None,
+                        last_perf: None,
                     };
                     self.threads.entry(tid).or_insert(state)
                 }
@@ -317,30 +319,21 @@ impl Sampler {
             let thread = state.id;
             let captured = self.native_stack(tid, own_tid, running);
             let stack = self.stack_of(own_tid);
-            let mut active_ns = if running { wall_ns } else { 0 };
-            let mut wall_ns = wall_ns;
-            // A perf sample still awaited from an earlier tick (the thread has had no CPU for
-            // 10 µs since): if the thread is armed again, that sample completes both ticks (their
-            // marks are the same unless it ran meanwhile); otherwise the earlier tick goes in
-            // without a stack.
-            if let Some(carried) = self.threads.get_mut(&tid).and_then(|s| s.pending.take()) {
-                if matches!(captured, Native::Armed(_)) {
-                    wall_ns += carried.wall_ns;
-                    active_ns += carried.active_ns;
-                } else {
-                    self.not_sampled(carried);
-                }
-            }
+            let active_ns = if running { wall_ns } else { 0 };
             let native = match captured {
                 Native::Captured(captured) => {
                     let placed = native::place(&captured, &self.records);
                     Some(self.builder.native_stack(placed))
                 }
-                Native::Pending | Native::Armed(_) => {
-                    let perf = match captured {
-                        Native::Armed(addresses) => Some(addresses),
-                        _ => None,
-                    };
+                Native::Perf(captured, records, truncated_depth) => {
+                    // The tables count the marks read at the tick; the stack is drawn with the
+                    // marks of its own instant, carried with it when they differ.
+                    let own = self.intern_records(records, truncated_depth);
+                    let mut placed = native::place(&captured, &self.records);
+                    placed.marks = (own != stack).then_some(own);
+                    Some(self.builder.native_stack(placed))
+                }
+                Native::Pending => {
                     // Completed when the thread stops (it has not run since this instant, so
                     // its stack and marks are still this sample's), or at the next tick.
                     if let Some(state) = self.threads.get_mut(&tid) {
@@ -350,7 +343,6 @@ impl Sampler {
                             records: self.records.clone(),
                             wall_ns,
                             active_ns,
-                            perf,
                         });
                     }
                     continue;
@@ -531,11 +523,51 @@ impl Sampler {
             if let Some(addresses) =
                 slot_addresses(&self.regions, &self.marks[first..first + count])
             {
-                if native.arm(tid, addresses) {
-                    return Native::Armed(addresses);
+                match native.perf_stack(tid, addresses) {
+                    PerfStack::Sample(captured, Some(slots)) => {
+                        let snapshot = snapshot_records(own_tid, &addresses, &slots);
+                        let state = self.threads.get_mut(&tid).expect("sampled");
+                        state.last_perf = snapshot
+                            .map(|(records, truncated)| Native::Perf(captured, records, truncated));
+                        if state.last_perf.is_none() {
+                            self.native_moved += 1; // caught in the middle of a push
+                        }
+                    }
+                    PerfStack::Sample(_, None) => {
+                        self.native_moved += 1;
+                        self.threads.get_mut(&tid).expect("sampled").last_perf = None;
+                    }
+                    // It ran less than a period since its latest sample, which stands for
+                    // this one too (the samples follow its CPU time, the ticks wall time).
+                    PerfStack::Nothing => {}
+                    PerfStack::Unavailable => {
+                        return self.capture(tid, own_tid, first, count, running)
+                    }
                 }
+                let state = self.threads.get_mut(&tid).expect("sampled");
+                return match &state.last_perf {
+                    Some(Native::Perf(captured, records, truncated)) => {
+                        Native::Perf(captured.clone(), records.clone(), *truncated)
+                    }
+                    _ => Native::None,
+                };
             }
         }
+        self.capture(tid, own_tid, first, count, running)
+    }
+
+    /// The thread's native stack by a ptrace stop, with its marks copied in the same stop.
+    fn capture(
+        &mut self,
+        tid: u32,
+        own_tid: u32,
+        first: usize,
+        count: usize,
+        running: bool,
+    ) -> Native {
+        let Some(native) = self.native.as_mut() else {
+            return Native::None;
+        };
         let regions = &self.regions;
         let slots: Vec<(usize, usize)> = self.marks[first..first + count]
             .iter()
@@ -578,84 +610,13 @@ impl Sampler {
         Native::Captured(captured)
     }
 
-    /// Completes the samples of threads armed for perf whose sample came, with its stack placed
-    /// among the marks the kernel copied at the same instant. The tables keep the marks read at
-    /// the tick: the perf sample comes 10 µs of CPU time later, which for a thread that was
-    /// waiting for a CPU (just woken, say) is when it got one, not a random instant. So when the
-    /// two mark stacks differ, the native stack carries its own (see `NativeStack::marks`).
-    /// Threads whose sample has not come stay pending (see `tick`).
-    fn complete_perf_samples(&mut self) {
-        if !self.native.as_ref().is_some_and(NativeSampler::uses_perf) {
-            return;
-        }
-        let armed: Vec<u32> = self
-            .threads
-            .iter()
-            .filter(|(_, state)| state.pending.as_ref().is_some_and(|p| p.perf.is_some()))
-            .map(|(tid, _)| *tid)
-            .collect();
-        for tid in armed {
-            let native = self.native.as_mut().expect("checked");
-            let Some((captured, slots)) = native.take_perf(tid) else {
-                continue;
-            };
-            let state = self.threads.get_mut(&tid).expect("listed");
-            let pending = state.pending.take().expect("listed");
-            state.last_native = Some(captured.clone());
-            let own_tid = state.own_tid.expect("known when armed");
-            let armed_with = pending.perf.expect("listed");
-            // The thread's slots now (read this tick): a slot it claimed after being armed may
-            // have held marks at the sample that the kernel did not copy.
-            let first = self.marks.partition_point(|m| m.tid < own_tid);
-            let count = self.marks[first..]
-                .iter()
-                .take_while(|m| m.tid == own_tid)
-                .count();
-            let now = slot_addresses(&self.regions, &self.marks[first..first + count]);
-            let snapshot = (now == Some(armed_with))
-                .then(|| snapshot_records(own_tid, &armed_with, &slots))
-                .flatten();
-            let Some((records, truncated_depth)) = snapshot else {
-                self.native_moved += 1;
-                pending.add(&mut self.builder, None);
-                continue;
-            };
-            let own = self.intern_records(records, truncated_depth);
-            let mut placed = native::place(&captured, &self.records);
-            placed.marks = (own != pending.stack).then_some(own);
-            let id = self.builder.native_stack(placed);
-            self.builder.add_sample(
-                pending.thread,
-                pending.stack,
-                Some(id),
-                pending.wall_ns,
-                pending.active_ns,
-            );
-        }
-    }
-
     /// Adds, without a native stack, the samples still waiting for their thread to stop.
-    /// Perf samples still awaited wait for the thread's next sample (see `tick`), unless `all`.
-    fn flush_pending(&mut self, all: bool) {
-        let waiting: Vec<u32> = self
-            .threads
-            .iter()
-            .filter(|(_, s)| s.pending.as_ref().is_some_and(|p| all || p.perf.is_none()))
-            .map(|(tid, _)| *tid)
-            .collect();
-        for tid in waiting {
-            if let Some(pending) = self.threads.get_mut(&tid).and_then(|s| s.pending.take()) {
-                self.not_sampled(pending);
+    fn flush_pending(&mut self) {
+        for state in self.threads.values_mut() {
+            if let Some(pending) = state.pending.take() {
+                pending.add(&mut self.builder, None);
             }
         }
-    }
-
-    /// Adds a pending sample without a native stack.
-    fn not_sampled(&mut self, pending: PendingSample) {
-        if let (Some(native), Some(_)) = (&mut self.native, pending.perf) {
-            native.stats.not_stopped += 1; // armed, but took no sample in time
-        }
-        pending.add(&mut self.builder, None);
     }
 
     /// The interned mark stack of the thread whose own id (see `ThreadState::own_tid`) is `tid`;
@@ -745,7 +706,7 @@ impl Sampler {
 
     /// The finished profile; `meta`'s recording fields are filled in here.
     pub fn finish(mut self, mut meta: Meta) -> Profile {
-        self.flush_pending(true);
+        self.flush_pending();
         meta.duration_ns = match (self.first_tick, self.last_tick) {
             (Some(first), Some(last)) => last.duration_since(first).as_nanos() as u64,
             _ => 0,

@@ -276,7 +276,10 @@ impl Signals {
 fn sampler_options(options: &RecordOptions) -> SamplerOptions {
     SamplerOptions {
         native: options.native,
-        perf: options.backend != Backend::Ptrace,
+        // Each running thread sampled once per sampling period of its CPU time, on average
+        // once per tick of a busy thread.
+        perf: (options.backend != Backend::Ptrace)
+            .then(|| Duration::from_secs_f64(1.0 / options.rate_hz)),
         count_idle: options.count_idle,
     }
 }
@@ -284,7 +287,7 @@ fn sampler_options(options: &RecordOptions) -> SamplerOptions {
 /// Fails, before anything is started, when perf was asked for explicitly and is refused.
 fn check_backend(options: &RecordOptions) -> Result<()> {
     if options.native && options.backend == Backend::Perf {
-        if let Err(why) = crate::perf::PerfSampler::new() {
+        if let Err(why) = crate::perf::PerfSampler::new(1_000_000) {
             bail!("--backend perf: {why} (or use --backend ptrace)");
         }
     }

@@ -1,6 +1,7 @@
 #!/bin/bash
-# native-overhead.sh: what fsprof's native stacks (ptrace stops at each sample) cost the target,
-# next to marks-only fsprof and perf; the profiler's own CPU and memory; unwind completeness.
+# native-overhead.sh: what fsprof's native stacks cost the target (perf backend, the default where
+# allowed, and the ptrace backend), next to marks-only fsprof and perf; the profiler's own CPU and
+# memory; unwind completeness.
 #
 # Parts (PARTS=, default "1 2 3"):
 #   1  Slowdown + pauses. Targets, each a fixed amount of work:
@@ -9,8 +10,9 @@
 #        fizzbuzz  the demo, FIZZ_N lines to /dev/null (syscall-heavy, ~5M marks/s)
 #        empty     spin with no work: the tool's own start and stop cost (perf's is ~0.4 s)
 #      Configurations, interleaved within each round (RUNS rounds, default 5):
-#        alone | fsprof run --no-native | fsprof run (native, default 1000 Hz)
-#        | perf record -F 1000 --call-graph dwarf | perf record -F 1000 -g (frame pointers)
+#        alone | fsprof run --no-native | fsprof run (native, default backend and 1000 Hz)
+#        | fsprof run --backend ptrace | perf record -F 1000 --call-graph dwarf
+#        | perf record -F 1000 -g (frame pointers)
 #      Measured: wall time of the whole command (date +%s%N; includes the tool's start and the
 #      writing of its output), and for spin* also the target's own elapsed time (it prints it).
 #      From each native fsprof run's profile.json meta: pause_p50_us, pause_p99_us, ticks,
@@ -37,7 +39,7 @@ BIN=$(realpath "${BIN:-target/release}")
 RUNS=${RUNS:-5}
 PARTS=${PARTS:-"1 2 3"}
 TARGETS=${TARGETS:-"empty spin1 spin2 fizzbuzz"}
-CONFIGS=${CONFIGS:-"alone nonative native perf-dwarf perf-fp"}
+CONFIGS=${CONFIGS:-"alone nonative native ptrace perf-dwarf perf-fp"}
 SPIN_ITERS=${SPIN_ITERS:-750000000}
 FIZZ_N=${FIZZ_N:-10000000}
 LONG=${LONG:-60}
@@ -117,15 +119,16 @@ run_one() { # run_one TARGET CONFIG ROUND -> one raw line
     alone) $cmd > "$so" ;;
     nonative) "$BIN/fsprof" run --no-native -o "$out" -- $cmd > "$so" 2> "$WORK/stderr" ;;
     native) "$BIN/fsprof" run -o "$out" -- $cmd > "$so" 2> "$WORK/stderr" ;;
+    ptrace) "$BIN/fsprof" run --backend ptrace -o "$out" -- $cmd > "$so" 2> "$WORK/stderr" ;;
     perf-dwarf) perf record -q -F 1000 --call-graph dwarf -o "$WORK/perf.data" -- $cmd > "$so" 2> "$WORK/stderr" ;;
     perf-fp) perf record -q -F 1000 -g -o "$WORK/perf.data" -- $cmd > "$so" 2> "$WORK/stderr" ;;
   esac
   e=$(date +%s%N)
   self=-; [ "$so" = /dev/null ] || self=$(awk '/^self_s/ {print $2}' "$so")
-  if [ "$c" = native ]; then
+  if [ "$c" = native ] || [ "$c" = ptrace ]; then
     extra=$(meta "$out" pause_p50_us pause_p99_us ticks native_captured native_complete native_not_stopped native_moved | tr ' ' ',')
   fi
-  [ "$c" = nonative ] || [ "$c" = native ] && rm -rf "$out"
+  case $c in nonative|native|ptrace) rm -rf "$out" ;; esac
   printf '%s\t%s\t%s\t%.4f\t%s\t%s\n' "$t" "$c" "$r" "$(echo "($e - $s) / 1000000000" | bc -l)" "$self" "$extra" | tee -a "$RAW"
 }
 
@@ -161,14 +164,14 @@ for t in targets:
         ss = f"{st.median(s):.3f} ({min(s):.3f}-{max(s):.3f})" if s else "-"
         sl = f"{(st.median(s)/base_s-1)*100:+.1f}%" if s and base_s and t != "empty" else "-"
         print(f"| {t} | {c} | {ws} | {sw} | {net} | {ss} | {sl} |")
-print("\n| target | pause p50 µs, runs (median) | pause p99 µs, runs (median) | complete/captured | not stopped / ticks |")
-print("| --- | --- | --- | --- | --- |")
-for t in targets:
-    ex = [list(map(int, r[5].split(","))) for r in rows if r[0] == t and r[1] == "native" and r[5] != "-"]
+print("\n| target | config | pause p50 µs, runs (median) | pause p99 µs, runs (median) | complete/captured | not stopped / ticks |")
+print("| --- | --- | --- | --- | --- | --- |")
+for t, c in [(t, c) for t in targets for c in ("native", "ptrace")]:
+    ex = [list(map(int, r[5].split(","))) for r in rows if r[0] == t and r[1] == c and r[5] != "-"]
     if not ex: continue
     p50 = [e[0] for e in ex]; p99 = [e[1] for e in ex]
     cap = sum(e[3] for e in ex); comp = sum(e[4] for e in ex); ns = sum(e[5] for e in ex); ticks = sum(e[2] for e in ex)
-    print(f"| {t} | {' '.join(map(str,p50))} ({st.median(p50)}) | {' '.join(map(str,p99))} ({st.median(p99)}) | {comp}/{cap} = {100*comp/max(cap,1):.2f}% | {ns}/{ticks} |")
+    print(f"| {t} | {c} | {' '.join(map(str,p50))} ({st.median(p50)}) | {' '.join(map(str,p99))} ({st.median(p99)}) | {comp}/{cap} = {100*comp/max(cap,1):.2f}% | {ns}/{ticks} |")
 EOF
 }
 

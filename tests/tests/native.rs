@@ -214,7 +214,7 @@ fn marks_and_stack_of_the_same_instant(backend: &str) {
         .arg(&out)
         .arg("--")
         .arg(fsprof().with_file_name("fizzbuzz"))
-        .arg("3000000")
+        .arg("10000000")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -264,7 +264,8 @@ fn marks_and_stack_of_the_same_instant(backend: &str) {
             without * 100 <= total * 10,
             "{without} of {total} µs without a native stack"
         );
-        // The flamegraph's [formatting] share (stacks with their own marks) is the table's.
+        // The flamegraph's [formatting] share (stacks with their own marks) is the table's, within
+        // the noise of two estimates from about 2000 samples each (3.5 standard errors).
         let report: Value = serde_json::from_slice(
             &Command::new(fsprof())
                 .args(["report", "--format", "json"])
@@ -284,7 +285,7 @@ fn marks_and_stack_of_the_same_instant(backend: &str) {
             .unwrap();
         let graph = fmt_all as f64 * 100.0 / (total - without) as f64;
         assert!(
-            (graph - table).abs() < 2.0,
+            (graph - table).abs() < 3.0,
             "[formatting] is {graph:.2}% of the flamegraph's stacks, {table:.2}% in the table"
         );
     }
