@@ -72,15 +72,18 @@ pub struct InstanceCost {
     /// [`PATHS_PER_INSTANCE`], and only for the [`PATH_INSTANCES`] most expensive instances of a
     /// feature in a profile with native stacks (empty otherwise).
     pub paths: Vec<CallPath>,
+    /// Time of all its call paths (those left out included): what path shares are of. Equal to
+    /// `ns` unless some stacks were taken with marks of their own (see `NativeStack::marks`).
+    pub paths_ns: u64,
 }
 
 impl InstanceCost {
     /// `part` as a percentage of the instance's time, 0–100.
     pub fn share(&self, part_ns: u64) -> f64 {
-        if self.ns == 0 {
+        if self.paths_ns == 0 {
             0.0
         } else {
-            part_ns as f64 * 100.0 / self.ns as f64
+            part_ns as f64 * 100.0 / self.paths_ns as f64
         }
     }
 }
@@ -181,15 +184,23 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             report.truncated_samples = report.truncated_samples.saturating_add(group.count);
             report.max_truncated_depth = report.max_truncated_depth.max(depth);
         }
-        for (feature, payload, at) in &attributed {
+        for (feature, payload, _) in &attributed {
             let f = *feature as usize;
             feature_ns[f] = feature_ns[f].saturating_add(ns);
             feature_samples[f] = feature_samples[f].saturating_add(group.count);
             let entry = instances.entry((*feature, *payload)).or_default();
             entry.0 = entry.0.saturating_add(ns);
             entry.1 = entry.1.saturating_add(group.count);
-            if native {
-                let path = call_path(profile, group, (*feature, *payload), *at);
+        }
+        // Call paths: a native stack taken with marks of its own counts for the instances of
+        // those marks (the flamegraph's view); otherwise for the sample's.
+        if native {
+            let stack = group
+                .native
+                .and_then(|id| profile.native_stacks[id as usize].marks);
+            let own = stack.map(|own| innermost_marks(&profile.stacks[own as usize]));
+            for (feature, payload, at) in own.as_ref().unwrap_or(&attributed) {
+                let path = call_path(profile, group, *at);
                 let entry = paths
                     .entry((*feature, *payload))
                     .or_default()
@@ -208,6 +219,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             ns,
             samples,
             paths: Vec::new(),
+            paths_ns: ns,
         };
         by_feature[feature as usize].push((instance, payload));
     }
@@ -219,6 +231,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         instances.sort_by(|(a, _), (b, _)| b.ns.cmp(&a.ns).then_with(|| a.payload.cmp(&b.payload)));
         for (instance, payload) in instances.iter_mut().take(PATH_INSTANCES) {
             if let Some(found) = paths.remove(&(id as u32, *payload)) {
+                instance.paths_ns = found.values().map(|(ns, _)| ns).sum();
                 instance.paths = top_paths(found);
             }
         }
@@ -235,34 +248,15 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
     report
 }
 
-/// The call path of the mark at index `mark` of `group`'s mark stack, of instance `instance`
-/// (feature, payload): the function names of the innermost [`PATH_FRAMES`] native frames before
-/// it, and whether frames are left out. Empty (as without a native stack) when the native stack
-/// was taken with other marks that lack this instance.
-fn call_path<'a>(
-    profile: &'a Profile,
-    group: &SampleGroup,
-    instance: (u32, u32),
-    mark: usize,
-) -> (Vec<&'a str>, bool) {
+/// The call path of the mark at index `mark` of the mark stack `group`'s native stack was placed
+/// with: the function names of the innermost [`PATH_FRAMES`] native frames before it, and whether
+/// frames are left out.
+fn call_path<'a>(profile: &'a Profile, group: &SampleGroup, mark: usize) -> (Vec<&'a str>, bool) {
     let Some(native) = group
         .native
         .and_then(|id| profile.native_stacks.get(id as usize))
     else {
         return (Vec::new(), false);
-    };
-    let mark = match native.marks {
-        None => mark,
-        Some(own) => {
-            let frames = &profile.stacks[own as usize].frames;
-            let innermost = frames
-                .iter()
-                .rposition(|f| (f.feature, f.payload) == (instance.0, Some(instance.1)));
-            match innermost {
-                Some(at) => at,
-                None => return (Vec::new(), false),
-            }
-        }
     };
     let before = native
         .marks_at
@@ -274,6 +268,21 @@ fn call_path<'a>(
         .map(|frame| profile.native_frames[*frame as usize].function.as_str())
         .collect();
     (functions, first > 0 || native.truncated || before == 0)
+}
+
+/// The instances a mark stack counts for: each feature's innermost frame, when it is a mark
+/// (feature, payload, index in the stack).
+fn innermost_marks(stack: &Stack) -> Vec<(u32, u32, usize)> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (at, frame) in stack.frames.iter().enumerate().rev() {
+        if seen.insert(frame.feature) {
+            if let Some(payload) = frame.payload {
+                out.push((frame.feature, payload, at));
+            }
+        }
+    }
+    out
 }
 
 /// Time and samples per call path (functions, cut) of one instance.
