@@ -139,20 +139,29 @@ fn backend_of(dir: &Path) -> String {
 fn rust_chain(backend: &str) {
     let _serial = serial();
     let dir = tempdir();
-    let chain = fsprof().with_file_name("fsprof-chain");
+    profile_chain(
+        dir.path(),
+        &fsprof().with_file_name("fsprof-chain"),
+        backend,
+    );
+}
+
+/// Profiles `program` (a chain target: `program 3 --truth FILE`) into `dir/out` with `backend`
+/// and checks its chains against its truth.
+fn profile_chain(dir: &Path, program: &Path, backend: &str) {
     let status = Command::new(fsprof())
         .args(["run", "--backend", backend, "-o"])
-        .arg(dir.path().join("out"))
+        .arg(dir.join("out"))
         .arg("--")
-        .arg(&chain)
+        .arg(program)
         .args(["3", "--truth"])
-        .arg(dir.path().join("truth.json"))
+        .arg(dir.join("truth.json"))
         .stdout(Stdio::null())
         .status()
         .unwrap();
     assert!(status.success());
-    assert_eq!(backend_of(&dir.path().join("out")), backend);
-    check_chains(dir.path(), &truth(dir.path()));
+    assert_eq!(backend_of(&dir.join("out")), backend);
+    check_chains(dir, &truth(dir));
 }
 
 #[test]
@@ -172,19 +181,7 @@ fn c_chain(backend: &str) {
     let dir = tempdir();
     let program = build_c_chain(dir.path());
     assert_separate_frames_without_frame_pointer(&program.exe, &["c_outer", "c_middle"]);
-    let status = Command::new(fsprof())
-        .args(["run", "--backend", backend, "-o"])
-        .arg(dir.path().join("out"))
-        .arg("--")
-        .arg(&program.exe)
-        .args(["3", "--truth"])
-        .arg(dir.path().join("truth.json"))
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert_eq!(backend_of(&dir.path().join("out")), backend);
-    check_chains(dir.path(), &truth(dir.path()));
+    profile_chain(dir.path(), &program.exe, backend);
 }
 
 #[test]
