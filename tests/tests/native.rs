@@ -247,7 +247,12 @@ fn marks_and_stack_of_the_same_instant(backend: &str) {
     let summary = format!(
         "under [formatting]: {fmt_in_fmt} of {fmt_all} µs in formatting code; under [output]: {fmt_in_output} of {output_all} µs"
     );
-    assert!(fmt_all > 0 && output_all > 0, "{summary}");
+    // With ptrace a thread stops at its next system call, inside [output]: stacks under
+    // [formatting] are rare (often none), but those there are must be formatting code.
+    assert!(
+        output_all > 0 && (fmt_all > 0 || backend == "ptrace"),
+        "{summary}"
+    );
     assert!(fmt_in_fmt * 100 >= fmt_all * 90, "{summary}");
     assert!(fmt_in_output * 100 <= output_all, "{summary}");
     if backend == "perf" {
