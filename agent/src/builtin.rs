@@ -50,6 +50,8 @@
 //!   something that may claim (`malloc`, stdio, ...).
 //! * Cost: a marked call costs the shim's push and pop (two thread-local accesses) and a load,
 //!   whether or not a profiler is attached (measured in BENCHMARKS.md).
+//! * Off: with `FSPROF_BUILTINS=0` in the environment (`fsprof run --no-agent` sets it, for
+//!   programs that link the agent for its C ABI) nothing is marked, calls are only forwarded.
 //! * Children: a forked child forgets its parent's region (the shim's fork handler) and makes its
 //!   own; an exec'd program loads the agent again through the inherited `LD_PRELOAD`.
 //!
@@ -105,6 +107,14 @@ static READY: AtomicBool = AtomicBool::new(false);
 
 /// Runs when the library is loaded, after libc is initialised and before the program's `main`.
 extern "C" fn init() {
+    // `fsprof run --no-agent` sets FSPROF_BUILTINS=0 for programs that link the agent anyway.
+    // SAFETY: getenv with a NUL-terminated name, in a constructor (no other thread yet changes
+    // the environment).
+    let off = unsafe { getenv(c"FSPROF_BUILTINS".as_ptr()) };
+    // SAFETY: getenv returns NULL or a NUL-terminated string.
+    if !off.is_null() && unsafe { core::ffi::CStr::from_ptr(off) }.to_bytes() == b"0" {
+        return;
+    }
     READY.store(true, Release);
     claim_slot();
     call_site::prepare();
@@ -155,6 +165,7 @@ fn enter(feature: usize, ret: usize, claim: bool) -> Option<Marked> {
 
 extern "C" {
     fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    fn getenv(name: *const c_char) -> *const c_char;
 }
 
 const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;

@@ -128,13 +128,6 @@ fn short_path(file: &str) -> &str {
 mod tests {
     use super::*;
 
-    #[inline(never)]
-    fn callee() -> u64 {
-        // The return address of this call: the instruction after the call in `caller`.
-        let here = std::hint::black_box(0u64);
-        here
-    }
-
     #[test]
     fn names_a_call_site_in_this_test_binary_with_its_line() {
         let pid = std::process::id();
@@ -145,15 +138,14 @@ mod tests {
         sites.add(pid, pid, 1, 0);
         sites.add(pid, pid, 2, 8);
         let names = sites.names();
+        let (function, place) = names[0].1.split_once(" (").unwrap();
         assert!(
-            names[0].1.contains(
-                "names_a_call_site_in_this_test_binary_with_its_line (profiler/src/call_sites.rs:"
-            ),
+            function.ends_with("names_a_call_site_in_this_test_binary_with_its_line")
+                && place.contains("src/call_sites.rs:"),
             "{names:?}"
         );
         assert_eq!(names[1].1, "[unknown call site]");
         assert_eq!(names[2].1, "0x7");
-        assert_eq!(callee(), 0);
         assert_eq!(
             short_path("/rustc/abc123/library/std/src/io.rs"),
             "library/std/src/io.rs"

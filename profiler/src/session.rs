@@ -208,8 +208,14 @@ fn check_attachable(pid: u32) -> Result<()> {
 fn spawn(name: &OsString, args: &[OsString], preload: Option<&Path>) -> Result<Child> {
     let mut command = Command::new(name);
     command.args(args);
-    if let Some(library) = preload {
-        command.env("LD_PRELOAD", agent::ld_preload(library));
+    match preload {
+        Some(library) => {
+            command.env("LD_PRELOAD", agent::ld_preload(library));
+        }
+        // A program that links the agent (for its C ABI) must not mark built-in features either.
+        None => {
+            command.env("FSPROF_BUILTINS", "0");
+        }
     }
     command.spawn().map_err(|e| {
         let shown = name.to_string_lossy();

@@ -110,7 +110,7 @@ fn a_rust_release_build_without_frame_pointers_unwinds_to_the_exact_chain() {
     let dir = tempdir();
     let chain = fsprof().with_file_name("fsprof-chain");
     let status = Command::new(fsprof())
-        .args(["run", "-o"])
+        .args(["run", "--no-agent", "-o"])
         .arg(dir.path().join("out"))
         .arg("--")
         .arg(&chain)
@@ -130,7 +130,7 @@ fn a_c_program_whose_leaf_is_in_a_shared_library_without_frame_pointers() {
     let program = build_c_chain(dir.path());
     assert_separate_frames_without_frame_pointer(&program.exe, &["c_outer", "c_middle"]);
     let status = Command::new(fsprof())
-        .args(["run", "-o"])
+        .args(["run", "--no-agent", "-o"])
         .arg(dir.path().join("out"))
         .arg("--")
         .arg(&program.exe)
@@ -152,7 +152,7 @@ fn a_binary_deleted_while_it_runs_is_still_symbolized() {
     let ready = dir.path().join("ready");
     let mut fsprof = Guarded(
         Command::new(fsprof())
-            .args(["run", "-o"])
+            .args(["run", "--no-agent", "-o"])
             .arg(dir.path().join("out"))
             .arg("--")
             .arg(&copy)
