@@ -133,7 +133,8 @@ mod tests {
         let pid = std::process::id();
         let mut sites = CallSites::new();
         // An address inside this function: a call site as good as any.
-        let address = names_a_call_site_in_this_test_binary_with_its_line as fn() as u64 + 8;
+        let address =
+            names_a_call_site_in_this_test_binary_with_its_line as fn() as usize as u64 + 8;
         sites.add(pid, pid, 0, address);
         sites.add(pid, pid, 1, 0);
         sites.add(pid, pid, 2, 8);
