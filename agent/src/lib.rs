@@ -13,8 +13,10 @@
 //! fsprof_unmark();
 //! ```
 //!
-//! What it does not do (yet): interpose libc under `LD_PRELOAD` to mark runtime features of
-//! unmodified programs; symbolize call sites (the profiler shows them as `0x…`).
+//! Loaded at start-up (`fsprof run` preloads it with `LD_PRELOAD`; a program may also link it),
+//! it also marks the runtime's own features by interposing libc: output, input, allocation,
+//! locks, sleep, poll, process and files (see [`builtin`], x86-64 Linux only). The profiler
+//! symbolizes call-site instances as `function (file:line)`.
 //!
 //! # Contract
 //! * `fsprof_unmark` pops the calling thread's innermost mark or antimark, whoever pushed it (a C
@@ -48,6 +50,9 @@
 //! The trampolines are naked functions (Rust 1.88, hence this crate's `rust-version`): unlike
 //! `global_asm!` symbols, which a `cdylib`'s version script hides, they are exported like any
 //! `#[no_mangle]` function.
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub mod builtin;
 
 use fsprof_shim::{abi, raw, Feature};
 use std::collections::BTreeMap;

@@ -4,6 +4,9 @@
 //! For each feature separately, a sample counts toward the feature when the innermost frame with
 //! that feature in the sample's mark stack is a mark, not an antimark; its time goes to that mark's
 //! payload (the feature instance). Features are independent: nested features both count a sample.
+//! One exception: a built-in mark (the agent's, around a libc call) nested in the program's own
+//! mark of the same feature counts for the program's mark (a `write` under the program's
+//! `output` mark is that mark's cost), unless the program's innermost frame of it is an antimark.
 //!
 //! Which time a sample stands for is the [`TimeView`]; [`group_weights`] gives it for every sample
 //! group (the folded stacks and flamegraphs count with it).
@@ -13,7 +16,7 @@
 //! user sees which use of a feature costs. This module computes numbers only; the renderers turn
 //! them into text, JSON or flamegraphs.
 
-use crate::profile::{Profile, SampleGroup, Stack};
+use crate::profile::{Frame, Profile, SampleGroup, Stack};
 use std::collections::{HashMap, HashSet};
 
 /// Instances per feature (the most expensive) that get their call paths.
@@ -57,6 +60,8 @@ pub struct FeatureCost {
     pub samples: u64,
     /// Its instances, most expensive first.
     pub instances: Vec<InstanceCost>,
+    /// Marked (at least in part) by the agent's libc interposition: a built-in feature.
+    pub builtin: bool,
 }
 
 /// The cost of one feature instance.
@@ -170,6 +175,11 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
                 continue;
             }
             if let Some(payload) = frame.payload {
+                let (payload, at) = if frame.builtin {
+                    program_mark_around(&stack.frames[..at], frame.feature).unwrap_or((payload, at))
+                } else {
+                    (payload, at)
+                };
                 attributed.push((frame.feature, payload, at));
             }
         }
@@ -236,6 +246,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             }
         }
         report.features.push(FeatureCost {
+            builtin: profile.meta.builtin_features.contains(name),
             name: name.clone(),
             ns: feature_ns[id],
             samples: feature_samples[id],
@@ -246,6 +257,18 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         .features
         .sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.name.cmp(&b.name)));
     report
+}
+
+/// The program's own mark that a built-in mark of `feature` is nested in, if any: the innermost
+/// frame of `feature` in `outer` that is not built in, when it is a mark (its payload and
+/// index). A program that marks its own output has a `write` inside counted by its mark.
+fn program_mark_around(outer: &[Frame], feature: u32) -> Option<(u32, usize)> {
+    let (at, frame) = outer
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, frame)| frame.feature == feature && !frame.builtin)?;
+    Some((frame.payload?, at))
 }
 
 /// The call path of the mark at index `mark` of the mark stack `group`'s native stack was placed
@@ -347,13 +370,40 @@ mod tests {
         Frame {
             feature,
             payload: Some(payload),
+            builtin: false,
         }
     }
     fn anti(feature: u32) -> Frame {
         Frame {
             feature,
             payload: None,
+            builtin: false,
         }
+    }
+    fn builtin(feature: u32, payload: u32) -> Frame {
+        Frame {
+            builtin: true,
+            ..mark(feature, payload)
+        }
+    }
+
+    #[test]
+    fn builtin_marks_inside_the_programs_own_mark_of_the_feature_count_for_it() {
+        let p = profile(&[
+            (vec![mark(0, 0), builtin(0, 1)], 10, 10), // output a, the write inside it
+            (vec![builtin(0, 1)], 10, 10),             // a write the program did not mark
+            (vec![mark(0, 0), anti(0), builtin(0, 1)], 10, 10), // a write in user code
+            (vec![mark(1, 2), builtin(0, 1)], 10, 10), // a write under parse c
+        ]);
+        let r = analyse(&p, TimeView::Active);
+        let output = &r.features[0];
+        let by_payload: Vec<(&str, u64)> = output
+            .instances
+            .iter()
+            .map(|i| (i.payload.as_str(), i.ns / 1_000_000))
+            .collect();
+        assert_eq!(by_payload, [("b", 30), ("a", 10)]);
+        assert_eq!(r.features[1].ns, 10_000_000);
     }
 
     /// Builds a profile from (frames, wall ms, active ms) samples on one thread.

@@ -37,6 +37,13 @@ enum Cmd {
     Run {
         #[command(flatten)]
         record: RecordArgs,
+        /// Do not preload the fsprof agent: without it only the program's own marks are
+        /// recorded. By default `run` preloads libfsprof_agent.so (LD_PRELOAD, appended to any
+        /// the environment sets), which marks the runtime's built-in features (output, input,
+        /// allocation, locks, sleep, poll, process, files) at each libc call site. Found through
+        /// the FSPROF_AGENT environment variable, else next to the fsprof executable.
+        #[arg(long)]
+        no_agent: bool,
         /// The program and its arguments (after `--`).
         #[arg(
             required = true,
@@ -192,6 +199,7 @@ impl From<RecordArgs> for RecordOptions {
             count_idle: args.idle,
             native: !args.no_native && cfg!(target_arch = "x86_64"),
             backend: args.backend,
+            agent: false,
         }
     }
 }
@@ -213,9 +221,16 @@ impl Cli {
     /// The parsed command, or why the arguments do not go together.
     pub fn into_command(self) -> Result<Command, String> {
         Ok(match self.command {
-            Cmd::Run { record, program } => Command::Run {
+            Cmd::Run {
+                record,
+                no_agent,
                 program,
-                options: record.into(),
+            } => Command::Run {
+                program,
+                options: RecordOptions {
+                    agent: !no_agent,
+                    ..record.into()
+                },
             },
             Cmd::Attach { record, pid } => Command::Attach {
                 pid,
@@ -269,6 +284,12 @@ mod tests {
         };
         assert_eq!(program, ["./app", "-x", "--rate"]);
         assert_eq!(options.rate_hz, 500.0);
+        assert!(options.agent);
+        let cli = Cli::try_parse_from(["fsprof", "run", "--no-agent", "--", "./app"]).unwrap();
+        let Ok(Command::Run { options, .. }) = cli.into_command() else {
+            panic!()
+        };
+        assert!(!options.agent);
         assert!(Cli::try_parse_from(["fsprof", "run", "--rate", "0", "--", "x"]).is_err());
     }
 

@@ -4,9 +4,12 @@
 //! [`sampler`] copies them (through [`region`] and [`remote`]) together with per-thread clocks from
 //! [`target`] into a [`profile`]; the [`analysis`] computes costs per feature and instance; the
 //! [`render`]ers print them, fold the stacks and draw flamegraphs. [`session`] wires this into
-//! the `run` and `attach` commands.
+//! the `run` and `attach` commands; [`agent`] finds the library `run` preloads for the built-in
+//! features.
 
+pub mod agent;
 pub mod analysis;
+pub mod call_sites;
 pub mod cli;
 pub mod modules;
 pub mod names;

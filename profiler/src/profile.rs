@@ -13,6 +13,7 @@
 //!  "payloads": [{"kind": "location", "text": "src/main.rs:13:28"}],
 //!  "stacks": [{"frames": [{"feature": 0, "payload": 0}, {"feature": 0}]}],
 //!                                                   // root first; no payload = antimark;
+//!                                                   // "builtin": true when the agent marked it;
 //!                                                   // "truncated_depth": N when deeper than recorded
 //!  "threads": [{"tid": 4242, "name": "main"}],
 //!  "native_frames": [{"function": "app::parse", "file": "src/parse.rs", "line": 57,
@@ -144,6 +145,10 @@ pub struct Meta {
     /// Things the recording noticed that the report should say (e.g. an incompatible region).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Features marked by the agent (`libfsprof_agent.so` interposing libc) rather than by the
+    /// program; a program's own feature of the same name is reported together with it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub builtin_features: Vec<String>,
 }
 
 /// An instance payload.
@@ -173,6 +178,9 @@ pub struct Frame {
     /// Index into [`Profile::payloads`]; absent for an antimark.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<u32>,
+    /// Pushed by the agent around a libc call (a built-in feature), not by the program.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub builtin: bool,
 }
 
 /// One native frame, symbolized: a function, or a function inlined into another (then the frame
@@ -422,6 +430,14 @@ impl ProfileBuilder {
         intern(&mut self.payloads, &mut self.payload_ids, payload)
     }
 
+    /// Gives payload `id` the display text `text` (a call site named after recording). Payloads
+    /// that end up equal are merged when the profile is finished.
+    pub fn rename_payload(&mut self, id: u32, text: String) {
+        if let Some(payload) = self.payloads.get_mut(id as usize) {
+            payload.text = text;
+        }
+    }
+
     /// The id of a stack.
     pub fn stack(&mut self, stack: Stack) -> u32 {
         intern(&mut self.stacks, &mut self.stack_ids, stack)
@@ -536,13 +552,28 @@ impl ProfileBuilder {
             }
             native_stacks.push(stack);
         }
+        // Renamed payloads may have become equal (two calls on one line): keep the first.
+        let mut first: HashMap<&Payload, u32> = HashMap::new();
+        let remap: Vec<u32> = (0..self.payloads.len() as u32)
+            .map(|id| *first.entry(&self.payloads[id as usize]).or_insert(id))
+            .collect();
+        let mut stacks = self.stacks;
+        if remap.iter().enumerate().any(|(id, to)| id as u32 != *to) {
+            for stack in &mut stacks {
+                for frame in &mut stack.frames {
+                    if let Some(payload) = &mut frame.payload {
+                        *payload = remap[*payload as usize];
+                    }
+                }
+            }
+        }
         Profile {
             format: FORMAT.to_owned(),
             version: VERSION,
             meta,
             features: self.features,
             payloads: self.payloads,
-            stacks: self.stacks,
+            stacks,
             threads: self.threads,
             samples: self.samples,
             native_frames: frames,

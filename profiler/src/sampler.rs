@@ -10,6 +10,7 @@
 //! Strings behind mark addresses are read once per unique address (cached here) while the target
 //! is alive; nothing else is resolved in the loop.
 
+use crate::call_sites::CallSites;
 use crate::names::{self, PayloadKind};
 use crate::native::{self, Captured, NativeSampler, PerfStack};
 use crate::perf::SLOTS;
@@ -155,6 +156,12 @@ pub struct Sampler {
     native_moved: u64,
     /// Thread samples whose stack came from a stop after the tick (the thread had no CPU).
     native_late: u64,
+    /// Call-site instances and their modules, named after recording; built-in features.
+    call_sites: CallSites,
+    /// Names of features whose descriptors are the agent's (built in), in order of discovery.
+    builtin_features: Vec<String>,
+    /// Addresses of those descriptors.
+    builtin_descriptors: Vec<u64>,
 }
 
 impl Sampler {
@@ -195,6 +202,9 @@ impl Sampler {
             options,
             native_moved: 0,
             native_late: 0,
+            call_sites: CallSites::new(),
+            builtin_features: Vec::new(),
+            builtin_descriptors: Vec::new(),
         }
     }
 
@@ -656,7 +666,11 @@ impl Sampler {
         for record in &records {
             let feature = self.feature_id(record.feature);
             let payload = self.payload_id(record);
-            frames.push(Frame { feature, payload });
+            frames.push(Frame {
+                feature,
+                payload,
+                builtin: self.builtin_descriptors.contains(&record.feature),
+            });
         }
         self.records = records;
         self.builder.stack(Stack {
@@ -674,6 +688,15 @@ impl Sampler {
         } else {
             "<too many distinct features>".to_owned()
         };
+        if self.feature_ids.len() < MAX_DISTINCT
+            && self.builtin_descriptors.len() < 64
+            && self.call_sites.in_agent(self.pid, self.via(), address)
+        {
+            self.builtin_descriptors.push(address);
+            if !self.builtin_features.contains(&name) {
+                self.builtin_features.push(name.clone());
+            }
+        }
         let id = self.builder.feature(name);
         self.feature_ids.insert(address, id);
         id
@@ -700,8 +723,17 @@ impl Sampler {
         let id = names::payload(&self.remote, record).map(|(kind, text): (PayloadKind, String)| {
             self.builder.payload(Payload { kind, text })
         });
+        if let (Some(id), abi::KIND_CALL_SITE) = (id, record.kind) {
+            let via = self.via();
+            self.call_sites.add(self.pid, via, id, record.payload);
+        }
         self.payload_ids.insert(key, id);
         id
+    }
+
+    /// A live thread of the target whose memory map can be read.
+    fn via(&self) -> u32 {
+        target::memory_thread(self.pid, &self.tids)
     }
 
     /// The finished profile; `meta`'s recording fields are filled in here.
@@ -754,6 +786,11 @@ impl Sampler {
             modules = native.into_modules();
         }
         meta.notes = notes;
+        // Call sites are named here, with or without native stacks.
+        for (id, name) in self.call_sites.names() {
+            self.builder.rename_payload(id, name);
+        }
+        meta.builtin_features = self.builtin_features;
         let mut symbolizer = crate::symbols::Symbolizer::new(&modules);
         self.builder
             .finish(meta, |address| symbolizer.symbolize(address))

@@ -7,6 +7,7 @@
 //! `features.svg` (marks only), and the report on stderr. The target is never stopped, signalled
 //! or killed.
 
+use crate::agent;
 use crate::analysis::{self, TimeView};
 use crate::cli::Backend;
 use crate::profile::{Meta, Profile};
@@ -47,6 +48,8 @@ pub struct RecordOptions {
     pub native: bool,
     /// How running threads' native stacks are taken.
     pub backend: Backend,
+    /// `run` only: preload the agent (`libfsprof_agent.so`) for the built-in features.
+    pub agent: bool,
 }
 
 /// `fsprof run`: launches `program` with its stdio untouched, records until it exits, writes the
@@ -58,7 +61,15 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     check_backend(options)?;
     let signals = Signals::install()?;
     let dir = prepare_output(options.output.as_deref(), &program_name(name))?;
-    let mut child = match spawn(name, args) {
+    let preload = if options.agent {
+        agent::preload(name)
+    } else {
+        agent::Preload::Off
+    };
+    if let Some(note) = preload.note() {
+        eprintln!("fsprof: {note}");
+    }
+    let mut child = match spawn(name, args, preload.library()) {
         Ok(child) => child,
         Err(error) => {
             if options.output.is_none() {
@@ -107,10 +118,11 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    write_outputs(
-        &dir,
-        sampler.finish(meta("run", command, pid, options, &end)),
-    )?;
+    let mut profile = sampler.finish(meta("run", command, pid, options, &end));
+    if let Some(note) = preload.note() {
+        profile.meta.notes.push(note);
+    }
+    write_outputs(&dir, profile)?;
 
     if let Some(status) = status {
         return Ok(exit_code(status));
@@ -198,8 +210,19 @@ fn check_attachable(pid: u32) -> Result<()> {
     }
 }
 
-fn spawn(name: &OsString, args: &[OsString]) -> Result<Child> {
-    Command::new(name).args(args).spawn().map_err(|e| {
+fn spawn(name: &OsString, args: &[OsString], preload: Option<&Path>) -> Result<Child> {
+    let mut command = Command::new(name);
+    command.args(args);
+    match preload {
+        Some(library) => {
+            command.env("LD_PRELOAD", agent::ld_preload(library));
+        }
+        // A program that links the agent (for its C ABI) must not mark built-in features either.
+        None => {
+            command.env("FSPROF_BUILTINS", "0");
+        }
+    }
+    command.spawn().map_err(|e| {
         let shown = name.to_string_lossy();
         match e.kind() {
             ErrorKind::NotFound => anyhow::anyhow!(

@@ -257,6 +257,31 @@ pub mod raw {
         );
     }
 
+    /// Pushes a call-site mark of `feature` (`payload`: a return address; `sp`: as for [`push`])
+    /// unless the calling thread's innermost recorded mark belongs to a feature whose descriptor
+    /// address lies in `nested`, or the thread has no slot yet and `claim` is false. Returns
+    /// whether it pushed (then pop with [`pop_innermost`]). For the agent's built-in features:
+    /// a libc call made inside another one is not counted twice, and functions that signal
+    /// handlers may call never claim a slot (claiming may allocate).
+    #[inline(always)]
+    pub fn push_call_site_unless_nested(
+        feature: &'static Feature,
+        payload: u64,
+        sp: u64,
+        nested: core::ops::Range<u64>,
+        claim: bool,
+    ) -> bool {
+        let meta = (crate::abi::KIND_CALL_SITE as u64) << 32;
+        region::push_unless_nested(
+            feature as *const Feature as u64,
+            payload,
+            meta,
+            sp,
+            nested,
+            claim,
+        )
+    }
+
     /// Pops the calling thread's innermost mark or antimark; does nothing if it has none.
     #[inline(always)]
     pub fn pop_innermost() {

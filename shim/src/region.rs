@@ -291,6 +291,56 @@ impl Pushed {
     };
 }
 
+/// Like [`push`], for the agent's built-in features: pushes nothing (and returns `false`) when
+/// the innermost recorded mark's feature address lies in `nested` (a call made inside another
+/// built-in feature is counted once, by the outer one), or when the thread has no slot yet and
+/// `claim` is false (a function that signal handlers may call must not claim: claiming may
+/// allocate). Returns whether a mark was pushed; its pop is [`pop_innermost`].
+#[inline(always)]
+pub(crate) fn push_unless_nested(
+    feature: u64,
+    payload: u64,
+    meta: u64,
+    sp: u64,
+    nested: core::ops::Range<u64>,
+    claim: bool,
+) -> bool {
+    STATE
+        .try_with(|state| {
+            let slot = state.slot.get();
+            if slot.is_null() {
+                if !claim {
+                    return false;
+                }
+            } else {
+                // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
+                let slot = unsafe { &*slot };
+                let depth = slot.depth.load(Relaxed) as usize;
+                if let Some(top) = depth.checked_sub(1).and_then(|i| slot.records.get(i)) {
+                    if nested.contains(&top.feature.load(Relaxed)) {
+                        return false;
+                    }
+                }
+            }
+            let serial = state.serial.get();
+            if serial & 1 == 1 {
+                return false; // only on targets without `bump`, see `push`
+            }
+            let tag = serial.wrapping_add(2);
+            if !cfg!(target_arch = "x86_64") {
+                state.serial.set(serial | 1);
+                compiler_fence(SeqCst);
+            }
+            let pushed = push_unless_busy(state, feature, payload, meta, 0, sp, tag);
+            if !cfg!(target_arch = "x86_64") {
+                compiler_fence(SeqCst);
+            }
+            state.serial.set(tag);
+            pushed.index != u32::MAX
+        })
+        .unwrap_or(false)
+}
+
 /// Pushes a record on the calling thread's mark stack.
 ///
 /// Signal safety: a signal handler that marks while this thread is inside `push` must not write

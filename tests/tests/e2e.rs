@@ -309,7 +309,7 @@ fn a_program_that_exits_before_the_first_sample_gives_a_valid_empty_profile() {
     let _serial = serial();
     let dir = tempdir();
     let output = Command::new(fsprof())
-        .args(["run", "-o"])
+        .args(["run", "--no-agent", "-o"])
         .arg(dir.path())
         .args(["--", target(), "exit-now", "0"])
         .output()
@@ -329,7 +329,7 @@ fn run_passes_on_the_exit_code_and_handles_a_program_without_marks() {
     let _serial = serial();
     let dir = tempdir();
     let output = Command::new(fsprof())
-        .args(["run", "-o"])
+        .args(["run", "--no-agent", "-o"])
         .arg(dir.path())
         .args([
             "--",
@@ -529,7 +529,7 @@ fn run_with_a_duration_records_that_long_and_waits_for_the_program() {
     let _serial = serial();
     let dir = tempdir();
     let output = Command::new(fsprof())
-        .args(["run", "--duration", "1", "-o"])
+        .args(["run", "--no-agent", "--duration", "1", "-o"])
         .arg(dir.path())
         .args([
             "--",
@@ -571,7 +571,7 @@ fn attach_to(pid: u32, out: &std::path::Path) -> Guarded {
 fn run_until_killed(dir: &std::path::Path, ready: &std::path::Path) -> Command {
     let mut command = Command::new(fsprof());
     command
-        .args(["run", "-o"])
+        .args(["run", "--no-agent", "-o"])
         .arg(dir)
         .args(["--", target(), "mixed", "30", "--ready"])
         .arg(ready);

@@ -108,7 +108,7 @@ fn check_chains(dir: &Path, truth: &Value) {
 /// other users the kernel may refuse, and the perf variants are skipped with a message.
 fn perf_backend_available() -> bool {
     let output = Command::new(fsprof())
-        .args(["run", "--backend", "perf", "-o"])
+        .args(["run", "--no-agent", "--backend", "perf", "-o"])
         .arg(tempdir().path().join("probe"))
         .args(["--", "true"])
         .output()
@@ -150,7 +150,7 @@ fn rust_chain(backend: &str) {
 /// and checks its chains against its truth.
 fn profile_chain(dir: &Path, program: &Path, backend: &str) {
     let status = Command::new(fsprof())
-        .args(["run", "--backend", backend, "-o"])
+        .args(["run", "--no-agent", "--backend", backend, "-o"])
         .arg(dir.join("out"))
         .arg("--")
         .arg(program)
@@ -207,7 +207,7 @@ fn marks_and_stack_of_the_same_instant(backend: &str) {
     let dir = tempdir();
     let out = dir.path().join("out");
     let status = Command::new(fsprof())
-        .args(["run", "--backend", backend, "-o"])
+        .args(["run", "--no-agent", "--backend", backend, "-o"])
         .arg(&out)
         .arg("--")
         .arg(fsprof().with_file_name("fizzbuzz"))
@@ -314,7 +314,7 @@ fn a_binary_deleted_while_it_runs_is_still_symbolized() {
     let ready = dir.path().join("ready");
     let mut fsprof = Guarded(
         Command::new(fsprof())
-            .args(["run", "-o"])
+            .args(["run", "--no-agent", "-o"])
             .arg(dir.path().join("out"))
             .arg("--")
             .arg(&copy)

@@ -236,6 +236,7 @@ pub(crate) mod tests {
                             text: text.into(),
                         })
                     }),
+                    builtin: false,
                 })
                 .collect();
             let stack = b.stack(Stack {

@@ -6,7 +6,9 @@
 //!                "instances": [{"payload": "src/main.rs:57:27", "ms": 1000.1, "percent": 33.2, "samples": 420}]}],
 //!  "truncated_samples": 0, "meta": {...}}
 //! ```
-//! `percent` is of `total_ms`, 0–100. Fields may be added; none are removed within a major version.
+//! `percent` is of `total_ms`, 0–100. `builtin` is true for the agent's built-in features
+//! (output, input, allocation, ... marked around libc calls; a program's own feature of the same
+//! name is counted with them). Fields may be added; none are removed within a major version.
 //!
 //! When the profile has native stacks, the most expensive instances of each feature also have
 //! `"paths"`: the native call paths that reached their mark, most expensive first,
@@ -50,7 +52,7 @@ pub fn render(report: &FeatureReport, meta: &Meta) -> Value {
                 })
                 .collect();
             json!({"name": feature.name, "ms": ms(feature.ns), "percent": report.percent(feature.ns),
-                   "samples": feature.samples, "instances": instances})
+                   "samples": feature.samples, "builtin": feature.builtin, "instances": instances})
         })
         .collect();
     json!({

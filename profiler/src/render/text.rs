@@ -128,6 +128,21 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
     }
 
     let mut notes = meta.notes.clone();
+    let builtin: Vec<&str> = report
+        .features
+        .iter()
+        .filter(|f| f.builtin)
+        .map(|f| f.name.as_str())
+        .collect();
+    if !builtin.is_empty() {
+        notes.insert(
+            0,
+            format!(
+                "built in: {} (marked by fsprof's agent around libc calls, each instance a call site in the program; --no-agent turns them off)",
+                builtin.join(", ")
+            ),
+        );
+    }
     if report.truncated_samples > 0 {
         notes.push(format!(
             "{} samples had mark stacks deeper than {} (up to {}): their stacks are truncated, marks beyond that depth are not attributed",

@@ -147,11 +147,14 @@ pub fn task_state_and_tracer(pid: u32, tid: u32) -> Option<(char, u32)> {
     Some((state, tracer))
 }
 
-/// `fsprof run -o DIR [args] -- fsprof-target SCENARIO SECS --truth DIR/truth.json`.
+/// `fsprof run --no-agent -o DIR [args] -- fsprof-target SCENARIO SECS --truth DIR/truth.json`.
+/// Without the agent: these tests check the program's own marks against its truth, which knows
+/// nothing of the built-in features (tested in `builtins.rs`).
 pub fn run_target(dir: &Path, scenario: &str, secs: f64, args: &[&str]) -> Output {
     let truth = dir.join("truth.json");
     let output = Command::new(fsprof())
         .arg("run")
+        .arg("--no-agent")
         .arg("-o")
         .arg(dir)
         .args(args)

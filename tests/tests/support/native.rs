@@ -183,3 +183,40 @@ pub fn assert_separate_frames_without_frame_pointer(file: &Path, functions: &[&s
         );
     }
 }
+
+/// Compiles `tests/c/builtins.c` (no marks of its own: the agent's built-in features) into
+/// `dir/builtins`, with DWARF so that its call sites get names and lines.
+pub fn build_c_builtins(dir: &Path) -> PathBuf {
+    let source = c_sources().join("builtins.c");
+    gcc(
+        dir,
+        &[
+            "-O2",
+            "-g",
+            "-Wall",
+            "-Werror",
+            "-pthread",
+            source.to_str().unwrap(),
+            "-o",
+            "builtins",
+        ],
+    );
+    dir.join("builtins")
+}
+
+/// Compiles a small statically linked C program into `dir/static`; `None` when this system
+/// cannot link statically (no `libc.a`).
+pub fn build_c_static(dir: &Path) -> Option<PathBuf> {
+    std::fs::write(
+        dir.join("static.c"),
+        "#include <stdio.h>\nint main(void) { puts(\"static\"); return 0; }\n",
+    )
+    .unwrap();
+    let status = Command::new("gcc")
+        .current_dir(dir)
+        .args(["-static", "-O2", "static.c", "-o", "static"])
+        .output()
+        .ok()?
+        .status;
+    status.success().then(|| dir.join("static"))
+}

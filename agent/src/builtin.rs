@@ -1,0 +1,1135 @@
+//! The built-in features: when `libfsprof_agent.so` is loaded at start-up (`fsprof run` preloads
+//! it with `LD_PRELOAD`, or a program links it), it interposes libc and marks the runtime's own
+//! features around each call, the native counterpart of the paper's built-in output, sequence and
+//! keyword-protocol features. Feature names are fixed (see [`BUILTIN_NAMES`]):
+//!
+//! * `output`: write, writev, pwrite*, send, sendto, sendmsg, sendmmsg, and the stdio calls
+//!   that end in them (fwrite, fputs, puts, fputc, putc, putchar, fflush, printf, fprintf,
+//!   dprintf and their `v`, `_unlocked` and `_chk` forms, and `__overflow` behind inlined `putc`);
+//! * `input`: read, readv, pread*, recv, recvfrom, recvmsg, recvmmsg, and stdio's fread, fgets,
+//!   fgetc, getc, getline, getdelim (and `__uflow`/`__underflow` behind inlined `getc`);
+//! * `allocation`: malloc, calloc, realloc, reallocarray, free, posix_memalign,
+//!   aligned_alloc, memalign;
+//! * `locks`: *waiting* in pthread mutexes and rwlocks (an uncontended lock is taken with the
+//!   `try` form first and not marked), condition-variable waits, and futex waits made through
+//!   `syscall` (Rust's std locks, channels and parking);
+//! * `sleep`: nanosleep, clock_nanosleep, usleep, sleep; `poll`: poll, ppoll, select, pselect,
+//!   epoll_wait, epoll_pwait;
+//! * `process`: fork, posix_spawn, posix_spawnp, execve, execveat, execv, execvp, execvpe,
+//!   system, wait, waitpid, waitid, wait3, wait4;
+//! * `files`: open, open64, openat, openat64, creat, fopen, fopen64, stat, lstat, fstat,
+//!   fstatat, statx (and the `64` forms), fsync, fdatasync.
+//!
+//! Each mark's instance is its call site: the return address of the interposed call (a
+//! `KIND_CALL_SITE` payload), which the profiler symbolizes as `function (file:line)`. When that
+//! address lies in libc itself (libc calling `malloc` for `strdup`, say), the nearest return
+//! address on the stack that lies outside libc, the agent and the dynamic loader is used instead
+//! (found by scanning a few hundred bytes of stack for a word that points just after a call
+//! instruction in another module: a heuristic, cheap, and only taken in that case).
+//!
+//! # How
+//! Each interposed function is an exported naked trampoline that puts the caller's return
+//! address in the next free argument register and jumps to the implementation (functions with six
+//! arguments, and `syscall`, make a real call instead; the variadic printf family builds a
+//! `va_list` and calls the `v` form). The implementation pushes the mark, calls the real function
+//! found with `dlsym(RTLD_NEXT, ...)` (so other interposers, such as a malloc replacement, keep
+//! working), and pops the mark, also when the call unwinds (`pthread_cancel`, `pthread_exit`,
+//! C++ exceptions: the implementations are `C-unwind`).
+//!
+//! # Recursion and safety
+//! * Counted once: a call made while the thread's innermost mark is a built-in one (a `write`
+//!   under `fwrite`, a `malloc` under `fopen`, the agent's own allocations) is not marked.
+//! * Start-up: until the agent's constructor has run, calls are forwarded unmarked (the dynamic
+//!   loader calls `malloc` before then). `dlsym` may itself allocate: while a real function is
+//!   being resolved, allocations that cannot be forwarded yet come from a small static arena, and
+//!   `free` and `realloc` recognise its pointers.
+//! * Signal handlers: a thread's first mark claims a slot in the region, which may allocate. The
+//!   main thread claims its slot in the constructor and every thread made by `pthread_create` at
+//!   its start; functions that handlers may call (`write`, `read`, `open`, ...) never claim, so a
+//!   thread made otherwise (a raw `clone`) has its async-signal-safe calls unmarked until it calls
+//!   something that may claim (`malloc`, stdio, ...).
+//! * Cost: a marked call costs the shim's push and pop (two thread-local accesses) and a load,
+//!   whether or not a profiler is attached (measured in BENCHMARKS.md).
+//! * Off: with `FSPROF_BUILTINS=0` in the environment (`fsprof run --no-agent` sets it, for
+//!   programs that link the agent for its C ABI) nothing is marked, calls are only forwarded.
+//! * Children: a forked child forgets its parent's region (the shim's fork handler) and makes its
+//!   own; an exec'd program loads the agent again through the inherited `LD_PRELOAD`.
+//!
+//! # Not handled
+//! `vfork` is not interposed (its child runs on the parent's stack until it execs: a wrapper's
+//! frame would be clobbered), nor `clone`. Other libc functions that block (`accept`, `connect`,
+//! `sem_wait`, `flock`, ...) are not features. Calls that libc makes internally without going
+//! through its own symbol table (`fclose` flushing, `system`'s fork) are counted by the outer
+//! call if it is interposed, and not at all otherwise. Only x86-64 Linux (glibc): elsewhere this
+//! module is not compiled and the agent only offers the C ABI. Statically linked programs cannot
+//! preload anything.
+
+use core::ffi::{c_char, c_int, c_long, c_uint, c_void};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use fsprof_shim::{raw, Feature};
+
+/// The names of the built-in features, in the order of [`BUILTINS`].
+pub const BUILTIN_NAMES: [&str; 8] = [
+    "output",
+    "input",
+    "allocation",
+    "locks",
+    "sleep",
+    "poll",
+    "process",
+    "files",
+];
+
+/// The built-in features' descriptors, contiguous so that "is this mark a built-in one" is a
+/// range check.
+pub static BUILTINS: [Feature; 8] = [
+    Feature::new(BUILTIN_NAMES[0]),
+    Feature::new(BUILTIN_NAMES[1]),
+    Feature::new(BUILTIN_NAMES[2]),
+    Feature::new(BUILTIN_NAMES[3]),
+    Feature::new(BUILTIN_NAMES[4]),
+    Feature::new(BUILTIN_NAMES[5]),
+    Feature::new(BUILTIN_NAMES[6]),
+    Feature::new(BUILTIN_NAMES[7]),
+];
+
+const OUTPUT: usize = 0;
+const INPUT: usize = 1;
+const ALLOCATION: usize = 2;
+const LOCKS: usize = 3;
+const SLEEP: usize = 4;
+const POLL: usize = 5;
+const PROCESS: usize = 6;
+const FILES: usize = 7;
+
+/// Set by the constructor: before it, calls are forwarded unmarked.
+static READY: AtomicBool = AtomicBool::new(false);
+
+/// Runs when the library is loaded, after libc is initialised and before the program's `main`.
+extern "C" fn init() {
+    // `fsprof run --no-agent` sets FSPROF_BUILTINS=0 for programs that link the agent anyway.
+    // SAFETY: getenv with a NUL-terminated name, in a constructor (no other thread yet changes
+    // the environment).
+    let off = unsafe { getenv(c"FSPROF_BUILTINS".as_ptr()) };
+    // SAFETY: getenv returns NULL or a NUL-terminated string.
+    if !off.is_null() && unsafe { core::ffi::CStr::from_ptr(off) }.to_bytes() == b"0" {
+        return;
+    }
+    READY.store(true, Release);
+    claim_slot();
+    call_site::prepare();
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+/// Claims the calling thread's slot (and creates the region) outside any signal handler.
+fn claim_slot() {
+    if raw::push_call_site_unless_nested(&BUILTINS[OUTPUT], 0, 0, 0..0, true) {
+        raw::pop_innermost();
+    }
+}
+
+fn builtin_range() -> core::ops::Range<u64> {
+    let start = BUILTINS.as_ptr() as u64;
+    start..start + core::mem::size_of_val(&BUILTINS) as u64
+}
+
+/// A pushed built-in mark; popped when dropped (also when the call unwinds).
+struct Marked;
+
+impl Drop for Marked {
+    #[inline(always)]
+    fn drop(&mut self) {
+        raw::pop_innermost();
+    }
+}
+
+/// Marks `feature` with the call site `ret` unless the agent is not ready yet or the call is
+/// nested in another built-in mark. `claim`: whether this call may claim the thread's slot
+/// (false for functions that signal handlers may call).
+#[inline(always)]
+fn enter(feature: usize, ret: usize, claim: bool) -> Option<Marked> {
+    if !READY.load(Relaxed) {
+        return None;
+    }
+    let anchor = 0u8;
+    let sp = core::hint::black_box(&anchor) as *const u8 as u64;
+    let site = call_site::resolve(ret, sp);
+    raw::push_call_site_unless_nested(&BUILTINS[feature], site as u64, sp, builtin_range(), claim)
+        .then_some(Marked)
+}
+
+// ---- Resolving the real functions -----------------------------------------------------------
+
+extern "C" {
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    fn getenv(name: *const c_char) -> *const c_char;
+}
+
+const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
+
+/// Resolutions in progress (any thread): allocations that cannot be forwarded meanwhile come
+/// from the arena.
+static RESOLVING: AtomicUsize = AtomicUsize::new(0);
+
+/// The next definition of a libc function after this library.
+struct Real {
+    address: AtomicUsize,
+    name: &'static [u8],
+}
+
+impl Real {
+    const fn new(name: &'static [u8]) -> Real {
+        Real {
+            address: AtomicUsize::new(0),
+            name,
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self) -> usize {
+        match self.address.load(Relaxed) {
+            0 => self.resolve(),
+            address => address,
+        }
+    }
+
+    /// The address, or 0 while some thread resolves a function and this one is not known yet
+    /// (for the allocation functions, which `dlsym` may call).
+    #[inline(always)]
+    fn get_unless_resolving(&self) -> usize {
+        match self.address.load(Relaxed) {
+            0 if RESOLVING.load(Acquire) > 0 => 0,
+            0 => self.resolve(),
+            address => address,
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn resolve(&self) -> usize {
+        RESOLVING.fetch_add(1, AcqRel);
+        // SAFETY: `name` is NUL-terminated.
+        let address = unsafe { dlsym(RTLD_NEXT, self.name.as_ptr() as *const c_char) } as usize;
+        RESOLVING.fetch_sub(1, AcqRel);
+        if address == 0 {
+            missing(self.name);
+        }
+        self.address.store(address, Relaxed);
+        address
+    }
+}
+
+/// A program called a function that libc does not define: say so and abort (there is nothing
+/// to forward the call to).
+#[cold]
+fn missing(name: &[u8]) -> ! {
+    let say = |bytes: &[u8]| {
+        // SAFETY: writes a valid buffer to stderr with the raw system call (not our wrapper).
+        unsafe { libc_syscall3(1, 2, bytes.as_ptr() as c_long, bytes.len() as c_long) };
+    };
+    say(b"fsprof agent: no definition of ");
+    say(&name[..name.len().saturating_sub(1)]);
+    say(b" after libfsprof_agent.so; aborting\n");
+    std::process::abort()
+}
+
+/// A raw three-argument system call (no libc wrapper, so no interposition).
+unsafe fn libc_syscall3(number: c_long, a: c_long, b: c_long, c: c_long) -> c_long {
+    let ret: c_long;
+    core::arch::asm!("syscall", inlateout("rax") number => ret, in("rdi") a, in("rsi") b,
+        in("rdx") c, lateout("rcx") _, lateout("r11") _, options(nostack));
+    ret
+}
+
+// ---- The bootstrap arena ----------------------------------------------------------------------
+
+mod arena {
+    use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    const SIZE: usize = 64 * 1024;
+    #[repr(C, align(64))]
+    struct Bytes(core::cell::UnsafeCell<[u8; SIZE]>);
+    // SAFETY: disjoint pieces are handed out by an atomic bump pointer.
+    unsafe impl Sync for Bytes {}
+    static ARENA: Bytes = Bytes(core::cell::UnsafeCell::new([0; SIZE]));
+    static USED: AtomicUsize = AtomicUsize::new(0);
+    /// Each piece is preceded by its size, in the 16 bytes before it.
+    const HEADER: usize = 16;
+
+    /// Zeroed memory from the arena (never reused), or null when it is exhausted.
+    pub fn alloc(size: usize, align: usize) -> *mut u8 {
+        let align = align.max(16);
+        let base = ARENA.0.get() as usize;
+        let mut used = USED.load(Relaxed);
+        loop {
+            let start = (base + used + HEADER).next_multiple_of(align);
+            let end = start + size;
+            if end > base + SIZE {
+                return core::ptr::null_mut();
+            }
+            match USED.compare_exchange(used, end - base, Relaxed, Relaxed) {
+                Ok(_) => {
+                    // SAFETY: [start - HEADER, end) is ours and inside the arena.
+                    unsafe { *((start - 8) as *mut usize) = size };
+                    return start as *mut u8;
+                }
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    /// Whether `p` came from the arena.
+    pub fn contains(p: *const u8) -> bool {
+        let base = ARENA.0.get() as usize;
+        (base..base + SIZE).contains(&(p as usize))
+    }
+
+    /// The size asked for when `p` (from the arena) was allocated.
+    pub fn size_of(p: *const u8) -> usize {
+        // SAFETY: pieces are preceded by their size.
+        unsafe { *((p as usize - 8) as *const usize) }
+    }
+}
+
+// ---- Call sites ---------------------------------------------------------------------------------
+
+mod call_site {
+    //! The program's call site for a return address that may lie in libc.
+    use core::ffi::{c_char, c_int, c_void};
+    use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    #[repr(C)]
+    struct DlInfo {
+        fname: *const c_char,
+        fbase: *mut c_void,
+        sname: *const c_char,
+        saddr: *mut c_void,
+    }
+
+    extern "C" {
+        fn dladdr(address: *const c_void, info: *mut DlInfo) -> c_int;
+    }
+
+    /// Address ranges of libc's and the agent's and the loader's executable code
+    /// (start, end pairs; 0 until computed).
+    static RANGES: [AtomicUsize; 6] = [const { AtomicUsize::new(0) }; 6];
+    static STATE: AtomicUsize = AtomicUsize::new(0); // 0 unknown, 1 computing, 2 known
+
+    /// Words of stack scanned for a return address outside libc.
+    const SCAN_WORDS: usize = 64;
+
+    /// `ret`, or when it lies in libc or the agent, the nearest plausible return address above
+    /// `sp` that does not (else `ret`).
+    #[inline(always)]
+    pub fn resolve(ret: usize, sp: u64) -> usize {
+        if STATE.load(Relaxed) != 2 {
+            compute_ranges();
+            if STATE.load(Relaxed) != 2 {
+                return ret;
+            }
+        }
+        if !inside(ret) {
+            return ret;
+        }
+        scan(ret, sp)
+    }
+
+    fn inside(address: usize) -> bool {
+        RANGES
+            .chunks(2)
+            .any(|r| (r[0].load(Relaxed)..r[1].load(Relaxed)).contains(&address))
+    }
+
+    #[cold]
+    fn scan(ret: usize, sp: u64) -> usize {
+        let mut at = sp as usize & !7;
+        for _ in 0..SCAN_WORDS {
+            at += 8;
+            // SAFETY: the words above our frame on our own stack; 64 words stay well inside
+            // any thread's stack above the frames of the interposed call (libc frames under a
+            // program frame; a thread's stack is far larger than 512 bytes above its top).
+            let word = unsafe { core::ptr::read_volatile(at as *const usize) };
+            if word > 4096 && !inside(word) && after_call(word) {
+                return word;
+            }
+        }
+        ret
+    }
+
+    /// Whether `address` is in a loaded module's code right after a call instruction.
+    fn after_call(address: usize) -> bool {
+        let mut info = DlInfo {
+            fname: core::ptr::null(),
+            fbase: core::ptr::null_mut(),
+            sname: core::ptr::null(),
+            saddr: core::ptr::null_mut(),
+        };
+        // SAFETY: dladdr only inspects the loader's tables.
+        if unsafe { dladdr(address as *const c_void, &mut info) } == 0 || info.fbase.is_null() {
+            return false;
+        }
+        let Some(code) = super::executable_segment(info.fbase as usize, address) else {
+            return false;
+        };
+        // `call rel32` (e8, 5 bytes) or an indirect call `ff /2` of 2, 3, 6 or 7 bytes.
+        let byte = |back: usize| -> Option<u8> {
+            let at = address.checked_sub(back)?;
+            // SAFETY: inside the module's executable segment, which is mapped and readable.
+            (at >= code.0).then(|| unsafe { *(at as *const u8) })
+        };
+        if byte(5) == Some(0xe8) {
+            return true;
+        }
+        [2usize, 3, 6, 7].iter().any(|&back| {
+            byte(back) == Some(0xff) && byte(back - 1).is_some_and(|modrm| modrm >> 3 & 7 == 2)
+        })
+    }
+
+    /// Finds the ranges now (from the constructor) rather than at the first mark.
+    pub fn prepare() {
+        compute_ranges();
+    }
+
+    #[cold]
+    fn compute_ranges() {
+        if STATE.compare_exchange(0, 1, Relaxed, Relaxed).is_err() {
+            return;
+        }
+        // A function of libc, one of ours, one of the loader's.
+        let anchors: [usize; 3] = [
+            super::libc_anchor(),
+            compute_ranges as fn() as usize,
+            super::loader_anchor(),
+        ];
+        for (index, anchor) in anchors.iter().enumerate() {
+            let mut info = DlInfo {
+                fname: core::ptr::null(),
+                fbase: core::ptr::null_mut(),
+                sname: core::ptr::null(),
+                saddr: core::ptr::null_mut(),
+            };
+            // SAFETY: dladdr only inspects the loader's tables.
+            if *anchor != 0
+                && unsafe { dladdr(*anchor as *const c_void, &mut info) } != 0
+                && !info.fbase.is_null()
+            {
+                if let Some((start, end)) = super::executable_segment(info.fbase as usize, *anchor)
+                {
+                    RANGES[index * 2].store(start, Relaxed);
+                    RANGES[index * 2 + 1].store(end, Relaxed);
+                }
+            }
+        }
+        STATE.store(2, Relaxed);
+    }
+}
+
+/// The executable `PT_LOAD` segment containing `address` of the module loaded at `base`, as an
+/// address range.
+fn executable_segment(base: usize, address: usize) -> Option<(usize, usize)> {
+    // SAFETY: `base` is where the loader mapped an ELF image (from dladdr): its header and
+    // program headers are mapped and readable.
+    unsafe {
+        let header = base as *const u8;
+        if core::slice::from_raw_parts(header, 4) != b"\x7fELF" {
+            return None;
+        }
+        let phoff = *(header.add(32) as *const u64) as usize;
+        let phentsize = *(header.add(54) as *const u16) as usize;
+        let phnum = *(header.add(56) as *const u16) as usize;
+        // The first PT_LOAD's address gives the bias (the module's base is its first segment).
+        let mut bias = None;
+        for index in 0..phnum.min(64) {
+            let ph = header.add(phoff + index * phentsize);
+            let kind = *(ph as *const u32);
+            if kind != 1 {
+                continue;
+            }
+            let vaddr = *(ph.add(16) as *const u64) as usize;
+            let bias = *bias.get_or_insert(base.wrapping_sub(vaddr & !0xfff));
+            let flags = *(ph.add(4) as *const u32);
+            let memsz = *(ph.add(40) as *const u64) as usize;
+            let start = bias.wrapping_add(vaddr);
+            if flags & 1 != 0 && (start..start + memsz).contains(&address) {
+                return Some((start, start + memsz));
+            }
+        }
+        None
+    }
+}
+
+fn libc_anchor() -> usize {
+    write::REAL.get()
+}
+
+fn loader_anchor() -> usize {
+    // SAFETY: a NUL-terminated name.
+    unsafe { dlsym(core::ptr::null_mut(), c"_dl_find_object".as_ptr()) as usize }
+}
+
+// ---- Trampolines ---------------------------------------------------------------------------------
+
+/// The register that receives the return address: the one after the function's arguments.
+macro_rules! ret_register {
+    () => {
+        "rdi"
+    };
+    ($a:ident) => {
+        "rsi"
+    };
+    ($a:ident $b:ident) => {
+        "rdx"
+    };
+    ($a:ident $b:ident $c:ident) => {
+        "rcx"
+    };
+    ($a:ident $b:ident $c:ident $d:ident) => {
+        "r8"
+    };
+    ($a:ident $b:ident $c:ident $d:ident $e:ident) => {
+        "r9"
+    };
+}
+
+/// Interposes functions of up to five arguments: an exported trampoline `name` that passes the
+/// return address as an extra argument to `name::imp`, which marks `feature` around the real
+/// function (see the module's documentation). `claim`: whether the call may claim a slot.
+macro_rules! interpose {
+    ($($feature:ident $claim:literal fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
+        #[allow(non_snake_case)]
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            pub(super) static REAL: Real = Real::new(concat!(stringify!($name), "\0").as_bytes());
+
+            pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* ret: usize) -> $ret {
+                let real: unsafe extern "C" fn($($ty),*) -> $ret =
+                    core::mem::transmute::<usize, _>(REAL.get());
+                let _marked = enter($feature, ret, $claim);
+                real($($arg),*)
+            }
+        }
+
+        /// Interposed: see the module's documentation.
+        ///
+        /// # Safety
+        /// As the libc function of this name.
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                concat!("mov ", ret_register!($($arg)*), ", [rsp]"),
+                "jmp {imp}",
+                ".cfi_endproc",
+                imp = sym $name::imp,
+            )
+        }
+    )*};
+}
+
+/// Interposes functions of six arguments: the trampoline pushes the return address as a seventh
+/// (stack) argument and calls `name::imp`.
+macro_rules! interpose6 {
+    ($($feature:ident $claim:literal fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
+        #[allow(non_snake_case)]
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            pub(super) static REAL: Real = Real::new(concat!(stringify!($name), "\0").as_bytes());
+
+            pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* ret: usize) -> $ret {
+                let real: unsafe extern "C" fn($($ty),*) -> $ret =
+                    core::mem::transmute::<usize, _>(REAL.get());
+                let _marked = enter($feature, ret, $claim);
+                real($($arg),*)
+            }
+        }
+
+        /// Interposed: see the module's documentation.
+        ///
+        /// # Safety
+        /// As the libc function of this name.
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                "push qword ptr [rsp]",
+                ".cfi_adjust_cfa_offset 8",
+                "call {imp}",
+                "add rsp, 8",
+                ".cfi_adjust_cfa_offset -8",
+                "ret",
+                ".cfi_endproc",
+                imp = sym $name::imp,
+            )
+        }
+    )*};
+}
+
+/// Interposes a variadic printf-like function of `k` fixed arguments by building a `va_list`
+/// (the System V register save area and overflow area) and calling `name::imp(fixed..., ap,
+/// ret)`, which calls the `v` form.
+macro_rules! interpose_variadic {
+    ($($feature:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $v:ident, $gp:literal, $ap_reg:literal, $ret_reg:literal;)*) => {$(
+        #[allow(non_snake_case)]
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            pub(super) static REAL: Real = Real::new(concat!(stringify!($v), "\0").as_bytes());
+
+            pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* ap: *mut c_void, ret: usize) -> $ret {
+                let real: unsafe extern "C" fn($($ty,)* *mut c_void) -> $ret =
+                    core::mem::transmute::<usize, _>(REAL.get());
+                let _marked = enter($feature, ret, true);
+                real($($arg,)* ap)
+            }
+        }
+
+        /// Interposed: see the module's documentation.
+        ///
+        /// # Safety
+        /// As the libc function of this name.
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                "push rbp",
+                ".cfi_def_cfa_offset 16",
+                ".cfi_offset rbp, -16",
+                "mov rbp, rsp",
+                ".cfi_def_cfa_register rbp",
+                "sub rsp, 208",
+                // The register save area at rsp+32: six general registers, then xmm0-7.
+                "mov [rsp + 32], rdi",
+                "mov [rsp + 40], rsi",
+                "mov [rsp + 48], rdx",
+                "mov [rsp + 56], rcx",
+                "mov [rsp + 64], r8",
+                "mov [rsp + 72], r9",
+                "test al, al",
+                "je 2f",
+                "movaps [rsp + 80], xmm0",
+                "movaps [rsp + 96], xmm1",
+                "movaps [rsp + 112], xmm2",
+                "movaps [rsp + 128], xmm3",
+                "movaps [rsp + 144], xmm4",
+                "movaps [rsp + 160], xmm5",
+                "movaps [rsp + 176], xmm6",
+                "movaps [rsp + 192], xmm7",
+                "2:",
+                // The va_list at rsp: gp_offset, fp_offset, overflow_arg_area, reg_save_area.
+                concat!("mov dword ptr [rsp], ", $gp),
+                "mov dword ptr [rsp + 4], 48",
+                "lea rax, [rbp + 16]",
+                "mov [rsp + 8], rax",
+                "lea rax, [rsp + 32]",
+                "mov [rsp + 16], rax",
+                concat!("mov ", $ap_reg, ", rsp"),
+                concat!("mov ", $ret_reg, ", [rbp + 8]"),
+                "call {imp}",
+                "leave",
+                ".cfi_def_cfa rsp, 8",
+                "ret",
+                ".cfi_endproc",
+                imp = sym $name::imp,
+            )
+        }
+    )*};
+}
+
+type File = c_void;
+type SizeT = usize;
+type SsizeT = isize;
+
+interpose! {
+    OUTPUT false fn write(fd: c_int, buf: *const c_void, count: SizeT) -> SsizeT;
+    OUTPUT false fn writev(fd: c_int, iov: *const c_void, count: c_int) -> SsizeT;
+    OUTPUT false fn pwrite(fd: c_int, buf: *const c_void, count: SizeT, offset: i64) -> SsizeT;
+    OUTPUT false fn pwrite64(fd: c_int, buf: *const c_void, count: SizeT, offset: i64) -> SsizeT;
+    OUTPUT false fn pwritev(fd: c_int, iov: *const c_void, count: c_int, offset: i64) -> SsizeT;
+    OUTPUT false fn pwritev64(fd: c_int, iov: *const c_void, count: c_int, offset: i64) -> SsizeT;
+    OUTPUT false fn pwritev2(fd: c_int, iov: *const c_void, count: c_int, offset: i64, flags: c_int) -> SsizeT;
+    OUTPUT false fn send(fd: c_int, buf: *const c_void, len: SizeT, flags: c_int) -> SsizeT;
+    OUTPUT false fn sendmsg(fd: c_int, msg: *const c_void, flags: c_int) -> SsizeT;
+    OUTPUT false fn sendmmsg(fd: c_int, msgs: *mut c_void, count: c_uint, flags: c_int) -> c_int;
+    OUTPUT true fn fwrite(ptr: *const c_void, size: SizeT, n: SizeT, stream: *mut File) -> SizeT;
+    OUTPUT true fn fwrite_unlocked(ptr: *const c_void, size: SizeT, n: SizeT, stream: *mut File) -> SizeT;
+    OUTPUT true fn fputs(s: *const c_char, stream: *mut File) -> c_int;
+    OUTPUT true fn fputs_unlocked(s: *const c_char, stream: *mut File) -> c_int;
+    OUTPUT true fn puts(s: *const c_char) -> c_int;
+    OUTPUT true fn fputc(c: c_int, stream: *mut File) -> c_int;
+    OUTPUT true fn fputc_unlocked(c: c_int, stream: *mut File) -> c_int;
+    OUTPUT true fn putc(c: c_int, stream: *mut File) -> c_int;
+    OUTPUT true fn putc_unlocked(c: c_int, stream: *mut File) -> c_int;
+    OUTPUT true fn _IO_putc(c: c_int, stream: *mut File) -> c_int;
+    OUTPUT true fn putchar(c: c_int) -> c_int;
+    OUTPUT true fn putchar_unlocked(c: c_int) -> c_int;
+    OUTPUT true fn __overflow(stream: *mut File, c: c_int) -> c_int;
+    OUTPUT true fn fflush(stream: *mut File) -> c_int;
+    OUTPUT true fn fflush_unlocked(stream: *mut File) -> c_int;
+    OUTPUT true fn vfprintf(stream: *mut File, format: *const c_char, ap: *mut c_void) -> c_int;
+    OUTPUT true fn vprintf(format: *const c_char, ap: *mut c_void) -> c_int;
+    OUTPUT false fn vdprintf(fd: c_int, format: *const c_char, ap: *mut c_void) -> c_int;
+    OUTPUT true fn __vfprintf_chk(stream: *mut File, flag: c_int, format: *const c_char, ap: *mut c_void) -> c_int;
+    OUTPUT true fn __vprintf_chk(flag: c_int, format: *const c_char, ap: *mut c_void) -> c_int;
+
+    INPUT false fn read(fd: c_int, buf: *mut c_void, count: SizeT) -> SsizeT;
+    INPUT false fn __read_chk(fd: c_int, buf: *mut c_void, count: SizeT, buflen: SizeT) -> SsizeT;
+    INPUT false fn readv(fd: c_int, iov: *const c_void, count: c_int) -> SsizeT;
+    INPUT false fn pread(fd: c_int, buf: *mut c_void, count: SizeT, offset: i64) -> SsizeT;
+    INPUT false fn pread64(fd: c_int, buf: *mut c_void, count: SizeT, offset: i64) -> SsizeT;
+    INPUT false fn preadv(fd: c_int, iov: *const c_void, count: c_int, offset: i64) -> SsizeT;
+    INPUT false fn preadv64(fd: c_int, iov: *const c_void, count: c_int, offset: i64) -> SsizeT;
+    INPUT false fn preadv2(fd: c_int, iov: *const c_void, count: c_int, offset: i64, flags: c_int) -> SsizeT;
+    INPUT false fn recv(fd: c_int, buf: *mut c_void, len: SizeT, flags: c_int) -> SsizeT;
+    INPUT false fn recvmsg(fd: c_int, msg: *mut c_void, flags: c_int) -> SsizeT;
+    INPUT false fn recvmmsg(fd: c_int, msgs: *mut c_void, count: c_uint, flags: c_int, timeout: *mut c_void) -> c_int;
+    INPUT true fn fread(ptr: *mut c_void, size: SizeT, n: SizeT, stream: *mut File) -> SizeT;
+    INPUT true fn fread_unlocked(ptr: *mut c_void, size: SizeT, n: SizeT, stream: *mut File) -> SizeT;
+    INPUT true fn fgets(s: *mut c_char, size: c_int, stream: *mut File) -> *mut c_char;
+    INPUT true fn fgets_unlocked(s: *mut c_char, size: c_int, stream: *mut File) -> *mut c_char;
+    INPUT true fn fgetc(stream: *mut File) -> c_int;
+    INPUT true fn getc(stream: *mut File) -> c_int;
+    INPUT true fn _IO_getc(stream: *mut File) -> c_int;
+    INPUT true fn getline(line: *mut *mut c_char, n: *mut SizeT, stream: *mut File) -> SsizeT;
+    INPUT true fn getdelim(line: *mut *mut c_char, n: *mut SizeT, delim: c_int, stream: *mut File) -> SsizeT;
+    INPUT true fn __uflow(stream: *mut File) -> c_int;
+    INPUT true fn __underflow(stream: *mut File) -> c_int;
+
+    LOCKS true fn pthread_cond_wait(cond: *mut c_void, mutex: *mut c_void) -> c_int;
+    LOCKS true fn pthread_cond_timedwait(cond: *mut c_void, mutex: *mut c_void, abstime: *const c_void) -> c_int;
+    LOCKS true fn pthread_cond_clockwait(cond: *mut c_void, mutex: *mut c_void, clock: c_int, abstime: *const c_void) -> c_int;
+
+    SLEEP false fn nanosleep(request: *const c_void, remaining: *mut c_void) -> c_int;
+    SLEEP false fn clock_nanosleep(clock: c_int, flags: c_int, request: *const c_void, remaining: *mut c_void) -> c_int;
+    SLEEP true fn usleep(us: c_uint) -> c_int;
+    SLEEP true fn sleep(seconds: c_uint) -> c_uint;
+
+    POLL false fn poll(fds: *mut c_void, n: u64, timeout: c_int) -> c_int;
+    POLL false fn ppoll(fds: *mut c_void, n: u64, timeout: *const c_void, sigmask: *const c_void) -> c_int;
+    POLL false fn select(n: c_int, read: *mut c_void, write: *mut c_void, except: *mut c_void, timeout: *mut c_void) -> c_int;
+    POLL false fn epoll_wait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int) -> c_int;
+    POLL false fn epoll_pwait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int, sigmask: *const c_void) -> c_int;
+
+    PROCESS false fn fork() -> c_int;
+    PROCESS false fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    PROCESS false fn execveat(dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int) -> c_int;
+    PROCESS false fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    PROCESS false fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
+    PROCESS false fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
+    PROCESS false fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    PROCESS true fn system(command: *const c_char) -> c_int;
+    PROCESS false fn wait(status: *mut c_int) -> c_int;
+    PROCESS false fn waitpid(pid: c_int, status: *mut c_int, options: c_int) -> c_int;
+    PROCESS false fn waitid(idtype: c_int, id: c_uint, info: *mut c_void, options: c_int) -> c_int;
+    PROCESS false fn wait3(status: *mut c_int, options: c_int, usage: *mut c_void) -> c_int;
+    PROCESS false fn wait4(pid: c_int, status: *mut c_int, options: c_int, usage: *mut c_void) -> c_int;
+
+    FILES false fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    FILES false fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    FILES false fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    FILES false fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    FILES false fn __open_2(path: *const c_char, flags: c_int) -> c_int;
+    FILES false fn __open64_2(path: *const c_char, flags: c_int) -> c_int;
+    FILES false fn creat(path: *const c_char, mode: c_uint) -> c_int;
+    FILES false fn creat64(path: *const c_char, mode: c_uint) -> c_int;
+    FILES true fn fopen(path: *const c_char, mode: *const c_char) -> *mut File;
+    FILES true fn fopen64(path: *const c_char, mode: *const c_char) -> *mut File;
+    FILES false fn stat(path: *const c_char, buf: *mut c_void) -> c_int;
+    FILES false fn stat64(path: *const c_char, buf: *mut c_void) -> c_int;
+    FILES false fn lstat(path: *const c_char, buf: *mut c_void) -> c_int;
+    FILES false fn lstat64(path: *const c_char, buf: *mut c_void) -> c_int;
+    FILES false fn fstat(fd: c_int, buf: *mut c_void) -> c_int;
+    FILES false fn fstat64(fd: c_int, buf: *mut c_void) -> c_int;
+    FILES false fn fstatat(dirfd: c_int, path: *const c_char, buf: *mut c_void, flags: c_int) -> c_int;
+    FILES false fn fstatat64(dirfd: c_int, path: *const c_char, buf: *mut c_void, flags: c_int) -> c_int;
+    FILES false fn statx(dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, buf: *mut c_void) -> c_int;
+    FILES false fn fsync(fd: c_int) -> c_int;
+    FILES false fn fdatasync(fd: c_int) -> c_int;
+}
+
+interpose6! {
+    OUTPUT false fn sendto(fd: c_int, buf: *const c_void, len: SizeT, flags: c_int, to: *const c_void, tolen: c_uint) -> SsizeT;
+    INPUT false fn recvfrom(fd: c_int, buf: *mut c_void, len: SizeT, flags: c_int, from: *mut c_void, fromlen: *mut c_uint) -> SsizeT;
+    POLL false fn pselect(n: c_int, read: *mut c_void, write: *mut c_void, except: *mut c_void, timeout: *const c_void, sigmask: *const c_void) -> c_int;
+    PROCESS true fn posix_spawn(pid: *mut c_int, path: *const c_char, actions: *const c_void, attr: *const c_void, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    PROCESS true fn posix_spawnp(pid: *mut c_int, file: *const c_char, actions: *const c_void, attr: *const c_void, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+}
+
+interpose_variadic! {
+    OUTPUT fn printf(format: *const c_char) -> c_int => vprintf, "8", "rsi", "rdx";
+    OUTPUT fn fprintf(stream: *mut File, format: *const c_char) -> c_int => vfprintf, "16", "rdx", "rcx";
+    OUTPUT fn dprintf(fd: c_int, format: *const c_char) -> c_int => vdprintf, "16", "rdx", "rcx";
+    OUTPUT fn __printf_chk(flag: c_int, format: *const c_char) -> c_int => __vprintf_chk, "16", "rdx", "rcx";
+    OUTPUT fn __fprintf_chk(stream: *mut File, flag: c_int, format: *const c_char) -> c_int => __vfprintf_chk, "24", "rcx", "r8";
+}
+
+// ---- Allocation ---------------------------------------------------------------------------------
+
+/// Interposes an allocation function: like `interpose!`, but while some real function is being
+/// resolved and this one is not known yet, `$bootstrap` serves the call (from the arena); and
+/// `$moved` (given the arguments) may serve a call itself, for a pointer from the arena that must
+/// not reach the real function.
+macro_rules! interpose_alloc {
+    ($(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $bootstrap:path, $moved:path;)*) => {$(
+        #[allow(non_snake_case)]
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            pub(super) static REAL: Real = Real::new(concat!(stringify!($name), "\0").as_bytes());
+
+            pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* ret: usize) -> $ret {
+                let address = REAL.get_unless_resolving();
+                if address == 0 {
+                    return $bootstrap($($arg),*);
+                }
+                if let Some(moved) = $moved($($arg),*) {
+                    return moved;
+                }
+                let real: unsafe extern "C" fn($($ty),*) -> $ret =
+                    core::mem::transmute::<usize, _>(address);
+                let _marked = enter(ALLOCATION, ret, true);
+                real($($arg),*)
+            }
+        }
+
+        /// Interposed: see the module's documentation.
+        ///
+        /// # Safety
+        /// As the libc function of this name.
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                concat!("mov ", ret_register!($($arg)*), ", [rsp]"),
+                "jmp {imp}",
+                ".cfi_endproc",
+                imp = sym $name::imp,
+            )
+        }
+    )*};
+}
+
+interpose_alloc! {
+    fn malloc(size: SizeT) -> *mut c_void => boot::malloc, boot::no_move1;
+    fn calloc(n: SizeT, size: SizeT) -> *mut c_void => boot::calloc, boot::no_move2;
+    fn realloc(p: *mut c_void, size: SizeT) -> *mut c_void => boot::realloc, boot::move_realloc;
+    fn reallocarray(p: *mut c_void, n: SizeT, size: SizeT) -> *mut c_void =>
+        boot::reallocarray, boot::move_reallocarray;
+    fn posix_memalign(out: *mut *mut c_void, align: SizeT, size: SizeT) -> c_int =>
+        boot::posix_memalign, boot::no_move3;
+    fn aligned_alloc(align: SizeT, size: SizeT) -> *mut c_void => boot::memalign, boot::no_move2;
+    fn memalign(align: SizeT, size: SizeT) -> *mut c_void => boot::memalign, boot::no_move2;
+}
+
+/// Allocation while the real functions cannot be known yet (from the arena), and the move of
+/// arena pieces to the real heap when they are reallocated later.
+mod boot {
+    use super::*;
+    use core::ptr::null_mut;
+
+    pub unsafe fn malloc(size: SizeT) -> *mut c_void {
+        arena::alloc(size, 16) as *mut c_void
+    }
+    pub unsafe fn calloc(n: SizeT, size: SizeT) -> *mut c_void {
+        n.checked_mul(size)
+            .map_or(null_mut(), |size| arena::alloc(size, 16) as *mut c_void)
+    }
+    pub unsafe fn memalign(align: SizeT, size: SizeT) -> *mut c_void {
+        arena::alloc(size, align) as *mut c_void
+    }
+    pub unsafe fn posix_memalign(out: *mut *mut c_void, align: SizeT, size: SizeT) -> c_int {
+        let p = arena::alloc(size, align);
+        if p.is_null() {
+            return 12; // ENOMEM
+        }
+        *out = p as *mut c_void;
+        0
+    }
+    pub unsafe fn realloc(p: *mut c_void, size: SizeT) -> *mut c_void {
+        let new = arena::alloc(size, 16);
+        if !p.is_null() && !new.is_null() && arena::contains(p as *const u8) {
+            let old = arena::size_of(p as *const u8);
+            core::ptr::copy_nonoverlapping(p as *const u8, new, old.min(size));
+        }
+        new as *mut c_void
+    }
+    pub unsafe fn reallocarray(p: *mut c_void, n: SizeT, size: SizeT) -> *mut c_void {
+        n.checked_mul(size)
+            .map_or(null_mut(), |size| realloc(p, size))
+    }
+
+    /// `realloc` of an arena piece once `malloc` is known: a new piece from the real heap.
+    pub unsafe fn move_realloc(p: *mut c_void, size: SizeT) -> Option<*mut c_void> {
+        if p.is_null() || !arena::contains(p as *const u8) {
+            return None;
+        }
+        let new = real_malloc(size.max(1));
+        if !new.is_null() {
+            let old = arena::size_of(p as *const u8);
+            core::ptr::copy_nonoverlapping(p as *const u8, new as *mut u8, old.min(size));
+        }
+        Some(new)
+    }
+    pub unsafe fn move_reallocarray(p: *mut c_void, n: SizeT, size: SizeT) -> Option<*mut c_void> {
+        if p.is_null() || !arena::contains(p as *const u8) {
+            return None;
+        }
+        Some(n.checked_mul(size).map_or(null_mut(), |size| {
+            move_realloc(p, size).unwrap_or(null_mut())
+        }))
+    }
+    pub unsafe fn no_move1<A>(_: A) -> Option<*mut c_void> {
+        None
+    }
+    pub unsafe fn no_move2<A, B>(_: A, _: B) -> Option<*mut c_void> {
+        None
+    }
+    pub unsafe fn no_move3<A, B, C>(_: A, _: B, _: C) -> Option<c_int> {
+        None
+    }
+}
+
+/// `free`: arena pointers are never freed; others go to the real `free` (or leak, if it cannot
+/// be known yet).
+mod free {
+    use super::*;
+    pub(super) static REAL: Real = Real::new(b"free\0");
+
+    pub(super) unsafe extern "C-unwind" fn imp(p: *mut c_void, ret: usize) {
+        if p.is_null() || arena::contains(p as *const u8) {
+            return;
+        }
+        let address = REAL.get_unless_resolving();
+        if address == 0 {
+            return;
+        }
+        let real: unsafe extern "C" fn(*mut c_void) = core::mem::transmute::<usize, _>(address);
+        let _marked = enter(ALLOCATION, ret, true);
+        real(p)
+    }
+}
+
+/// Interposed: see the module's documentation.
+///
+/// # Safety
+/// As libc's `free`.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rsi, [rsp]",
+        "jmp {imp}",
+        ".cfi_endproc",
+        imp = sym free::imp,
+    )
+}
+
+// ---- Locks: mark only the wait -------------------------------------------------------------------
+
+/// Interposes a lock function that waits only when the lock is taken: its `try` form first,
+/// unmarked; then, if that found the lock busy (`EBUSY`), the real function under `locks`.
+macro_rules! interpose_lock {
+    ($(fn $name:ident($arg:ident: $ty:ty) try $try:ident;)*) => {$(
+        #[allow(non_snake_case)]
+        mod $name {
+            use super::*;
+            pub(super) static REAL: Real = Real::new(concat!(stringify!($name), "\0").as_bytes());
+            pub(super) static TRY: Real = Real::new(concat!(stringify!($try), "\0").as_bytes());
+
+            pub(super) unsafe extern "C-unwind" fn imp($arg: $ty, ret: usize) -> c_int {
+                const EBUSY: c_int = 16;
+                let try_lock: unsafe extern "C" fn($ty) -> c_int =
+                    core::mem::transmute::<usize, _>(TRY.get());
+                let tried = try_lock($arg);
+                if tried != EBUSY {
+                    return tried;
+                }
+                let real: unsafe extern "C" fn($ty) -> c_int =
+                    core::mem::transmute::<usize, _>(REAL.get());
+                let _marked = enter(LOCKS, ret, true);
+                real($arg)
+            }
+        }
+
+        /// Interposed: see the module's documentation.
+        ///
+        /// # Safety
+        /// As the libc function of this name.
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($arg: $ty) -> c_int {
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                "mov rsi, [rsp]",
+                "jmp {imp}",
+                ".cfi_endproc",
+                imp = sym $name::imp,
+            )
+        }
+    )*};
+}
+
+interpose_lock! {
+    fn pthread_mutex_lock(mutex: *mut c_void) try pthread_mutex_trylock;
+    fn pthread_rwlock_rdlock(lock: *mut c_void) try pthread_rwlock_tryrdlock;
+    fn pthread_rwlock_wrlock(lock: *mut c_void) try pthread_rwlock_trywrlock;
+}
+
+interpose! {
+    LOCKS true fn pthread_mutex_timedlock(mutex: *mut c_void, abstime: *const c_void) -> c_int;
+    LOCKS true fn pthread_rwlock_timedrdlock(lock: *mut c_void, abstime: *const c_void) -> c_int;
+    LOCKS true fn pthread_rwlock_timedwrlock(lock: *mut c_void, abstime: *const c_void) -> c_int;
+}
+
+// ---- syscall: futex waits ------------------------------------------------------------------------
+
+mod syscall {
+    use super::*;
+    pub(super) static REAL: Real = Real::new(b"syscall\0");
+    const SYS_FUTEX: c_long = 202;
+    const SYS_FUTEX_WAITV: c_long = 449;
+    const FUTEX_CMD_MASK: c_long = !(128 | 256);
+
+    /// Whether a futex call waits: FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET,
+    /// FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2.
+    fn waits(number: c_long, op: c_long) -> bool {
+        number == SYS_FUTEX_WAITV
+            || number == SYS_FUTEX && matches!(op & FUTEX_CMD_MASK, 0 | 6 | 9 | 11 | 13)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe extern "C-unwind" fn imp(
+        number: c_long,
+        a1: c_long,
+        a2: c_long,
+        a3: c_long,
+        a4: c_long,
+        a5: c_long,
+        a6: c_long,
+        ret: usize,
+    ) -> c_long {
+        let real: unsafe extern "C" fn(
+            c_long,
+            c_long,
+            c_long,
+            c_long,
+            c_long,
+            c_long,
+            c_long,
+        ) -> c_long = core::mem::transmute::<usize, _>(REAL.get());
+        let _marked = if waits(number, a2) {
+            enter(LOCKS, ret, false)
+        } else {
+            None
+        };
+        real(number, a1, a2, a3, a4, a5, a6)
+    }
+}
+
+/// Interposed `syscall` (variadic in C; up to six arguments after the number, the last on the
+/// stack): marks futex waits under `locks`, forwards everything else unmarked.
+///
+/// # Safety
+/// As libc's `syscall`.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn syscall(number: c_long) -> c_long {
+    // At entry [rsp] is the return address and [rsp + 8] the sixth argument after the number.
+    // The call to `imp` needs, at rsp (16-aligned), that argument and then the return address.
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "sub rsp, 8",
+        ".cfi_adjust_cfa_offset 8",
+        "push qword ptr [rsp + 8]",
+        ".cfi_adjust_cfa_offset 8",
+        "push qword ptr [rsp + 24]",
+        ".cfi_adjust_cfa_offset 8",
+        "call {imp}",
+        "add rsp, 24",
+        ".cfi_adjust_cfa_offset -24",
+        "ret",
+        ".cfi_endproc",
+        imp = sym syscall::imp,
+    )
+}
+
+// ---- Threads: claim a slot at start --------------------------------------------------------------
+
+mod pthread_create {
+    use super::*;
+    pub(super) static REAL: Real = Real::new(b"pthread_create\0");
+    pub(super) type Start = unsafe extern "C-unwind" fn(*mut c_void) -> *mut c_void;
+
+    /// The user's start routine and argument, passed to `start` in memory from the real malloc.
+    #[repr(C)]
+    pub(super) struct Launch {
+        pub start: Start,
+        pub arg: *mut c_void,
+    }
+
+    /// The new thread's first function: claims its slot, then runs the user's routine.
+    pub(super) unsafe extern "C-unwind" fn start(launch: *mut c_void) -> *mut c_void {
+        let Launch { start, arg } = core::ptr::read(launch as *const Launch);
+        real_free(launch);
+        claim_slot();
+        start(arg)
+    }
+}
+
+/// The real `malloc` (for the agent's own bookkeeping, unmarked).
+unsafe fn real_malloc(size: usize) -> *mut c_void {
+    let real: unsafe extern "C" fn(usize) -> *mut c_void =
+        core::mem::transmute::<usize, _>(malloc::REAL.get());
+    real(size)
+}
+
+/// The real `free`.
+unsafe fn real_free(p: *mut c_void) {
+    let real: unsafe extern "C" fn(*mut c_void) =
+        core::mem::transmute::<usize, _>(free::REAL.get());
+    real(p)
+}
+
+/// Interposed `pthread_create`: the new thread claims its mark slot before running `start`, so
+/// that its first mark never happens in a signal handler. Not a feature.
+///
+/// # Safety
+/// As libc's `pthread_create`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut c_void,
+    attr: *const c_void,
+    start: pthread_create::Start,
+    arg: *mut c_void,
+) -> c_int {
+    type Create = unsafe extern "C" fn(
+        *mut c_void,
+        *const c_void,
+        pthread_create::Start,
+        *mut c_void,
+    ) -> c_int;
+    let real: Create = core::mem::transmute::<usize, Create>(pthread_create::REAL.get());
+    if !READY.load(Relaxed) {
+        return real(thread, attr, start, arg);
+    }
+    let launch =
+        real_malloc(core::mem::size_of::<pthread_create::Launch>()) as *mut pthread_create::Launch;
+    if launch.is_null() {
+        return real(thread, attr, start, arg);
+    }
+    launch.write(pthread_create::Launch { start, arg });
+    let created = real(thread, attr, pthread_create::start, launch as *mut c_void);
+    if created != 0 {
+        real_free(launch as *mut c_void);
+    }
+    created
+}

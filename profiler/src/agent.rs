@@ -1,0 +1,180 @@
+//! The agent `fsprof run` preloads: finding `libfsprof_agent.so`, deciding whether the program
+//! can preload it at all, composing `LD_PRELOAD`, and telling the agent's built-in features
+//! apart from the program's own.
+//!
+//! The library is found through the `FSPROF_AGENT` environment variable (a path), else next to
+//! the running `fsprof` executable (where `cargo build --workspace` puts both). A statically
+//! linked program (no `PT_INTERP`: nothing runs the dynamic loader) cannot preload anything. In
+//! both cases the program runs without the agent and the report says why. The agent's
+//! implementation is in `agent/src/builtin.rs`; this module never loads it.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+/// The agent library's file name.
+pub const LIBRARY: &str = "libfsprof_agent.so";
+/// The environment variable that names the agent library.
+pub const ENV: &str = "FSPROF_AGENT";
+
+/// Whether and what `run` preloads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Preload {
+    /// `--no-agent`.
+    Off,
+    /// Preload this library.
+    Library(PathBuf),
+    /// No library was found (the message says where fsprof looked).
+    NotFound(String),
+    /// The program is statically linked.
+    Static,
+}
+
+impl Preload {
+    /// The library to preload, if any.
+    pub fn library(&self) -> Option<&Path> {
+        match self {
+            Preload::Library(path) => Some(path),
+            _ => None,
+        }
+    }
+
+    /// A sentence for stderr and the report when the agent was wanted but is not preloaded.
+    pub fn note(&self) -> Option<String> {
+        match self {
+            Preload::Off | Preload::Library(_) => None,
+            Preload::NotFound(looked) => Some(format!(
+                "no built-in features (output, allocation, locks, ...): {LIBRARY} not found ({looked}); build it with `cargo build --release --workspace` or set {ENV}=PATH"
+            )),
+            Preload::Static => Some(
+                "no built-in features (output, allocation, locks, ...): the program is statically linked, so the agent cannot be preloaded; only its own marks are recorded"
+                    .to_owned(),
+            ),
+        }
+    }
+}
+
+/// What `run` preloads into `program` (a path, or a name looked up in `PATH`).
+pub fn preload(program: &OsStr) -> Preload {
+    let library = match find_library() {
+        Ok(library) => library,
+        Err(looked) => return Preload::NotFound(looked),
+    };
+    match resolve_program(program).map(|path| is_static(&path)) {
+        Some(Some(true)) => Preload::Static,
+        _ => Preload::Library(library),
+    }
+}
+
+/// The agent library, or where fsprof looked for it.
+fn find_library() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os(ENV) {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(absolute(path))
+        } else {
+            Err(format!("{ENV}={} is not a file", path.display()))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate fsprof itself: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let path = dir.join(LIBRARY);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!("not in {} and {ENV} is not set", dir.display()))
+    }
+}
+
+fn absolute(path: PathBuf) -> PathBuf {
+    std::path::absolute(&path).unwrap_or(path)
+}
+
+/// The value of `LD_PRELOAD` for the program: the environment's own, with `library` appended.
+pub fn ld_preload(library: &Path) -> OsString {
+    compose(std::env::var_os("LD_PRELOAD"), library)
+}
+
+fn compose(existing: Option<OsString>, library: &Path) -> OsString {
+    match existing {
+        Some(existing) if !existing.is_empty() => {
+            let mut value = existing;
+            value.push(":");
+            value.push(library);
+            value
+        }
+        _ => library.as_os_str().to_owned(),
+    }
+}
+
+/// The file `program` names: itself if it contains a `/`, else the first executable of that name
+/// in `PATH` (as `execvp` would find it).
+fn resolve_program(program: &OsStr) -> Option<PathBuf> {
+    let path = Path::new(program);
+    if program.as_encoded_bytes().contains(&b'/') {
+        return Some(path.to_owned());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(path))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Whether the ELF file at `path` is statically linked (has no `PT_INTERP`); `None` when it is
+/// not an ELF file (a script: its interpreter decides) or cannot be read.
+fn is_static(path: &Path) -> Option<bool> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    use std::io::Read;
+    // The ELF and program headers are at the start of the file.
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(64 * 1024)
+        .read_to_end(&mut head)
+        .ok()?;
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&*head).ok()?;
+    let endian = header.endian().ok()?;
+    let segments = header.program_headers(endian, &*head).ok()?;
+    Some(
+        !segments
+            .iter()
+            .any(|segment| segment.p_type(endian) == object::elf::PT_INTERP),
+    )
+}
+
+/// Whether the mapping path `path` (from `/proc/PID/maps`) is the agent library.
+pub fn is_agent_path(path: &str) -> bool {
+    Path::new(path)
+        .file_name()
+        .is_some_and(|name| name.as_encoded_bytes().starts_with(b"libfsprof_agent"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ld_preload_keeps_what_the_user_set() {
+        let library = Path::new("/x/libfsprof_agent.so");
+        assert_eq!(compose(None, library), "/x/libfsprof_agent.so");
+        assert_eq!(compose(Some("".into()), library), "/x/libfsprof_agent.so");
+        assert_eq!(
+            compose(Some("/lib/a.so".into()), library),
+            "/lib/a.so:/x/libfsprof_agent.so"
+        );
+    }
+
+    #[test]
+    fn static_and_dynamic_programs() {
+        assert_eq!(is_static(Path::new("/bin/sh")), Some(false));
+        assert_eq!(is_static(Path::new("/nonexistent")), None);
+        let script = std::env::temp_dir().join(format!("fsprof-script-{}", std::process::id()));
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        assert_eq!(is_static(&script), None);
+        let _ = std::fs::remove_file(script);
+        assert_eq!(
+            resolve_program(OsStr::new("sh")).and_then(|p| is_static(&p)),
+            Some(false)
+        );
+        assert!(is_agent_path("/a/b/libfsprof_agent.so"));
+        assert!(!is_agent_path("/a/libfsprof_agent.so/libc.so.6"));
+    }
+}

@@ -1,0 +1,129 @@
+/* builtins.c: a C program with known output, allocation and lock behaviour and no marks of its
+ * own, for the end-to-end test of the agent's built-in features. One thread runs, for SECONDS,
+ * a random mix of: write() of 1 MiB to a temporary file (output), fprintf + fflush of 64 KiB
+ * to another (output, stdio: counted once), calloc of 256 KiB then free (allocation), a
+ * pthread_cond_timedwait that times out after 100-400 µs (locks), and unmarked spinning. It
+ * times each call and writes the ground truth as JSON:
+ *
+ *   builtins SECONDS --truth FILE
+ *
+ * {"total_ms": T, "features": {"output": {"ms": M, "instances": {}}, ...}}. One thread, never
+ * blocked outside those calls, so the total is the loop's wall time. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static void spin_us(unsigned us) {
+    double end = now_ms() + us / 1000.0;
+    volatile unsigned long x = 1;
+    while (now_ms() < end)
+        for (int i = 0; i < 64; i++) x = x * 6364136223846793005UL + 1;
+}
+
+static unsigned long rng = 88172645463325252UL;
+static unsigned long next(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static char chunk[1024 * 1024];
+static char line[64 * 1024 + 1];
+
+__attribute__((noinline)) static double write_chunk(int fd) {
+    double t0 = now_ms();
+    if (write(fd, chunk, sizeof chunk) < 0) exit(3);
+    double t1 = now_ms();
+    lseek(fd, 0, SEEK_SET);
+    return t1 - t0;
+}
+
+__attribute__((noinline)) static double print_line(FILE *f) {
+    double t0 = now_ms();
+    fprintf(f, "%s\n", line);
+    fflush(f);
+    double t1 = now_ms();
+    rewind(f);
+    return t1 - t0;
+}
+
+__attribute__((noinline)) static double allocate(void) {
+    double t0 = now_ms();
+    char *p = calloc(256 * 1024, 1);
+    double t1 = now_ms();
+    if (!p) exit(3);
+    p[next() % (256 * 1024)] = 1; /* used, so not optimised away */
+    double t2 = now_ms();
+    free(p);
+    double t3 = now_ms();
+    return (t1 - t0) + (t3 - t2);
+}
+
+__attribute__((noinline)) static double wait_for_nothing(pthread_cond_t *cond, pthread_mutex_t *mutex) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 100000 + next() % 300000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec += 1;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(mutex);
+    double t0 = now_ms();
+    pthread_cond_timedwait(cond, mutex, &until);
+    double t1 = now_ms();
+    pthread_mutex_unlock(mutex);
+    return t1 - t0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4 || strcmp(argv[2], "--truth") != 0) {
+        fprintf(stderr, "usage: builtins SECONDS --truth FILE\n");
+        return 2;
+    }
+    double run_ms = atof(argv[1]) * 1e3;
+    memset(chunk, 'x', sizeof chunk);
+    memset(line, 'y', sizeof line - 1);
+    char path[] = "/tmp/fsprof-builtins-XXXXXX";
+    int fd = mkstemp(path);
+    char path2[] = "/tmp/fsprof-builtins-XXXXXX";
+    int fd2 = mkstemp(path2);
+    if (fd < 0 || fd2 < 0) return 3;
+    unlink(path);
+    unlink(path2);
+    FILE *f = fdopen(fd2, "w");
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+    double output = 0, allocation = 0, locks = 0;
+    double start = now_ms();
+    while (now_ms() - start < run_ms) {
+        switch (next() % 10) {
+        case 0: case 1: output += write_chunk(fd); break;
+        case 2: case 3: output += print_line(f); break;
+        case 4: case 5: for (int i = 0; i < 8; i++) allocation += allocate(); break;
+        case 6: locks += wait_for_nothing(&cond, &mutex); break;
+        default: spin_us(200 + next() % 600); break;
+        }
+    }
+    double total = now_ms() - start;
+    FILE *out = fopen(argv[3], "w");
+    if (!out) return 3;
+    fprintf(out,
+            "{\"total_ms\": %.3f, \"features\": {\"output\": {\"ms\": %.3f, \"instances\": {}}, "
+            "\"allocation\": {\"ms\": %.3f, \"instances\": {}}, \"locks\": {\"ms\": %.3f, "
+            "\"instances\": {}}}}\n",
+            total, output, allocation, locks);
+    fclose(out);
+    return 0;
+}

@@ -1,0 +1,40 @@
+"""A Python program that times its own os.write calls, for the end-to-end test of the agent's
+built-in `output` feature under an unmodified python3.
+
+    python3 timed_writes.py SECONDS TRUTH_FILE
+
+For SECONDS it alternates pure-Python work (summing numbers, 50-500 µs) with os.write of 1 MiB
+to a temporary file (rewound each time), timing each os.write with perf_counter. It writes
+{"total_ms": T, "features": {"output": {"ms": M, "instances": {}}}} where T is the loop's wall
+time (one thread, never blocked outside os.write). Python's call overhead around os.write is
+included in M (a few hundred nanoseconds per call, against tens of microseconds of write)."""
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+
+seconds = float(sys.argv[1])
+truth_path = sys.argv[2]
+chunk = b"x" * (1 << 20)
+rng = random.Random(7)
+fd, path = tempfile.mkstemp(prefix="fsprof-py-")
+os.unlink(path)
+output = 0.0
+start = time.perf_counter()
+while time.perf_counter() - start < seconds:
+    until = time.perf_counter() + rng.uniform(50e-6, 500e-6)
+    total = 0
+    while time.perf_counter() < until:
+        total += sum(range(50))
+    t0 = time.perf_counter()
+    os.write(fd, chunk)
+    t1 = time.perf_counter()
+    output += t1 - t0
+    os.lseek(fd, 0, os.SEEK_SET)
+elapsed = time.perf_counter() - start
+with open(truth_path + ".tmp", "w") as f:
+    json.dump({"total_ms": elapsed * 1e3,
+               "features": {"output": {"ms": output * 1e3, "instances": {}}}}, f)
+os.rename(truth_path + ".tmp", truth_path)

@@ -1,0 +1,333 @@
+//! The agent's built-in features end to end: real programs run by the real `fsprof run`, which
+//! preloads `libfsprof_agent.so`. Programs that time their own libc calls (C and Rust, no marks
+//! of their own; an unmodified `python3` running a script that times its `os.write` calls) must
+//! get the shares they measured; a Debian tool nobody here wrote (`sort` on a generated file)
+//! must get plausible input, output and allocation shares with call sites inside it. Also:
+//! `--no-agent`, statically linked programs, and an `LD_PRELOAD` the user set.
+
+mod support;
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use support::native::*;
+use support::*;
+
+/// `fsprof run -o DIR [args] -- PROGRAM...`; fails the test unless fsprof and the program
+/// succeed. Returns fsprof's stderr (the report).
+fn run(dir: &Path, args: &[&str], program: &[&std::ffi::OsStr]) -> String {
+    let output = Command::new(fsprof())
+        .arg("run")
+        .arg("-o")
+        .arg(dir)
+        .args(args)
+        .arg("--")
+        .args(program)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "fsprof run failed: {stderr}");
+    assert!(stderr.contains("exited with code 0"), "{stderr}");
+    stderr
+}
+
+fn feature<'a>(report: &'a Value, name: &str) -> Option<&'a Value> {
+    report["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == name)
+}
+
+fn percent(report: &Value, name: &str) -> f64 {
+    feature(report, name).map_or(0.0, |f| f["percent"].as_f64().unwrap())
+}
+
+fn payloads(report: &Value, name: &str) -> Vec<String> {
+    feature(report, name).map_or(Vec::new(), |f| {
+        f["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["payload"].as_str().unwrap().to_owned())
+            .collect()
+    })
+}
+
+/// Compares the features the truth names with the report, within `tolerance` points; every
+/// other feature must be built in and below the tolerance. Returns the worst error.
+fn assert_feature_shares(report: &Value, truth: &Value, tolerance: f64) -> f64 {
+    let total = truth["total_ms"].as_f64().unwrap();
+    let mut table = String::new();
+    let mut worst: f64 = 0.0;
+    for (name, measured) in truth["features"].as_object().unwrap() {
+        let expected = measured["ms"].as_f64().unwrap() * 100.0 / total;
+        let reported = percent(report, name);
+        worst = worst.max((reported - expected).abs());
+        table += &format!("  {name:<12} report {reported:6.2}%  truth {expected:6.2}%\n");
+    }
+    for feature in report["features"].as_array().unwrap() {
+        let name = feature["name"].as_str().unwrap();
+        if truth["features"].get(name).is_none() {
+            let reported = feature["percent"].as_f64().unwrap();
+            table += &format!("  {name:<12} report {reported:6.2}%  (not measured)\n");
+            assert_eq!(feature["builtin"], true, "{name} is not built in:\n{table}");
+            worst = worst.max(reported);
+        }
+    }
+    eprintln!("{table}");
+    assert!(
+        worst <= tolerance,
+        "a share is off by {worst:.2} points (bound {tolerance}):\n{table}"
+    );
+    worst
+}
+
+#[test]
+fn c_program_gets_the_output_allocation_and_lock_shares_it_measured() {
+    let _serial = serial();
+    let build = tempdir();
+    let program = build_c_builtins(build.path());
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    let stderr = run(
+        dir.path(),
+        &[],
+        &[
+            program.as_os_str(),
+            "3".as_ref(),
+            "--truth".as_ref(),
+            truth_path.as_os_str(),
+        ],
+    );
+    assert!(stderr.contains("built in: "), "{stderr}");
+    let report = report_json(dir.path());
+    assert_feature_shares(&report, &truth(dir.path()), TOLERANCE);
+    // Instances are the program's call sites, named with their lines.
+    let output = payloads(&report, "output");
+    for function in ["write_chunk (", "print_line ("] {
+        assert!(
+            output
+                .iter()
+                .any(|p| p.starts_with(function) && p.contains("builtins.c:")),
+            "{output:?}"
+        );
+    }
+    // stdio counts once: fprintf's own write is not a second instance inside libc.
+    assert!(output.iter().all(|p| !p.contains("libc")), "{output:?}");
+    assert!(payloads(&report, "locks")[0].starts_with("wait_for_nothing ("));
+    assert!(payloads(&report, "allocation")[0].starts_with("allocate ("));
+}
+
+#[test]
+fn rust_program_gets_the_output_allocation_and_lock_shares_it_measured() {
+    let _serial = serial();
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    run(
+        dir.path(),
+        &[],
+        &[
+            env!("CARGO_BIN_EXE_builtins").as_ref(),
+            "3".as_ref(),
+            "--truth".as_ref(),
+            truth_path.as_os_str(),
+        ],
+    );
+    let report = report_json(dir.path());
+    assert_feature_shares(&report, &truth(dir.path()), TOLERANCE);
+    // Rust's futex waits (through `syscall`) are lock waits, named by the std function that waits.
+    let locks = payloads(&report, "locks");
+    assert!(locks.iter().any(|p| p.contains("futex")), "{locks:?}");
+}
+
+#[test]
+fn python_output_share_is_what_the_script_measured() {
+    let _serial = serial();
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/timed_writes.py");
+    // The interpreter itself, not a wrapper script such as pyenv's shim (whose start-up, a few
+    // shell commands, would count too, but not in the script's measure).
+    let python = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or("python3");
+    run(
+        dir.path(),
+        &[],
+        &[
+            python.as_ref(),
+            script.as_os_str(),
+            "3".as_ref(),
+            truth_path.as_os_str(),
+        ],
+    );
+    let report = report_json(dir.path());
+    let truth = truth(dir.path());
+    let expected = truth["features"]["output"]["ms"].as_f64().unwrap() * 100.0
+        / truth["total_ms"].as_f64().unwrap();
+    let reported = percent(&report, "output");
+    eprintln!("python3 output: report {reported:.2}%, script {expected:.2}%");
+    assert!(expected > 5.0, "the script wrote too little: {truth}");
+    assert!(
+        (reported - expected).abs() <= 4.0,
+        "output: report {reported:.2}%, the script measured {expected:.2}%"
+    );
+    assert_eq!(feature(&report, "output").unwrap()["builtin"], true);
+}
+
+#[test]
+fn sort_gets_plausible_input_output_and_allocation_with_call_sites_in_sort() {
+    let _serial = serial();
+    let dir = tempdir();
+    // About 30 MB of random lines.
+    let input = dir.path().join("input.txt");
+    let mut rng = fsprof_tests::Rng::new(3);
+    let mut text = String::with_capacity(32 << 20);
+    while text.len() < 30 << 20 {
+        let n = rng.next_u64();
+        text += &format!("{n:x} {} line {}\n", n % 977, n % 13);
+    }
+    std::fs::write(&input, text).unwrap();
+    // Sort reads it from a pipe fed by `gzip -dc`, slower than sort reads: the time sort waits
+    // in `fread` is input (blocked inside a built-in mark). A 256 KiB buffer makes it sort in
+    // runs and merge them through temporary files, which allocates per run: with its default
+    // buffer sort allocates once, and allocation is 0-0.05% (a sample or none).
+    let status = Command::new("gzip").arg("-k").arg(&input).status().unwrap();
+    assert!(status.success());
+    let mut gunzip = Guarded(
+        Command::new("gzip")
+            .arg("-dc")
+            .arg(dir.path().join("input.txt.gz"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let sorted = dir.path().join("sorted.txt");
+    let out = dir.path().join("profile");
+    let output = Command::new(fsprof())
+        .args(["run", "-o"])
+        .arg(&out)
+        .args(["--", "sort", "-S", "256K", "--parallel=1", "-o"])
+        .arg(&sorted)
+        .stdin(gunzip.0.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(gunzip
+        .wait_with_deadline(std::time::Duration::from_secs(60))
+        .success());
+    assert_eq!(
+        std::fs::metadata(&sorted).unwrap().len(),
+        std::fs::metadata(&input).unwrap().len()
+    );
+    let report = report_json(&out);
+    let shares: Vec<(&str, f64)> = ["input", "output", "allocation"]
+        .iter()
+        .map(|name| (*name, percent(&report, name)))
+        .collect();
+    eprintln!("sort: {shares:?}");
+    for (name, share) in &shares {
+        assert!(
+            (0.05..60.0).contains(share),
+            "{name}: {share:.2}% ({shares:?})"
+        );
+        // Call sites lie in sort itself (stripped: named from its dynamic symbols, else
+        // `sort+0x…`), not in libc.
+        let sites = payloads(&report, name);
+        assert!(
+            sites
+                .iter()
+                .any(|p| p.starts_with("sort+0x") || !p.contains('+')),
+            "{name}: {sites:?}"
+        );
+        assert!(
+            sites.iter().all(|p| !p.starts_with("libc.so")),
+            "{name}: {sites:?}"
+        );
+    }
+    let sum: f64 = shares.iter().map(|(_, s)| s).sum();
+    assert!(sum < 100.0, "{shares:?}");
+}
+
+#[test]
+fn no_agent_records_the_programs_own_marks_only() {
+    let _serial = serial();
+    let build = tempdir();
+    let program = build_c_builtins(build.path());
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    let stderr = run(
+        dir.path(),
+        &["--no-agent"],
+        &[
+            program.as_os_str(),
+            "0.3".as_ref(),
+            "--truth".as_ref(),
+            truth_path.as_os_str(),
+        ],
+    );
+    assert!(stderr.contains("No feature marks were seen"), "{stderr}");
+    assert!(!stderr.contains("built in"), "{stderr}");
+}
+
+#[test]
+fn a_static_program_runs_without_the_agent_and_the_report_says_why() {
+    let _serial = serial();
+    let build = tempdir();
+    let Some(program) = build_c_static(build.path()) else {
+        eprintln!("skipped: this system cannot link statically (no libc.a)");
+        return;
+    };
+    let dir = tempdir();
+    // It exits at once, perhaps before the first sample: only success is asked of it.
+    let output = Command::new(fsprof())
+        .args(["run", "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(&program)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "static\n");
+    assert!(
+        stderr.contains("the program is statically linked"),
+        "{stderr}"
+    );
+    let report = std::fs::read_to_string(dir.path().join("report.txt")).unwrap();
+    assert!(report.contains("statically linked"), "{report}");
+}
+
+#[test]
+fn the_users_ld_preload_is_kept_and_children_run() {
+    let _serial = serial();
+    let dir = tempdir();
+    let output = Command::new(fsprof())
+        .env("LD_PRELOAD", "libm.so.6")
+        .args(["run", "-o"])
+        .arg(dir.path())
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"$LD_PRELOAD\"; ls / > /dev/null && echo child-ok",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut lines = stdout.lines();
+    let preload = lines.next().unwrap();
+    assert!(
+        preload.starts_with("libm.so.6:") && preload.ends_with("/libfsprof_agent.so"),
+        "{preload}"
+    );
+    assert_eq!(lines.next(), Some("child-ok"));
+}
