@@ -17,6 +17,7 @@ use crate::modules::{self, Mapping, Module};
 use crate::perf::{PerfSample, PerfSampler, SLOTS};
 use crate::profile::RawNativeStack;
 use crate::remote::Remote;
+use crate::target;
 use crate::tracer::{Pauses, Tracer};
 use crate::unwind::{Registers, StackCopy, Unwinder, Unwound, UnwoundFrame};
 use fsprof_shim::abi::RecordView;
@@ -61,8 +62,22 @@ pub struct NativeStats {
     pub not_stopped: u64,
     /// Threads that could not be attached.
     pub attach_failures: u64,
-    /// Thread samples taken by perf (the rest of `captured` by ptrace).
+    /// Thread samples taken by perf (the rest of `captured` by ptrace or from blocked threads).
     pub perf_captured: u64,
+    /// Thread samples of blocked threads taken without stopping them.
+    pub blocked: u64,
+    /// Thread samples of blocked threads left without a stack rather than stopped.
+    pub blocked_skipped: u64,
+}
+
+/// What [`NativeSampler::blocked_stack`] could do.
+pub enum Blocked {
+    /// The stack, taken without stopping the thread.
+    Taken(Captured),
+    /// No stack this time (and no stop).
+    Skip,
+    /// Only a stop can take it.
+    Stop,
 }
 
 /// The native side of a sampler.
@@ -224,7 +239,8 @@ impl NativeSampler {
             self.stats.not_stopped += 1;
             return None;
         };
-        Some((self.unwind(tid, regs), result))
+        let captured = self.unwind(tid, regs);
+        Some((self.counted(captured), result))
     }
 
     /// Whether running threads are sampled with perf.
@@ -250,7 +266,8 @@ impl NativeSampler {
         let slots = std::mem::take(&mut self.perf_sample.slots);
         let known = self.perf_sample.marks_known;
         self.stats.perf_captured += 1;
-        PerfStack::Sample(self.unwind(tid, regs), known.then_some(slots))
+        let captured = self.unwind(tid, regs);
+        PerfStack::Sample(self.counted(captured), known.then_some(slots))
     }
 
     /// Forgets a thread that is gone (closes its perf event).
@@ -280,12 +297,61 @@ impl NativeSampler {
                 self.unwinder.unwind(regs, &self.copy, &mut self.unwound);
             }
         }
-        self.stats.captured += 1;
-        self.stats.complete += u64::from(self.unwound.complete);
         Captured {
             frames: self.unwound.frames.clone(),
             complete: self.unwound.complete,
         }
+    }
+
+    /// Counts a stack taken for a sample.
+    fn counted(&mut self, captured: Captured) -> Captured {
+        self.stats.captured += 1;
+        self.stats.complete += u64::from(captured.complete);
+        captured
+    }
+
+    /// The stack of `tid`, blocked in the kernel, taken without stopping it: its stack and
+    /// instruction pointers come from `/proc/PID/task/TID/syscall` (which the kernel fills only
+    /// for a thread that is off its CPU) and its stack memory is copied while it stays blocked.
+    /// [`Blocked::Skip`] when that cannot be done without waiting (see below) or it ran
+    /// meanwhile (its scheduling count moved); [`Blocked::Stop`] when its stack does not unwind
+    /// to its root: the frame pointer is not known this way, so code that needs it to unwind is
+    /// left to a ptrace stop. Not stopping a blocked thread matters: a stop extends
+    /// the block it interrupts (a sleep that ends meanwhile resumes late), which the program's
+    /// own clock sees and the samples did not.
+    pub fn blocked_stack(&mut self, tid: u32) -> Blocked {
+        // The kernel fills that file only once the thread is off its CPU, and waits for it
+        // otherwise: by sleeping a whole scheduler tick when the thread was preempted on its way
+        // to sleep, which a real-time sampler sharing its CPU may just have done. A stop would
+        // lengthen its wait (see above): the sample goes without a stack.
+        // SAFETY: no arguments.
+        let ours = unsafe { nix::libc::sched_getcpu() };
+        if u32::try_from(ours).ok() == target::last_cpu(self.pid, tid) {
+            self.stats.blocked_skipped += 1;
+            return Blocked::Skip;
+        }
+        let Some(before) = target::times_scheduled(self.pid, tid) else {
+            return Blocked::Stop;
+        };
+        let Some((sp, ip)) = target::blocked_registers(self.pid, tid) else {
+            self.stats.blocked_skipped += 1;
+            return Blocked::Skip; // running again
+        };
+        let regs = Registers { ip, sp, bp: 0 };
+        if !self.maps.iter().any(|m| m.range.contains(&sp)) {
+            self.refresh(tid);
+        }
+        copy_stack(Remote::new(tid), &self.maps, regs, &mut self.copy);
+        if target::times_scheduled(self.pid, tid) != Some(before) {
+            self.stats.blocked_skipped += 1;
+            return Blocked::Skip;
+        }
+        let captured = self.unwind(tid, regs);
+        if !captured.complete {
+            return Blocked::Stop;
+        }
+        self.stats.blocked += 1;
+        Blocked::Taken(self.counted(captured))
     }
 
     /// Detaches from every thread (they keep running).

@@ -94,6 +94,10 @@ pub struct Meta {
     pub torn_retries: u64,
     /// Thread samples dropped (time carried to the thread's next sample) after all retries.
     pub torn_dropped: u64,
+    /// Thread samples whose marks in several regions (the program's, the agent's) could not be
+    /// copied at one instant: the thread changed them faster than fsprof could copy them.
+    #[serde(default)]
+    pub marks_unsettled: u64,
     /// Threads of the target that could not get a mark slot.
     pub threads_without_slot: u64,
     /// Mark stack capacity of the region.
@@ -136,6 +140,13 @@ pub struct Meta {
     /// one (its stack had not changed meanwhile).
     #[serde(default)]
     pub native_late: u64,
+    /// Of `native_captured`: stacks of blocked threads taken without stopping them.
+    #[serde(default)]
+    pub native_blocked: u64,
+    /// Thread samples of blocked threads left without a stack rather than stopped (the thread
+    /// last ran on fsprof's CPU, or ran again meanwhile).
+    #[serde(default)]
+    pub native_blocked_skipped: u64,
     /// Median time a sampled thread stayed stopped, microseconds.
     #[serde(default)]
     pub pause_p50_us: u64,

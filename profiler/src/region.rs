@@ -38,6 +38,8 @@ pub struct ThreadMarks {
     pub tid: u32,
     /// Logical depth; more than `records.len()` when the stack was deeper than the capacity.
     pub depth: u32,
+    /// The slot's sequence counter at the copy (it moves at every push and pop).
+    pub seq: u32,
     /// Records, outermost first.
     pub records: Vec<RecordView>,
     /// Index of the slot in its region.
@@ -53,6 +55,9 @@ pub struct ReadStats {
     pub retries: u64,
     /// Slots given up on for one sample after all retries.
     pub dropped: u64,
+    /// Thread samples whose slots in several regions never agreed on one instant (the copies
+    /// of the last try were kept).
+    pub unsettled: u64,
 }
 
 enum Backing {
@@ -171,6 +176,7 @@ impl RegionReader {
                 let state = unsafe { abi::copy_slot(map.as_ptr(), index, &mut records) }.ok()?;
                 ThreadMarks {
                     tid: state.tid,
+                    seq: state.seq,
                     depth: state.depth,
                     records,
                     slot: index,
@@ -254,6 +260,7 @@ fn read_mapped(
                     if state.tid != 0 {
                         out.push(ThreadMarks {
                             tid: state.tid,
+                            seq: state.seq,
                             depth: state.depth,
                             records: records.clone(),
                             slot: index,
@@ -346,6 +353,7 @@ fn copy_remote(remote: &Remote, slot: u64, state: SlotState) -> Result<Option<Th
         .collect();
     Ok(Some(ThreadMarks {
         tid: state.tid,
+        seq: state.seq,
         depth: state.depth,
         records,
         slot: 0,

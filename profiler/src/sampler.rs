@@ -479,10 +479,65 @@ impl Sampler {
         self.threads_without_slot = without_slot;
         // Sorted by thread (stable: regions keep their order), for `stack_of`'s lookups.
         self.marks.sort_by_key(|marks| marks.tid);
+        if self.regions.len() > 1 {
+            self.agree_across_regions();
+        }
         self.marks_incomplete = self.regions.len() != before;
         if self.marks_incomplete {
             self.forget_names();
             self.next_region_scan = Instant::now();
+        }
+    }
+
+    /// Makes each thread's slots in several regions (the program's shim, the agent's) describe
+    /// one instant. The regions are read one after the other, so a thread that marks every
+    /// microsecond can have a push in one region missing from the copy of another (a built-in
+    /// `write` seen without the program's own `output` mark around it). Its slots are copied
+    /// again until two passes agree on every sequence counter: each copy then held over an
+    /// interval that contains the instant between the passes. A thread that never settles (it
+    /// changes marks every few tens of nanoseconds) keeps its last copies, and is counted.
+    fn agree_across_regions(&mut self) {
+        const PASSES: usize = 4;
+        let mut start = 0;
+        while start < self.marks.len() {
+            let tid = self.marks[start].tid;
+            let end = start
+                + self.marks[start..]
+                    .iter()
+                    .take_while(|m| m.tid == tid)
+                    .count();
+            if end - start > 1 {
+                let mut settled = false;
+                for _ in 0..PASSES {
+                    let mut same = true;
+                    for marks in &mut self.marks[start..end] {
+                        let again = self
+                            .regions
+                            .get(marks.region)
+                            .and_then(|region| region.read_slot(marks.slot, tid));
+                        match again {
+                            // A push advances seq, a pop only lowers depth.
+                            Some(again) if (again.seq, again.depth) == (marks.seq, marks.depth) => {
+                            }
+                            Some(mut again) => {
+                                again.region = marks.region;
+                                *marks = again;
+                                same = false;
+                            }
+                            None => same = false, // in the middle of a push: copy it again
+                        }
+                    }
+                    if same {
+                        settled = true;
+                        break;
+                    }
+                }
+                if !settled {
+                    // Kept: dropping it would favour the marks that change least often.
+                    self.stats.unsettled += 1;
+                }
+            }
+            start = end;
         }
     }
 
@@ -563,7 +618,36 @@ impl Sampler {
                 };
             }
         }
+        if !running {
+            if let Some(native) = self.blocked(tid, own_tid, first, count) {
+                return native;
+            }
+        }
         self.capture(tid, own_tid, first, count, running)
+    }
+
+    /// The native stack of a blocked thread without stopping it, when its marks are still the
+    /// tick's once its stack is copied; `None` when only a stop can take it.
+    fn blocked(&mut self, tid: u32, own_tid: u32, first: usize, count: usize) -> Option<Native> {
+        let captured = match self.native.as_mut()?.blocked_stack(tid) {
+            native::Blocked::Taken(captured) => captured,
+            native::Blocked::Skip => return Some(Native::None),
+            native::Blocked::Stop => return None,
+        };
+        let unchanged = self.marks[first..first + count].iter().all(|old| {
+            self.regions
+                .get(old.region)
+                .and_then(|region| region.read_slot(old.slot, own_tid))
+                .is_some_and(|new| new.depth == old.depth && new.records == old.records)
+        });
+        if !unchanged {
+            self.native_moved += 1; // it ran, and marked, since the tick
+            return Some(Native::None);
+        }
+        let state = self.threads.get_mut(&tid)?;
+        state.last_pcount = target::times_scheduled(self.pid, tid);
+        state.last_native = Some(captured.clone());
+        Some(Native::Captured(captured))
     }
 
     /// The thread's native stack by a ptrace stop, with its marks copied in the same stop.
@@ -746,6 +830,7 @@ impl Sampler {
         meta.regions = self.regions_seen.len() as u32;
         meta.torn_retries = self.stats.retries;
         meta.torn_dropped = self.stats.dropped;
+        meta.marks_unsettled = self.stats.unsettled;
         meta.threads_without_slot = self.threads_without_slot;
         meta.mark_capacity = fsprof_shim::abi::MARK_CAPACITY as u32;
         meta.sampler_priority = self.priority.to_owned();
@@ -764,6 +849,8 @@ impl Sampler {
             meta.native_not_stopped = stats.not_stopped;
             meta.native_moved = self.native_moved;
             meta.native_late = self.native_late;
+            meta.native_blocked = stats.blocked;
+            meta.native_blocked_skipped = stats.blocked_skipped;
             meta.pause_p50_us = native.pauses().quantile(0.5).as_micros() as u64;
             meta.pause_p99_us = native.pauses().quantile(0.99).as_micros() as u64;
             if let Some(errno) = native.attach_error {

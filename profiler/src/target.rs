@@ -154,6 +154,38 @@ pub fn times_scheduled(pid: u32, tid: u32) -> Option<u64> {
     text.split_whitespace().nth(2)?.parse().ok()
 }
 
+/// The stack and instruction pointers of thread `tid` of `pid` while it is blocked in the
+/// kernel, from `/proc/PID/task/TID/syscall` (`NR ARGS... SP PC`, or `-1 SP PC` outside a system
+/// call); `None` if it is running (the file then says `running`) or cannot be read.
+pub fn blocked_registers(pid: u32, tid: u32) -> Option<(u64, u64)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    parse_syscall(&text)
+}
+
+/// The CPU thread `tid` of `pid` last ran on (field 39 of its `stat`).
+pub fn last_cpu(pid: u32, tid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/stat"))).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_ascii_whitespace()
+        .nth(36)?
+        .parse()
+        .ok()
+}
+
+fn parse_syscall(text: &str) -> Option<(u64, u64)> {
+    let fields: Vec<&str> = text.split_ascii_whitespace().collect();
+    if !matches!(fields.len(), 3 | 9) {
+        return None; // "running", or a format this fsprof does not know
+    }
+    let hex = |field: &str| u64::from_str_radix(field.strip_prefix("0x")?, 16).ok();
+    let (sp, pc) = (
+        hex(fields[fields.len() - 2])?,
+        hex(fields[fields.len() - 1])?,
+    );
+    (sp != 0 && pc != 0).then_some((sp, pc))
+}
+
 /// Raises this process's limit on open files to the hard limit, and returns how many more files
 /// fsprof may keep open while leaving a reserve for everything else it opens. fsprof keeps one
 /// file open per target thread up to that number, and opens the others at each read.

@@ -161,10 +161,17 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
             meta.torn_dropped
         ));
     }
-    let native_samples = meta.native_captured + meta.native_not_stopped;
+    if meta.marks_unsettled * 100 > meta.ticks.max(1) {
+        notes.push(format!(
+            "{} thread samples combine marks copied a moment apart from the program's and the agent's regions (the thread changed its marks faster than they could be copied at one instant): a built-in feature may show there without the program's own mark around it",
+            meta.marks_unsettled
+        ));
+    }
+    let native_samples =
+        meta.native_captured + meta.native_not_stopped + meta.native_blocked_skipped;
     if meta.native && native_samples > 0 {
         let no_cpu = meta.native_not_stopped.saturating_sub(meta.native_late);
-        let without = meta.native_moved + no_cpu;
+        let without = meta.native_moved + no_cpu + meta.native_blocked_skipped;
         if without * 20 > native_samples {
             let (moved, no_cpu_why) = if meta.native_backend == "perf" {
                 (
@@ -178,10 +185,11 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
                 )
             };
             notes.push(format!(
-                "{:.0}% of running-thread samples have no native stack (they count in the tables, not in flamegraph.svg): {} because {moved}, {} because {no_cpu_why}",
+                "{:.0}% of thread samples have no native stack (they count in the tables, not in flamegraph.svg): {} because {moved}, {} because {no_cpu_why}, {} because the thread was blocked and its stack could not be read without stopping it (a stop would lengthen its wait)",
                 without as f64 * 100.0 / native_samples as f64,
                 meta.native_moved,
-                no_cpu
+                no_cpu,
+                meta.native_blocked_skipped
             ));
         }
         if meta.native_captured > 0 && meta.native_complete * 100 < meta.native_captured * 99 {
