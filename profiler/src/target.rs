@@ -305,6 +305,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn blocked_registers_come_from_the_syscall_file() {
+        let in_call = "230 0x1 0x0 0x7ffc 0x0 0x0 0x0 0x7ffd1b42f10 0x7fe3a7eb6aec\n";
+        assert_eq!(
+            parse_syscall(in_call),
+            Some((0x7ffd1b42f10, 0x7fe3a7eb6aec))
+        );
+        assert_eq!(
+            parse_syscall("-1 0x7ffd10 0x401000\n"),
+            Some((0x7ffd10, 0x401000))
+        );
+        assert_eq!(parse_syscall("running\n"), None);
+        assert_eq!(parse_syscall("230 0x1 0x0 0x0 0x0 0x0 0x0 0x0 0x0\n"), None);
+        assert_eq!(parse_syscall("230 1 2 3\n"), None);
+        assert_eq!(parse_syscall(""), None);
+    }
+
+    #[test]
     fn state_survives_odd_command_names() {
         assert_eq!(state_from_stat("12 (a) b) R 1 2"), Some('R'));
         assert_eq!(state_from_stat("12 (x) Z 1"), Some('Z'));

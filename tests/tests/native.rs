@@ -305,6 +305,66 @@ fn marks_and_stack_of_a_sample_are_of_the_same_instant_with_ptrace() {
     marks_and_stack_of_the_same_instant("ptrace");
 }
 
+/// A thread that sleeps inside a mark (`fsprof-target sleepy`: 500 µs of `thread::sleep` in
+/// [io], 1 ms of work around it) has its stack read while it is blocked, without a stop (a stop
+/// would lengthen the sleep it interrupts): under [io] must be the sleep, down to
+/// `clock_nanosleep`. With perf for the running samples, nothing is stopped at all.
+fn blocked_thread_sampled_without_a_stop(backend: &str) {
+    let _serial = serial();
+    let dir = tempdir();
+    let out = dir.path().join("out");
+    let status = Command::new(fsprof())
+        .args(["run", "--no-agent", "--backend", backend, "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(target())
+        .args(["sleepy", "2", "--truth"])
+        .arg(dir.path().join("truth.json"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let profile: Value =
+        serde_json::from_slice(&std::fs::read(out.join("profile.json")).unwrap()).unwrap();
+    let meta = &profile["meta"];
+    let blocked = meta["native_blocked"].as_u64().unwrap();
+    let skipped = meta["native_blocked_skipped"].as_u64().unwrap();
+    // About 1 tick in 3 finds the thread asleep; a few are skipped (see NativeSampler::blocked_stack).
+    assert!(blocked > 300 && skipped < blocked / 4, "{meta}");
+    if backend == "perf" {
+        assert_eq!(meta["pause_p99_us"], 0, "a thread was stopped: {meta}");
+    }
+    let stacks = folded(&out);
+    let under_io = |(frames, _): &&(Vec<String>, u64)| frames.iter().any(|f| f == "[io] read");
+    let io: u64 = stacks.iter().filter(under_io).map(|(_, us)| us).sum();
+    let asleep: u64 = stacks
+        .iter()
+        .filter(under_io)
+        .filter(|(frames, _)| {
+            let at = frames.iter().position(|f| f == "[io] read").unwrap();
+            frames[at..].iter().any(|f| f.contains("clock_nanosleep"))
+        })
+        .map(|(_, us)| us)
+        .sum();
+    assert!(
+        io > 0 && asleep * 10 >= io * 9,
+        "{asleep} of {io} µs under [io] are in clock_nanosleep"
+    );
+}
+
+#[test]
+fn a_thread_blocked_inside_a_mark_is_sampled_without_a_stop_with_perf() {
+    if perf_backend_available() {
+        blocked_thread_sampled_without_a_stop("perf");
+    }
+}
+
+#[test]
+fn a_thread_blocked_inside_a_mark_is_sampled_without_a_stop_with_ptrace() {
+    blocked_thread_sampled_without_a_stop("ptrace");
+}
+
 #[test]
 fn a_binary_deleted_while_it_runs_is_still_symbolized() {
     let _serial = serial();
