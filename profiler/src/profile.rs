@@ -94,8 +94,9 @@ pub struct Meta {
     pub torn_retries: u64,
     /// Thread samples dropped (time carried to the thread's next sample) after all retries.
     pub torn_dropped: u64,
-    /// Thread samples whose marks in several regions (the program's, the agent's) could not be
-    /// copied at one instant: the thread changed them faster than fsprof could copy them.
+    /// Thread samples whose marks in several regions (the program's, the agent's) may not be of
+    /// one instant (the thread changed them while fsprof copied them), and that had no perf
+    /// sample to take them from.
     #[serde(default)]
     pub marks_unsettled: u64,
     /// Threads of the target that could not get a mark slot.

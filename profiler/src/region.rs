@@ -55,8 +55,8 @@ pub struct ReadStats {
     pub retries: u64,
     /// Slots given up on for one sample after all retries.
     pub dropped: u64,
-    /// Thread samples whose slots in several regions never agreed on one instant (the copies
-    /// of the last try were kept).
+    /// Thread samples whose copies from several regions may not be of one instant, kept for
+    /// want of a perf sample.
     pub unsettled: u64,
 }
 

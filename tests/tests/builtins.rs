@@ -331,3 +331,52 @@ fn the_users_ld_preload_is_kept_and_children_run() {
     );
     assert_eq!(lines.next(), Some("child-ok"));
 }
+
+/// FizzBuzz marks its own `output` around each write(2), which the agent marks again: one
+/// feature, two regions, marks changing every few tens of nanoseconds. The two regions are
+/// copied a moment apart, so the write's built-in mark can be seen without the program's mark
+/// around it, as a stray call-site instance of `output` (7% of it when nothing corrects that).
+/// With perf, such a thread's marks come from its perf sample (both regions copied at one
+/// instant): strays must stay under 2% of `output` (0.1-0.9% measured), and `output` and
+/// `formatting`, which never
+/// nest, must not add up to more than the whole.
+#[test]
+fn a_programs_own_mark_around_a_builtin_one_is_seen_at_one_instant() {
+    if !perf_backend_available() {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempdir();
+    let fizzbuzz = fsprof().with_file_name("fizzbuzz");
+    let output = Command::new(fsprof())
+        .args(["run", "--backend", "perf", "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(&fizzbuzz)
+        .arg("5000000")
+        .stdout(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let report = report_json(dir.path());
+    let output_feature = feature(&report, "output").unwrap();
+    let total_ms = output_feature["ms"].as_f64().unwrap();
+    let stray_ms: f64 = output_feature["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| !i["payload"].as_str().unwrap().contains("fizzbuzz.rs"))
+        .map(|i| i["ms"].as_f64().unwrap())
+        .sum();
+    let (output, formatting) = (percent(&report, "output"), percent(&report, "formatting"));
+    eprintln!("output {output:.2}%, formatting {formatting:.2}%, strays {stray_ms:.1} of {total_ms:.1} ms");
+    assert!(formatting > 1.0, "formatting {formatting:.2}%");
+    assert!(
+        stray_ms < total_ms / 100.0,
+        "strays {stray_ms:.1} of {total_ms:.1} ms"
+    );
+    assert!(
+        output + formatting <= 100.5,
+        "{output:.2} + {formatting:.2}"
+    );
+}

@@ -104,28 +104,6 @@ fn check_chains(dir: &Path, truth: &Value) {
     );
 }
 
-/// Whether `--backend perf` works here. As root it must (these tests run as root in CI); for
-/// other users the kernel may refuse, and the perf variants are skipped with a message.
-fn perf_backend_available() -> bool {
-    let output = Command::new(fsprof())
-        .args(["run", "--no-agent", "--backend", "perf", "-o"])
-        .arg(tempdir().path().join("probe"))
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    if output.status.success() {
-        return true;
-    }
-    let why = String::from_utf8_lossy(&output.stderr);
-    let root = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
-    assert!(!root, "--backend perf fails as root: {why}");
-    eprintln!("skipped: --backend perf is not available to this user: {why}");
-    false
-}
-
 /// The backend a recording used, from its profile.
 fn backend_of(dir: &Path) -> String {
     let profile: Value =

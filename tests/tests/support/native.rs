@@ -220,3 +220,25 @@ pub fn build_c_static(dir: &Path) -> Option<PathBuf> {
         .status;
     status.success().then(|| dir.join("static"))
 }
+
+/// Whether `--backend perf` works here. As root it must (these tests run as root in CI); for
+/// other users the kernel may refuse, and the perf variants are skipped with a message.
+pub fn perf_backend_available() -> bool {
+    let output = std::process::Command::new(super::fsprof())
+        .args(["run", "--no-agent", "--backend", "perf", "-o"])
+        .arg(super::tempdir().path().join("probe"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    if output.status.success() {
+        return true;
+    }
+    let why = String::from_utf8_lossy(&output.stderr);
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    assert!(!root, "--backend perf fails as root: {why}");
+    eprintln!("skipped: --backend perf is not available to this user: {why}");
+    false
+}
