@@ -338,8 +338,7 @@ fn the_users_ld_preload_is_kept_and_children_run() {
 /// around it, as a stray call-site instance of `output` (7% of it when nothing corrects that).
 /// With perf, such a thread's marks come from its perf sample (both regions copied at one
 /// instant): strays must stay under 2% of `output` (0.1-0.9% measured), and `output` and
-/// `formatting`, which never
-/// nest, must not add up to more than the whole.
+/// `formatting`, which never nest, must not add up to more than the whole.
 #[test]
 fn a_programs_own_mark_around_a_builtin_one_is_seen_at_one_instant() {
     if !perf_backend_available() {
