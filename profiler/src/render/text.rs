@@ -163,7 +163,7 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
     }
     if meta.marks_unsettled * 100 > meta.ticks.max(1) {
         notes.push(format!(
-            "{} thread samples combine marks copied a moment apart from the program's and the agent's regions (the thread changed them while they were copied; the perf backend avoids this): a built-in feature may show there without the program's own mark around it, so nested features may count a little twice",
+            "{} thread samples combine marks copied a moment apart from the program's and the agent's regions (the thread changed them while they were copied, and had no perf sample, copied at one instant, to take them from): a built-in feature may show there without the program's own mark around it, so nested features may count a little twice",
             meta.marks_unsettled
         ));
     }
