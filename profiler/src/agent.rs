@@ -3,7 +3,8 @@
 //! apart from the program's own.
 //!
 //! The library is found through the `FSPROF_AGENT` environment variable (a path), else next to
-//! the running `fsprof` executable (where `cargo build --workspace` puts both). A statically
+//! the running `fsprof` executable (where `cargo build --workspace` puts both) or in the `deps/`
+//! directory beside it (where `cargo test --workspace` leaves it), the newer of the two. A statically
 //! linked program (no `PT_INTERP`: nothing runs the dynamic loader) cannot preload anything. In
 //! both cases the program runs without the agent and the report says why. The agent's
 //! implementation is in `agent/src/builtin.rs`; this module never loads it.
@@ -77,12 +78,12 @@ fn find_library() -> Result<PathBuf, String> {
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate fsprof itself: {e}"))?;
     let dir = exe.parent().unwrap_or(Path::new("."));
-    let path = dir.join(LIBRARY);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!("not in {} and {ENV} is not set", dir.display()))
-    }
+    let modified = |path: &PathBuf| path.metadata().and_then(|m| m.modified()).ok();
+    [dir.join(LIBRARY), dir.join("deps").join(LIBRARY)]
+        .into_iter()
+        .filter(|path| path.is_file())
+        .max_by_key(modified)
+        .ok_or_else(|| format!("not in {} and {ENV} is not set", dir.display()))
 }
 
 fn absolute(path: PathBuf) -> PathBuf {

@@ -20,6 +20,8 @@ pub const REFRESH: Duration = Duration::from_millis(10);
 pub struct CallSites {
     /// (payload id, return address).
     sites: Vec<(u32, u64)>,
+    /// Names of the call sites of a program image replaced since (by `exec`).
+    named: Vec<(u32, String)>,
     modules: Vec<Module>,
     maps: Vec<Mapping>,
     last_read: Option<Instant>,
@@ -84,10 +86,24 @@ impl CallSites {
     /// function alone, or `module+0xoffset`, or `0x…` outside every module.
     pub fn names(&self) -> Vec<(u32, String)> {
         let mut symbolizer = Symbolizer::new(&self.modules);
-        self.sites
+        let current = self
+            .sites
             .iter()
-            .map(|(id, address)| (*id, name(&mut symbolizer, *address)))
-            .collect()
+            .map(|(id, address)| (*id, name(&mut symbolizer, *address)));
+        self.named.iter().cloned().chain(current).collect()
+    }
+
+    /// The program replaced its image (`exec`): its call sites are named now, while their
+    /// modules are the ones known, and the memory map is forgotten (the same addresses may
+    /// now hold other code, and the agent's features other addresses).
+    pub fn forget_image(&mut self) {
+        if !self.sites.is_empty() {
+            self.named = self.names();
+        }
+        self.sites.clear();
+        self.modules.clear();
+        self.maps.clear();
+        self.last_read = None;
     }
 }
 

@@ -465,6 +465,8 @@ impl Sampler {
     fn forget_names(&mut self) {
         self.feature_ids.clear();
         self.payload_ids.clear();
+        self.builtin_descriptors.clear();
+        self.call_sites.forget_image();
     }
 
     fn read_marks(&mut self) {
