@@ -627,7 +627,12 @@ impl Sampler {
     fn blocked(&mut self, tid: u32, own_tid: u32, first: usize, count: usize) -> Option<Native> {
         let captured = match self.native.as_mut()?.blocked_stack(tid) {
             native::Blocked::Taken(captured) => captured,
-            native::Blocked::Skip => return Some(Native::None),
+            native::Blocked::Skip => {
+                // Its previous stack may be from before it last ran (another image, even, after
+                // an exec): never reuse it; the next sample tries again.
+                self.threads.get_mut(&tid)?.last_native = None;
+                return Some(Native::None);
+            }
             native::Blocked::Stop => return None,
         };
         let unchanged = self.marks[first..first + count].iter().all(|old| {
@@ -636,13 +641,15 @@ impl Sampler {
                 .and_then(|region| region.read_slot(old.slot, own_tid))
                 .is_some_and(|new| new.depth == old.depth && new.records == old.records)
         });
-        if !unchanged {
-            self.native_moved += 1; // it ran, and marked, since the tick
-            return Some(Native::None);
-        }
+        // The stack is the thread's now (it did not run while it was copied), whatever its
+        // marks: later samples of the same block may reuse it.
         let state = self.threads.get_mut(&tid)?;
         state.last_pcount = target::times_scheduled(self.pid, tid);
         state.last_native = Some(captured.clone());
+        if !unchanged {
+            self.native_moved += 1; // it ran, and marked, between the tick and the copy
+            return Some(Native::None);
+        }
         Some(Native::Captured(captured))
     }
 

@@ -379,3 +379,59 @@ fn a_programs_own_mark_around_a_builtin_one_is_seen_at_one_instant() {
         "{output:.2} + {formatting:.2}"
     );
 }
+
+/// A shell that waits for a child (inside the built-in `process` mark) and then execs python3,
+/// which sleeps (inside `sleep`): the same thread blocks in two program images. A stack copied
+/// while the shell waited must never be shown under python's sleep, whatever path took the
+/// samples (a blocked thread whose stack could not be read at a sample must not keep the old one).
+#[test]
+fn a_stack_from_before_an_exec_is_never_shown_after_it() {
+    let _serial = serial();
+    // Three recordings: the faulty path needs two samples in a row to find the thread on
+    // fsprof's own CPU; with the fault, one recording in three showed it.
+    for _ in 0..3 {
+        let dir = tempdir();
+        let output = Command::new(fsprof())
+            .args(["run", "-o"])
+            .arg(dir.path())
+            .args([
+                "--",
+                "/bin/sh",
+                "-c",
+                "/bin/sleep 0.5; exec /usr/bin/python3 -c 'import time; time.sleep(1)'",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let folded = Command::new(fsprof())
+            .args(["report", "--format", "folded"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let folded = String::from_utf8(folded.stdout).unwrap();
+        let python_sleep: Vec<&str> = folded
+            .lines()
+            .filter(|line| line.contains("[sleep]") && !line.starts_with("[no native stack]"))
+            .collect();
+        let total: u64 = python_sleep
+            .iter()
+            .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        assert!(
+            total > 500_000,
+            "{total} µs of python's sleep with a stack:\n{folded}"
+        );
+        let stale: Vec<&&str> = python_sleep
+            .iter()
+            .filter(|line| !line.contains("python"))
+            .collect();
+        assert!(
+            stale.is_empty(),
+            "stacks of the shell under python's sleep: {stale:#?}"
+        );
+    }
+}
