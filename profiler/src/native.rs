@@ -319,14 +319,15 @@ impl NativeSampler {
     /// left to a ptrace stop. Not stopping a blocked thread matters: a stop extends
     /// the block it interrupts (a sleep that ends meanwhile resumes late), which the program's
     /// own clock sees and the samples did not.
-    pub fn blocked_stack(&mut self, tid: u32) -> Blocked {
+    pub fn blocked_stack(&mut self, tid: u32, retry: bool) -> Blocked {
         // The kernel fills that file only once the thread is off its CPU, and waits for it
         // otherwise: by sleeping a whole scheduler tick when the thread was preempted on its way
         // to sleep, which a real-time sampler sharing its CPU may just have done. A stop would
-        // lengthen its wait (see above): the sample goes without a stack.
+        // lengthen its wait (see above): the sample goes without a stack, unless `retry` (it
+        // was skipped at the previous sample too, and has had a whole interval to leave).
         // SAFETY: no arguments.
         let ours = unsafe { nix::libc::sched_getcpu() };
-        if u32::try_from(ours).ok() == target::last_cpu(self.pid, tid) {
+        if !retry && u32::try_from(ours).ok() == target::last_cpu(self.pid, tid) {
             self.stats.blocked_skipped += 1;
             return Blocked::Skip;
         }

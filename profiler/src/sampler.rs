@@ -68,6 +68,8 @@ struct ThreadState {
     /// Its latest perf sample (always a `Native::Perf`), which stands for the ticks at which the
     /// thread has not run a whole period since.
     last_perf: Option<Native>,
+    /// Its stack was not read at its previous sample because it had last run on fsprof's CPU.
+    skipped: bool,
 }
 
 /// A thread's native stack for one sample.
@@ -295,6 +297,7 @@ impl Sampler {
                         last_pcount: None,
                         pending: None,
                         last_perf: None,
+                        skipped: false,
                     };
                     self.threads.entry(tid).or_insert(state)
                 }
@@ -625,12 +628,17 @@ impl Sampler {
     /// The native stack of a blocked thread without stopping it, when its marks are still the
     /// tick's once its stack is copied; `None` when only a stop can take it.
     fn blocked(&mut self, tid: u32, own_tid: u32, first: usize, count: usize) -> Option<Native> {
-        let captured = match self.native.as_mut()?.blocked_stack(tid) {
+        let state = self.threads.get_mut(&tid)?;
+        let retry = std::mem::take(&mut state.skipped);
+        let captured = match self.native.as_mut()?.blocked_stack(tid, retry) {
             native::Blocked::Taken(captured) => captured,
             native::Blocked::Skip => {
                 // Its previous stack may be from before it last ran (another image, even, after
-                // an exec): never reuse it; the next sample tries again.
-                self.threads.get_mut(&tid)?.last_native = None;
+                // an exec): never reuse it; the next sample tries again, and reads it then even
+                // on fsprof's CPU (a thread preempted on its way to sleep has long got there).
+                let state = self.threads.get_mut(&tid)?;
+                state.last_native = None;
+                state.skipped = true;
                 return Some(Native::None);
             }
             native::Blocked::Stop => return None,
