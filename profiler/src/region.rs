@@ -48,6 +48,13 @@ pub struct ThreadMarks {
     pub region: usize,
 }
 
+impl ThreadMarks {
+    /// Whether `other`, a copy of the same slot, holds the same marks.
+    pub fn same_marks(&self, other: &ThreadMarks) -> bool {
+        self.depth == other.depth && self.records == other.records
+    }
+}
+
 /// Per-read counters.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ReadStats {

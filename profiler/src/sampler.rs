@@ -647,7 +647,7 @@ impl Sampler {
             self.regions
                 .get(old.region)
                 .and_then(|region| region.read_slot(old.slot, own_tid))
-                .is_some_and(|new| new.depth == old.depth && new.records == old.records)
+                .is_some_and(|new| new.same_marks(old))
         });
         // The stack is the thread's now (it did not run while it was copied), whatever its
         // marks: later samples of the same block may reuse it.
@@ -704,10 +704,7 @@ impl Sampler {
         let unchanged = self.marks[first..first + count]
             .iter()
             .zip(&fresh)
-            .all(|(old, new)| {
-                new.as_ref()
-                    .is_some_and(|new| new.depth == old.depth && new.records == old.records)
-            });
+            .all(|(old, new)| new.as_ref().is_some_and(|new| new.same_marks(old)));
         if !unchanged {
             self.native_moved += 1;
             return Native::None;

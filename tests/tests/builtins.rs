@@ -407,27 +407,25 @@ fn a_stack_from_before_an_exec_is_never_shown_after_it() {
             "{}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let folded = Command::new(fsprof())
-            .args(["report", "--format", "folded"])
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        let folded = String::from_utf8(folded.stdout).unwrap();
-        let python_sleep: Vec<&str> = folded
-            .lines()
-            .filter(|line| line.contains("[sleep]") && !line.starts_with("[no native stack]"))
-            .collect();
-        let total: u64 = python_sleep
+        let stacks = folded(dir.path());
+        let python_sleep: Vec<&(Vec<String>, u64)> = stacks
             .iter()
-            .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
-            .sum();
+            .filter(|(frames, _)| {
+                frames[0] != "[no native stack]" && frames.iter().any(|f| f.starts_with("[sleep]"))
+            })
+            .collect();
+        let total: u64 = python_sleep.iter().map(|(_, us)| us).sum();
         assert!(
             total > 500_000,
-            "{total} µs of python's sleep with a stack:\n{folded}"
+            "{total} µs of python's sleep with a stack: {stacks:?}"
         );
-        let stale: Vec<&&str> = python_sleep
+        let stale: Vec<_> = python_sleep
             .iter()
-            .filter(|line| !line.contains("python"))
+            .filter(|(frames, _)| {
+                !frames
+                    .iter()
+                    .any(|f| f.starts_with("Py") || f.starts_with("_Py"))
+            })
             .collect();
         assert!(
             stale.is_empty(),

@@ -11,31 +11,6 @@ use std::process::{Command, Stdio};
 use support::native::*;
 use support::*;
 
-/// Folded stacks of a saved profile: (frames, µs).
-fn folded(dir: &Path) -> Vec<(Vec<String>, u64)> {
-    let output = Command::new(fsprof())
-        .args(["report", "--format", "folded"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(|line| {
-            let (stack, count) = line.rsplit_once(' ').unwrap();
-            (
-                stack.split(';').map(str::to_owned).collect(),
-                count.parse().unwrap(),
-            )
-        })
-        .collect()
-}
-
 /// For each chain of the truth: the share of its mark's time whose stack holds the chain's
 /// frames consecutively, immediately followed by the mark; and the share of all time whose stack
 /// reaches a root (`_start` or the thread start routine), outermost first.

@@ -252,3 +252,28 @@ pub fn assert_shares_match(report: &Value, truth: &Value) -> f64 {
     );
     worst
 }
+
+/// Folded stacks of a saved profile: (frames, µs).
+pub fn folded(dir: &Path) -> Vec<(Vec<String>, u64)> {
+    let output = Command::new(fsprof())
+        .args(["report", "--format", "folded"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (stack, count) = line.rsplit_once(' ').unwrap();
+            (
+                stack.split(';').map(str::to_owned).collect(),
+                count.parse().unwrap(),
+            )
+        })
+        .collect()
+}
