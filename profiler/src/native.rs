@@ -1,13 +1,15 @@
-//! Native stacks for the sampler, by one of two backends:
-//! * perf (`perf.rs`): the kernel samples each running thread every period of its CPU time
-//!   without stopping it, registers, stack and mark slots at the same instant; a sample of the
-//!   profiler's takes the thread's latest;
-//! * ptrace (`tracer.rs`): the thread is stopped, its registers and the top of its stack are
-//!   copied, the caller copies its marks in the same stop, and it runs again.
+//! Native stacks for the sampler, taken one of three ways:
+//! * perf (`perf.rs`), for running threads: the kernel samples each running thread every period
+//!   of its CPU time without stopping it, registers, stack and mark slots at the same instant; a
+//!   sample of the profiler's takes the thread's latest;
+//! * blocked threads: the stack and instruction pointers that `/proc/PID/task/TID/syscall`
+//!   gives for a thread off its CPU, and its stack copied while it stays off;
+//! * ptrace (`tracer.rs`), for the rest (everything where perf is refused, a blocked stack that
+//!   does not unwind without the frame pointer): the thread is stopped, its registers and the
+//!   top of its stack are copied, the caller copies its marks in the same stop, and it runs again.
 //!
-//! Either way the copy is unwound (`unwind.rs`) while the thread runs, and each mark is placed
-//! between the native frames where it was pushed. Threads that are not running are always taken
-//! with ptrace (a perf sample needs the thread to run); so is everything where perf is refused.
+//! Every copy is unwound (`unwind.rs`) while the thread runs, and each mark is placed between
+//! the native frames where it was pushed.
 //!
 //! Keeps the target's memory map current (re-read when an address or a stack falls outside it,
 //! at most every [`MAPS_REFRESH`]) and every module seen, for symbolization after recording.

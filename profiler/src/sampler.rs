@@ -4,8 +4,9 @@
 //! Per sample and thread the sampler records the wall interval since that thread's previous sample
 //! and whether the thread was *active* (running, or runnable and waiting for a CPU) at the sample:
 //! if so the interval also counts as active time. Which of the two counts is decided later, by the
-//! analysis, so one recording serves every time view. The target is never stopped: marks are read
-//! with `process_vm_readv` while it runs (see `region.rs` for the consistency protocol).
+//! analysis, so one recording serves every time view. Marks are read while the target runs (see
+//! `region.rs` for the consistency protocol); native stacks, when asked for, come from `native.rs`,
+//! which stops a thread only when nothing else can take its stack.
 //!
 //! Strings behind mark addresses are read once per unique address (cached here) while the target
 //! is alive; nothing else is resolved in the loop.

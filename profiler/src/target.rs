@@ -1,5 +1,6 @@
 //! What `/proc` tells about a target process: whether it is alive, its threads, whether each is
-//! running, their names, and where its fsprof regions are mapped.
+//! running (and, when blocked, its stack and instruction pointers), their names, and where its
+//! fsprof regions are mapped.
 //!
 //! Only `/proc` reads live here. Reading the target's memory is `remote.rs`; deciding what to do
 //! with the answers is the sampler's job.
