@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 pub enum End {
     /// The target exited (the text says how, when known).
     TargetExited(String),
-    /// Ctrl-C or SIGTERM.
+    /// Ctrl-C, SIGTERM or SIGHUP.
     Interrupted,
     /// `--duration` elapsed.
     Duration,
@@ -39,7 +39,7 @@ impl End {
     pub fn describe(&self) -> String {
         match self {
             End::TargetExited(how) => how.clone(),
-            End::Interrupted => "recording was interrupted (Ctrl-C or SIGTERM)".to_owned(),
+            End::Interrupted => "recording was interrupted (Ctrl-C, SIGTERM or SIGHUP)".to_owned(),
             End::Duration => "the requested duration elapsed".to_owned(),
         }
     }

@@ -131,8 +131,9 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         return Ok(1); // exited, status unknown
     }
     if signals.terminated.load(Ordering::Relaxed) {
-        // SIGTERM came to fsprof alone (from `timeout`, say): the program was not asked to stop.
-        eprintln!("fsprof: stopped by SIGTERM; the program (pid {pid}) keeps running");
+        // SIGTERM or SIGHUP came to fsprof alone (from `timeout`, say): the program was not
+        // asked to stop.
+        eprintln!("fsprof: stopped by SIGTERM or SIGHUP; the program (pid {pid}) keeps running");
         return Ok(128 + 15);
     }
     wait_for_program(&mut child, pid, &signals, &end)
@@ -238,7 +239,7 @@ fn spawn(name: &OsString, args: &[OsString], preload: Option<&Path>) -> Result<C
 
 /// After recording stopped but the program did not, waits for it and returns its exit code.
 /// The program is never signalled: after Ctrl-C it got the terminal's Ctrl-C too and is
-/// presumably ending; after `--duration` it simply goes on. Another Ctrl-C or SIGTERM stops the
+/// presumably ending; after `--duration` it simply goes on. Another Ctrl-C, SIGTERM or SIGHUP stops the
 /// wait and leaves it running.
 fn wait_for_program(child: &mut Child, pid: u32, signals: &Signals, end: &End) -> Result<i32> {
     signals.interrupted.store(false, Ordering::Relaxed);
@@ -266,7 +267,8 @@ fn wait_for_program(child: &mut Child, pid: u32, signals: &Signals, end: &End) -
     }
 }
 
-/// Ctrl-C (SIGINT) and SIGTERM, recorded as flags the loops poll.
+/// Ctrl-C (SIGINT), and SIGTERM or SIGHUP (the terminal went away), recorded as flags the loops
+/// poll: either way the recording ends, is written, and the target is released.
 struct Signals {
     interrupted: Arc<AtomicBool>,
     terminated: Arc<AtomicBool>,
@@ -283,11 +285,10 @@ impl Signals {
             Arc::clone(&signals.interrupted),
         )
         .context("installing the Ctrl-C handler")?;
-        signal_hook::flag::register(
-            signal_hook::consts::SIGTERM,
-            Arc::clone(&signals.terminated),
-        )
-        .context("installing the SIGTERM handler")?;
+        for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+            signal_hook::flag::register(signal, Arc::clone(&signals.terminated))
+                .context("installing the SIGTERM and SIGHUP handlers")?;
+        }
         Ok(signals)
     }
 

@@ -115,6 +115,12 @@ fn sigterm_during_attach_releases_every_thread() {
     attach_then_signal_fsprof(libc::SIGTERM);
 }
 
+/// The terminal fsprof ran in was closed: it ends as for SIGTERM, the profile written.
+#[test]
+fn sighup_during_attach_releases_every_thread() {
+    attach_then_signal_fsprof(libc::SIGHUP);
+}
+
 #[test]
 fn sigterm_during_run_releases_the_program_it_leaves_running() {
     let _serial = serial();
