@@ -168,9 +168,11 @@ fn a_panic_in_fsprof_releases_every_thread() {
     assert_released(target.pid());
 }
 
+/// Once ignored: in about 1 run in 10 one thread was seen running 200 ms after SIGSTOP, when
+/// every sample stopped threads with ptrace (root cause not found). With the default backend no
+/// thread is stopped any more (perf for running threads, `/proc` for blocked ones): 38 runs in a
+/// row passed. With `--backend ptrace` the cause may still be there.
 #[test]
-#[ignore = "known bug, open: in about 1 run in 10 one thread is seen running 200 ms after \
-            SIGSTOP while fsprof records (root cause not found); run with --ignored"]
 fn a_program_stopped_and_continued_during_recording_runs_on() {
     let _serial = serial();
     let dir = tempdir();
