@@ -938,12 +938,14 @@ fn snapshot_records(
 }
 
 /// How long to record and how often.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Schedule {
     /// Mean samples per second.
     pub rate_hz: f64,
     /// Stop after this long, if set.
     pub duration: Option<Duration>,
+    /// Set by SIGTSTP (Ctrl-Z): fsprof is to suspend itself, see [`suspend`].
+    pub suspend: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Gives the sampler priority over the target's threads where the system allows it, and says how
@@ -1018,6 +1020,13 @@ fn sample_until_stopped(
         if Instant::now().duration_since(next) > period / 2 {
             sampler.late_ticks += 1;
         }
+        if schedule
+            .suspend
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            suspend(sampler);
+            next = Instant::now();
+        }
         let cpu_before = thread_cpu_time();
         if !sampler.tick() {
             return End::TargetExited("the program exited".to_owned());
@@ -1036,6 +1045,16 @@ fn sample_until_stopped(
         }
         sampler.sleep_until(next);
     }
+}
+
+/// Ctrl-Z while recording: fsprof and the program both got SIGTSTP. The program's signal waits
+/// for its tracer (every signal to a traced thread does), so fsprof first lets its events through
+/// (the program stops: a group stop, which fsprof listens to) and only then stops itself. On
+/// `fg` both get SIGCONT and run on. Stopping at once, as SIGTSTP's default would, left the
+/// program's SIGTSTP to be delivered after `fg`: the program stayed stopped.
+pub fn suspend(sampler: &mut Sampler) {
+    sampler.sleep_until(Instant::now() + Duration::from_millis(20));
+    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
 }
 
 /// CPU time this thread has used.

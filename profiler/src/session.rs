@@ -84,7 +84,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
 
     let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
     let mut status: Option<ExitStatus> = None;
-    let mut end = sampler::record(&mut sampler, schedule(options), |sampler| {
+    let mut end = sampler::record(&mut sampler, schedule(options, &signals), |sampler| {
         if signals.any() {
             return Some(End::Interrupted);
         }
@@ -159,7 +159,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     );
     let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
     let mut next_check = Instant::now();
-    let end = sampler::record(&mut sampler, schedule(options), |_| {
+    let end = sampler::record(&mut sampler, schedule(options, &signals), |_| {
         if signals.any() {
             return Some(End::Interrupted);
         }
@@ -255,6 +255,9 @@ fn wait_for_program(child: &mut Child, pid: u32, signals: &Signals, end: &End) -
             Ok(None) => {}
             Err(_) => return Ok(1),
         }
+        if signals.suspend.swap(false, Ordering::Relaxed) {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+        }
         if signals.any() {
             eprintln!("fsprof: leaving the program (pid {pid}) running");
             return Ok(if signals.terminated.load(Ordering::Relaxed) {
@@ -272,6 +275,9 @@ fn wait_for_program(child: &mut Child, pid: u32, signals: &Signals, end: &End) -
 struct Signals {
     interrupted: Arc<AtomicBool>,
     terminated: Arc<AtomicBool>,
+    /// SIGTSTP (Ctrl-Z): suspend, once the program's own stop went through (see
+    /// [`sampler::suspend`]).
+    suspend: Arc<AtomicBool>,
 }
 
 impl Signals {
@@ -279,7 +285,10 @@ impl Signals {
         let signals = Signals {
             interrupted: Arc::default(),
             terminated: Arc::default(),
+            suspend: Arc::default(),
         };
+        signal_hook::flag::register(signal_hook::consts::SIGTSTP, Arc::clone(&signals.suspend))
+            .context("installing the Ctrl-Z handler")?;
         signal_hook::flag::register(
             signal_hook::consts::SIGINT,
             Arc::clone(&signals.interrupted),
@@ -318,10 +327,11 @@ fn check_backend(options: &RecordOptions) -> Result<()> {
     Ok(())
 }
 
-fn schedule(options: &RecordOptions) -> Schedule {
+fn schedule(options: &RecordOptions, signals: &Signals) -> Schedule {
     Schedule {
         rate_hz: options.rate_hz,
         duration: options.duration,
+        suspend: Arc::clone(&signals.suspend),
     }
 }
 

@@ -220,6 +220,66 @@ fn a_program_stopped_and_continued_during_recording_runs_on() {
     assert_released(pid);
 }
 
+/// Ctrl-Z in the terminal: fsprof and the program both get SIGTSTP and stop; `fg` sends both
+/// SIGCONT. The program must run on, and fsprof must record on and release it at the end.
+#[test]
+fn ctrl_z_and_fg_leave_the_program_running() {
+    let _serial = serial();
+    let dir = tempdir();
+    let target = start_target(dir.path());
+    let pid = target.pid();
+    let mut fsprof = attach(pid, dir.path(), &[]);
+    wait_until_traced(pid);
+    std::thread::sleep(Duration::from_millis(200));
+    signal(pid, libc::SIGTSTP);
+    signal(fsprof.pid(), libc::SIGTSTP);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !threads(pid)
+        .iter()
+        .all(|(_, state, _)| matches!(state, 'T' | 't'))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "SIGTSTP did not stop the target: {:?}",
+            threads(pid)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // fsprof suspends itself too, as a job should on Ctrl-Z.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !threads(fsprof.pid())
+        .iter()
+        .all(|(_, state, _)| *state == 'T')
+    {
+        assert!(
+            Instant::now() < deadline,
+            "fsprof did not suspend itself: {:?}",
+            threads(fsprof.pid())
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    signal(pid, libc::SIGCONT);
+    signal(fsprof.pid(), libc::SIGCONT);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while threads(pid)
+        .iter()
+        .any(|(_, state, _)| matches!(state, 'T' | 't'))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "after fg the target is still stopped: {:?}",
+            threads(pid)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    signal(fsprof.pid(), libc::SIGINT);
+    let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    assert_released(pid);
+}
+
 /// Kills a process that is not our child when dropped.
 struct KillOnDrop(u32);
 
