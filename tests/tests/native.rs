@@ -195,19 +195,27 @@ fn marks_and_stack_of_the_same_instant(backend: &str) {
         (matching, all)
     };
     let formatting_code = |f: &str| f.contains("core::fmt") || f.contains("write_fmt");
+    let output_code = |f: &str| f.contains("write_all") || f.contains("FileDesc");
     let (fmt_in_fmt, fmt_all) = weight(&under("[formatting]"), &formatting_code);
+    let (out_in_fmt, _) = weight(&under("[formatting]"), &output_code);
     let (fmt_in_output, output_all) = weight(&under("[output]"), &formatting_code);
     let summary = format!(
-        "under [formatting]: {fmt_in_fmt} of {fmt_all} µs in formatting code; under [output]: {fmt_in_output} of {output_all} µs"
+        "under [formatting]: {fmt_in_fmt} of {fmt_all} µs in formatting code, {out_in_fmt} µs in output code; under [output]: {fmt_in_output} of {output_all} µs in formatting code"
     );
-    // With ptrace a thread stops at its next system call, inside [output]: stacks under
-    // [formatting] are rare (often none), but those there are must be formatting code.
     assert!(
         output_all > 0 && (fmt_all > 0 || backend == "ptrace"),
         "{summary}"
     );
-    assert!(fmt_in_fmt * 100 >= fmt_all * 90, "{summary}");
     assert!(fmt_in_output * 100 <= output_all, "{summary}");
+    assert!(out_in_fmt * 10 <= fmt_all, "{summary}");
+    // With ptrace a thread stops at its next system call, inside [output]: stacks under
+    // [formatting] are rare (a few samples, often none), and a single one outside formatting
+    // code (in the mark's own glue around the closure, say) weighed half of them in one run of
+    // about ten, so the share of formatting code is required of perf's only; output code
+    // under [formatting] is ruled out for both.
+    if backend == "perf" {
+        assert!(fmt_in_fmt * 100 >= fmt_all * 90, "{summary}");
+    }
     if backend == "perf" {
         let without: u64 = stacks
             .iter()
