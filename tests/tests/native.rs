@@ -207,14 +207,18 @@ fn marks_and_stack_of_the_same_instant(backend: &str) {
         "{summary}"
     );
     assert!(fmt_in_output * 100 <= output_all, "{summary}");
-    assert!(out_in_fmt * 10 <= fmt_all, "{summary}");
-    // With ptrace a thread stops at its next system call, inside [output]: stacks under
-    // [formatting] are rare (a few samples, often none), and a single one outside formatting
-    // code (in the mark's own glue around the closure, say) weighed half of them in one run of
-    // about ten, so the share of formatting code is required of perf's only; output code
-    // under [formatting] is ruled out for both.
     if backend == "perf" {
         assert!(fmt_in_fmt * 100 >= fmt_all * 90, "{summary}");
+        assert!(out_in_fmt * 10 <= fmt_all, "{summary}");
+    } else {
+        // With ptrace a thread stops at its next system call, inside [output]: stacks under
+        // [formatting] are a few samples, often none, so shares of them mean little (one
+        // sample outside formatting code failed a 90% bound once in about ten runs). Drawn
+        // with the tick's marks instead of the stop's, the write(2) stacks would put output
+        // code under [formatting] in proportion to formatting's share (8%): tens of ms per
+        // second of output. Two samples of it (2 ms) were seen once in about twenty runs,
+        // not explained; the bound is 0.5% of output's time.
+        assert!(out_in_fmt * 200 <= output_all, "{summary}");
     }
     if backend == "perf" {
         let without: u64 = stacks
