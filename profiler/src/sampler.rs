@@ -1052,7 +1052,14 @@ fn sample_until_stopped(
 /// (the program stops: a group stop, which fsprof listens to) and only then stops itself. On
 /// `fg` both get SIGCONT and run on. Stopping at once, as SIGTSTP's default would, left the
 /// program's SIGTSTP to be delivered after `fg`: the program stayed stopped.
+///
+/// As the kernel does for SIGTSTP's default action, nothing is done when fsprof's process group
+/// is orphaned (no parent in another group of its session, such as a shell, could resume it):
+/// fsprof would stay stopped, and the program's signals would wait for it.
 pub fn suspend(sampler: &mut Sampler) {
+    if crate::target::own_group_is_orphaned() {
+        return;
+    }
     sampler.sleep_until(Instant::now() + Duration::from_millis(20));
     let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
 }

@@ -255,7 +255,8 @@ fn wait_for_program(child: &mut Child, pid: u32, signals: &Signals, end: &End) -
             Ok(None) => {}
             Err(_) => return Ok(1),
         }
-        if signals.suspend.swap(false, Ordering::Relaxed) {
+        if signals.suspend.swap(false, Ordering::Relaxed) && !crate::target::own_group_is_orphaned()
+        {
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
         }
         if signals.any() {

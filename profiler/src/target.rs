@@ -163,6 +163,26 @@ pub fn blocked_registers(pid: u32, tid: u32) -> Option<(u64, u64)> {
     parse_syscall(&text)
 }
 
+/// Whether fsprof's process group is orphaned as far as fsprof can tell: its parent is not in
+/// another process group of the same session (as a shell that could resume a stopped job is).
+pub fn own_group_is_orphaned() -> bool {
+    let (ours, session) = (nix::unistd::getpgrp(), nix::unistd::getsid(None));
+    let Ok(stat) = fs::read_to_string(format!("/proc/{}/stat", nix::unistd::getppid())) else {
+        return true;
+    };
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or(Vec::new(), |(_, rest)| {
+        rest.split_ascii_whitespace().collect()
+    });
+    // After the command name: state, ppid, pgrp, session.
+    let (Some(group), Some(parent_session)) = (
+        fields.get(2).and_then(|f| f.parse::<i32>().ok()),
+        fields.get(3).and_then(|f| f.parse::<i32>().ok()),
+    ) else {
+        return true;
+    };
+    !(session.is_ok_and(|s| s.as_raw() == parent_session) && group != ours.as_raw())
+}
+
 /// The CPU thread `tid` of `pid` last ran on (field 39 of its `stat`).
 pub fn last_cpu(pid: u32, tid: u32) -> Option<u32> {
     let stat = fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/stat"))).ok()?;
