@@ -86,6 +86,16 @@ fn attach_command(pid: u32, dir: &std::path::Path, env: &[(&str, &str)]) -> Comm
     command
 }
 
+/// Polls the states of `pid`'s threads until `reached` holds of them; fails with `what` and the
+/// states after 10 s.
+fn wait_for_threads(pid: u32, reached: impl Fn(&[(u32, char, u32)]) -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !reached(&threads(pid)) {
+        assert!(Instant::now() < deadline, "{what}: {:?}", threads(pid));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn signal(pid: u32, signal: libc::c_int) {
     assert_eq!(unsafe { libc::kill(pid as libc::pid_t, signal) }, 0);
 }
@@ -186,18 +196,15 @@ fn a_program_stopped_and_continued_during_recording_runs_on() {
     wait_until_traced(pid);
     // Job control passes through: SIGSTOP stops every thread (and fsprof keeps them stopped)...
     signal(pid, libc::SIGSTOP);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !threads(pid)
-        .iter()
-        .all(|(_, state, _)| matches!(state, 'T' | 't'))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "SIGSTOP did not stop the target: {:?}",
-            threads(pid)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_threads(
+        pid,
+        |states| {
+            states
+                .iter()
+                .all(|(_, state, _)| matches!(state, 'T' | 't'))
+        },
+        "SIGSTOP did not stop the target",
+    );
     std::thread::sleep(Duration::from_millis(200));
     assert!(
         threads(pid)
@@ -208,15 +215,11 @@ fn a_program_stopped_and_continued_during_recording_runs_on() {
     );
     // ... and SIGCONT resumes them, while fsprof still records.
     signal(pid, libc::SIGCONT);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while threads(pid).iter().any(|(_, state, _)| *state == 'T') {
-        assert!(
-            Instant::now() < deadline,
-            "SIGCONT did not resume the target: {:?}",
-            threads(pid)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_threads(
+        pid,
+        |states| !states.iter().any(|(_, state, _)| *state == 'T'),
+        "SIGCONT did not resume the target",
+    );
     std::thread::sleep(Duration::from_millis(300));
     signal(fsprof.pid(), libc::SIGINT);
     let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(20));
@@ -247,46 +250,33 @@ fn ctrl_z_and_fg_leave_the_program_running() {
     std::thread::sleep(Duration::from_millis(200));
     signal(pid, libc::SIGSTOP);
     signal(fsprof.pid(), libc::SIGTSTP);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !threads(pid)
-        .iter()
-        .all(|(_, state, _)| matches!(state, 'T' | 't'))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "SIGSTOP did not stop the target: {:?}",
-            threads(pid)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_threads(
+        pid,
+        |states| {
+            states
+                .iter()
+                .all(|(_, state, _)| matches!(state, 'T' | 't'))
+        },
+        "SIGSTOP did not stop the target",
+    );
     // fsprof suspends itself too, as a job should on Ctrl-Z.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !threads(fsprof.pid())
-        .iter()
-        .all(|(_, state, _)| *state == 'T')
-    {
-        assert!(
-            Instant::now() < deadline,
-            "fsprof did not suspend itself: {:?}",
-            threads(fsprof.pid())
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_threads(
+        fsprof.pid(),
+        |states| states.iter().all(|(_, state, _)| *state == 'T'),
+        "fsprof did not suspend itself",
+    );
     std::thread::sleep(Duration::from_millis(300));
     signal(pid, libc::SIGCONT);
     signal(fsprof.pid(), libc::SIGCONT);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while threads(pid)
-        .iter()
-        .any(|(_, state, _)| matches!(state, 'T' | 't'))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "after fg the target is still stopped: {:?}",
-            threads(pid)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_threads(
+        pid,
+        |states| {
+            !states
+                .iter()
+                .any(|(_, state, _)| matches!(state, 'T' | 't'))
+        },
+        "after fg the target is still stopped",
+    );
     std::thread::sleep(Duration::from_millis(300));
     signal(fsprof.pid(), libc::SIGINT);
     let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(20));
