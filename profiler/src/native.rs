@@ -1,7 +1,7 @@
 //! Native stacks for the sampler, taken one of three ways:
 //! * perf (`perf.rs`), for running threads: the kernel samples each running thread every period
-//!   of its CPU time without stopping it, registers, stack and mark slots at the same instant; a
-//!   sample of the profiler's takes the thread's latest;
+//!   of its CPU time without stopping it, registers, stack and mark slots at the same instant;
+//!   the sampler takes every such sample, each standing for one period of the thread's CPU time;
 //! * blocked threads: the stack and instruction pointers that `/proc/PID/task/TID/syscall`
 //!   gives for a thread off its CPU, and its stack copied while it stays off;
 //! * ptrace (`tracer.rs`), for the rest (everything where perf is refused, a blocked stack that
@@ -16,12 +16,12 @@
 //! Symbolization itself is not done here.
 
 use crate::modules::{self, Mapping, Module};
-use crate::perf::{PerfSample, PerfSampler, SLOTS};
+use crate::perf::{PerfSampler, SLOTS};
 use crate::profile::RawNativeStack;
 use crate::remote::Remote;
 use crate::target;
 use crate::tracer::{Pauses, Tracer};
-use crate::unwind::{Registers, StackCopy, Unwinder, Unwound, UnwoundFrame};
+use crate::unwind::{Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame};
 use fsprof_shim::abi::RecordView;
 use std::time::{Duration, Instant};
 
@@ -34,14 +34,12 @@ pub const MAX_STACK_COPY: usize = 512 * 1024;
 /// not make fsprof read its map at every sample.
 pub const MAPS_REFRESH: Duration = Duration::from_millis(100);
 
-/// What perf has for a running thread (see [`NativeSampler::perf_stack`]).
-pub enum PerfStack {
-    /// perf does not sample it: use [`NativeSampler::capture`].
-    Unavailable,
-    /// No sample since the previous call: it ran less than a period of CPU time.
-    Nothing,
-    /// Its latest sample, and the raw bytes of its slots at that instant (`None`: unknown).
-    Sample(Captured, Option<[Option<Vec<u8>>; SLOTS]>),
+/// One perf sample of a thread (see [`NativeSampler::perf_samples`]).
+pub struct PerfTaken {
+    /// Its stack.
+    pub captured: Captured,
+    /// The raw bytes of its slots at that instant (`None`: unknown).
+    pub slots: Option<[Option<Vec<u8>>; SLOTS]>,
 }
 
 /// A thread's native stack at one sample.
@@ -96,7 +94,6 @@ pub struct NativeSampler {
     unwound: Unwound,
     late: Vec<(u32, Captured)>,
     perf: Option<PerfSampler>,
-    perf_sample: PerfSample,
     /// Why perf is not used, when it was wanted.
     pub perf_refused: Option<String>,
     /// Counters.
@@ -127,7 +124,6 @@ impl NativeSampler {
             unwound: Unwound::default(),
             late: Vec::new(),
             perf,
-            perf_sample: PerfSample::default(),
             perf_refused,
             stats: NativeStats::default(),
             attach_error: None,
@@ -178,7 +174,7 @@ impl NativeSampler {
             copies.push((tid, regs, copy));
         });
         for (tid, regs, copy) in copies {
-            self.unwinder.unwind(regs, &copy, &mut self.unwound);
+            self.unwinder.unwind(regs, copy.view(), &mut self.unwound);
             self.late.push((
                 tid,
                 Captured {
@@ -241,7 +237,9 @@ impl NativeSampler {
             self.stats.not_stopped += 1;
             return None;
         };
-        let captured = self.unwind(tid, regs);
+        let copy = std::mem::take(&mut self.copy);
+        let captured = self.unwind(tid, regs, copy.view());
+        self.copy = copy;
         Some((self.counted(captured), result))
     }
 
@@ -250,26 +248,46 @@ impl NativeSampler {
         self.perf.is_some()
     }
 
-    /// What perf has for running thread `tid`, whose slots are at `slots` (addresses in the
-    /// target, 0 for none): its latest sample since the previous call, unwound. Starts
-    /// sampling the thread on first use.
-    pub fn perf_stack(&mut self, tid: u32, slots: [u64; SLOTS]) -> PerfStack {
-        let Some(perf) = self.perf.as_mut() else {
-            return PerfStack::Unavailable;
-        };
+    /// The samples perf took of thread `tid` since the previous call, oldest first, unwound;
+    /// its slots are at `slots` (addresses in the target, 0 for none) from now on. Starts
+    /// sampling the thread on first use; `None` if perf cannot sample it.
+    pub fn perf_samples(&mut self, tid: u32, slots: [u64; SLOTS]) -> Option<Vec<PerfTaken>> {
+        // Out of `self` while its samples, which borrow its rings, are unwound.
+        let mut perf = self.perf.take()?;
         if perf.watch(tid, slots).is_err() {
-            return PerfStack::Unavailable;
+            self.perf = Some(perf);
+            return None;
         }
-        if !perf.take(tid, &mut self.perf_sample) {
-            return PerfStack::Nothing;
-        }
-        std::mem::swap(&mut self.copy, &mut self.perf_sample.stack);
-        let regs = self.perf_sample.regs;
-        let slots = std::mem::take(&mut self.perf_sample.slots);
-        let known = self.perf_sample.marks_known;
-        self.stats.perf_captured += 1;
-        let captured = self.unwind(tid, regs);
-        PerfStack::Sample(self.counted(captured), known.then_some(slots))
+        let mut taken = Vec::new();
+        perf.take(tid, |sample| {
+            self.stats.perf_captured += 1;
+            let captured = self.unwind(tid, sample.regs, sample.stack);
+            taken.push(PerfTaken {
+                captured: self.counted(captured),
+                slots: sample.marks_known.then_some(sample.slots),
+            });
+        });
+        self.perf = Some(perf);
+        Some(taken)
+    }
+
+    /// Whether perf samples `tid` (see [`NativeSampler::perf_samples`]).
+    pub fn perf_watches(&self, tid: u32) -> bool {
+        self.perf.as_ref().is_some_and(|perf| perf.watches(tid))
+    }
+
+    /// The longest the sampler may wait between two calls of [`NativeSampler::perf_samples`]
+    /// for a running thread without losing its samples; `None` without perf.
+    pub fn perf_patience(&self) -> Option<Duration> {
+        let perf = self.perf.as_ref()?;
+        Some(perf.period() * perf.ring_capacity() as u32)
+    }
+
+    /// Samples perf lost (rings full), and samples whose marks were not copied.
+    pub fn perf_losses(&self) -> (u64, u64) {
+        self.perf
+            .as_ref()
+            .map_or((0, 0), |perf| (perf.lost, perf.unmatched))
     }
 
     /// Forgets a thread that is gone (closes its perf event).
@@ -279,14 +297,14 @@ impl NativeSampler {
         }
     }
 
-    /// Unwinds the stack in `self.copy`, whose registers are `regs`, re-reading the memory map
-    /// (through `tid`) when the stack runs through memory the map did not know.
-    fn unwind(&mut self, tid: u32, regs: Registers) -> Captured {
+    /// Unwinds `stack`, whose registers are `regs`, re-reading the memory map (through `tid`)
+    /// when the stack runs through memory the map did not know.
+    fn unwind(&mut self, tid: u32, regs: Registers, stack: StackView<'_>) -> Captured {
         let stack_known = self.maps.iter().any(|m| m.range.contains(&regs.sp));
         if !self.unwinder.knows(regs.ip) || !stack_known {
             self.refresh(tid); // a library loaded, or a new thread's stack, since the last read
         }
-        self.unwinder.unwind(regs, &self.copy, &mut self.unwound);
+        self.unwinder.unwind(regs, stack, &mut self.unwound);
         if !self.unwound.complete {
             // The stack may run through a library loaded since the maps were read.
             let unknown = self
@@ -296,7 +314,7 @@ impl NativeSampler {
                 .is_some_and(|f| !self.unwinder.knows(f.address));
             if unknown {
                 self.refresh(tid);
-                self.unwinder.unwind(regs, &self.copy, &mut self.unwound);
+                self.unwinder.unwind(regs, stack, &mut self.unwound);
             }
         }
         Captured {
@@ -349,7 +367,9 @@ impl NativeSampler {
             self.stats.blocked_skipped += 1;
             return Blocked::Skip;
         }
-        let captured = self.unwind(tid, regs);
+        let copy = std::mem::take(&mut self.copy);
+        let captured = self.unwind(tid, regs, copy.view());
+        self.copy = copy;
         if !captured.complete {
             return Blocked::Stop;
         }

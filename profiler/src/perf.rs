@@ -1,49 +1,63 @@
 //! Samples running threads' registers, the top of their stacks and their mark slots, at one
 //! instant each, without stopping them: a per-thread `perf_event_open` task-clock event samples
 //! the thread every period of its own CPU time (the timer fires on the thread's CPU, as for
-//! `perf record`), writing registers and stack into a ring buffer, and a small BPF program
+//! `perf record`), writing registers and stack into the thread's ring, and a small BPF program
 //! attached to the event copies the thread's slots from the region at that same instant (the
-//! thread is interrupted, so its slots cannot change meanwhile).
+//! thread is interrupted, so its slots cannot change meanwhile) into one ring shared by all
+//! threads. Every sample's copies are kept, so a reader that wakes rarely still has the marks of
+//! each sample; a copy is matched to its sample by the time both carry (one clock, read within
+//! the same interrupt).
 //!
-//! This module owns the kernel objects (events, rings, the BPF map and programs) and decodes what
+//! This module owns the kernel objects (events, rings, the BPF maps and programs) and decodes what
 //! they hold. It does not unwind (`unwind.rs`), decode slots (`fsprof_shim::abi`) or decide which
-//! threads to sample (the sampler). Everything read from a ring or the map came from the target's
+//! threads to sample (the sampler). Everything read from a ring or a map came from the target's
 //! memory or the kernel's copy of it and is bounded before use.
 //!
-//! The BPF program is hand-assembled (about fifty instructions): the BPF toolchains in the Rust
+//! The BPF program is hand-assembled (about seventy instructions): the BPF toolchains in the Rust
 //! ecosystem (aya, libbpf-rs) need a separate compiler for the program, which a profiler built
 //! with `cargo build` cannot assume. It needs `CAP_BPF` and `CAP_PERFMON` (or root); where the
 //! kernel refuses, [`PerfSampler::new`] says why and the sampler falls back to ptrace.
 
-use crate::unwind::{Registers, StackCopy};
+use crate::unwind::{Registers, StackView};
 use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE, SLOT_SIZE, SLOT_STATE_SIZE};
 use nix::errno::Errno;
 use nix::libc;
 use perf_event_open_sys as sys;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, Ordering};
 
 /// Bytes of stack copied per sample, from the stack pointer up. At most 65528 (a sample record's
-/// size is a 16-bit number); deeper stacks are cut (and marked as such).
+/// size is a 16-bit number); deeper stacks are cut (and marked as such). The kernel writes this
+/// many bytes per sample whatever the stack's depth.
 pub const STACK_DUMP: u32 = 48 * 1024;
 /// Slots copied per sample: one per region the thread marks in (the program's shim, the agent's).
 pub const SLOTS: usize = 2;
 /// Threads sampled this way at once; further threads fall back to ptrace.
 pub const MAX_THREADS: u32 = 1024;
-/// Data pages of each thread's ring: room for five samples of [`STACK_DUMP`] bytes, so that a
-/// sampler late by a few periods loses none.
-const RING_PAGES: usize = 64;
+/// Data pages of a thread's ring while few threads are sampled: room for about 40 samples of
+/// [`STACK_DUMP`] bytes (2 MiB with 4 KiB pages), so that the sampler need wake only every few
+/// tens of periods.
+const RING_PAGES: usize = 512;
+/// Data pages of the rings of threads beyond the first [`LARGE_RINGS`]: room for ten samples,
+/// so that a program with hundreds of threads does not pin gigabytes of kernel memory (the
+/// sampler then wakes more often, see [`PerfSampler::ring_capacity`]).
+const SMALL_RING_PAGES: usize = 128;
+/// Threads that get a ring of [`RING_PAGES`].
+const LARGE_RINGS: usize = 64;
+/// Bytes of the shared ring of slot copies per CPU (the copies of one sample are a few hundred
+/// bytes; a CPU samples at most one thread at a time).
+const COPIES_PER_CPU: usize = 256 * 1024;
 
-/// Layout of one map value: slot addresses (set by fsprof); then, written by the BPF program at
-/// each sample: a run counter, the addresses it copied from, each copy's result (0 or an error)
-/// and the copies.
+/// Layout of one map value (one per sampled thread): slot addresses (set by fsprof), then, per
+/// slot, the ring record the BPF program builds at each sample: a header (the sample's time, the
+/// value's index, the slot's number, the address copied from, the copy's result: 0 or an error)
+/// and the slot's bytes (its state, then the records below its depth).
 const VALUE_ADDRESSES: usize = 0;
-const VALUE_COUNT: usize = 8 * SLOTS;
-const VALUE_USED: usize = VALUE_COUNT + 8;
-const VALUE_RESULTS: usize = VALUE_USED + 8 * SLOTS;
-const VALUE_COPIES: usize = VALUE_RESULTS + 8 * SLOTS;
-const VALUE_SIZE: usize = VALUE_COPIES + SLOTS * SLOT_SIZE;
+const VALUE_SCRATCH: usize = 8 * SLOTS;
+const COPY_HEADER: usize = 32;
+const SCRATCH_SIZE: usize = COPY_HEADER + SLOT_SIZE;
+const VALUE_SIZE: usize = VALUE_SCRATCH + SLOTS * SCRATCH_SIZE;
 
 /// Offset of `depth` in a slot (after `seq` and `tid`).
 const DEPTH_OFFSET: i32 = 8;
@@ -54,19 +68,30 @@ const REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
 #[cfg(not(target_arch = "x86_64"))]
 const REGS_MASK: u64 = 0;
 
-/// One sample of one thread.
-#[derive(Debug, Default)]
-pub struct PerfSample {
+/// One sample of one thread, as its ring holds it.
+#[derive(Debug)]
+pub struct PerfSample<'a> {
+    /// When it was taken (CLOCK_MONOTONIC, ns).
+    pub time: u64,
     /// Registers at the sample.
     pub regs: Registers,
-    /// The top of its stack.
-    pub stack: StackCopy,
-    /// The raw bytes of each slot whose address was given, copied at the sample: its state and
-    /// the records below its depth (the rest is stale). `None` where no address was given, and
-    /// all `None` when the copies could not be matched to this sample (see [`PerfSampler::take`]).
+    /// The top of its stack (in the ring: not copied).
+    pub stack: StackView<'a>,
+    /// The raw bytes of each of the thread's slots, copied at the sample: its state and the
+    /// records below its depth. `None` where the thread had no slot (or its address was not yet
+    /// given), and all `None` when the marks are unknown.
     pub slots: [Option<Vec<u8>>; SLOTS],
-    /// Whether `slots` are this sample's (else its marks are unknown).
+    /// Whether `slots` are this sample's (else its marks are unknown: a copy failed, or was lost).
     pub marks_known: bool,
+}
+
+/// A slot copy from the shared ring, waiting for its sample.
+struct SlotCopy {
+    time: u64,
+    slot: usize,
+    address: u64,
+    ok: bool,
+    bytes: Vec<u8>,
 }
 
 struct Thread {
@@ -75,8 +100,6 @@ struct Thread {
     _program: OwnedFd,
     ring: Ring,
     addresses: [u64; SLOTS],
-    /// Program runs seen so far (samples read plus samples lost).
-    runs: u64,
 }
 
 /// The perf side of a sampler: one event per sampled thread.
@@ -84,27 +107,37 @@ pub struct PerfSampler {
     map: OwnedFd,
     /// `MAX_THREADS` map values, mapped into fsprof.
     values: *mut u8,
+    copies: CopyRing,
+    /// Slot copies read from `copies` and not yet matched, per map value index.
+    waiting: Vec<VecDeque<SlotCopy>>,
     threads: HashMap<u32, Thread>,
     free: Vec<u32>,
     page: usize,
     period_ns: u64,
+    /// Samples the kernel could not write (a thread's ring was full).
+    pub lost: u64,
+    /// Samples whose slot copies were missing or failed.
+    pub unmatched: u64,
 }
 
 // SAFETY: `values` is owned by this struct (unmapped on drop) and only used through `&mut self`.
 unsafe impl Send for PerfSampler {}
 
 impl PerfSampler {
-    /// Creates the map and checks that this process may load the program and open events that
+    /// Creates the maps and checks that this process may load the program and open events that
     /// sample every `period_ns` of a thread's CPU time. The error says what the kernel refused
     /// and what to do.
     pub fn new(period_ns: u64) -> Result<PerfSampler, String> {
         if !cfg!(target_arch = "x86_64") {
             return Err("the perf backend is x86-64 only".to_owned());
         }
-        let map = create_map().map_err(|e| {
-            format!("cannot create a BPF map ({}): the perf backend needs root, or CAP_BPF and CAP_PERFMON", e.desc())
-        })?;
+        let needs = "the perf backend needs root, or CAP_BPF and CAP_PERFMON";
+        let map = create_map(BPF_MAP_TYPE_ARRAY, 4, VALUE_SIZE as u32, MAX_THREADS)
+            .map_err(|e| format!("cannot create a BPF map ({}): {needs}", e.desc()))?;
         let page = page_size();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let copies = CopyRing::new(page, (cpus * COPIES_PER_CPU).next_power_of_two())
+            .map_err(|e| format!("cannot create a BPF ring buffer ({}): {needs}", e.desc()))?;
         let len = values_len(page);
         // SAFETY: maps the BPF array (created mmapable) shared; checked for failure.
         let values = unsafe {
@@ -123,14 +156,17 @@ impl PerfSampler {
         let sampler = PerfSampler {
             map,
             values: values.cast(),
+            copies,
+            waiting: (0..MAX_THREADS).map(|_| VecDeque::new()).collect(),
             threads: HashMap::new(),
             free: (0..MAX_THREADS).rev().collect(),
             page,
             period_ns: period_ns.max(10_000),
+            lost: 0,
+            unmatched: 0,
         };
-        load_program(sampler.map.as_raw_fd(), 0).map_err(|e| {
-            format!("cannot load a BPF program ({e}): the perf backend needs root, or CAP_BPF and CAP_PERFMON")
-        })?;
+        load_program(sampler.map.as_raw_fd(), sampler.copies.fd(), 0)
+            .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
         open_event(me, sampler.period_ns).map_err(|e| {
@@ -142,6 +178,27 @@ impl PerfSampler {
             )
         })?;
         Ok(sampler)
+    }
+
+    /// Samples the smallest ring of a sampled thread holds: a reader must come back before a
+    /// thread has run that many periods, or samples are lost.
+    pub fn ring_capacity(&self) -> usize {
+        let pages = if self.threads.len() > LARGE_RINGS {
+            SMALL_RING_PAGES
+        } else {
+            RING_PAGES
+        };
+        pages * self.page / (STACK_DUMP as usize + 128)
+    }
+
+    /// The sampling period, in CPU time.
+    pub fn period(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.period_ns)
+    }
+
+    /// Whether `tid` is being sampled.
+    pub fn watches(&self, tid: u32) -> bool {
+        self.threads.contains_key(&tid)
     }
 
     /// Makes sure `tid` is being sampled, copying the slots at `addresses` (0 for none) with
@@ -168,89 +225,54 @@ impl PerfSampler {
         Ok(())
     }
 
-    /// The latest sample `tid` took since the previous call, if it took any. Its slots are
-    /// those the program copied for it: the program runs (and counts) before the kernel writes
-    /// each sample, so the copies are this sample's if the count is exactly the samples seen
-    /// (read or lost), before and after they are copied out, and they came from the addresses
-    /// the thread is watched with.
-    pub fn take(&mut self, tid: u32, into: &mut PerfSample) -> bool {
-        let values = self.values;
+    /// Hands `each` the samples `tid` took since the previous call, oldest first. Each sample's
+    /// slots are the copies the program made at its instant: the program runs, and puts its
+    /// copies in the shared ring, before the kernel writes the sample, so every sample in the
+    /// thread's ring when the shared ring is read has its copies there; they carry its time.
+    pub fn take(&mut self, tid: u32, mut each: impl FnMut(PerfSample<'_>)) {
         let Some(thread) = self.threads.get_mut(&tid) else {
-            return false;
+            return;
         };
-        let mut found = false;
-        let mut runs = 0u64;
-        drain(&mut thread.ring, |record| match parse(record, into) {
-            Record::Sample => {
-                found = true;
-                runs += 1;
+        let head = thread.ring.head();
+        let bound = SLOTS * 4 * RING_PAGES * self.page / STACK_DUMP as usize;
+        read_copies(&mut self.copies, &mut self.waiting, bound);
+        let waiting = &mut self.waiting[thread.index as usize];
+        let tolerance = (self.period_ns / 4).min(MATCH_TOLERANCE_NS);
+        let (mut lost, mut unmatched) = (0u64, 0u64);
+        thread.ring.drain(head, |record| match parse(record) {
+            Record::Sample(mut sample) => {
+                match_copies(waiting, &mut sample, tolerance);
+                unmatched += u64::from(!sample.marks_known);
+                each(sample);
             }
-            Record::Lost(lost) => runs = runs.saturating_add(lost),
+            Record::Lost(count) => lost = lost.saturating_add(count),
             Record::Other => {}
         });
-        if !found {
-            thread.runs = thread.runs.saturating_add(runs);
-            return false;
-        }
-        let value = value_at(values, thread.index);
-        let word = |offset: usize| -> u64 {
-            // SAFETY: a word inside this thread's map value.
-            unsafe { value.add(offset).cast::<u64>().read_volatile() }
-        };
-        // The counter is twice the program's runs, odd while one writes.
-        let before = word(VALUE_COUNT);
-        fence(Ordering::Acquire);
-        let mut known = true;
-        for (i, slot) in into.slots.iter_mut().enumerate() {
-            known &= word(VALUE_USED + 8 * i) == thread.addresses[i];
-            *slot = None;
-            if thread.addresses[i] == 0 || word(VALUE_RESULTS + 8 * i) != 0 {
-                known &= thread.addresses[i] == 0;
-                continue;
-            }
-            let mut bytes = vec![0u8; SLOT_SIZE];
-            // SAFETY: reads the copy inside this thread's value.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    value.add(VALUE_COPIES + i * SLOT_SIZE),
-                    bytes.as_mut_ptr(),
-                    SLOT_SIZE,
-                )
-            };
-            *slot = Some(bytes);
-        }
-        fence(Ordering::Acquire);
-        let after = word(VALUE_COUNT);
-        let expected = thread.runs.saturating_add(runs);
-        // A run whose sample is not in the ring yet (the program runs first) makes the count
-        // one ahead: then the copies are that sample's, not this one's.
-        into.marks_known = known && before == after && after == 2 * expected;
-        thread.runs = expected;
-        if !into.marks_known {
-            into.slots = Default::default();
-        }
-        true
+        self.lost = self.lost.saturating_add(lost);
+        self.unmatched = self.unmatched.saturating_add(unmatched);
     }
 
     /// Closes the event of a thread that is gone.
     pub fn forget(&mut self, tid: u32) {
         if let Some(thread) = self.threads.remove(&tid) {
+            self.waiting[thread.index as usize].clear();
             self.free.push(thread.index);
         }
     }
 
     fn open(&mut self, tid: u32) -> Result<Thread, Errno> {
         let index = self.free.pop().ok_or(Errno::EMFILE)?;
-        let value = value_at(self.values, index);
-        // SAFETY: this (free) thread's map value; no program uses it.
-        let runs = unsafe {
-            std::ptr::write_bytes(value, 0, VALUE_COUNT);
-            value.add(VALUE_COUNT).cast::<u64>().read_volatile() / 2
+        self.waiting[index as usize].clear();
+        let pages = if self.threads.len() >= LARGE_RINGS {
+            SMALL_RING_PAGES
+        } else {
+            RING_PAGES
         };
         let opened = (|| {
             let event = open_event(tid as i32, self.period_ns)?;
-            let ring = Ring::new(&event, self.page)?;
-            let program = load_program(self.map.as_raw_fd(), index).map_err(|_| Errno::EPERM)?;
+            let ring = Ring::new(&event, self.page, pages)?;
+            let program = load_program(self.map.as_raw_fd(), self.copies.fd(), index)
+                .map_err(|_| Errno::EPERM)?;
             // SAFETY: valid descriptors.
             unsafe {
                 if sys::ioctls::SET_BPF(event.as_raw_fd(), program.as_raw_fd() as u32) != 0
@@ -265,7 +287,6 @@ impl PerfSampler {
                 _program: program,
                 ring,
                 addresses: [0; SLOTS],
-                runs,
             })
         })();
         if opened.is_err() {
@@ -274,6 +295,54 @@ impl PerfSampler {
         opened
     }
 }
+
+/// Moves the shared ring's copies to their threads' queues (bounded: a queue longer than its
+/// thread's ring could ever need loses its oldest).
+fn read_copies(copies: &mut CopyRing, waiting: &mut [VecDeque<SlotCopy>], bound: usize) {
+    copies.drain(|record| {
+        let Some((index, copy)) = parse_copy(record) else {
+            return;
+        };
+        if let Some(queue) = waiting.get_mut(index as usize) {
+            if queue.len() >= bound {
+                queue.pop_front();
+            }
+            queue.push_back(copy);
+        }
+    });
+}
+
+/// Gives `sample` the copies of its instant from its thread's queue, dropping older ones (their
+/// samples were lost or not written).
+fn match_copies(waiting: &mut VecDeque<SlotCopy>, sample: &mut PerfSample<'_>, tolerance: u64) {
+    while waiting
+        .front()
+        .is_some_and(|c| c.time.saturating_add(tolerance) < sample.time)
+    {
+        waiting.pop_front();
+    }
+    let mut found = [false; SLOTS];
+    let mut ok = true;
+    while let Some(copy) = waiting.front() {
+        if copy.time > sample.time.saturating_add(tolerance) {
+            break;
+        }
+        let copy = waiting.pop_front().expect("front");
+        found[copy.slot] = true;
+        ok &= copy.ok;
+        if copy.address != 0 && copy.ok {
+            sample.slots[copy.slot] = Some(copy.bytes);
+        }
+    }
+    sample.marks_known = ok && found.iter().all(|f| *f);
+    if !sample.marks_known {
+        sample.slots = Default::default();
+    }
+}
+
+/// Most a slot copy's time may differ from its sample's: both are read in the same interrupt,
+/// microseconds apart; successive samples of a thread are a period apart.
+const MATCH_TOLERANCE_NS: u64 = 100_000;
 
 impl Drop for PerfSampler {
     fn drop(&mut self) {
@@ -297,22 +366,25 @@ fn value_at(values: *mut u8, index: u32) -> *mut u8 {
     unsafe { values.add(index as usize * VALUE_SIZE) }
 }
 
-/// A task-clock event on `tid`, disabled, sampling registers and stack every `period_ns` of the
-/// thread's CPU time.
+/// A task-clock event on `tid`, disabled, sampling time (CLOCK_MONOTONIC, the clock of the BPF
+/// program's `ktime_get_ns`), registers and stack every `period_ns` of the thread's CPU time.
 fn open_event(tid: i32, period_ns: u64) -> Result<OwnedFd, Errno> {
     let mut attr = sys::bindings::perf_event_attr {
         size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
         type_: sys::bindings::PERF_TYPE_SOFTWARE,
         config: sys::bindings::PERF_COUNT_SW_TASK_CLOCK as u64,
         sample_type: (sys::bindings::PERF_SAMPLE_TID
+            | sys::bindings::PERF_SAMPLE_TIME
             | sys::bindings::PERF_SAMPLE_REGS_USER
             | sys::bindings::PERF_SAMPLE_STACK_USER) as u64,
         sample_regs_user: REGS_MASK,
         sample_stack_user: STACK_DUMP,
+        clockid: libc::CLOCK_MONOTONIC,
         ..Default::default()
     };
     attr.__bindgen_anon_1.sample_period = period_ns;
     attr.set_disabled(1);
+    attr.set_use_clockid(1);
     // Kernel time counts: a thread inside a system call is sampled there (with its user
     // registers and stack), as it would be by a timer, not only once back in user space.
     attr.set_exclude_hv(1);
@@ -334,18 +406,19 @@ fn open_event(tid: i32, period_ns: u64) -> Result<OwnedFd, Errno> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// A thread's sample ring: the metadata page and `RING_PAGES` data pages.
+/// A thread's sample ring: the metadata page and its data pages.
 struct Ring {
     base: *mut u8,
     len: usize,
     data_size: usize,
     page: usize,
+    /// A record that wraps around the end of the data area, made whole.
     buffer: Vec<u8>,
 }
 
 impl Ring {
-    fn new(event: &OwnedFd, page: usize) -> Result<Ring, Errno> {
-        let len = (RING_PAGES + 1) * page;
+    fn new(event: &OwnedFd, page: usize, pages: usize) -> Result<Ring, Errno> {
+        let len = (pages + 1) * page;
         // SAFETY: maps the event's ring; checked for failure.
         let base = unsafe {
             libc::mmap(
@@ -363,7 +436,7 @@ impl Ring {
         Ok(Ring {
             base: base.cast(),
             len,
-            data_size: RING_PAGES * page,
+            data_size: pages * page,
             page,
             buffer: Vec::new(),
         })
@@ -372,6 +445,48 @@ impl Ring {
     fn meta(&self) -> *mut sys::bindings::perf_event_mmap_page {
         self.base.cast()
     }
+
+    /// Where the kernel's writing has got to; records before it are complete.
+    fn head(&self) -> u64 {
+        // SAFETY: the metadata page is mapped; data_head is written by the kernel, so it is
+        // read volatile and followed by an acquire fence before the data is read.
+        let head = unsafe { std::ptr::addr_of!((*self.meta()).data_head).read_volatile() };
+        fence(Ordering::Acquire);
+        head
+    }
+
+    /// Hands every record before `head` to `each` (header included), and frees them. A record
+    /// is handed in place (the kernel does not write over it until it is freed), unless it
+    /// wraps around the end of the data area.
+    fn drain(&mut self, head: u64, mut each: impl FnMut(&[u8])) {
+        let meta = self.meta();
+        // SAFETY: as in `head`; only we write data_tail.
+        let mut tail = unsafe { std::ptr::addr_of!((*meta).data_tail).read_volatile() };
+        let size = self.data_size as u64;
+        // SAFETY: the data area follows the metadata page.
+        let data = unsafe { self.base.add(self.page) };
+        while tail + 8 <= head {
+            let mut header = [0u8; 8];
+            copy_out(data, self.data_size, tail, &mut header);
+            let len = u16::from_ne_bytes([header[6], header[7]]) as u64;
+            if len < 8 || tail + len > head || len > size {
+                break; // cannot happen with a sane kernel; stop rather than read garbage
+            }
+            let start = (tail % size) as usize;
+            if start + len as usize <= self.data_size {
+                // SAFETY: inside the data area, and complete (before `head`).
+                each(unsafe { std::slice::from_raw_parts(data.add(start), len as usize) });
+            } else {
+                self.buffer.resize(len as usize, 0);
+                copy_out(data, self.data_size, tail, &mut self.buffer);
+                each(&self.buffer);
+            }
+            tail += len;
+        }
+        fence(Ordering::Release);
+        // SAFETY: as above.
+        unsafe { std::ptr::addr_of_mut!((*meta).data_tail).write_volatile(head.max(tail)) };
+    }
 }
 
 impl Drop for Ring {
@@ -379,35 +494,6 @@ impl Drop for Ring {
         // SAFETY: unmaps what `new` mapped.
         unsafe { libc::munmap(self.base.cast(), self.len) };
     }
-}
-
-/// Hands every record in the ring to `each` (header included), and frees them.
-fn drain(ring: &mut Ring, mut each: impl FnMut(&[u8])) {
-    let meta = ring.meta();
-    // SAFETY: the metadata page is mapped; data_head is written by the kernel, so it is read
-    // volatile and followed by an acquire fence before the data is read.
-    let head = unsafe { std::ptr::addr_of!((*meta).data_head).read_volatile() };
-    std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-    // SAFETY: as above; only we write data_tail.
-    let mut tail = unsafe { std::ptr::addr_of!((*meta).data_tail).read_volatile() };
-    let size = ring.data_size as u64;
-    // SAFETY: the data area follows the metadata page.
-    let data = unsafe { ring.base.add(ring.page) };
-    while tail + 8 <= head {
-        let mut header = [0u8; 8];
-        copy_out(data, ring.data_size, tail, &mut header);
-        let len = u16::from_ne_bytes([header[6], header[7]]) as u64;
-        if len < 8 || tail + len > head || len > size {
-            break; // cannot happen with a sane kernel; stop rather than read garbage
-        }
-        ring.buffer.resize(len as usize, 0);
-        copy_out(data, ring.data_size, tail, &mut ring.buffer);
-        each(&ring.buffer);
-        tail += len;
-    }
-    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-    // SAFETY: as above.
-    unsafe { std::ptr::addr_of_mut!((*meta).data_tail).write_volatile(head.max(tail)) };
 }
 
 /// Copies `out.len()` bytes at ring position `at`, wrapping around the data area.
@@ -423,19 +509,19 @@ fn copy_out(data: *const u8, size: usize, at: u64, out: &mut [u8]) {
 }
 
 /// What a ring record was.
-enum Record {
-    /// A sample, decoded into the caller's [`PerfSample`].
-    Sample,
+enum Record<'a> {
+    /// A sample (its slots not yet matched).
+    Sample(PerfSample<'a>),
     /// Samples lost (the ring was full).
     Lost(u64),
     /// Anything else, or a malformed record.
     Other,
 }
 
-/// Decodes a `PERF_RECORD_SAMPLE` (TID, REGS_USER, STACK_USER) into `into`, or counts a
+/// Decodes a `PERF_RECORD_SAMPLE` (TID, TIME, REGS_USER, STACK_USER), or counts a
 /// `PERF_RECORD_LOST`. A sample without user registers (the thread was exiting) or a malformed
 /// one is `Other`.
-fn parse(record: &[u8], into: &mut PerfSample) -> Record {
+fn parse(record: &[u8]) -> Record<'_> {
     let word = |at: usize| -> Option<u64> {
         Some(u64::from_ne_bytes(record.get(at..at + 8)?.try_into().ok()?))
     };
@@ -446,29 +532,163 @@ fn parse(record: &[u8], into: &mut PerfSample) -> Record {
     if kind != sys::bindings::PERF_RECORD_SAMPLE {
         return Record::Other;
     }
-    // header (8), pid+tid (8), regs abi (8), bp, sp, ip, stack size (8), bytes, dyn size (8)
-    let Some(abi) = word(16) else {
+    // header (8), pid+tid (8), time (8), regs abi (8), bp, sp, ip, stack size (8), bytes,
+    // dyn size (8)
+    let (Some(time), Some(abi)) = (word(16), word(24)) else {
         return Record::Other;
     };
-    let (Some(bp), Some(sp), Some(ip), Some(size)) = (word(24), word(32), word(40), word(48))
+    let (Some(bp), Some(sp), Some(ip), Some(size)) = (word(32), word(40), word(48), word(56))
     else {
         return Record::Other;
     };
     let size = size as usize;
-    let Some(bytes) = record.get(56..56usize.saturating_add(size)) else {
+    let Some(bytes) = record.get(64..64usize.saturating_add(size)) else {
         return Record::Other;
     };
     if abi == 0 {
         return Record::Other;
     }
-    let dynamic = word(56 + size).unwrap_or(0) as usize;
-    into.regs = Registers { ip, sp, bp };
-    into.stack.start = sp;
-    into.stack.bytes.clear();
-    into.stack
-        .bytes
-        .extend_from_slice(&bytes[..dynamic.min(size)]);
-    Record::Sample
+    let dynamic = word(64 + size).unwrap_or(0) as usize;
+    Record::Sample(PerfSample {
+        time,
+        regs: Registers { ip, sp, bp },
+        stack: StackView {
+            start: sp,
+            bytes: &bytes[..dynamic.min(size)],
+        },
+        slots: Default::default(),
+        marks_known: false,
+    })
+}
+
+/// Decodes one slot copy from the shared ring: the value index it came from and the copy.
+fn parse_copy(record: &[u8]) -> Option<(u32, SlotCopy)> {
+    let word = |at: usize| -> Option<u64> {
+        Some(u64::from_ne_bytes(record.get(at..at + 8)?.try_into().ok()?))
+    };
+    let time = word(0)?;
+    let index_and_slot = word(8)?;
+    let (index, slot) = (index_and_slot as u32, (index_and_slot >> 32) as usize);
+    if slot >= SLOTS {
+        return None;
+    }
+    let address = word(16)?;
+    let ok = word(24)? == 0;
+    let bytes = record.get(COPY_HEADER..)?;
+    let bytes = bytes[..bytes.len().min(SLOT_SIZE)].to_vec();
+    Some((
+        index,
+        SlotCopy {
+            time,
+            slot,
+            address,
+            ok,
+            bytes,
+        },
+    ))
+}
+
+/// The BPF ring buffer the programs write slot copies to, mapped: the consumer page (ours to
+/// write), then the producer page and the data, which the kernel maps twice in a row so that a
+/// record never wraps.
+struct CopyRing {
+    fd: OwnedFd,
+    consumer: *mut u8,
+    producer: *mut u8,
+    size: usize,
+    page: usize,
+}
+
+impl CopyRing {
+    fn new(page: usize, size: usize) -> Result<CopyRing, Errno> {
+        let fd = create_map(BPF_MAP_TYPE_RINGBUF, 0, 0, size as u32)?;
+        // SAFETY: maps the ring buffer's pages as the kernel lays them out; checked for failure.
+        let (consumer, producer) = unsafe {
+            let consumer = libc::mmap(
+                std::ptr::null_mut(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            );
+            if consumer == libc::MAP_FAILED {
+                return Err(Errno::last());
+            }
+            let producer = libc::mmap(
+                std::ptr::null_mut(),
+                page + 2 * size,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                page as libc::off_t,
+            );
+            if producer == libc::MAP_FAILED {
+                let errno = Errno::last();
+                libc::munmap(consumer, page);
+                return Err(errno);
+            }
+            (consumer, producer)
+        };
+        Ok(CopyRing {
+            fd,
+            consumer: consumer.cast(),
+            producer: producer.cast(),
+            size,
+            page,
+        })
+    }
+
+    fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Hands every committed record's data to `each`, and frees them.
+    fn drain(&mut self, mut each: impl FnMut(&[u8])) {
+        const BUSY: u32 = 1 << 31;
+        const DISCARD: u32 = 1 << 30;
+        // SAFETY: the positions are the first words of their pages; the producer's is written
+        // by the kernel (read volatile, then an acquire fence), the consumer's only by us.
+        let producer = unsafe { self.producer.cast::<u64>().read_volatile() };
+        fence(Ordering::Acquire);
+        let mut consumer = unsafe { self.consumer.cast::<u64>().read_volatile() };
+        let mask = self.size as u64 - 1;
+        // SAFETY: the data follows the producer page.
+        let data = unsafe { self.producer.add(self.page) };
+        while consumer < producer {
+            let at = (consumer & mask) as usize;
+            // SAFETY: `at` < size and the data is mapped twice, so 8 + len ≤ size bytes from
+            // `at` are mapped; the header is read volatile and fenced (the kernel clears BUSY
+            // last, with release ordering).
+            let header = unsafe { data.add(at).cast::<u32>().read_volatile() };
+            fence(Ordering::Acquire);
+            if header & BUSY != 0 {
+                break; // still being written
+            }
+            let len = (header & !(BUSY | DISCARD)) as usize;
+            if len + 8 > self.size {
+                break; // cannot happen with a sane kernel
+            }
+            if header & DISCARD == 0 {
+                // SAFETY: as above.
+                each(unsafe { std::slice::from_raw_parts(data.add(at + 8), len) });
+            }
+            consumer += (len as u64 + 8).div_ceil(8) * 8;
+        }
+        fence(Ordering::Release);
+        // SAFETY: as above.
+        unsafe { self.consumer.cast::<u64>().write_volatile(consumer) };
+    }
+}
+
+impl Drop for CopyRing {
+    fn drop(&mut self) {
+        // SAFETY: unmaps what `new` mapped.
+        unsafe {
+            libc::munmap(self.consumer.cast(), self.page);
+            libc::munmap(self.producer.cast(), self.page + 2 * self.size);
+        }
+    }
 }
 
 // --- The BPF side: raw bpf(2) commands and the program. ---
@@ -476,6 +696,7 @@ fn parse(record: &[u8], into: &mut PerfSample) -> Record {
 const BPF_MAP_CREATE: u32 = 0;
 const BPF_PROG_LOAD: u32 = 5;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
+const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
 const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
 
@@ -524,13 +745,24 @@ struct ProgLoad {
     prog_name: [u8; 16],
 }
 
-fn create_map() -> Result<OwnedFd, Errno> {
+/// An array (mapped into fsprof: the slot addresses are written there) or a ring buffer (of
+/// `max_entries` bytes).
+fn create_map(
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+) -> Result<OwnedFd, Errno> {
     let mut attr = MapCreate {
-        map_type: BPF_MAP_TYPE_ARRAY,
-        key_size: 4,
-        value_size: VALUE_SIZE as u32,
-        max_entries: MAX_THREADS,
-        map_flags: BPF_F_MMAPABLE,
+        map_type,
+        key_size,
+        value_size,
+        max_entries,
+        map_flags: if map_type == BPF_MAP_TYPE_ARRAY {
+            BPF_F_MMAPABLE
+        } else {
+            0
+        },
         map_name: *b"fsprof_slots\0\0\0\0",
         ..Default::default()
     };
@@ -558,35 +790,36 @@ fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
 
 // Opcodes used below (linux/bpf.h, bpf_common.h).
 const ST_W: u8 = 0x62; // *(u32 *)(dst + off) = imm
+const ST_DW: u8 = 0x7a; // *(u64 *)(dst + off) = imm
 const STX_DW: u8 = 0x7b; // *(u64 *)(dst + off) = src
 const LDX_DW: u8 = 0x79; // dst = *(u64 *)(src + off)
+const LDX_W: u8 = 0x61; // dst = *(u32 *)(src + off)
 const LD_IMM64: u8 = 0x18;
 const MOV64_REG: u8 = 0xbf;
 const MOV64_IMM: u8 = 0xb7;
 const ADD64_IMM: u8 = 0x07;
+const MUL64_IMM: u8 = 0x27;
 const JEQ_IMM: u8 = 0x15;
 const JNE_IMM: u8 = 0x55;
 const JLE_IMM: u8 = 0xb5;
-const MUL64_IMM: u8 = 0x27;
-const LDX_W: u8 = 0x61; // dst = *(u32 *)(src + off)
 const CALL: u8 = 0x85;
 const EXIT: u8 = 0x95;
 const PSEUDO_MAP_FD: u8 = 1;
 const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
+const HELPER_KTIME_GET_NS: i32 = 5;
 const HELPER_PROBE_READ_USER: i32 = 112;
+const HELPER_RINGBUF_OUTPUT: i32 = 130;
+/// `bpf_ringbuf_output` flag: wake nobody (fsprof reads the ring on its own schedule).
+const RB_NO_WAKEUP: i32 = 1;
 
-/// The program for the thread whose map value is `index`: copies each slot whose address is set
-/// (the thread is the one interrupted, so its slots hold still), its state first, then only the
-/// records below its depth (deeper ones may lie on pages never touched, which the copy, made
-/// without faulting, cannot read). The counter goes up by one before and after (odd while
-/// writing), so a reader can tell a finished copy. Returns 1, so the kernel writes the sample.
-fn program(map: RawFd, index: u32) -> Vec<Insn> {
-    let count = VALUE_COUNT as i16;
-    let bump = [
-        insn(LDX_DW, 1, 6, count, 0),
-        insn(ADD64_IMM, 1, 0, 0, 1),
-        insn(STX_DW, 6, 1, count, 0),
-    ];
+/// The program for the thread whose map value is `index`: takes the time, then for each slot
+/// builds a copy record in the value's scratch area (the time, `index`, the slot's number and
+/// address, the copy's result) and puts it in the ring buffer `copies`. The copy is the slot's
+/// state, then only the records below its depth (deeper ones may lie on pages never touched,
+/// which a copy made without faulting cannot read); a slot without an address, or whose copy
+/// failed, gives the header alone. The thread is the one interrupted, so its slots hold still.
+/// Returns 1, so the kernel writes the sample (after these copies).
+fn program(map: RawFd, copies: RawFd, index: u32) -> Vec<Insn> {
     let mut p = vec![
         insn(ST_W, 10, 0, -4, index as i32),
         insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, map),
@@ -597,46 +830,81 @@ fn program(map: RawFd, index: u32) -> Vec<Insn> {
         insn(JNE_IMM, 0, 0, 2, 0), // a value: go on
         insn(MOV64_IMM, 0, 0, 0, 1),
         insn(EXIT, 0, 0, 0, 0),
-        insn(MOV64_REG, 6, 0, 0, 0),
+        insn(MOV64_REG, 6, 0, 0, 0), // r6: the value (r6-r9 survive calls)
+        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
+        insn(MOV64_REG, 7, 0, 0, 0), // r7: the time
     ];
-    p.extend(bump);
     for slot in 0..SLOTS {
         let address = (VALUE_ADDRESSES + 8 * slot) as i16;
-        let used = (VALUE_USED + 8 * slot) as i16;
-        let result = (VALUE_RESULTS + 8 * slot) as i16;
-        let copy = (VALUE_COPIES + slot * SLOT_SIZE) as i32;
-        // Jump offsets count from the next instruction; the block is 20 long.
-        let block = [
+        let header = (VALUE_SCRATCH + slot * SCRATCH_SIZE) as i16;
+        let copy = header as i32 + COPY_HEADER as i32;
+        let result = header + 24;
+        // Jumps to `output` are patched once its place is known.
+        let mut to_output = Vec::new();
+        p.extend([
+            insn(STX_DW, 6, 7, header, 0),
+            insn(ST_W, 6, 0, header + 8, index as i32),
+            insn(ST_W, 6, 0, header + 12, slot as i32),
             insn(LDX_DW, 3, 6, address, 0),
-            insn(STX_DW, 6, 3, used, 0),
-            insn(JEQ_IMM, 3, 0, 17, 0), // no slot: next
+            insn(STX_DW, 6, 3, header + 16, 0),
+            insn(ST_DW, 6, 0, result, 0),
+            insn(MOV64_IMM, 8, 0, 0, COPY_HEADER as i32), // r8: the record's size
+        ]);
+        to_output.push(p.len());
+        p.extend([
+            insn(JEQ_IMM, 3, 0, 0, 0), // no slot
             insn(MOV64_REG, 1, 6, 0, 0),
             insn(ADD64_IMM, 1, 0, 0, copy),
             insn(MOV64_IMM, 2, 0, 0, SLOT_STATE_SIZE as i32),
             insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
             insn(STX_DW, 6, 0, result, 0),
-            insn(JNE_IMM, 0, 0, 11, 0), // unreadable: next
+        ]);
+        to_output.push(p.len());
+        p.extend([
+            insn(JNE_IMM, 0, 0, 0, 0), // unreadable
+            insn(MOV64_IMM, 8, 0, 0, (COPY_HEADER + SLOT_STATE_SIZE) as i32),
             insn(LDX_W, 2, 6, (copy + DEPTH_OFFSET) as i16, 0),
             insn(JLE_IMM, 2, 0, 1, MARK_CAPACITY as i32),
             insn(MOV64_IMM, 2, 0, 0, MARK_CAPACITY as i32),
             insn(MUL64_IMM, 2, 0, 0, RECORD_SIZE as i32),
-            insn(JEQ_IMM, 2, 0, 6, 0), // no records: next
+        ]);
+        to_output.push(p.len());
+        p.extend([
+            insn(JEQ_IMM, 2, 0, 0, 0), // no records
+            insn(MOV64_REG, 9, 2, 0, 0),
             insn(LDX_DW, 3, 6, address, 0),
             insn(ADD64_IMM, 3, 0, 0, RECORDS_OFFSET as i32),
             insn(MOV64_REG, 1, 6, 0, 0),
             insn(ADD64_IMM, 1, 0, 0, copy + RECORDS_OFFSET as i32),
             insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
             insn(STX_DW, 6, 0, result, 0),
-        ];
-        p.extend(block);
+        ]);
+        to_output.push(p.len());
+        p.extend([
+            insn(JNE_IMM, 0, 0, 0, 0), // unreadable
+            insn(MOV64_REG, 8, 9, 0, 0),
+            insn(ADD64_IMM, 8, 0, 0, (COPY_HEADER + RECORDS_OFFSET) as i32),
+        ]);
+        let output = p.len();
+        for at in to_output {
+            p[at].off = (output - at - 1) as i16;
+        }
+        p.extend([
+            insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
+            insn(0, 0, 0, 0, 0),
+            insn(MOV64_REG, 2, 6, 0, 0),
+            insn(ADD64_IMM, 2, 0, 0, header as i32),
+            insn(MOV64_REG, 3, 8, 0, 0),
+            insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
+            insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
+        ]);
     }
-    p.extend(bump);
     p.extend([insn(MOV64_IMM, 0, 0, 0, 1), insn(EXIT, 0, 0, 0, 0)]);
     p
 }
 
-fn load_program(map: RawFd, index: u32) -> Result<OwnedFd, String> {
-    let insns = program(map, index);
+fn load_program(map: RawFd, copies: RawFd, index: u32) -> Result<OwnedFd, String> {
+    let insns = program(map, copies, index);
     let license = c"GPL"; // probe_read_user is a GPL-only helper
     let mut log = vec![0u8; 4096];
     let mut attr = ProgLoad {
@@ -679,25 +947,28 @@ mod tests {
 
     #[test]
     fn records_are_decoded_and_bounded() {
-        let mut record = vec![0u8; 56];
+        let mut record = vec![0u8; 64];
         record[0..4].copy_from_slice(&sys::bindings::PERF_RECORD_SAMPLE.to_ne_bytes());
-        record[16..24].copy_from_slice(&2u64.to_ne_bytes()); // abi 64
-        record[24..32].copy_from_slice(&7u64.to_ne_bytes()); // bp
-        record[32..40].copy_from_slice(&0x1000u64.to_ne_bytes()); // sp
-        record[40..48].copy_from_slice(&0x4000u64.to_ne_bytes()); // ip
-        record[48..56].copy_from_slice(&16u64.to_ne_bytes());
+        record[16..24].copy_from_slice(&5u64.to_ne_bytes()); // time
+        record[24..32].copy_from_slice(&2u64.to_ne_bytes()); // abi 64
+        record[32..40].copy_from_slice(&7u64.to_ne_bytes()); // bp
+        record[40..48].copy_from_slice(&0x1000u64.to_ne_bytes()); // sp
+        record[48..56].copy_from_slice(&0x4000u64.to_ne_bytes()); // ip
+        record[56..64].copy_from_slice(&16u64.to_ne_bytes());
         record.extend_from_slice(&[9u8; 16]);
         record.extend_from_slice(&8u64.to_ne_bytes()); // only 8 of the 16 bytes are valid
-        let mut sample = PerfSample::default();
-        assert!(matches!(parse(&record, &mut sample), Record::Sample));
+        let Record::Sample(sample) = parse(&record) else {
+            panic!("not decoded");
+        };
         assert_eq!(
             (sample.regs.ip, sample.regs.sp, sample.regs.bp),
             (0x4000, 0x1000, 7)
         );
-        assert_eq!(sample.stack.bytes, vec![9u8; 8]);
+        assert_eq!(sample.time, 5);
+        assert_eq!(sample.stack.bytes, &[9u8; 8]);
         // A size that runs past the record is refused, not trusted.
-        record[48..56].copy_from_slice(&u64::MAX.to_ne_bytes());
-        assert!(matches!(parse(&record, &mut sample), Record::Other));
+        record[56..64].copy_from_slice(&u64::MAX.to_ne_bytes());
+        assert!(matches!(parse(&record), Record::Other));
     }
 
     /// A thread of this process spins while "marking": its fake slot (two words that change
@@ -744,15 +1015,19 @@ mod tests {
         }
         let tid = tid.load(Ordering::SeqCst);
         let address = slot.as_ptr() as u64;
-        let mut sample = PerfSample::default();
-        let mut taken = 0;
+        let (mut taken, mut unknown) = (0, 0);
+        let mut last_time = 0;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         perf.watch(tid, [address, 0]).unwrap();
-        while taken < 20 && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-            if perf.take(tid, &mut sample) {
+        // Rarely read: every sample since the previous read comes back, each with its own copy.
+        while taken < 200 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(15));
+            perf.take(tid, |sample| {
+                assert!(sample.time > last_time, "in order");
+                last_time = sample.time;
                 if !sample.marks_known {
-                    continue; // a sample came while the slots were copied out: rare
+                    unknown += 1;
+                    return;
                 }
                 taken += 1;
                 let copy = sample.slots[0].as_ref().unwrap();
@@ -765,17 +1040,25 @@ mod tests {
                 assert!(a != 0);
                 let at = RECORDS_OFFSET + 2 * RECORD_SIZE - 4;
                 let c = u32::from_ne_bytes(copy[at..at + 4].try_into().unwrap());
-                let d = u32::from_ne_bytes(copy[at + 4..at + 8].try_into().unwrap());
                 assert!(c == b || c.wrapping_add(1) == b, "{b} {c}");
-                assert_eq!(d, 0, "only the records below the depth are copied");
+                assert_eq!(
+                    copy.len(),
+                    RECORDS_OFFSET + 2 * RECORD_SIZE,
+                    "only the records below the depth are copied"
+                );
                 assert!(sample.slots[1].is_none());
                 assert!(!sample.stack.bytes.is_empty());
                 assert_eq!(sample.stack.start, sample.regs.sp);
-            }
+            });
         }
         stop.store(true, Ordering::Relaxed);
         worker.join().unwrap();
-        assert_eq!(taken, 20, "samples taken within 10 s");
+        assert!(taken >= 200, "{taken} samples with their marks within 10 s");
+        assert!(
+            unknown * 100 <= taken,
+            "{unknown} samples without their marks, {taken} with"
+        );
+        assert_eq!(perf.lost, 0, "no sample lost at 15 ms between reads");
         perf.forget(tid);
     }
 }

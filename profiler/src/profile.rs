@@ -118,6 +118,16 @@ pub struct Meta {
     /// All ticks.
     #[serde(default)]
     pub ticks: u64,
+    /// Of those, ticks after a long interval (while perf's samples carried every thread's time,
+    /// fsprof woke only every few milliseconds).
+    #[serde(default)]
+    pub slow_ticks: u64,
+    /// perf samples the kernel could not write (a thread's ring was full: fsprof came late).
+    #[serde(default)]
+    pub perf_lost: u64,
+    /// perf samples whose marks were not copied (their time is left out).
+    #[serde(default)]
+    pub perf_unmatched: u64,
     /// Whether native stacks were recorded (not `--no-native`).
     #[serde(default)]
     pub native: bool,

@@ -13,7 +13,7 @@
 
 use crate::call_sites::CallSites;
 use crate::names::{self, PayloadKind};
-use crate::native::{self, Captured, NativeSampler, PerfStack};
+use crate::native::{self, Captured, NativeSampler};
 use crate::perf::SLOTS;
 use crate::profile::{Frame, Meta, Payload, Profile, ProfileBuilder, Stack, MAX_STACK_FRAMES};
 use crate::region::{ReadStats, RegionError, RegionReader, ThreadMarks};
@@ -45,6 +45,12 @@ impl End {
     }
 }
 
+/// The longest mean interval between ticks while perf carries every thread's time (see
+/// [`Sampler::tick_period`]).
+const SLOW_TICK: Duration = Duration::from_millis(10);
+/// How long ticks stay at the full rate after one found a thread that needs them.
+const FAST_HOLD: Duration = Duration::from_millis(250);
+
 /// Distinct feature or payload addresses resolved before further ones are lumped together: a
 /// corrupt region must not make fsprof read and keep unbounded numbers of strings.
 const MAX_DISTINCT: usize = 100_000;
@@ -71,6 +77,8 @@ struct ThreadState {
     last_perf: Option<Native>,
     /// Its stack was not read at its previous sample because it had last run on fsprof's CPU.
     skipped: bool,
+    /// Its scheduling totals at its previous sample, while perf samples it.
+    last_sched: Option<target::SchedTimes>,
 }
 
 /// A thread's native stack for one sample.
@@ -165,6 +173,15 @@ pub struct Sampler {
     call_sites: CallSites,
     /// Names of features whose descriptors are the agent's (built in), in order of discovery.
     builtin_features: Vec<String>,
+    /// Whether this tick found a thread whose time only the ticks can sample (see
+    /// [`Sampler::tick_period`]).
+    every_tick: bool,
+    /// Ticks come at the full rate until then.
+    fast_until: Option<Instant>,
+    /// Whether the interval since the previous tick was a long one (see [`Sampler::tick_period`]).
+    slow_interval: bool,
+    /// Ticks after a long interval.
+    slow_ticks: u64,
     /// Addresses of those descriptors.
     builtin_descriptors: Vec<u64>,
 }
@@ -211,6 +228,10 @@ impl Sampler {
             call_sites: CallSites::new(),
             builtin_features: Vec::new(),
             builtin_descriptors: Vec::new(),
+            every_tick: true,
+            fast_until: None,
+            slow_interval: false,
+            slow_ticks: 0,
         }
     }
 
@@ -266,14 +287,22 @@ impl Sampler {
         self.scan_regions(now);
         self.read_marks();
         self.flush_pending();
+        // Set again below by any thread whose time only the ticks can see.
+        self.every_tick = self.first_tick.is_none()
+            || self.options.count_idle
+            || !self.native.as_ref().is_some_and(NativeSampler::uses_perf);
 
         let first = self.first_tick.is_none();
         let tick = self.ticks;
+        self.slow_ticks += u64::from(self.slow_interval);
         for index in 0..self.tids.len() {
             let tid = self.tids[index];
             let state = match self.threads.get_mut(&tid) {
                 Some(state) => state,
                 None => {
+                    // A thread born since the previous tick: perf does not sample it yet, and
+                    // one that ends before the next tick only the ticks can see.
+                    self.every_tick = true;
                     let keep_open = self.descriptor_budget > 0;
                     let Some(status) = ThreadStatus::open(self.pid, tid, keep_open) else {
                         continue;
@@ -299,6 +328,7 @@ impl Sampler {
                         pending: None,
                         last_perf: None,
                         skipped: false,
+                        last_sched: None,
                     };
                     self.threads.entry(tid).or_insert(state)
                 }
@@ -334,10 +364,33 @@ impl Sampler {
                 continue;
             }
             let thread = state.id;
+            // Between ticks at the full rate, the tick's marks stand for the whole interval, as
+            // without perf (perf's latest sample gives the stack). Between rare ticks, a thread
+            // that perf samples has its CPU time in those samples (each one period, with the
+            // marks and stack of its own instant), and the tick samples the rest of its time:
+            // if it is blocked, the tick's marks stand for the whole interval (the tick came at
+            // a moment that does not depend on what the thread does, so that is unbiased for its
+            // blocked time); if it is runnable, for the share of its runnable time it spent
+            // waiting for a CPU since the previous tick.
+            let slow = self.slow_interval;
+            let by_perf = self.perf_samples(tid, own_tid, thread, running, slow);
+            let state = self.threads.get_mut(&tid).expect("sampled");
+            let mut waiting = 0.0;
+            if by_perf && running {
+                let now = target::sched_times(self.pid, tid);
+                waiting = wait_share(std::mem::replace(&mut state.last_sched, now), now);
+            }
+            let (wall_ns, active_ns) = match (by_perf && slow, running) {
+                (true, true) => {
+                    let share = (wall_ns as f64 * waiting) as u64;
+                    (share, share)
+                }
+                (_, false) => (wall_ns, 0),
+                (false, true) => (wall_ns, wall_ns),
+            };
             let captured = self.native_stack(tid, own_tid, running);
             let mut stack = self.stack_of(own_tid);
             let unsettled = self.unsettled.contains(&own_tid);
-            let active_ns = if running { wall_ns } else { 0 };
             let native = match captured {
                 Native::Captured(captured) => {
                     let placed = native::place(&captured, &self.records);
@@ -357,6 +410,7 @@ impl Sampler {
                     Some(self.builder.native_stack(placed))
                 }
                 Native::Pending => {
+                    self.every_tick = true;
                     // Completed when the thread stops (it has not run since this instant, so
                     // its stack and marks are still this sample's), or at the next tick.
                     if let Some(state) = self.threads.get_mut(&tid) {
@@ -377,6 +431,19 @@ impl Sampler {
             }
             self.builder
                 .add_sample(thread, stack, native, wall_ns, active_ns);
+        }
+        // A thread gone since the previous tick left its last samples in its ring.
+        let gone: Vec<(u32, u32, Option<u32>)> = self
+            .threads
+            .iter()
+            .filter(|(_, state)| state.seen_at != tick)
+            .map(|(tid, state)| (*tid, state.id, state.own_tid))
+            .collect();
+        for (tid, thread, own_tid) in gone {
+            if let Some(own_tid) = own_tid {
+                let slow = self.slow_interval;
+                self.perf_samples(tid, own_tid, thread, false, slow);
+            }
         }
         let budget = &mut self.descriptor_budget;
         let native = &mut self.native;
@@ -400,6 +467,29 @@ impl Sampler {
         self.last_tick = Some(now);
         self.ticks += 1;
         true
+    }
+
+    /// The mean interval to the next tick, for a sampler whose rate asks for `fast`. Ticks come
+    /// at that rate while some thread's time can only be sampled by them: a thread blocked
+    /// inside a mark (its wall time counts), every thread with `--idle`, a running thread that
+    /// perf does not sample (yet: a thread born since the previous tick). After a tick that
+    /// found a thread blocked inside a mark they stay fast for [`FAST_HOLD`], so that the
+    /// intervals' lengths do not follow what each thread does from one tick to the next (short
+    /// intervals right after a blocked thread was seen would understate blocked time).
+    /// Otherwise perf's samples carry the running threads' time and marks, and ticks need only
+    /// come before their rings fill, at most every [`SLOW_TICK`]: each tick wakes fsprof,
+    /// which on a machine without an idle core preempts the target.
+    pub fn tick_period(&mut self, fast: Duration) -> Duration {
+        let patience = self.native.as_ref().and_then(NativeSampler::perf_patience);
+        let hold = self.fast_until.is_some_and(|until| Instant::now() < until);
+        let period = match patience {
+            // The longest interval drawn is 1.5 times the mean; half the ring is left for
+            // lateness.
+            Some(patience) if !self.every_tick && !hold => (patience / 3).min(SLOW_TICK).max(fast),
+            _ => fast,
+        };
+        self.slow_interval = period > fast;
+        period
     }
 
     /// Finds new regions, and forgets vanished ones, on a schedule: often while none was found
@@ -564,6 +654,11 @@ impl Sampler {
         // A thread that is not running weighs something only inside a mark, or with --idle;
         // stopping it may also make some blocking calls (epoll_wait) return early with EINTR.
         let matters = in_mark || self.options.count_idle;
+        if !running && in_mark {
+            // Its time is wall time, which only the ticks sample.
+            self.every_tick = true;
+            self.fast_until = Some(Instant::now() + FAST_HOLD);
+        }
         let stop = if running {
             true
         } else if !matters {
@@ -584,39 +679,19 @@ impl Sampler {
                 .clone()
                 .map_or(Native::None, Native::Captured);
         }
-        if running && native.uses_perf() {
-            if let Some(addresses) =
-                slot_addresses(&self.regions, &self.marks[first..first + count])
-            {
-                match native.perf_stack(tid, addresses) {
-                    PerfStack::Sample(captured, Some(slots)) => {
-                        let snapshot = snapshot_records(own_tid, &addresses, &slots);
-                        let state = self.threads.get_mut(&tid).expect("sampled");
-                        state.last_perf = snapshot
-                            .map(|(records, truncated)| Native::Perf(captured, records, truncated));
-                        if state.last_perf.is_none() {
-                            self.native_moved += 1; // caught in the middle of a push
-                        }
-                    }
-                    PerfStack::Sample(_, None) => {
-                        self.native_moved += 1;
-                        self.threads.get_mut(&tid).expect("sampled").last_perf = None;
-                    }
-                    // It ran less than a period since its latest sample, which stands for
-                    // this one too (the samples follow its CPU time, the ticks wall time).
-                    PerfStack::Nothing => {}
-                    PerfStack::Unavailable => {
-                        return self.capture(tid, own_tid, first, count, running)
-                    }
+        if running && native.perf_watches(tid) {
+            // Its latest perf sample (see `Sampler::perf_samples`) stands for this instant too:
+            // it has run less than a period since.
+            let state = self.threads.get_mut(&tid).expect("sampled");
+            return match &state.last_perf {
+                Some(Native::Perf(captured, records, truncated)) => {
+                    Native::Perf(captured.clone(), records.clone(), *truncated)
                 }
-                let state = self.threads.get_mut(&tid).expect("sampled");
-                return match &state.last_perf {
-                    Some(Native::Perf(captured, records, truncated)) => {
-                        Native::Perf(captured.clone(), records.clone(), *truncated)
-                    }
-                    _ => Native::None,
-                };
-            }
+                _ => Native::None,
+            };
+        }
+        if running {
+            self.every_tick = true; // sampled by ptrace at the ticks
         }
         if !running {
             if let Some(native) = self.blocked(tid, own_tid, first, count) {
@@ -624,6 +699,75 @@ impl Sampler {
             }
         }
         self.capture(tid, own_tid, first, count, running)
+    }
+
+    /// Adds the samples perf took of thread `tid` (sample thread `thread`) since the previous
+    /// tick, if `add`, each standing for one period of its CPU time with the marks the kernel
+    /// copied at its instant; keeps the latest for the tick's sample. Whether perf sampled the
+    /// thread since the previous tick (its CPU time since then is in those samples). A thread is sampled by perf from the first
+    /// tick that finds it running. Samples whose marks are unknown (a copy failed or was lost)
+    /// are left out.
+    fn perf_samples(
+        &mut self,
+        tid: u32,
+        own_tid: u32,
+        thread: u32,
+        running: bool,
+        add: bool,
+    ) -> bool {
+        let Some(native) = self.native.as_mut() else {
+            return false;
+        };
+        let watched = native.perf_watches(tid);
+        if !native.uses_perf() || !(running || watched) {
+            return false;
+        }
+        if !watched {
+            // Its time since the previous tick is not in samples: this tick's sample has it.
+            self.every_tick = true;
+        }
+        let first = self.marks.partition_point(|m| m.tid < own_tid);
+        let count = self.marks[first..]
+            .iter()
+            .take_while(|m| m.tid == own_tid)
+            .count();
+        let Some(addresses) = slot_addresses(&self.regions, &self.marks[first..first + count])
+        else {
+            return false;
+        };
+        let Some(samples) = native.perf_samples(tid, addresses) else {
+            return false;
+        };
+        let period = self.options.perf.map_or(0, |p| p.as_nanos() as u64);
+        let mut latest = None;
+        for sample in samples {
+            let Some((records, truncated)) = sample
+                .slots
+                .and_then(|slots| snapshot_records(own_tid, &slots))
+            else {
+                self.native_moved += 1; // a copy failed, was lost, or caught a push half done
+                latest = Some(None);
+                continue;
+            };
+            let stack = self.intern_records(records, truncated);
+            if add {
+                let placed = native::place(&sample.captured, &self.records);
+                let native = self.builder.native_stack(placed);
+                self.builder
+                    .add_sample(thread, stack, Some(native), period, period);
+            }
+            latest = Some(Some(Native::Perf(
+                sample.captured,
+                self.records.clone(),
+                truncated,
+            )));
+        }
+        if let Some(latest) = latest {
+            if let Some(state) = self.threads.get_mut(&tid) {
+                state.last_perf = latest;
+            }
+        }
+        watched
     }
 
     /// The native stack of a blocked thread without stopping it, when its marks are still the
@@ -846,6 +990,7 @@ impl Sampler {
         meta.late_ticks = self.late_ticks;
         meta.stretched_ticks = self.stretched_ticks;
         meta.ticks = self.ticks;
+        meta.slow_ticks = self.slow_ticks;
         let mut notes = self.notes;
         let mut modules = Vec::new();
         if let Some(mut native) = self.native {
@@ -860,6 +1005,7 @@ impl Sampler {
             meta.native_late = self.native_late;
             meta.native_blocked = stats.blocked;
             meta.native_blocked_skipped = stats.blocked_skipped;
+            (meta.perf_lost, meta.perf_unmatched) = native.perf_losses();
             meta.pause_p50_us = native.pauses().quantile(0.5).as_micros() as u64;
             meta.pause_p99_us = native.pauses().quantile(0.99).as_micros() as u64;
             if let Some(errno) = native.attach_error {
@@ -906,23 +1052,35 @@ fn slot_addresses(regions: &[RegionReader], marks: &[ThreadMarks]) -> Option<[u6
     Some(addresses)
 }
 
+/// The share of a thread's runnable time between two reads of its scheduling totals (taken at
+/// ticks that found it running) that it spent waiting for a CPU; 0 when unknown.
+fn wait_share(before: Option<target::SchedTimes>, now: Option<target::SchedTimes>) -> f64 {
+    let (Some(before), Some(now)) = (before, now) else {
+        return 0.0;
+    };
+    let run = now.run_ns.saturating_sub(before.run_ns);
+    let wait = now.wait_ns.saturating_sub(before.wait_ns);
+    if run + wait == 0 {
+        return 0.0;
+    }
+    wait as f64 / (run + wait) as f64
+}
+
 /// Decodes the slots the kernel copied at a perf sample into the thread's records (all slots,
 /// in order) and the logical depth if some were not recorded. `None` if a copy is not this
-/// thread's slot or caught a push half written.
+/// thread's slot.
 fn snapshot_records(
     own_tid: u32,
-    addresses: &[u64; SLOTS],
     slots: &[Option<Vec<u8>>; SLOTS],
 ) -> Option<(Vec<RecordView>, Option<u32>)> {
     let mut records = Vec::new();
     let mut truncated_depth = None;
-    for (address, bytes) in addresses.iter().zip(slots) {
-        if *address == 0 {
-            continue;
-        }
-        let bytes = bytes.as_ref()?;
+    for bytes in slots.iter().flatten() {
         let state = abi::parse_slot_state(bytes.get(..abi::SLOT_STATE_SIZE)?)?;
-        if state.seq % 2 == 1 || state.tid != own_tid {
+        // An odd `seq` (a push under way) is fine here: the thread was interrupted, so the copy
+        // is its slot at one instant of its own order of writes, in which the records below
+        // `depth` are always whole (a push writes its record before raising `depth`).
+        if state.tid != own_tid {
             return None;
         }
         let recorded = (state.depth as usize).min(abi::MARK_CAPACITY);
@@ -1002,6 +1160,7 @@ fn sample_until_stopped(
 ) -> End {
     let start = Instant::now();
     let mut next = start;
+    let mut current = period;
     // Fault injection for tests: a panic in the middle of recording, to prove that the target is
     // released (detached, running) when fsprof fails.
     let panic_after: Option<u64> = std::env::var("FSPROF_TEST_PANIC_AFTER_TICKS")
@@ -1017,7 +1176,7 @@ fn sample_until_stopped(
         if schedule.duration.is_some_and(|d| start.elapsed() >= d) {
             return End::Duration;
         }
-        if Instant::now().duration_since(next) > period / 2 {
+        if Instant::now().duration_since(next) > current / 2 {
             sampler.late_ticks += 1;
         }
         if schedule
@@ -1035,10 +1194,11 @@ fn sample_until_stopped(
         // make the next wait longer.
         let cost = thread_cpu_time().saturating_sub(cpu_before);
         let now = Instant::now();
-        next += period.mul_f64(0.5 + fastrand::f64());
+        current = sampler.tick_period(period);
+        next += current.mul_f64(0.5 + fastrand::f64());
         // Never busier than half the time: with many threads a tick can take longer than half
         // the period, and a real-time sampler that never slept would starve the target.
-        let floor = now + cost.min(period * 10);
+        let floor = now + cost.min(current * 10);
         if next < floor {
             next = floor;
             sampler.stretched_ticks += 1;

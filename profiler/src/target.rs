@@ -151,8 +151,29 @@ impl ThreadStatus {
 /// How many times thread `tid` has been scheduled onto a CPU (`/proc/.../schedstat`), if known:
 /// unchanged between two reads means the thread has not run in between.
 pub fn times_scheduled(pid: u32, tid: u32) -> Option<u64> {
+    sched_times(pid, tid).map(|times| times.slices)
+}
+
+/// A thread's scheduling totals since it started (`/proc/.../schedstat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedTimes {
+    /// Time on a CPU, ns.
+    pub run_ns: u64,
+    /// Time runnable and waiting for a CPU, ns.
+    pub wait_ns: u64,
+    /// Times scheduled onto a CPU.
+    pub slices: u64,
+}
+
+/// Thread `tid`'s scheduling totals, if the kernel keeps them.
+pub fn sched_times(pid: u32, tid: u32) -> Option<SchedTimes> {
     let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
-    text.split_whitespace().nth(2)?.parse().ok()
+    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+    Some(SchedTimes {
+        run_ns: fields.next()??,
+        wait_ns: fields.next()??,
+        slices: fields.next()??,
+    })
 }
 
 /// The stack and instruction pointers of thread `tid` of `pid` while it is blocked in the

@@ -34,6 +34,25 @@ pub struct StackCopy {
 }
 
 impl StackCopy {
+    /// The copy, borrowed.
+    pub fn view(&self) -> StackView<'_> {
+        StackView {
+            start: self.start,
+            bytes: &self.bytes,
+        }
+    }
+}
+
+/// The top of a thread's stack as copied somewhere (a [`StackCopy`], a perf ring).
+#[derive(Clone, Copy, Debug)]
+pub struct StackView<'a> {
+    /// Address in the target of `bytes[0]`.
+    pub start: u64,
+    /// The copied bytes.
+    pub bytes: &'a [u8],
+}
+
+impl StackView<'_> {
     fn read_u64(&self, address: u64) -> Result<u64, ()> {
         let offset = address.checked_sub(self.start).ok_or(())? as usize;
         let bytes = self
@@ -124,7 +143,7 @@ impl Unwinder {
     }
 
     /// Unwinds the stack `stack` from `regs` into `out`.
-    pub fn unwind(&mut self, regs: Registers, stack: &StackCopy, out: &mut Unwound) {
+    pub fn unwind(&mut self, regs: Registers, stack: StackView<'_>, out: &mut Unwound) {
         out.frames.clear();
         out.complete = false;
         let mut unwind_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);

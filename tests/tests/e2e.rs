@@ -493,7 +493,8 @@ fn hundreds_of_threads_under_a_low_descriptor_limit() {
     let report = report_json(&out);
     let secs = report["meta"]["duration_ns"].as_f64().unwrap() / 1e9;
     assert!(secs > 4.4, "recorded only {secs} s: {stderr}");
-    assert!(report["meta"]["ticks"].as_u64().unwrap() > 500, "{stderr}");
+    // Ticks come every 10 ms at least while perf carries the busy thread's time.
+    assert!(report["meta"]["ticks"].as_u64().unwrap() > 400, "{stderr}");
     assert_shares_match(&report, &truth(dir.path()));
 }
 

@@ -199,16 +199,16 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
             ));
         }
     }
-    let asked = meta.rate_hz;
-    let achieved = if meta.duration_ns > 0 {
-        meta.ticks as f64 * 1e9 / meta.duration_ns as f64
-    } else {
-        asked
-    };
-    if meta.ticks > 100 && achieved < 0.8 * asked {
+    if meta.ticks > 100 && meta.stretched_ticks * 10 > meta.ticks {
         notes.push(format!(
-            "fsprof sampled {achieved:.0} times a second, not the {asked} asked for: sampling {threads} threads took so long that {} of {} intervals were stretched (fsprof never samples more than half the time); lower --rate, or expect less precise shares",
+            "sampling {threads} threads took so long that {} of {} intervals between samples were stretched (fsprof never samples more than half the time); lower --rate, or expect less precise shares",
             meta.stretched_ticks, meta.ticks
+        ));
+    }
+    if meta.perf_lost * 100 > meta.native_captured.max(1) {
+        notes.push(format!(
+            "{} perf samples were lost (fsprof read the threads' rings too late): shares rest on the others",
+            meta.perf_lost
         ));
     }
     if meta.ticks > 0 && meta.late_ticks * 10 > meta.ticks {
