@@ -7,10 +7,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The default sampling rate. At 1000 Hz a 3-second run of a busy thread gives about 3000
-/// samples, so a feature's share is known to about one percentage point, while the sampler (which
-/// never stops the target) uses a few percent of one core.
-pub const DEFAULT_RATE_HZ: f64 = 1000.0;
+/// The default sampling rate. At 250 Hz the target's slowdown stays within about 1%, even with
+/// every core busy (BENCHMARKS.md), and a 10-second run of a busy thread gives about 2500
+/// samples, a feature's share known to about one percentage point. Short runs want `--rate 1000`.
+pub const DEFAULT_RATE_HZ: f64 = 250.0;
 
 /// fsprof: a feature-specific profiler. Reports how much time each feature marked in a program
 /// (and each instance of it: a call site, a named rule, a task) costs.

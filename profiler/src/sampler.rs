@@ -48,8 +48,10 @@ impl End {
 /// The longest mean interval between ticks while perf carries every thread's time (see
 /// [`Sampler::tick_period`]).
 const SLOW_TICK: Duration = Duration::from_millis(10);
-/// How long ticks stay at the full rate after one found a thread that needs them.
+/// How long ticks stay at the full rate after one found a thread blocked inside a mark.
 const FAST_HOLD: Duration = Duration::from_millis(250);
+/// How long ticks stay at the full rate after one found a thread born since the previous.
+const BIRTH_HOLD: Duration = Duration::from_millis(50);
 
 /// Distinct feature or payload addresses resolved before further ones are lumped together: a
 /// corrupt region must not make fsprof read and keep unbounded numbers of strings.
@@ -79,6 +81,8 @@ struct ThreadState {
     skipped: bool,
     /// Its scheduling totals at its previous sample, while perf samples it.
     last_sched: Option<target::SchedTimes>,
+    /// Born since the previous tick (not seen at the first).
+    born: bool,
 }
 
 /// A thread's native stack for one sample.
@@ -301,8 +305,10 @@ impl Sampler {
                 Some(state) => state,
                 None => {
                     // A thread born since the previous tick: perf does not sample it yet, and
-                    // one that ends before the next tick only the ticks can see.
-                    self.every_tick = true;
+                    // the next ones may end before a rare tick could see them.
+                    if self.first_tick.is_some() {
+                        self.hold_fast(now + BIRTH_HOLD);
+                    }
                     let keep_open = self.descriptor_budget > 0;
                     let Some(status) = ThreadStatus::open(self.pid, tid, keep_open) else {
                         continue;
@@ -314,7 +320,9 @@ impl Sampler {
                     let id = self.builder.thread(tid, || target::thread_name(pid, tid));
                     // A thread born since the previous tick stands for the time since then. That credits
                     // the stretch before its birth and, symmetrically, the stretch after its last
-                    // sample is never credited: on average the two balance.
+                    // sample is never credited: on average the two balance. With perf, neither
+                    // is needed: a running thread's first interval is its runnable time so far,
+                    // and perf's samples cover its last stretch (see below).
                     let last_time = self.last_tick.unwrap_or(now);
                     let state = ThreadState {
                         status,
@@ -329,6 +337,7 @@ impl Sampler {
                         last_perf: None,
                         skipped: false,
                         last_sched: None,
+                        born: self.first_tick.is_some(),
                     };
                     self.threads.entry(tid).or_insert(state)
                 }
@@ -374,12 +383,19 @@ impl Sampler {
             // waiting for a CPU since the previous tick.
             let slow = self.slow_interval;
             let by_perf = self.perf_samples(tid, own_tid, thread, running, slow);
+            let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);
             let state = self.threads.get_mut(&tid).expect("sampled");
             let mut waiting = 0.0;
-            if by_perf && running {
+            let mut wall_ns = wall_ns;
+            if uses_perf && running {
                 let now = target::sched_times(self.pid, tid);
-                waiting = wait_share(std::mem::replace(&mut state.last_sched, now), now);
+                let before = std::mem::replace(&mut state.last_sched, now);
+                waiting = wait_share(before, now);
+                if let (true, Some(now)) = (state.born, now) {
+                    wall_ns = wall_ns.min(now.run_ns.saturating_add(now.wait_ns));
+                }
             }
+            state.born = false;
             let (wall_ns, active_ns) = match (by_perf && slow, running) {
                 (true, true) => {
                     let share = (wall_ns as f64 * waiting) as u64;
@@ -441,8 +457,8 @@ impl Sampler {
             .collect();
         for (tid, thread, own_tid) in gone {
             if let Some(own_tid) = own_tid {
-                let slow = self.slow_interval;
-                self.perf_samples(tid, own_tid, thread, false, slow);
+                // All taken since its last tick, which no tick will count.
+                self.perf_samples(tid, own_tid, thread, false, true);
             }
         }
         let budget = &mut self.descriptor_budget;
@@ -469,13 +485,21 @@ impl Sampler {
         true
     }
 
+    /// Keeps ticks at the full rate until at least `until`.
+    fn hold_fast(&mut self, until: Instant) {
+        self.every_tick = true;
+        self.fast_until = self.fast_until.max(Some(until));
+    }
+
     /// The mean interval to the next tick, for a sampler whose rate asks for `fast`. Ticks come
     /// at that rate while some thread's time can only be sampled by them: a thread blocked
     /// inside a mark (its wall time counts), every thread with `--idle`, a running thread that
-    /// perf does not sample (yet: a thread born since the previous tick). After a tick that
-    /// found a thread blocked inside a mark they stay fast for [`FAST_HOLD`], so that the
-    /// intervals' lengths do not follow what each thread does from one tick to the next (short
-    /// intervals right after a blocked thread was seen would understate blocked time).
+    /// perf does not sample. After a tick that found a thread blocked inside a mark they stay
+    /// fast for [`FAST_HOLD`], so that the intervals' lengths do not follow what each thread
+    /// does from one tick to the next (short intervals right after a blocked thread was seen
+    /// would understate blocked time); after a thread's birth, for [`BIRTH_HOLD`]: a thread
+    /// born and gone between two rare ticks would not be seen at all (threads that live less
+    /// than a period between births further apart than that can still be missed).
     /// Otherwise perf's samples carry the running threads' time and marks, and ticks need only
     /// come before their rings fill, at most every [`SLOW_TICK`]: each tick wakes fsprof,
     /// which on a machine without an idle core preempts the target.
@@ -657,7 +681,7 @@ impl Sampler {
         if !running && in_mark {
             // Its time is wall time, which only the ticks sample.
             self.every_tick = true;
-            self.fast_until = Some(Instant::now() + FAST_HOLD);
+            self.fast_until = self.fast_until.max(Some(Instant::now() + FAST_HOLD));
         }
         let stop = if running {
             true

@@ -10,9 +10,10 @@
 #        fizzbuzz  the demo, FIZZ_N lines to /dev/null (syscall-heavy, ~5M marks/s)
 #        empty     spin with no work: the tool's own start and stop cost (perf's is ~0.4 s)
 #      Configurations, interleaved within each round (RUNS rounds, default 5):
-#        alone | fsprof run --no-native | fsprof run (native, default backend and 1000 Hz)
-#        | fsprof run --backend ptrace | perf record -F 1000 --call-graph dwarf
-#        | perf record -F 1000 -g (frame pointers)
+#        alone | nonative: fsprof run --no-native | native: fsprof run (defaults: perf backend
+#        where allowed, default rate) | native-HZ: fsprof run --rate HZ | ptrace: fsprof run
+#        --backend ptrace | perf-dwarf: perf record -F 1000 --call-graph dwarf | perf-dwarf-HZ:
+#        the same at HZ | perf-fp: perf record -F 1000 -g (frame pointers)
 #      Measured: wall time of the whole command (date +%s%N; includes the tool's start and the
 #      writing of its output), and for spin* also the target's own elapsed time (it prints it).
 #      From each native fsprof run's profile.json meta: pause_p50_us, pause_p99_us, ticks,
@@ -122,13 +123,15 @@ run_one() { # run_one TARGET CONFIG ROUND -> one raw line
     ptrace) "$BIN/fsprof" run --backend ptrace -o "$out" -- $cmd > "$so" 2> "$WORK/stderr" ;;
     perf-dwarf) perf record -q -F 1000 --call-graph dwarf -o "$WORK/perf.data" -- $cmd > "$so" 2> "$WORK/stderr" ;;
     perf-fp) perf record -q -F 1000 -g -o "$WORK/perf.data" -- $cmd > "$so" 2> "$WORK/stderr" ;;
+    native-*) "$BIN/fsprof" run --rate "${c#native-}" -o "$out" -- $cmd > "$so" 2> "$WORK/stderr" ;;
+    perf-dwarf-*) perf record -q -F "${c#perf-dwarf-}" --call-graph dwarf -o "$WORK/perf.data" -- $cmd > "$so" 2> "$WORK/stderr" ;;
   esac
   e=$(date +%s%N)
   self=-; [ "$so" = /dev/null ] || self=$(awk '/^self_s/ {print $2}' "$so")
-  if [ "$c" = native ] || [ "$c" = ptrace ]; then
-    extra=$(meta "$out" pause_p50_us pause_p99_us ticks native_captured native_complete native_not_stopped native_moved | tr ' ' ',')
-  fi
-  case $c in nonative|native|ptrace) rm -rf "$out" ;; esac
+  case $c in native|native-*|ptrace)
+    extra=$(meta "$out" pause_p50_us pause_p99_us ticks native_captured native_complete native_not_stopped native_moved | tr ' ' ',') ;;
+  esac
+  case $c in nonative|native|native-*|ptrace) rm -rf "$out" ;; esac
   printf '%s\t%s\t%s\t%.4f\t%s\t%s\n' "$t" "$c" "$r" "$(echo "($e - $s) / 1000000000" | bc -l)" "$self" "$extra" | tee -a "$RAW"
 }
 
@@ -166,7 +169,7 @@ for t in targets:
         print(f"| {t} | {c} | {ws} | {sw} | {net} | {ss} | {sl} |")
 print("\n| target | config | pause p50 µs, runs (median) | pause p99 µs, runs (median) | complete/captured | not stopped / ticks |")
 print("| --- | --- | --- | --- | --- | --- |")
-for t, c in [(t, c) for t in targets for c in ("native", "ptrace")]:
+for t, c in [(t, c) for t in targets for c in configs if c in ("native", "ptrace") or c.startswith("native-")]:
     ex = [list(map(int, r[5].split(","))) for r in rows if r[0] == t and r[1] == c and r[5] != "-"]
     if not ex: continue
     p50 = [e[0] for e in ex]; p99 = [e[1] for e in ex]

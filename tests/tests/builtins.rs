@@ -13,11 +13,12 @@ use std::process::Command;
 use support::native::*;
 use support::*;
 
-/// `fsprof run -o DIR [args] -- PROGRAM...`; fails the test unless fsprof and the program
-/// succeed. Returns fsprof's stderr (the report).
+/// `fsprof run --rate ACCURACY_RATE -o DIR [args] -- PROGRAM...`; fails the test unless fsprof
+/// and the program succeed. Returns fsprof's stderr (the report).
 fn run(dir: &Path, args: &[&str], program: &[&std::ffi::OsStr]) -> String {
     let output = Command::new(fsprof())
         .arg("run")
+        .args(["--rate", ACCURACY_RATE])
         .arg("-o")
         .arg(dir)
         .args(args)

@@ -479,6 +479,8 @@ fn hundreds_of_threads_under_a_low_descriptor_limit() {
         .args([
             "attach",
             &target.pid().to_string(),
+            "--rate",
+            ACCURACY_RATE,
             "--duration",
             "4.5",
             "-o",

@@ -279,7 +279,15 @@ fn blocked_thread_sampled_without_a_stop(backend: &str) {
     let dir = tempdir();
     let out = dir.path().join("out");
     let status = Command::new(fsprof())
-        .args(["run", "--no-agent", "--backend", backend, "-o"])
+        .args([
+            "run",
+            "--no-agent",
+            "--rate",
+            ACCURACY_RATE,
+            "--backend",
+            backend,
+            "-o",
+        ])
         .arg(&out)
         .arg("--")
         .arg(target())

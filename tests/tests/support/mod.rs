@@ -147,14 +147,20 @@ pub fn task_state_and_tracer(pid: u32, tid: u32) -> Option<(char, u32)> {
     Some((state, tracer))
 }
 
-/// `fsprof run --no-agent -o DIR [args] -- fsprof-target SCENARIO SECS --truth DIR/truth.json`.
-/// Without the agent: these tests check the program's own marks against its truth, which knows
-/// nothing of the built-in features (tested in `builtins.rs`).
+/// The rate of the tests that compare shares with a program's truth: a 3-second run of a busy
+/// thread then gives about 3000 samples, a share known to about a point (the default rate gives
+/// a quarter of that, for a run of a few seconds).
+pub const ACCURACY_RATE: &str = "1000";
+
+/// `fsprof run --no-agent --rate ACCURACY_RATE -o DIR [args] -- fsprof-target SCENARIO SECS
+/// --truth DIR/truth.json`. Without the agent: these tests check the program's own marks against
+/// its truth, which knows nothing of the built-in features (tested in `builtins.rs`).
 pub fn run_target(dir: &Path, scenario: &str, secs: f64, args: &[&str]) -> Output {
     let truth = dir.join("truth.json");
     let output = Command::new(fsprof())
         .arg("run")
         .arg("--no-agent")
+        .args(["--rate", ACCURACY_RATE])
         .arg("-o")
         .arg(dir)
         .args(args)
