@@ -29,20 +29,22 @@ use std::sync::atomic::{fence, Ordering};
 
 /// Bytes of stack copied per sample, from the stack pointer up. At most 65528 (a sample record's
 /// size is a 16-bit number); deeper stacks are cut (and marked as such). The kernel writes this
-/// many bytes per sample whatever the stack's depth.
-pub const STACK_DUMP: u32 = 48 * 1024;
+/// many bytes per sample whatever the stack's depth, in the thread's time: 48 KiB cost two busy
+/// threads 5% at 1 kHz, 16 KiB 2.5% as perf record's 8 KiB did (BENCHMARKS.md), and the stacks
+/// of the tests' programs, python3 and ripgrep unwind as completely.
+pub const STACK_DUMP: u32 = 16 * 1024;
 /// Slots copied per sample: one per region the thread marks in (the program's shim, the agent's).
 pub const SLOTS: usize = 2;
 /// Threads sampled this way at once; further threads fall back to ptrace.
 pub const MAX_THREADS: u32 = 1024;
-/// Data pages of a thread's ring while few threads are sampled: room for about 40 samples of
-/// [`STACK_DUMP`] bytes (2 MiB with 4 KiB pages), so that the sampler need wake only every few
+/// Data pages of a thread's ring while few threads are sampled: room for about 60 samples of
+/// [`STACK_DUMP`] bytes (1 MiB with 4 KiB pages), so that the sampler need wake only every few
 /// tens of periods.
-const RING_PAGES: usize = 512;
-/// Data pages of the rings of threads beyond the first [`LARGE_RINGS`]: room for ten samples,
+const RING_PAGES: usize = 256;
+/// Data pages of the rings of threads beyond the first [`LARGE_RINGS`]: room for 15 samples,
 /// so that a program with hundreds of threads does not pin gigabytes of kernel memory (the
 /// sampler then wakes more often, see [`PerfSampler::ring_capacity`]).
-const SMALL_RING_PAGES: usize = 128;
+const SMALL_RING_PAGES: usize = 64;
 /// Threads that get a ring of [`RING_PAGES`].
 const LARGE_RINGS: usize = 64;
 /// Bytes of the shared ring of slot copies per CPU (the copies of one sample are a few hundred

@@ -167,6 +167,18 @@ for t in targets:
         ss = f"{st.median(s):.3f} ({min(s):.3f}-{max(s):.3f})" if s else "-"
         sl = f"{(st.median(s)/base_s-1)*100:+.1f}%" if s and base_s and t != "empty" else "-"
         print(f"| {t} | {c} | {ws} | {sw} | {net} | {ss} | {sl} |")
+# Paired: each round's run under the tool against the same round's run alone (adjacent in time),
+# which cancels most of a shared machine's slow drift; the median of those ratios.
+print("\n| target | config | paired slowdown (self), median of rounds | quartiles |")
+print("| --- | --- | --- | --- |")
+for t in targets:
+    for c in configs:
+        if c == "alone": continue
+        rounds = sorted({r[2] for r in rows if r[0] == t})
+        by = {(r[1], r[2]): float(r[4]) for r in rows if r[0] == t and r[4] != "-"}
+        rat = sorted(by[(c, k)] / by[("alone", k)] - 1 for k in rounds if (c, k) in by and ("alone", k) in by)
+        if not rat: continue
+        print(f"| {t} | {c} | {st.median(rat)*100:+.1f}% (n={len(rat)}) | {rat[len(rat)//4]*100:+.1f}% .. {rat[(3*len(rat))//4]*100:+.1f}% |")
 print("\n| target | config | pause p50 µs, runs (median) | pause p99 µs, runs (median) | complete/captured | not stopped / ticks |")
 print("| --- | --- | --- | --- | --- | --- |")
 for t, c in [(t, c) for t in targets for c in configs if c in ("native", "ptrace") or c.startswith("native-")]:
