@@ -208,7 +208,7 @@ fn sort_gets_plausible_input_output_and_allocation_with_call_sites_in_sort() {
     let sorted = dir.path().join("sorted.txt");
     let out = dir.path().join("profile");
     let output = Command::new(fsprof())
-        .args(["run", "-o"])
+        .args(["run", "--rate", ACCURACY_RATE, "-o"])
         .arg(&out)
         .args(["--", "sort", "-S", "256K", "--parallel=1", "-o"])
         .arg(&sorted)
@@ -349,7 +349,7 @@ fn a_programs_own_mark_around_a_builtin_one_is_seen_at_one_instant() {
     let dir = tempdir();
     let fizzbuzz = fsprof().with_file_name("fizzbuzz");
     let output = Command::new(fsprof())
-        .args(["run", "--backend", "perf", "-o"])
+        .args(["run", "--rate", ACCURACY_RATE, "--backend", "perf", "-o"])
         .arg(dir.path())
         .arg("--")
         .arg(&fizzbuzz)
@@ -393,7 +393,7 @@ fn a_stack_from_before_an_exec_is_never_shown_after_it() {
     for _ in 0..3 {
         let dir = tempdir();
         let output = Command::new(fsprof())
-            .args(["run", "-o"])
+            .args(["run", "--rate", ACCURACY_RATE, "-o"])
             .arg(dir.path())
             .args([
                 "--",
