@@ -8,6 +8,10 @@
 //! `region.rs` for the consistency protocol); native stacks, when asked for, come from `native.rs`,
 //! which stops a thread only when nothing else can take its stack.
 //!
+//! With the perf backend, a running thread's CPU time comes instead from the kernel's samples of
+//! it (one per period of its CPU time, each with its own marks and stack), and the ticks, rare
+//! then, sample only the rest of its time (see [`Sampler::tick_period`] and `Sampler::tick`).
+//!
 //! Strings behind mark addresses are read once per unique address (cached here) while the target
 //! is alive; nothing else is resolved in the loop.
 
@@ -495,13 +499,13 @@ impl Sampler {
     /// at that rate while some thread's time can only be sampled by them: a thread blocked
     /// inside a mark (its wall time counts), every thread with `--idle`, a running thread that
     /// perf does not sample. After a tick that found a thread blocked inside a mark they stay
-    /// fast for [`FAST_HOLD`], so that the intervals' lengths do not follow what each thread
+    /// fast for `FAST_HOLD`, so that the intervals' lengths do not follow what each thread
     /// does from one tick to the next (short intervals right after a blocked thread was seen
-    /// would understate blocked time); after a thread's birth, for [`BIRTH_HOLD`]: a thread
+    /// would understate blocked time); after a thread's birth, for `BIRTH_HOLD`: a thread
     /// born and gone between two rare ticks would not be seen at all (threads that live less
     /// than a period between births further apart than that can still be missed).
     /// Otherwise perf's samples carry the running threads' time and marks, and ticks need only
-    /// come before their rings fill, at most every [`SLOW_TICK`]: each tick wakes fsprof,
+    /// come before their rings fill, at most every `SLOW_TICK`: each tick wakes fsprof,
     /// which on a machine without an idle core preempts the target.
     pub fn tick_period(&mut self, fast: Duration) -> Duration {
         let patience = self.native.as_ref().and_then(NativeSampler::perf_patience);

@@ -13,7 +13,8 @@
 #        alone | nonative: fsprof run --no-native | native: fsprof run (defaults: perf backend
 #        where allowed, default rate) | native-HZ: fsprof run --rate HZ | ptrace: fsprof run
 #        --backend ptrace | perf-dwarf: perf record -F 1000 --call-graph dwarf | perf-dwarf-HZ:
-#        the same at HZ | perf-fp: perf record -F 1000 -g (frame pointers)
+#        the same at HZ | perf-dwarf16k: perf record -F 1000 --call-graph dwarf,16384 (the stack
+#        fsprof copies per sample) | perf-fp: perf record -F 1000 -g (frame pointers)
 #      Measured: wall time of the whole command (date +%s%N; includes the tool's start and the
 #      writing of its output), and for spin* also the target's own elapsed time (it prints it).
 #      From each native fsprof run's profile.json meta: pause_p50_us, pause_p99_us, ticks,
@@ -124,6 +125,7 @@ run_one() { # run_one TARGET CONFIG ROUND -> one raw line
     perf-dwarf) perf record -q -F 1000 --call-graph dwarf -o "$WORK/perf.data" -- $cmd > "$so" 2> "$WORK/stderr" ;;
     perf-fp) perf record -q -F 1000 -g -o "$WORK/perf.data" -- $cmd > "$so" 2> "$WORK/stderr" ;;
     native-*) "$BIN/fsprof" run --rate "${c#native-}" -o "$out" -- $cmd > "$so" 2> "$WORK/stderr" ;;
+    perf-dwarf16k) perf record -q -F 1000 --call-graph dwarf,16384 -o "$WORK/perf.data" -- $cmd > "$so" 2> "$WORK/stderr" ;;
     perf-dwarf-*) perf record -q -F "${c#perf-dwarf-}" --call-graph dwarf -o "$WORK/perf.data" -- $cmd > "$so" 2> "$WORK/stderr" ;;
   esac
   e=$(date +%s%N)
