@@ -1276,3 +1276,27 @@ fn lower_priority(raised: &str, nice: i32) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn times(run_ns: u64, wait_ns: u64) -> Option<target::SchedTimes> {
+        Some(target::SchedTimes {
+            run_ns,
+            wait_ns,
+            slices: 0,
+        })
+    }
+
+    #[test]
+    fn the_wait_share_is_of_the_runnable_time_between_two_reads() {
+        // 3 ms on a CPU and 1 ms waiting for one since the previous read.
+        assert_eq!(wait_share(times(10, 20), times(3_000_010, 1_000_020)), 0.25);
+        // Unknown, or nothing runnable in between: no waiting counted.
+        assert_eq!(wait_share(None, times(5, 5)), 0.0);
+        assert_eq!(wait_share(times(5, 5), times(5, 5)), 0.0);
+        // Totals that went backwards (a reused thread id) count as nothing, not as a wrap.
+        assert_eq!(wait_share(times(9, 9), times(5, 5)), 0.0);
+    }
+}

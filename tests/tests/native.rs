@@ -80,13 +80,10 @@ fn check_chains(dir: &Path, truth: &Value) {
 }
 
 /// The backend a recording used, from its profile.
-fn backend_of(dir: &Path) -> String {
+fn meta_of(dir: &Path) -> Value {
     let profile: Value =
         serde_json::from_slice(&std::fs::read(dir.join("profile.json")).unwrap()).unwrap();
-    profile["meta"]["native_backend"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+    profile["meta"].clone()
 }
 
 fn rust_chain(backend: &str) {
@@ -113,7 +110,22 @@ fn profile_chain(dir: &Path, program: &Path, backend: &str) {
         .status()
         .unwrap();
     assert!(status.success());
-    assert_eq!(backend_of(&dir.join("out")), backend);
+    let meta = meta_of(&dir.join("out"));
+    assert_eq!(meta["native_backend"], backend);
+    if backend == "perf" {
+        // Busy threads, none blocked inside a mark: perf's samples carry their time, so fsprof
+        // wakes every 10 ms rather than at the rate (each wake-up would preempt the program),
+        // and reads every sample in time.
+        let (ticks, slow) = (
+            meta["ticks"].as_u64().unwrap(),
+            meta["slow_ticks"].as_u64().unwrap(),
+        );
+        assert!(
+            slow * 10 >= ticks * 8,
+            "{slow} of {ticks} ticks after a long interval: {meta}"
+        );
+        assert_eq!(meta["perf_lost"], 0, "{meta}");
+    }
     check_chains(dir, &truth(dir));
 }
 
@@ -170,7 +182,7 @@ fn marks_and_stack_of_the_same_instant(backend: &str) {
         .status()
         .unwrap();
     assert!(status.success());
-    assert_eq!(backend_of(&out), backend);
+    assert_eq!(meta_of(&out)["native_backend"], backend);
     let stacks = folded(&out);
     let under = |mark: &str| -> Vec<&(Vec<String>, u64)> {
         stacks
