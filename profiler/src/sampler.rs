@@ -391,7 +391,9 @@ impl Sampler {
             let state = self.threads.get_mut(&tid).expect("sampled");
             let mut waiting = 0.0;
             let mut wall_ns = wall_ns;
-            if uses_perf && running {
+            // Read only where used (a read is a few microseconds; at the full rate, per running
+            // thread, that adds up): the share since an older read is as good an estimate.
+            if uses_perf && running && (slow || state.born) {
                 let now = target::sched_times(self.pid, tid);
                 let before = std::mem::replace(&mut state.last_sched, now);
                 waiting = wait_share(before, now);
@@ -502,8 +504,8 @@ impl Sampler {
     /// fast for `FAST_HOLD`, so that the intervals' lengths do not follow what each thread
     /// does from one tick to the next (short intervals right after a blocked thread was seen
     /// would understate blocked time); after a thread's birth, for `BIRTH_HOLD`: a thread
-    /// born and gone between two rare ticks would not be seen at all (threads that live less
-    /// than a period between births further apart than that can still be missed).
+    /// born and gone between two rare ticks would not be seen at all (one that lives less than
+    /// a long interval, born longer than that after the previous birth, can still be missed).
     /// Otherwise perf's samples carry the running threads' time and marks, and ticks need only
     /// come before their rings fill, at most every `SLOW_TICK`: each tick wakes fsprof,
     /// which on a machine without an idle core preempts the target.
@@ -732,9 +734,9 @@ impl Sampler {
     /// Adds the samples perf took of thread `tid` (sample thread `thread`) since the previous
     /// tick, if `add`, each standing for one period of its CPU time with the marks the kernel
     /// copied at its instant; keeps the latest for the tick's sample. Whether perf sampled the
-    /// thread since the previous tick (its CPU time since then is in those samples). A thread is sampled by perf from the first
-    /// tick that finds it running. Samples whose marks are unknown (a copy failed or was lost)
-    /// are left out.
+    /// thread since the previous tick (its CPU time since then is in those samples). A thread is
+    /// sampled by perf from the first tick that finds it running. Samples whose marks are
+    /// unknown (a copy failed or was lost) are left out.
     fn perf_samples(
         &mut self,
         tid: u32,
@@ -1081,7 +1083,8 @@ fn slot_addresses(regions: &[RegionReader], marks: &[ThreadMarks]) -> Option<[u6
 }
 
 /// The share of a thread's runnable time between two reads of its scheduling totals (taken at
-/// ticks that found it running) that it spent waiting for a CPU; 0 when unknown.
+/// ticks after a long interval that found it running) that it spent waiting for a CPU; 0 when
+/// unknown.
 fn wait_share(before: Option<target::SchedTimes>, now: Option<target::SchedTimes>) -> f64 {
     let (Some(before), Some(now)) = (before, now) else {
         return 0.0;
