@@ -189,6 +189,8 @@ fn attach_profiles_a_running_process_and_leaves_it_running() {
         .args([
             "attach",
             &target.pid().to_string(),
+            "--rate",
+            ACCURACY_RATE,
             "--duration",
             &SECS.to_string(),
             "-o",
@@ -647,7 +649,8 @@ fn attach_from_the_host_to_a_program_in_a_pid_namespace() {
         .expect("unshare's child");
     let out = dir.path().join("out");
     let status = Command::new(fsprof())
-        .args(["attach", &host.to_string(), "--duration", "3", "-o"])
+        .args(["attach", &host.to_string(), "--rate", ACCURACY_RATE])
+        .args(["--duration", "3", "-o"])
         .arg(&out)
         .status()
         .unwrap();
