@@ -141,23 +141,12 @@ impl PerfSampler {
         let copies = CopyRing::new(page, (cpus * COPIES_PER_CPU).next_power_of_two())
             .map_err(|e| format!("cannot create a BPF ring buffer ({}): {needs}", e.desc()))?;
         let len = values_len(page);
-        // SAFETY: maps the BPF array (created mmapable) shared; checked for failure.
-        let values = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                map.as_raw_fd(),
-                0,
-            )
-        };
-        if values == libc::MAP_FAILED {
-            return Err(format!("cannot map the BPF map ({})", Errno::last().desc()));
-        }
+        // The BPF array was created mmapable.
+        let values = map_shared(&map, len, true, 0)
+            .map_err(|e| format!("cannot map the BPF map ({})", e.desc()))?;
         let sampler = PerfSampler {
             map,
-            values: values.cast(),
+            values,
             copies,
             waiting: (0..MAX_THREADS).map(|_| VecDeque::new()).collect(),
             threads: HashMap::new(),
@@ -354,6 +343,30 @@ impl Drop for PerfSampler {
     }
 }
 
+/// Maps `len` bytes of `fd` from `offset`, shared, readable (and writable if `write`).
+fn map_shared(fd: &OwnedFd, len: usize, write: bool, offset: usize) -> Result<*mut u8, Errno> {
+    let protection = if write {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
+    };
+    // SAFETY: a new mapping chosen by the kernel; the result is checked.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            protection,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            offset as libc::off_t,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(Errno::last());
+    }
+    Ok(base.cast())
+}
+
 fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
@@ -421,22 +434,9 @@ struct Ring {
 impl Ring {
     fn new(event: &OwnedFd, page: usize, pages: usize) -> Result<Ring, Errno> {
         let len = (pages + 1) * page;
-        // SAFETY: maps the event's ring; checked for failure.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                event.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(Errno::last());
-        }
+        let base = map_shared(event, len, true, 0)?;
         Ok(Ring {
-            base: base.cast(),
+            base,
             len,
             data_size: pages * page,
             page,
@@ -604,38 +604,20 @@ struct CopyRing {
 impl CopyRing {
     fn new(page: usize, size: usize) -> Result<CopyRing, Errno> {
         let fd = create_map(BPF_MAP_TYPE_RINGBUF, 0, 0, size as u32)?;
-        // SAFETY: maps the ring buffer's pages as the kernel lays them out; checked for failure.
-        let (consumer, producer) = unsafe {
-            let consumer = libc::mmap(
-                std::ptr::null_mut(),
-                page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            );
-            if consumer == libc::MAP_FAILED {
-                return Err(Errno::last());
-            }
-            let producer = libc::mmap(
-                std::ptr::null_mut(),
-                page + 2 * size,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                page as libc::off_t,
-            );
-            if producer == libc::MAP_FAILED {
-                let errno = Errno::last();
-                libc::munmap(consumer, page);
+        // The kernel's layout: the consumer page, then the producer page and the data.
+        let consumer = map_shared(&fd, page, true, 0)?;
+        let producer = match map_shared(&fd, page + 2 * size, false, page) {
+            Ok(producer) => producer,
+            Err(errno) => {
+                // SAFETY: unmaps what was just mapped.
+                unsafe { libc::munmap(consumer.cast(), page) };
                 return Err(errno);
             }
-            (consumer, producer)
         };
         Ok(CopyRing {
             fd,
-            consumer: consumer.cast(),
-            producer: producer.cast(),
+            consumer,
+            producer,
             size,
             page,
         })
