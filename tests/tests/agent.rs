@@ -282,6 +282,7 @@ fn c_program_shares_match_its_own_truth() {
     // The NULL-payload instance is a call site; the program names it "<call site>". The agent
     // is preloaded (and linked): its built-in features must stay out of the program's shares.
     let mut sites = 0;
+    let before = report["features"].to_string();
     for feature in report["features"].as_array_mut().unwrap() {
         let name = feature["name"].clone();
         for instance in feature["instances"].as_array_mut().unwrap() {
@@ -295,7 +296,10 @@ fn c_program_shares_match_its_own_truth() {
             }
         }
     }
-    assert_eq!(sites, 1, "one call site, the same in both threads");
+    assert_eq!(
+        sites, 1,
+        "one call site, the same in both threads: {before}"
+    );
     assert_shares_match(&report, &truth(dir.path()));
 }
 
