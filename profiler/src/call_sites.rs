@@ -25,6 +25,8 @@ pub struct CallSites {
     modules: Vec<Module>,
     maps: Vec<Mapping>,
     last_read: Option<Instant>,
+    /// Some call site lies outside the modules known: the map is read again when next allowed.
+    uncovered: bool,
 }
 
 impl CallSites {
@@ -38,7 +40,22 @@ impl CallSites {
     pub fn add(&mut self, pid: u32, via: u32, id: u32, address: u64) {
         self.sites.push((id, address));
         if !self.covered(address) {
-            self.refresh(pid, via, false);
+            self.uncovered = true;
+            self.settle(pid, || via);
+        }
+    }
+
+    /// Reads the memory map again if a call site was left outside the known modules because the
+    /// previous read was too recent (several new call sites can come within one sample's
+    /// stacks); cheap when there is none. Called at every tick; `via` names a live thread of
+    /// `pid` to read the map through.
+    pub fn settle(&mut self, pid: u32, via: impl FnOnce() -> u32) {
+        if !self.uncovered {
+            return;
+        }
+        if self.refresh(pid, via(), false) {
+            // Read after the site was seen: whatever is still outside is outside every module.
+            self.uncovered = false;
         }
     }
 
@@ -46,14 +63,16 @@ impl CallSites {
         self.modules.iter().any(|m| m.range.contains(&address))
     }
 
-    fn refresh(&mut self, pid: u32, via: u32, force: bool) {
+    /// Reads the memory map (unless read less than [`REFRESH`] ago and not `force`) and loads
+    /// the modules not known yet; whether it was read.
+    fn refresh(&mut self, pid: u32, via: u32, force: bool) -> bool {
         let now = Instant::now();
         if !force && self.last_read.is_some_and(|last| now < last + REFRESH) {
-            return;
+            return false;
         }
         self.last_read = Some(now);
         let Ok(maps) = modules::read_maps(pid, via) else {
-            return;
+            return false;
         };
         for module in modules::modules(pid, &maps, &self.modules) {
             let known = self
@@ -65,6 +84,7 @@ impl CallSites {
             }
         }
         self.maps = maps;
+        true
     }
 
     /// Whether `address` (a feature descriptor) lies in a mapping of the agent library, i.e. is
@@ -104,6 +124,7 @@ impl CallSites {
         self.modules.clear();
         self.maps.clear();
         self.last_read = None;
+        self.uncovered = false;
     }
 }
 

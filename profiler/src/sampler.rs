@@ -293,6 +293,9 @@ impl Sampler {
             Err(_) => return true, // e.g. out of descriptors: try again at the next tick
         }
         self.scan_regions(now);
+        let (pid, tids) = (self.pid, &self.tids);
+        self.call_sites
+            .settle(pid, || target::memory_thread(pid, tids));
         self.read_marks();
         self.flush_pending();
         // Set again below by any thread whose time only the ticks can see.
