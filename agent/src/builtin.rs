@@ -157,8 +157,10 @@ fn enter(feature: usize, ret: usize, claim: bool) -> Option<Marked> {
     let anchor = 0u8;
     let sp = core::hint::black_box(&anchor) as *const u8 as u64;
     let site = call_site::resolve(ret, sp);
+    // `then`, not `then_some(Marked)`: that would make a `Marked` and drop it (popping the
+    // outer mark) when nothing was pushed.
     raw::push_call_site_unless_nested(&BUILTINS[feature], site as u64, sp, builtin_range(), claim)
-        .then_some(Marked)
+        .then(|| Marked)
 }
 
 // ---- Resolving the real functions -----------------------------------------------------------

@@ -95,7 +95,9 @@ fn my_stack() -> (u32, Vec<RecordView>) {
     unsafe {
         let header = abi::header_at(region);
         assert!(header.is_compatible());
-        let mut records = Vec::new();
+        // Room for every record first: with the agent preloaded, an allocation during the copy
+        // would be a built-in mark moving this very slot.
+        let mut records = Vec::with_capacity(abi::MARK_CAPACITY);
         for index in 0..(header.slots_used as usize).min(abi::SLOT_COUNT) {
             if abi::slot_owner(region, index) == tid {
                 // Only this thread writes its slot, and it is busy reading: no retry needed.
@@ -166,6 +168,56 @@ fn marks_nest_unmarks_pop_the_innermost_and_never_underflow() {
     })
     .join()
     .unwrap();
+}
+
+/// Set in the child that `nested_builtin_calls_leave_the_marks_below_them_alone` starts with the
+/// agent preloaded.
+const PRELOADED: &str = "FSPROF_TEST_AGENT_PRELOADED";
+
+/// A built-in call made inside another (`fopen` calling `malloc`, `strdup` calling `malloc`) is
+/// not marked, and must leave the marks below it alone. The built-ins only interpose when the
+/// agent is preloaded, so this test runs itself again in a child with `LD_PRELOAD`.
+#[test]
+fn nested_builtin_calls_leave_the_marks_below_them_alone() {
+    if std::env::var_os(PRELOADED).is_some() {
+        let outer = feature("outer");
+        mark(outer, c"x");
+        assert_eq!(my_stack().0, 1);
+        // SAFETY: plain libc calls on valid NUL-terminated strings; each result is released.
+        unsafe {
+            let file = libc::fopen(c"/dev/null".as_ptr(), c"r".as_ptr());
+            assert!(!file.is_null());
+            assert_eq!(my_stack().0, 1, "after fopen (which calls malloc)");
+            let copy = libc::strdup(c"hello".as_ptr());
+            libc::free(copy.cast());
+            assert_eq!(
+                my_stack().0,
+                1,
+                "after strdup (which calls malloc) and free"
+            );
+            libc::fclose(file);
+            assert_eq!(my_stack().0, 1, "after fclose (which calls free)");
+        }
+        let (depth, records) = my_stack();
+        assert_eq!((depth, records[0].feature), (1, outer as u64));
+        unmark();
+        assert_eq!(my_stack().0, 0);
+        return;
+    }
+    let name = "nested_builtin_calls_leave_the_marks_below_them_alone";
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("LD_PRELOAD", agent_library())
+        .env(PRELOADED, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the preloaded child failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
