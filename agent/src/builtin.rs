@@ -48,7 +48,8 @@
 //!   its start; functions that handlers may call (`write`, `read`, `open`, ...) never claim, so a
 //!   thread made otherwise (a raw `clone`) has its async-signal-safe calls unmarked until it calls
 //!   something that may claim (`malloc`, stdio, ...).
-//! * Cost: a marked call costs the shim's push and pop (two thread-local accesses) and a load,
+//! * Cost: a marked call costs the shim's push and pop (one initial-exec thread-local access
+//!   each, see the shim's `thread_state.rs`) and a load of one cache line of shared state (`Hot`),
 //!   whether or not a profiler is attached (measured in BENCHMARKS.md).
 //! * Off: with `FSPROF_BUILTINS=0` in the environment (`fsprof run --no-agent` sets it, for
 //!   programs that link the agent for its C ABI) nothing is marked, calls are only forwarded.
@@ -102,8 +103,26 @@ const POLL: usize = 5;
 const PROCESS: usize = 6;
 const FILES: usize = 7;
 
-/// Set by the constructor: before it, calls are forwarded unmarked.
-static READY: AtomicBool = AtomicBool::new(false);
+/// What every marked call reads, in one cache line: around a system call, each line a wrapper
+/// touches costs a few nanoseconds (BENCHMARKS.md, "Agent: cost of an interposed libc call").
+#[repr(C, align(64))]
+struct Hot {
+    /// Set by the constructor: before it, calls are forwarded unmarked.
+    ready: AtomicBool,
+    /// [`call_site`]'s: 0 unknown, 1 computing, 2 known.
+    call_site_state: AtomicUsize,
+    /// [`call_site`]'s: the address ranges of libc's, the agent's and the loader's executable
+    /// code (start, end pairs; 0 until computed).
+    call_site_ranges: [AtomicUsize; 6],
+}
+
+static HOT: Hot = Hot {
+    ready: AtomicBool::new(false),
+    call_site_state: AtomicUsize::new(0),
+    call_site_ranges: [const { AtomicUsize::new(0) }; 6],
+};
+
+const _: () = assert!(core::mem::size_of::<Hot>() == 64);
 
 /// Runs when the library is loaded, after libc is initialised and before the program's `main`.
 extern "C" fn init() {
@@ -115,7 +134,7 @@ extern "C" fn init() {
     if !off.is_null() && unsafe { core::ffi::CStr::from_ptr(off) }.to_bytes() == b"0" {
         return;
     }
-    READY.store(true, Release);
+    HOT.ready.store(true, Release);
     claim_slot();
     call_site::prepare();
 }
@@ -126,13 +145,30 @@ static INIT: extern "C" fn() = init;
 
 /// Claims the calling thread's slot (and creates the region) outside any signal handler.
 fn claim_slot() {
-    if raw::push_call_site_unless_nested(&BUILTINS[OUTPUT], 0, 0, 0..0, true) {
+    if raw::push_call_site_unless_nested(&builtins()[OUTPUT], 0, 0, 0..0, true) {
         raw::pop_innermost();
     }
 }
 
+/// [`BUILTINS`], addressed relative to the instruction pointer rather than through the GOT
+/// (which the compiler uses for a static in a shared library): one cache line less per call.
+#[inline(always)]
+fn builtins() -> &'static [Feature; 8] {
+    let address: usize;
+    // SAFETY: computes the address of a static of this library; reads nothing.
+    unsafe {
+        core::arch::asm!(
+            "lea {}, [rip + {}]",
+            out(reg) address,
+            sym BUILTINS,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        &*(address as *const [Feature; 8])
+    }
+}
+
 fn builtin_range() -> core::ops::Range<u64> {
-    let start = BUILTINS.as_ptr() as u64;
+    let start = builtins().as_ptr() as u64;
     start..start + core::mem::size_of_val(&BUILTINS) as u64
 }
 
@@ -151,7 +187,7 @@ impl Drop for Marked {
 /// (false for functions that signal handlers may call).
 #[inline(always)]
 fn enter(feature: usize, ret: usize, claim: bool) -> Option<Marked> {
-    if !READY.load(Relaxed) {
+    if !HOT.ready.load(Relaxed) {
         return None;
     }
     let anchor = 0u8;
@@ -159,8 +195,14 @@ fn enter(feature: usize, ret: usize, claim: bool) -> Option<Marked> {
     let site = call_site::resolve(ret, sp);
     // `then`, not `then_some(Marked)`: that would make a `Marked` and drop it (popping the
     // outer mark) when nothing was pushed.
-    raw::push_call_site_unless_nested(&BUILTINS[feature], site as u64, sp, builtin_range(), claim)
-        .then(|| Marked)
+    raw::push_call_site_unless_nested(
+        &builtins()[feature],
+        site as u64,
+        sp,
+        builtin_range(),
+        claim,
+    )
+    .then(|| Marked)
 }
 
 // ---- Resolving the real functions -----------------------------------------------------------
@@ -301,7 +343,7 @@ mod arena {
 mod call_site {
     //! The program's call site for a return address that may lie in libc.
     use core::ffi::{c_char, c_int, c_void};
-    use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    use core::sync::atomic::Ordering::Relaxed;
 
     #[repr(C)]
     struct DlInfo {
@@ -315,10 +357,7 @@ mod call_site {
         fn dladdr(address: *const c_void, info: *mut DlInfo) -> c_int;
     }
 
-    /// Address ranges of libc's and the agent's and the loader's executable code
-    /// (start, end pairs; 0 until computed).
-    static RANGES: [AtomicUsize; 6] = [const { AtomicUsize::new(0) }; 6];
-    static STATE: AtomicUsize = AtomicUsize::new(0); // 0 unknown, 1 computing, 2 known
+    use super::HOT;
 
     /// Words of stack scanned for a return address outside libc.
     const SCAN_WORDS: usize = 64;
@@ -327,9 +366,9 @@ mod call_site {
     /// `sp` that does not (else `ret`).
     #[inline(always)]
     pub fn resolve(ret: usize, sp: u64) -> usize {
-        if STATE.load(Relaxed) != 2 {
+        if HOT.call_site_state.load(Relaxed) != 2 {
             compute_ranges();
-            if STATE.load(Relaxed) != 2 {
+            if HOT.call_site_state.load(Relaxed) != 2 {
                 return ret;
             }
         }
@@ -340,7 +379,7 @@ mod call_site {
     }
 
     fn inside(address: usize) -> bool {
-        RANGES
+        HOT.call_site_ranges
             .chunks(2)
             .any(|r| (r[0].load(Relaxed)..r[1].load(Relaxed)).contains(&address))
     }
@@ -397,7 +436,11 @@ mod call_site {
 
     #[cold]
     fn compute_ranges() {
-        if STATE.compare_exchange(0, 1, Relaxed, Relaxed).is_err() {
+        if HOT
+            .call_site_state
+            .compare_exchange(0, 1, Relaxed, Relaxed)
+            .is_err()
+        {
             return;
         }
         // A function of libc, one of ours, one of the loader's.
@@ -420,12 +463,12 @@ mod call_site {
             {
                 if let Some((start, end)) = super::executable_segment(info.fbase as usize, *anchor)
                 {
-                    RANGES[index * 2].store(start, Relaxed);
-                    RANGES[index * 2 + 1].store(end, Relaxed);
+                    HOT.call_site_ranges[index * 2].store(start, Relaxed);
+                    HOT.call_site_ranges[index * 2 + 1].store(end, Relaxed);
                 }
             }
         }
-        STATE.store(2, Relaxed);
+        HOT.call_site_state.store(2, Relaxed);
     }
 }
 
@@ -1120,7 +1163,7 @@ pub unsafe extern "C" fn pthread_create(
         *mut c_void,
     ) -> c_int;
     let real: Create = core::mem::transmute::<usize, Create>(pthread_create::REAL.get());
-    if !READY.load(Relaxed) {
+    if !HOT.ready.load(Relaxed) {
         return real(thread, attr, start, arg);
     }
     let launch =

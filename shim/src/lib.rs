@@ -54,6 +54,7 @@
 
 pub mod abi;
 mod region;
+mod thread_state;
 
 use core::marker::PhantomData;
 use core::panic::Location;

@@ -10,7 +10,7 @@
 //! allocation, no lock, no syscall. On x86-64 the release fences compile to nothing.
 
 use crate::abi::{self, Record, RegionHeader, Slot, MARK_CAPACITY, SLOT_COUNT};
-use core::cell::Cell;
+use crate::thread_state::{self, ThreadState};
 use core::ptr::null_mut;
 use core::sync::atomic::{compiler_fence, fence, AtomicPtr, Ordering::*};
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -57,31 +57,7 @@ static REGION: AtomicPtr<RegionHeader> = AtomicPtr::new(null_mut());
 static REGION_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static ATFORK: Once = Once::new();
 
-/// Per-thread state. `const` initialised and without `Drop`, so accessing it never registers a
-/// destructor or checks for lazy initialisation: it is a plain thread-local load.
-struct ThreadState {
-    /// This thread's slot, null until claimed (and after release or fork).
-    slot: Cell<*mut Slot>,
-    /// Set when this thread must not claim a slot again (its destructors are running).
-    exiting: Cell<bool>,
-    /// Push counter, advanced by two per push; the even value after a push tags its record, so a
-    /// stale guard cannot pop a newer mark. On targets other than x86-64 it is odd while the
-    /// thread is inside `push` (see `push`).
-    serial: Cell<u64>,
-    /// Set while this thread claims its slot, so that a signal handler interrupting the claim
-    /// and marking does not claim a second slot.
-    claiming: Cell<bool>,
-}
-
 thread_local! {
-    static STATE: ThreadState = const {
-        ThreadState {
-            slot: Cell::new(null_mut()),
-            exiting: Cell::new(false),
-            serial: Cell::new(0),
-            claiming: Cell::new(false),
-        }
-    };
     /// Touched when a slot is claimed; its destructor releases the slot at thread exit.
     static OWNER: SlotOwner = const { SlotOwner };
 }
@@ -90,7 +66,7 @@ struct SlotOwner;
 
 impl Drop for SlotOwner {
     fn drop(&mut self) {
-        let _ = STATE.try_with(|state| {
+        let _ = thread_state::with(|state| {
             state.exiting.set(true);
             let slot = state.slot.replace(null_mut());
             if !slot.is_null() {
@@ -108,7 +84,7 @@ impl Drop for SlotOwner {
 unsafe extern "C" fn forget_region_in_child() {
     REGION.store(null_mut(), Relaxed);
     REGION_FAILED.store(false, Relaxed);
-    let _ = STATE.try_with(|state| state.slot.set(null_mut()));
+    let _ = thread_state::with(|state| state.slot.set(null_mut()));
 }
 
 fn create_region() -> *mut RegionHeader {
@@ -305,40 +281,39 @@ pub(crate) fn push_unless_nested(
     nested: core::ops::Range<u64>,
     claim: bool,
 ) -> bool {
-    STATE
-        .try_with(|state| {
-            let slot = state.slot.get();
-            if slot.is_null() {
-                if !claim {
+    thread_state::with(|state| {
+        let slot = state.slot.get();
+        if slot.is_null() {
+            if !claim {
+                return false;
+            }
+        } else {
+            // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
+            let slot = unsafe { &*slot };
+            let depth = slot.depth.load(Relaxed) as usize;
+            if let Some(top) = depth.checked_sub(1).and_then(|i| slot.records.get(i)) {
+                if nested.contains(&top.feature.load(Relaxed)) {
                     return false;
                 }
-            } else {
-                // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
-                let slot = unsafe { &*slot };
-                let depth = slot.depth.load(Relaxed) as usize;
-                if let Some(top) = depth.checked_sub(1).and_then(|i| slot.records.get(i)) {
-                    if nested.contains(&top.feature.load(Relaxed)) {
-                        return false;
-                    }
-                }
             }
-            let serial = state.serial.get();
-            if serial & 1 == 1 {
-                return false; // only on targets without `bump`, see `push`
-            }
-            let tag = serial.wrapping_add(2);
-            if !cfg!(target_arch = "x86_64") {
-                state.serial.set(serial | 1);
-                compiler_fence(SeqCst);
-            }
-            let pushed = push_unless_busy(state, feature, payload, meta, 0, sp, tag);
-            if !cfg!(target_arch = "x86_64") {
-                compiler_fence(SeqCst);
-            }
-            state.serial.set(tag);
-            pushed.index != u32::MAX
-        })
-        .unwrap_or(false)
+        }
+        let serial = state.serial.get();
+        if serial & 1 == 1 {
+            return false; // only on targets without `bump`, see `push`
+        }
+        let tag = serial.wrapping_add(2);
+        if !cfg!(target_arch = "x86_64") {
+            state.serial.set(serial | 1);
+            compiler_fence(SeqCst);
+        }
+        let pushed = push_unless_busy(state, feature, payload, meta, 0, sp, tag);
+        if !cfg!(target_arch = "x86_64") {
+            compiler_fence(SeqCst);
+        }
+        state.serial.set(tag);
+        pushed.index != u32::MAX
+    })
+    .unwrap_or(false)
 }
 
 /// Pushes a record on the calling thread's mark stack.
@@ -352,25 +327,24 @@ pub(crate) fn push_unless_nested(
 /// the low bit of `serial`, closes the gap (at the cost of one more store).
 #[inline(always)]
 pub(crate) fn push(feature: u64, payload: u64, meta: u64, position: u64, sp: u64) -> Pushed {
-    STATE
-        .try_with(|state| {
-            let serial = state.serial.get();
-            if serial & 1 == 1 {
-                return Pushed::NOTHING; // only on targets without `bump`, see above
-            }
-            let tag = serial.wrapping_add(2);
-            if !cfg!(target_arch = "x86_64") {
-                state.serial.set(serial | 1);
-                compiler_fence(SeqCst);
-            }
-            let pushed = push_unless_busy(state, feature, payload, meta, position, sp, tag);
-            if !cfg!(target_arch = "x86_64") {
-                compiler_fence(SeqCst);
-            }
-            state.serial.set(tag);
-            pushed
-        })
-        .unwrap_or(Pushed::NOTHING)
+    thread_state::with(|state| {
+        let serial = state.serial.get();
+        if serial & 1 == 1 {
+            return Pushed::NOTHING; // only on targets without `bump`, see above
+        }
+        let tag = serial.wrapping_add(2);
+        if !cfg!(target_arch = "x86_64") {
+            state.serial.set(serial | 1);
+            compiler_fence(SeqCst);
+        }
+        let pushed = push_unless_busy(state, feature, payload, meta, position, sp, tag);
+        if !cfg!(target_arch = "x86_64") {
+            compiler_fence(SeqCst);
+        }
+        state.serial.set(tag);
+        pushed
+    })
+    .unwrap_or(Pushed::NOTHING)
 }
 
 #[inline(always)]
@@ -449,7 +423,7 @@ pub(crate) fn pop(pushed: Pushed) {
     if pushed.index == u32::MAX {
         return;
     }
-    let _ = STATE.try_with(|state| {
+    let _ = thread_state::with(|state| {
         let slot = state.slot.get();
         if slot.is_null() {
             return;
@@ -481,7 +455,7 @@ pub(crate) fn pop(pushed: Pushed) {
 /// of `depth` and pushes and pops in balance leaves `depth` as it found it, so the store is right.
 #[inline(always)]
 pub(crate) fn pop_innermost() {
-    let _ = STATE.try_with(|state| {
+    let _ = thread_state::with(|state| {
         if state.serial.get() & 1 == 1 {
             return; // only on targets without `bump`, see `push`
         }
@@ -504,17 +478,16 @@ pub(crate) fn pop_innermost() {
 
 /// The calling thread's current logical mark depth (0 if it has no slot). For tests and asserts.
 pub(crate) fn current_depth() -> u32 {
-    STATE
-        .try_with(|state| {
-            let slot = state.slot.get();
-            // SAFETY: as in `push`.
-            if slot.is_null() {
-                0
-            } else {
-                unsafe { (*slot).depth.load(Relaxed) }
-            }
-        })
-        .unwrap_or(0)
+    thread_state::with(|state| {
+        let slot = state.slot.get();
+        // SAFETY: as in `push`.
+        if slot.is_null() {
+            0
+        } else {
+            unsafe { (*slot).depth.load(Relaxed) }
+        }
+    })
+    .unwrap_or(0)
 }
 
 /// Address of this process's region, if it has one. For tests.

@@ -1,0 +1,103 @@
+//! Where each thread's marking state lives, and how a mark reaches it without a function call.
+//!
+//! Rust's `thread_local!` in a shared library (the agent is one) uses the general-dynamic TLS
+//! model: every access calls `__tls_get_addr`. Around a system call (an interposed `write`) that
+//! call cost about 8 ns of the agent's 16 (BENCHMARKS.md, "Agent: cost of an interposed libc
+//! call"). So on x86-64 Linux the state is a block declared in assembly in `.tbss` and reached
+//! with the initial-exec model: the thread pointer plus an offset the dynamic loader puts in the
+//! GOT (the linker turns it into a constant in an executable). A library with initial-exec TLS
+//! gets its block in the static TLS area: always when it is linked or preloaded; with `dlopen`,
+//! from glibc's surplus (hundreds of bytes; this block is 32). Elsewhere, `thread_local!`.
+//!
+//! What the fields mean, and every rule about them, is `region.rs`'s business.
+
+use core::cell::Cell;
+
+use crate::abi::Slot;
+
+/// Per-thread state. Valid when all zero (the `.tbss` block starts so), never dropped.
+#[repr(C)]
+pub(crate) struct ThreadState {
+    /// This thread's slot, null until claimed (and after release or fork).
+    pub(crate) slot: Cell<*mut Slot>,
+    /// Push counter, advanced by two per push; the even value after a push tags its record, so a
+    /// stale guard cannot pop a newer mark. On targets other than x86-64 it is odd while the
+    /// thread is inside `push` (see `region::push`).
+    pub(crate) serial: Cell<u64>,
+    /// Set when this thread must not claim a slot again (its destructors are running).
+    pub(crate) exiting: Cell<bool>,
+    /// Set while this thread claims its slot, so that a signal handler interrupting the claim
+    /// and marking does not claim a second slot.
+    pub(crate) claiming: Cell<bool>,
+}
+
+/// Runs `f` on the calling thread's state; `None` where the state is gone (only with
+/// `thread_local!`, during the thread's last destructors).
+#[inline(always)]
+pub(crate) fn with<R>(f: impl FnOnce(&ThreadState) -> R) -> Option<R> {
+    imp::with(f)
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod imp {
+    use super::ThreadState;
+
+    const _: () = assert!(core::mem::align_of::<ThreadState>() <= 8);
+
+    // The symbol is hidden: each module that links the shim (a program and the agent it
+    // preloads, say) has its own block.
+    core::arch::global_asm!(
+        ".pushsection .tbss,\"awT\",@nobits",
+        ".p2align 3",
+        ".globl fsprof_shim_thread_state",
+        ".hidden fsprof_shim_thread_state",
+        ".type fsprof_shim_thread_state, @object",
+        ".size fsprof_shim_thread_state, {size}",
+        "fsprof_shim_thread_state:",
+        ".zero {size}",
+        ".popsection",
+        size = const core::mem::size_of::<ThreadState>(),
+    );
+
+    #[inline(always)]
+    pub(super) fn with<R>(f: impl FnOnce(&ThreadState) -> R) -> Option<R> {
+        let address: usize;
+        // SAFETY: the initial-exec sequence of the x86-64 TLS ABI: %fs:0 holds the thread
+        // pointer, and the GOT entry the offset of this module's block from it. Reads only.
+        unsafe {
+            core::arch::asm!(
+                "mov {0}, qword ptr fs:[0]",
+                "add {0}, qword ptr [rip + fsprof_shim_thread_state@GOTTPOFF]",
+                out(reg) address,
+                options(pure, readonly, nostack),
+            );
+        }
+        // SAFETY: the block lives as long as the thread, is only touched by this thread, is
+        // aligned (`.p2align 3`), and all-zero is a valid ThreadState.
+        Some(f(unsafe { &*(address as *const ThreadState) }))
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+mod imp {
+    use super::ThreadState;
+    use core::cell::Cell;
+    use core::ptr::null_mut;
+
+    thread_local! {
+        // `const` initialised and without `Drop`: an access never registers a destructor.
+        static STATE: ThreadState = const {
+            ThreadState {
+                slot: Cell::new(null_mut()),
+                serial: Cell::new(0),
+                exiting: Cell::new(false),
+                claiming: Cell::new(false),
+            }
+        };
+    }
+
+    #[inline(always)]
+    pub(super) fn with<R>(f: impl FnOnce(&ThreadState) -> R) -> Option<R> {
+        STATE.try_with(f).ok()
+    }
+}
