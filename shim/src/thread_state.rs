@@ -7,7 +7,7 @@
 //! with the initial-exec model: the thread pointer plus an offset the dynamic loader puts in the
 //! GOT (the linker turns it into a constant in an executable). A library with initial-exec TLS
 //! gets its block in the static TLS area: always when it is linked or preloaded; with `dlopen`,
-//! from glibc's surplus (hundreds of bytes; this block is 32). Elsewhere, `thread_local!`.
+//! from glibc's surplus (hundreds of bytes; this block is 24). Elsewhere, `thread_local!`.
 //!
 //! What the fields mean, and every rule about them, is `region.rs`'s business.
 

@@ -9,7 +9,7 @@
 #        spin2     the same, 2 threads (as many as the machine's cores on the reference VM)
 #        fizzbuzz  the demo, FIZZ_N lines to /dev/null (syscall-heavy, ~5M marks/s)
 #        empty     spin with no work: the tool's own start and stop cost (perf's is ~0.4 s)
-#      Configurations, interleaved within each round (RUNS rounds, default 5):
+#      Configurations, interleaved within each round in a new random order (RUNS rounds, default 5):
 #        alone | nonative: fsprof run --no-native | native: fsprof run (defaults: perf backend
 #        where allowed, default rate) | native-HZ: fsprof run --rate HZ | ptrace: fsprof run
 #        --backend ptrace | perf-dwarf: perf record -F 1000 --call-graph dwarf | perf-dwarf-HZ:
@@ -19,7 +19,9 @@
 #      writing of its output), and for spin* also the target's own elapsed time (it prints it).
 #      From each native fsprof run's profile.json meta: pause_p50_us, pause_p99_us, ticks,
 #      native_captured, native_complete, native_not_stopped, native_moved.
-#      Summary: medians, min-max, slowdown = median(under tool) / median(alone) - 1.
+#      Summary: medians, min-max, slowdown = median(under tool) / median(alone) - 1; paired
+#      slowdowns (each run against the same round's run alone); and fsprof - perf, round by
+#      round, with a bootstrap 95% interval of its median.
 #   2  fsprof's own CPU and max RSS: `fsprof attach PID --duration D` (native mode) on
 #      `fsprof-target threads` (4 threads), under /usr/bin/time -v, for D = 15 and D = 60.
 #   3  Unwind completeness (native_complete / native_captured) for fizzbuzz, fsprof-chain 3,
@@ -144,7 +146,9 @@ part1() {
   for t in $TARGETS; do run_one "$t" alone 0 > /dev/null; done # warm-up, not counted
   for r in $(seq 1 "$RUNS"); do
     for t in $TARGETS; do
-      for c in $CONFIGS; do run_one "$t" "$c" "$r"; done
+      # A new order each round: a fixed one would give each configuration the same neighbour
+      # (and the host's state after it) every round.
+      for c in $(printf '%s\n' $CONFIGS | shuf); do run_one "$t" "$c" "$r"; done
     done
   done
   python3 - "$RAW" <<'EOF'
@@ -181,6 +185,28 @@ for t in targets:
         rat = sorted(by[(c, k)] / by[("alone", k)] - 1 for k in rounds if (c, k) in by and ("alone", k) in by)
         if not rat: continue
         print(f"| {t} | {c} | {st.median(rat)*100:+.1f}% (n={len(rat)}) | {rat[len(rat)//4]*100:+.1f}% .. {rat[(3*len(rat))//4]*100:+.1f}% |")
+# fsprof against perf at the same rate, run by run: the difference of the two paired slowdowns in each round
+# (percentage points), its median, and a bootstrap 95% interval of that median.
+import random
+random.seed(1)
+def paired(t, c):
+    by = {(r[1], r[2]): float(r[4]) for r in rows if r[0] == t and r[4] != "-"}
+    return {k: (by[(c, k)] / by[("alone", k)] - 1) * 100 for (cc, k) in by if cc == c and ("alone", k) in by}
+def rate(c):  # samples per second of a configuration (fsprof's default is 250 Hz)
+    if c.startswith("native-") or c.startswith("perf-dwarf-"):
+        return c.rsplit("-", 1)[1]
+    return {"native": "250", "ptrace": "250"}.get(c, "1000")
+pairs = [(t, a, b) for t in targets for a in configs for b in configs
+         if (a.startswith("native") or a == "ptrace") and b.startswith("perf") and rate(a) == rate(b)]
+if pairs:
+    print("\n| target | fsprof config - perf config | paired difference, median (points) | 95% interval | mean | n |")
+    print("| --- | --- | --- | --- | --- | --- |")
+for t, a, b in pairs:
+    pa, pb = paired(t, a), paired(t, b)
+    d = [pa[k] - pb[k] for k in pa if k in pb]
+    if not d: continue
+    boots = sorted(st.median(random.choices(d, k=len(d))) for _ in range(2000))
+    print(f"| {t} | {a} - {b} | {st.median(d):+.2f} | {boots[50]:+.2f} .. {boots[1949]:+.2f} | {st.mean(d):+.2f} | {len(d)} |")
 print("\n| target | config | pause p50 µs, runs (median) | pause p99 µs, runs (median) | complete/captured | not stopped / ticks |")
 print("| --- | --- | --- | --- | --- | --- |")
 for t, c in [(t, c) for t in targets for c in configs if c in ("native", "ptrace") or c.startswith("native-")]:
