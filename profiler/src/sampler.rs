@@ -525,18 +525,22 @@ impl Sampler {
         period
     }
 
-    /// Finds new regions, and forgets vanished ones, on a schedule: often while none was found
-    /// (the program creates its region on its first mark), rarely afterwards.
+    /// Finds new regions, and forgets vanished ones, on a schedule: every fiftieth of the time
+    /// since the start (so a region that appears is found before its marks are 2% of the
+    /// recording old), at least every millisecond and at most every 200 ms while none was found,
+    /// every second afterwards. Finding one is no reason to look less: a program creates its
+    /// region on its first mark, often after the preloaded agent has made its own.
     fn scan_regions(&mut self, now: Instant) {
         if now < self.next_region_scan {
             return;
         }
         let since_start = now.duration_since(self.started);
-        let interval = if self.regions.is_empty() {
-            (since_start / 50).clamp(Duration::from_millis(1), Duration::from_millis(200))
+        let longest = if self.regions.is_empty() {
+            Duration::from_millis(200)
         } else {
             Duration::from_secs(1)
         };
+        let interval = (since_start / 50).clamp(Duration::from_millis(1), longest);
         self.next_region_scan = now + interval;
         let via = target::memory_thread(self.pid, &self.tids);
         self.remote = Remote::new(via);

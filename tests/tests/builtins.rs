@@ -371,9 +371,13 @@ fn a_programs_own_mark_around_a_builtin_one_is_seen_at_one_instant() {
     let (output, formatting) = (percent(&report, "output"), percent(&report, "formatting"));
     eprintln!("output {output:.2}%, formatting {formatting:.2}%, strays {stray_ms:.1} of {total_ms:.1} ms");
     assert!(formatting > 1.0, "formatting {formatting:.2}%");
+    let profile: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("profile.json")).unwrap()).unwrap();
     assert!(
         stray_ms < total_ms / 100.0,
-        "strays {stray_ms:.1} of {total_ms:.1} ms"
+        "strays {stray_ms:.1} of {total_ms:.1} ms; instances {:#}; meta {:#}",
+        output_feature["instances"],
+        profile["meta"]
     );
     assert!(
         output + formatting <= 100.5,

@@ -69,6 +69,36 @@ fn several_threads_one_idle_one_blocked_in_a_mark() {
     );
 }
 
+/// A program whose own region appears only after fsprof's first look (its first mark comes 300
+/// ms in), while the agent's region exists from the start: its marks count from then on, not
+/// from fsprof's next routine look for regions (which came up to a second later, and lost the
+/// marks meanwhile).
+#[test]
+fn a_region_created_after_another_is_found_at_once() {
+    let _serial = serial();
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    let output = Command::new(fsprof())
+        .args(["run", "--rate", ACCURACY_RATE, "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(target())
+        .args(["late", &SECS.to_string(), "--truth"])
+        .arg(&truth_path)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "fsprof run failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = report_json(dir.path());
+    let profile: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("profile.json")).unwrap()).unwrap();
+    assert_eq!(profile["meta"]["regions"], 2, "{:#}", profile["meta"]);
+    assert_shares_match(&report, &truth(dir.path()));
+}
+
 #[test]
 fn a_thread_that_sleeps_inside_marks() {
     profile_and_compare("sleepy");

@@ -83,6 +83,15 @@ fn main() {
             ready();
             mixed(&truth, run_for, 9);
         }
+        "late" => {
+            // Busy without marking for 300 ms, so that the program's own region appears only
+            // then (the agent's, when preloaded, exists from the start); then `mixed`.
+            ready();
+            let start = std::time::Instant::now();
+            spin(Duration::from_millis(300));
+            truth.active(start.elapsed());
+            mixed(&truth, run_for.saturating_sub(start.elapsed()), 1);
+        }
         "sleepy" => {
             ready();
             sleepy(&truth, run_for);
