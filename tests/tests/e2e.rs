@@ -77,21 +77,7 @@ fn several_threads_one_idle_one_blocked_in_a_mark() {
 fn a_region_created_after_another_is_found_at_once() {
     let _serial = serial();
     let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    let output = Command::new(fsprof())
-        .args(["run", "--rate", ACCURACY_RATE, "-o"])
-        .arg(dir.path())
-        .arg("--")
-        .arg(target())
-        .args(["late", &SECS.to_string(), "--truth"])
-        .arg(&truth_path)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "fsprof run failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_target_with_agent(dir.path(), "late", SECS);
     let report = report_json(dir.path());
     let profile: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("profile.json")).unwrap()).unwrap();

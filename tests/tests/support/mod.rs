@@ -156,10 +156,19 @@ pub const ACCURACY_RATE: &str = "1000";
 /// --truth DIR/truth.json`. Without the agent: these tests check the program's own marks against
 /// its truth, which knows nothing of the built-in features (tested in `builtins.rs`).
 pub fn run_target(dir: &Path, scenario: &str, secs: f64, args: &[&str]) -> Output {
+    launch_target(dir, scenario, secs, args, false)
+}
+
+/// [`run_target`] with the agent preloaded (its region, with no marks, beside the program's).
+pub fn run_target_with_agent(dir: &Path, scenario: &str, secs: f64) -> Output {
+    launch_target(dir, scenario, secs, &[], true)
+}
+
+fn launch_target(dir: &Path, scenario: &str, secs: f64, args: &[&str], agent: bool) -> Output {
     let truth = dir.join("truth.json");
     let output = Command::new(fsprof())
         .arg("run")
-        .arg("--no-agent")
+        .args((!agent).then_some("--no-agent"))
         .args(["--rate", ACCURACY_RATE])
         .arg("-o")
         .arg(dir)
