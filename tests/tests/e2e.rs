@@ -566,7 +566,9 @@ fn run_with_a_duration_records_that_long_and_waits_for_the_program() {
             "--",
             "sh",
             "-c",
-            "i=0; while [ $i -lt 1500000 ]; do i=$((i+1)); done; exit 4",
+            // Outlives the 1 s of recording on any machine (a busy loop of 1.5 million
+            // iterations once ended after 0.9 s, before the duration was reached).
+            "sleep 3; exit 4",
         ])
         .output()
         .unwrap();
