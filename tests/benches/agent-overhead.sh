@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Per-call cost of the agent's interposition: tests/c/callcost.c alone and under
-# LD_PRELOAD=target/release/libfsprof_agent.so, in interleaved rounds (no profiler attached:
-# the marks are pushed and popped all the same). Run from the workspace root after
-# `cargo build --release --workspace`. Usage: [AGENT=path/to/libfsprof_agent.so] tests/benches/agent-overhead.sh [ROUNDS]
-# A third configuration, "nop", preloads an interposer of write(2) that only forwards the call
-# (built here): what interposing costs before anything is marked.
+# Per-call cost of the agent's interposition (no profiler attached: the marks are pushed and
+# popped all the same). Run from the workspace root after `cargo build --release --workspace`.
+# Usage: [AGENT=path/to/libfsprof_agent.so] tests/benches/agent-overhead.sh [PROCESSES]
+#
+# tests/c/callcost.c measures, inside one process, each case through libc's own definition and
+# through the one the program binds to, batch against batch (see its header). It runs here under
+# three configurations, in a shuffled order in each round:
+#   alone  no preload: both sides are libc's, so the difference is the method's noise;
+#   nop    a preloaded interposer of write(2) that only forwards the call (built here): what
+#          interposing costs before anything is marked;
+#   agent  LD_PRELOAD=libfsprof_agent.so.
+# Each process's figure is the median of its paired differences; a process's figure moves with
+# where its pages happen to land (by a few ns on write), so the script runs PROCESSES of each and
+# prints the median across them, with the spread (the 25th and 75th percentiles).
 set -euo pipefail
-rounds=${1:-5}
+processes=${1:-15}
 agent=${AGENT:-$PWD/target/release/libfsprof_agent.so}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-gcc -O2 -pthread tests/c/callcost.c -o "$tmp/callcost"
+gcc -O2 tests/c/callcost.c -o "$tmp/callcost" -ldl
 cat > "$tmp/nop.c" <<'EOF_C'
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -20,26 +28,30 @@ __attribute__((constructor)) static void init(void) { real = dlsym(RTLD_NEXT, "w
 ssize_t write(int fd, const void *b, size_t n) { ssize_t r = real(fd, b, n); __asm__ volatile("" ::: "memory"); return r; }
 EOF_C
 gcc -O2 -shared -fPIC -o "$tmp/nop.so" "$tmp/nop.c" -ldl
-for round in $(seq "$rounds"); do
-  "$tmp/callcost" | sed "s/^/alone $round /"
-  LD_PRELOAD=$tmp/nop.so "$tmp/callcost" | sed "s/^/nop $round /"
-  LD_PRELOAD=$agent "$tmp/callcost" | sed "s/^/agent $round /"
+for round in $(seq "$processes"); do
+  for config in $(printf 'alone\nnop\nagent\n' | shuf); do
+    case $config in
+      alone) preload= ;;
+      nop) preload=$tmp/nop.so ;;
+      agent) preload=$agent ;;
+    esac
+    LD_PRELOAD=$preload "$tmp/callcost" | sed "s/^/$config $round /"
+  done
 done > "$tmp/runs"
-# Per case: each configuration's median, and the median over rounds of (configuration - alone)
-# in the same round (paired: the host is shared and drifts between rounds).
 python3 - "$tmp/runs" <<'EOF_PY'
 import collections, statistics, sys
-runs = collections.defaultdict(dict)
+added = collections.defaultdict(list)
+per_call = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    config, round_, case, ns = line.split()
-    runs[(config, case)][round_] = float(ns)
-print(f"{'case':<12} {'alone':>8} {'nop':>16} {'agent':>16}   (ns per iteration: median, paired added)")
+    config, _round, case, libc, bound, diff, _q25, _q75 = line.split()
+    added[(config, case)].append(float(diff))
+    per_call[case].append(float(libc))
+def spread(values):
+    q = statistics.quantiles(values, n=4)
+    return f"{statistics.median(values):+6.2f} ({q[0]:+6.2f} .. {q[2]:+6.2f})"
+print(f"ns added per iteration: median over processes of each process's median paired difference (25th .. 75th percentile)")
+print(f"{'case':<12} {'libc ns':>8}  {'alone (noise)':>24}  {'nop interposer':>24}  {'agent':>24}")
 for case in ["write", "malloc+free", "mutex", "fputc"]:
-    alone = runs[("alone", case)]
-    cells = [f"{statistics.median(alone.values()):8.2f}"]
-    for config in ["nop", "agent"]:
-        mine = runs[(config, case)]
-        added = statistics.median(mine[r] - alone[r] for r in alone)
-        cells.append(f"{statistics.median(mine.values()):8.2f} ({added:+5.1f})")
-    print(f"{case:<12} " + " ".join(cells))
+    cells = [spread(added[(config, case)]) for config in ["alone", "nop", "agent"]]
+    print(f"{case:<12} {statistics.median(per_call[case]):8.2f}  " + "  ".join(f"{c:>24}" for c in cells))
 EOF_PY
