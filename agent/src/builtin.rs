@@ -145,8 +145,8 @@ static INIT: extern "C" fn() = init;
 
 /// Claims the calling thread's slot (and creates the region) outside any signal handler.
 fn claim_slot() {
-    if raw::push_call_site_unless_nested(&builtins()[OUTPUT], 0, 0, 0..0, true) {
-        raw::pop_innermost();
+    if let Ok(mark) = raw::push_call_site_unless_nested(&builtins()[OUTPUT], 0, 0, 0..0, true) {
+        mark.pop();
     }
 }
 
@@ -173,12 +173,47 @@ fn builtin_range() -> core::ops::Range<u64> {
 }
 
 /// A pushed built-in mark; popped when dropped (also when the call unwinds).
-struct Marked;
+struct Marked(raw::CallSiteMark);
 
 impl Drop for Marked {
     #[inline(always)]
     fn drop(&mut self) {
-        raw::pop_innermost();
+        self.0.pop();
+    }
+}
+
+/// What [`enter_fast`] did.
+enum Entry {
+    /// Pushed the mark: call the real function, then drop this.
+    Marked(Marked),
+    /// Call the real function unmarked (the agent is not ready or off, or the call is nested).
+    Unmarked,
+    /// Something must be worked out first (the call site, the thread's slot): take the slow path.
+    Slow,
+}
+
+/// The fast path of [`enter`], for a call whose real function is known: everything it needs is
+/// known already, and it calls nothing, so an interposing function whose slow path is a
+/// separate function saves no registers for it (around a system call each instruction shows:
+/// BENCHMARKS.md, "Agent: cost of an interposed libc call").
+#[inline(always)]
+fn enter_fast(feature: usize, ret: usize, claim: bool) -> Entry {
+    if !HOT.ready.load(Relaxed) {
+        return Entry::Unmarked;
+    }
+    if !call_site::is_program(ret) {
+        return Entry::Slow;
+    }
+    match raw::push_call_site_unless_nested(
+        &builtins()[feature],
+        ret as u64,
+        stack_pointer(),
+        builtin_range(),
+        false,
+    ) {
+        Ok(mark) => Entry::Marked(Marked(mark)),
+        Err(raw::NotPushed::NoSlot) if claim => Entry::Slow,
+        Err(_) => Entry::Unmarked,
     }
 }
 
@@ -190,11 +225,8 @@ fn enter(feature: usize, ret: usize, claim: bool) -> Option<Marked> {
     if !HOT.ready.load(Relaxed) {
         return None;
     }
-    let anchor = 0u8;
-    let sp = core::hint::black_box(&anchor) as *const u8 as u64;
+    let sp = stack_pointer();
     let site = call_site::resolve(ret, sp);
-    // `then`, not `then_some(Marked)`: that would make a `Marked` and drop it (popping the
-    // outer mark) when nothing was pushed.
     raw::push_call_site_unless_nested(
         &builtins()[feature],
         site as u64,
@@ -202,7 +234,58 @@ fn enter(feature: usize, ret: usize, claim: bool) -> Option<Marked> {
         builtin_range(),
         claim,
     )
-    .then(|| Marked)
+    .ok()
+    .map(Marked)
+}
+
+/// The stack pointer of the interposing function (which inlines this).
+#[inline(always)]
+fn stack_pointer() -> u64 {
+    let sp: u64;
+    // SAFETY: reads a register; touches no memory.
+    unsafe {
+        core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    sp
+}
+
+/// Returns `$call` (a call of the real function), marked, if [`enter_fast`] can take the fast
+/// path; else does nothing, for the slow path to follow.
+macro_rules! return_fast {
+    ($feature:expr, $ret:expr, $claim:expr, $call:expr) => {
+        match enter_fast($feature, $ret, $claim) {
+            Entry::Marked(_marked) => return $call,
+            Entry::Unmarked => return $call,
+            Entry::Slow => {}
+        }
+    };
+}
+
+/// The implementation behind an interposing trampoline, for a function of the given arguments
+/// whose real definition is `$real`: `imp` takes the fast path when it can, and otherwise tail-
+/// calls `slow`, out of line, which works out what is missing (resolving the real function,
+/// the call site of a call from libc, the thread's slot).
+macro_rules! imp {
+    ($feature:expr, $claim:literal, $real:path, fn($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* ret: usize) -> $ret {
+            let address = $real.address.load(Relaxed);
+            if address != 0 {
+                let real: unsafe extern "C" fn($($ty),*) -> $ret =
+                    core::mem::transmute::<usize, _>(address);
+                return_fast!($feature, ret, $claim, real($($arg),*));
+            }
+            slow($($arg,)* ret)
+        }
+
+        #[cold]
+        #[inline(never)]
+        unsafe extern "C-unwind" fn slow($($arg: $ty,)* ret: usize) -> $ret {
+            let real: unsafe extern "C" fn($($ty),*) -> $ret =
+                core::mem::transmute::<usize, _>($real.get());
+            let _marked = enter($feature, ret, $claim);
+            real($($arg),*)
+        }
+    };
 }
 
 // ---- Resolving the real functions -----------------------------------------------------------
@@ -378,6 +461,14 @@ mod call_site {
         scan(ret, sp)
     }
 
+    /// Whether `ret` is known to lie outside libc, the agent and the loader: then it is the
+    /// program's call site itself, with nothing to compute or scan.
+    #[inline(always)]
+    pub fn is_program(ret: usize) -> bool {
+        HOT.call_site_state.load(Relaxed) == 2 && !inside(ret)
+    }
+
+    #[inline(always)]
     fn inside(address: usize) -> bool {
         HOT.call_site_ranges
             .chunks(2)
@@ -550,12 +641,7 @@ macro_rules! interpose {
             use super::*;
             pub(super) static REAL: Real = Real::new(concat!(stringify!($name), "\0").as_bytes());
 
-            pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* ret: usize) -> $ret {
-                let real: unsafe extern "C" fn($($ty),*) -> $ret =
-                    core::mem::transmute::<usize, _>(REAL.get());
-                let _marked = enter($feature, ret, $claim);
-                real($($arg),*)
-            }
+            imp!($feature, $claim, REAL, fn($($arg: $ty),*) -> $ret);
         }
 
         /// Interposed: see the module's documentation.
@@ -586,12 +672,7 @@ macro_rules! interpose6 {
             use super::*;
             pub(super) static REAL: Real = Real::new(concat!(stringify!($name), "\0").as_bytes());
 
-            pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* ret: usize) -> $ret {
-                let real: unsafe extern "C" fn($($ty),*) -> $ret =
-                    core::mem::transmute::<usize, _>(REAL.get());
-                let _marked = enter($feature, ret, $claim);
-                real($($arg),*)
-            }
+            imp!($feature, $claim, REAL, fn($($arg: $ty),*) -> $ret);
         }
 
         /// Interposed: see the module's documentation.
@@ -627,12 +708,7 @@ macro_rules! interpose_variadic {
             use super::*;
             pub(super) static REAL: Real = Real::new(concat!(stringify!($v), "\0").as_bytes());
 
-            pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* ap: *mut c_void, ret: usize) -> $ret {
-                let real: unsafe extern "C" fn($($ty,)* *mut c_void) -> $ret =
-                    core::mem::transmute::<usize, _>(REAL.get());
-                let _marked = enter($feature, ret, true);
-                real($($arg,)* ap)
-            }
+            imp!($feature, true, REAL, fn($($arg: $ty,)* ap: *mut c_void) -> $ret);
         }
 
         /// Interposed: see the module's documentation.
@@ -820,9 +896,9 @@ interpose_variadic! {
 /// Interposes an allocation function: like `interpose!`, but while some real function is being
 /// resolved and this one is not known yet, `$bootstrap` serves the call (from the arena); and
 /// `$moved` (given the arguments) may serve a call itself, for a pointer from the arena that must
-/// not reach the real function.
+/// not reach the real function (`$arena` tells whether it may, on the fast path).
 macro_rules! interpose_alloc {
-    ($(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $bootstrap:path, $moved:path;)*) => {$(
+    ($(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $bootstrap:path, $moved:path, $arena:path;)*) => {$(
         #[allow(non_snake_case)]
         mod $name {
             #[allow(unused_imports)]
@@ -830,6 +906,18 @@ macro_rules! interpose_alloc {
             pub(super) static REAL: Real = Real::new(concat!(stringify!($name), "\0").as_bytes());
 
             pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* ret: usize) -> $ret {
+                let address = REAL.address.load(Relaxed);
+                if address != 0 && !$arena($($arg),*) {
+                    let real: unsafe extern "C" fn($($ty),*) -> $ret =
+                        core::mem::transmute::<usize, _>(address);
+                    return_fast!(ALLOCATION, ret, true, real($($arg),*));
+                }
+                slow($($arg,)* ret)
+            }
+
+            #[cold]
+            #[inline(never)]
+            unsafe extern "C-unwind" fn slow($($arg: $ty,)* ret: usize) -> $ret {
                 let address = REAL.get_unless_resolving();
                 if address == 0 {
                     return $bootstrap($($arg),*);
@@ -863,15 +951,18 @@ macro_rules! interpose_alloc {
 }
 
 interpose_alloc! {
-    fn malloc(size: SizeT) -> *mut c_void => boot::malloc, boot::no_move1;
-    fn calloc(n: SizeT, size: SizeT) -> *mut c_void => boot::calloc, boot::no_move2;
-    fn realloc(p: *mut c_void, size: SizeT) -> *mut c_void => boot::realloc, boot::move_realloc;
+    fn malloc(size: SizeT) -> *mut c_void => boot::malloc, boot::no_move1, boot::never1;
+    fn calloc(n: SizeT, size: SizeT) -> *mut c_void => boot::calloc, boot::no_move2, boot::never2;
+    fn realloc(p: *mut c_void, size: SizeT) -> *mut c_void =>
+        boot::realloc, boot::move_realloc, boot::from_arena2;
     fn reallocarray(p: *mut c_void, n: SizeT, size: SizeT) -> *mut c_void =>
-        boot::reallocarray, boot::move_reallocarray;
+        boot::reallocarray, boot::move_reallocarray, boot::from_arena3;
     fn posix_memalign(out: *mut *mut c_void, align: SizeT, size: SizeT) -> c_int =>
-        boot::posix_memalign, boot::no_move3;
-    fn aligned_alloc(align: SizeT, size: SizeT) -> *mut c_void => boot::memalign, boot::no_move2;
-    fn memalign(align: SizeT, size: SizeT) -> *mut c_void => boot::memalign, boot::no_move2;
+        boot::posix_memalign, boot::no_move3, boot::never3;
+    fn aligned_alloc(align: SizeT, size: SizeT) -> *mut c_void =>
+        boot::memalign, boot::no_move2, boot::never2;
+    fn memalign(align: SizeT, size: SizeT) -> *mut c_void =>
+        boot::memalign, boot::no_move2, boot::never2;
 }
 
 /// Allocation while the real functions cannot be known yet (from the arena), and the move of
@@ -931,6 +1022,28 @@ mod boot {
             move_realloc(p, size).unwrap_or(null_mut())
         }))
     }
+    /// Whether the pointer argument of `realloc` came from the arena.
+    #[inline(always)]
+    pub fn from_arena2(p: *mut c_void, _: SizeT) -> bool {
+        arena::contains(p as *const u8)
+    }
+    /// Whether the pointer argument of `reallocarray` came from the arena.
+    #[inline(always)]
+    pub fn from_arena3(p: *mut c_void, _: SizeT, _: SizeT) -> bool {
+        arena::contains(p as *const u8)
+    }
+    #[inline(always)]
+    pub fn never1<A>(_: A) -> bool {
+        false
+    }
+    #[inline(always)]
+    pub fn never2<A, B>(_: A, _: B) -> bool {
+        false
+    }
+    #[inline(always)]
+    pub fn never3<A, B, C>(_: A, _: B, _: C) -> bool {
+        false
+    }
     pub unsafe fn no_move1<A>(_: A) -> Option<*mut c_void> {
         None
     }
@@ -952,6 +1065,17 @@ mod free {
         if p.is_null() || arena::contains(p as *const u8) {
             return;
         }
+        let address = REAL.address.load(Relaxed);
+        if address != 0 {
+            let real: unsafe extern "C" fn(*mut c_void) = core::mem::transmute::<usize, _>(address);
+            return_fast!(ALLOCATION, ret, true, real(p));
+        }
+        slow(p, ret)
+    }
+
+    #[cold]
+    #[inline(never)]
+    unsafe extern "C-unwind" fn slow(p: *mut c_void, ret: usize) {
         let address = REAL.get_unless_resolving();
         if address == 0 {
             return;

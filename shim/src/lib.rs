@@ -260,10 +260,10 @@ pub mod raw {
 
     /// Pushes a call-site mark of `feature` (`payload`: a return address; `sp`: as for [`push`])
     /// unless the calling thread's innermost recorded mark belongs to a feature whose descriptor
-    /// address lies in `nested`, or the thread has no slot yet and `claim` is false. Returns
-    /// whether it pushed (then pop with [`pop_innermost`]). For the agent's built-in features:
-    /// a libc call made inside another one is not counted twice, and functions that signal
-    /// handlers may call never claim a slot (claiming may allocate).
+    /// address lies in `nested`, or the thread has no slot yet and `claim` is false. Returns the
+    /// mark pushed, for [`CallSiteMark::pop`], or why none was. For the agent's built-in
+    /// features: a libc call made inside another one is not counted twice, and functions that
+    /// signal handlers may call never claim a slot (claiming may allocate).
     #[inline(always)]
     pub fn push_call_site_unless_nested(
         feature: &'static Feature,
@@ -271,7 +271,7 @@ pub mod raw {
         sp: u64,
         nested: core::ops::Range<u64>,
         claim: bool,
-    ) -> bool {
+    ) -> Result<CallSiteMark, NotPushed> {
         let meta = (crate::abi::KIND_CALL_SITE as u64) << 32;
         region::push_unless_nested(
             feature as *const Feature as u64,
@@ -281,6 +281,22 @@ pub mod raw {
             nested,
             claim,
         )
+        .map(CallSiteMark)
+    }
+
+    pub use crate::region::NotPushed;
+
+    /// A mark pushed by [`push_call_site_unless_nested`].
+    #[derive(Clone, Copy)]
+    pub struct CallSiteMark(region::Placed);
+
+    impl CallSiteMark {
+        /// Pops this mark if it is still the calling thread's innermost one (else does nothing).
+        /// Call it on the thread that pushed it.
+        #[inline(always)]
+        pub fn pop(self) {
+            region::pop_placed(self.0);
+        }
     }
 
     /// Pops the calling thread's innermost mark or antimark; does nothing if it has none.

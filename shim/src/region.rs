@@ -267,11 +267,11 @@ impl Pushed {
     };
 }
 
-/// Like [`push`], for the agent's built-in features: pushes nothing (and returns `false`) when
-/// the innermost recorded mark's feature address lies in `nested` (a call made inside another
-/// built-in feature is counted once, by the outer one), or when the thread has no slot yet and
-/// `claim` is false (a function that signal handlers may call must not claim: claiming may
-/// allocate). Returns whether a mark was pushed; its pop is [`pop_innermost`].
+/// Like [`push`], for the agent's built-in features: pushes nothing when the innermost recorded
+/// mark's feature address lies in `nested` (a call made inside another built-in feature is
+/// counted once, by the outer one), or when the thread has no slot yet and `claim` is false (a
+/// function that signal handlers may call must not claim: claiming may allocate). Returns where
+/// the mark was pushed, for [`pop_placed`], or why it was not.
 #[inline(always)]
 pub(crate) fn push_unless_nested(
     feature: u64,
@@ -280,12 +280,12 @@ pub(crate) fn push_unless_nested(
     sp: u64,
     nested: core::ops::Range<u64>,
     claim: bool,
-) -> bool {
+) -> Result<Placed, NotPushed> {
     thread_state::with(|state| {
         let slot = state.slot.get();
         if slot.is_null() {
             if !claim {
-                return false;
+                return Err(NotPushed::NoSlot);
             }
         } else {
             // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
@@ -293,13 +293,13 @@ pub(crate) fn push_unless_nested(
             let depth = slot.depth.load(Relaxed) as usize;
             if let Some(top) = depth.checked_sub(1).and_then(|i| slot.records.get(i)) {
                 if nested.contains(&top.feature.load(Relaxed)) {
-                    return false;
+                    return Err(NotPushed::Skipped);
                 }
             }
         }
         let serial = state.serial.get();
         if serial & 1 == 1 {
-            return false; // only on targets without `bump`, see `push`
+            return Err(NotPushed::Skipped); // only on targets without `bump`, see `push`
         }
         let tag = serial.wrapping_add(2);
         if !cfg!(target_arch = "x86_64") {
@@ -311,9 +311,58 @@ pub(crate) fn push_unless_nested(
             compiler_fence(SeqCst);
         }
         state.serial.set(tag);
-        pushed.index != u32::MAX
+        if pushed.index == u32::MAX {
+            return Err(NotPushed::Skipped);
+        }
+        Ok(Placed {
+            slot: state.slot.get(),
+            index: pushed.index,
+        })
     })
-    .unwrap_or(false)
+    .unwrap_or(Err(NotPushed::Skipped))
+}
+
+/// Why [`push_unless_nested`] pushed nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotPushed {
+    /// The thread has no slot, and the caller did not let it claim one.
+    NoSlot,
+    /// Anything else: a nested call, a push interrupted by the signal handler that called, a
+    /// slot that could not be claimed. The call is simply not marked.
+    Skipped,
+}
+
+/// Where [`push_unless_nested`] pushed a mark: its thread's slot and the mark's index.
+#[derive(Clone, Copy)]
+pub(crate) struct Placed {
+    slot: *mut Slot,
+    index: u32,
+}
+
+/// Pops the mark [`push_unless_nested`] placed, if it is still the calling thread's innermost
+/// mark in the slot it was pushed in.
+///
+/// Cheaper than [`pop_innermost`] where it matters (after a system call, each load the store
+/// waits for shows): the store's address is known without reading the thread's state, whose
+/// checks only decide whether it happens. The checks: the thread still owns that slot (a child
+/// that returns from `fork` inside the mark has forgotten the region, which is not even mapped
+/// in it; a thread whose destructors released its slot owns none), and the mark is still the
+/// innermost (a signal handler that popped more than it pushed meanwhile is not compounded).
+/// `seq` needs no check: the push succeeded, so this thread was not inside a push, and anything
+/// that ran on top of it since (a signal handler) finished its own pushes.
+#[inline(always)]
+pub(crate) fn pop_placed(placed: Placed) {
+    let _ = thread_state::with(|state| {
+        if state.slot.get() != placed.slot {
+            return;
+        }
+        // SAFETY: the slot this thread still owns, in the live region.
+        let slot = unsafe { &*placed.slot };
+        if slot.depth.load(Relaxed) == placed.index.wrapping_add(1) {
+            // As in `pop`: one store, no seq bracket.
+            slot.depth.store(placed.index, Release);
+        }
+    });
 }
 
 /// Pushes a record on the calling thread's mark stack.
