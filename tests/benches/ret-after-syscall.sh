@@ -19,7 +19,7 @@ cat > "$tmp/variant.c" <<'EOF_C'
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <unistd.h>
-static ssize_t (*real)(int, const void *, size_t);
+__attribute__((used)) static ssize_t (*real)(int, const void *, size_t);
 __attribute__((constructor)) static void init(void) { real = dlsym(RTLD_NEXT, "write"); }
 #define KEEP() __asm__ volatile("" ::: "memory")
 #if defined(TAIL)
