@@ -2,19 +2,23 @@
  * own, for the end-to-end test of the agent's built-in features. One thread runs, for SECONDS,
  * a random mix of: write() of 1 MiB to a temporary file (output), fprintf + fflush of 64 KiB
  * to another (output, stdio: counted once), calloc of 256 KiB then free (allocation), a
- * pthread_cond_timedwait that times out after 100-400 µs (locks), and unmarked spinning. It
- * times each call and writes the ground truth as JSON:
+ * pthread_cond_timedwait that times out after 100-400 µs (locks), unmarked spinning, and more
+ * rarely fork() of a child that makes built-in calls of its own before it exits, and waitpid()
+ * for it (process). It times each call and writes the ground truth as JSON:
  *
  *   builtins SECONDS --truth FILE
  *
  * {"total_ms": T, "features": {"output": {"ms": M, "instances": {}}, ...}}. One thread, never
- * blocked outside those calls, so the total is the loop's wall time. */
+ * blocked outside those calls, so the total is the loop's wall time. Exits with status 3 if a
+ * call fails or a child does not exit with status 0 (a child that returns from the agent's
+ * fork wrapper must not touch its parent's region, which is not mapped in it). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -87,6 +91,25 @@ __attribute__((noinline)) static double wait_for_nothing(pthread_cond_t *cond, p
     return t1 - t0;
 }
 
+__attribute__((noinline)) static double spawn_child(FILE *f) {
+    double t0 = now_ms();
+    pid_t pid = fork();
+    if (pid < 0) exit(3);
+    if (pid == 0) {
+        /* The child: built-in calls of its own (a region of its own), then a normal exit. */
+        for (int i = 0; i < 16; i++) free(malloc(4096));
+        fprintf(f, "child\n");
+        exit(0);
+    }
+    double t1 = now_ms();
+    int status;
+    double t2 = now_ms();
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) exit(3);
+    double t3 = now_ms();
+    rewind(f);
+    return (t1 - t0) + (t3 - t2);
+}
+
 int main(int argc, char **argv) {
     if (argc != 4 || strcmp(argv[2], "--truth") != 0) {
         fprintf(stderr, "usage: builtins SECONDS --truth FILE\n");
@@ -105,9 +128,13 @@ int main(int argc, char **argv) {
     FILE *f = fdopen(fd2, "w");
     pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
     pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
-    double output = 0, allocation = 0, locks = 0;
+    double output = 0, allocation = 0, locks = 0, process = 0;
     double start = now_ms();
     while (now_ms() - start < run_ms) {
+        if (next() % 50 == 0) { /* rare: a fork costs about 2 ms */
+            process += spawn_child(f);
+            continue;
+        }
         switch (next() % 10) {
         case 0: case 1: output += write_chunk(fd); break;
         case 2: case 3: output += print_line(f); break;
@@ -122,8 +149,8 @@ int main(int argc, char **argv) {
     fprintf(out,
             "{\"total_ms\": %.3f, \"features\": {\"output\": {\"ms\": %.3f, \"instances\": {}}, "
             "\"allocation\": {\"ms\": %.3f, \"instances\": {}}, \"locks\": {\"ms\": %.3f, "
-            "\"instances\": {}}}}\n",
-            total, output, allocation, locks);
+            "\"instances\": {}}, \"process\": {\"ms\": %.3f, \"instances\": {}}}}\n",
+            total, output, allocation, locks, process);
     fclose(out);
     return 0;
 }
