@@ -68,8 +68,37 @@ pub struct ReadStats {
 }
 
 enum Backing {
-    Mapped(Mmap),
+    Mapped(Mmap, Holder),
     Remote,
+}
+
+/// How a mapped region is known to be still the target's without reading the target's memory:
+/// the descriptor it was mapped through still names the same file in the target. Reading the
+/// target's memory (`process_vm_readv`) waits for its memory map's lock, which `fork`, `mmap` and
+/// `munmap` hold for writing: a tick that read the header that way was delayed until the
+/// program's `fork` returned, and took the time of the `fork` for whatever came after it.
+struct Holder {
+    /// The target's descriptor directory (`/proc/PID/task/TID/fd`), opened as a path.
+    directory: std::os::fd::OwnedFd,
+    /// The descriptor's number, as a name in it.
+    name: std::ffi::CString,
+    /// The memfd's device and inode, as mapped.
+    file: (u64, u64),
+}
+
+impl Holder {
+    /// Whether the target's descriptor still names the mapped file. False after an exec (the
+    /// memfd is close-on-exec), when the program closed it, or when the thread whose directory
+    /// this is has exited: the caller then reads the header from the target's memory.
+    fn holds(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        nix::sys::stat::fstatat(
+            Some(self.directory.as_raw_fd()),
+            self.name.as_c_str(),
+            nix::fcntl::AtFlags::empty(),
+        )
+        .is_ok_and(|stat| (stat.st_dev, stat.st_ino) == self.file)
+    }
 }
 
 /// A region in the target, at a fixed address.
@@ -98,7 +127,7 @@ impl RegionReader {
             return Err(RegionError::Incompatible(header));
         }
         let backing = map(pid, via, address, &header)
-            .map(Backing::Mapped)
+            .map(|(map, holder)| Backing::Mapped(map, holder))
             .unwrap_or(Backing::Remote);
         Ok(RegionReader {
             backing,
@@ -123,19 +152,22 @@ impl RegionReader {
         stats: &mut ReadStats,
     ) -> Result<(), RegionError> {
         match &self.backing {
-            Backing::Mapped(map) => {
-                // Our mapping outlives the target's (after an exec, say): check, with one small
-                // read, that the region is still mapped at its address in the target.
-                let mut bytes = [0u8; abi::HEADER_VIEW_SIZE];
-                self.remote
-                    .read(self.address, &mut bytes)
-                    .map_err(RegionError::Read)?;
-                let header = abi::parse_header(&bytes).expect("sized");
-                if !header.is_compatible()
-                    || header.address != self.address
-                    || header.nonce != self.nonce
-                {
-                    return Err(RegionError::Incompatible(header));
+            Backing::Mapped(map, holder) => {
+                // Our mapping outlives the target's (after an exec, say): check that the target
+                // still holds it open, else, with one small read, that the region is still
+                // mapped at its address in the target.
+                if !holder.holds() {
+                    let mut bytes = [0u8; abi::HEADER_VIEW_SIZE];
+                    self.remote
+                        .read(self.address, &mut bytes)
+                        .map_err(RegionError::Read)?;
+                    let header = abi::parse_header(&bytes).expect("sized");
+                    if !header.is_compatible()
+                        || header.address != self.address
+                        || header.nonce != self.nonce
+                    {
+                        return Err(RegionError::Incompatible(header));
+                    }
                 }
                 // SAFETY: `map` is a compatible region of REGION_SIZE bytes (checked in `map`),
                 // mapped for as long as `self` lives.
@@ -177,7 +209,7 @@ impl RegionReader {
             return None;
         }
         let marks = match &self.backing {
-            Backing::Mapped(map) => {
+            Backing::Mapped(map, _) => {
                 let mut records = Vec::with_capacity(MARK_CAPACITY);
                 // SAFETY: see `RegionReader::read`; index < SLOT_COUNT.
                 let state = unsafe { abi::copy_slot(map.as_ptr(), index, &mut records) }.ok()?;
@@ -213,15 +245,16 @@ impl RegionReader {
 /// it must name a memfd of the region's name (not a FIFO, whose open would block, or a device),
 /// be opened without blocking, be a regular file of the region's size, and be sealed against
 /// shrinking (a mapping of a file that shrinks faults with SIGBUS when read).
-fn map(pid: u32, via: u32, address: u64, header: &HeaderView) -> Option<Mmap> {
+fn map(pid: u32, via: u32, address: u64, header: &HeaderView) -> Option<(Mmap, Holder)> {
     use nix::libc;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     use std::os::unix::io::AsRawFd;
     if header.fd < 0 || header.address != address {
         return None;
     }
     // Through a live thread: a leader that exited before the others has an empty fd directory.
-    let path = format!("/proc/{pid}/task/{via}/fd/{}", header.fd);
+    let directory = format!("/proc/{pid}/task/{via}/fd");
+    let path = format!("{directory}/{}", header.fd);
     let link = std::fs::read_link(&path).ok()?;
     if link.as_os_str() != format!("/memfd:{} (deleted)", abi::REGION_NAME).as_str() {
         return None;
@@ -246,8 +279,24 @@ fn map(pid: u32, via: u32, address: u64, header: &HeaderView) -> Option<Mmap> {
     let map = unsafe { MmapOptions::new().len(abi::REGION_SIZE).map(&file) }.ok()?;
     // SAFETY: the mapping has REGION_SIZE >= HEADER_SIZE bytes.
     let mapped = unsafe { abi::header_at(map.as_ptr()) };
-    (mapped.is_compatible() && mapped.address == address && mapped.nonce == header.nonce)
-        .then_some(map)
+    if !(mapped.is_compatible() && mapped.address == address && mapped.nonce == header.nonce) {
+        return None;
+    }
+    let holder = Holder {
+        directory: nix::fcntl::open(
+            directory.as_str(),
+            nix::fcntl::OFlag::O_PATH
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        // SAFETY: `open` returned a descriptor that nothing else owns.
+        .map(|fd| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+        .ok()?,
+        name: std::ffi::CString::new(header.fd.to_string()).ok()?,
+        file: (metadata.dev(), metadata.ino()),
+    };
+    Some((map, holder))
 }
 
 fn read_mapped(
