@@ -1,7 +1,7 @@
 //! fsprof, the feature-specific profiler: the library behind the `fsprof` command.
 //!
 //! Data flows one way: the target's shim writes marks into a shared-memory region; the
-//! [`sampler`] copies them (through [`region`] and [`remote`]) together with per-thread clocks from
+//! [`sampler`] copies them (through [`region`] and [`remote`]; [`scanner`] finds the regions) together with per-thread clocks from
 //! [`target`] into a [`profile`]; the [`analysis`] computes costs per feature and instance; the
 //! [`render`]ers print them, fold the stacks and draw flamegraphs. [`session`] wires this into
 //! the `run` and `attach` commands; [`agent`] finds the library `run` preloads for the built-in
@@ -20,6 +20,7 @@ pub mod region;
 pub mod remote;
 pub mod render;
 pub mod sampler;
+pub mod scanner;
 pub mod session;
 pub mod stacks;
 pub mod symbols;

@@ -20,8 +20,9 @@ use crate::names::{self, PayloadKind};
 use crate::native::{self, Captured, NativeSampler};
 use crate::perf::SLOTS;
 use crate::profile::{Frame, Meta, Payload, Profile, ProfileBuilder, Stack, MAX_STACK_FRAMES};
-use crate::region::{ReadStats, RegionError, RegionReader, ThreadMarks};
+use crate::region::{ReadStats, RegionReader, ThreadMarks};
 use crate::remote::Remote;
+use crate::scanner::Scanner;
 use crate::target::{self, ThreadStatus};
 use fsprof_shim::abi::{self, RecordView};
 use std::collections::HashMap;
@@ -140,12 +141,12 @@ pub struct SamplerOptions {
 pub struct Sampler {
     pid: u32,
     remote: Remote,
-    started: Instant,
     first_tick: Option<Instant>,
     last_tick: Option<Instant>,
     ticks: u64,
     regions: Vec<RegionReader>,
-    next_region_scan: Instant,
+    /// Finds regions on a thread of its own (see `scanner.rs`).
+    scanner: Scanner,
     threads: HashMap<u32, ThreadState>,
     builder: ProfileBuilder,
     feature_ids: HashMap<u64, u32>,
@@ -198,16 +199,14 @@ impl Sampler {
     /// A sampler for process `pid` that may keep `descriptor_budget` files open. Nothing is read
     /// until the first [`Sampler::tick`].
     pub fn new(pid: u32, descriptor_budget: usize, options: SamplerOptions) -> Sampler {
-        let now = Instant::now();
         Sampler {
             pid,
             remote: Remote::new(pid),
-            started: now,
             first_tick: None,
             last_tick: None,
             ticks: 0,
             regions: Vec::new(),
-            next_region_scan: now,
+            scanner: Scanner::start(pid),
             threads: HashMap::new(),
             builder: ProfileBuilder::new(),
             feature_ids: HashMap::new(),
@@ -292,7 +291,11 @@ impl Sampler {
             }
             Err(_) => return true, // e.g. out of descriptors: try again at the next tick
         }
-        self.scan_regions(now);
+        if self.first_tick.is_none() {
+            // Attached to a program that has marked already: its regions count from the start.
+            self.scanner.wait_for_first_scan(Duration::from_millis(200));
+        }
+        self.take_regions();
         let (pid, tids) = (self.pid, &self.tids);
         self.call_sites
             .settle(pid, || target::memory_thread(pid, tids));
@@ -525,69 +528,35 @@ impl Sampler {
         period
     }
 
-    /// Finds new regions, and forgets vanished ones, on a schedule: every fiftieth of the time
-    /// since the start (so a region that appears is found before its marks are 2% of the
-    /// recording old), at least every millisecond and at most every 200 ms while none was found,
-    /// every second afterwards. Finding one is no reason to look less: a program creates its
-    /// region on its first mark, often after the preloaded agent has made its own.
-    fn scan_regions(&mut self, now: Instant) {
-        if now < self.next_region_scan {
-            return;
+    /// Takes the regions the scanner found, and forgets those no longer mapped.
+    fn take_regions(&mut self) {
+        let found = self
+            .scanner
+            .take(self.regions.iter().map(RegionReader::address));
+        if let Some(via) = found.via {
+            self.remote = Remote::new(via);
         }
-        let since_start = now.duration_since(self.started);
-        let longest = if self.regions.is_empty() {
-            Duration::from_millis(200)
-        } else {
-            Duration::from_secs(1)
-        };
-        let interval = (since_start / 50).clamp(Duration::from_millis(1), longest);
-        self.next_region_scan = now + interval;
-        let via = target::memory_thread(self.pid, &self.tids);
-        self.remote = Remote::new(via);
-        let Ok(addresses) = target::region_addresses(self.pid, &self.tids) else {
-            return;
-        };
-        let before = self.regions.len();
-        self.regions
-            .retain(|region| addresses.contains(&region.address()));
-        if self.regions.len() != before {
-            self.forget_names();
+        if let Some(mapped) = found.mapped {
+            let before = self.regions.len();
+            self.regions
+                .retain(|region| mapped.contains(&region.address()));
+            if self.regions.len() != before {
+                self.forget_names();
+            }
         }
-        for address in addresses {
+        for reader in found.regions {
+            let address = reader.address();
             if self.regions.iter().any(|r| r.address() == address) {
                 continue;
             }
-            match RegionReader::open(self.pid, via, address) {
-                Ok(reader) => {
-                    self.regions.push(reader);
-                    if !self.regions_seen.contains(&address) {
-                        self.regions_seen.push(address);
-                    }
-                }
-                // Mapped but not yet written by the program (its first mark is under way): look again.
-                Err(RegionError::Incompatible(header)) if header.magic == 0 => {
-                    self.next_region_scan = now;
-                }
-                Err(RegionError::Incompatible(header)) => {
-                    let ours = fsprof_shim::abi::VERSION;
-                    let what = if header.magic != fsprof_shim::abi::MAGIC {
-                        "a mapping named like an fsprof region that is not one".to_owned()
-                    } else if header.version != ours {
-                        format!(
-                            "an fsprof region of ABI version {} (this fsprof reads version {ours})",
-                            header.version
-                        )
-                    } else {
-                        format!("an fsprof region of ABI version {ours} with another layout (a different fsprof revision)")
-                    };
-                    let note = format!(
-                        "the program has {what}, which this fsprof cannot read: build the program and fsprof from the same fsprof release"
-                    );
-                    if !self.notes.contains(&note) {
-                        self.notes.push(note);
-                    }
-                }
-                Err(RegionError::Read(_)) => {}
+            self.regions.push(reader);
+            if !self.regions_seen.contains(&address) {
+                self.regions_seen.push(address);
+            }
+        }
+        for note in found.notes {
+            if !self.notes.contains(&note) {
+                self.notes.push(note);
             }
         }
     }
@@ -631,7 +600,8 @@ impl Sampler {
         self.marks_incomplete = self.regions.len() != before;
         if self.marks_incomplete {
             self.forget_names();
-            self.next_region_scan = Instant::now();
+            self.scanner
+                .ask(self.regions.iter().map(RegionReader::address));
         }
     }
 

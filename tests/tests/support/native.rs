@@ -184,10 +184,10 @@ pub fn assert_separate_frames_without_frame_pointer(file: &Path, functions: &[&s
     }
 }
 
-/// Compiles `tests/c/builtins.c` (no marks of its own: the agent's built-in features) into
-/// `dir/builtins`, with DWARF so that its call sites get names and lines.
-pub fn build_c_builtins(dir: &Path) -> PathBuf {
-    let source = c_sources().join("builtins.c");
+/// Compiles `tests/c/NAME.c` (a program with no marks of its own, for the agent's built-in
+/// features) into `dir/NAME`, with DWARF so that its call sites get names and lines.
+pub fn build_c_program(dir: &Path, name: &str) -> PathBuf {
+    let source = c_sources().join(format!("{name}.c"));
     gcc(
         dir,
         &[
@@ -198,10 +198,10 @@ pub fn build_c_builtins(dir: &Path) -> PathBuf {
             "-pthread",
             source.to_str().unwrap(),
             "-o",
-            "builtins",
+            name,
         ],
     );
-    dir.join("builtins")
+    dir.join(name)
 }
 
 /// Compiles a small statically linked C program into `dir/static`; `None` when this system

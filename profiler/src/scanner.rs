@@ -1,0 +1,240 @@
+//! Finding the target's regions, on a thread of its own, so that the sampling thread never waits
+//! for the target.
+//!
+//! Finding a region means reading the target's memory map (`/proc/PID/maps`) and the region's
+//! header (`process_vm_readv`). Both wait for the target's memory-map lock, which the kernel holds
+//! for writing through a whole `fork` (the copy of the address space: a millisecond or more for
+//! a large program), an `mmap` or a `munmap`. When the sampling thread scanned, that wait delayed
+//! its tick: the marks were read after the `fork` had returned, and the time of the `fork` went
+//! to whatever the program did next (a 36.9% `fork` was reported as 28.8%, its `waitpid` 47.9% as
+//! 56.7%). Here the sampler takes what the scanner found, without waiting.
+//!
+//! The schedule: every fiftieth of the time since the start (so a region that appears is found
+//! before its marks are 2% of the recording old), at least every millisecond, at most every
+//! 200 ms while none was found and every second afterwards; and at once when the sampler asks
+//! (a region it read has gone, after an exec say). Finding one is no reason to look less: a
+//! program creates its region on its first mark, often after the preloaded agent has made its
+//! own.
+//!
+//! Not here: reading the regions' marks (`region.rs`), what the marks mean (`sampler.rs`).
+
+use crate::region::{RegionError, RegionReader};
+use crate::target;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The background scanner of one target.
+pub struct Scanner {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What the scanner found since the sampler last took it.
+#[derive(Default)]
+pub struct Found {
+    /// Regions opened, for the sampler to read from now on.
+    pub regions: Vec<RegionReader>,
+    /// The addresses mapped at the latest scan, if one completed since: regions elsewhere are
+    /// gone.
+    pub mapped: Option<Vec<u64>>,
+    /// Notes for the report (regions this fsprof cannot read).
+    pub notes: Vec<String>,
+    /// A live thread of the target through which its memory can be read, as of the latest scan.
+    pub via: Option<u32>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    found: Found,
+    /// Addresses of the regions the sampler reads: not to be opened again.
+    held: Vec<u64>,
+    /// Scans completed.
+    scans: u64,
+    /// The sampler asked for a scan as soon as possible.
+    asked: bool,
+    stop: bool,
+}
+
+impl Scanner {
+    /// Starts scanning process `pid` at once.
+    pub fn start(pid: u32) -> Scanner {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+        });
+        let thread = std::thread::Builder::new()
+            .name("fsprof-scanner".to_owned())
+            .spawn({
+                let shared = Arc::clone(&shared);
+                move || scan_until_stopped(pid, &shared)
+            })
+            .ok();
+        Scanner { shared, thread }
+    }
+
+    /// Takes what was found since the previous call, and records which regions the sampler now
+    /// reads (`held`: their addresses).
+    pub fn take(&self, held: impl Iterator<Item = u64>) -> Found {
+        let mut state = self.shared.lock();
+        state.held.clear();
+        state.held.extend(held);
+        std::mem::take(&mut state.found)
+    }
+
+    /// Asks for a scan as soon as possible, telling which regions the sampler still reads (a
+    /// region it dropped, after an exec say, may be mapped again at the same address).
+    pub fn ask(&self, held: impl Iterator<Item = u64>) {
+        let mut state = self.shared.lock();
+        state.held.clear();
+        state.held.extend(held);
+        state.asked = true;
+        drop(state);
+        self.shared.wake.notify_all();
+    }
+
+    /// Waits until a scan has completed since the start, for at most `limit`: the first tick
+    /// should see the regions that exist already (when attaching).
+    pub fn wait_for_first_scan(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut state = self.shared.lock();
+        while state.scans == 0 && self.thread.is_some() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            state = self
+                .shared
+                .wake
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Drop for Scanner {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn scan_until_stopped(pid: u32, shared: &Shared) {
+    let started = Instant::now();
+    let mut next = started;
+    let mut tids = Vec::new();
+    loop {
+        let held = {
+            let mut state = shared.lock();
+            loop {
+                if state.stop {
+                    return;
+                }
+                let now = Instant::now();
+                if state.asked || now >= next {
+                    break;
+                }
+                state = shared
+                    .wake
+                    .wait_timeout(state, next - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            state.asked = false;
+            let mut held = state.held.clone();
+            held.extend(state.found.regions.iter().map(RegionReader::address));
+            held
+        };
+        let (found, again) = scan(pid, &mut tids, &held);
+        let now = Instant::now();
+        let mut state = shared.lock();
+        let any = !held.is_empty() || !found.regions.is_empty();
+        if let Some(mapped) = found.mapped {
+            state.found.mapped = Some(mapped);
+            state.found.via = found.via;
+        }
+        state.found.regions.extend(found.regions);
+        for note in found.notes {
+            if !state.found.notes.contains(&note) {
+                state.found.notes.push(note);
+            }
+        }
+        state.scans += 1;
+        drop(state);
+        shared.wake.notify_all();
+        let longest = if any {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_millis(200)
+        };
+        let interval = (now.duration_since(started) / 50).clamp(Duration::from_millis(1), longest);
+        // A region mapped but not yet written (its first mark is under way): look again soon.
+        next = now
+            + if again {
+                Duration::from_millis(1)
+            } else {
+                interval
+            };
+    }
+}
+
+/// One scan: the regions mapped in `pid` that are not in `held`, opened. Also says whether to
+/// look again soon.
+fn scan(pid: u32, tids: &mut Vec<u32>, held: &[u64]) -> (Found, bool) {
+    let mut found = Found::default();
+    if target::threads(pid, tids).is_err() {
+        return (found, false);
+    }
+    let via = target::memory_thread(pid, tids);
+    let Ok(addresses) = target::region_addresses(pid, tids) else {
+        return (found, false);
+    };
+    let mut again = false;
+    for &address in &addresses {
+        if held.contains(&address) {
+            continue;
+        }
+        match RegionReader::open(pid, via, address) {
+            Ok(reader) => found.regions.push(reader),
+            Err(RegionError::Incompatible(header)) if header.magic == 0 => again = true,
+            Err(RegionError::Incompatible(header)) => found.notes.push(incompatible(&header)),
+            Err(RegionError::Read(_)) => {}
+        }
+    }
+    found.mapped = Some(addresses);
+    found.via = Some(via);
+    (found, again)
+}
+
+/// The note for a region this fsprof cannot read.
+fn incompatible(header: &fsprof_shim::abi::HeaderView) -> String {
+    let ours = fsprof_shim::abi::VERSION;
+    let what = if header.magic != fsprof_shim::abi::MAGIC {
+        "a mapping named like an fsprof region that is not one".to_owned()
+    } else if header.version != ours {
+        format!(
+            "an fsprof region of ABI version {} (this fsprof reads version {ours})",
+            header.version
+        )
+    } else {
+        format!("an fsprof region of ABI version {ours} with another layout (a different fsprof revision)")
+    };
+    format!(
+        "the program has {what}, which this fsprof cannot read: build the program and fsprof from the same fsprof release"
+    )
+}
