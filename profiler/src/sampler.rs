@@ -279,6 +279,10 @@ impl Sampler {
                 }
             }
         }
+        if self.first_tick.is_none() {
+            // Attached to a program that has marked already: its regions count from the start.
+            self.scanner.wait_for_first_scan(Duration::from_millis(200));
+        }
         let now = Instant::now();
         match target::threads(self.pid, &mut self.tids) {
             Ok(()) if self.tids.is_empty() => return false,
@@ -290,10 +294,6 @@ impl Sampler {
                 return false;
             }
             Err(_) => return true, // e.g. out of descriptors: try again at the next tick
-        }
-        if self.first_tick.is_none() {
-            // Attached to a program that has marked already: its regions count from the start.
-            self.scanner.wait_for_first_scan(Duration::from_millis(200));
         }
         self.take_regions();
         let (pid, tids) = (self.pid, &self.tids);
