@@ -22,18 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-static void spin_us(unsigned us) {
-    double end = now_ms() + us / 1000.0;
-    volatile unsigned long x = 1;
-    while (now_ms() < end)
-        for (int i = 0; i < 64; i++) x = x * 6364136223846793005UL + 1;
-}
+#include "clock.h"
 
 static unsigned long rng = 88172645463325252UL;
 static unsigned long next(void) {

@@ -17,13 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
-unsigned long leaf_work(unsigned long iterations); /* libleaf.so */
+#include "clock.h"
 
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
+unsigned long leaf_work(unsigned long iterations); /* libleaf.so */
 
 __attribute__((noipa)) unsigned long c_middle(unsigned long iterations) {
     return leaf_work(iterations) * 3 + 1;

@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 #include "fsprof.h"
 
 enum { STMT, EXPR, IDENT, CALLBACK, SITE, EXTRA, N_INSTANCES };
@@ -30,19 +32,6 @@ struct thread_truth {
 
 static const fsprof_feature *parsing, *lexing, *output;
 static double run_ms;
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-static void spin_us(unsigned us) {
-    double end = now_ms() + us / 1000.0;
-    volatile unsigned long x = 1;
-    while (now_ms() < end)
-        for (int i = 0; i < 64; i++) x = x * 6364136223846793005UL + 1;
-}
 
 static unsigned long next(unsigned long *state) {
     *state ^= *state << 13;
