@@ -196,3 +196,60 @@ fn raw_pops_take_the_innermost_mark_and_never_underflow() {
     }
     assert_eq!(depth(), 0);
 }
+
+#[test]
+fn a_call_site_mark_pops_itself_only_while_innermost_and_never_in_a_forked_child() {
+    use crate::raw::{self, NotPushed};
+    let nested = |f: &'static Feature| {
+        let start = f as *const Feature as u64;
+        start..start + 1
+    };
+    assert_eq!(depth(), 0);
+    let _outer = A.mark(); // the thread has its slot
+    let mark = raw::push_call_site_unless_nested(&B, 0xbeef, 0x2000, nested(&B), false).unwrap();
+    assert_eq!(depth(), 2);
+    // Nested in a mark of a feature in `nested`: nothing pushed.
+    assert_eq!(
+        raw::push_call_site_unless_nested(&B, 0xbeef, 0x2000, nested(&B), false).err(),
+        Some(NotPushed::Skipped)
+    );
+    // A mark above it (a signal handler's, say): the pop leaves both alone.
+    raw::push(&A, KIND_NAME, "x".as_ptr() as u64, 1, 0, 0);
+    mark.pop();
+    assert_eq!(depth(), 3);
+    raw::pop_innermost();
+    // A forked child has forgotten the region (not even mapped in it): the pop does nothing.
+    // SAFETY: the child only pops and checks, then _exits.
+    let pid = unsafe { fork() };
+    if pid == 0 {
+        mark.pop();
+        unsafe { _exit(if region_address().is_none() { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    unsafe { waitpid(pid, &mut status, 0) };
+    assert_eq!(status, 0, "the child's pop touched the region");
+    assert_eq!(depth(), 2);
+    // Innermost in its own slot: popped; a second pop finds it gone and does nothing.
+    mark.pop();
+    assert_eq!(depth(), 1);
+    mark.pop();
+    assert_eq!(depth(), 1);
+}
+
+#[test]
+fn a_thread_without_a_slot_is_told_so_unless_it_may_claim() {
+    use crate::raw::{self, NotPushed};
+    std::thread::spawn(|| {
+        let nothing = 0..0;
+        assert_eq!(
+            raw::push_call_site_unless_nested(&A, 1, 0, nothing.clone(), false).err(),
+            Some(NotPushed::NoSlot)
+        );
+        let mark = raw::push_call_site_unless_nested(&A, 1, 0, nothing, true).unwrap();
+        assert_eq!(depth(), 1);
+        mark.pop();
+        assert_eq!(depth(), 0);
+    })
+    .join()
+    .unwrap();
+}
