@@ -32,6 +32,26 @@ fn run(dir: &Path, args: &[&str], program: &[&std::ffi::OsStr]) -> String {
     stderr
 }
 
+/// Builds `tests/c/NAME.c` and runs it for `secs` under `fsprof run [args]` with its truth in
+/// the output directory, as `run` does. Returns that directory and fsprof's stderr.
+fn run_c_program(name: &str, secs: &str, args: &[&str]) -> (tempfile::TempDir, String) {
+    let build = tempdir();
+    let program = build_c_program(build.path(), name);
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    let stderr = run(
+        dir.path(),
+        args,
+        &[
+            program.as_os_str(),
+            secs.as_ref(),
+            "--truth".as_ref(),
+            truth_path.as_os_str(),
+        ],
+    );
+    (dir, stderr)
+}
+
 fn feature<'a>(report: &'a Value, name: &str) -> Option<&'a Value> {
     report["features"]
         .as_array()
@@ -87,20 +107,7 @@ fn assert_feature_shares(report: &Value, truth: &Value, tolerance: f64) -> f64 {
 #[test]
 fn c_program_gets_the_output_allocation_and_lock_shares_it_measured() {
     let _serial = serial();
-    let build = tempdir();
-    let program = build_c_program(build.path(), "builtins");
-    let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    let stderr = run(
-        dir.path(),
-        &[],
-        &[
-            program.as_os_str(),
-            "3".as_ref(),
-            "--truth".as_ref(),
-            truth_path.as_os_str(),
-        ],
-    );
+    let (dir, stderr) = run_c_program("builtins", "3", &[]);
     assert!(stderr.contains("built in: "), "{stderr}");
     let report = report_json(dir.path());
     assert_feature_shares(&report, &truth(dir.path()), TOLERANCE);
@@ -128,20 +135,7 @@ fn c_program_gets_the_output_allocation_and_lock_shares_it_measured() {
 #[test]
 fn forking_a_large_program_counts_the_fork_for_the_fork() {
     let _serial = serial();
-    let build = tempdir();
-    let program = build_c_program(build.path(), "forks");
-    let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    run(
-        dir.path(),
-        &[],
-        &[
-            program.as_os_str(),
-            "5".as_ref(),
-            "--truth".as_ref(),
-            truth_path.as_os_str(),
-        ],
-    );
+    let (dir, _) = run_c_program("forks", "5", &[]);
     let mut report = report_json(dir.path());
     // Call sites are named `do_fork (/…/forks.c:LINE)`; the truth names them by function.
     for feature in report["features"].as_array_mut().unwrap() {
@@ -291,20 +285,7 @@ fn sort_gets_plausible_input_output_and_allocation_with_call_sites_in_sort() {
 #[test]
 fn no_agent_records_the_programs_own_marks_only() {
     let _serial = serial();
-    let build = tempdir();
-    let program = build_c_program(build.path(), "builtins");
-    let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    let stderr = run(
-        dir.path(),
-        &["--no-agent"],
-        &[
-            program.as_os_str(),
-            "0.3".as_ref(),
-            "--truth".as_ref(),
-            truth_path.as_os_str(),
-        ],
-    );
+    let (_dir, stderr) = run_c_program("builtins", "0.3", &["--no-agent"]);
     assert!(stderr.contains("No feature marks were seen"), "{stderr}");
     assert!(!stderr.contains("built in"), "{stderr}");
 }
