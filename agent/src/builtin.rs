@@ -50,7 +50,9 @@
 //!   something that may claim (`malloc`, stdio, ...).
 //! * Cost: a marked call costs the shim's push and pop (one initial-exec thread-local access
 //!   each, see the shim's `thread_state.rs`) and a load of one cache line of shared state (`Hot`),
-//!   whether or not a profiler is attached (measured in BENCHMARKS.md).
+//!   whether or not a profiler is attached (measured in BENCHMARKS.md). The interposing function
+//!   calls nothing before the real function (`enter_fast`); whatever must first be worked out (the
+//!   real function, a call site inside libc, the thread's slot) goes to its out-of-line `slow`.
 //! * Off: with `FSPROF_BUILTINS=0` in the environment (`fsprof run --no-agent` sets it, for
 //!   programs that link the agent for its C ABI) nothing is marked, calls are only forwarded.
 //! * Children: a forked child forgets its parent's region (the shim's fork handler) and makes its
