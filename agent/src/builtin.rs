@@ -36,6 +36,11 @@
 //! working), and pops the mark, also when the call unwinds (`pthread_cancel`, `pthread_exit`,
 //! C++ exceptions: the implementations are `C-unwind`).
 //!
+//! The system-call wrappers (`write`, `read`, `open`, `poll`, `fork`, ...) are different: their
+//! trampolines keep the mark in a frame of their own and call out to Rust before and after the
+//! real function, so that no `ret` follows the system call where that would be mispredicted
+//! (`builtin/syscall_wrappers.rs`).
+//!
 //! # Recursion and safety
 //! * Counted once: a call made while the thread's innermost mark is a built-in one (a `write`
 //!   under `fwrite`, a `malloc` under `fopen`, the agent's own allocations) is not marked.
@@ -70,6 +75,9 @@
 use core::ffi::{c_char, c_int, c_long, c_uint, c_void};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use fsprof_shim::{raw, Feature};
+
+mod syscall_wrappers;
+use syscall_wrappers::interpose_syscall;
 
 /// The names of the built-in features, in the order of [`BUILTINS`].
 pub const BUILTIN_NAMES: [&str; 8] = [
@@ -111,6 +119,9 @@ const FILES: usize = 7;
 struct Hot {
     /// Set by the constructor: before it, calls are forwarded unmarked.
     ready: AtomicBool,
+    /// Set by the constructor where a `ret` after a system call is mispredicted: the system-call
+    /// wrappers then call and return by jumps (see `syscall_wrappers.rs`).
+    return_by_jump: AtomicBool,
     /// [`call_site`]'s: 0 unknown, 1 computing, 2 known.
     call_site_state: AtomicUsize,
     /// [`call_site`]'s: the address ranges of libc's, the agent's and the loader's executable
@@ -120,6 +131,7 @@ struct Hot {
 
 static HOT: Hot = Hot {
     ready: AtomicBool::new(false),
+    return_by_jump: AtomicBool::new(false),
     call_site_state: AtomicUsize::new(0),
     call_site_ranges: [const { AtomicUsize::new(0) }; 6],
 };
@@ -129,13 +141,10 @@ const _: () = assert!(core::mem::size_of::<Hot>() == 64);
 /// Runs when the library is loaded, after libc is initialised and before the program's `main`.
 extern "C" fn init() {
     // `fsprof run --no-agent` sets FSPROF_BUILTINS=0 for programs that link the agent anyway.
-    // SAFETY: getenv with a NUL-terminated name, in a constructor (no other thread yet changes
-    // the environment).
-    let off = unsafe { getenv(c"FSPROF_BUILTINS".as_ptr()) };
-    // SAFETY: getenv returns NULL or a NUL-terminated string.
-    if !off.is_null() && unsafe { core::ffi::CStr::from_ptr(off) }.to_bytes() == b"0" {
+    if environment(c"FSPROF_BUILTINS") == Some(b"0") {
         return;
     }
+    syscall_wrappers::choose_return_form();
     HOT.ready.store(true, Release);
     claim_slot();
     call_site::prepare();
@@ -144,6 +153,32 @@ extern "C" fn init() {
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;
+
+/// The value of an environment variable (read in the constructor, before other threads can
+/// change the environment).
+fn environment(name: &core::ffi::CStr) -> Option<&'static [u8]> {
+    // SAFETY: getenv with a NUL-terminated name.
+    let value = unsafe { getenv(name.as_ptr()) };
+    // SAFETY: getenv returns NULL or a NUL-terminated string that outlives the constructor.
+    (!value.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(value) }.to_bytes())
+}
+
+/// Reads the start of a file into `buffer` with raw system calls (not the interposed wrappers);
+/// returns the length read (0 if the file cannot be read).
+fn read_file(path: &core::ffi::CStr, buffer: &mut [u8]) -> usize {
+    const AT_FDCWD: c_long = -100;
+    const O_RDONLY_CLOEXEC: c_long = 0o2000000;
+    // SAFETY: raw openat, read and close on a NUL-terminated path and a writable buffer.
+    unsafe {
+        let fd = libc_syscall4(257, AT_FDCWD, path.as_ptr() as c_long, O_RDONLY_CLOEXEC, 0);
+        if fd < 0 {
+            return 0;
+        }
+        let length = libc_syscall3(0, fd, buffer.as_mut_ptr() as c_long, buffer.len() as c_long);
+        libc_syscall3(3, fd, 0, 0);
+        length.clamp(0, buffer.len() as c_long) as usize
+    }
+}
 
 /// Claims the calling thread's slot (and creates the region) outside any signal handler.
 fn claim_slot() {
@@ -177,6 +212,15 @@ fn builtin_range() -> core::ops::Range<u64> {
 /// A pushed built-in mark; popped when dropped (also when the call unwinds).
 struct Marked(raw::CallSiteMark);
 
+impl Marked {
+    /// The mark, for the caller to pop (it is not popped when this is forgotten).
+    fn keep(self) -> raw::CallSiteMark {
+        let mark = self.0;
+        core::mem::forget(self);
+        mark
+    }
+}
+
 impl Drop for Marked {
     #[inline(always)]
     fn drop(&mut self) {
@@ -198,8 +242,9 @@ enum Entry {
 /// known already, and it calls nothing, so an interposing function whose slow path is a
 /// separate function saves no registers for it (around a system call each instruction shows:
 /// BENCHMARKS.md, "Agent: cost of an interposed libc call").
+/// `sp`: a stack address in the interposing function's frame.
 #[inline(always)]
-fn enter_fast(feature: usize, ret: usize, claim: bool) -> Entry {
+fn enter_fast(feature: usize, ret: usize, claim: bool, sp: u64) -> Entry {
     if !HOT.ready.load(Relaxed) {
         return Entry::Unmarked;
     }
@@ -209,7 +254,7 @@ fn enter_fast(feature: usize, ret: usize, claim: bool) -> Entry {
     match raw::push_call_site_unless_nested(
         &builtins()[feature],
         ret as u64,
-        stack_pointer(),
+        sp,
         builtin_range(),
         false,
     ) {
@@ -221,13 +266,12 @@ fn enter_fast(feature: usize, ret: usize, claim: bool) -> Entry {
 
 /// Marks `feature` with the call site `ret` unless the agent is not ready yet or the call is
 /// nested in another built-in mark. `claim`: whether this call may claim the thread's slot
-/// (false for functions that signal handlers may call).
+/// (false for functions that signal handlers may call). `sp`: as for [`enter_fast`].
 #[inline(always)]
-fn enter(feature: usize, ret: usize, claim: bool) -> Option<Marked> {
+fn enter(feature: usize, ret: usize, claim: bool, sp: u64) -> Option<Marked> {
     if !HOT.ready.load(Relaxed) {
         return None;
     }
-    let sp = stack_pointer();
     let site = call_site::resolve(ret, sp);
     raw::push_call_site_unless_nested(
         &builtins()[feature],
@@ -255,7 +299,7 @@ fn stack_pointer() -> u64 {
 /// path; else does nothing, for the slow path to follow.
 macro_rules! return_fast {
     ($feature:expr, $ret:expr, $claim:expr, $call:expr) => {
-        match enter_fast($feature, $ret, $claim) {
+        match enter_fast($feature, $ret, $claim, stack_pointer()) {
             Entry::Marked(_marked) => return $call,
             Entry::Unmarked => return $call,
             Entry::Slow => {}
@@ -284,7 +328,7 @@ macro_rules! imp {
         unsafe extern "C-unwind" fn slow($($arg: $ty,)* ret: usize) -> $ret {
             let real: unsafe extern "C" fn($($ty),*) -> $ret =
                 core::mem::transmute::<usize, _>($real.get());
-            let _marked = enter($feature, ret, $claim);
+            let _marked = enter($feature, ret, $claim, stack_pointer());
             real($($arg),*)
         }
     };
@@ -367,9 +411,14 @@ fn missing(name: &[u8]) -> ! {
 
 /// A raw three-argument system call (no libc wrapper, so no interposition).
 unsafe fn libc_syscall3(number: c_long, a: c_long, b: c_long, c: c_long) -> c_long {
+    libc_syscall4(number, a, b, c, 0)
+}
+
+/// A raw four-argument system call.
+unsafe fn libc_syscall4(number: c_long, a: c_long, b: c_long, c: c_long, d: c_long) -> c_long {
     let ret: c_long;
     core::arch::asm!("syscall", inlateout("rax") number => ret, in("rdi") a, in("rsi") b,
-        in("rdx") c, lateout("rcx") _, lateout("r11") _, options(nostack));
+        in("rdx") c, in("r10") d, lateout("rcx") _, lateout("r11") _, options(nostack));
     ret
 }
 
@@ -771,16 +820,6 @@ type SizeT = usize;
 type SsizeT = isize;
 
 interpose! {
-    OUTPUT false fn write(fd: c_int, buf: *const c_void, count: SizeT) -> SsizeT;
-    OUTPUT false fn writev(fd: c_int, iov: *const c_void, count: c_int) -> SsizeT;
-    OUTPUT false fn pwrite(fd: c_int, buf: *const c_void, count: SizeT, offset: i64) -> SsizeT;
-    OUTPUT false fn pwrite64(fd: c_int, buf: *const c_void, count: SizeT, offset: i64) -> SsizeT;
-    OUTPUT false fn pwritev(fd: c_int, iov: *const c_void, count: c_int, offset: i64) -> SsizeT;
-    OUTPUT false fn pwritev64(fd: c_int, iov: *const c_void, count: c_int, offset: i64) -> SsizeT;
-    OUTPUT false fn pwritev2(fd: c_int, iov: *const c_void, count: c_int, offset: i64, flags: c_int) -> SsizeT;
-    OUTPUT false fn send(fd: c_int, buf: *const c_void, len: SizeT, flags: c_int) -> SsizeT;
-    OUTPUT false fn sendmsg(fd: c_int, msg: *const c_void, flags: c_int) -> SsizeT;
-    OUTPUT false fn sendmmsg(fd: c_int, msgs: *mut c_void, count: c_uint, flags: c_int) -> c_int;
     OUTPUT true fn fwrite(ptr: *const c_void, size: SizeT, n: SizeT, stream: *mut File) -> SizeT;
     OUTPUT true fn fwrite_unlocked(ptr: *const c_void, size: SizeT, n: SizeT, stream: *mut File) -> SizeT;
     OUTPUT true fn fputs(s: *const c_char, stream: *mut File) -> c_int;
@@ -802,17 +841,6 @@ interpose! {
     OUTPUT true fn __vfprintf_chk(stream: *mut File, flag: c_int, format: *const c_char, ap: *mut c_void) -> c_int;
     OUTPUT true fn __vprintf_chk(flag: c_int, format: *const c_char, ap: *mut c_void) -> c_int;
 
-    INPUT false fn read(fd: c_int, buf: *mut c_void, count: SizeT) -> SsizeT;
-    INPUT false fn __read_chk(fd: c_int, buf: *mut c_void, count: SizeT, buflen: SizeT) -> SsizeT;
-    INPUT false fn readv(fd: c_int, iov: *const c_void, count: c_int) -> SsizeT;
-    INPUT false fn pread(fd: c_int, buf: *mut c_void, count: SizeT, offset: i64) -> SsizeT;
-    INPUT false fn pread64(fd: c_int, buf: *mut c_void, count: SizeT, offset: i64) -> SsizeT;
-    INPUT false fn preadv(fd: c_int, iov: *const c_void, count: c_int, offset: i64) -> SsizeT;
-    INPUT false fn preadv64(fd: c_int, iov: *const c_void, count: c_int, offset: i64) -> SsizeT;
-    INPUT false fn preadv2(fd: c_int, iov: *const c_void, count: c_int, offset: i64, flags: c_int) -> SsizeT;
-    INPUT false fn recv(fd: c_int, buf: *mut c_void, len: SizeT, flags: c_int) -> SsizeT;
-    INPUT false fn recvmsg(fd: c_int, msg: *mut c_void, flags: c_int) -> SsizeT;
-    INPUT false fn recvmmsg(fd: c_int, msgs: *mut c_void, count: c_uint, flags: c_int, timeout: *mut c_void) -> c_int;
     INPUT true fn fread(ptr: *mut c_void, size: SizeT, n: SizeT, stream: *mut File) -> SizeT;
     INPUT true fn fread_unlocked(ptr: *mut c_void, size: SizeT, n: SizeT, stream: *mut File) -> SizeT;
     INPUT true fn fgets(s: *mut c_char, size: c_int, stream: *mut File) -> *mut c_char;
@@ -829,58 +857,89 @@ interpose! {
     LOCKS true fn pthread_cond_timedwait(cond: *mut c_void, mutex: *mut c_void, abstime: *const c_void) -> c_int;
     LOCKS true fn pthread_cond_clockwait(cond: *mut c_void, mutex: *mut c_void, clock: c_int, abstime: *const c_void) -> c_int;
 
-    SLEEP false fn nanosleep(request: *const c_void, remaining: *mut c_void) -> c_int;
-    SLEEP false fn clock_nanosleep(clock: c_int, flags: c_int, request: *const c_void, remaining: *mut c_void) -> c_int;
     SLEEP true fn usleep(us: c_uint) -> c_int;
     SLEEP true fn sleep(seconds: c_uint) -> c_uint;
 
-    POLL false fn poll(fds: *mut c_void, n: u64, timeout: c_int) -> c_int;
-    POLL false fn ppoll(fds: *mut c_void, n: u64, timeout: *const c_void, sigmask: *const c_void) -> c_int;
-    POLL false fn select(n: c_int, read: *mut c_void, write: *mut c_void, except: *mut c_void, timeout: *mut c_void) -> c_int;
-    POLL false fn epoll_wait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int) -> c_int;
-    POLL false fn epoll_pwait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int, sigmask: *const c_void) -> c_int;
-
-    PROCESS false fn fork() -> c_int;
-    PROCESS false fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
-    PROCESS false fn execveat(dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int) -> c_int;
-    PROCESS false fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
-    PROCESS false fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
-    PROCESS false fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
-    PROCESS false fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     PROCESS true fn system(command: *const c_char) -> c_int;
-    PROCESS false fn wait(status: *mut c_int) -> c_int;
-    PROCESS false fn waitpid(pid: c_int, status: *mut c_int, options: c_int) -> c_int;
-    PROCESS false fn waitid(idtype: c_int, id: c_uint, info: *mut c_void, options: c_int) -> c_int;
-    PROCESS false fn wait3(status: *mut c_int, options: c_int, usage: *mut c_void) -> c_int;
-    PROCESS false fn wait4(pid: c_int, status: *mut c_int, options: c_int, usage: *mut c_void) -> c_int;
 
-    FILES false fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
-    FILES false fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
-    FILES false fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
-    FILES false fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
-    FILES false fn __open_2(path: *const c_char, flags: c_int) -> c_int;
-    FILES false fn __open64_2(path: *const c_char, flags: c_int) -> c_int;
-    FILES false fn creat(path: *const c_char, mode: c_uint) -> c_int;
-    FILES false fn creat64(path: *const c_char, mode: c_uint) -> c_int;
     FILES true fn fopen(path: *const c_char, mode: *const c_char) -> *mut File;
     FILES true fn fopen64(path: *const c_char, mode: *const c_char) -> *mut File;
-    FILES false fn stat(path: *const c_char, buf: *mut c_void) -> c_int;
-    FILES false fn stat64(path: *const c_char, buf: *mut c_void) -> c_int;
-    FILES false fn lstat(path: *const c_char, buf: *mut c_void) -> c_int;
-    FILES false fn lstat64(path: *const c_char, buf: *mut c_void) -> c_int;
-    FILES false fn fstat(fd: c_int, buf: *mut c_void) -> c_int;
-    FILES false fn fstat64(fd: c_int, buf: *mut c_void) -> c_int;
-    FILES false fn fstatat(dirfd: c_int, path: *const c_char, buf: *mut c_void, flags: c_int) -> c_int;
-    FILES false fn fstatat64(dirfd: c_int, path: *const c_char, buf: *mut c_void, flags: c_int) -> c_int;
-    FILES false fn statx(dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, buf: *mut c_void) -> c_int;
-    FILES false fn fsync(fd: c_int) -> c_int;
-    FILES false fn fdatasync(fd: c_int) -> c_int;
+}
+
+interpose_syscall! {
+    OUTPUT fn write(fd: c_int, buf: *const c_void, count: SizeT) -> SsizeT;
+    OUTPUT fn writev(fd: c_int, iov: *const c_void, count: c_int) -> SsizeT;
+    OUTPUT fn pwrite(fd: c_int, buf: *const c_void, count: SizeT, offset: i64) -> SsizeT;
+    OUTPUT fn pwrite64(fd: c_int, buf: *const c_void, count: SizeT, offset: i64) -> SsizeT;
+    OUTPUT fn pwritev(fd: c_int, iov: *const c_void, count: c_int, offset: i64) -> SsizeT;
+    OUTPUT fn pwritev64(fd: c_int, iov: *const c_void, count: c_int, offset: i64) -> SsizeT;
+    OUTPUT fn pwritev2(fd: c_int, iov: *const c_void, count: c_int, offset: i64, flags: c_int) -> SsizeT;
+    OUTPUT fn send(fd: c_int, buf: *const c_void, len: SizeT, flags: c_int) -> SsizeT;
+    OUTPUT fn sendmsg(fd: c_int, msg: *const c_void, flags: c_int) -> SsizeT;
+    OUTPUT fn sendmmsg(fd: c_int, msgs: *mut c_void, count: c_uint, flags: c_int) -> c_int;
+
+    INPUT fn read(fd: c_int, buf: *mut c_void, count: SizeT) -> SsizeT;
+    INPUT fn __read_chk(fd: c_int, buf: *mut c_void, count: SizeT, buflen: SizeT) -> SsizeT;
+    INPUT fn readv(fd: c_int, iov: *const c_void, count: c_int) -> SsizeT;
+    INPUT fn pread(fd: c_int, buf: *mut c_void, count: SizeT, offset: i64) -> SsizeT;
+    INPUT fn pread64(fd: c_int, buf: *mut c_void, count: SizeT, offset: i64) -> SsizeT;
+    INPUT fn preadv(fd: c_int, iov: *const c_void, count: c_int, offset: i64) -> SsizeT;
+    INPUT fn preadv64(fd: c_int, iov: *const c_void, count: c_int, offset: i64) -> SsizeT;
+    INPUT fn preadv2(fd: c_int, iov: *const c_void, count: c_int, offset: i64, flags: c_int) -> SsizeT;
+    INPUT fn recv(fd: c_int, buf: *mut c_void, len: SizeT, flags: c_int) -> SsizeT;
+    INPUT fn recvmsg(fd: c_int, msg: *mut c_void, flags: c_int) -> SsizeT;
+    INPUT fn recvmmsg(fd: c_int, msgs: *mut c_void, count: c_uint, flags: c_int, timeout: *mut c_void) -> c_int;
+
+    SLEEP fn nanosleep(request: *const c_void, remaining: *mut c_void) -> c_int;
+    SLEEP fn clock_nanosleep(clock: c_int, flags: c_int, request: *const c_void, remaining: *mut c_void) -> c_int;
+
+    POLL fn poll(fds: *mut c_void, n: u64, timeout: c_int) -> c_int;
+    POLL fn ppoll(fds: *mut c_void, n: u64, timeout: *const c_void, sigmask: *const c_void) -> c_int;
+    POLL fn select(n: c_int, read: *mut c_void, write: *mut c_void, except: *mut c_void, timeout: *mut c_void) -> c_int;
+    POLL fn epoll_wait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int) -> c_int;
+    POLL fn epoll_pwait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int, sigmask: *const c_void) -> c_int;
+
+    PROCESS fn fork() -> c_int;
+    PROCESS fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    PROCESS fn execveat(dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int) -> c_int;
+    PROCESS fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    PROCESS fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
+    PROCESS fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
+    PROCESS fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    PROCESS fn wait(status: *mut c_int) -> c_int;
+    PROCESS fn waitpid(pid: c_int, status: *mut c_int, options: c_int) -> c_int;
+    PROCESS fn waitid(idtype: c_int, id: c_uint, info: *mut c_void, options: c_int) -> c_int;
+    PROCESS fn wait3(status: *mut c_int, options: c_int, usage: *mut c_void) -> c_int;
+    PROCESS fn wait4(pid: c_int, status: *mut c_int, options: c_int, usage: *mut c_void) -> c_int;
+
+    FILES fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    FILES fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    FILES fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    FILES fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    FILES fn __open_2(path: *const c_char, flags: c_int) -> c_int;
+    FILES fn __open64_2(path: *const c_char, flags: c_int) -> c_int;
+    FILES fn creat(path: *const c_char, mode: c_uint) -> c_int;
+    FILES fn creat64(path: *const c_char, mode: c_uint) -> c_int;
+    FILES fn stat(path: *const c_char, buf: *mut c_void) -> c_int;
+    FILES fn stat64(path: *const c_char, buf: *mut c_void) -> c_int;
+    FILES fn lstat(path: *const c_char, buf: *mut c_void) -> c_int;
+    FILES fn lstat64(path: *const c_char, buf: *mut c_void) -> c_int;
+    FILES fn fstat(fd: c_int, buf: *mut c_void) -> c_int;
+    FILES fn fstat64(fd: c_int, buf: *mut c_void) -> c_int;
+    FILES fn fstatat(dirfd: c_int, path: *const c_char, buf: *mut c_void, flags: c_int) -> c_int;
+    FILES fn fstatat64(dirfd: c_int, path: *const c_char, buf: *mut c_void, flags: c_int) -> c_int;
+    FILES fn statx(dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, buf: *mut c_void) -> c_int;
+    FILES fn fsync(fd: c_int) -> c_int;
+    FILES fn fdatasync(fd: c_int) -> c_int;
+
+    OUTPUT fn sendto(fd: c_int, buf: *const c_void, len: SizeT, flags: c_int, to: *const c_void, tolen: c_uint) -> SsizeT;
+
+    INPUT fn recvfrom(fd: c_int, buf: *mut c_void, len: SizeT, flags: c_int, from: *mut c_void, fromlen: *mut c_uint) -> SsizeT;
+
+    POLL fn pselect(n: c_int, read: *mut c_void, write: *mut c_void, except: *mut c_void, timeout: *const c_void, sigmask: *const c_void) -> c_int;
 }
 
 interpose6! {
-    OUTPUT false fn sendto(fd: c_int, buf: *const c_void, len: SizeT, flags: c_int, to: *const c_void, tolen: c_uint) -> SsizeT;
-    INPUT false fn recvfrom(fd: c_int, buf: *mut c_void, len: SizeT, flags: c_int, from: *mut c_void, fromlen: *mut c_uint) -> SsizeT;
-    POLL false fn pselect(n: c_int, read: *mut c_void, write: *mut c_void, except: *mut c_void, timeout: *const c_void, sigmask: *const c_void) -> c_int;
     PROCESS true fn posix_spawn(pid: *mut c_int, path: *const c_char, actions: *const c_void, attr: *const c_void, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     PROCESS true fn posix_spawnp(pid: *mut c_int, file: *const c_char, actions: *const c_void, attr: *const c_void, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
 }
@@ -929,7 +988,7 @@ macro_rules! interpose_alloc {
                 }
                 let real: unsafe extern "C" fn($($ty),*) -> $ret =
                     core::mem::transmute::<usize, _>(address);
-                let _marked = enter(ALLOCATION, ret, true);
+                let _marked = enter(ALLOCATION, ret, true, stack_pointer());
                 real($($arg),*)
             }
         }
@@ -1083,7 +1142,7 @@ mod free {
             return;
         }
         let real: unsafe extern "C" fn(*mut c_void) = core::mem::transmute::<usize, _>(address);
-        let _marked = enter(ALLOCATION, ret, true);
+        let _marked = enter(ALLOCATION, ret, true, stack_pointer());
         real(p)
     }
 }
@@ -1126,7 +1185,7 @@ macro_rules! interpose_lock {
                 }
                 let real: unsafe extern "C" fn($ty) -> c_int =
                     core::mem::transmute::<usize, _>(REAL.get());
-                let _marked = enter(LOCKS, ret, true);
+                let _marked = enter(LOCKS, ret, true, stack_pointer());
                 real($arg)
             }
         }
@@ -1198,7 +1257,7 @@ mod syscall {
             c_long,
         ) -> c_long = core::mem::transmute::<usize, _>(REAL.get());
         let _marked = if waits(number, a2) {
-            enter(LOCKS, ret, false)
+            enter(LOCKS, ret, false, stack_pointer())
         } else {
             None
         };

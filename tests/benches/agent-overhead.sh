@@ -5,11 +5,14 @@
 #
 # tests/c/callcost.c measures, inside one process, each case through libc's own definition and
 # through the one the program binds to, batch against batch (see its header). It runs here under
-# three configurations, in a shuffled order in each round:
+# four configurations, in a shuffled order in each round:
 #   alone  no preload: both sides are libc's, so the difference is the method's noise;
 #   nop    a preloaded interposer of write(2) that only forwards the call (built here): what
 #          interposing costs before anything is marked;
-#   agent  LD_PRELOAD=libfsprof_agent.so.
+#   ret    LD_PRELOAD=libfsprof_agent.so, its system-call wrappers in their call-and-`ret` form
+#          (FSPROF_AGENT_RETURN=ret);
+#   jump   the same in their jump form (FSPROF_AGENT_RETURN=jump). Which form the agent picks
+#          by itself on this host is printed first (see agent/src/builtin/syscall_wrappers.rs).
 # Each process's figure is the median of its paired differences; a process's figure moves with
 # where its pages happen to land (by a few ns on write), so the script runs PROCESSES of each and
 # prints the median across them, with the spread (the 25th and 75th percentiles).
@@ -28,14 +31,19 @@ __attribute__((constructor)) static void init(void) { real = dlsym(RTLD_NEXT, "w
 ssize_t write(int fd, const void *b, size_t n) { ssize_t r = real(fd, b, n); __asm__ volatile("" ::: "memory"); return r; }
 EOF_C
 gcc -O2 -shared -fPIC -o "$tmp/nop.so" "$tmp/nop.c" -ldl
+if grep -qs "Safe RET" /sys/devices/system/cpu/vulnerabilities/spec_rstack_overflow; then
+  echo "the agent's own choice on this host: jump"
+else
+  echo "the agent's own choice on this host: ret"
+fi
 for round in $(seq "$processes"); do
-  for config in $(printf 'alone\nnop\nagent\n' | shuf); do
+  for config in $(printf 'alone\nnop\nret\njump\n' | shuf); do
     case $config in
       alone) preload= ;;
       nop) preload=$tmp/nop.so ;;
-      agent) preload=$agent ;;
+      ret|jump) preload=$agent ;;
     esac
-    LD_PRELOAD=$preload "$tmp/callcost" | sed "s/^/$config $round /"
+    FSPROF_AGENT_RETURN=$config LD_PRELOAD=$preload "$tmp/callcost" | sed "s/^/$config $round /"
   done
 done > "$tmp/runs"
 python3 - "$tmp/runs" <<'EOF_PY'
@@ -50,8 +58,8 @@ def spread(values):
     q = statistics.quantiles(values, n=4)
     return f"{statistics.median(values):+6.2f} ({q[0]:+6.2f} .. {q[2]:+6.2f})"
 print(f"ns added per iteration: median over processes of each process's median paired difference (25th .. 75th percentile)")
-print(f"{'case':<12} {'libc ns':>8}  {'alone (noise)':>24}  {'nop interposer':>24}  {'agent':>24}")
+print(f"{'case':<12} {'libc ns':>8}  {'alone (noise)':>24}  {'nop interposer':>24}  {'agent, ret form':>24}  {'agent, jump form':>24}")
 for case in ["write", "malloc+free", "mutex", "fputc"]:
-    cells = [spread(added[(config, case)]) for config in ["alone", "nop", "agent"]]
+    cells = [spread(added[(config, case)]) for config in ["alone", "nop", "ret", "jump"]]
     print(f"{case:<12} {statistics.median(per_call[case]):8.2f}  " + "  ".join(f"{c:>24}" for c in cells))
 EOF_PY

@@ -13,10 +13,12 @@ use std::process::Command;
 use support::native::*;
 use support::*;
 
-/// `fsprof run --rate ACCURACY_RATE -o DIR [args] -- PROGRAM...`; fails the test unless fsprof
-/// and the program succeed. Returns fsprof's stderr (the report).
-fn run(dir: &Path, args: &[&str], program: &[&std::ffi::OsStr]) -> String {
+/// `fsprof run --rate ACCURACY_RATE -o DIR [args] -- PROGRAM...` with `env` added to the
+/// environment; fails the test unless fsprof and the program succeed. Returns fsprof's stderr
+/// (the report).
+fn run(dir: &Path, args: &[&str], env: &[(&str, &str)], program: &[&std::ffi::OsStr]) -> String {
     let output = Command::new(fsprof())
+        .envs(env.iter().copied())
         .arg("run")
         .args(["--rate", ACCURACY_RATE])
         .arg("-o")
@@ -34,7 +36,12 @@ fn run(dir: &Path, args: &[&str], program: &[&std::ffi::OsStr]) -> String {
 
 /// Builds `tests/c/NAME.c` and runs it for `secs` under `fsprof run [args]` with its truth in
 /// the output directory, as `run` does. Returns that directory and fsprof's stderr.
-fn run_c_program(name: &str, secs: &str, args: &[&str]) -> (tempfile::TempDir, String) {
+fn run_c_program(
+    name: &str,
+    secs: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (tempfile::TempDir, String) {
     let build = tempdir();
     let program = build_c_program(build.path(), name);
     let dir = tempdir();
@@ -42,6 +49,7 @@ fn run_c_program(name: &str, secs: &str, args: &[&str]) -> (tempfile::TempDir, S
     let stderr = run(
         dir.path(),
         args,
+        env,
         &[
             program.as_os_str(),
             secs.as_ref(),
@@ -107,7 +115,7 @@ fn assert_feature_shares(report: &Value, truth: &Value, tolerance: f64) -> f64 {
 #[test]
 fn c_program_gets_the_output_allocation_and_lock_shares_it_measured() {
     let _serial = serial();
-    let (dir, stderr) = run_c_program("builtins", "3", &[]);
+    let (dir, stderr) = run_c_program("builtins", "3", &[], &[]);
     assert!(stderr.contains("built in: "), "{stderr}");
     let report = report_json(dir.path());
     assert_feature_shares(&report, &truth(dir.path()), TOLERANCE);
@@ -135,7 +143,7 @@ fn c_program_gets_the_output_allocation_and_lock_shares_it_measured() {
 #[test]
 fn forking_a_large_program_counts_the_fork_for_the_fork() {
     let _serial = serial();
-    let (dir, _) = run_c_program("forks", "5", &[]);
+    let (dir, _) = run_c_program("forks", "5", &[], &[]);
     let mut report = report_json(dir.path());
     // Call sites are named `do_fork (/…/forks.c:LINE)`; the truth names them by function.
     for feature in report["features"].as_array_mut().unwrap() {
@@ -149,6 +157,21 @@ fn forking_a_large_program_counts_the_fork_for_the_fork() {
     assert_shares_match(&report, &truth(dir.path()));
 }
 
+/// Threads cancelled while blocked in `read`: the cancellation unwinds through the agent's
+/// wrapper, whose landing pad pops the `input` mark, so the 20 ms that each thread's cleanup
+/// handler spins afterwards are not input (were the mark left behind, input would be about 65%
+/// against a truth of 32%). Both return forms of the system-call wrappers (the agent's
+/// `builtin/syscall_wrappers.rs`), whichever this host would choose.
+#[test]
+fn a_thread_cancelled_inside_read_is_out_of_input_while_it_unwinds() {
+    let _serial = serial();
+    for form in ["jump", "ret"] {
+        eprintln!("FSPROF_AGENT_RETURN={form}");
+        let (dir, _) = run_c_program("cancel", "2", &[], &[("FSPROF_AGENT_RETURN", form)]);
+        assert_feature_shares(&report_json(dir.path()), &truth(dir.path()), TOLERANCE);
+    }
+}
+
 #[test]
 fn rust_program_gets_the_output_allocation_and_lock_shares_it_measured() {
     let _serial = serial();
@@ -156,6 +179,7 @@ fn rust_program_gets_the_output_allocation_and_lock_shares_it_measured() {
     let truth_path = dir.path().join("truth.json");
     run(
         dir.path(),
+        &[],
         &[],
         &[
             env!("CARGO_BIN_EXE_builtins").as_ref(),
@@ -185,6 +209,7 @@ fn python_output_share_is_what_the_script_measured() {
         .unwrap_or("python3");
     run(
         dir.path(),
+        &[],
         &[],
         &[
             python.as_ref(),
@@ -285,7 +310,7 @@ fn sort_gets_plausible_input_output_and_allocation_with_call_sites_in_sort() {
 #[test]
 fn no_agent_records_the_programs_own_marks_only() {
     let _serial = serial();
-    let (_dir, stderr) = run_c_program("builtins", "0.3", &["--no-agent"]);
+    let (_dir, stderr) = run_c_program("builtins", "0.3", &["--no-agent"], &[]);
     assert!(stderr.contains("No feature marks were seen"), "{stderr}");
     assert!(!stderr.contains("built in"), "{stderr}");
 }
