@@ -59,7 +59,7 @@ def spread(values):
     return f"{statistics.median(values):+6.2f} ({q[0]:+6.2f} .. {q[2]:+6.2f})"
 print(f"ns added per iteration: median over processes of each process's median paired difference (25th .. 75th percentile)")
 print(f"{'case':<12} {'libc ns':>8}  {'alone (noise)':>24}  {'nop interposer':>24}  {'agent, ret form':>24}  {'agent, jump form':>24}")
-for case in ["write", "malloc+free", "mutex", "fputc"]:
+for case in ["write", "malloc+free", "mutex", "fputc", "futex-wake"]:
     cells = [spread(added[(config, case)]) for config in ["alone", "nop", "ret", "jump"]]
     print(f"{case:<12} {statistics.median(per_call[case]):8.2f}  " + "  ".join(f"{c:>24}" for c in cells))
 EOF_PY

@@ -13,7 +13,9 @@
  * bound - libc. Without a preload the difference is noise around zero.
  *
  * Cases: write(2) of one byte to /dev/null; malloc(32)+free (two calls); an uncontended
- * pthread_mutex_lock+unlock (two calls); fputc to a /dev/null FILE. Build: gcc -O2 callcost.c. */
+ * pthread_mutex_lock+unlock (two calls); fputc to a /dev/null FILE; syscall(SYS_futex, ...) of a
+ * FUTEX_WAKE that wakes nobody (what Rust's locks make on a contended unlock). Build: gcc -O2
+ * callcost.c. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -21,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,12 +96,14 @@ int main(void) {
     void (*free_[2])(void *);
     int (*lock[2])(pthread_mutex_t *), (*unlock[2])(pthread_mutex_t *);
     int (*fputc_[2])(int, FILE *);
+    long (*syscall_[2])(long, ...);
     pair("write", (void **)&write_[0], (void **)&write_[1]);
     pair("malloc", (void **)&malloc_[0], (void **)&malloc_[1]);
     pair("free", (void **)&free_[0], (void **)&free_[1]);
     pair("pthread_mutex_lock", (void **)&lock[0], (void **)&lock[1]);
     pair("pthread_mutex_unlock", (void **)&unlock[0], (void **)&unlock[1]);
     pair("fputc", (void **)&fputc_[0], (void **)&fputc_[1]);
+    pair("syscall", (void **)&syscall_[0], (void **)&syscall_[1]);
 
     int fd = open("/dev/null", O_WRONLY);
     FILE *f = fopen("/dev/null", "w");
@@ -107,5 +113,7 @@ int main(void) {
     CASE("malloc+free", 100000, void *volatile p = malloc_[which](32); free_[which](p));
     CASE("mutex", 100000, lock[which](&m); unlock[which](&m));
     CASE("fputc", 100000, fputc_[which]('x', f));
+    static int word;
+    CASE("futex-wake", 5000, if (syscall_[which](SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1) != 0) return 1);
     return 0;
 }
