@@ -28,8 +28,9 @@
 //! instruction in another module: a heuristic, cheap, and only taken in that case).
 //!
 //! # How
-//! Each interposed function is an exported naked trampoline that puts the caller's return
-//! address in the next free argument register and jumps to the implementation (functions with six
+//! Each interposed function is an exported naked trampoline that puts its stack pointer at entry
+//! (where the caller's return address is: a [`Caller`]) in the next free argument register and
+//! jumps to the implementation (functions with six
 //! arguments, and `syscall`, make a real call instead; the variadic printf family builds a
 //! `va_list` and calls the `v` form). The implementation pushes the mark, calls the real function
 //! found with `dlsym(RTLD_NEXT, ...)` (so other interposers, such as a malloc replacement, keep
@@ -112,6 +113,8 @@ const SLEEP: usize = 4;
 const POLL: usize = 5;
 const PROCESS: usize = 6;
 const FILES: usize = 7;
+/// `process`, for the `exec` functions (see [`syscall_wrappers::UNLESS_CHILD`]).
+const PROCESS_EXEC: usize = PROCESS | syscall_wrappers::UNLESS_CHILD;
 
 /// What every marked call reads, in one cache line: around a system call, each line a wrapper
 /// touches costs a few nanoseconds (BENCHMARKS.md, "Agent: cost of an interposed libc call").
@@ -145,6 +148,7 @@ extern "C" fn init() {
         return;
     }
     syscall_wrappers::choose_return_form();
+    syscall_wrappers::remember_pid();
     HOT.ready.store(true, Release);
     claim_slot();
     call_site::prepare();
@@ -238,23 +242,48 @@ enum Entry {
     Slow,
 }
 
+/// Where an interposed call comes from: the interposing function's stack pointer at entry,
+/// where the caller's return address is. Trampolines pass it to the implementations.
+///
+/// It is also the stack address a built-in mark records: the mark's frame is the interposing
+/// function's (whose CFA lies just above it), and a later call whose own entry does not lie
+/// below it is not nested in that mark's call, whose frame is gone (see the shim's
+/// `push_call_site_unless_nested`).
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub(crate) struct Caller(usize);
+
+impl Caller {
+    /// The return address: the call site.
+    #[inline(always)]
+    fn ret(self) -> usize {
+        // SAFETY: a trampoline's stack pointer at entry, which holds the return address.
+        unsafe { *(self.0 as *const usize) }
+    }
+
+    #[inline(always)]
+    fn sp(self) -> u64 {
+        self.0 as u64
+    }
+}
+
 /// The fast path of [`enter`], for a call whose real function is known: everything it needs is
 /// known already, and it calls nothing, so an interposing function whose slow path is a
 /// separate function saves no registers for it (around a system call each instruction shows:
 /// BENCHMARKS.md, "Agent: cost of an interposed libc call").
-/// `sp`: a stack address in the interposing function's frame.
 #[inline(always)]
-fn enter_fast(feature: usize, ret: usize, claim: bool, sp: u64) -> Entry {
+fn enter_fast(feature: usize, caller: Caller, claim: bool) -> Entry {
     if !HOT.ready.load(Relaxed) {
         return Entry::Unmarked;
     }
+    let ret = caller.ret();
     if !call_site::is_program(ret) {
         return Entry::Slow;
     }
     match raw::push_call_site_unless_nested(
         &builtins()[feature],
         ret as u64,
-        sp,
+        caller.sp(),
         builtin_range(),
         false,
     ) {
@@ -264,19 +293,19 @@ fn enter_fast(feature: usize, ret: usize, claim: bool, sp: u64) -> Entry {
     }
 }
 
-/// Marks `feature` with the call site `ret` unless the agent is not ready yet or the call is
+/// Marks `feature` with the caller's call site unless the agent is not ready yet or the call is
 /// nested in another built-in mark. `claim`: whether this call may claim the thread's slot
-/// (false for functions that signal handlers may call). `sp`: as for [`enter_fast`].
+/// (false for functions that signal handlers may call).
 #[inline(always)]
-fn enter(feature: usize, ret: usize, claim: bool, sp: u64) -> Option<Marked> {
+fn enter(feature: usize, caller: Caller, claim: bool) -> Option<Marked> {
     if !HOT.ready.load(Relaxed) {
         return None;
     }
-    let site = call_site::resolve(ret, sp);
+    let site = call_site::resolve(caller.ret(), caller.sp());
     raw::push_call_site_unless_nested(
         &builtins()[feature],
         site as u64,
-        sp,
+        caller.sp(),
         builtin_range(),
         claim,
     )
@@ -284,22 +313,11 @@ fn enter(feature: usize, ret: usize, claim: bool, sp: u64) -> Option<Marked> {
     .map(Marked)
 }
 
-/// The stack pointer of the interposing function (which inlines this).
-#[inline(always)]
-fn stack_pointer() -> u64 {
-    let sp: u64;
-    // SAFETY: reads a register; touches no memory.
-    unsafe {
-        core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
-    };
-    sp
-}
-
 /// Returns `$call` (a call of the real function), marked, if [`enter_fast`] can take the fast
 /// path; else does nothing, for the slow path to follow.
 macro_rules! return_fast {
-    ($feature:expr, $ret:expr, $claim:expr, $call:expr) => {
-        match enter_fast($feature, $ret, $claim, stack_pointer()) {
+    ($feature:expr, $caller:expr, $claim:expr, $call:expr) => {
+        match enter_fast($feature, $caller, $claim) {
             Entry::Marked(_marked) => return $call,
             Entry::Unmarked => return $call,
             Entry::Slow => {}
@@ -313,22 +331,22 @@ macro_rules! return_fast {
 /// the call site of a call from libc, the thread's slot).
 macro_rules! imp {
     ($feature:expr, $claim:literal, $real:path, fn($($arg:ident: $ty:ty),*) -> $ret:ty) => {
-        pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* ret: usize) -> $ret {
+        pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* caller: Caller) -> $ret {
             let address = $real.address.load(Relaxed);
             if address != 0 {
                 let real: unsafe extern "C" fn($($ty),*) -> $ret =
                     core::mem::transmute::<usize, _>(address);
-                return_fast!($feature, ret, $claim, real($($arg),*));
+                return_fast!($feature, caller, $claim, real($($arg),*));
             }
-            slow($($arg,)* ret)
+            slow($($arg,)* caller)
         }
 
         #[cold]
         #[inline(never)]
-        unsafe extern "C-unwind" fn slow($($arg: $ty,)* ret: usize) -> $ret {
+        unsafe extern "C-unwind" fn slow($($arg: $ty,)* caller: Caller) -> $ret {
             let real: unsafe extern "C" fn($($ty),*) -> $ret =
                 core::mem::transmute::<usize, _>($real.get());
-            let _marked = enter($feature, ret, $claim, stack_pointer());
+            let _marked = enter($feature, caller, $claim);
             real($($arg),*)
         }
     };
@@ -659,7 +677,7 @@ fn loader_anchor() -> usize {
 
 // ---- Trampolines ---------------------------------------------------------------------------------
 
-/// The register that receives the return address: the one after the function's arguments.
+/// The register that receives the [`Caller`]: the one after the function's arguments.
 macro_rules! ret_register {
     () => {
         "rdi"
@@ -681,8 +699,8 @@ macro_rules! ret_register {
     };
 }
 
-/// Interposes functions of up to five arguments: an exported trampoline `name` that passes the
-/// return address as an extra argument to `name::imp`, which marks `feature` around the real
+/// Interposes functions of up to five arguments: an exported trampoline `name` that passes its
+/// stack pointer (a [`Caller`]) as an extra argument to `name::imp`, which marks `feature` around the real
 /// function (see the module's documentation). `claim`: whether the call may claim a slot.
 macro_rules! interpose {
     ($($feature:ident $claim:literal fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
@@ -704,7 +722,7 @@ macro_rules! interpose {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             core::arch::naked_asm!(
                 ".cfi_startproc",
-                concat!("mov ", ret_register!($($arg)*), ", [rsp]"),
+                concat!("mov ", ret_register!($($arg)*), ", rsp"),
                 "jmp {imp}",
                 ".cfi_endproc",
                 imp = sym $name::imp,
@@ -713,8 +731,8 @@ macro_rules! interpose {
     )*};
 }
 
-/// Interposes functions of six arguments: the trampoline pushes the return address as a seventh
-/// (stack) argument and calls `name::imp`.
+/// Interposes functions of six arguments: the trampoline pushes its stack pointer at entry (a
+/// [`Caller`]) as a seventh (stack) argument and calls `name::imp`.
 macro_rules! interpose6 {
     ($($feature:ident $claim:literal fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
         #[allow(non_snake_case)]
@@ -735,7 +753,7 @@ macro_rules! interpose6 {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             core::arch::naked_asm!(
                 ".cfi_startproc",
-                "push qword ptr [rsp]",
+                "push rsp",
                 ".cfi_adjust_cfa_offset 8",
                 "call {imp}",
                 "add rsp, 8",
@@ -750,7 +768,7 @@ macro_rules! interpose6 {
 
 /// Interposes a variadic printf-like function of `k` fixed arguments by building a `va_list`
 /// (the System V register save area and overflow area) and calling `name::imp(fixed..., ap,
-/// ret)`, which calls the `v` form.
+/// caller)`, which calls the `v` form.
 macro_rules! interpose_variadic {
     ($($feature:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $v:ident, $gp:literal, $ap_reg:literal, $ret_reg:literal;)*) => {$(
         #[allow(non_snake_case)]
@@ -803,7 +821,7 @@ macro_rules! interpose_variadic {
                 "lea rax, [rsp + 32]",
                 "mov [rsp + 16], rax",
                 concat!("mov ", $ap_reg, ", rsp"),
-                concat!("mov ", $ret_reg, ", [rbp + 8]"),
+                concat!("lea ", $ret_reg, ", [rbp + 8]"),
                 "call {imp}",
                 "leave",
                 ".cfi_def_cfa rsp, 8",
@@ -900,12 +918,12 @@ interpose_syscall! {
     POLL fn epoll_pwait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int, sigmask: *const c_void) -> c_int;
 
     PROCESS fn fork() -> c_int;
-    PROCESS fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
-    PROCESS fn execveat(dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int) -> c_int;
-    PROCESS fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
-    PROCESS fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
-    PROCESS fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
-    PROCESS fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    PROCESS_EXEC fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    PROCESS_EXEC fn execveat(dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int) -> c_int;
+    PROCESS_EXEC fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    PROCESS_EXEC fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
+    PROCESS_EXEC fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
+    PROCESS_EXEC fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     PROCESS fn wait(status: *mut c_int) -> c_int;
     PROCESS fn waitpid(pid: c_int, status: *mut c_int, options: c_int) -> c_int;
     PROCESS fn waitid(idtype: c_int, id: c_uint, info: *mut c_void, options: c_int) -> c_int;
@@ -966,19 +984,19 @@ macro_rules! interpose_alloc {
             use super::*;
             pub(super) static REAL: Real = Real::new(concat!(stringify!($name), "\0").as_bytes());
 
-            pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* ret: usize) -> $ret {
+            pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* caller: Caller) -> $ret {
                 let address = REAL.address.load(Relaxed);
                 if address != 0 && !$arena($($arg),*) {
                     let real: unsafe extern "C" fn($($ty),*) -> $ret =
                         core::mem::transmute::<usize, _>(address);
-                    return_fast!(ALLOCATION, ret, true, real($($arg),*));
+                    return_fast!(ALLOCATION, caller, true, real($($arg),*));
                 }
-                slow($($arg,)* ret)
+                slow($($arg,)* caller)
             }
 
             #[cold]
             #[inline(never)]
-            unsafe extern "C-unwind" fn slow($($arg: $ty,)* ret: usize) -> $ret {
+            unsafe extern "C-unwind" fn slow($($arg: $ty,)* caller: Caller) -> $ret {
                 let address = REAL.get_unless_resolving();
                 if address == 0 {
                     return $bootstrap($($arg),*);
@@ -988,7 +1006,7 @@ macro_rules! interpose_alloc {
                 }
                 let real: unsafe extern "C" fn($($ty),*) -> $ret =
                     core::mem::transmute::<usize, _>(address);
-                let _marked = enter(ALLOCATION, ret, true, stack_pointer());
+                let _marked = enter(ALLOCATION, caller, true);
                 real($($arg),*)
             }
         }
@@ -1002,7 +1020,7 @@ macro_rules! interpose_alloc {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             core::arch::naked_asm!(
                 ".cfi_startproc",
-                concat!("mov ", ret_register!($($arg)*), ", [rsp]"),
+                concat!("mov ", ret_register!($($arg)*), ", rsp"),
                 "jmp {imp}",
                 ".cfi_endproc",
                 imp = sym $name::imp,
@@ -1122,27 +1140,27 @@ mod free {
     use super::*;
     pub(super) static REAL: Real = Real::new(b"free\0");
 
-    pub(super) unsafe extern "C-unwind" fn imp(p: *mut c_void, ret: usize) {
+    pub(super) unsafe extern "C-unwind" fn imp(p: *mut c_void, caller: Caller) {
         if p.is_null() || arena::contains(p as *const u8) {
             return;
         }
         let address = REAL.address.load(Relaxed);
         if address != 0 {
             let real: unsafe extern "C" fn(*mut c_void) = core::mem::transmute::<usize, _>(address);
-            return_fast!(ALLOCATION, ret, true, real(p));
+            return_fast!(ALLOCATION, caller, true, real(p));
         }
-        slow(p, ret)
+        slow(p, caller)
     }
 
     #[cold]
     #[inline(never)]
-    unsafe extern "C-unwind" fn slow(p: *mut c_void, ret: usize) {
+    unsafe extern "C-unwind" fn slow(p: *mut c_void, caller: Caller) {
         let address = REAL.get_unless_resolving();
         if address == 0 {
             return;
         }
         let real: unsafe extern "C" fn(*mut c_void) = core::mem::transmute::<usize, _>(address);
-        let _marked = enter(ALLOCATION, ret, true, stack_pointer());
+        let _marked = enter(ALLOCATION, caller, true);
         real(p)
     }
 }
@@ -1156,7 +1174,7 @@ mod free {
 pub unsafe extern "C" fn free(p: *mut c_void) {
     core::arch::naked_asm!(
         ".cfi_startproc",
-        "mov rsi, [rsp]",
+        "mov rsi, rsp",
         "jmp {imp}",
         ".cfi_endproc",
         imp = sym free::imp,
@@ -1175,7 +1193,7 @@ macro_rules! interpose_lock {
             pub(super) static REAL: Real = Real::new(concat!(stringify!($name), "\0").as_bytes());
             pub(super) static TRY: Real = Real::new(concat!(stringify!($try), "\0").as_bytes());
 
-            pub(super) unsafe extern "C-unwind" fn imp($arg: $ty, ret: usize) -> c_int {
+            pub(super) unsafe extern "C-unwind" fn imp($arg: $ty, caller: Caller) -> c_int {
                 const EBUSY: c_int = 16;
                 let try_lock: unsafe extern "C" fn($ty) -> c_int =
                     core::mem::transmute::<usize, _>(TRY.get());
@@ -1185,7 +1203,7 @@ macro_rules! interpose_lock {
                 }
                 let real: unsafe extern "C" fn($ty) -> c_int =
                     core::mem::transmute::<usize, _>(REAL.get());
-                let _marked = enter(LOCKS, ret, true, stack_pointer());
+                let _marked = enter(LOCKS, caller, true);
                 real($arg)
             }
         }
@@ -1199,7 +1217,7 @@ macro_rules! interpose_lock {
         pub unsafe extern "C" fn $name($arg: $ty) -> c_int {
             core::arch::naked_asm!(
                 ".cfi_startproc",
-                "mov rsi, [rsp]",
+                "mov rsi, rsp",
                 "jmp {imp}",
                 ".cfi_endproc",
                 imp = sym $name::imp,
@@ -1246,7 +1264,7 @@ mod syscall {
         a4: c_long,
         a5: c_long,
         a6: c_long,
-        ret: usize,
+        caller: Caller,
     ) -> c_long {
         let real: unsafe extern "C" fn(
             c_long,
@@ -1258,7 +1276,7 @@ mod syscall {
             c_long,
         ) -> c_long = core::mem::transmute::<usize, _>(REAL.get());
         let _marked = if waits(number, a2) {
-            enter(LOCKS, ret, false, stack_pointer())
+            enter(LOCKS, caller, false)
         } else {
             None
         };
@@ -1280,7 +1298,8 @@ mod syscall {
 #[no_mangle]
 pub unsafe extern "C" fn syscall(number: c_long) -> c_long {
     // At entry [rsp] is the return address and [rsp + 8] the sixth argument after the number.
-    // The call to `imp` needs, at rsp (16-aligned), that argument and then the return address.
+    // The call to `imp` needs, at rsp (16-aligned), that argument and then the entry stack
+    // pointer (the `Caller`).
     core::arch::naked_asm!(
         ".cfi_startproc",
         "cmp rdi, {futex_waitv}",
@@ -1309,7 +1328,8 @@ pub unsafe extern "C" fn syscall(number: c_long) -> c_long {
         "3:",
         "sub rsp, 8",
         ".cfi_adjust_cfa_offset 8",
-        "push qword ptr [rsp + 8]",
+        "lea r11, [rsp + 8]",
+        "push r11",
         ".cfi_adjust_cfa_offset 8",
         "push qword ptr [rsp + 24]",
         ".cfi_adjust_cfa_offset 8",
@@ -1325,6 +1345,30 @@ pub unsafe extern "C" fn syscall(number: c_long) -> c_long {
         address = const core::mem::offset_of!(Real, address),
         imp = sym syscall::imp,
     )
+}
+
+// ---- _Fork: a child without fork's handlers ----------------------------------------------------
+
+mod fork_without_handlers {
+    use super::*;
+    pub(super) static REAL: Real = Real::new(b"_Fork\0");
+}
+
+/// Interposed `_Fork` (glibc 2.34: `fork` without the `pthread_atfork` handlers, so that a
+/// signal handler may call it): the child forgets the shim's region, as `fork`'s handler makes
+/// it do; the region is not mapped in the child, and its first mark would fault. Not a feature.
+///
+/// # Safety
+/// As libc's `_Fork`.
+#[no_mangle]
+pub unsafe extern "C" fn _Fork() -> c_int {
+    let real: unsafe extern "C" fn() -> c_int =
+        core::mem::transmute::<usize, _>(fork_without_handlers::REAL.get());
+    let pid = real();
+    if pid == 0 {
+        raw::forget_region_in_child();
+    }
+    pid
 }
 
 // ---- Threads: claim a slot at start --------------------------------------------------------------

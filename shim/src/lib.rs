@@ -258,12 +258,14 @@ pub mod raw {
         );
     }
 
-    /// Pushes a call-site mark of `feature` (`payload`: a return address; `sp`: as for [`push`])
-    /// unless the calling thread's innermost recorded mark belongs to a feature whose descriptor
-    /// address lies in `nested`, or the thread has no slot yet and `claim` is false. Returns the
-    /// mark pushed, for [`CallSiteMark::pop`], or why none was. For the agent's built-in
-    /// features: a libc call made inside another one is not counted twice, and functions that
-    /// signal handlers may call never claim a slot (claiming may allocate).
+    /// Pushes a call-site mark of `feature` (`payload`: a return address; `sp`: the interposing
+    /// function's stack pointer at entry, where that return address is) unless the calling
+    /// thread's innermost recorded mark belongs to a feature whose descriptor address lies in
+    /// `nested` and was pushed by a frame still live (its `sp` above this one), or the thread has
+    /// no slot yet and `claim` is false. Returns the mark pushed, for [`CallSiteMark::pop`], or
+    /// why none was. For the agent's built-in features: a libc call made inside another one is
+    /// not counted twice, one left by `siglongjmp` is dropped at the thread's next call, and
+    /// functions that signal handlers may call never claim a slot (claiming may allocate).
     #[inline(always)]
     pub fn push_call_site_unless_nested(
         feature: &'static Feature,
@@ -303,6 +305,16 @@ pub mod raw {
     #[inline(always)]
     pub fn pop_innermost() {
         region::pop_innermost();
+    }
+
+    /// Forgets the region in a child process made without `fork`'s `pthread_atfork` handlers
+    /// (glibc's `_Fork`): the region is not mapped in the child, and its first mark would fault.
+    /// Async-signal-safe (it only stores).
+    ///
+    /// # Safety
+    /// Call it only in such a child, before anything marks, while it has one thread.
+    pub unsafe fn forget_region_in_child() {
+        region::forget_region_in_child();
     }
 }
 

@@ -81,7 +81,7 @@ impl Drop for SlotOwner {
 /// The child creates its own region on its first mark; guards alive across the fork become inert.
 /// The inherited descriptor is left open (it is close-on-exec): by now the program may have closed
 /// it and reused the number for one of its own files.
-unsafe extern "C" fn forget_region_in_child() {
+pub(crate) unsafe extern "C" fn forget_region_in_child() {
     REGION.store(null_mut(), Relaxed);
     REGION_FAILED.store(false, Relaxed);
     let _ = thread_state::with(|state| state.slot.set(null_mut()));
@@ -268,10 +268,15 @@ impl Pushed {
 }
 
 /// Like [`push`], for the agent's built-in features: pushes nothing when the innermost recorded
-/// mark's feature address lies in `nested` (a call made inside another built-in feature is
-/// counted once, by the outer one), or when the thread has no slot yet and `claim` is false (a
-/// function that signal handlers may call must not claim: claiming may allocate). Returns where
-/// the mark was pushed, for [`pop_placed`], or why it was not.
+/// mark's feature address lies in `nested` and its stack address lies above `sp` (a call made
+/// inside another built-in feature is counted once, by the outer one), or when the thread has no
+/// slot yet and `claim` is false (a function that signal handlers may call must not claim:
+/// claiming may allocate). `sp` is the interposing function's stack pointer at entry, and so is
+/// a built-in mark's: an innermost built-in mark at or below `sp` was left by a call whose frame
+/// is gone (a signal handler jumped out of it with `siglongjmp`), and is popped first. (A handler
+/// on an alternate signal stack may take a live mark for a stale one: the interrupted call then
+/// loses its mark after the handler, and nothing else.) Returns where the mark was pushed, for
+/// [`pop_placed`], or why it was not.
 #[inline(always)]
 pub(crate) fn push_unless_nested(
     feature: u64,
@@ -293,7 +298,12 @@ pub(crate) fn push_unless_nested(
             let depth = slot.depth.load(Relaxed) as usize;
             if let Some(top) = depth.checked_sub(1).and_then(|i| slot.records.get(i)) {
                 if nested.contains(&top.feature.load(Relaxed)) {
-                    return Err(NotPushed::Skipped);
+                    if top.sp.load(Relaxed) > sp {
+                        return Err(NotPushed::Skipped);
+                    }
+                    // Stale: the frame that pushed it is gone, left without its pop (a signal
+                    // handler's `siglongjmp` out of the call). Pop it, as `pop_placed` would.
+                    slot.depth.store(depth as u32 - 1, Release);
                 }
             }
         }

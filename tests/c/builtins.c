@@ -3,8 +3,8 @@
  * a random mix of: write() of 1 MiB to a temporary file (output), fprintf + fflush of 64 KiB
  * to another (output, stdio: counted once), calloc of 256 KiB then free (allocation), a
  * pthread_cond_timedwait that times out after 100-400 µs (locks), unmarked spinning, and more
- * rarely fork() of a child that makes built-in calls of its own before it exits, and waitpid()
- * for it (process). It times each call and writes the ground truth as JSON:
+ * rarely fork() (or _Fork()) of a child that makes built-in calls of its own before it exits,
+ * and waitpid() for it (process). It times each call and writes the ground truth as JSON:
  *
  *   builtins SECONDS --truth FILE
  *
@@ -80,9 +80,19 @@ __attribute__((noinline)) static double wait_for_nothing(pthread_cond_t *cond, p
     return t1 - t0;
 }
 
+/* fork(), or every other time _Fork() where glibc has it (2.34: fork without the atfork
+ * handlers, which the agent interposes so that the child still forgets its parent's region). */
+static pid_t fork_either(void) {
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+    static int turn;
+    if (turn++ % 2) return _Fork();
+#endif
+    return fork();
+}
+
 __attribute__((noinline)) static double spawn_child(FILE *f) {
     double t0 = now_ms();
-    pid_t pid = fork();
+    pid_t pid = fork_either();
     if (pid < 0) exit(3);
     if (pid == 0) {
         /* The child: built-in calls of its own (a region of its own), then a normal exit. */

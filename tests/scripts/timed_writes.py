@@ -3,14 +3,19 @@ built-in `output` feature under an unmodified python3.
 
     python3 timed_writes.py SECONDS TRUTH_FILE
 
-For SECONDS it alternates pure-Python work (summing numbers, 50-500 µs) with os.write of 1 MiB
-to a temporary file (rewound each time), timing each os.write with perf_counter. It writes
-{"total_ms": T, "features": {"output": {"ms": M, "instances": {}}}} where T is the loop's wall
-time (one thread, never blocked outside os.write). Python's call overhead around os.write is
-included in M (a few hundred nanoseconds per call, against tens of microseconds of write)."""
+First it runs /bin/true three times with subprocess.run (which vfork()s, then exec()s in the
+child: a wrapper that marked the child's exec in the parent's memory would leave the parent's
+thread marked for good), timing each run. Then for SECONDS it alternates pure-Python work
+(summing numbers, 50-500 µs) with os.write of 1 MiB to a temporary file (rewound each time),
+timing each os.write with perf_counter. It writes {"total_ms": T, "features": {"output": {"ms":
+M, "instances": {}}, "process": {"ms": P, "instances": {}}}} where T is the wall time of both
+parts (one thread, never blocked outside os.write and the runs). Python's call overhead around
+os.write is included in M (a few hundred nanoseconds per call, against tens of microseconds of
+write); P includes subprocess.run's own Python work (a few hundred microseconds a run)."""
 import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +28,11 @@ fd, path = tempfile.mkstemp(prefix="fsprof-py-")
 os.unlink(path)
 output = 0.0
 start = time.perf_counter()
-while time.perf_counter() - start < seconds:
+for _ in range(3):
+    subprocess.run(["/bin/true"], check=True)
+process = time.perf_counter() - start
+loop_start = time.perf_counter()
+while time.perf_counter() - loop_start < seconds:
     until = time.perf_counter() + rng.uniform(50e-6, 500e-6)
     total = 0
     while time.perf_counter() < until:
@@ -36,5 +45,6 @@ while time.perf_counter() - start < seconds:
 elapsed = time.perf_counter() - start
 with open(truth_path + ".tmp", "w") as f:
     json.dump({"total_ms": elapsed * 1e3,
-               "features": {"output": {"ms": output * 1e3, "instances": {}}}}, f)
+               "features": {"output": {"ms": output * 1e3, "instances": {}},
+                            "process": {"ms": process * 1e3, "instances": {}}}}, f)
 os.rename(truth_path + ".tmp", truth_path)

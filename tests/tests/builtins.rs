@@ -172,6 +172,17 @@ fn a_thread_cancelled_inside_read_is_out_of_input_while_it_unwinds() {
     }
 }
 
+/// A thread that leaves blocked `read` calls by `siglongjmp` from a signal handler: the `input`
+/// mark its `read` never pops is dropped at the thread's next interposed call, so the 10 ms it
+/// spins after each jump are not input (once, the stale mark kept every later call unmarked and
+/// made the whole run 100% input against a truth of 50%).
+#[test]
+fn a_mark_left_by_siglongjmp_stops_at_the_next_call() {
+    let _serial = serial();
+    let (dir, _) = run_c_program("longjmp", "2", &[], &[]);
+    assert_feature_shares(&report_json(dir.path()), &truth(dir.path()), TOLERANCE);
+}
+
 #[test]
 fn rust_program_gets_the_output_allocation_and_lock_shares_it_measured() {
     let _serial = serial();
@@ -230,6 +241,16 @@ fn python_output_share_is_what_the_script_measured() {
         "output: report {reported:.2}%, the script measured {expected:.2}%"
     );
     assert_eq!(feature(&report, "output").unwrap()["builtin"], true);
+    // Its subprocess runs (vfork, then exec in the child) are process for as long as they took,
+    // and no longer (a mark the child left in the parent's memory once made it 98%).
+    let expected = truth["features"]["process"]["ms"].as_f64().unwrap() * 100.0
+        / truth["total_ms"].as_f64().unwrap();
+    let reported = percent(&report, "process");
+    eprintln!("python3 process: report {reported:.2}%, script {expected:.2}%");
+    assert!(
+        (reported - expected).abs() <= TOLERANCE,
+        "process: report {reported:.2}%, the script measured {expected:.2}%"
+    );
 }
 
 #[test]

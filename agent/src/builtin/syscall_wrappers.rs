@@ -35,8 +35,8 @@
 //! Not here: the wrappers that take stack arguments (`syscall`) or are not system-call wrappers
 //! (stdio, allocation, locks): those keep the Rust implementations of `builtin.rs`.
 
-use super::{enter_fast, Entry, Real, HOT};
-use core::sync::atomic::Ordering::Relaxed;
+use super::{enter_fast, Caller, Entry, Real, HOT};
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use fsprof_shim::raw::CallSiteMark;
 
 /// What the trampoline keeps in its frame between [`enter`] and [`leave`] (24 bytes there).
@@ -54,22 +54,51 @@ pub(super) struct Entered {
     marked: usize,
 }
 
+/// Added to the feature number of the `exec` functions: not marked in a `vfork` child. Such a
+/// child runs in its parent's memory, thread-locals included, until it execs: a mark pushed
+/// there would land in the parent thread's slot, and a successful exec never pops it (Python's
+/// `subprocess` left its parent marked `process` for good that way). A child made by `fork` is
+/// not marked either: it is not profiled.
+pub(super) const UNLESS_CHILD: usize = 1 << 8;
+
+/// The process's id, from the constructor (0 before it).
+static PID: AtomicU32 = AtomicU32::new(0);
+
+/// Remembers the process's id; called by the constructor.
+pub(super) fn remember_pid() {
+    PID.store(getpid(), Relaxed);
+}
+
+/// The calling process's id, from the kernel (not a cache a `vfork` child would share).
+fn getpid() -> u32 {
+    // SAFETY: getpid has no arguments and cannot fail.
+    unsafe { super::libc_syscall3(39, 0, 0, 0) as u32 }
+}
+
 /// Called by a trampoline before the real function: resolves it, and marks `feature` with the
-/// call site `ret` unless the call is nested or the agent not ready. `sp`: the trampoline's stack
-/// pointer at entry (its frame's). Never claims a slot (signal handlers call these functions).
+/// caller's call site unless the call is nested or the agent not ready. Never claims a slot
+/// (signal handlers call these functions).
 ///
 /// # Safety
 /// `token` points to writable memory for a [`Token`] that lives until [`leave`].
 pub(super) unsafe extern "C" fn enter(
     feature: usize,
     real: &'static Real,
-    ret: usize,
-    sp: u64,
+    caller: Caller,
     token: *mut Token,
 ) -> Entered {
+    if feature & UNLESS_CHILD != 0 {
+        if getpid() != PID.load(Relaxed) {
+            return Entered {
+                real: real.get(),
+                marked: 0,
+            };
+        }
+        return enter(feature & !UNLESS_CHILD, real, caller, token);
+    }
     let address = real.address.load(Relaxed);
     if address != 0 {
-        match enter_fast(feature, ret, false, sp) {
+        match enter_fast(feature, caller, false) {
             Entry::Marked(marked) => {
                 token.write(Some(marked.keep()));
                 return Entered {
@@ -86,7 +115,7 @@ pub(super) unsafe extern "C" fn enter(
             Entry::Slow => {}
         }
     }
-    enter_slow(feature, real, ret, sp, token)
+    enter_slow(feature, real, caller, token)
 }
 
 #[cold]
@@ -94,12 +123,11 @@ pub(super) unsafe extern "C" fn enter(
 unsafe fn enter_slow(
     feature: usize,
     real: &'static Real,
-    ret: usize,
-    sp: u64,
+    caller: Caller,
     token: *mut Token,
 ) -> Entered {
     let address = real.get();
-    match super::enter(feature, ret, false, sp) {
+    match super::enter(feature, caller, false) {
         Some(marked) => {
             token.write(Some(marked.keep()));
             Entered {
@@ -215,9 +243,8 @@ macro_rules! interpose_syscall {
                 ".cfi_adjust_cfa_offset 8",
                 "mov edi, {feature}",
                 "lea rsi, [rip + {real}]",
-                "mov rdx, [rsp + 88]",
-                "lea rcx, [rsp + 88]",
-                "lea r8, [rsp + 64]",
+                "lea rdx, [rsp + 88]",
+                "lea rcx, [rsp + 64]",
                 "call {enter}",
                 "mov r11, rax",
                 "mov r10, rdx",
