@@ -61,12 +61,16 @@
 //!   real function, a call site inside libc, the thread's slot) goes to its out-of-line `slow`.
 //! * Off: with `FSPROF_BUILTINS=0` in the environment (`fsprof run --no-agent` sets it, for
 //!   programs that link the agent for its C ABI) nothing is marked, calls are only forwarded.
-//! * Children: a forked child forgets its parent's region (the shim's fork handler) and makes its
-//!   own; an exec'd program loads the agent again through the inherited `LD_PRELOAD`.
+//! * Children: a forked child forgets its parent's region (the shim's fork handler, or the
+//!   `_Fork` wrapper) and makes its own; an exec'd program loads the agent again through the
+//!   inherited `LD_PRELOAD`. A `vfork` child's `exec` is not marked (`syscall_wrappers.rs`).
 //!
 //! # Not handled
 //! `vfork` is not interposed (its child runs on the parent's stack until it execs: a wrapper's
-//! frame would be clobbered), nor `clone`. Other libc functions that block (`accept`, `connect`,
+//! frame would be clobbered), nor `clone`; a child made by a raw `clone` system call without
+//! `CLONE_VM` keeps a slot in a region not mapped in it, and faults on its first mark (`fork`'s
+//! handler and the `_Fork` wrapper make a child forget the region). A mark left by a signal
+//! handler's `siglongjmp` stays until the thread's next interposed call. Other libc functions that block (`accept`, `connect`,
 //! `sem_wait`, `flock`, ...) are not features. Calls that libc makes internally without going
 //! through its own symbol table (`fclose` flushing, `system`'s fork) are counted by the outer
 //! call if it is interposed, and not at all otherwise. Only x86-64 Linux (glibc): elsewhere this
