@@ -30,9 +30,8 @@
 //! # How
 //! Each interposed function is an exported naked trampoline that puts its stack pointer at entry
 //! (where the caller's return address is: a `Caller`) in the next free argument register and
-//! jumps to the implementation (functions with six
-//! arguments, and `syscall`, make a real call instead; the variadic printf family builds a
-//! `va_list` and calls the `v` form). The implementation pushes the mark, calls the real function
+//! jumps to the implementation (functions with six arguments, and `syscall`, make a real call
+//! instead; the variadic printf family builds a `va_list` and calls the `v` form). The implementation pushes the mark, calls the real function
 //! found with `dlsym(RTLD_NEXT, ...)` (so other interposers, such as a malloc replacement, keep
 //! working), and pops the mark, also when the call unwinds (`pthread_cancel`, `pthread_exit`,
 //! C++ exceptions: the implementations are `C-unwind`).
