@@ -197,11 +197,14 @@ core::arch::global_asm!(
 /// `name` that marks `feature` around the real function (see the module's documentation).
 ///
 /// The frame, from the entry stack pointer E (where the caller's return address is): the token
-/// at E-24..E; while `enter` runs, the seven saved argument registers (with `rax`, the vector
-/// count of a variadic call) and a word of padding below it (calls need rsp 16-aligned: it is
-/// E-96 at `enter`'s call, E-24 at the real function's, E-40 at `leave`'s). Labels: 22 the start, 23..24 the real call (the landing
-/// pad's range), 25 the landing pad, 26 marked, 27 the call form, 28 the jump form's return,
-/// 30..31 the LSDA's call-site table.
+/// at E-24..E; while `enter` runs, the six argument registers and `rax` (the vector count of a
+/// variadic call) saved below it, and a word of padding (calls need rsp 16-aligned: it is E-88
+/// before `enter`'s call, E-24 before the real function's, E-40 before `leave`'s). Labels: 22
+/// the start, 23..24 the real call (the landing pad's range), 25 the landing pad, 26 marked, 27
+/// the call form, 28 the jump form's return, 30..31 the LSDA's call-site table.
+///
+/// Only for functions whose arguments are all in registers and whose result is in `rax`
+/// (`leave` may change `rdx` and the vector registers).
 macro_rules! interpose_syscall {
     ($($feature:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
         #[allow(non_snake_case)]
