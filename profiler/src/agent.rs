@@ -90,12 +90,8 @@ fn absolute(path: PathBuf) -> PathBuf {
     std::path::absolute(&path).unwrap_or(path)
 }
 
-/// The value of `LD_PRELOAD` for the program: the environment's own, with `library` appended.
-pub fn ld_preload(library: &Path) -> OsString {
-    compose(std::env::var_os("LD_PRELOAD"), library)
-}
-
-fn compose(existing: Option<OsString>, library: &Path) -> OsString {
+/// The value of `LD_PRELOAD` for the program: the user's own (`existing`), with `library` appended.
+pub fn ld_preload(existing: Option<OsString>, library: &Path) -> OsString {
     match existing {
         Some(existing) if !existing.is_empty() => {
             let mut value = existing;
@@ -155,10 +151,13 @@ mod tests {
     #[test]
     fn ld_preload_keeps_what_the_user_set() {
         let library = Path::new("/x/libfsprof_agent.so");
-        assert_eq!(compose(None, library), "/x/libfsprof_agent.so");
-        assert_eq!(compose(Some("".into()), library), "/x/libfsprof_agent.so");
+        assert_eq!(ld_preload(None, library), "/x/libfsprof_agent.so");
         assert_eq!(
-            compose(Some("/lib/a.so".into()), library),
+            ld_preload(Some("".into()), library),
+            "/x/libfsprof_agent.so"
+        );
+        assert_eq!(
+            ld_preload(Some("/lib/a.so".into()), library),
             "/lib/a.so:/x/libfsprof_agent.so"
         );
     }

@@ -5,7 +5,7 @@
 //! [`target`] into a [`profile`]; the [`analysis`] computes costs per feature and instance; the
 //! [`render`]ers print them, fold the stacks and draw flamegraphs. [`session`] wires this into
 //! the `run` and `attach` commands; [`agent`] finds the library `run` preloads for the built-in
-//! features.
+//! features; [`privilege`] keeps a capable copy of fsprof to what its user may do.
 
 pub mod agent;
 pub mod analysis;
@@ -15,6 +15,7 @@ pub mod modules;
 pub mod names;
 pub mod native;
 pub mod perf;
+pub mod privilege;
 pub mod profile;
 pub mod region;
 pub mod remote;

@@ -16,7 +16,7 @@
 //! Symbolization itself is not done here.
 
 use crate::modules::{self, Mapping, Module};
-use crate::perf::{PerfSampler, SLOTS};
+use crate::perf::{PerfSampler, WatchError, SLOTS};
 use crate::profile::RawNativeStack;
 use crate::remote::Remote;
 use crate::target;
@@ -112,6 +112,9 @@ impl NativeSampler {
             Some(Err(why)) => (None, Some(why)),
             None => (None, None),
         };
+        if perf.is_none() {
+            crate::privilege::drop_all(); // nothing else needs it
+        }
         let mut sampler = NativeSampler {
             pid,
             tracer: Tracer::new(pid),
@@ -254,9 +257,20 @@ impl NativeSampler {
     pub fn perf_samples(&mut self, tid: u32, slots: [u64; SLOTS]) -> Option<Vec<PerfTaken>> {
         // Out of `self` while its samples, which borrow its rings, are unwound.
         let mut perf = self.perf.take()?;
-        if perf.watch(tid, slots).is_err() {
-            self.perf = Some(perf);
-            return None;
+        match perf.watch(tid, slots) {
+            Ok(()) => {}
+            Err(WatchError::Refused(_)) => {
+                self.perf = Some(perf);
+                return None;
+            }
+            Err(WatchError::Foreign { tid, why }) => {
+                crate::privilege::drop_all();
+                // Dropped whole, unread: see `WatchError::Foreign`.
+                self.perf_refused = Some(format!(
+                    "perf sampling was stopped when thread {tid} turned out not to be one this fsprof's user may trace ({why})"
+                ));
+                return None;
+            }
         }
         let mut taken = Vec::new();
         perf.take(tid, |sample| {

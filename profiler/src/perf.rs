@@ -130,6 +130,10 @@ impl PerfSampler {
     /// sample every `period_ns` of a thread's CPU time. The error says what the kernel refused
     /// and what to do.
     pub fn new(period_ns: u64) -> Result<PerfSampler, String> {
+        crate::privilege::with_perf(|| PerfSampler::create(period_ns))
+    }
+
+    fn create(period_ns: u64) -> Result<PerfSampler, String> {
         if !cfg!(target_arch = "x86_64") {
             return Err("the perf backend is x86-64 only".to_owned());
         }
@@ -194,7 +198,7 @@ impl PerfSampler {
 
     /// Makes sure `tid` is being sampled, copying the slots at `addresses` (0 for none) with
     /// each sample from now on. Fails if the thread cannot be sampled this way.
-    pub fn watch(&mut self, tid: u32, addresses: [u64; SLOTS]) -> Result<(), Errno> {
+    pub fn watch(&mut self, tid: u32, addresses: [u64; SLOTS]) -> Result<(), WatchError> {
         if !self.threads.contains_key(&tid) {
             let thread = self.open(tid)?;
             self.threads.insert(tid, thread);
@@ -251,7 +255,24 @@ impl PerfSampler {
         }
     }
 
-    fn open(&mut self, tid: u32) -> Result<Thread, Errno> {
+    /// Opens `tid`'s event, ring and program. `CAP_PERFMON`, when fsprof holds it, lets
+    /// `perf_event_open` pass over the kernel's check that fsprof's user may trace the thread:
+    /// the thread is checked before, and again once its event exists (its credentials may have
+    /// changed in between, by a setuid `exec`, which removes the events it had but not one
+    /// opened after).
+    fn open(&mut self, tid: u32) -> Result<Thread, WatchError> {
+        crate::privilege::may_trace(tid).map_err(|why| WatchError::Foreign { tid, why })?;
+        let thread = crate::privilege::with_perf(|| self.open_unchecked(tid))
+            .map_err(WatchError::Refused)?;
+        if let Err(why) = crate::privilege::may_trace(tid) {
+            self.waiting[thread.index as usize].clear();
+            self.free.push(thread.index);
+            return Err(WatchError::Foreign { tid, why });
+        }
+        Ok(thread)
+    }
+
+    fn open_unchecked(&mut self, tid: u32) -> Result<Thread, Errno> {
         let index = self.free.pop().ok_or(Errno::EMFILE)?;
         self.waiting[index as usize].clear();
         let pages = if self.threads.len() >= LARGE_RINGS {
@@ -285,6 +306,22 @@ impl PerfSampler {
         }
         opened
     }
+}
+
+/// Why a thread cannot be sampled with perf.
+#[derive(Debug)]
+pub enum WatchError {
+    /// The kernel refused (the thread is gone, too many open files, ...): sample it another way.
+    Refused(Errno),
+    /// fsprof holds privilege its user lacks, and the thread is not one that user could trace
+    /// (it turned into another user's, by a setuid `exec` say). The perf sampler must be dropped
+    /// whole: slot copies already in its shared ring may have come from that thread.
+    Foreign {
+        /// The thread.
+        tid: u32,
+        /// Which rule it breaks.
+        why: String,
+    },
 }
 
 /// Moves the shared ring's copies to their threads' queues (bounded: a queue longer than its

@@ -72,7 +72,10 @@ impl Scanner {
             .name("fsprof-scanner".to_owned())
             .spawn({
                 let shared = Arc::clone(&shared);
-                move || scan_until_stopped(pid, &shared)
+                move || {
+                    crate::privilege::drop_all(); // this thread reads /proc only
+                    scan_until_stopped(pid, &shared)
+                }
             })
             .ok();
         Scanner { shared, thread }

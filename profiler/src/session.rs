@@ -52,6 +52,13 @@ pub struct RecordOptions {
     pub agent: bool,
 }
 
+impl RecordOptions {
+    /// Whether the perf backend may be used (native stacks, and not `--backend ptrace`).
+    pub fn may_use_perf(&self) -> bool {
+        self.native && self.backend != Backend::Ptrace
+    }
+}
+
 /// `fsprof run`: launches `program` with its stdio untouched, records until it exits, writes the
 /// profile, and returns the program's exit code (128 + signal if a signal killed it).
 pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
@@ -106,6 +113,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     if status.is_none() {
         status = sampler.exit_status(); // collected while detaching
     }
+    crate::privilege::drop_all(); // no kernel object is made after recording
     if matches!(end, End::TargetExited(_)) && status.is_none() {
         // The sampler saw it go; collect its status (if our parent ignores SIGCHLD there is none).
         status = child.wait().ok();
@@ -172,6 +180,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         }
         None
     });
+    crate::privilege::drop_all(); // no kernel object is made after recording
     let meta = meta("attach", command, pid, options, &end);
     write_outputs(&dir, sampler.finish(meta))
 }
@@ -186,6 +195,9 @@ fn check_attachable(pid: u32) -> Result<()> {
     }
     if pid == std::process::id() {
         bail!("fsprof cannot profile itself");
+    }
+    if let Err(why) = crate::privilege::may_trace(pid) {
+        bail!("{}", crate::privilege::refusal(pid, &why));
     }
     let address = match target::some_readable_address(pid) {
         Ok(Some(address)) => address,
@@ -214,9 +226,23 @@ fn check_attachable(pid: u32) -> Result<()> {
 fn spawn(name: &OsString, args: &[OsString], preload: Option<&Path>) -> Result<Child> {
     let mut command = Command::new(name);
     command.args(args);
+    // A capable fsprof runs in the C library's secure mode, which removed variables such as
+    // LD_LIBRARY_PATH and TMPDIR from its environment; the program runs as the user, without
+    // privilege, and gets the user's environment back.
+    let user_environment = crate::privilege::user_environment();
+    let user_preload = match &user_environment {
+        Some(environment) => {
+            command.env_clear().envs(environment.iter().cloned());
+            environment
+                .iter()
+                .find(|(key, _)| key == "LD_PRELOAD")
+                .map(|(_, value)| value.clone())
+        }
+        None => std::env::var_os("LD_PRELOAD"),
+    };
     match preload {
         Some(library) => {
-            command.env("LD_PRELOAD", agent::ld_preload(library));
+            command.env("LD_PRELOAD", agent::ld_preload(user_preload, library));
         }
         // A program that links the agent (for its C ABI) must not mark built-in features either.
         None => {

@@ -8,7 +8,7 @@
 use fsprof_shim::abi;
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 
 /// The `/proc` directory of a process.
@@ -312,6 +312,13 @@ pub fn permission_advice(pid: u32) -> String {
         return format!(
             "the process belongs to another user (uid {uid}, you are uid {our_uid}); run fsprof as that user or with sudo"
         );
+    }
+    // The files of a process that is not dumpable belong to root, whoever it runs as.
+    let status_owner = fs::metadata(proc_dir(pid).join("status")).map(|m| m.uid());
+    if target_uid == Some(our_uid) && status_owner.is_ok_and(|owner| owner != our_uid) {
+        return "the process is not dumpable (it called prctl(PR_SET_DUMPABLE, 0), or runs a setuid or \
+            file-capability program), so only root may read it: run fsprof with sudo"
+            .to_owned();
     }
     let scope = fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .ok()

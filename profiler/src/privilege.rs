@@ -1,0 +1,340 @@
+//! What fsprof may do beyond the rights of the user who ran it, and the discipline for using it.
+//!
+//! A copy of fsprof can hold more privilege than its user: file capabilities (`setcap`), a setuid
+//! or setgid bit, or ambient capabilities. Such a copy must not become a way for that user to read
+//! what they could not read themselves (the confused deputy: `CAP_SYS_PTRACE` would open every
+//! process's memory, `CAP_PERFMON` passes over the kernel's ptrace check in `perf_event_open`).
+//! So, first thing in `main` and before any thread exists, [`settle`] turns any such privilege
+//! into one shape: the real user's uids and gids throughout, at most `CAP_PERFMON` and `CAP_BPF`
+//! left in the permitted set (only when the perf backend may be used), none effective,
+//! inheritable or ambient. From then on:
+//! * everything fsprof does to a target (reading its memory and `/proc` files, ptrace) is done
+//!   with the real user's rights, and the kernel checks them at every call (so a target that
+//!   turns into another user's by a setuid `exec` is refused from then on);
+//! * files are created as the real user;
+//! * a program `fsprof run` starts gets the real user's credentials and no capability;
+//! * the two capabilities are raised on the calling thread only, around the system calls that
+//!   need them ([`with_perf`]: BPF maps and programs, perf events and their rings); because
+//!   `CAP_PERFMON` lets a perf event be opened on any thread, the thread is checked with
+//!   [`may_trace`] before and after its event exists;
+//! * [`drop_all`] gives them up when recording ends.
+//!
+//! Root run by root, and a user run without privilege, are left as they are: the kernel's own
+//! checks are the whole story for them.
+//!
+//! Not here: choosing a backend (the sampler), advice for a read the kernel refused
+//! (`target.rs`).
+
+use caps::{CapSet, Capability, CapsHashSet};
+use nix::unistd::{Gid, Uid};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::MetadataExt;
+use std::sync::OnceLock;
+
+/// The capabilities the perf backend needs, and the only ones ever kept.
+const PERF_CAPS: [Capability; 2] = [Capability::CAP_PERFMON, Capability::CAP_BPF];
+
+/// Where fsprof stands once [`settle`] has run.
+#[derive(Debug)]
+enum Standing {
+    /// Root run by root, or a user without privilege: nothing is checked beyond the kernel.
+    Plain,
+    /// fsprof held privilege its user lacks; it now runs as that user, keeping `kept` in its
+    /// permitted set (possibly nothing).
+    Elevated {
+        uid: u32,
+        gid: u32,
+        /// What fsprof held when it started, for messages (`cap_sys_ptrace`, `setuid root`, ...).
+        held: String,
+        kept: CapsHashSet,
+    },
+}
+
+static STANDING: OnceLock<Standing> = OnceLock::new();
+
+fn standing() -> &'static Standing {
+    STANDING.get_or_init(|| Standing::Plain)
+}
+
+/// Turns any privilege fsprof holds beyond its real user's into the shape the module header
+/// describes, keeping `CAP_PERFMON` and `CAP_BPF` (if held) only when `perf_wanted`. Must run
+/// before any thread is started (capabilities are per thread). Fails only if the kernel refuses
+/// to lower a privilege, in which case fsprof must not go on.
+pub fn settle(perf_wanted: bool) -> anyhow::Result<()> {
+    let uids = nix::unistd::getresuid()?;
+    let gids = nix::unistd::getresgid()?;
+    let permitted = caps::read(None, CapSet::Permitted).unwrap_or_default();
+    let ambient = caps::read(None, CapSet::Ambient).unwrap_or_default();
+    let (uid, gid) = (uids.real.as_raw(), gids.real.as_raw());
+    let setuid = uids.effective != uids.real || uids.saved != uids.real;
+    let setgid = gids.effective != gids.real || gids.saved != gids.real;
+    if uid == 0 || (!setuid && !setgid && permitted.is_empty()) {
+        let _ = STANDING.set(Standing::Plain);
+        return Ok(());
+    }
+    let held = describe_held(&uids, setgid, &permitted, &ambient);
+    user_environment(); // while /proc/self/environ is still readable
+    let kept: CapsHashSet = if perf_wanted {
+        PERF_CAPS
+            .into_iter()
+            .filter(|cap| permitted.contains(cap))
+            .collect()
+    } else {
+        CapsHashSet::new()
+    };
+    lower(uid, gid, setuid, setgid, &kept).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot give up the privilege it was started with ({held}): {e}; refusing to go on"
+        )
+    })?;
+    let _ = STANDING.set(Standing::Elevated {
+        uid,
+        gid,
+        held,
+        kept,
+    });
+    Ok(())
+}
+
+/// Becomes the real user for good and narrows the capability sets to `kept` (permitted only).
+fn lower(uid: u32, gid: u32, setuid: bool, setgid: bool, kept: &CapsHashSet) -> Result<(), String> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
+    if setgid {
+        let gid = Gid::from_raw(gid);
+        nix::unistd::setresgid(gid, gid, gid).map_err(|e| fail("setresgid", &e))?;
+    }
+    if setuid {
+        // Keep the permitted set across the change of uid (a setuid-root fsprof holds all
+        // capabilities as root; the ones it keeps must survive becoming the user).
+        set_keep_caps(true);
+        let uid = Uid::from_raw(uid);
+        let changed = nix::unistd::setresuid(uid, uid, uid).map_err(|e| fail("setresuid", &e));
+        set_keep_caps(false);
+        changed?;
+    }
+    caps::clear(None, CapSet::Effective).map_err(|e| fail("clearing the effective set", &e))?;
+    let permitted = caps::read(None, CapSet::Permitted).map_err(|e| fail("capget", &e))?;
+    let kept: CapsHashSet = kept.intersection(&permitted).copied().collect();
+    caps::set(None, CapSet::Permitted, &kept)
+        .map_err(|e| fail("narrowing the permitted set", &e))?;
+    caps::clear(None, CapSet::Inheritable).map_err(|e| fail("clearing the inheritable set", &e))?;
+    caps::clear(None, CapSet::Ambient).map_err(|e| fail("clearing the ambient set", &e))?;
+    let uids = nix::unistd::getresuid().map_err(|e| fail("getresuid", &e))?;
+    if [uids.real, uids.effective, uids.saved] != [Uid::from_raw(uid); 3] {
+        return Err("the uids did not change".to_owned());
+    }
+    Ok(())
+}
+
+fn set_keep_caps(keep: bool) {
+    // SAFETY: PR_SET_KEEPCAPS takes one integer argument.
+    unsafe { nix::libc::prctl(nix::libc::PR_SET_KEEPCAPS, u64::from(keep), 0, 0, 0) };
+}
+
+fn describe_held(
+    uids: &nix::unistd::ResUid,
+    setgid: bool,
+    permitted: &CapsHashSet,
+    ambient: &CapsHashSet,
+) -> String {
+    let mut held = Vec::new();
+    if uids.effective != uids.real {
+        held.push(if uids.effective.is_root() {
+            "setuid root".to_owned()
+        } else {
+            format!("setuid uid {}", uids.effective)
+        });
+    }
+    if setgid {
+        held.push("setgid".to_owned());
+    }
+    if !permitted.is_empty() && !uids.effective.is_root() {
+        let mut names: Vec<String> = permitted
+            .iter()
+            .map(|c| c.to_string().to_lowercase())
+            .collect();
+        names.sort();
+        let kind = if ambient.is_empty() { "" } else { "ambient " };
+        held.push(format!("{kind}capabilities {}", names.join(",")));
+    }
+    held.join(", ")
+}
+
+/// Whether fsprof started with privilege its user lacks (see the module header).
+pub fn elevated() -> bool {
+    matches!(standing(), Standing::Elevated { .. })
+}
+
+/// Runs `f` with `CAP_PERFMON` and `CAP_BPF` effective on the calling thread, if they were kept,
+/// and lowers them again. For the perf backend's system calls only.
+pub fn with_perf<T>(f: impl FnOnce() -> T) -> T {
+    let Standing::Elevated { kept, .. } = standing() else {
+        return f();
+    };
+    if kept.is_empty() {
+        return f();
+    }
+    let _ = caps::set(None, CapSet::Effective, kept);
+    let result = f();
+    let lowered = caps::clear(None, CapSet::Effective);
+    debug_assert!(lowered.is_ok(), "lowering the effective set cannot fail");
+    result
+}
+
+/// Gives up every capability of the calling thread (the recording is over).
+pub fn drop_all() {
+    if let Standing::Elevated { kept, .. } = standing() {
+        if !kept.is_empty() {
+            let _ = caps::clear(None, CapSet::Effective);
+            let _ = caps::clear(None, CapSet::Permitted);
+        }
+    }
+}
+
+/// Whether the real user could trace thread `tid` without fsprof's privilege: it runs as that
+/// user (real, effective and saved uids and gids), holds no capability, and is dumpable (its
+/// `/proc` files belong to that user). Always `Ok` unless fsprof is [`elevated`]. The error says
+/// which rule the thread breaks. (Yama's rule is left to the kernel: fsprof reads and traces with
+/// the user's rights, so the kernel applies it at every call.)
+pub fn may_trace(tid: u32) -> Result<(), String> {
+    let Standing::Elevated { uid, gid, .. } = standing() else {
+        return Ok(());
+    };
+    let path = format!("/proc/{tid}/status");
+    let gone = |e: std::io::Error| format!("cannot read {path} ({e}): has the process exited?");
+    let status = std::fs::read_to_string(&path).map_err(gone)?;
+    let owner = std::fs::metadata(&path).map_err(gone)?.uid();
+    check_status(&status, owner, *uid, *gid)
+}
+
+/// [`may_trace`]'s rules applied to a `/proc/TID/status` text and the owner of that file.
+fn check_status(status: &str, owner: u32, uid: u32, gid: u32) -> Result<(), String> {
+    let ids = |key: &str| -> Option<[u32; 3]> {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        let mut fields = line[key.len()..]
+            .split_ascii_whitespace()
+            .map(|f| f.parse().ok());
+        Some([fields.next()??, fields.next()??, fields.next()??])
+    };
+    let unreadable = || "its /proc status cannot be parsed".to_owned();
+    let [real, effective, saved] = ids("Uid:").ok_or_else(unreadable)?;
+    if [real, effective, saved] != [uid; 3] {
+        return Err(format!(
+            "it runs as another user (uids: real {real}, effective {effective}, saved {saved}; you are uid {uid})"
+        ));
+    }
+    let [real, effective, saved] = ids("Gid:").ok_or_else(unreadable)?;
+    if [real, effective, saved] != [gid; 3] {
+        return Err(format!(
+            "it runs with another group (gids: real {real}, effective {effective}, saved {saved}; yours is {gid})"
+        ));
+    }
+    let permitted = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapPrm:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .ok_or_else(unreadable)?;
+    if permitted != 0 {
+        return Err(format!(
+            "it holds capabilities (CapPrm {permitted:016x}), which you do not"
+        ));
+    }
+    if owner != uid {
+        return Err(
+            "it is not dumpable (it made itself so, or it runs a setuid or file-capability program), so its owner may not trace it either"
+                .to_owned(),
+        );
+    }
+    Ok(())
+}
+
+/// The refusal for a target the real user could not trace: why, and what can be done.
+pub fn refusal(pid: u32, why: &str) -> String {
+    let held = match standing() {
+        Standing::Elevated { held, .. } => held.as_str(),
+        Standing::Plain => "no privilege",
+    };
+    format!(
+        "refusing to profile process {pid}: {why}. This fsprof was started with privilege its user lacks ({held}), \
+         so it profiles only processes that user could trace without it. Profile the process as its own user, \
+         or as root (sudo fsprof attach {pid})"
+    )
+}
+
+/// The environment fsprof was started with, when the C library removed variables from it because
+/// fsprof runs with privilege (`AT_SECURE`: `LD_PRELOAD`, `LD_LIBRARY_PATH`, `TMPDIR`, ...). A
+/// program `run` starts runs as the real user, without privilege, and gets that user's whole
+/// environment back. `None` when nothing was removed.
+pub fn user_environment() -> Option<Vec<(OsString, OsString)>> {
+    USER_ENVIRONMENT.get_or_init(read_user_environment).clone()
+}
+
+static USER_ENVIRONMENT: OnceLock<Option<Vec<(OsString, OsString)>>> = OnceLock::new();
+
+/// Reads `/proc/self/environ` (the environment as `execve` gave it). [`settle`] reads it before
+/// becoming the user: a setuid fsprof is not dumpable afterwards, and the file is then root's.
+fn read_user_environment() -> Option<Vec<(OsString, OsString)>> {
+    // SAFETY: getauxval has no preconditions.
+    if unsafe { nix::libc::getauxval(nix::libc::AT_SECURE) } == 0 {
+        return None;
+    }
+    let raw = std::fs::read("/proc/self/environ").ok()?;
+    Some(
+        raw.split(|b| *b == 0)
+            .filter_map(|entry| {
+                let at = entry.iter().position(|b| *b == b'=')?;
+                (at > 0).then(|| {
+                    (
+                        OsString::from_vec(entry[..at].to_vec()),
+                        OsString::from_vec(entry[at + 1..].to_vec()),
+                    )
+                })
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUS: &str = "Name:\tx\nUid:\t1000\t1000\t1000\t1000\nGid:\t100\t100\t100\t100\nCapPrm:\t0000000000000000\n";
+
+    #[test]
+    fn a_thread_of_the_user_passes() {
+        assert_eq!(check_status(STATUS, 1000, 1000, 100), Ok(()));
+    }
+
+    #[test]
+    fn each_rule_is_named_when_broken() {
+        let root = STATUS.replace("Uid:\t1000\t1000\t1000", "Uid:\t1000\t0\t1000");
+        assert!(check_status(&root, 1000, 1000, 100)
+            .unwrap_err()
+            .contains("another user"));
+        let saved = STATUS.replace("Uid:\t1000\t1000\t1000", "Uid:\t1000\t1000\t0");
+        assert!(check_status(&saved, 1000, 1000, 100)
+            .unwrap_err()
+            .contains("saved 0"));
+        let group = STATUS.replace("Gid:\t100\t100\t100", "Gid:\t100\t42\t100");
+        assert!(check_status(&group, 1000, 1000, 100)
+            .unwrap_err()
+            .contains("another group"));
+        let capable = STATUS.replace("CapPrm:\t0000000000000000", "CapPrm:\t0000000000002000");
+        assert!(check_status(&capable, 1000, 1000, 100)
+            .unwrap_err()
+            .contains("capabilities"));
+        assert!(check_status(STATUS, 0, 1000, 100)
+            .unwrap_err()
+            .contains("not dumpable"));
+        assert!(check_status("Name:\tx\n", 1000, 1000, 100).is_err());
+    }
+
+    #[test]
+    fn plain_standing_checks_nothing() {
+        // The unit tests never settle: fsprof's standing is plain, and every thread passes.
+        assert!(!elevated());
+        assert_eq!(may_trace(u32::MAX), Ok(()));
+        assert_eq!(with_perf(|| 7), 7);
+    }
+}

@@ -1,0 +1,464 @@
+//! A copy of fsprof that holds privilege its user lacks (file capabilities, a setuid-root bit,
+//! ambient capabilities) profiles only what that user could trace without it, passes nothing to
+//! the programs it runs, and writes its files as that user.
+//!
+//! Each test makes the copies as root and runs them as a user made up for it (`setpriv`, a uid
+//! that belongs to no one). They need root; run as another user they say so and do nothing.
+
+mod support;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+use support::*;
+
+/// The made-up user: no passwd entry is needed for `setpriv --reuid`.
+const USER: u32 = 54_321;
+
+/// How a copy of fsprof gets its privilege.
+#[derive(Clone, Copy, Debug)]
+enum Privilege {
+    /// `setcap cap_perfmon,cap_bpf,cap_sys_ptrace+ep`: what the README once recommended.
+    FileCaps,
+    /// Owned by root, mode 4755.
+    SetuidRoot,
+    /// A plain copy, run by a user whose ambient set holds `CAP_SYS_PTRACE`.
+    Ambient,
+}
+
+const ALL: [Privilege; 3] = [
+    Privilege::FileCaps,
+    Privilege::SetuidRoot,
+    Privilege::Ambient,
+];
+
+/// A directory anyone may enter, holding the copies, the agent and the target program, and a
+/// working directory that belongs to [`USER`].
+struct House {
+    dir: tempfile::TempDir,
+}
+
+impl House {
+    /// `None` (with a message) unless the tests run as root.
+    fn new() -> Option<House> {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: these tests make privileged copies of fsprof, which needs root");
+            return None;
+        }
+        let dir = tempdir();
+        let open = |path: &Path| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap()
+        };
+        open(dir.path());
+        let house = House { dir };
+        for (from, name) in [
+            (fsprof(), "fsprof-plain"),
+            (native::agent_library(), "libfsprof_agent.so"),
+            (PathBuf::from(target()), "fsprof-target"),
+        ] {
+            std::fs::copy(from, house.path(name)).unwrap();
+            open(&house.path(name));
+        }
+        std::fs::copy(fsprof(), house.path("fsprof-caps")).unwrap();
+        let setcap = Command::new("setcap")
+            .arg("cap_perfmon,cap_bpf,cap_sys_ptrace+ep")
+            .arg(house.path("fsprof-caps"))
+            .output()
+            .expect("setcap (libcap2-bin) is needed for this test");
+        assert!(setcap.status.success(), "setcap: {setcap:?}");
+        std::fs::copy(fsprof(), house.path("fsprof-setuid")).unwrap();
+        std::fs::set_permissions(
+            house.path("fsprof-setuid"),
+            std::fs::Permissions::from_mode(0o4755),
+        )
+        .unwrap();
+        let work = house.path("work");
+        std::fs::create_dir(&work).unwrap();
+        std::os::unix::fs::chown(&work, Some(USER), Some(USER)).unwrap();
+        Some(house)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A path in the user's working directory.
+    fn work(&self, name: &str) -> PathBuf {
+        self.path("work").join(name)
+    }
+
+    /// The copy of fsprof that has `privilege`.
+    fn copy(&self, privilege: Privilege) -> PathBuf {
+        self.path(match privilege {
+            Privilege::FileCaps => "fsprof-caps",
+            Privilege::SetuidRoot => "fsprof-setuid",
+            Privilege::Ambient => "fsprof-plain",
+        })
+    }
+
+    /// A command that runs `program` as [`USER`], in the working directory; with
+    /// [`Privilege::Ambient`], the user's ambient set holds `CAP_SYS_PTRACE`.
+    fn as_user(&self, program: &Path, privilege: Option<Privilege>) -> Command {
+        let mut command = Command::new("setpriv");
+        command.args([
+            format!("--reuid={USER}"),
+            format!("--regid={USER}"),
+            "--clear-groups".to_owned(),
+        ]);
+        if let Some(Privilege::Ambient) = privilege {
+            command.args(["--inh-caps=+sys_ptrace", "--ambient-caps=+sys_ptrace"]);
+        }
+        command
+            .arg(program)
+            .current_dir(self.work(""))
+            .env("FSPROF_AGENT", self.path("libfsprof_agent.so"));
+        command
+    }
+
+    /// `fsprof ARGS...` as [`USER`], through the copy that has `privilege`.
+    fn fsprof(&self, privilege: Privilege, args: &[&str]) -> Output {
+        let mut fsprof = Guarded(
+            self.as_user(&self.copy(privilege), Some(privilege))
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("setpriv (util-linux) is needed for this test"),
+        );
+        let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(30));
+        let mut stdout = Vec::new();
+        if let Some(mut pipe) = fsprof.0.stdout.take() {
+            std::io::Read::read_to_end(&mut pipe, &mut stdout).unwrap();
+        }
+        Output {
+            status,
+            stdout,
+            stderr: stderr.into_bytes(),
+        }
+    }
+
+    /// The target program, `mixed` for `secs`, started by `start` (as root or as the user), once
+    /// it marks.
+    fn start_target(&self, mut start: Command, secs: f64) -> Guarded {
+        let ready = self.work("ready");
+        let _ = std::fs::remove_file(&ready);
+        let child = start
+            .args(["mixed", &secs.to_string(), "--truth"])
+            .arg(self.work("truth.json"))
+            .arg("--ready")
+            .arg(&ready)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let target = Guarded(child);
+        wait_for_file(&ready, Duration::from_secs(10));
+        target
+    }
+}
+
+/// The `status` of every thread of `pid`.
+fn task_statuses(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok())
+        .collect()
+}
+
+/// A hexadecimal field of a `status` text (a capability set).
+fn hex(status: &str, key: &str) -> u64 {
+    let field = status.lines().find_map(|l| l.strip_prefix(key)).unwrap();
+    u64::from_str_radix(field.trim(), 16).unwrap()
+}
+
+/// Whether `pid` holds a perf event open.
+fn has_perf_event(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .any(|link| link.to_string_lossy().contains("perf_event"))
+    })
+}
+
+/// Calls `probe` every 10 ms until it gives something, for at most `limit`.
+fn poll_until<T>(limit: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(found) = probe() {
+            return Some(found);
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn owner(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().uid()
+}
+
+#[test]
+fn capable_copies_run_by_a_user_refuse_a_root_process() {
+    let _serial = serial();
+    let Some(house) = House::new() else { return };
+    // The target runs as root: a child of this test.
+    let target = house.start_target(Command::new(house.path("fsprof-target")), 10.0);
+    let pid = target.pid().to_string();
+    for privilege in ALL {
+        let out = house.work(&format!("{privilege:?}"));
+        let output = house.fsprof(
+            privilege,
+            &[
+                "attach",
+                &pid,
+                "--duration",
+                "1",
+                "-o",
+                out.to_str().unwrap(),
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success(),
+            "{privilege:?}: attached: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("refusing to profile process {pid}"))
+                && stderr.contains("another user")
+                && stderr.contains("real 0, effective 0, saved 0"),
+            "{privilege:?}: {stderr}"
+        );
+        assert!(
+            !out.join("profile.json").exists(),
+            "{privilege:?}: a profile was written"
+        );
+    }
+}
+
+#[test]
+fn capable_copies_refuse_their_users_own_process_that_is_not_dumpable() {
+    let _serial = serial();
+    let Some(house) = House::new() else { return };
+    let program = native::build_c_program(house.dir.path(), "undumpable");
+    let ready = house.work("ready");
+    let target = Guarded(
+        house
+            .as_user(&program, None)
+            .args(["10"])
+            .arg(&ready)
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_file(&ready, Duration::from_secs(10));
+    let pid = target.pid().to_string();
+    for privilege in ALL {
+        let out = house.work(&format!("{privilege:?}"));
+        let output = house.fsprof(
+            privilege,
+            &[
+                "attach",
+                &pid,
+                "--duration",
+                "1",
+                "-o",
+                out.to_str().unwrap(),
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success(),
+            "{privilege:?}: attached: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("refusing to profile process {pid}"))
+                && stderr.contains("not dumpable"),
+            "{privilege:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn capable_copies_profile_their_users_own_process_with_perf() {
+    let _serial = serial();
+    let Some(house) = House::new() else { return };
+    for privilege in [Privilege::FileCaps, Privilege::SetuidRoot] {
+        let start = house.as_user(&house.path("fsprof-target"), None);
+        let mut target = house.start_target(start, 4.0);
+        let out = house.work(&format!("{privilege:?}"));
+        let output = house.fsprof(
+            privilege,
+            &[
+                "attach",
+                &target.pid().to_string(),
+                "--rate",
+                "1000",
+                "--duration",
+                "2.5",
+                "-o",
+                out.to_str().unwrap(),
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{privilege:?}: {stderr}");
+        assert!(target.wait_with_deadline(Duration::from_secs(20)).success());
+        let report = report_json(&out);
+        assert_eq!(
+            report["meta"]["native_backend"], "perf",
+            "{privilege:?}: {stderr}"
+        );
+        // The mix is stationary: the window's shares match the whole run's truth.
+        assert_shares_match(&report, &truth(&house.work("")));
+        for file in std::fs::read_dir(&out).unwrap() {
+            let file = file.unwrap().path();
+            assert_eq!(
+                owner(&file),
+                USER,
+                "{privilege:?}: {} is not the user's",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn capable_copies_keep_only_what_perf_needs_and_none_of_it_effective() {
+    let _serial = serial();
+    let Some(house) = House::new() else { return };
+    let start = house.as_user(&house.path("fsprof-target"), None);
+    let target = house.start_target(start, 8.0);
+    for (privilege, backend, permitted) in [
+        // CAP_PERFMON and CAP_BPF: bits 38 and 39.
+        (Privilege::FileCaps, "auto", 0xc0_0000_0000u64),
+        (Privilege::SetuidRoot, "auto", 0xc0_0000_0000),
+        (Privilege::FileCaps, "ptrace", 0),
+        (Privilege::Ambient, "auto", 0),
+    ] {
+        let out = house.work(&format!("{privilege:?}-{backend}"));
+        let mut fsprof = Guarded(
+            house
+                .as_user(&house.copy(privilege), Some(privilege))
+                .args(["attach", &target.pid().to_string(), "--duration", "1.5"])
+                .args(["--backend", backend, "-o"])
+                .arg(&out)
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        // Recording: every thread of fsprof, as the kernel sees it, once none holds a capability
+        // effective (they are raised only around the perf backend's system calls) and, with
+        // perf, once the target's event is open.
+        let snapshot = poll_until(Duration::from_secs(10), || {
+            let statuses = task_statuses(fsprof.pid());
+            let quiet = statuses.len() >= 2 && statuses.iter().all(|s| hex(s, "CapEff:") == 0);
+            let perf_open = permitted == 0 || has_perf_event(fsprof.pid());
+            (quiet && perf_open).then_some(statuses)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{privilege:?} {backend}: fsprof kept a capability effective: {:?}",
+                task_statuses(fsprof.pid())
+            )
+        });
+        for status in snapshot {
+            let what = format!("{privilege:?} {backend}: {status}");
+            let uid = status.lines().find_map(|l| l.strip_prefix("Uid:"));
+            assert_eq!(
+                uid.map(str::trim),
+                Some(&*format!("{USER}\t{USER}\t{USER}\t{USER}")),
+                "{what}"
+            );
+            assert_eq!(hex(&status, "CapInh:"), 0, "{what}");
+            assert_eq!(hex(&status, "CapAmb:"), 0, "{what}");
+            // Only the sampling (main) thread keeps them; the others drop them at their start.
+            let main = status.contains(&format!("\nPid:\t{}\n", fsprof.pid()));
+            let expected = if main { permitted } else { 0 };
+            assert_eq!(hex(&status, "CapPrm:"), expected, "{what}");
+        }
+        assert!(fsprof.wait_with_deadline(Duration::from_secs(20)).success());
+    }
+}
+
+#[test]
+fn fsprof_run_passes_no_privilege_and_the_users_environment_to_its_program() {
+    let _serial = serial();
+    let Some(house) = House::new() else { return };
+    // What the program's credentials are, and two variables the C library removes from the
+    // environment of a privileged program.
+    let show = "grep -E '^(Uid|Gid|CapInh|CapPrm|CapEff|CapAmb):' /proc/self/status; \
+                echo \"TMPDIR=$TMPDIR\"; echo \"LD_LIBRARY_PATH=$LD_LIBRARY_PATH\"";
+    for privilege in ALL {
+        let out = house.work(&format!("{privilege:?}"));
+        let output = house
+            .as_user(&house.copy(privilege), Some(privilege))
+            .args(["run", "-o", out.to_str().unwrap(), "--", "sh", "-c", show])
+            .env("TMPDIR", "/tmp/fsprof-user-tmp")
+            .env("LD_LIBRARY_PATH", "/fsprof-user-libs")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{privilege:?}: {stderr}");
+        let field = |key: &str| {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .unwrap_or_else(|| panic!("{privilege:?}: no {key} in {stdout}"))
+                .split_ascii_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            field("Uid:"),
+            vec![USER.to_string(); 4],
+            "{privilege:?}: {stdout}"
+        );
+        assert_eq!(
+            field("Gid:"),
+            vec![USER.to_string(); 4],
+            "{privilege:?}: {stdout}"
+        );
+        for set in ["CapInh:", "CapPrm:", "CapEff:", "CapAmb:"] {
+            assert_eq!(field(set), ["0000000000000000"], "{privilege:?}: {stdout}");
+        }
+        assert!(
+            stdout.contains("TMPDIR=/tmp/fsprof-user-tmp\n"),
+            "{privilege:?}: {stdout}"
+        );
+        assert!(
+            stdout.contains("LD_LIBRARY_PATH=/fsprof-user-libs\n"),
+            "{privilege:?}: {stdout}"
+        );
+    }
+}
+
+#[test]
+fn capable_copies_write_their_files_as_their_user() {
+    let _serial = serial();
+    let Some(house) = House::new() else { return };
+    for privilege in ALL {
+        // A directory fsprof makes, and its files.
+        let out = house.work(&format!("{privilege:?}/new"));
+        let output = house.fsprof(
+            privilege,
+            &["run", "-o", out.to_str().unwrap(), "--", "true"],
+        );
+        assert!(
+            output.status.success(),
+            "{privilege:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let mut files = vec![out.parent().unwrap().to_owned(), out.clone()];
+        files.extend(std::fs::read_dir(&out).unwrap().map(|f| f.unwrap().path()));
+        assert!(files.len() >= 6, "{privilege:?}: {files:?}");
+        for file in files {
+            assert_eq!(
+                owner(&file),
+                USER,
+                "{privilege:?}: {} is not the user's",
+                file.display()
+            );
+        }
+    }
+}
