@@ -264,11 +264,8 @@ impl NativeSampler {
                 return None;
             }
             Err(WatchError::Foreign { tid, why }) => {
-                crate::privilege::drop_all();
                 // Dropped whole, unread: see `WatchError::Foreign`.
-                self.perf_refused = Some(format!(
-                    "perf sampling was stopped when thread {tid} turned out not to be one this fsprof's user may trace ({why})"
-                ));
+                self.stop_perf(tid, why);
                 return None;
             }
         }
@@ -281,8 +278,23 @@ impl NativeSampler {
                 slots: sample.marks_known.then_some(sample.slots),
             });
         });
+        if let Err(why) = crate::privilege::still_traceable(self.pid) {
+            // It ran a program its user may not trace (one with file capabilities): what perf
+            // took may be of that program, and is dropped unused, and perf with it.
+            self.stop_perf(tid, why);
+            return None;
+        }
         self.perf = Some(perf);
         Some(taken)
+    }
+
+    /// Ends perf sampling for good (perf is already out of `self`), because `tid` turned out not
+    /// to be a thread this fsprof's user may trace (see `privilege.rs`).
+    fn stop_perf(&mut self, tid: u32, why: String) {
+        crate::privilege::drop_all();
+        self.perf_refused = Some(format!(
+            "perf sampling was stopped when thread {tid} turned out not to be one this fsprof's user may trace ({why})"
+        ));
     }
 
     /// Whether perf samples `tid` (see [`NativeSampler::perf_samples`]).

@@ -16,7 +16,9 @@
 //! * the two capabilities are raised on the calling thread only, around the system calls that
 //!   need them ([`with_perf`]: BPF maps and programs, perf events and their rings); because
 //!   `CAP_PERFMON` lets a perf event be opened on any thread, the thread is checked with
-//!   [`may_trace`] before and after its event exists;
+//!   [`may_trace`] before and after its event exists, and the process again ([`still_traceable`])
+//!   each time its samples are taken (a process that runs a file-capability program stays
+//!   dumpable and keeps its perf events: the kernel removes them only for setuid programs);
 //! * [`drop_all`] gives them up when recording ends.
 //!
 //! Root run by root, and a user run without privilege, are left as they are: the kernel's own
@@ -195,17 +197,30 @@ pub fn drop_all() {
 /// Whether the real user could trace thread `tid` without fsprof's privilege: it runs as that
 /// user (real, effective and saved uids and gids), holds no capability, and is dumpable (its
 /// `/proc` files belong to that user). Always `Ok` unless fsprof is [`elevated`]. The error says
-/// which rule the thread breaks. (Yama's rule is left to the kernel: fsprof reads and traces with
-/// the user's rights, so the kernel applies it at every call.)
+/// which rule the thread breaks, or that it cannot be read. (Yama's rule is left to the kernel:
+/// fsprof reads and traces with the user's rights, so the kernel applies it at every call.)
 pub fn may_trace(tid: u32) -> Result<(), String> {
+    check(tid).unwrap_or_else(|e| {
+        Err(format!(
+            "cannot read /proc/{tid}/status ({e}): has it exited?"
+        ))
+    })
+}
+
+/// [`may_trace`] for a process fsprof already records: `Ok` also when it is gone (an exited
+/// process runs nothing more).
+pub fn still_traceable(pid: u32) -> Result<(), String> {
+    check(pid).unwrap_or(Ok(()))
+}
+
+fn check(tid: u32) -> std::io::Result<Result<(), String>> {
     let Standing::Elevated { uid, gid, .. } = standing() else {
-        return Ok(());
+        return Ok(Ok(()));
     };
     let path = format!("/proc/{tid}/status");
-    let gone = |e: std::io::Error| format!("cannot read {path} ({e}): has the process exited?");
-    let status = std::fs::read_to_string(&path).map_err(gone)?;
-    let owner = std::fs::metadata(&path).map_err(gone)?.uid();
-    check_status(&status, owner, *uid, *gid)
+    let status = std::fs::read_to_string(&path)?;
+    let owner = std::fs::metadata(&path)?.uid();
+    Ok(check_status(&status, owner, *uid, *gid))
 }
 
 /// [`may_trace`]'s rules applied to a `/proc/TID/status` text and the owner of that file.
@@ -240,7 +255,13 @@ fn check_status(status: &str, owner: u32, uid: u32, gid: u32) -> Result<(), Stri
             "it holds capabilities (CapPrm {permitted:016x}), which you do not"
         ));
     }
-    if owner != uid {
+    // An exited thread (a zombie leader whose other threads run on) has no memory left, and
+    // its files are root's whatever it was.
+    let exited = status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .is_some_and(|state| matches!(state.trim().chars().next(), Some('Z' | 'X')));
+    if owner != uid && !exited {
         return Err(
             "it is not dumpable (it made itself so, or it runs a setuid or file-capability program), so its owner may not trace it either"
                 .to_owned(),
@@ -328,6 +349,8 @@ mod tests {
             .unwrap_err()
             .contains("not dumpable"));
         assert!(check_status("Name:\tx\n", 1000, 1000, 100).is_err());
+        let zombie = format!("State:\tZ (zombie)\n{STATUS}");
+        assert_eq!(check_status(&zombie, 0, 1000, 100), Ok(()));
     }
 
     #[test]
