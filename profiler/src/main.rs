@@ -6,14 +6,21 @@ use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Before anything else: a copy of fsprof holding privilege its user lacks becomes that user,
+    // keeping only what the perf backend needs, and that only if it may be used.
+    if let Err(error) = fsprof::privilege::settle() {
+        eprintln!("fsprof: error: {error}");
+        return ExitCode::FAILURE;
+    }
     let command = Cli::parse_command();
-    // Before any thread exists: a copy of fsprof holding privilege its user lacks becomes that
-    // user, keeping only what the perf backend needs, and only if it may be used.
     let perf_wanted = match &command {
         Command::Run { options, .. } | Command::Attach { options, .. } => options.may_use_perf(),
         Command::Report { .. } => false,
     };
-    let result = fsprof::privilege::settle(perf_wanted).and_then(|()| match command {
+    if !perf_wanted {
+        fsprof::privilege::drop_all();
+    }
+    let result = match command {
         Command::Run { program, options } => {
             fsprof::session::run(&program, &options).map(|code| code as u8)
         }
@@ -24,7 +31,7 @@ fn main() -> ExitCode {
                 other => other.map(|()| 0).map_err(Into::into),
             }
         }),
-    });
+    };
     match result {
         Ok(code) => ExitCode::from(code),
         Err(error) => {

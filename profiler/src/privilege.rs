@@ -6,8 +6,9 @@
 //! process's memory, `CAP_PERFMON` passes over the kernel's ptrace check in `perf_event_open`).
 //! So, first thing in `main` and before any thread exists, [`settle`] turns any such privilege
 //! into one shape: the real user's uids and gids throughout, at most `CAP_PERFMON` and `CAP_BPF`
-//! left in the permitted set (only when the perf backend may be used), none effective,
-//! inheritable or ambient. From then on:
+//! left in the permitted set (given up at once unless the perf backend may be used), none
+//! effective, inheritable or ambient, and the process not dumpable (so that its user cannot
+//! ptrace any of its threads and borrow what it holds). From then on:
 //! * everything fsprof does to a target (reading its memory and `/proc` files, ptrace) is done
 //!   with the real user's rights, and the kernel checks them at every call (so a target that
 //!   turns into another user's by a setuid `exec` is refused from then on);
@@ -60,10 +61,10 @@ fn standing() -> &'static Standing {
 }
 
 /// Turns any privilege fsprof holds beyond its real user's into the shape the module header
-/// describes, keeping `CAP_PERFMON` and `CAP_BPF` (if held) only when `perf_wanted`. Must run
-/// before any thread is started (capabilities are per thread). Fails only if the kernel refuses
-/// to lower a privilege, in which case fsprof must not go on.
-pub fn settle(perf_wanted: bool) -> anyhow::Result<()> {
+/// describes, keeping `CAP_PERFMON` and `CAP_BPF` (if held; [`drop_all`] gives them up when perf
+/// will not be used). Must run first, before any thread is started (capabilities are per thread).
+/// Fails only if the kernel refuses to lower a privilege, in which case fsprof must not go on.
+pub fn settle() -> anyhow::Result<()> {
     let uids = nix::unistd::getresuid()?;
     let gids = nix::unistd::getresgid()?;
     let permitted = caps::read(None, CapSet::Permitted).unwrap_or_default();
@@ -76,15 +77,16 @@ pub fn settle(perf_wanted: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     let held = describe_held(&uids, setgid, &permitted, &ambient);
-    user_environment(); // while /proc/self/environ is still readable
-    let kept: CapsHashSet = if perf_wanted {
-        PERF_CAPS
-            .into_iter()
-            .filter(|cap| permitted.contains(cap))
-            .collect()
-    } else {
-        CapsHashSet::new()
-    };
+    user_environment(); // while /proc/self/environ is still ours to read
+    // Not dumpable while any thread holds a capability: its user may not ptrace or read any of
+    // its threads (they share its memory; a thread without capabilities would otherwise be a
+    // way in). A setuid fsprof is so already; one with file capabilities is not.
+    // SAFETY: PR_SET_DUMPABLE takes one integer argument.
+    unsafe { nix::libc::prctl(nix::libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    let kept: CapsHashSet = PERF_CAPS
+        .into_iter()
+        .filter(|cap| permitted.contains(cap))
+        .collect();
     lower(uid, gid, setuid, setgid, &kept).map_err(|e| {
         anyhow::anyhow!(
             "cannot give up the privilege it was started with ({held}): {e}; refusing to go on"
@@ -184,7 +186,8 @@ pub fn with_perf<T>(f: impl FnOnce() -> T) -> T {
     result
 }
 
-/// Gives up every capability of the calling thread (the recording is over).
+/// Gives up every capability of the calling thread: perf will not be used (any more), or the
+/// thread never needs them.
 pub fn drop_all() {
     if let Standing::Elevated { kept, .. } = standing() {
         if !kept.is_empty() {

@@ -363,6 +363,15 @@ fn capable_copies_keep_only_what_perf_needs_and_none_of_it_effective() {
         });
         for status in snapshot {
             let what = format!("{privilege:?} {backend}: {status}");
+            // Its user may not look into any of its threads (they share what the main one
+            // holds): the process is not dumpable.
+            let tid = status.lines().find_map(|l| l.strip_prefix("Pid:")).unwrap().trim();
+            let peek = house
+                .as_user(Path::new("cat"), None)
+                .arg(format!("/proc/{}/task/{tid}/maps", fsprof.pid()))
+                .output()
+                .unwrap();
+            assert!(!peek.status.success(), "{what}: its user reads its maps");
             let uid = status.lines().find_map(|l| l.strip_prefix("Uid:"));
             assert_eq!(
                 uid.map(str::trim),
