@@ -98,7 +98,7 @@ struct SlotCopy {
 
 struct Thread {
     index: u32,
-    _event: OwnedFd,
+    event: OwnedFd,
     _program: OwnedFd,
     ring: Ring,
     addresses: [u64; SLOTS],
@@ -134,6 +134,9 @@ impl PerfSampler {
     }
 
     fn create(period_ns: u64) -> Result<PerfSampler, String> {
+        if let Some(why) = crate::privilege::perf_withheld() {
+            return Err(why.to_owned());
+        }
         if !cfg!(target_arch = "x86_64") {
             return Err("the perf backend is x86-64 only".to_owned());
         }
@@ -257,17 +260,30 @@ impl PerfSampler {
 
     /// Opens `tid`'s event, ring and program. `CAP_PERFMON`, when fsprof holds it, lets
     /// `perf_event_open` pass over the kernel's check that fsprof's user may trace the thread:
-    /// the thread is checked before, and again once its event exists (its credentials may have
-    /// changed in between, by a setuid `exec`, which removes the events it had but not one
-    /// opened after).
+    /// the thread is checked before, and again once its event exists, which is enabled only
+    /// then (its credentials may have changed in between, by a setuid `exec`, which removes the
+    /// events the thread had but not one opened after).
     fn open(&mut self, tid: u32) -> Result<Thread, WatchError> {
-        crate::privilege::may_trace(tid).map_err(|why| WatchError::Foreign { tid, why })?;
+        let check = |tid| match crate::privilege::may_trace(tid) {
+            Ok(()) => Ok(()),
+            Err(crate::privilege::Refusal::Gone) => Err(WatchError::Refused(Errno::ESRCH)),
+            Err(crate::privilege::Refusal::Rule(why)) => Err(WatchError::Foreign { tid, why }),
+        };
+        check(tid)?;
         let thread = crate::privilege::with_perf(|| self.open_unchecked(tid))
             .map_err(WatchError::Refused)?;
-        if let Err(why) = crate::privilege::may_trace(tid) {
+        // Enabled only once the thread passed again: nothing is sampled in between.
+        let enabled = check(tid).and_then(|()| {
+            // SAFETY: a valid descriptor.
+            match unsafe { sys::ioctls::ENABLE(thread.event.as_raw_fd(), 0) } {
+                0 => Ok(()),
+                _ => Err(WatchError::Refused(Errno::last())),
+            }
+        });
+        if let Err(error) = enabled {
             self.waiting[thread.index as usize].clear();
             self.free.push(thread.index);
-            return Err(WatchError::Foreign { tid, why });
+            return Err(error);
         }
         Ok(thread)
     }
@@ -287,15 +303,13 @@ impl PerfSampler {
                 .map_err(|_| Errno::EPERM)?;
             // SAFETY: valid descriptors.
             unsafe {
-                if sys::ioctls::SET_BPF(event.as_raw_fd(), program.as_raw_fd() as u32) != 0
-                    || sys::ioctls::ENABLE(event.as_raw_fd(), 0) != 0
-                {
+                if sys::ioctls::SET_BPF(event.as_raw_fd(), program.as_raw_fd() as u32) != 0 {
                     return Err(Errno::last());
                 }
             }
             Ok(Thread {
                 index,
-                _event: event,
+                event,
                 _program: program,
                 ring,
                 addresses: [0; SLOTS],

@@ -51,6 +51,8 @@ enum Standing {
         /// What fsprof held when it started, for messages (`cap_sys_ptrace`, `setuid root`, ...).
         held: String,
         kept: CapsHashSet,
+        /// Why perf is not used although the capabilities were held.
+        withheld: Option<String>,
     },
 }
 
@@ -67,8 +69,9 @@ fn standing() -> &'static Standing {
 pub fn settle() -> anyhow::Result<()> {
     let uids = nix::unistd::getresuid()?;
     let gids = nix::unistd::getresgid()?;
-    let permitted = caps::read(None, CapSet::Permitted).unwrap_or_default();
-    let ambient = caps::read(None, CapSet::Ambient).unwrap_or_default();
+    let read = |set| caps::read(None, set).map_err(|e| anyhow::anyhow!("capget: {e}"));
+    let permitted = read(CapSet::Permitted)?;
+    let ambient = read(CapSet::Ambient)?;
     let (uid, gid) = (uids.real.as_raw(), gids.real.as_raw());
     let setuid = uids.effective != uids.real || uids.saved != uids.real;
     let setgid = gids.effective != gids.real || gids.saved != gids.real;
@@ -77,26 +80,44 @@ pub fn settle() -> anyhow::Result<()> {
         return Ok(());
     }
     let held = describe_held(&uids, setgid, &permitted, &ambient);
-    user_environment(); // while /proc/self/environ is still ours to read
-    // Not dumpable while any thread holds a capability: its user may not ptrace or read any of
-    // its threads (they share its memory; a thread without capabilities would otherwise be a
-    // way in). A setuid fsprof is so already; one with file capabilities is not.
-    // SAFETY: PR_SET_DUMPABLE takes one integer argument.
-    unsafe { nix::libc::prctl(nix::libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    user_environment(); // from fsprof's own memory, before anything changes
+                        // With fs.suid_dumpable other than 0 the kernel keeps perf events on a program that becomes
+                        // privileged by exec (it removes them only from programs that end up not dumpable).
+    let suid_dumpable = std::fs::read_to_string("/proc/sys/fs/suid_dumpable")
+        .map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned());
+    let withheld = (suid_dumpable != "0").then(|| {
+        format!(
+            "fs.suid_dumpable is {suid_dumpable}, with which the kernel keeps perf events on a program that turns privileged by exec; \
+             a capable fsprof then uses ptrace (an administrator can run `sysctl fs.suid_dumpable=0`)"
+        )
+    });
     let kept: CapsHashSet = PERF_CAPS
         .into_iter()
-        .filter(|cap| permitted.contains(cap))
+        .filter(|cap| permitted.contains(cap) && withheld.is_none())
         .collect();
-    lower(uid, gid, setuid, setgid, &kept).map_err(|e| {
+    let refuse = |e: String| {
         anyhow::anyhow!(
             "cannot give up the privilege it was started with ({held}): {e}; refusing to go on"
         )
-    })?;
+    };
+    lower(uid, gid, setuid, setgid, &kept).map_err(refuse)?;
+    // Not dumpable while any thread holds a capability: its user may not ptrace or read any of
+    // its threads (they share its memory; a thread without capabilities would otherwise be a
+    // way in). Set after the change of uid, which sets it from fs.suid_dumpable.
+    // SAFETY: PR_SET_DUMPABLE and PR_GET_DUMPABLE take integer arguments.
+    let dumpable = unsafe {
+        nix::libc::prctl(nix::libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        nix::libc::prctl(nix::libc::PR_GET_DUMPABLE, 0, 0, 0, 0)
+    };
+    if dumpable != 0 {
+        return Err(refuse("it stays dumpable".to_owned()));
+    }
     let _ = STANDING.set(Standing::Elevated {
         uid,
         gid,
         held,
         kept,
+        withheld,
     });
     Ok(())
 }
@@ -165,6 +186,14 @@ fn describe_held(
     held.join(", ")
 }
 
+/// Why the perf backend is not used although fsprof held what it needs, if so.
+pub fn perf_withheld() -> Option<&'static str> {
+    match standing() {
+        Standing::Elevated { withheld, .. } => withheld.as_deref(),
+        Standing::Plain => None,
+    }
+}
+
 /// Whether fsprof started with privilege its user lacks (see the module header).
 pub fn elevated() -> bool {
     matches!(standing(), Standing::Elevated { .. })
@@ -181,8 +210,11 @@ pub fn with_perf<T>(f: impl FnOnce() -> T) -> T {
     }
     let _ = caps::set(None, CapSet::Effective, kept);
     let result = f();
-    let lowered = caps::clear(None, CapSet::Effective);
-    debug_assert!(lowered.is_ok(), "lowering the effective set cannot fail");
+    if caps::clear(None, CapSet::Effective).is_err() {
+        // Never go on with them raised (capset cannot refuse to lower a set, but if it did).
+        eprintln!("fsprof: error: cannot lower its capabilities again; aborting");
+        std::process::abort();
+    }
     result
 }
 
@@ -197,33 +229,66 @@ pub fn drop_all() {
     }
 }
 
+/// Why [`may_trace`] says no.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The thread cannot be looked at (it has exited).
+    Gone,
+    /// It breaks this rule.
+    Rule(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Gone => f.write_str("it has exited"),
+            Refusal::Rule(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Whether the real user could trace thread `tid` without fsprof's privilege: it runs as that
-/// user (real, effective and saved uids and gids), holds no capability, and is dumpable (its
-/// `/proc` files belong to that user). Always `Ok` unless fsprof is [`elevated`]. The error says
-/// which rule the thread breaks, or that it cannot be read. (Yama's rule is left to the kernel:
-/// fsprof reads and traces with the user's rights, so the kernel applies it at every call.)
-pub fn may_trace(tid: u32) -> Result<(), String> {
-    check(tid).unwrap_or_else(|e| {
-        Err(format!(
-            "cannot read /proc/{tid}/status ({e}): has it exited?"
-        ))
-    })
-}
-
-/// [`may_trace`] for a process fsprof already records: `Ok` also when it is gone (an exited
-/// process runs nothing more).
-pub fn still_traceable(pid: u32) -> Result<(), String> {
-    check(pid).unwrap_or(Ok(()))
-}
-
-fn check(tid: u32) -> std::io::Result<Result<(), String>> {
+/// user (real, effective and saved uids and gids), holds no capability, is dumpable (its `/proc`
+/// files belong to that user), and the kernel itself lets fsprof's user read it (`kcmp`, which
+/// asks the same question as `ptrace_may_access` in read mode, security modules included, with
+/// fsprof's capabilities lowered). Always `Ok` unless fsprof is [`elevated`]. Yama's rule is
+/// for attaching, which fsprof does with its user's rights: the kernel applies it at every call.
+/// Must not be called inside [`with_perf`].
+pub fn may_trace(tid: u32) -> Result<(), Refusal> {
     let Standing::Elevated { uid, gid, .. } = standing() else {
-        return Ok(Ok(()));
+        return Ok(());
     };
     let path = format!("/proc/{tid}/status");
-    let status = std::fs::read_to_string(&path)?;
-    let owner = std::fs::metadata(&path)?.uid();
-    Ok(check_status(&status, owner, *uid, *gid))
+    let status = std::fs::read_to_string(&path).map_err(|_| Refusal::Gone)?;
+    let owner = std::fs::metadata(&path).map_err(|_| Refusal::Gone)?.uid();
+    check_status(&status, owner, *uid, *gid).map_err(Refusal::Rule)?;
+    kernel_allows(tid)
+}
+
+/// `kcmp(tid, tid, KCMP_VM)`: the kernel checks that the caller may read `tid` (ptrace read mode,
+/// real credentials, security modules). Kernels without `kcmp` (no CONFIG_KCMP) leave the
+/// `/proc` checks alone.
+fn kernel_allows(tid: u32) -> Result<(), Refusal> {
+    const KCMP_VM: nix::libc::c_long = 0;
+    let tid = nix::libc::c_long::from(tid as i32);
+    // SAFETY: kcmp takes integers only.
+    let result = unsafe { nix::libc::syscall(nix::libc::SYS_kcmp, tid, tid, KCMP_VM, 0, 0) };
+    match (result, nix::errno::Errno::last()) {
+        (0.., _) | (_, nix::errno::Errno::ENOSYS) => Ok(()),
+        (_, nix::errno::Errno::ESRCH) => Err(Refusal::Gone),
+        (_, errno) => Err(Refusal::Rule(format!(
+            "the kernel does not let you read it ({}; a security module such as SELinux or AppArmor, or its credentials)",
+            errno.desc()
+        ))),
+    }
+}
+
+/// [`may_trace`] for a process fsprof already records: `Ok` also when it is gone.
+pub fn still_traceable(pid: u32) -> Result<(), String> {
+    match may_trace(pid) {
+        Ok(()) | Err(Refusal::Gone) => Ok(()),
+        Err(Refusal::Rule(why)) => Err(why),
+    }
 }
 
 /// [`may_trace`]'s rules applied to a `/proc/TID/status` text and the owner of that file.
@@ -274,7 +339,7 @@ fn check_status(status: &str, owner: u32, uid: u32, gid: u32) -> Result<(), Stri
 }
 
 /// The refusal for a target the real user could not trace: why, and what can be done.
-pub fn refusal(pid: u32, why: &str) -> String {
+pub fn refusal(pid: u32, why: &Refusal) -> String {
     let held = match standing() {
         Standing::Elevated { held, .. } => held.as_str(),
         Standing::Plain => "no privilege",
@@ -296,14 +361,20 @@ pub fn user_environment() -> Option<Vec<(OsString, OsString)>> {
 
 static USER_ENVIRONMENT: OnceLock<Option<Vec<(OsString, OsString)>>> = OnceLock::new();
 
-/// Reads `/proc/self/environ` (the environment as `execve` gave it). [`settle`] reads it before
-/// becoming the user: a setuid fsprof is not dumpable afterwards, and the file is then root's.
+/// The environment as `execve` gave it, read from fsprof's own memory between the addresses
+/// `/proc/self/stat` gives (fields 50 and 51): the C library removed variables from `environ`
+/// but not from there, and `/proc/self/environ` may be unreadable (a process that gained
+/// capabilities at exec is not dumpable, and that file is then root's).
 fn read_user_environment() -> Option<Vec<(OsString, OsString)>> {
     // SAFETY: getauxval has no preconditions.
     if unsafe { nix::libc::getauxval(nix::libc::AT_SECURE) } == 0 {
         return None;
     }
-    let raw = std::fs::read("/proc/self/environ").ok()?;
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let (start, end) = environment_range(&stat)?;
+    // SAFETY: [start, end) is this process's initial environment block, on its stack, mapped
+    // and readable for the life of the process (the kernel reports it; the length is bounded).
+    let raw = unsafe { std::slice::from_raw_parts(start as *const u8, end - start) };
     Some(
         raw.split(|b| *b == 0)
             .filter_map(|entry| {
@@ -317,6 +388,15 @@ fn read_user_environment() -> Option<Vec<(OsString, OsString)>> {
             })
             .collect(),
     )
+}
+
+/// `env_start` and `env_end` from a `/proc/PID/stat` text, if they make a plausible range.
+fn environment_range(stat: &str) -> Option<(usize, usize)> {
+    // Fields after the command name (which may hold spaces and parentheses) start at field 3.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_ascii_whitespace().collect();
+    let start: usize = fields.get(50 - 3)?.parse().ok()?;
+    let end: usize = fields.get(51 - 3)?.parse().ok()?;
+    (start > 0 && start < end && end - start <= 16 << 20).then_some((start, end))
 }
 
 #[cfg(test)]
@@ -354,6 +434,18 @@ mod tests {
         assert!(check_status("Name:\tx\n", 1000, 1000, 100).is_err());
         let zombie = format!("State:\tZ (zombie)\n{STATUS}");
         assert_eq!(check_status(&zombie, 0, 1000, 100), Ok(()));
+    }
+
+    #[test]
+    fn the_environment_range_is_read_past_an_odd_command_name() {
+        let mut fields: Vec<String> = (3..=52).map(|n| n.to_string()).collect();
+        fields[50 - 3] = "1000".into();
+        fields[51 - 3] = "2000".into();
+        let stat = format!("42 (a) b (c) {}", fields.join(" "));
+        assert_eq!(environment_range(&stat), Some((1000, 2000)));
+        assert_eq!(environment_range("42 (x) S 1"), None);
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        assert!(environment_range(&own).is_some(), "{own}");
     }
 
     #[test]

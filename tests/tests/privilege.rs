@@ -109,7 +109,11 @@ impl House {
         if let Some(Privilege::Ambient) = privilege {
             command.args(["--inh-caps=+sys_ptrace", "--ambient-caps=+sys_ptrace"]);
         }
+        // Through a shell without capabilities, as a user would start it: a program that gains
+        // capabilities at exec is then not dumpable from the start (setpriv itself keeps root's
+        // permitted set, so a program it starts directly gains nothing).
         command
+            .args(["sh", "-c", "exec \"$0\" \"$@\""])
             .arg(program)
             .current_dir(self.work(""))
             .env("FSPROF_AGENT", self.path("libfsprof_agent.so"));
@@ -365,7 +369,11 @@ fn capable_copies_keep_only_what_perf_needs_and_none_of_it_effective() {
             let what = format!("{privilege:?} {backend}: {status}");
             // Its user may not look into any of its threads (they share what the main one
             // holds): the process is not dumpable.
-            let tid = status.lines().find_map(|l| l.strip_prefix("Pid:")).unwrap().trim();
+            let tid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Pid:"))
+                .unwrap()
+                .trim();
             let peek = house
                 .as_user(Path::new("cat"), None)
                 .arg(format!("/proc/{}/task/{tid}/maps", fsprof.pid()))
