@@ -9,7 +9,10 @@
 //! `output` mark is that mark's cost), unless the program's innermost frame of it is an antimark.
 //!
 //! Which time a sample stands for is the [`TimeView`]; [`group_weights`] gives it for every sample
-//! group (the folded stacks and flamegraphs count with it).
+//! group (the folded stacks and flamegraphs count with it). In the default view, blocked time
+//! counts only inside one of the program's own marks: a thread blocked in a libc call that only
+//! the agent marked (a parked worker in `pthread_cond_wait`, a `poll` loop between requests) is
+//! idle, not cost; that time is kept apart as the built-in feature's `blocked_ns`.
 //!
 //! When the profile has native stacks, the most expensive instances of each feature also get their
 //! most expensive native call paths: the last few native frames before the instance's mark, so a
@@ -29,8 +32,9 @@ pub const PATH_FRAMES: usize = 4;
 /// Which part of the threads' time counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeView {
-    /// Running or runnable time, plus blocked time inside a mark (the default): a thread idle
-    /// outside every mark does not dilute the profile.
+    /// Running or runnable time, plus blocked time inside one of the program's own marks (the
+    /// default): a thread idle outside them, even inside a built-in mark (a libc call the agent
+    /// marked), does not dilute the profile.
     Active,
     /// All wall time of every thread (`--idle`).
     All,
@@ -41,8 +45,9 @@ impl TimeView {
     pub fn describe(self) -> &'static str {
         match self {
             TimeView::Active => {
-                "time counted: threads running or waiting for a CPU, plus blocked time inside a mark \
-                 (idle threads outside marks do not count; --idle counts all thread time)"
+                "time counted: threads running or waiting for a CPU, plus blocked time inside the \
+                 program's own marks (threads blocked elsewhere, built-in waits included, do not \
+                 count; --idle counts all thread time)"
             }
             TimeView::All => "time counted: all wall time of every thread, idle or not (--idle)",
         }
@@ -58,6 +63,9 @@ pub struct FeatureCost {
     pub ns: u64,
     /// Samples attributed to it.
     pub samples: u64,
+    /// Time blocked inside it that does not count (see [`TimeView::Active`]): the built-in
+    /// feature's waits outside the program's own marks. Zero with [`TimeView::All`].
+    pub blocked_ns: u64,
     /// Its instances, most expensive first.
     pub instances: Vec<InstanceCost>,
     /// Marked (at least in part) by the agent's libc interposition: a built-in feature.
@@ -73,6 +81,8 @@ pub struct InstanceCost {
     pub ns: u64,
     /// Samples attributed to it.
     pub samples: u64,
+    /// Time blocked inside it that does not count (see [`FeatureCost::blocked_ns`]).
+    pub blocked_ns: u64,
     /// The native call paths that reached its mark, most expensive first: at most
     /// [`PATHS_PER_INSTANCE`], and only for the [`PATH_INSTANCES`] most expensive instances of a
     /// feature in a profile with native stacks (empty otherwise).
@@ -119,6 +129,8 @@ pub struct FeatureReport {
     pub samples: u64,
     /// Total counted time: the denominator of every percentage.
     pub total_ns: u64,
+    /// Time threads spent blocked inside built-in marks only, not counted in `total_ns`.
+    pub blocked_ns: u64,
     /// Features seen in any sample, most expensive first.
     pub features: Vec<FeatureCost>,
     /// Samples whose mark stack was deeper than the recorded capacity.
@@ -146,9 +158,11 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
     let mut seen = vec![false; feature_count];
     let mut feature_ns = vec![0u64; feature_count];
     let mut feature_samples = vec![0u64; feature_count];
+    let mut feature_blocked = vec![0u64; feature_count];
     // For the innermost-frame-per-feature walk: the stack last seen to have this feature.
     let mut visited_in = vec![usize::MAX; feature_count];
-    let mut instances: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
+    // Per instance: (ns, samples, blocked ns).
+    let mut instances: HashMap<(u32, u32), (u64, u64, u64)> = HashMap::new();
     // (feature, payload, mark's index in the mark stack)
     let mut attributed: Vec<(u32, u32, usize)> = Vec::new();
     let native = !profile.native_stacks.is_empty();
@@ -158,6 +172,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         view,
         samples: 0,
         total_ns: 0,
+        blocked_ns: 0,
         features: Vec::new(),
         truncated_samples: 0,
         max_truncated_depth: 0,
@@ -183,13 +198,22 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
                 attributed.push((frame.feature, payload, at));
             }
         }
-        // Inside a mark, blocked time counts too (see `TimeView::Active`).
-        let ns = match view {
-            TimeView::Active if attributed.is_empty() => group.active_ns,
-            _ => group.wall_ns,
+        // Inside one of the program's own marks, blocked time counts too (see
+        // `TimeView::Active`); inside built-in marks only, it is kept apart.
+        let own = attributed
+            .iter()
+            .any(|(_, _, at)| !stack.frames[*at].builtin);
+        let (ns, blocked) = match view {
+            TimeView::Active if !own => (
+                group.active_ns,
+                group.wall_ns.saturating_sub(group.active_ns),
+            ),
+            _ => (group.wall_ns, 0),
         };
+        let blocked = if attributed.is_empty() { 0 } else { blocked };
         report.samples = report.samples.saturating_add(group.count);
         report.total_ns = report.total_ns.saturating_add(ns);
+        report.blocked_ns = report.blocked_ns.saturating_add(blocked);
         if let Some(depth) = stack.truncated_depth {
             report.truncated_samples = report.truncated_samples.saturating_add(group.count);
             report.max_truncated_depth = report.max_truncated_depth.max(depth);
@@ -198,9 +222,11 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             let f = *feature as usize;
             feature_ns[f] = feature_ns[f].saturating_add(ns);
             feature_samples[f] = feature_samples[f].saturating_add(group.count);
+            feature_blocked[f] = feature_blocked[f].saturating_add(blocked);
             let entry = instances.entry((*feature, *payload)).or_default();
             entry.0 = entry.0.saturating_add(ns);
             entry.1 = entry.1.saturating_add(group.count);
+            entry.2 = entry.2.saturating_add(blocked);
         }
         // Call paths: a native stack taken with marks of its own counts for the instances of
         // those marks (the flamegraph's view); otherwise for the sample's.
@@ -223,11 +249,12 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
     }
 
     let mut by_feature: Vec<Vec<(InstanceCost, u32)>> = vec![Vec::new(); feature_count];
-    for ((feature, payload), (ns, samples)) in instances {
+    for ((feature, payload), (ns, samples, blocked_ns)) in instances {
         let instance = InstanceCost {
             payload: profile.payloads[payload as usize].text.clone(),
             ns,
             samples,
+            blocked_ns,
             paths: Vec::new(),
             paths_ns: ns,
         };
@@ -238,7 +265,11 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         if !seen[id] {
             continue;
         }
-        instances.sort_by(|(a, _), (b, _)| b.ns.cmp(&a.ns).then_with(|| a.payload.cmp(&b.payload)));
+        instances.sort_by(|(a, _), (b, _)| {
+            (b.ns, b.blocked_ns)
+                .cmp(&(a.ns, a.blocked_ns))
+                .then_with(|| a.payload.cmp(&b.payload))
+        });
         for (instance, payload) in instances.iter_mut().take(PATH_INSTANCES) {
             if let Some(found) = paths.remove(&(id as u32, *payload)) {
                 instance.paths_ns = found.values().map(|(ns, _)| ns).sum();
@@ -250,12 +281,15 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             name: name.clone(),
             ns: feature_ns[id],
             samples: feature_samples[id],
+            blocked_ns: feature_blocked[id],
             instances: instances.into_iter().map(|(i, _)| i).collect(),
         });
     }
-    report
-        .features
-        .sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.name.cmp(&b.name)));
+    report.features.sort_by(|a, b| {
+        (b.ns, b.blocked_ns)
+            .cmp(&(a.ns, a.blocked_ns))
+            .then_with(|| a.name.cmp(&b.name))
+    });
     report
 }
 
@@ -336,28 +370,30 @@ fn top_paths(found: PathCosts) -> Vec<CallPath> {
 /// time, blocked time included; other samples their active time), so the weights add up to the
 /// report's total.
 pub fn group_weights(profile: &Profile, view: TimeView) -> Vec<u64> {
-    let inside_mark: Vec<bool> = match view {
+    let inside_own_mark: Vec<bool> = match view {
         TimeView::All => Vec::new(),
-        TimeView::Active => profile.stacks.iter().map(inside_a_mark).collect(),
+        TimeView::Active => profile.stacks.iter().map(inside_own_mark).collect(),
     };
     profile
         .samples
         .iter()
         .map(|group| match view {
-            TimeView::Active if !inside_mark[group.stack as usize] => group.active_ns,
+            TimeView::Active if !inside_own_mark[group.stack as usize] => group.active_ns,
             _ => group.wall_ns,
         })
         .collect()
 }
 
-/// Whether some feature's innermost frame in the stack is a mark (not an antimark).
-fn inside_a_mark(stack: &Stack) -> bool {
+/// Whether some feature's innermost frame in the stack is one of the program's own marks (not
+/// an antimark, not built in), or a built-in mark nested in the program's own mark of the same
+/// feature (which counts for that mark): the rule [`analyse`] applies.
+fn inside_own_mark(stack: &Stack) -> bool {
     let mut seen = HashSet::new();
-    stack
-        .frames
-        .iter()
-        .rev()
-        .any(|frame| seen.insert(frame.feature) && frame.payload.is_some())
+    stack.frames.iter().enumerate().rev().any(|(at, frame)| {
+        seen.insert(frame.feature)
+            && frame.payload.is_some()
+            && (!frame.builtin || program_mark_around(&stack.frames[..at], frame.feature).is_some())
+    })
 }
 
 #[cfg(test)]
@@ -468,6 +504,42 @@ mod tests {
         let all = analyse(&p, TimeView::All);
         assert_eq!(all.total_ns, 150_000_000);
         assert_eq!(all.features[0].ns, 30_000_000);
+    }
+
+    #[test]
+    fn waits_inside_builtin_marks_only_are_kept_apart() {
+        let p = profile(&[
+            (vec![builtin(0, 1)], 100, 0), // a write blocked on a full pipe
+            (vec![builtin(0, 1)], 5, 5),   // a write copying
+            (vec![mark(1, 2), builtin(0, 1)], 30, 0), // a read under parse c, blocked
+            (vec![mark(0, 0), builtin(0, 1)], 20, 0), // output a around a blocked write
+            (vec![mark(1, 2)], 45, 45),    // parse running
+        ]);
+        let active = analyse(&p, TimeView::Active);
+        assert_eq!(active.total_ns, 100_000_000, "the 100 ms wait is out");
+        assert_eq!(active.blocked_ns, 100_000_000);
+        let parse = &active.features[0];
+        assert_eq!((parse.name.as_str(), parse.ns), ("parse", 75_000_000));
+        let output = &active.features[1];
+        assert_eq!((output.ns, output.blocked_ns), (55_000_000, 100_000_000));
+        let by_payload: Vec<(&str, u64, u64)> = output
+            .instances
+            .iter()
+            .map(|i| {
+                (
+                    i.payload.as_str(),
+                    i.ns / 1_000_000,
+                    i.blocked_ns / 1_000_000,
+                )
+            })
+            .collect();
+        assert_eq!(by_payload, [("b", 35, 100), ("a", 20, 0)]);
+        // The two samples of the write share a group (same thread and stack).
+        let weights = group_weights(&p, TimeView::Active);
+        assert_eq!(weights, [5_000_000, 30_000_000, 20_000_000, 45_000_000]);
+        let all = analyse(&p, TimeView::All);
+        assert_eq!((all.total_ns, all.blocked_ns), (200_000_000, 0));
+        assert_eq!(all.features[0].ns, 155_000_000, "output");
     }
 
     #[test]

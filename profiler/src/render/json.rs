@@ -10,6 +10,12 @@
 //! (output, input, allocation, ... marked around libc calls; a program's own feature of the same
 //! name is counted with them). Fields may be added; none are removed within a major version.
 //!
+//! `blocked_ms` (top level, per feature, per instance; since 0.1 of 2026-11-25) is time threads
+//! spent blocked inside built-in features outside the program's own marks: idle time (a worker
+//! parked in `pthread_cond_wait`, a `poll` loop between requests), not counted in `ms`, `percent`
+//! or `total_ms` in the default `active` view. With `time_view` `all` (`--idle`) every wait counts
+//! and `blocked_ms` is 0.
+//!
 //! When the profile has native stacks, the most expensive instances of each feature also have
 //! `"paths"`: the native call paths that reached their mark, most expensive first,
 //! `{"functions": ["app::main", "app::report"], "cut": true, "ms": 700.5, "share": 70.04,
@@ -36,7 +42,8 @@ pub fn render(report: &FeatureReport, meta: &Meta) -> Value {
                 .iter()
                 .map(|i| {
                     let mut instance = json!({"payload": i.payload, "ms": ms(i.ns),
-                        "percent": report.percent(i.ns), "samples": i.samples});
+                        "percent": report.percent(i.ns), "samples": i.samples,
+                        "blocked_ms": ms(i.blocked_ns)});
                     if !i.paths.is_empty() {
                         let paths: Vec<Value> = i
                             .paths
@@ -52,12 +59,14 @@ pub fn render(report: &FeatureReport, meta: &Meta) -> Value {
                 })
                 .collect();
             json!({"name": feature.name, "ms": ms(feature.ns), "percent": report.percent(feature.ns),
-                   "samples": feature.samples, "builtin": feature.builtin, "instances": instances})
+                   "samples": feature.samples, "builtin": feature.builtin,
+                   "blocked_ms": ms(feature.blocked_ns), "instances": instances})
         })
         .collect();
     json!({
         "samples": report.samples,
         "total_ms": ms(report.total_ns),
+        "blocked_ms": ms(report.blocked_ns),
         "time_view": match report.view { TimeView::Active => "active", TimeView::All => "all" },
         "features": features,
         "truncated_samples": report.truncated_samples,

@@ -6,6 +6,11 @@
 //!    886 ms : src/main.rs:14:20
 //! ```
 //!
+//! A built-in feature whose threads also waited in it outside the program's own marks says how
+//! long (`; threads also waited in it for 2950 ms, idle time not counted`), and so do its
+//! instances (`(+ 2950 ms waiting)`): that time is not in the percentages (see
+//! `analysis::TimeView::Active`).
+//!
 //! With native stacks, the most expensive instances also list the call paths that reached them
 //! (the innermost native frames before the mark, outer to inner; `… >` where frames are left out)
 //! with their share of the instance's time:
@@ -51,6 +56,14 @@ fn describe_path(path: &CallPath) -> String {
     }
 }
 
+/// `before N ms after` for blocked time that does not count, or nothing.
+fn blocked(ns: u64, before: &str, after: &str) -> String {
+    if ns < 500_000 {
+        return String::new(); // under a millisecond: not worth a word
+    }
+    format!("{before}{} ms{after}", ms(ns))
+}
+
 /// Renders the report.
 pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
     let mut out = String::new();
@@ -92,7 +105,7 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
     for feature in &report.features {
         let _ = writeln!(
             out,
-            "{} accounts for {:.2}% of {} ({} / {total} ms)",
+            "{} accounts for {:.2}% of {} ({} / {total} ms){}",
             capitalised(&feature.name),
             report.percent(feature.ns),
             match report.view {
@@ -100,6 +113,11 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
                 TimeView::All => "all thread time",
             },
             ms(feature.ns),
+            blocked(
+                feature.blocked_ns,
+                "; threads also waited in it for ",
+                ", idle time not counted"
+            ),
         );
         let width = feature
             .instances
@@ -110,9 +128,10 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
         for instance in &feature.instances {
             let _ = writeln!(
                 out,
-                "  {:>width$} ms : {}",
+                "  {:>width$} ms : {}{}",
                 ms(instance.ns),
-                instance.payload
+                instance.payload,
+                blocked(instance.blocked_ns, "  (+ ", " waiting)"),
             );
             for path in &instance.paths {
                 let _ = writeln!(

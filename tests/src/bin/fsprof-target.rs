@@ -9,7 +9,8 @@
 use fsprof_shim::{intern, Feature};
 use fsprof_tests::{spin, Rng, Truth};
 use std::panic::Location;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -71,6 +72,7 @@ fn main() {
             mixed(&truth, run_for, 1);
         }
         "threads" => threads(&truth, run_for, ready),
+        "pool" => pool(&truth, run_for, ready),
         "requests" => requests(&truth, run_for, ready),
         "crowd" => {
             // 300 threads asleep outside marks, and the main thread busy.
@@ -209,6 +211,66 @@ fn sleepy(truth: &Truth, run_for: Duration) {
         spin(Duration::from_micros(300));
     }
     truth.active(start.elapsed());
+}
+
+/// A main thread that spins, a third of the time inside its own `hashing` mark, beside threads
+/// that wait as every real program's do: the Rust Book's thread pool at rest (four workers
+/// waiting on a `Mutex<mpsc::Receiver>`), a thread waiting on a `Condvar`, and a helper that
+/// sleeps. Only the main thread works; its time is the truth's total.
+fn pool(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
+    static HASHING: Feature = Feature::new("hashing");
+    type Job = Box<dyn FnOnce() + Send>;
+    let (jobs, receiver) = std::sync::mpsc::channel::<Job>();
+    let receiver = Arc::new(Mutex::new(receiver));
+    let mut handles: Vec<_> = (0..4)
+        .map(|_| {
+            let receiver = Arc::clone(&receiver);
+            thread::spawn(move || loop {
+                let job = receiver.lock().unwrap().recv();
+                match job {
+                    Ok(job) => job(),
+                    Err(_) => break,
+                }
+            })
+        })
+        .collect();
+    let signal = Arc::new((Mutex::new(false), Condvar::new()));
+    handles.push({
+        let signal = Arc::clone(&signal);
+        thread::spawn(move || {
+            let (done, changed) = &*signal;
+            let mut done = done.lock().unwrap();
+            while !*done {
+                done = changed.wait(done).unwrap();
+            }
+        })
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    handles.push({
+        let stop = Arc::clone(&stop);
+        thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(20));
+            }
+        })
+    });
+    thread::sleep(Duration::from_millis(50)); // let them all fall asleep
+    ready();
+    let start = Instant::now();
+    while start.elapsed() < run_for {
+        timed(truth, &HASHING, "digest", || {
+            spin(Duration::from_micros(300))
+        });
+        spin(Duration::from_micros(600));
+    }
+    truth.active(start.elapsed());
+    drop(jobs);
+    *signal.0.lock().unwrap() = true;
+    signal.1.notify_all();
+    stop.store(true, Ordering::Relaxed);
+    for handle in handles {
+        handle.join().unwrap();
+    }
 }
 
 /// Two busy threads, one idle thread outside marks, one thread blocked inside a mark half the time.
