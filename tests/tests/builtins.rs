@@ -187,6 +187,45 @@ fn threads_waiting_in_builtin_calls_do_not_dilute_the_programs_own_feature() {
     }
 }
 
+/// A coordinator that waits on a condition variable while two workers do the work (as `xz -T2`
+/// does): its wait, inside `pthread_cond_wait` (built-in `locks`), is not cost, and the workers'
+/// own feature reads what they measured (39% instead of 60% when the wait counted).
+#[test]
+fn a_coordinator_waiting_on_a_condition_variable_does_not_dilute_its_workers() {
+    let _serial = serial();
+    let build = tempdir();
+    let program = build_c_with_agent(build.path(), "coordinator");
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    run(
+        dir.path(),
+        &[],
+        &[],
+        &[
+            program.exe.as_os_str(),
+            "3".as_ref(),
+            "--truth".as_ref(),
+            truth_path.as_os_str(),
+        ],
+    );
+    let report = report_json(dir.path());
+    let truth = truth(dir.path());
+    let expected = truth["features"]["work"]["ms"].as_f64().unwrap() * 100.0
+        / truth["total_ms"].as_f64().unwrap();
+    let work = feature(&report, "work").unwrap()["percent"]
+        .as_f64()
+        .unwrap();
+    let locks = feature(&report, "locks").expect("the coordinator's wait is seen");
+    eprintln!(
+        "work {work:.2}% against {expected:.2}% measured; locks {:.2}%, waited {:.0} ms",
+        locks["percent"], locks["blocked_ms"]
+    );
+    assert!((work - expected).abs() <= TOLERANCE, "{report:#}");
+    // The waits are kept apart; what `locks` counts is its threads waking up (runnable), which
+    // is running time like any other.
+    assert!(locks["blocked_ms"].as_f64().unwrap() > 1_500.0, "{locks:#}");
+}
+
 #[test]
 fn forking_a_large_program_counts_the_fork_for_the_fork() {
     let _serial = serial();

@@ -78,8 +78,13 @@ pub struct CProgram {
 
 /// Compiles `tests/c/marks.c` (the C ABI target) into `dir`.
 pub fn build_c_marks(dir: &Path) -> CProgram {
+    build_c_with_agent(dir, "marks")
+}
+
+/// Compiles `tests/c/NAME.c`, a program that marks through the agent's C ABI, into `dir/NAME`.
+pub fn build_c_with_agent(dir: &Path, name: &str) -> CProgram {
     copy_agent(dir);
-    let source = c_sources().join("marks.c");
+    let source = c_sources().join(format!("{name}.c"));
     let include = agent_include();
     gcc(
         dir,
@@ -93,14 +98,14 @@ pub fn build_c_marks(dir: &Path) -> CProgram {
             include.to_str().unwrap(),
             source.to_str().unwrap(),
             "-o",
-            "marks",
+            name,
             "-L.",
             "-lfsprof_agent",
             "-Wl,-rpath,$ORIGIN",
         ],
     );
     CProgram {
-        exe: dir.join("marks"),
+        exe: dir.join(name),
         lib_dir: dir.to_path_buf(),
     }
 }
