@@ -226,6 +226,46 @@ fn a_coordinator_waiting_on_a_condition_variable_does_not_dilute_its_workers() {
     assert!(locks["blocked_ms"].as_f64().unwrap() > 1_500.0, "{locks:#}");
 }
 
+/// An event loop idle in `epoll_wait` between requests that come over loopback: the wait
+/// (built-in `poll`) is not cost, and the server's own `handling` reads what it measured (about
+/// 66% when the wait counted).
+#[test]
+fn an_event_loop_idle_between_requests_does_not_dilute_its_handling() {
+    let _serial = serial();
+    let build = tempdir();
+    let program = build_c_with_agent(build.path(), "epoll_server");
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    run(
+        dir.path(),
+        &[],
+        &[],
+        &[
+            program.exe.as_os_str(),
+            "3".as_ref(),
+            "--truth".as_ref(),
+            truth_path.as_os_str(),
+        ],
+    );
+    let report = report_json(dir.path());
+    let truth = truth(dir.path());
+    let expected = truth["features"]["handling"]["ms"].as_f64().unwrap() * 100.0
+        / truth["total_ms"].as_f64().unwrap();
+    let handling = feature(&report, "handling").unwrap()["percent"]
+        .as_f64()
+        .unwrap();
+    let poll = feature(&report, "poll").expect("the loop's waits are seen");
+    let waited = truth["extra"]["waited_ms"].as_f64().unwrap();
+    eprintln!(
+        "handling {handling:.2}% against {expected:.2}% measured; poll waited {:.0} ms, the loop measured {waited:.0} ms",
+        poll["blocked_ms"]
+    );
+    assert!((handling - expected).abs() <= TOLERANCE, "{report:#}");
+    // Its waits are kept apart, and as long as the loop measured them.
+    let blocked = poll["blocked_ms"].as_f64().unwrap();
+    assert!((blocked - waited).abs() < waited * 0.1, "{poll:#}");
+}
+
 #[test]
 fn forking_a_large_program_counts_the_fork_for_the_fork() {
     let _serial = serial();
