@@ -12,7 +12,9 @@
 //! group (the folded stacks and flamegraphs count with it). In the default view, blocked time
 //! counts only inside one of the program's own marks: a thread blocked in a libc call that only
 //! the agent marked (a parked worker in `pthread_cond_wait`, a `poll` loop between requests) is
-//! idle, not cost; that time is kept apart as the built-in feature's `blocked_ns`.
+//! idle, not cost; that time is kept apart as the built-in feature's `blocked_ns`. And when the
+//! process ran several programs one after the other (a wrapper script that `exec`s the real
+//! one), the default view is of the last; the earlier ones are reported apart.
 //!
 //! When the profile has native stacks, the most expensive instances of each feature also get their
 //! most expensive native call paths: the last few native frames before the instance's mark, so a
@@ -139,6 +141,22 @@ pub struct FeatureReport {
     pub max_truncated_depth: u32,
     /// Whether the profile has native stacks (then instances have call paths).
     pub native: bool,
+    /// The program images the process ran, when it ran more than one (an `exec`): in the
+    /// default view only the last one's samples count, the others are reported apart.
+    pub images: Vec<ImageTime>,
+}
+
+/// The time of one program image (see [`FeatureReport::images`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ImageTime {
+    /// Its name (`/proc/PID/comm`).
+    pub name: String,
+    /// All its threads' wall time.
+    pub wall_ns: u64,
+    /// Of that, running or waiting for a CPU.
+    pub active_ns: u64,
+    /// Whether its samples count in the report's features and total.
+    pub counted: bool,
 }
 
 impl FeatureReport {
@@ -177,9 +195,13 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         truncated_samples: 0,
         max_truncated_depth: 0,
         native,
+        images: image_times(profile, view),
     };
 
     for (index, group) in profile.samples.iter().enumerate() {
+        if !counts_image(profile, view, group) {
+            continue;
+        }
         let stack = &profile.stacks[group.stack as usize];
         // For each feature, its innermost frame; it counts if it is a mark, not an antimark.
         attributed.clear();
@@ -293,6 +315,40 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
     report
 }
 
+/// Whether `group`'s program image counts in `view`: in the default view, only the last image a
+/// process ran (a wrapper script's time before it `exec`s the program is reported apart).
+fn counts_image(profile: &Profile, view: TimeView, group: &SampleGroup) -> bool {
+    view == TimeView::All || group.image as usize + 1 >= profile.images.len()
+}
+
+/// The time of each program image, when there were several.
+fn image_times(profile: &Profile, view: TimeView) -> Vec<ImageTime> {
+    if profile.images.len() < 2 {
+        return Vec::new();
+    }
+    let mut times: Vec<ImageTime> = profile
+        .images
+        .iter()
+        .map(|image| ImageTime {
+            name: image.name.clone(),
+            wall_ns: 0,
+            active_ns: 0,
+            counted: false,
+        })
+        .collect();
+    for group in &profile.samples {
+        if let Some(time) = times.get_mut(group.image as usize) {
+            time.wall_ns = time.wall_ns.saturating_add(group.wall_ns);
+            time.active_ns = time.active_ns.saturating_add(group.active_ns);
+            time.counted = counts_image(profile, view, group);
+        }
+    }
+    if let Some(last) = times.last_mut() {
+        last.counted = true;
+    }
+    times
+}
+
 /// The program's own mark that a built-in mark of `feature` is nested in, if any: the innermost
 /// frame of `feature` in `outer` that is not built in, when it is a mark (its payload and
 /// index). A program that marks its own output has a `write` inside counted by its mark.
@@ -378,6 +434,7 @@ pub fn group_weights(profile: &Profile, view: TimeView) -> Vec<u64> {
         .samples
         .iter()
         .map(|group| match view {
+            _ if !counts_image(profile, view, group) => 0,
             TimeView::Active if !inside_own_mark[group.stack as usize] => group.active_ns,
             _ => group.wall_ns,
         })

@@ -21,7 +21,10 @@
 //!  "native_stacks": [{"frames": [0, 1], "marks_at": [1], "truncated": false}],
 //!                                                   // root first; see `NativeStack`
 //!  "samples": [{"thread": 0, "stack": 0, "native": 0, "count": 10,
-//!               "wall_ns": 10000000, "active_ns": 9000000}]}
+//!               "wall_ns": 10000000, "active_ns": 9000000}],
+//!                                                   // "image": N when not the first image
+//!  "images": [{"name": "sh"}, {"name": "python3"}]} // the programs run, in order (each exec
+//!                                                   // starts one); absent in older profiles
 //! ```
 //! A reader refuses other `format`s and newer `version`s; fields may be added within a version.
 //! Version 1 had no native stacks (`--no-native` profiles still have none).
@@ -69,6 +72,18 @@ pub struct Profile {
     /// Distinct native stacks (with their marks' places); a sample group's `native` indexes this.
     #[serde(default)]
     pub native_stacks: Vec<NativeStack>,
+    /// The program images the process ran, in order: each `exec` starts a new one (a wrapper
+    /// script, then the program it runs). A sample group's `image` indexes this; empty in
+    /// profiles from before 2026-11-25 (one image).
+    #[serde(default)]
+    pub images: Vec<Image>,
+}
+
+/// A program image the process ran (see [`Profile::images`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// The process's name while it ran (`/proc/PID/comm`).
+    pub name: String,
 }
 
 /// How and when a profile was recorded.
@@ -272,6 +287,13 @@ pub struct SampleGroup {
     pub wall_ns: u64,
     /// Of that, the intervals of samples that found the thread running or waiting for a CPU.
     pub active_ns: u64,
+    /// Index into [`Profile::images`]: which program the process was running.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub image: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 impl Profile {
@@ -416,9 +438,10 @@ pub struct ProfileBuilder {
     threads: Vec<Thread>,
     thread_ids: HashMap<u32, u32>,
     samples: Vec<SampleGroup>,
-    sample_ids: HashMap<(u32, u32, Option<u32>), usize>,
+    sample_ids: HashMap<(u32, u32, Option<u32>, u32), usize>,
     native_stacks: Vec<RawNativeStack>,
     native_ids: HashMap<RawNativeStack, u32>,
+    images: Vec<Image>,
 }
 
 /// A native stack as recorded, before symbolization: like [`NativeStack`] with addresses instead of
@@ -481,7 +504,15 @@ impl ProfileBuilder {
         intern(&mut self.native_stacks, &mut self.native_ids, stack)
     }
 
-    /// Adds one sample.
+    /// From now on the process runs the program image `name` (the first call names the first
+    /// image; each later one follows an `exec`).
+    pub fn image(&mut self, name: String) {
+        if self.images.len() < u16::MAX as usize {
+            self.images.push(Image { name });
+        }
+    }
+
+    /// Adds a sample of the current image (see [`ProfileBuilder::image`]).
     pub fn add_sample(
         &mut self,
         thread: u32,
@@ -491,9 +522,10 @@ impl ProfileBuilder {
         active_ns: u64,
     ) {
         let next = self.samples.len();
+        let image = self.images.len().saturating_sub(1) as u32;
         let index = *self
             .sample_ids
-            .entry((thread, stack, native))
+            .entry((thread, stack, native, image))
             .or_insert(next);
         if index == next {
             self.samples.push(SampleGroup {
@@ -503,6 +535,7 @@ impl ProfileBuilder {
                 count: 0,
                 wall_ns: 0,
                 active_ns: 0,
+                image,
             });
         }
         let group = &mut self.samples[index];
@@ -600,6 +633,7 @@ impl ProfileBuilder {
             samples: self.samples,
             native_frames: frames,
             native_stacks,
+            images: self.images,
         }
     }
 }

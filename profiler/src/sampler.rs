@@ -193,6 +193,8 @@ pub struct Sampler {
     slow_ticks: u64,
     /// Addresses of those descriptors.
     builtin_descriptors: Vec<u64>,
+    /// The process's current program image, as [`ThreadStatus::image_token`] tells it.
+    image_token: Option<u64>,
 }
 
 impl Sampler {
@@ -239,6 +241,7 @@ impl Sampler {
             fast_until: None,
             slow_interval: false,
             slow_ticks: 0,
+            image_token: None,
         }
     }
 
@@ -377,6 +380,25 @@ impl Sampler {
                 }
                 Err(_) => continue, // unreadable this time: its time is carried over
             };
+            if tid == self.pid {
+                let token = state.status.image_token();
+                if token.is_some() && token != self.image_token {
+                    // The first image, or an `exec` since the previous tick: samples from now
+                    // on are the new program's.
+                    let exec = self.image_token.is_some();
+                    self.image_token = token;
+                    let pid = self.pid;
+                    self.builder.image(target::thread_name(pid, pid));
+                    if exec {
+                        // This tick's marks may be the old image's (its region was copied
+                        // before the exec was seen), and so may cached names: the thread's time
+                        // is carried to its next sample, as when marks are incomplete.
+                        self.forget_names();
+                        continue;
+                    }
+                }
+            }
+            let state = self.threads.get_mut(&tid).expect("sampled");
             let wall_ns = now
                 .duration_since(std::mem::replace(&mut state.last_time, now))
                 .as_nanos() as u64;

@@ -104,6 +104,8 @@ pub struct ThreadStatus {
     file: Option<File>,
     path: PathBuf,
     buf: Vec<u8>,
+    /// Bytes of `buf` the last read filled.
+    len: usize,
 }
 
 impl ThreadStatus {
@@ -120,6 +122,7 @@ impl ThreadStatus {
             file,
             path,
             buf: vec![0; 1024],
+            len: 0,
         })
     }
 
@@ -143,8 +146,18 @@ impl ThreadStatus {
             Err(e) if gone(&e) => return Ok(None),
             Err(e) => return Err(e),
         };
+        self.len = len;
         let stat = std::str::from_utf8(&self.buf[..len]).ok();
         Ok(stat.and_then(state_from_stat).map(|state| state == 'R'))
+    }
+
+    /// Where the process's arguments start in its memory (`arg_start`, field 48 of the stat
+    /// last read by [`ThreadStatus::is_running`]): a new value means a new program image (each
+    /// `exec` builds a new stack). `None` if unknown.
+    pub fn image_token(&self) -> Option<u64> {
+        let stat = std::str::from_utf8(&self.buf[..self.len]).ok()?;
+        let fields = stat.rsplit_once(')')?.1;
+        fields.split_ascii_whitespace().nth(48 - 3)?.parse().ok()
     }
 }
 

@@ -429,6 +429,41 @@ fn errors_when_attaching_to_a_process_we_may_not_read() {
     }
 }
 
+/// A wrapper script (busy for a moment, as pyenv's shims are) that execs the real program: the
+/// report's figures are the program's, and the script's time is reported apart.
+#[test]
+fn a_wrapper_script_that_execs_the_program_is_reported_apart() {
+    let _serial = serial();
+    let dir = tempdir();
+    let truth = dir.path().join("truth.json");
+    let script = format!(
+        "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; exec {} mixed 3 --truth {}",
+        target(),
+        truth.display()
+    );
+    let output = Command::new(fsprof())
+        .args(["run", "--rate", ACCURACY_RATE, "-o"])
+        .arg(dir.path())
+        .args(["--", "/bin/sh", "-c", &script])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report = report_json(dir.path());
+    assert_shares_match(&report, &support::truth(dir.path()));
+    let images = report["images"].as_array().unwrap();
+    assert_eq!(images.len(), 2, "{stderr}");
+    assert_eq!(images[0]["name"], "sh", "{stderr}");
+    assert_eq!(images[0]["counted"], false);
+    assert!(images[0]["active_ms"].as_f64().unwrap() > 100.0, "{stderr}");
+    assert_eq!(images[1]["counted"], true);
+    assert!(
+        stderr.contains("the process replaced itself by exec"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn marks_held_across_exec_do_not_outlive_it() {
     let _serial = serial();
@@ -449,7 +484,9 @@ fn marks_held_across_exec_do_not_outlive_it() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let report = report_json(dir.path());
+    // The default view is of the program after the exec; --idle counts both images.
+    let report = report_json_with(dir.path(), &["--idle"]);
+    assert_eq!(report["images"].as_array().unwrap().len(), 2, "{report:#}");
     let output = report["features"]
         .as_array()
         .unwrap()

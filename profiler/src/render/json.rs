@@ -10,7 +10,12 @@
 //! (output, input, allocation, ... marked around libc calls; a program's own feature of the same
 //! name is counted with them). Fields may be added; none are removed within a major version.
 //!
-//! `blocked_ms` (top level, per feature, per instance; since 0.1 of 2026-11-25) is time threads
+//! `images` (since 2026-11-25) lists the programs the process ran one after the other when it
+//! ran several (each `exec` starts one: a wrapper script, then the program): `{"name": "sh",
+//! "wall_ms": 520.1, "active_ms": 500.3, "counted": false}`. In the default view only the last
+//! one is counted in the features and `total_ms`; with `--idle` all are. Empty for one program.
+//!
+//! `blocked_ms` (top level, per feature, per instance; since 2026-11-25) is time threads
 //! spent blocked inside built-in features outside the program's own marks: idle time (a worker
 //! parked in `pthread_cond_wait`, a `poll` loop between requests), not counted in `ms`, `percent`
 //! or `total_ms` in the default `active` view. With `time_view` `all` (`--idle`) every wait counts
@@ -70,6 +75,9 @@ pub fn render(report: &FeatureReport, meta: &Meta) -> Value {
         "time_view": match report.view { TimeView::Active => "active", TimeView::All => "all" },
         "features": features,
         "truncated_samples": report.truncated_samples,
+        "images": report.images.iter().map(|image| json!({"name": image.name,
+            "wall_ms": ms(image.wall_ns), "active_ms": ms(image.active_ns),
+            "counted": image.counted})).collect::<Vec<Value>>(),
         "meta": meta,
     })
 }

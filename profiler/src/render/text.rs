@@ -6,6 +6,9 @@
 //!    886 ms : src/main.rs:14:20
 //! ```
 //!
+//! When the process ran several programs (a wrapper script that `exec`s the real one), a line
+//! under the header names them and says which are counted.
+//!
 //! A built-in feature whose threads also waited in it outside the program's own marks says how
 //! long (`; threads also waited in it for 2950 ms, idle time not counted`), and so do its
 //! instances (`(+ 2950 ms waiting)`): that time is not in the percentages (see
@@ -64,6 +67,37 @@ fn blocked(ns: u64, before: &str, after: &str) -> String {
     format!("{before}{} ms{after}", ms(ns))
 }
 
+/// A line on the program images the process ran, when it ran several (an `exec`).
+fn describe_images(report: &FeatureReport) -> Option<String> {
+    let (last, earlier) = report.images.split_last()?;
+    let seconds = |ns: u64| ns as f64 / 1e9;
+    let before: Vec<String> = earlier
+        .iter()
+        .map(|image| {
+            format!(
+                "{} for {:.2} s ({:.2} s running)",
+                image.name,
+                seconds(image.wall_ns),
+                seconds(image.active_ns)
+            )
+        })
+        .collect();
+    Some(if earlier.iter().all(|image| image.counted) {
+        format!(
+            "the process ran {} programs one after the other (each exec starts one), all counted: {}, then {}",
+            report.images.len(),
+            before.join(", then "),
+            last.name
+        )
+    } else {
+        format!(
+            "the process replaced itself by exec: these figures are of the last program it ran, {}; before it ran {} (not counted; --idle counts it)",
+            last.name,
+            before.join(", then ")
+        )
+    })
+}
+
 /// Renders the report.
 pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
     let mut out = String::new();
@@ -81,6 +115,9 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
         meta.end,
     );
     let _ = writeln!(out, "{}", report.view.describe());
+    if let Some(line) = describe_images(report) {
+        let _ = writeln!(out, "{line}");
+    }
     let _ = writeln!(out);
 
     if report.samples == 0 {

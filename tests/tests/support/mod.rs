@@ -189,10 +189,16 @@ fn launch_target(dir: &Path, scenario: &str, secs: f64, args: &[&str], agent: bo
 
 /// `fsprof report PATH --format json`.
 pub fn report_json(path: &Path) -> Value {
+    report_json_with(path, &[])
+}
+
+/// [`report_json`] with more options of `fsprof report` (`--idle`).
+pub fn report_json_with(path: &Path, options: &[&str]) -> Value {
     let output = Command::new(fsprof())
         .arg("report")
         .arg(path)
         .args(["--format", "json"])
+        .args(options)
         .output()
         .unwrap();
     assert!(
