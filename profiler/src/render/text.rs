@@ -71,17 +71,30 @@ fn blocked(ns: u64, before: &str, after: &str) -> String {
 fn describe_images(report: &FeatureReport) -> Option<String> {
     let (last, earlier) = report.images.split_last()?;
     let seconds = |ns: u64| ns as f64 / 1e9;
-    let before: Vec<String> = earlier
-        .iter()
-        .map(|image| {
-            format!(
-                "{} for {:.2} s ({:.2} s running)",
-                image.name,
-                seconds(image.wall_ns),
-                seconds(image.active_ns)
-            )
-        })
-        .collect();
+    let before: Vec<String> = if earlier.len() <= 2 {
+        earlier
+            .iter()
+            .map(|image| {
+                format!(
+                    "{} for {:.2} s ({:.2} s running)",
+                    image.name,
+                    seconds(image.wall_ns),
+                    seconds(image.active_ns)
+                )
+            })
+            .collect()
+    } else {
+        let names: Vec<&str> = earlier.iter().map(|image| image.name.as_str()).collect();
+        let wall = earlier.iter().map(|image| image.wall_ns).sum();
+        let active = earlier.iter().map(|image| image.active_ns).sum();
+        vec![format!(
+            "{} programs for {:.2} s ({:.2} s running: {})",
+            earlier.len(),
+            seconds(wall),
+            seconds(active),
+            names.join(", ")
+        )]
+    };
     Some(if earlier.iter().all(|image| image.counted) {
         format!(
             "the process ran {} programs one after the other (each exec starts one), all counted: {}, then {}",
