@@ -153,11 +153,13 @@ impl ThreadStatus {
 
     /// Where the process's arguments start in its memory (`arg_start`, field 48 of the stat
     /// last read by [`ThreadStatus::is_running`]): a new value means a new program image (each
-    /// `exec` builds a new stack). `None` if unknown.
+    /// `exec` builds a new stack). `None` if unknown, or 0: an exiting process (no memory left)
+    /// or one fsprof may not read shows 0.
     pub fn image_token(&self) -> Option<u64> {
         let stat = std::str::from_utf8(&self.buf[..self.len]).ok()?;
         let fields = stat.rsplit_once(')')?.1;
-        fields.split_ascii_whitespace().nth(48 - 3)?.parse().ok()
+        let token = fields.split_ascii_whitespace().nth(48 - 3)?.parse().ok()?;
+        (token != 0).then_some(token)
     }
 }
 
@@ -407,5 +409,25 @@ mod tests {
             "this thread is running the test"
         );
         assert!(!is_alive(u32::MAX / 2));
+        // This process's arguments are somewhere: its image token is known and stays put.
+        let token = status.image_token();
+        assert!(token.is_some());
+        status.is_running().unwrap();
+        assert_eq!(status.image_token(), token);
+    }
+
+    #[test]
+    fn an_exiting_process_has_no_image_token() {
+        let mut fields: Vec<String> = (3..=52).map(|n| n.to_string()).collect();
+        let stat = |fields: &[String]| format!("7 (a (b) c) {}", fields.join(" "));
+        let status = |text: String| ThreadStatus {
+            file: None,
+            path: PathBuf::new(),
+            len: text.len(),
+            buf: text.into_bytes(),
+        };
+        assert_eq!(status(stat(&fields)).image_token(), Some(48));
+        fields[48 - 3] = "0".into(); // no memory left, or not ours to read
+        assert_eq!(status(stat(&fields)).image_token(), None);
     }
 }
