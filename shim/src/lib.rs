@@ -54,6 +54,7 @@
 
 pub mod abi;
 mod region;
+mod sys;
 mod thread_state;
 
 use core::marker::PhantomData;
@@ -305,6 +306,15 @@ pub mod raw {
     #[inline(always)]
     pub fn pop_innermost() {
         region::pop_innermost();
+    }
+
+    /// Tells the shim that the calling thread is about to jump (`siglongjmp`) to stack pointer
+    /// `target`: a push of this thread that the jump leaves unfinished (a signal handler that
+    /// interrupted it jumps out) is closed, so that its slot is not left "being written" forever.
+    /// Async-signal-safe (loads and one store). For the agent's interposed `siglongjmp`.
+    #[inline(always)]
+    pub fn jumping_to(target: u64) {
+        region::jumping_to(target);
     }
 
     /// Forgets the region in a child process made without `fork`'s `pthread_atfork` handlers

@@ -8,16 +8,25 @@
 //! thread claims a slot (a scan with compare-and-swap) and registers a thread-exit destructor. Every
 //! later push or pop is a handful of plain loads and stores on memory only this thread writes: no
 //! allocation, no lock, no syscall. On x86-64 the release fences compile to nothing.
+//!
+//! Locks: the fork handlers and the thread-exit key are set up when the module that links the
+//! shim is loaded (a constructor), not at a first mark, and a thread-exit destructor is a
+//! `pthread` key's, not a thread-local's: so no mark ever takes glibc's fork-handler lock or the
+//! dynamic loader's lock, which a thread inside `fork` or `dlopen` may hold while it waits for
+//! the marking thread (a program's fork handler or library constructor that takes a lock).
+//!
+//! Fork: the forking thread hides its slot from the prepare handler to the parent or child one,
+//! so that whatever runs in the child before the child handler (other libraries' handlers, in
+//! registration order) cannot write the region, which the child does not have.
 
 use crate::abi::{self, Record, RegionHeader, Slot, MARK_CAPACITY, SLOT_COUNT};
+use crate::sys;
 use crate::thread_state::{self, ThreadState};
 use core::ptr::null_mut;
-use core::sync::atomic::{compiler_fence, fence, AtomicPtr, Ordering::*};
-use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::sync::Once;
+use core::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, Ordering::*};
+use std::ffi::{c_int, c_uint, c_void};
 
 extern "C" {
-    fn memfd_create(name: *const c_char, flags: c_uint) -> c_int;
     fn ftruncate(fd: c_int, length: i64) -> c_int;
     fn mmap(
         addr: *mut c_void,
@@ -32,12 +41,16 @@ extern "C" {
     fn close(fd: c_int) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
     fn getpid() -> c_int;
-    fn gettid() -> c_int;
     fn pthread_atfork(
         prepare: Option<unsafe extern "C" fn()>,
         parent: Option<unsafe extern "C" fn()>,
         child: Option<unsafe extern "C" fn()>,
     ) -> c_int;
+    fn pthread_key_create(
+        key: *mut c_uint,
+        destructor: Option<unsafe extern "C" fn(*mut c_void)>,
+    ) -> c_int;
+    fn pthread_setspecific(key: c_uint, value: *const c_void) -> c_int;
 }
 
 const MFD_CLOEXEC: c_uint = 1;
@@ -54,43 +67,137 @@ const MADV_DONTFORK: c_int = 10;
 /// This process's region, null until the first mark (or if it could not be created).
 static REGION: AtomicPtr<RegionHeader> = AtomicPtr::new(null_mut());
 /// Set once region creation failed, so that marks do not retry a syscall every time.
-static REGION_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-static ATFORK: Once = Once::new();
+static REGION_FAILED: AtomicBool = AtomicBool::new(false);
+/// The fork handlers and the thread-exit key: see [`setup`].
+static SETUP: AtomicU32 = AtomicU32::new(UNSET);
+/// The process that began [`setup`] (to tell a child forked in the middle of it).
+static SETUP_PID: AtomicU32 = AtomicU32::new(0);
+/// The `pthread` key whose destructor releases a thread's slot at its exit.
+static EXIT_KEY: AtomicU32 = AtomicU32::new(0);
+const UNSET: u32 = 0;
+const SETTING: u32 = 1;
+const SET: u32 = 2;
+const FAILED: u32 = 3;
 
-thread_local! {
-    /// Touched when a slot is claimed; its destructor releases the slot at thread exit.
-    static OWNER: SlotOwner = const { SlotOwner };
+/// Runs when the module that links the shim is loaded (before `main`, or inside `dlopen`):
+/// registers the fork handlers and creates the thread-exit key now, while no interposed call
+/// can be waiting for the locks those take (glibc's fork-handler lock, which a `fork` holds while
+/// running the program's handlers).
+extern "C" fn at_load() {
+    setup();
 }
 
-struct SlotOwner;
+#[used]
+#[link_section = ".init_array"]
+static AT_LOAD: extern "C" fn() = at_load;
 
-impl Drop for SlotOwner {
-    fn drop(&mut self) {
-        let _ = thread_state::with(|state| {
-            state.exiting.set(true);
-            let slot = state.slot.replace(null_mut());
-            if !slot.is_null() {
-                // SAFETY: a non-null slot pointer always points into this process's live region.
-                unsafe { release(&*slot) };
-            }
-        });
+/// Registers the fork handlers and creates the thread-exit key, once; true when both are in
+/// place. Never waits: a thread that finds another one doing it gets false (and makes no region
+/// yet), and so does a child forked in the middle of it, which then does it again itself.
+fn setup() -> bool {
+    match SETUP.load(Acquire) {
+        SET => return true,
+        FAILED => return false,
+        // SAFETY: getpid has no preconditions.
+        SETTING if SETUP_PID.load(Relaxed) == unsafe { getpid() } as u32 => return false,
+        SETTING => {
+            // A child of a fork made during the setup: this process has one thread, this one.
+            SETUP.store(UNSET, Relaxed);
+        }
+        _ => {}
     }
+    if SETUP
+        .compare_exchange(UNSET, SETTING, Acquire, Relaxed)
+        .is_err()
+    {
+        return false;
+    }
+    // SAFETY: getpid has no preconditions.
+    SETUP_PID.store(unsafe { getpid() } as u32, Relaxed);
+    let mut key: c_uint = 0;
+    // SAFETY: the handlers only store to atomics and to this thread's state; the key's
+    // destructor releases the exiting thread's slot.
+    let ok = unsafe {
+        pthread_atfork(
+            Some(hide_slot_before_fork),
+            Some(restore_slot_after_fork),
+            Some(forget_region_in_child),
+        ) == 0
+            && pthread_key_create(&mut key, Some(release_at_exit)) == 0
+    };
+    EXIT_KEY.store(key, Relaxed);
+    SETUP.store(if ok { SET } else { FAILED }, Release);
+    ok
 }
 
-/// Runs in the child after `fork()`: the region was not inherited (`MADV_DONTFORK`), so forget it.
-/// The child creates its own region on its first mark; guards alive across the fork become inert.
+/// The thread-exit key's destructor: releases the thread's slot, and keeps it from claiming
+/// another (later destructors may still mark; those marks are not recorded).
+unsafe extern "C" fn release_at_exit(_: *mut c_void) {
+    let _ = thread_state::with(|state| {
+        state.exiting.set(true);
+        let slot = state.slot.replace(null_mut());
+        if !slot.is_null() {
+            // SAFETY: a non-null slot pointer always points into this process's live region.
+            unsafe { release(&*slot) };
+        }
+    });
+}
+
+/// `fork`'s prepare handler, in the forking thread: hides its slot until the parent or child
+/// handler. The region is not mapped in the child (`MADV_DONTFORK`), and the child may run other
+/// handlers before ours (glibc runs child handlers in registration order): with its slot
+/// hidden and claiming barred, nothing they mark can touch it. In the parent, marks made between
+/// the handlers (by other handlers) are not recorded; the marks already pushed (`fork`'s own
+/// built-in mark) stay, and count the fork.
+unsafe extern "C" fn hide_slot_before_fork() {
+    let _ = thread_state::with(|state| {
+        state.forking.set(true);
+        compiler_fence(SeqCst);
+        let slot = state.slot.get();
+        let region = REGION.load(Relaxed);
+        if !slot.is_null() && !region.is_null() {
+            let index = (slot as usize - region as usize - abi::HEADER_SIZE) / abi::SLOT_SIZE;
+            state.hidden.set(index as u32 + 1);
+            compiler_fence(SeqCst);
+            state.slot.set(null_mut());
+        }
+    });
+}
+
+/// `fork`'s parent handler: gives the forking thread its slot back.
+unsafe extern "C" fn restore_slot_after_fork() {
+    let _ = thread_state::with(|state| {
+        let hidden = state.hidden.replace(0);
+        let region = REGION.load(Relaxed);
+        if hidden != 0 && !region.is_null() {
+            let slots = (region as *mut u8).add(abi::HEADER_SIZE) as *mut Slot;
+            state.slot.set(slots.add(hidden as usize - 1));
+        }
+        compiler_fence(SeqCst);
+        state.forking.set(false);
+    });
+}
+
+/// `fork`'s child handler: the region was not inherited (`MADV_DONTFORK`), so forget it. The
+/// child creates its own region on its first mark; guards alive across the fork become inert.
 /// The inherited descriptor is left open (it is close-on-exec): by now the program may have closed
-/// it and reused the number for one of its own files.
+/// it and reused the number for one of its own files. Also called by the agent in a child of
+/// `_Fork`, which runs no handlers. Async-signal-safe: it only stores.
 pub(crate) unsafe extern "C" fn forget_region_in_child() {
     REGION.store(null_mut(), Relaxed);
     REGION_FAILED.store(false, Relaxed);
-    let _ = thread_state::with(|state| state.slot.set(null_mut()));
+    let _ = thread_state::with(|state| {
+        state.slot.set(null_mut());
+        state.hidden.set(0);
+        compiler_fence(SeqCst);
+        state.forking.set(false);
+    });
 }
 
 fn create_region() -> *mut RegionHeader {
     // SAFETY: plain syscalls on values we own; every result is checked before use.
     unsafe {
-        let fd = memfd_create(c"fsprof-region".as_ptr(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        let fd = sys::memfd_create(c"fsprof-region".as_ptr(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if fd < 0 {
             return null_mut();
         }
@@ -155,10 +262,10 @@ fn region() -> *mut RegionHeader {
     if !existing.is_null() || REGION_FAILED.load(Relaxed) {
         return existing;
     }
-    ATFORK.call_once(|| {
-        // SAFETY: registers a handler that only stores to atomics and thread-locals.
-        unsafe { pthread_atfork(None, None, Some(forget_region_in_child)) };
-    });
+    // Without the fork handlers a child would keep the region, unmapped in it: no region yet.
+    if !setup() {
+        return null_mut();
+    }
     let created = create_region();
     if created.is_null() {
         REGION_FAILED.store(true, Relaxed);
@@ -183,7 +290,7 @@ fn region() -> *mut RegionHeader {
 #[cold]
 #[inline(never)]
 fn claim(state: &ThreadState) -> *mut Slot {
-    if state.exiting.get() || state.claiming.replace(true) {
+    if state.exiting.get() || state.forking.get() || state.claiming.replace(true) {
         return null_mut();
     }
     compiler_fence(SeqCst);
@@ -199,24 +306,28 @@ fn claim(state: &ThreadState) -> *mut Slot {
 }
 
 fn claim_once(state: &ThreadState) -> *mut Slot {
-    // Register the exit destructor first; if thread-locals are already being torn down, do not claim.
-    if OWNER.try_with(|_| ()).is_err() {
-        state.exiting.set(true);
-        return null_mut();
-    }
     let header = region();
     if header.is_null() {
+        return null_mut();
+    }
+    // The exit destructor first: a `pthread` key's (C++ and Rust thread-local destructors
+    // register through `__cxa_thread_atexit_impl`, which takes the dynamic loader's lock, which a
+    // thread inside `dlopen` may hold while it waits for this one).
+    // SAFETY: a key from `setup` (which `region` needs); any non-null value runs the destructor.
+    if unsafe { pthread_setspecific(EXIT_KEY.load(Relaxed), core::ptr::dangling::<c_void>()) } != 0
+    {
         return null_mut();
     }
     // SAFETY: header points to a live region of REGION_SIZE bytes laid out as abi.rs says.
     unsafe {
         let slots = (header as *mut u8).add(abi::HEADER_SIZE) as *mut Slot;
-        let tid = gettid() as u32;
+        let tid = sys::gettid();
         for index in 0..SLOT_COUNT {
             let slot = &*slots.add(index);
             if slot.tid.load(Relaxed) == 0
                 && slot.tid.compare_exchange(0, tid, Acquire, Relaxed).is_ok()
             {
+                make_even(slot); // a previous owner may have left it odd (see `release`)
                 begin_write(slot);
                 slot.depth.store(0, Relaxed);
                 end_write(slot);
@@ -231,8 +342,11 @@ fn claim_once(state: &ThreadState) -> *mut Slot {
     null_mut()
 }
 
-/// Frees a slot at thread exit.
+/// Frees a slot at thread exit. Its `seq` may be odd, if a push of the thread was left by a jump
+/// that [`jumping_to`] did not see: a released slot is left even, so that it is clean for the
+/// next owner and readable meanwhile.
 fn release(slot: &Slot) {
+    make_even(slot);
     begin_write(slot);
     slot.depth.store(0, Relaxed);
     end_write(slot);
@@ -245,6 +359,14 @@ fn begin_write(slot: &Slot) {
     let seq = slot.seq.load(Relaxed);
     slot.seq.store(seq.wrapping_add(1), Relaxed);
     fence(Release);
+}
+
+/// Makes the slot's `seq` even if a push left it odd. Only for a slot no push of its owner is
+/// in the middle of: one being claimed or released, or one whose push was left by a jump.
+fn make_even(slot: &Slot) {
+    if slot.seq.load(Relaxed) & 1 == 1 {
+        bump(&slot.seq);
+    }
 }
 
 #[inline(always)]
@@ -428,6 +550,8 @@ fn push_unless_busy(
     if slot.seq.load(Relaxed) & 1 == 1 {
         return Pushed::NOTHING; // a signal handler interrupted this thread inside a push
     }
+    state.push_sp.set(sp);
+    compiler_fence(SeqCst); // set before `seq` is odd: a handler may read it then
     bump(&slot.seq); // odd: writing
     fence(Release);
     let depth = slot.depth.load(Relaxed);
@@ -531,6 +655,29 @@ pub(crate) fn pop_innermost() {
         if depth > 0 {
             // As in `pop`: one store, no seq bracket.
             slot.depth.store(depth - 1, Release);
+        }
+    });
+}
+
+/// Called before a jump (`siglongjmp`) that makes the calling thread's stack pointer `target`:
+/// if the thread is inside a push (its slot's `seq` odd) whose frame the jump leaves (the push's
+/// stack address lies at or below `target`), that push will never finish, so its slot is made
+/// readable and writable again (`seq` even). The records are consistent: the push had either
+/// not yet raised `depth`, or had written its record before it did. A push that the jump does
+/// not leave (a handler that jumps within itself) is left to finish. Async-signal-safe. (On
+/// targets other than x86-64 a push also sets the low bit of `serial`, which this leaves alone:
+/// the only caller, the agent's `siglongjmp`, exists only on x86-64.)
+pub(crate) fn jumping_to(target: u64) {
+    let _ = thread_state::with(|state| {
+        let slot = state.slot.get();
+        if slot.is_null() {
+            return;
+        }
+        // SAFETY: this thread's claimed slot in the live region.
+        let slot = unsafe { &*slot };
+        if slot.seq.load(Relaxed) & 1 == 1 && state.push_sp.get() <= target {
+            fence(Release);
+            bump(&slot.seq);
         }
     });
 }
