@@ -29,7 +29,11 @@
 //!
 //! # Guarantees
 //! * Marking never allocates, locks or makes a syscall once a thread has marked once, and never
-//!   panics. A push and its pop cost a few nanoseconds (see `BENCHMARKS.md`).
+//!   panics. A push and its pop cost a few nanoseconds (see `BENCHMARKS.md`). No mark, a
+//!   thread's first included, takes a lock the program could hold or wait for (the dynamic
+//!   loader's, glibc's fork-handler lock): the fork handlers and the thread-exit key (a `pthread`
+//!   key, not a thread-local destructor) are set up when the module that links the shim is
+//!   loaded.
 //! * Guards ([`Mark`]) are RAII and not `Send`. Dropping a guard pops its mark *and every mark
 //!   above it*; guards dropped later whose marks are already gone do nothing. A leaked guard's mark
 //!   stays on the stack until an enclosing guard is dropped or the thread exits. No order of drops
@@ -40,11 +44,21 @@
 //!   reused by later threads. If every slot is taken, that thread's marks are not recorded (the
 //!   region counts such threads).
 //! * After `fork()` the child does not inherit the region; it creates its own on its first mark.
-//!   Guards alive across the fork do nothing in the child.
+//!   Guards alive across the fork do nothing in the child. This holds whatever runs in the child
+//!   before the shim's fork handler (other libraries' handlers, which may mark): the forking
+//!   thread's slot is hidden from the prepare handler on. In the parent, marks made by other
+//!   fork handlers are not recorded.
 //! * Marks may be made from signal handlers, on one condition: the thread must have marked once
 //!   outside a handler before (its first mark claims a slot and registers a thread-exit
 //!   destructor, which may allocate). A handler's mark that interrupted a push on the same thread
 //!   is skipped; one that interrupted a pop nests normally.
+//! * A handler that jumps out (`siglongjmp`) of a push it interrupted leaves the slot "being
+//!   written" (its `seq` odd) until someone says where the jump went: [`raw::jumping_to`], which
+//!   the agent's interposed `longjmp` and `siglongjmp` call, closes the push; otherwise the
+//!   thread's later marks are not recorded. A slot is always left clean when released, and
+//!   taken clean when claimed.
+//! * Two semver-incompatible copies of this crate in one program each have their own thread
+//!   state (its symbol is versioned) and their own region.
 //!
 //! The shared-memory layout the profiler reads is defined, and documented, in [`abi`].
 //!
