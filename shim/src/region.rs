@@ -51,6 +51,7 @@ extern "C" {
         destructor: Option<unsafe extern "C" fn(*mut c_void)>,
     ) -> c_int;
     fn pthread_setspecific(key: c_uint, value: *const c_void) -> c_int;
+    fn pthread_key_delete(key: c_uint) -> c_int;
 }
 
 const MFD_CLOEXEC: c_uint = 1;
@@ -90,6 +91,20 @@ extern "C" fn at_load() {
 #[used]
 #[link_section = ".init_array"]
 static AT_LOAD: extern "C" fn() = at_load;
+
+/// Runs when the module is unloaded (`dlclose`, or at exit): deletes the thread-exit key, whose
+/// destructor would otherwise run, at a later thread exit, code no longer mapped. (glibc removes
+/// the module's fork handlers itself.)
+extern "C" fn at_unload() {
+    if SETUP.load(Acquire) == SET {
+        // SAFETY: the key `setup` created; deleting it runs no destructor.
+        unsafe { pthread_key_delete(EXIT_KEY.load(Relaxed)) };
+    }
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static AT_UNLOAD: extern "C" fn() = at_unload;
 
 /// Registers the fork handlers and creates the thread-exit key, once; true when both are in
 /// place. Never waits: a thread that finds another one doing it gets false (and makes no region
