@@ -1,10 +1,10 @@
 /* jump_out.c: a thread writes to /dev/null while SIGUSR1's handler siglongjmps out of whatever
  * interposed call it interrupted (POSIX allows leaving an async-signal-safe function that way;
- * bash and psql do), for JUMP seconds; then that thread, and a new thread after it exits (which
+ * bash and psql do), until it has jumped JUMPS times (or for 10 s at most); then that thread, and a new thread after it exits (which
  * takes over its mark slot), each do WORK seconds of work, half of it marked `after` (instances
  * `victim` and `heir`), and time it.
  *
- *   jump_out JUMP WORK MODE --truth FILE
+ *   jump_out JUMPS WORK MODE --truth FILE
  *
  * MODE: `interposed` jumps with siglongjmp as the program links it (the agent's, when preloaded);
  * `behind` with libc's own, which the agent does not see. Ground truth, as JSON:
@@ -30,7 +30,8 @@
 static sigjmp_buf env;
 static volatile sig_atomic_t armed;
 static void (*jump)(sigjmp_buf, int);
-static double jump_ms, work_ms;
+static long jumps_wanted;
+static double work_ms;
 static atomic_int done_jumping;
 static double victim_marked, heir_marked, victim_total, heir_total;
 static long jumps;
@@ -62,7 +63,7 @@ static void *victim(void *arg) {
     double start = now_ms();
     int fd = open("/dev/null", O_WRONLY);
     if (fd < 0) exit(3);
-    while (now_ms() - start < jump_ms) {
+    while (jumps < jumps_wanted && now_ms() - start < 10000) {
         if (sigsetjmp(env, 1)) {
             jumps++;
             continue;
@@ -91,11 +92,11 @@ static void *heir(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc != 6 || strcmp(argv[4], "--truth") != 0) {
-        fprintf(stderr, "usage: jump_out JUMP WORK MODE --truth FILE\n");
+        fprintf(stderr, "usage: jump_out JUMPS WORK MODE --truth FILE\n");
         return 2;
     }
     alarm(60); /* a hang ends the program (and fails its test) */
-    jump_ms = atof(argv[1]) * 1e3;
+    jumps_wanted = atol(argv[1]);
     work_ms = atof(argv[2]) * 1e3;
     jump = siglongjmp;
     if (strcmp(argv[3], "behind") == 0) {
