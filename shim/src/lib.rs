@@ -53,10 +53,11 @@
 //!   destructor, which may allocate). A handler's mark that interrupted a push on the same thread
 //!   is skipped; one that interrupted a pop nests normally.
 //! * A handler that jumps out (`siglongjmp`) of a push it interrupted leaves the slot "being
-//!   written" (its `seq` odd) until someone says where the jump went: [`raw::jumping_to`], which
-//!   the agent's interposed `longjmp` and `siglongjmp` call, closes the push; otherwise the
-//!   thread's later marks are not recorded. A slot is always left clean when released, and
-//!   taken clean when claimed.
+//!   written" (its `seq` odd) until the push is closed: by [`raw::jumping_to`], which the agent's
+//!   interposed `longjmp` and `siglongjmp` call before the jump, or else by the thread's next push
+//!   at or above the one left (on x86-64, outside an alternate signal stack: a handler runs below
+//!   the frame it interrupted). Until then the thread's marks are not recorded. A slot is always
+//!   left clean when released, and taken clean when claimed.
 //! * Two semver-incompatible copies of this crate in one program each have their own thread
 //!   state (its symbol is versioned) and their own region.
 //!

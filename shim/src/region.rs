@@ -562,7 +562,7 @@ fn push_unless_busy(
     }
     // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
     let slot = unsafe { &*slot };
-    if slot.seq.load(Relaxed) & 1 == 1 {
+    if slot.seq.load(Relaxed) & 1 == 1 && !close_if_left(state, slot, sp) {
         return Pushed::NOTHING; // a signal handler interrupted this thread inside a push
     }
     state.push_sp.set(sp);
@@ -577,6 +577,48 @@ fn push_unless_busy(
     fence(Release);
     bump(&slot.seq); // even: done
     Pushed { index: depth, tag }
+}
+
+/// Called by a push that finds its slot "being written" (`seq` odd): either it runs in a signal
+/// handler that interrupted a push of this thread (which will finish when the handler returns),
+/// or that push was left by a jump out of such a handler that [`jumping_to`] did not hear of (a
+/// program without the agent, a jump through libc's own symbol). The second case is certain when
+/// this push's stack address lies at or above the unfinished one's on the same stack: a handler
+/// runs below the frame it interrupted. Then the unfinished push is closed (`seq` made even), and
+/// true returned. A handler on an alternate signal stack could lie anywhere: while this thread
+/// runs on one, nothing is closed. So a push left by an unseen jump stays open until a later
+/// push of the thread at or above it, outside any alternate stack (the next call from the same
+/// loop, typically). x86-64 only: elsewhere pushes also set a bit of `serial`, left alone here.
+#[cold]
+#[inline(never)]
+fn close_if_left(state: &ThreadState, slot: &Slot, sp: u64) -> bool {
+    if !cfg!(target_arch = "x86_64") || sp < state.push_sp.get() || on_alternate_stack() {
+        return false;
+    }
+    fence(Release);
+    bump(&slot.seq); // even: the unfinished push is closed
+    true
+}
+
+/// Whether the calling thread runs on its alternate signal stack (if in doubt, yes).
+fn on_alternate_stack() -> bool {
+    #[repr(C)]
+    struct StackT {
+        sp: *mut c_void,
+        flags: c_int,
+        size: usize,
+    }
+    extern "C" {
+        fn sigaltstack(stack: *const StackT, old: *mut StackT) -> c_int;
+    }
+    const SS_ONSTACK: c_int = 1;
+    let mut old = StackT {
+        sp: null_mut(),
+        flags: 0,
+        size: 0,
+    };
+    // SAFETY: only reads the thread's alternate stack settings into `old`; async-signal-safe.
+    unsafe { sigaltstack(core::ptr::null(), &mut old) != 0 || old.flags & SS_ONSTACK != 0 }
 }
 
 /// Adds one to `seq` with a single instruction that a signal handler cannot interrupt halfway.

@@ -206,11 +206,12 @@ fn a_siglongjmp_out_of_a_push_leaves_the_slot_working() {
     assert_share(&report, &truth, "after", Some("heir"));
 }
 
-/// As above, but the handler jumps with libc's own `siglongjmp`, which the agent does not see:
-/// the jumping thread's marks are lost once a jump leaves a push halfway (a documented limit),
-/// but its slot is left clean when it exits, for the next thread (which once recorded nothing).
+/// As above, but the handler jumps with libc's own `siglongjmp`, which the agent does not see: a
+/// push left halfway is closed by the thread's next push at or above it (its next `write`, in
+/// the same loop), and a slot released halfway is clean for the next thread. Before, both
+/// threads' marks were lost.
 #[test]
-fn a_slot_left_mid_push_by_an_unseen_jump_is_clean_for_the_next_thread() {
+fn a_push_left_halfway_by_an_unseen_jump_is_closed_by_the_next_one() {
     let _serial = serial();
     let build = tempdir();
     let program = build_c_program_with(build.path(), "jump_out", &["-lfsprof_agent", "-ldl"]);
@@ -221,30 +222,10 @@ fn a_slot_left_mid_push_by_an_unseen_jump_is_clean_for_the_next_thread() {
         &["5000", "0.6", "behind"],
         Duration::from_secs(60),
     );
-    // The report's total lacks the jumping thread's unreadable time: compare times, in points
-    // of the truth's total.
-    let total = truth["total_ms"].as_f64().unwrap();
-    let heir = report["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == "after")
-        .and_then(|f| {
-            f["instances"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|i| i["payload"] == "heir")
-        })
-        .map_or(0.0, |i| i["ms"].as_f64().unwrap());
-    let measured = truth["features"]["after"]["instances"]["heir"]
-        .as_f64()
-        .unwrap();
-    let error = (heir - measured) * 100.0 / total;
-    eprintln!(
-        "heir: report {heir:.0} ms, truth {measured:.0} ms of {total:.0}: {error:+.2} points"
-    );
-    assert!(error.abs() <= TOLERANCE, "heir off by {error:.2} points");
+    assert!(truth["jumps"].as_i64().unwrap() >= 5000, "{truth}");
+    assert_share(&report, &truth, "after", None);
+    assert_share(&report, &truth, "after", Some("victim"));
+    assert_share(&report, &truth, "after", Some("heir"));
 }
 
 /// Copies the shim's sources into `dir/NAME` as a crate of version `version`.
