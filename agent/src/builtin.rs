@@ -221,7 +221,8 @@ fn read_file(path: &core::ffi::CStr, buffer: &mut [u8]) -> usize {
 
 /// Claims the calling thread's slot (and creates the region) outside any signal handler.
 fn claim_slot() {
-    if let Ok(mark) = raw::push_call_site_unless_nested(&builtins()[OUTPUT], 0, 0, 0..0, true) {
+    if let Ok(mark) = raw::push_call_site_unless_nested(&builtins()[OUTPUT], 0, 0, 0..0, true, true)
+    {
         mark.pop();
     }
 }
@@ -321,9 +322,11 @@ fn enter_fast(feature: usize, caller: Caller, claim: bool) -> Entry {
         caller.sp(),
         builtin_range(),
         false,
+        false,
     ) {
         Ok(mark) => Entry::Marked(Marked(mark)),
         Err(raw::NotPushed::NoSlot) if claim => Entry::Slow,
+        Err(raw::NotPushed::Busy) => Entry::Slow,
         Err(_) => Entry::Unmarked,
     }
 }
@@ -343,6 +346,7 @@ fn enter(feature: usize, caller: Caller, claim: bool) -> Option<Marked> {
         caller.sp(),
         builtin_range(),
         claim,
+        true,
     )
     .ok()
     .map(Marked)

@@ -278,10 +278,13 @@ pub mod raw {
     /// function's stack pointer at entry, where that return address is) unless the calling
     /// thread's innermost recorded mark belongs to a feature whose descriptor address lies in
     /// `nested` and was pushed by a frame still live (its `sp` above this one), or the thread has
-    /// no slot yet and `claim` is false. Returns the mark pushed, for [`CallSiteMark::pop`], or
-    /// why none was. For the agent's built-in features: a libc call made inside another one is
-    /// not counted twice, one left by `siglongjmp` is dropped at the thread's next call, and
-    /// functions that signal handlers may call never claim a slot (claiming may allocate).
+    /// no slot yet and `claim` is false, or its slot is busy and `close_left` is false. Returns
+    /// the mark pushed, for [`CallSiteMark::pop`], or why none was. For the agent's built-in
+    /// features: a libc call made inside another one is not counted twice, one left by
+    /// `siglongjmp` is dropped at the thread's next call, functions that signal handlers may
+    /// call never claim a slot (claiming may allocate), and a fast path that must call nothing
+    /// passes `close_left` false and, on [`NotPushed::Busy`], tries again from its slow path with
+    /// true (which may close a push that a jump left halfway: see the crate's guarantees).
     #[inline(always)]
     pub fn push_call_site_unless_nested(
         feature: &'static Feature,
@@ -289,6 +292,7 @@ pub mod raw {
         sp: u64,
         nested: core::ops::Range<u64>,
         claim: bool,
+        close_left: bool,
     ) -> Result<CallSiteMark, NotPushed> {
         let meta = (crate::abi::KIND_CALL_SITE as u64) << 32;
         region::push_unless_nested(
@@ -298,6 +302,7 @@ pub mod raw {
             sp,
             nested,
             claim,
+            close_left,
         )
         .map(CallSiteMark)
     }

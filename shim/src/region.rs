@@ -413,7 +413,9 @@ impl Pushed {
 /// is gone (a signal handler jumped out of it with `siglongjmp`), and is popped first. (A handler
 /// on an alternate signal stack may take a live mark for a stale one: the interrupted call then
 /// loses its mark after the handler, and nothing else.) Returns where the mark was pushed, for
-/// [`pop_placed`], or why it was not.
+/// [`pop_placed`], or why it was not. `close_left`: whether a push of this thread left halfway
+/// by a jump may be closed here (see [`close_if_left`]); a caller whose fast path must not call
+/// anything passes false, and on [`NotPushed::Busy`] tries again from its slow path with true.
 #[inline(always)]
 pub(crate) fn push_unless_nested(
     feature: u64,
@@ -422,50 +424,96 @@ pub(crate) fn push_unless_nested(
     sp: u64,
     nested: core::ops::Range<u64>,
     claim: bool,
+    close_left: bool,
 ) -> Result<Placed, NotPushed> {
-    thread_state::with(|state| {
-        let slot = state.slot.get();
-        if slot.is_null() {
-            if !claim {
-                return Err(NotPushed::NoSlot);
-            }
-        } else {
-            // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
-            let slot = unsafe { &*slot };
-            let depth = slot.depth.load(Relaxed) as usize;
-            if let Some(top) = depth.checked_sub(1).and_then(|i| slot.records.get(i)) {
-                if nested.contains(&top.feature.load(Relaxed)) {
-                    if top.sp.load(Relaxed) > sp {
-                        return Err(NotPushed::Skipped);
+    match push_unless_nested_in(feature, payload, meta, sp, nested.clone(), claim) {
+        Err(NotPushed::Busy) if close_left => {
+            push_unless_nested_after_closing(feature, payload, meta, sp, nested, claim)
+        }
+        result => result,
+    }
+}
+
+/// [`push_unless_nested`] once [`close_left_push`] closed a push left halfway, if any (out of
+/// line: the callers' fast paths call nothing).
+#[cold]
+#[inline(never)]
+fn push_unless_nested_after_closing(
+    feature: u64,
+    payload: u64,
+    meta: u64,
+    sp: u64,
+    nested: core::ops::Range<u64>,
+    claim: bool,
+) -> Result<Placed, NotPushed> {
+    if !close_left_push(sp) {
+        return Err(NotPushed::Skipped);
+    }
+    match push_unless_nested_in(feature, payload, meta, sp, nested, claim) {
+        Err(NotPushed::Busy) => Err(NotPushed::Skipped),
+        result => result,
+    }
+}
+
+/// [`push_unless_nested`] without closing anything: [`NotPushed::Busy`] when the slot is busy.
+#[inline(always)]
+fn push_unless_nested_in(
+    feature: u64,
+    payload: u64,
+    meta: u64,
+    sp: u64,
+    nested: core::ops::Range<u64>,
+    claim: bool,
+) -> Result<Placed, NotPushed> {
+    thread_state::with(
+        #[inline(always)]
+        |state| {
+            let slot = state.slot.get();
+            if slot.is_null() {
+                if !claim {
+                    return Err(NotPushed::NoSlot);
+                }
+            } else {
+                // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
+                let slot = unsafe { &*slot };
+                let depth = slot.depth.load(Relaxed) as usize;
+                if let Some(top) = depth.checked_sub(1).and_then(|i| slot.records.get(i)) {
+                    if nested.contains(&top.feature.load(Relaxed)) {
+                        if top.sp.load(Relaxed) > sp {
+                            return Err(NotPushed::Skipped);
+                        }
+                        // Stale: the frame that pushed it is gone, left without its pop (a signal
+                        // handler's `siglongjmp` out of the call). Pop it, as `pop_placed` would.
+                        slot.depth.store(depth as u32 - 1, Release);
                     }
-                    // Stale: the frame that pushed it is gone, left without its pop (a signal
-                    // handler's `siglongjmp` out of the call). Pop it, as `pop_placed` would.
-                    slot.depth.store(depth as u32 - 1, Release);
                 }
             }
-        }
-        let serial = state.serial.get();
-        if serial & 1 == 1 {
-            return Err(NotPushed::Skipped); // only on targets without `bump`, see `push`
-        }
-        let tag = serial.wrapping_add(2);
-        if !cfg!(target_arch = "x86_64") {
-            state.serial.set(serial | 1);
-            compiler_fence(SeqCst);
-        }
-        let pushed = push_unless_busy(state, feature, payload, meta, 0, sp, tag);
-        if !cfg!(target_arch = "x86_64") {
-            compiler_fence(SeqCst);
-        }
-        state.serial.set(tag);
-        if pushed.index == u32::MAX {
-            return Err(NotPushed::Skipped);
-        }
-        Ok(Placed {
-            slot: state.slot.get(),
-            index: pushed.index,
-        })
-    })
+            let serial = state.serial.get();
+            if serial & 1 == 1 {
+                return Err(NotPushed::Skipped); // only on targets without `bump`, see `push`
+            }
+            let tag = serial.wrapping_add(2);
+            if !cfg!(target_arch = "x86_64") {
+                state.serial.set(serial | 1);
+                compiler_fence(SeqCst);
+            }
+            let pushed = push_unless_busy(state, feature, payload, meta, 0, sp, tag);
+            if !cfg!(target_arch = "x86_64") {
+                compiler_fence(SeqCst);
+            }
+            state.serial.set(tag);
+            if pushed.index == BUSY {
+                return Err(NotPushed::Busy);
+            }
+            if pushed.index == u32::MAX {
+                return Err(NotPushed::Skipped);
+            }
+            Ok(Placed {
+                slot: state.slot.get(),
+                index: pushed.index,
+            })
+        },
+    )
     .unwrap_or(Err(NotPushed::Skipped))
 }
 
@@ -474,6 +522,9 @@ pub(crate) fn push_unless_nested(
 pub enum NotPushed {
     /// The thread has no slot, and the caller did not let it claim one.
     NoSlot,
+    /// The thread's slot is "being written": a signal handler interrupted a push of the thread,
+    /// or a jump left one halfway, and the caller did not let it be closed (`close_left`).
+    Busy,
     /// Anything else: a nested call, a push interrupted by the signal handler that called, a
     /// slot that could not be claimed. The call is simply not marked.
     Skipped,
@@ -523,26 +574,72 @@ pub(crate) fn pop_placed(placed: Placed) {
 /// the low bit of `serial`, closes the gap (at the cost of one more store).
 #[inline(always)]
 pub(crate) fn push(feature: u64, payload: u64, meta: u64, position: u64, sp: u64) -> Pushed {
+    let pushed = push_in(feature, payload, meta, position, sp);
+    if pushed.index == BUSY {
+        return push_after_closing(feature, payload, meta, position, sp);
+    }
+    pushed
+}
+
+/// [`push`] once [`close_left_push`] closed a push left halfway, if any (out of line).
+#[cold]
+#[inline(never)]
+fn push_after_closing(feature: u64, payload: u64, meta: u64, position: u64, sp: u64) -> Pushed {
+    if !close_left_push(sp) {
+        return Pushed::NOTHING;
+    }
+    match push_in(feature, payload, meta, position, sp) {
+        Pushed { index: BUSY, .. } => Pushed::NOTHING,
+        pushed => pushed,
+    }
+}
+
+/// Closes the calling thread's push left halfway by a jump, if its slot is busy and
+/// [`close_if_left`] finds it was; true when the slot is no longer busy.
+fn close_left_push(sp: u64) -> bool {
     thread_state::with(|state| {
-        let serial = state.serial.get();
-        if serial & 1 == 1 {
-            return Pushed::NOTHING; // only on targets without `bump`, see above
+        let slot = state.slot.get();
+        if slot.is_null() {
+            return false;
         }
-        let tag = serial.wrapping_add(2);
-        if !cfg!(target_arch = "x86_64") {
-            state.serial.set(serial | 1);
-            compiler_fence(SeqCst);
-        }
-        let pushed = push_unless_busy(state, feature, payload, meta, position, sp, tag);
-        if !cfg!(target_arch = "x86_64") {
-            compiler_fence(SeqCst);
-        }
-        state.serial.set(tag);
-        pushed
+        // SAFETY: this thread's claimed slot in the live region.
+        let slot = unsafe { &*slot };
+        slot.seq.load(Relaxed) & 1 == 0 || close_if_left(state, slot, sp)
     })
+    .unwrap_or(false)
+}
+
+/// [`push`] without closing anything: `index` [`BUSY`] when the slot is busy.
+#[inline(always)]
+fn push_in(feature: u64, payload: u64, meta: u64, position: u64, sp: u64) -> Pushed {
+    thread_state::with(
+        #[inline(always)]
+        |state| {
+            let serial = state.serial.get();
+            if serial & 1 == 1 {
+                return Pushed::NOTHING; // only on targets without `bump`, see above
+            }
+            let tag = serial.wrapping_add(2);
+            if !cfg!(target_arch = "x86_64") {
+                state.serial.set(serial | 1);
+                compiler_fence(SeqCst);
+            }
+            let pushed = push_unless_busy(state, feature, payload, meta, position, sp, tag);
+            if !cfg!(target_arch = "x86_64") {
+                compiler_fence(SeqCst);
+            }
+            state.serial.set(tag);
+            pushed
+        },
+    )
     .unwrap_or(Pushed::NOTHING)
 }
 
+/// `index` of a [`Pushed`] that [`push_unless_busy`] did not push because the slot is busy.
+const BUSY: u32 = u32::MAX - 1;
+
+/// Pushes unless the slot is busy (see [`push`]). Returns [`Pushed::NOTHING`] if nothing could
+/// be pushed, `index` [`BUSY`] if the slot is busy.
 #[inline(always)]
 fn push_unless_busy(
     state: &ThreadState,
@@ -562,8 +659,9 @@ fn push_unless_busy(
     }
     // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
     let slot = unsafe { &*slot };
-    if slot.seq.load(Relaxed) & 1 == 1 && !close_if_left(state, slot, sp) {
-        return Pushed::NOTHING; // a signal handler interrupted this thread inside a push
+    if slot.seq.load(Relaxed) & 1 == 1 {
+        // A signal handler interrupted this thread inside a push, or a jump left one halfway.
+        return Pushed { index: BUSY, tag };
     }
     state.push_sp.set(sp);
     compiler_fence(SeqCst); // set before `seq` is odd: a handler may read it then
