@@ -160,12 +160,9 @@ const _: () = assert!(core::mem::size_of::<Hot>() == 64);
 
 /// Runs when the library is loaded, after libc is initialised and before the program's `main`.
 extern "C" fn init() {
-    // `fsprof run --no-agent` sets FSPROF_BUILTINS=0 for programs that link the agent anyway.
-    if environment(c"FSPROF_BUILTINS") == Some(b"0") {
-        return;
-    }
     // Everything an interposed call needs is worked out before the agent is ready, here, where
-    // no lock the program could hold is in the way: no `dlsym` or `dladdr` happens later.
+    // no lock the program could hold is in the way: no `dlsym` or `dladdr` happens later. The
+    // real functions also when nothing is marked: the calls are forwarded all the same.
     real::resolve_all(&[
         ALLOC,
         &[&free::REAL],
@@ -182,6 +179,10 @@ extern "C" fn init() {
         ],
         jumps::REALS,
     ]);
+    // `fsprof run --no-agent` sets FSPROF_BUILTINS=0 for programs that link the agent anyway.
+    if environment(c"FSPROF_BUILTINS") == Some(b"0") {
+        return;
+    }
     syscall_wrappers::choose_return_form();
     syscall_wrappers::remember_pid();
     call_site::prepare();
