@@ -27,12 +27,19 @@ use std::time::Duration;
 use support::native::*;
 use support::*;
 
-/// Runs `program args` with the agent preloaded, as `fsprof run` preloads it, and returns its
-/// exit status and standard output; fails the test if it has not exited within `limit`.
-fn run_preloaded(program: &Path, args: &[&str], limit: Duration) -> (i32, String) {
+/// Runs `program args` with the agent preloaded, as `fsprof run` preloads it (and `env` added to
+/// the environment), and returns its exit status and standard output; fails the test if it has
+/// not exited within `limit`.
+fn run_preloaded_with(
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> (i32, String) {
     let mut child = Guarded(
         Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .env("LD_PRELOAD", agent_library())
             .stdout(Stdio::piped())
             .spawn()
@@ -61,11 +68,17 @@ fn run_preloaded(program: &Path, args: &[&str], limit: Duration) -> (i32, String
     (code, stdout)
 }
 
+fn run_preloaded(program: &Path, args: &[&str], limit: Duration) -> (i32, String) {
+    run_preloaded_with(program, args, &[], limit)
+}
+
 /// A thread inside `dlopen` holds the loader's lock while its plugin's constructor waits for a
 /// mutex that the main thread holds while it makes interposed calls. The agent once took the
 /// loader's lock on those calls: `dladdr` to find the call site of a call from libc (`strdup`'s
 /// `malloc`), `dlsym` for a function's first call, `__cxa_thread_atexit_impl` when a new thread
-/// claimed its slot; each mode hung.
+/// claimed its slot; each mode hung. Also with the built-in features off (`fsprof run
+/// --no-agent` for a program that links the agent), where calls are only forwarded: the first
+/// call's `dlsym` hung there too.
 #[test]
 fn interposed_calls_never_wait_for_a_thread_inside_dlopen() {
     let _serial = serial();
@@ -85,6 +98,10 @@ fn interposed_calls_never_wait_for_a_thread_inside_dlopen() {
             assert_eq!((code, stdout.trim()), (0, "ok"), "mode {mode}");
         }
     }
+    let off = [("FSPROF_BUILTINS", "0")];
+    let (code, stdout) =
+        run_preloaded_with(&program, &["all", plugin], &off, Duration::from_secs(20));
+    assert_eq!((code, stdout.trim()), (0, "ok"), "built-in features off");
 }
 
 /// The program's library registers an allocating fork child handler before the agent (it is
