@@ -1,7 +1,8 @@
 //! The two system calls the region writer makes that glibc wraps only in recent versions:
 //! `gettid` (glibc 2.30) and `memfd_create` (2.27). Calling the wrappers would make every program
 //! that links the shim need that glibc; raw system calls need none (the kernel has had both
-//! since 3.17). Nothing else: the other calls the writer makes are as old as glibc itself.
+//! since 3.17), on x86-64 and aarch64. Nothing else: the other calls the writer makes are in
+//! every glibc still in use.
 
 use std::ffi::{c_char, c_int, c_long, c_uint};
 
@@ -52,8 +53,8 @@ mod imp {
     }
 }
 
-/// Elsewhere: libc's variadic `syscall`, with the numbers of `libc`'s headers unknown here, so
-/// the wrappers (which need glibc 2.30 and 2.27) after all.
+/// Elsewhere: the system-call numbers are not written down here, so the glibc wrappers after all
+/// (which need glibc 2.30 and 2.27 there).
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 mod imp {
     use std::ffi::{c_char, c_int, c_long, c_uint};
