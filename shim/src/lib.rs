@@ -28,8 +28,9 @@
 //! ```
 //!
 //! # Guarantees
-//! * Marking never allocates, locks or makes a syscall once a thread has marked once, and never
-//!   panics. A push and its pop cost a few nanoseconds (see `BENCHMARKS.md`). No mark, a
+//! * Marking never allocates, locks or makes a syscall once a thread has marked once (but one
+//!   `sigaltstack` query when a mark finds a push of its thread left halfway by a jump, below),
+//!   and never panics. A push and its pop cost a few nanoseconds (see `BENCHMARKS.md`). No mark, a
 //!   thread's first included, takes a lock the program could hold or wait for (the dynamic
 //!   loader's, glibc's fork-handler lock): the fork handlers and the thread-exit key (a `pthread`
 //!   key, not a thread-local destructor) are set up when the module that links the shim is
