@@ -31,9 +31,9 @@
 //! Each interposed function is an exported naked trampoline that puts its stack pointer at entry
 //! (where the caller's return address is: a `Caller`) in the next free argument register and
 //! jumps to the implementation (functions with six arguments, and `syscall`, make a real call
-//! instead; the variadic printf family builds a `va_list` and calls the `v` form). The implementation pushes the mark, calls the real function
-//! found with `dlsym(RTLD_NEXT, ...)` (so other interposers, such as a malloc replacement, keep
-//! working), and pops the mark, also when the call unwinds (`pthread_cancel`, `pthread_exit`,
+//! instead; the variadic printf family builds a `va_list` and calls the `v` form). The
+//! implementation pushes the mark, calls the real function found with `dlsym(RTLD_NEXT, ...)`
+//! (so other interposers, such as a malloc replacement, keep working), and pops the mark, also when the call unwinds (`pthread_cancel`, `pthread_exit`,
 //! C++ exceptions: the implementations are `C-unwind`).
 //!
 //! The system-call wrappers (`write`, `read`, `open`, `poll`, `fork`, ...) are different: their
@@ -45,9 +45,17 @@
 //! * Counted once: a call made while the thread's innermost mark is a built-in one (a `write`
 //!   under `fwrite`, a `malloc` under `fopen`, the agent's own allocations) is not marked.
 //! * Start-up: until the agent's constructor has run, calls are forwarded unmarked (the dynamic
-//!   loader calls `malloc` before then). `dlsym` may itself allocate: while a real function is
-//!   being resolved, allocations that cannot be forwarded yet come from a small static arena, and
-//!   `free` and `realloc` recognise its pointers.
+//!   loader calls `malloc` before then). The constructor finds every real function, and
+//!   everything else a call needs, before the agent is ready (`builtin/real.rs`).
+//! * Locks: nothing on an interposed call's path takes a lock that the program could hold or
+//!   wait for: no `dlsym` (the real functions are known), no `dladdr` (a call site inside libc
+//!   is looked for with `_dl_find_object`, which takes no lock), no registration of a fork
+//!   handler or a thread-local destructor (the shim does those when it is loaded, and releases a
+//!   thread's slot from a `pthread` key's destructor). Only the real function itself may wait.
+//! * Allocation: `dlsym` may itself allocate. While a thread resolves a real function (only
+//!   before the constructor, or a function this libc lacks), its own allocations that cannot be
+//!   forwarded yet come from a small static arena, and `free` and `realloc` recognise its
+//!   pointers; other threads' calls are never served from it.
 //! * Signal handlers: a thread's first mark claims a slot in the region, which may allocate. The
 //!   main thread claims its slot in the constructor and every thread made by `pthread_create` at
 //!   its start; functions that handlers may call (`write`, `read`, `open`, ...) never claim, so a
@@ -60,17 +68,22 @@
 //!   real function, a call site inside libc, the thread's slot) goes to its out-of-line `slow`.
 //! * Off: with `FSPROF_BUILTINS=0` in the environment (`fsprof run --no-agent` sets it, for
 //!   programs that link the agent for its C ABI) nothing is marked, calls are only forwarded.
-//! * Children: a forked child forgets its parent's region (the shim's fork handler, or the
-//!   `_Fork` wrapper) and makes its own; an exec'd program loads the agent again through the
-//!   inherited `LD_PRELOAD`. A `vfork` child's `exec` is not marked (`syscall_wrappers.rs`).
+//! * Signal handlers may call every interposed function: none resolves anything then.
+//! * Jumps: `longjmp`, `siglongjmp` and `__longjmp_chk` are interposed (not features), so that a
+//!   signal handler that jumps out of a call interrupted in the middle of its mark's push does
+//!   not leave the thread's slot "being written" for good (`builtin/jumps.rs`).
+//! * Children: a forked child forgets its parent's region (the shim's fork handlers, or the
+//!   `_Fork` wrapper) and makes its own, whatever other fork handlers run before the shim's;
+//!   an exec'd program loads the agent again through the inherited `LD_PRELOAD`. A `vfork`
+//!   child's `exec` is not marked (`syscall_wrappers.rs`).
 //!
 //! # Not handled
 //! `vfork` is not interposed (its child runs on the parent's stack until it execs: a wrapper's
 //! frame would be clobbered), nor `clone`; a child made by a raw `clone` system call without
 //! `CLONE_VM` keeps a slot in a region not mapped in it, and faults on its first mark (`fork`'s
 //! handler and the `_Fork` wrapper make a child forget the region). A mark left by a signal
-//! handler's `siglongjmp` stays until the thread's next interposed call. Other libc functions that block (`accept`, `connect`,
-//! `sem_wait`, `flock`, ...) are not features. Calls that libc makes internally without going
+//! handler's `siglongjmp` stays until the thread's next interposed call. Other libc functions
+//! that block (`accept`, `connect`, `sem_wait`, `flock`, ...) are not features. Calls that libc makes internally without going
 //! through its own symbol table (`fclose` flushing, `system`'s fork) are counted by the outer
 //! call if it is interposed, and not at all otherwise. Only x86-64 Linux (glibc): elsewhere this
 //! module is not compiled and the agent only offers the C ABI. Statically linked programs cannot
@@ -80,6 +93,7 @@ use core::ffi::{c_char, c_int, c_long, c_uint, c_void};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use fsprof_shim::{raw, Feature};
 
+mod jumps;
 mod syscall_wrappers;
 use syscall_wrappers::interpose_syscall;
 
@@ -146,15 +160,34 @@ const _: () = assert!(core::mem::size_of::<Hot>() == 64);
 
 /// Runs when the library is loaded, after libc is initialised and before the program's `main`.
 extern "C" fn init() {
+    // Everything an interposed call needs is worked out before the agent is ready, here, where
+    // no lock the program could hold is in the way: no `dlsym` or `dladdr` happens later. The
+    // real functions also when nothing is marked: the calls are forwarded all the same.
+    real::resolve_all(&[
+        ALLOC,
+        &[&free::REAL],
+        STDIO,
+        SYSCALL_WRAPPERS,
+        SPAWN,
+        PRINTF,
+        LOCK,
+        TIMED_LOCK,
+        &[
+            &syscall::REAL,
+            &fork_without_handlers::REAL,
+            &pthread_create::REAL,
+        ],
+        jumps::REALS,
+    ]);
     // `fsprof run --no-agent` sets FSPROF_BUILTINS=0 for programs that link the agent anyway.
     if environment(c"FSPROF_BUILTINS") == Some(b"0") {
         return;
     }
     syscall_wrappers::choose_return_form();
     syscall_wrappers::remember_pid();
+    call_site::prepare();
     HOT.ready.store(true, Release);
     claim_slot();
-    call_site::prepare();
 }
 
 #[used]
@@ -189,7 +222,8 @@ fn read_file(path: &core::ffi::CStr, buffer: &mut [u8]) -> usize {
 
 /// Claims the calling thread's slot (and creates the region) outside any signal handler.
 fn claim_slot() {
-    if let Ok(mark) = raw::push_call_site_unless_nested(&builtins()[OUTPUT], 0, 0, 0..0, true) {
+    if let Ok(mark) = raw::push_call_site_unless_nested(&builtins()[OUTPUT], 0, 0, 0..0, true, true)
+    {
         mark.pop();
     }
 }
@@ -289,9 +323,11 @@ fn enter_fast(feature: usize, caller: Caller, claim: bool) -> Entry {
         caller.sp(),
         builtin_range(),
         false,
+        false,
     ) {
         Ok(mark) => Entry::Marked(Marked(mark)),
         Err(raw::NotPushed::NoSlot) if claim => Entry::Slow,
+        Err(raw::NotPushed::Busy) => Entry::Slow,
         Err(_) => Entry::Unmarked,
     }
 }
@@ -311,6 +347,7 @@ fn enter(feature: usize, caller: Caller, claim: bool) -> Option<Marked> {
         caller.sp(),
         builtin_range(),
         claim,
+        true,
     )
     .ok()
     .map(Marked)
@@ -355,143 +392,10 @@ macro_rules! imp {
     };
 }
 
-// ---- Resolving the real functions -----------------------------------------------------------
+// ---- Resolving the real functions, and the bootstrap arena: see `real.rs` ------------------
 
-extern "C" {
-    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-    fn getenv(name: *const c_char) -> *const c_char;
-}
-
-const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
-
-/// Resolutions in progress (any thread): allocations that cannot be forwarded meanwhile come
-/// from the arena.
-static RESOLVING: AtomicUsize = AtomicUsize::new(0);
-
-/// The next definition of a libc function after this library.
-struct Real {
-    address: AtomicUsize,
-    name: &'static [u8],
-}
-
-impl Real {
-    const fn new(name: &'static [u8]) -> Real {
-        Real {
-            address: AtomicUsize::new(0),
-            name,
-        }
-    }
-
-    #[inline(always)]
-    fn get(&self) -> usize {
-        match self.address.load(Relaxed) {
-            0 => self.resolve(),
-            address => address,
-        }
-    }
-
-    /// The address, or 0 while some thread resolves a function and this one is not known yet
-    /// (for the allocation functions, which `dlsym` may call).
-    #[inline(always)]
-    fn get_unless_resolving(&self) -> usize {
-        match self.address.load(Relaxed) {
-            0 if RESOLVING.load(Acquire) > 0 => 0,
-            0 => self.resolve(),
-            address => address,
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn resolve(&self) -> usize {
-        RESOLVING.fetch_add(1, AcqRel);
-        // SAFETY: `name` is NUL-terminated.
-        let address = unsafe { dlsym(RTLD_NEXT, self.name.as_ptr() as *const c_char) } as usize;
-        RESOLVING.fetch_sub(1, AcqRel);
-        if address == 0 {
-            missing(self.name);
-        }
-        self.address.store(address, Relaxed);
-        address
-    }
-}
-
-/// A program called a function that libc does not define: say so and abort (there is nothing
-/// to forward the call to).
-#[cold]
-fn missing(name: &[u8]) -> ! {
-    let say = |bytes: &[u8]| {
-        // SAFETY: writes a valid buffer to stderr with the raw system call (not our wrapper).
-        unsafe { libc_syscall3(1, 2, bytes.as_ptr() as c_long, bytes.len() as c_long) };
-    };
-    say(b"fsprof agent: no definition of ");
-    say(&name[..name.len().saturating_sub(1)]);
-    say(b" after libfsprof_agent.so; aborting\n");
-    std::process::abort()
-}
-
-/// A raw three-argument system call (no libc wrapper, so no interposition).
-unsafe fn libc_syscall3(number: c_long, a: c_long, b: c_long, c: c_long) -> c_long {
-    libc_syscall4(number, a, b, c, 0)
-}
-
-/// A raw four-argument system call.
-unsafe fn libc_syscall4(number: c_long, a: c_long, b: c_long, c: c_long, d: c_long) -> c_long {
-    let ret: c_long;
-    core::arch::asm!("syscall", inlateout("rax") number => ret, in("rdi") a, in("rsi") b,
-        in("rdx") c, in("r10") d, lateout("rcx") _, lateout("r11") _, options(nostack));
-    ret
-}
-
-// ---- The bootstrap arena ----------------------------------------------------------------------
-
-mod arena {
-    use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-
-    const SIZE: usize = 64 * 1024;
-    #[repr(C, align(64))]
-    struct Bytes(core::cell::UnsafeCell<[u8; SIZE]>);
-    // SAFETY: disjoint pieces are handed out by an atomic bump pointer.
-    unsafe impl Sync for Bytes {}
-    static ARENA: Bytes = Bytes(core::cell::UnsafeCell::new([0; SIZE]));
-    static USED: AtomicUsize = AtomicUsize::new(0);
-    /// Each piece is preceded by its size, in the 16 bytes before it.
-    const HEADER: usize = 16;
-
-    /// Zeroed memory from the arena (never reused), or null when it is exhausted.
-    pub fn alloc(size: usize, align: usize) -> *mut u8 {
-        let align = align.max(16);
-        let base = ARENA.0.get() as usize;
-        let mut used = USED.load(Relaxed);
-        loop {
-            let start = (base + used + HEADER).next_multiple_of(align);
-            let end = start + size;
-            if end > base + SIZE {
-                return core::ptr::null_mut();
-            }
-            match USED.compare_exchange(used, end - base, Relaxed, Relaxed) {
-                Ok(_) => {
-                    // SAFETY: [start - HEADER, end) is ours and inside the arena.
-                    unsafe { *((start - 8) as *mut usize) = size };
-                    return start as *mut u8;
-                }
-                Err(now) => used = now,
-            }
-        }
-    }
-
-    /// Whether `p` came from the arena.
-    pub fn contains(p: *const u8) -> bool {
-        let base = ARENA.0.get() as usize;
-        (base..base + SIZE).contains(&(p as usize))
-    }
-
-    /// The size asked for when `p` (from the arena) was allocated.
-    pub fn size_of(p: *const u8) -> usize {
-        // SAFETY: pieces are preceded by their size.
-        unsafe { *((p as usize - 8) as *const usize) }
-    }
-}
+mod real;
+use real::{arena, dlsym, getenv, libc_syscall3, libc_syscall4, Real};
 
 // ---- Call sites ---------------------------------------------------------------------------------
 
@@ -521,13 +425,8 @@ mod call_site {
     /// `sp` that does not (else `ret`).
     #[inline(always)]
     pub fn resolve(ret: usize, sp: u64) -> usize {
-        if HOT.call_site_state.load(Relaxed) != 2 {
-            compute_ranges();
-            if HOT.call_site_state.load(Relaxed) != 2 {
-                return ret;
-            }
-        }
-        if !inside(ret) {
+        // The ranges are computed by the constructor, before the agent is ready.
+        if HOT.call_site_state.load(Relaxed) != 2 || !inside(ret) {
             return ret;
         }
         scan(ret, sp)
@@ -564,18 +463,27 @@ mod call_site {
     }
 
     /// Whether `address` is in a loaded module's code right after a call instruction.
+    ///
+    /// The module is found with `_dl_find_object` (glibc 2.35), which takes no lock and is
+    /// async-signal-safe, never with `dladdr`, which takes the dynamic loader's lock: a thread
+    /// inside `dlopen` holds it, maybe while it waits for this one (a library constructor that
+    /// takes a lock of the program's). Without `_dl_find_object`, no address qualifies (the call
+    /// site stays the one in libc).
     fn after_call(address: usize) -> bool {
-        let mut info = DlInfo {
-            fname: core::ptr::null(),
-            fbase: core::ptr::null_mut(),
-            sname: core::ptr::null(),
-            saddr: core::ptr::null_mut(),
-        };
-        // SAFETY: dladdr only inspects the loader's tables.
-        if unsafe { dladdr(address as *const c_void, &mut info) } == 0 || info.fbase.is_null() {
+        let find = FIND_OBJECT.load(Relaxed);
+        if find == 0 {
             return false;
         }
-        let Some(code) = super::executable_segment(info.fbase as usize, address) else {
+        // SAFETY: `_dl_find_object(void *pc, struct dl_find_object *result)`.
+        let find: unsafe extern "C" fn(*const c_void, *mut FoundObject) -> c_int =
+            unsafe { core::mem::transmute::<usize, _>(find) };
+        let mut found = FoundObject([0; 32]);
+        // SAFETY: `found` is larger than glibc's `struct dl_find_object` (12 words on x86-64).
+        if unsafe { find(address as *const c_void, &mut found) } != 0 || found.0[1] == 0 {
+            return false;
+        }
+        // `dlfo_map_start`: where the module's first segment, and so its ELF header, is mapped.
+        let Some(code) = super::executable_segment(found.0[1] as usize, address) else {
             return false;
         };
         // `call rel32` (e8, 5 bytes) or an indirect call `ff /2` of 2, 3, 6 or 7 bytes.
@@ -592,8 +500,18 @@ mod call_site {
         })
     }
 
-    /// Finds the ranges now (from the constructor) rather than at the first mark.
+    /// glibc's `struct dl_find_object`, with room to spare: flags, map start, map end, link
+    /// map, EH frame, reserved words.
+    #[repr(C)]
+    struct FoundObject([u64; 32]);
+
+    /// `_dl_find_object`'s address (0: this glibc has none), looked up by the constructor.
+    static FIND_OBJECT: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+    /// Finds the ranges and `_dl_find_object`: from the constructor, before the agent is
+    /// ready, so that no call on an interposed call's path takes the loader's lock.
     pub fn prepare() {
+        FIND_OBJECT.store(super::loader_anchor(), Relaxed);
         compute_ranges();
     }
 
@@ -706,7 +624,10 @@ macro_rules! ret_register {
 /// stack pointer (a [`Caller`]) as an extra argument to `name::imp`, which marks `feature` around the real
 /// function (see the module's documentation). `claim`: whether the call may claim a slot.
 macro_rules! interpose {
-    ($($feature:ident $claim:literal fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
+    (list $list:ident; $($feature:ident $claim:literal fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        /// The real functions of this group, resolved by the constructor.
+        static $list: &[&Real] = &[$(&$name::REAL),*];
+        $(
         #[allow(non_snake_case)]
         mod $name {
             #[allow(unused_imports)]
@@ -731,13 +652,17 @@ macro_rules! interpose {
                 imp = sym $name::imp,
             )
         }
-    )*};
+    )*
+    };
 }
 
 /// Interposes functions of six arguments: the trampoline pushes its stack pointer at entry (a
 /// [`Caller`]) as a seventh (stack) argument and calls `name::imp`.
 macro_rules! interpose6 {
-    ($($feature:ident $claim:literal fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
+    (list $list:ident; $($feature:ident $claim:literal fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        /// The real functions of this group, resolved by the constructor.
+        static $list: &[&Real] = &[$(&$name::REAL),*];
+        $(
         #[allow(non_snake_case)]
         mod $name {
             #[allow(unused_imports)]
@@ -766,14 +691,18 @@ macro_rules! interpose6 {
                 imp = sym $name::imp,
             )
         }
-    )*};
+    )*
+    };
 }
 
 /// Interposes a variadic printf-like function of `k` fixed arguments by building a `va_list`
 /// (the System V register save area and overflow area) and calling `name::imp(fixed..., ap,
 /// caller)`, which calls the `v` form.
 macro_rules! interpose_variadic {
-    ($($feature:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $v:ident, $gp:literal, $ap_reg:literal, $ret_reg:literal;)*) => {$(
+    (list $list:ident; $($feature:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $v:ident, $gp:literal, $ap_reg:literal, $ret_reg:literal;)*) => {
+        /// The real functions of this group, resolved by the constructor.
+        static $list: &[&Real] = &[$(&$name::REAL),*];
+        $(
         #[allow(non_snake_case)]
         mod $name {
             #[allow(unused_imports)]
@@ -833,7 +762,8 @@ macro_rules! interpose_variadic {
                 imp = sym $name::imp,
             )
         }
-    )*};
+    )*
+    };
 }
 
 type File = c_void;
@@ -841,6 +771,7 @@ type SizeT = usize;
 type SsizeT = isize;
 
 interpose! {
+    list STDIO;
     OUTPUT true fn fwrite(ptr: *const c_void, size: SizeT, n: SizeT, stream: *mut File) -> SizeT;
     OUTPUT true fn fwrite_unlocked(ptr: *const c_void, size: SizeT, n: SizeT, stream: *mut File) -> SizeT;
     OUTPUT true fn fputs(s: *const c_char, stream: *mut File) -> c_int;
@@ -888,6 +819,7 @@ interpose! {
 }
 
 interpose_syscall! {
+    list SYSCALL_WRAPPERS;
     OUTPUT fn write(fd: c_int, buf: *const c_void, count: SizeT) -> SsizeT;
     OUTPUT fn writev(fd: c_int, iov: *const c_void, count: c_int) -> SsizeT;
     OUTPUT fn pwrite(fd: c_int, buf: *const c_void, count: SizeT, offset: i64) -> SsizeT;
@@ -961,11 +893,13 @@ interpose_syscall! {
 }
 
 interpose6! {
+    list SPAWN;
     PROCESS true fn posix_spawn(pid: *mut c_int, path: *const c_char, actions: *const c_void, attr: *const c_void, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     PROCESS true fn posix_spawnp(pid: *mut c_int, file: *const c_char, actions: *const c_void, attr: *const c_void, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
 }
 
 interpose_variadic! {
+    list PRINTF;
     OUTPUT fn printf(format: *const c_char) -> c_int => vprintf, "8", "rsi", "rdx";
     OUTPUT fn fprintf(stream: *mut File, format: *const c_char) -> c_int => vfprintf, "16", "rdx", "rcx";
     OUTPUT fn dprintf(fd: c_int, format: *const c_char) -> c_int => vdprintf, "16", "rdx", "rcx";
@@ -980,7 +914,10 @@ interpose_variadic! {
 /// `$moved` (given the arguments) may serve a call itself, for a pointer from the arena that must
 /// not reach the real function (`$arena` tells whether it may, on the fast path).
 macro_rules! interpose_alloc {
-    ($(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $bootstrap:path, $moved:path, $arena:path;)*) => {$(
+    (list $list:ident; $(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $bootstrap:path, $moved:path, $arena:path;)*) => {
+        /// The real functions of this group, resolved by the constructor.
+        static $list: &[&Real] = &[$(&$name::REAL),*];
+        $(
         #[allow(non_snake_case)]
         mod $name {
             #[allow(unused_imports)]
@@ -1029,10 +966,12 @@ macro_rules! interpose_alloc {
                 imp = sym $name::imp,
             )
         }
-    )*};
+    )*
+    };
 }
 
 interpose_alloc! {
+    list ALLOC;
     fn malloc(size: SizeT) -> *mut c_void => boot::malloc, boot::no_move1, boot::never1;
     fn calloc(n: SizeT, size: SizeT) -> *mut c_void => boot::calloc, boot::no_move2, boot::never2;
     fn realloc(p: *mut c_void, size: SizeT) -> *mut c_void =>
@@ -1072,8 +1011,14 @@ mod boot {
         0
     }
     pub unsafe fn realloc(p: *mut c_void, size: SizeT) -> *mut c_void {
+        if !p.is_null() && !arena::contains(p as *const u8) {
+            // A block of the real heap, reallocated by this thread's own `dlsym` before `realloc`
+            // is known (glibc's never does): its size is unknown here, so it cannot be copied.
+            // Fail, as `realloc` may, and leave the block as it is.
+            return null_mut();
+        }
         let new = arena::alloc(size, 16);
-        if !p.is_null() && !new.is_null() && arena::contains(p as *const u8) {
+        if !p.is_null() && !new.is_null() {
             let old = arena::size_of(p as *const u8);
             core::ptr::copy_nonoverlapping(p as *const u8, new, old.min(size));
         }
@@ -1189,7 +1134,10 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 /// Interposes a lock function that waits only when the lock is taken: its `try` form first,
 /// unmarked; then, if that found the lock busy (`EBUSY`), the real function under `locks`.
 macro_rules! interpose_lock {
-    ($(fn $name:ident($arg:ident: $ty:ty) try $try:ident;)*) => {$(
+    (list $list:ident; $(fn $name:ident($arg:ident: $ty:ty) try $try:ident;)*) => {
+        /// The real functions of this group, resolved by the constructor.
+        static $list: &[&Real] = &[$(&$name::REAL, &$name::TRY),*];
+        $(
         #[allow(non_snake_case)]
         mod $name {
             use super::*;
@@ -1226,16 +1174,19 @@ macro_rules! interpose_lock {
                 imp = sym $name::imp,
             )
         }
-    )*};
+    )*
+    };
 }
 
 interpose_lock! {
+    list LOCK;
     fn pthread_mutex_lock(mutex: *mut c_void) try pthread_mutex_trylock;
     fn pthread_rwlock_rdlock(lock: *mut c_void) try pthread_rwlock_tryrdlock;
     fn pthread_rwlock_wrlock(lock: *mut c_void) try pthread_rwlock_trywrlock;
 }
 
 interpose! {
+    list TIMED_LOCK;
     LOCKS true fn pthread_mutex_timedlock(mutex: *mut c_void, abstime: *const c_void) -> c_int;
     LOCKS true fn pthread_rwlock_timedrdlock(lock: *mut c_void, abstime: *const c_void) -> c_int;
     LOCKS true fn pthread_rwlock_timedwrlock(lock: *mut c_void, abstime: *const c_void) -> c_int;

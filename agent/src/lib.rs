@@ -26,7 +26,11 @@
 //!   matching unmark then pops the enclosing mark, if any.
 //! * Marks, antimarks and unmarks are as cheap and as async-signal-safe as the shim's (no
 //!   allocation, lock or syscall after a thread's first mark, which must happen outside a signal
-//!   handler). `fsprof_feature_new` allocates and locks: call it outside signal handlers.
+//!   handler; see the shim's guarantees for the one exception, after a jump out of a push).
+//!   `fsprof_feature_new` allocates and locks: call it outside signal handlers.
+//! * A signal handler may `siglongjmp` out of a mark, even one interrupted halfway: the agent
+//!   interposes `longjmp` and `siglongjmp` and closes the push the jump leaves
+//!   (`builtin/jumps.rs`; x86-64 Linux).
 //! * A payload string must stay valid and unchanged while the profiler may still read it (string
 //!   literals are ideal); the first 4096 bytes at most are recorded.
 //!

@@ -17,7 +17,8 @@
 //! closed the descriptor), a reader copies with `process_vm_readv` and the same protocol.
 //! The mapping is marked `MADV_DONTFORK`: a forked child does not share its parent's region and
 //! creates its own on its first mark (the descriptor it inherits is not its region's). A process can hold
-//! several regions (two copies of the shim linked into one program); a reader reads them all.
+//! several regions (two copies of the shim linked into one program, each with its own thread
+//! state); a reader reads them all.
 //!
 //! # Layout (all integers native-endian, native word size 8 bytes)
 //! ```text
@@ -42,7 +43,9 @@
 //! Only the owning thread writes its slot. A push (and a claim or release) makes `seq` odd, writes,
 //! and makes `seq` even again (release ordering); `seq` only grows. A pop is a single release store
 //! that lowers `depth`: it overwrites nothing, so records below the old depth stay valid until the
-//! next push, which moves `seq`. A reader loads `seq` (even), `tid` and `depth`, copies records
+//! next push, which moves `seq`. (A push that a signal handler's `siglongjmp` leaves halfway
+//! leaves `seq` odd until the writer closes it, or for good if it cannot know: a reader sees the
+//! slot as busy meanwhile, never a torn stack.) A reader loads `seq` (even), `tid` and `depth`, copies records
 //! `0..depth`, and loads `seq` (and `tid`) again: if they are unchanged, the copy is the stack as it
 //! was when `depth` was read. Otherwise it retries or gives up on that slot for this sample.
 //! ([`copy_slot`] implements this for a reader that mapped the region; a reader using

@@ -28,8 +28,13 @@
 //! ```
 //!
 //! # Guarantees
-//! * Marking never allocates, locks or makes a syscall once a thread has marked once, and never
-//!   panics. A push and its pop cost a few nanoseconds (see `BENCHMARKS.md`).
+//! * Marking never allocates, locks or makes a syscall once a thread has marked once (but one
+//!   `sigaltstack` query when a mark finds a push of its thread left halfway by a jump, below),
+//!   and never panics. A push and its pop cost a few nanoseconds (see `BENCHMARKS.md`). No mark, a
+//!   thread's first included, takes a lock the program could hold or wait for (the dynamic
+//!   loader's, glibc's fork-handler lock): the fork handlers and the thread-exit key (a `pthread`
+//!   key, not a thread-local destructor) are set up when the module that links the shim is
+//!   loaded.
 //! * Guards ([`Mark`]) are RAII and not `Send`. Dropping a guard pops its mark *and every mark
 //!   above it*; guards dropped later whose marks are already gone do nothing. A leaked guard's mark
 //!   stays on the stack until an enclosing guard is dropped or the thread exits. No order of drops
@@ -40,11 +45,22 @@
 //!   reused by later threads. If every slot is taken, that thread's marks are not recorded (the
 //!   region counts such threads).
 //! * After `fork()` the child does not inherit the region; it creates its own on its first mark.
-//!   Guards alive across the fork do nothing in the child.
+//!   Guards alive across the fork do nothing in the child. This holds whatever runs in the child
+//!   before the shim's fork handler (other libraries' handlers, which may mark): the forking
+//!   thread's slot is hidden from the prepare handler on. In the parent, marks made by other
+//!   fork handlers are not recorded.
 //! * Marks may be made from signal handlers, on one condition: the thread must have marked once
 //!   outside a handler before (its first mark claims a slot and registers a thread-exit
 //!   destructor, which may allocate). A handler's mark that interrupted a push on the same thread
 //!   is skipped; one that interrupted a pop nests normally.
+//! * A handler that jumps out (`siglongjmp`) of a push it interrupted leaves the slot "being
+//!   written" (its `seq` odd) until the push is closed: by [`raw::jumping_to`], which the agent's
+//!   interposed `longjmp` and `siglongjmp` call before the jump, or else by the thread's next push
+//!   at or above the one left (on x86-64, outside an alternate signal stack: a handler runs below
+//!   the frame it interrupted). Until then the thread's marks are not recorded. A slot is always
+//!   left clean when released, and taken clean when claimed.
+//! * Two semver-incompatible copies of this crate in one program each have their own thread
+//!   state (its symbol is versioned) and their own region.
 //!
 //! The shared-memory layout the profiler reads is defined, and documented, in [`abi`].
 //!
@@ -54,6 +70,7 @@
 
 pub mod abi;
 mod region;
+mod sys;
 mod thread_state;
 
 use core::marker::PhantomData;
@@ -262,10 +279,13 @@ pub mod raw {
     /// function's stack pointer at entry, where that return address is) unless the calling
     /// thread's innermost recorded mark belongs to a feature whose descriptor address lies in
     /// `nested` and was pushed by a frame still live (its `sp` above this one), or the thread has
-    /// no slot yet and `claim` is false. Returns the mark pushed, for [`CallSiteMark::pop`], or
-    /// why none was. For the agent's built-in features: a libc call made inside another one is
-    /// not counted twice, one left by `siglongjmp` is dropped at the thread's next call, and
-    /// functions that signal handlers may call never claim a slot (claiming may allocate).
+    /// no slot yet and `claim` is false, or its slot is busy and `close_left` is false. Returns
+    /// the mark pushed, for [`CallSiteMark::pop`], or why none was. For the agent's built-in
+    /// features: a libc call made inside another one is not counted twice, one left by
+    /// `siglongjmp` is dropped at the thread's next call, functions that signal handlers may
+    /// call never claim a slot (claiming may allocate), and a fast path that must call nothing
+    /// passes `close_left` false and, on [`NotPushed::Busy`], tries again from its slow path with
+    /// true (which may close a push that a jump left halfway: see the crate's guarantees).
     #[inline(always)]
     pub fn push_call_site_unless_nested(
         feature: &'static Feature,
@@ -273,6 +293,7 @@ pub mod raw {
         sp: u64,
         nested: core::ops::Range<u64>,
         claim: bool,
+        close_left: bool,
     ) -> Result<CallSiteMark, NotPushed> {
         let meta = (crate::abi::KIND_CALL_SITE as u64) << 32;
         region::push_unless_nested(
@@ -282,6 +303,7 @@ pub mod raw {
             sp,
             nested,
             claim,
+            close_left,
         )
         .map(CallSiteMark)
     }
@@ -305,6 +327,15 @@ pub mod raw {
     #[inline(always)]
     pub fn pop_innermost() {
         region::pop_innermost();
+    }
+
+    /// Tells the shim that the calling thread is about to jump (`siglongjmp`) to stack pointer
+    /// `target`: a push of this thread that the jump leaves unfinished (a signal handler that
+    /// interrupted it jumps out) is closed, so that its slot is not left "being written" forever.
+    /// Async-signal-safe (loads and one store). For the agent's interposed `siglongjmp`.
+    #[inline(always)]
+    pub fn jumping_to(target: u64) {
+        region::jumping_to(target);
     }
 
     /// Forgets the region in a child process made without `fork`'s `pthread_atfork` handlers

@@ -8,16 +8,25 @@
 //! thread claims a slot (a scan with compare-and-swap) and registers a thread-exit destructor. Every
 //! later push or pop is a handful of plain loads and stores on memory only this thread writes: no
 //! allocation, no lock, no syscall. On x86-64 the release fences compile to nothing.
+//!
+//! Locks: the fork handlers and the thread-exit key are set up when the module that links the
+//! shim is loaded (a constructor), not at a first mark, and a thread-exit destructor is a
+//! `pthread` key's, not a thread-local's: so no mark ever takes glibc's fork-handler lock or the
+//! dynamic loader's lock, which a thread inside `fork` or `dlopen` may hold while it waits for
+//! the marking thread (a program's fork handler or library constructor that takes a lock).
+//!
+//! Fork: the forking thread hides its slot from the prepare handler to the parent or child one,
+//! so that whatever runs in the child before the child handler (other libraries' handlers, in
+//! registration order) cannot write the region, which the child does not have.
 
 use crate::abi::{self, Record, RegionHeader, Slot, MARK_CAPACITY, SLOT_COUNT};
+use crate::sys;
 use crate::thread_state::{self, ThreadState};
 use core::ptr::null_mut;
-use core::sync::atomic::{compiler_fence, fence, AtomicPtr, Ordering::*};
-use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::sync::Once;
+use core::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, Ordering::*};
+use std::ffi::{c_int, c_uint, c_void};
 
 extern "C" {
-    fn memfd_create(name: *const c_char, flags: c_uint) -> c_int;
     fn ftruncate(fd: c_int, length: i64) -> c_int;
     fn mmap(
         addr: *mut c_void,
@@ -32,12 +41,17 @@ extern "C" {
     fn close(fd: c_int) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
     fn getpid() -> c_int;
-    fn gettid() -> c_int;
     fn pthread_atfork(
         prepare: Option<unsafe extern "C" fn()>,
         parent: Option<unsafe extern "C" fn()>,
         child: Option<unsafe extern "C" fn()>,
     ) -> c_int;
+    fn pthread_key_create(
+        key: *mut c_uint,
+        destructor: Option<unsafe extern "C" fn(*mut c_void)>,
+    ) -> c_int;
+    fn pthread_setspecific(key: c_uint, value: *const c_void) -> c_int;
+    fn pthread_key_delete(key: c_uint) -> c_int;
 }
 
 const MFD_CLOEXEC: c_uint = 1;
@@ -54,43 +68,151 @@ const MADV_DONTFORK: c_int = 10;
 /// This process's region, null until the first mark (or if it could not be created).
 static REGION: AtomicPtr<RegionHeader> = AtomicPtr::new(null_mut());
 /// Set once region creation failed, so that marks do not retry a syscall every time.
-static REGION_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-static ATFORK: Once = Once::new();
+static REGION_FAILED: AtomicBool = AtomicBool::new(false);
+/// The fork handlers and the thread-exit key: see [`setup`].
+static SETUP: AtomicU32 = AtomicU32::new(UNSET);
+/// The process that began [`setup`] (to tell a child forked in the middle of it).
+static SETUP_PID: AtomicU32 = AtomicU32::new(0);
+/// The `pthread` key whose destructor releases a thread's slot at its exit.
+static EXIT_KEY: AtomicU32 = AtomicU32::new(0);
+const UNSET: u32 = 0;
+const SETTING: u32 = 1;
+const SET: u32 = 2;
+const FAILED: u32 = 3;
 
-thread_local! {
-    /// Touched when a slot is claimed; its destructor releases the slot at thread exit.
-    static OWNER: SlotOwner = const { SlotOwner };
+/// Runs when the module that links the shim is loaded (before `main`, or inside `dlopen`):
+/// registers the fork handlers and creates the thread-exit key now, while no interposed call
+/// can be waiting for the locks those take (glibc's fork-handler lock, which a `fork` holds while
+/// running the program's handlers).
+extern "C" fn at_load() {
+    setup();
 }
 
-struct SlotOwner;
+#[used]
+#[link_section = ".init_array"]
+static AT_LOAD: extern "C" fn() = at_load;
 
-impl Drop for SlotOwner {
-    fn drop(&mut self) {
-        let _ = thread_state::with(|state| {
-            state.exiting.set(true);
-            let slot = state.slot.replace(null_mut());
-            if !slot.is_null() {
-                // SAFETY: a non-null slot pointer always points into this process's live region.
-                unsafe { release(&*slot) };
-            }
-        });
+/// Runs when the module is unloaded (`dlclose`, or at exit): deletes the thread-exit key, whose
+/// destructor would otherwise run, at a later thread exit, code no longer mapped. (glibc removes
+/// the module's fork handlers itself.)
+extern "C" fn at_unload() {
+    if SETUP.load(Acquire) == SET {
+        // SAFETY: the key `setup` created; deleting it runs no destructor.
+        unsafe { pthread_key_delete(EXIT_KEY.load(Relaxed)) };
     }
 }
 
-/// Runs in the child after `fork()`: the region was not inherited (`MADV_DONTFORK`), so forget it.
-/// The child creates its own region on its first mark; guards alive across the fork become inert.
+#[used]
+#[link_section = ".fini_array"]
+static AT_UNLOAD: extern "C" fn() = at_unload;
+
+/// Registers the fork handlers and creates the thread-exit key, once; true when both are in
+/// place. Never waits: a thread that finds another one doing it gets false (and makes no region
+/// yet), and so does a child forked in the middle of it, which then does it again itself.
+fn setup() -> bool {
+    match SETUP.load(Acquire) {
+        SET => return true,
+        FAILED => return false,
+        // SAFETY: getpid has no preconditions.
+        SETTING if SETUP_PID.load(Relaxed) == unsafe { getpid() } as u32 => return false,
+        SETTING => {
+            // A child of a fork made during the setup: this process has one thread, this one.
+            SETUP.store(UNSET, Relaxed);
+        }
+        _ => {}
+    }
+    if SETUP
+        .compare_exchange(UNSET, SETTING, Acquire, Relaxed)
+        .is_err()
+    {
+        return false;
+    }
+    // SAFETY: getpid has no preconditions.
+    SETUP_PID.store(unsafe { getpid() } as u32, Relaxed);
+    let mut key: c_uint = 0;
+    // SAFETY: the handlers only store to atomics and to this thread's state; the key's
+    // destructor releases the exiting thread's slot.
+    let ok = unsafe {
+        pthread_atfork(
+            Some(hide_slot_before_fork),
+            Some(restore_slot_after_fork),
+            Some(forget_region_in_child),
+        ) == 0
+            && pthread_key_create(&mut key, Some(release_at_exit)) == 0
+    };
+    EXIT_KEY.store(key, Relaxed);
+    SETUP.store(if ok { SET } else { FAILED }, Release);
+    ok
+}
+
+/// The thread-exit key's destructor: releases the thread's slot, and keeps it from claiming
+/// another (later destructors may still mark; those marks are not recorded).
+unsafe extern "C" fn release_at_exit(_: *mut c_void) {
+    let _ = thread_state::with(|state| {
+        state.exiting.set(true);
+        let slot = state.slot.replace(null_mut());
+        if !slot.is_null() {
+            // SAFETY: a non-null slot pointer always points into this process's live region.
+            unsafe { release(&*slot) };
+        }
+    });
+}
+
+/// `fork`'s prepare handler, in the forking thread: hides its slot until the parent or child
+/// handler. The region is not mapped in the child (`MADV_DONTFORK`), and the child may run other
+/// handlers before ours (glibc runs child handlers in registration order): with its slot
+/// hidden and claiming barred, nothing they mark can touch it. In the parent, marks made between
+/// the handlers (by other handlers) are not recorded; the marks already pushed (`fork`'s own
+/// built-in mark) stay, and count the fork.
+unsafe extern "C" fn hide_slot_before_fork() {
+    let _ = thread_state::with(|state| {
+        state.forking.set(true);
+        compiler_fence(SeqCst);
+        let slot = state.slot.get();
+        let region = REGION.load(Relaxed);
+        if !slot.is_null() && !region.is_null() {
+            let index = (slot as usize - region as usize - abi::HEADER_SIZE) / abi::SLOT_SIZE;
+            state.hidden.set(index as u32 + 1);
+            compiler_fence(SeqCst);
+            state.slot.set(null_mut());
+        }
+    });
+}
+
+/// `fork`'s parent handler: gives the forking thread its slot back.
+unsafe extern "C" fn restore_slot_after_fork() {
+    let _ = thread_state::with(|state| {
+        let hidden = state.hidden.replace(0);
+        let region = REGION.load(Relaxed);
+        if hidden != 0 && !region.is_null() {
+            let slots = (region as *mut u8).add(abi::HEADER_SIZE) as *mut Slot;
+            state.slot.set(slots.add(hidden as usize - 1));
+        }
+        compiler_fence(SeqCst);
+        state.forking.set(false);
+    });
+}
+
+/// `fork`'s child handler: the region was not inherited (`MADV_DONTFORK`), so forget it. The
+/// child creates its own region on its first mark; guards alive across the fork become inert.
 /// The inherited descriptor is left open (it is close-on-exec): by now the program may have closed
-/// it and reused the number for one of its own files.
+/// it and reused the number for one of its own files. Also called by the agent in a child of
+/// `_Fork`, which runs no handlers. Async-signal-safe: it only stores.
 pub(crate) unsafe extern "C" fn forget_region_in_child() {
     REGION.store(null_mut(), Relaxed);
     REGION_FAILED.store(false, Relaxed);
-    let _ = thread_state::with(|state| state.slot.set(null_mut()));
+    let _ = thread_state::with(|state| {
+        state.slot.set(null_mut());
+        state.hidden.set(0);
+        compiler_fence(SeqCst);
+        state.forking.set(false);
+    });
 }
 
 fn create_region() -> *mut RegionHeader {
     // SAFETY: plain syscalls on values we own; every result is checked before use.
     unsafe {
-        let fd = memfd_create(c"fsprof-region".as_ptr(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        let fd = sys::memfd_create(c"fsprof-region".as_ptr(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if fd < 0 {
             return null_mut();
         }
@@ -155,10 +277,10 @@ fn region() -> *mut RegionHeader {
     if !existing.is_null() || REGION_FAILED.load(Relaxed) {
         return existing;
     }
-    ATFORK.call_once(|| {
-        // SAFETY: registers a handler that only stores to atomics and thread-locals.
-        unsafe { pthread_atfork(None, None, Some(forget_region_in_child)) };
-    });
+    // Without the fork handlers a child would keep the region, unmapped in it: no region yet.
+    if !setup() {
+        return null_mut();
+    }
     let created = create_region();
     if created.is_null() {
         REGION_FAILED.store(true, Relaxed);
@@ -183,7 +305,7 @@ fn region() -> *mut RegionHeader {
 #[cold]
 #[inline(never)]
 fn claim(state: &ThreadState) -> *mut Slot {
-    if state.exiting.get() || state.claiming.replace(true) {
+    if state.exiting.get() || state.forking.get() || state.claiming.replace(true) {
         return null_mut();
     }
     compiler_fence(SeqCst);
@@ -199,24 +321,28 @@ fn claim(state: &ThreadState) -> *mut Slot {
 }
 
 fn claim_once(state: &ThreadState) -> *mut Slot {
-    // Register the exit destructor first; if thread-locals are already being torn down, do not claim.
-    if OWNER.try_with(|_| ()).is_err() {
-        state.exiting.set(true);
-        return null_mut();
-    }
     let header = region();
     if header.is_null() {
+        return null_mut();
+    }
+    // The exit destructor first: a `pthread` key's (C++ and Rust thread-local destructors
+    // register through `__cxa_thread_atexit_impl`, which takes the dynamic loader's lock, which a
+    // thread inside `dlopen` may hold while it waits for this one).
+    // SAFETY: a key from `setup` (which `region` needs); any non-null value runs the destructor.
+    if unsafe { pthread_setspecific(EXIT_KEY.load(Relaxed), core::ptr::dangling::<c_void>()) } != 0
+    {
         return null_mut();
     }
     // SAFETY: header points to a live region of REGION_SIZE bytes laid out as abi.rs says.
     unsafe {
         let slots = (header as *mut u8).add(abi::HEADER_SIZE) as *mut Slot;
-        let tid = gettid() as u32;
+        let tid = sys::gettid();
         for index in 0..SLOT_COUNT {
             let slot = &*slots.add(index);
             if slot.tid.load(Relaxed) == 0
                 && slot.tid.compare_exchange(0, tid, Acquire, Relaxed).is_ok()
             {
+                make_even(slot); // a previous owner may have left it odd (see `release`)
                 begin_write(slot);
                 slot.depth.store(0, Relaxed);
                 end_write(slot);
@@ -231,8 +357,11 @@ fn claim_once(state: &ThreadState) -> *mut Slot {
     null_mut()
 }
 
-/// Frees a slot at thread exit.
+/// Frees a slot at thread exit. Its `seq` may be odd, if a push of the thread was left by a jump
+/// that [`jumping_to`] did not see: a released slot is left even, so that it is clean for the
+/// next owner and readable meanwhile.
 fn release(slot: &Slot) {
+    make_even(slot);
     begin_write(slot);
     slot.depth.store(0, Relaxed);
     end_write(slot);
@@ -245,6 +374,14 @@ fn begin_write(slot: &Slot) {
     let seq = slot.seq.load(Relaxed);
     slot.seq.store(seq.wrapping_add(1), Relaxed);
     fence(Release);
+}
+
+/// Makes the slot's `seq` even if a push left it odd. Only for a slot no push of its owner is
+/// in the middle of: one being claimed or released, or one whose push was left by a jump.
+fn make_even(slot: &Slot) {
+    if slot.seq.load(Relaxed) & 1 == 1 {
+        bump(&slot.seq);
+    }
 }
 
 #[inline(always)]
@@ -276,7 +413,9 @@ impl Pushed {
 /// is gone (a signal handler jumped out of it with `siglongjmp`), and is popped first. (A handler
 /// on an alternate signal stack may take a live mark for a stale one: the interrupted call then
 /// loses its mark after the handler, and nothing else.) Returns where the mark was pushed, for
-/// [`pop_placed`], or why it was not.
+/// [`pop_placed`], or why it was not. `close_left`: whether a push of this thread left halfway
+/// by a jump may be closed here (see [`close_if_left`]); a caller whose fast path must not call
+/// anything passes false, and on [`NotPushed::Busy`] tries again from its slow path with true.
 #[inline(always)]
 pub(crate) fn push_unless_nested(
     feature: u64,
@@ -285,50 +424,96 @@ pub(crate) fn push_unless_nested(
     sp: u64,
     nested: core::ops::Range<u64>,
     claim: bool,
+    close_left: bool,
 ) -> Result<Placed, NotPushed> {
-    thread_state::with(|state| {
-        let slot = state.slot.get();
-        if slot.is_null() {
-            if !claim {
-                return Err(NotPushed::NoSlot);
-            }
-        } else {
-            // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
-            let slot = unsafe { &*slot };
-            let depth = slot.depth.load(Relaxed) as usize;
-            if let Some(top) = depth.checked_sub(1).and_then(|i| slot.records.get(i)) {
-                if nested.contains(&top.feature.load(Relaxed)) {
-                    if top.sp.load(Relaxed) > sp {
-                        return Err(NotPushed::Skipped);
+    match push_unless_nested_in(feature, payload, meta, sp, nested.clone(), claim) {
+        Err(NotPushed::Busy) if close_left => {
+            push_unless_nested_after_closing(feature, payload, meta, sp, nested, claim)
+        }
+        result => result,
+    }
+}
+
+/// [`push_unless_nested`] once [`close_left_push`] closed a push left halfway, if any (out of
+/// line: the callers' fast paths call nothing).
+#[cold]
+#[inline(never)]
+fn push_unless_nested_after_closing(
+    feature: u64,
+    payload: u64,
+    meta: u64,
+    sp: u64,
+    nested: core::ops::Range<u64>,
+    claim: bool,
+) -> Result<Placed, NotPushed> {
+    if !close_left_push(sp) {
+        return Err(NotPushed::Skipped);
+    }
+    match push_unless_nested_in(feature, payload, meta, sp, nested, claim) {
+        Err(NotPushed::Busy) => Err(NotPushed::Skipped),
+        result => result,
+    }
+}
+
+/// [`push_unless_nested`] without closing anything: [`NotPushed::Busy`] when the slot is busy.
+#[inline(always)]
+fn push_unless_nested_in(
+    feature: u64,
+    payload: u64,
+    meta: u64,
+    sp: u64,
+    nested: core::ops::Range<u64>,
+    claim: bool,
+) -> Result<Placed, NotPushed> {
+    thread_state::with(
+        #[inline(always)]
+        |state| {
+            let slot = state.slot.get();
+            if slot.is_null() {
+                if !claim {
+                    return Err(NotPushed::NoSlot);
+                }
+            } else {
+                // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
+                let slot = unsafe { &*slot };
+                let depth = slot.depth.load(Relaxed) as usize;
+                if let Some(top) = depth.checked_sub(1).and_then(|i| slot.records.get(i)) {
+                    if nested.contains(&top.feature.load(Relaxed)) {
+                        if top.sp.load(Relaxed) > sp {
+                            return Err(NotPushed::Skipped);
+                        }
+                        // Stale: the frame that pushed it is gone, left without its pop (a signal
+                        // handler's `siglongjmp` out of the call). Pop it, as `pop_placed` would.
+                        slot.depth.store(depth as u32 - 1, Release);
                     }
-                    // Stale: the frame that pushed it is gone, left without its pop (a signal
-                    // handler's `siglongjmp` out of the call). Pop it, as `pop_placed` would.
-                    slot.depth.store(depth as u32 - 1, Release);
                 }
             }
-        }
-        let serial = state.serial.get();
-        if serial & 1 == 1 {
-            return Err(NotPushed::Skipped); // only on targets without `bump`, see `push`
-        }
-        let tag = serial.wrapping_add(2);
-        if !cfg!(target_arch = "x86_64") {
-            state.serial.set(serial | 1);
-            compiler_fence(SeqCst);
-        }
-        let pushed = push_unless_busy(state, feature, payload, meta, 0, sp, tag);
-        if !cfg!(target_arch = "x86_64") {
-            compiler_fence(SeqCst);
-        }
-        state.serial.set(tag);
-        if pushed.index == u32::MAX {
-            return Err(NotPushed::Skipped);
-        }
-        Ok(Placed {
-            slot: state.slot.get(),
-            index: pushed.index,
-        })
-    })
+            let serial = state.serial.get();
+            if serial & 1 == 1 {
+                return Err(NotPushed::Skipped); // only on targets without `bump`, see `push`
+            }
+            let tag = serial.wrapping_add(2);
+            if !cfg!(target_arch = "x86_64") {
+                state.serial.set(serial | 1);
+                compiler_fence(SeqCst);
+            }
+            let pushed = push_unless_busy(state, feature, payload, meta, 0, sp, tag);
+            if !cfg!(target_arch = "x86_64") {
+                compiler_fence(SeqCst);
+            }
+            state.serial.set(tag);
+            if pushed.index == BUSY {
+                return Err(NotPushed::Busy);
+            }
+            if pushed.index == u32::MAX {
+                return Err(NotPushed::Skipped);
+            }
+            Ok(Placed {
+                slot: state.slot.get(),
+                index: pushed.index,
+            })
+        },
+    )
     .unwrap_or(Err(NotPushed::Skipped))
 }
 
@@ -337,6 +522,9 @@ pub(crate) fn push_unless_nested(
 pub enum NotPushed {
     /// The thread has no slot, and the caller did not let it claim one.
     NoSlot,
+    /// The thread's slot is "being written": a signal handler interrupted a push of the thread,
+    /// or a jump left one halfway, and the caller did not let it be closed (`close_left`).
+    Busy,
     /// Anything else: a nested call, a push interrupted by the signal handler that called, a
     /// slot that could not be claimed. The call is simply not marked.
     Skipped,
@@ -386,26 +574,72 @@ pub(crate) fn pop_placed(placed: Placed) {
 /// the low bit of `serial`, closes the gap (at the cost of one more store).
 #[inline(always)]
 pub(crate) fn push(feature: u64, payload: u64, meta: u64, position: u64, sp: u64) -> Pushed {
+    let pushed = push_in(feature, payload, meta, position, sp);
+    if pushed.index == BUSY {
+        return push_after_closing(feature, payload, meta, position, sp);
+    }
+    pushed
+}
+
+/// [`push`] once [`close_left_push`] closed a push left halfway, if any (out of line).
+#[cold]
+#[inline(never)]
+fn push_after_closing(feature: u64, payload: u64, meta: u64, position: u64, sp: u64) -> Pushed {
+    if !close_left_push(sp) {
+        return Pushed::NOTHING;
+    }
+    match push_in(feature, payload, meta, position, sp) {
+        Pushed { index: BUSY, .. } => Pushed::NOTHING,
+        pushed => pushed,
+    }
+}
+
+/// Closes the calling thread's push left halfway by a jump, if its slot is busy and
+/// [`close_if_left`] finds it was; true when the slot is no longer busy.
+fn close_left_push(sp: u64) -> bool {
     thread_state::with(|state| {
-        let serial = state.serial.get();
-        if serial & 1 == 1 {
-            return Pushed::NOTHING; // only on targets without `bump`, see above
+        let slot = state.slot.get();
+        if slot.is_null() {
+            return false;
         }
-        let tag = serial.wrapping_add(2);
-        if !cfg!(target_arch = "x86_64") {
-            state.serial.set(serial | 1);
-            compiler_fence(SeqCst);
-        }
-        let pushed = push_unless_busy(state, feature, payload, meta, position, sp, tag);
-        if !cfg!(target_arch = "x86_64") {
-            compiler_fence(SeqCst);
-        }
-        state.serial.set(tag);
-        pushed
+        // SAFETY: this thread's claimed slot in the live region.
+        let slot = unsafe { &*slot };
+        slot.seq.load(Relaxed) & 1 == 0 || close_if_left(state, slot, sp)
     })
+    .unwrap_or(false)
+}
+
+/// [`push`] without closing anything: `index` [`BUSY`] when the slot is busy.
+#[inline(always)]
+fn push_in(feature: u64, payload: u64, meta: u64, position: u64, sp: u64) -> Pushed {
+    thread_state::with(
+        #[inline(always)]
+        |state| {
+            let serial = state.serial.get();
+            if serial & 1 == 1 {
+                return Pushed::NOTHING; // only on targets without `bump`, see above
+            }
+            let tag = serial.wrapping_add(2);
+            if !cfg!(target_arch = "x86_64") {
+                state.serial.set(serial | 1);
+                compiler_fence(SeqCst);
+            }
+            let pushed = push_unless_busy(state, feature, payload, meta, position, sp, tag);
+            if !cfg!(target_arch = "x86_64") {
+                compiler_fence(SeqCst);
+            }
+            state.serial.set(tag);
+            pushed
+        },
+    )
     .unwrap_or(Pushed::NOTHING)
 }
 
+/// `index` of a [`Pushed`] that [`push_unless_busy`] did not push because the slot is busy.
+const BUSY: u32 = u32::MAX - 1;
+
+/// Pushes unless the slot is busy (see [`push`]). Returns [`Pushed::NOTHING`] if nothing could
+/// be pushed, `index` [`BUSY`] if the slot is busy.
 #[inline(always)]
 fn push_unless_busy(
     state: &ThreadState,
@@ -426,8 +660,11 @@ fn push_unless_busy(
     // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
     let slot = unsafe { &*slot };
     if slot.seq.load(Relaxed) & 1 == 1 {
-        return Pushed::NOTHING; // a signal handler interrupted this thread inside a push
+        // A signal handler interrupted this thread inside a push, or a jump left one halfway.
+        return Pushed { index: BUSY, tag };
     }
+    state.push_sp.set(sp);
+    compiler_fence(SeqCst); // set before `seq` is odd: a handler may read it then
     bump(&slot.seq); // odd: writing
     fence(Release);
     let depth = slot.depth.load(Relaxed);
@@ -438,6 +675,48 @@ fn push_unless_busy(
     fence(Release);
     bump(&slot.seq); // even: done
     Pushed { index: depth, tag }
+}
+
+/// Called by a push that finds its slot "being written" (`seq` odd): either it runs in a signal
+/// handler that interrupted a push of this thread (which will finish when the handler returns),
+/// or that push was left by a jump out of such a handler that [`jumping_to`] did not hear of (a
+/// program without the agent, a jump through libc's own symbol). The second case is certain when
+/// this push's stack address lies at or above the unfinished one's on the same stack: a handler
+/// runs below the frame it interrupted. Then the unfinished push is closed (`seq` made even), and
+/// true returned. A handler on an alternate signal stack could lie anywhere: while this thread
+/// runs on one, nothing is closed. So a push left by an unseen jump stays open until a later
+/// push of the thread at or above it, outside any alternate stack (the next call from the same
+/// loop, typically). x86-64 only: elsewhere pushes also set a bit of `serial`, left alone here.
+#[cold]
+#[inline(never)]
+fn close_if_left(state: &ThreadState, slot: &Slot, sp: u64) -> bool {
+    if !cfg!(target_arch = "x86_64") || sp < state.push_sp.get() || on_alternate_stack() {
+        return false;
+    }
+    fence(Release);
+    bump(&slot.seq); // even: the unfinished push is closed
+    true
+}
+
+/// Whether the calling thread runs on its alternate signal stack (if in doubt, yes).
+fn on_alternate_stack() -> bool {
+    #[repr(C)]
+    struct StackT {
+        sp: *mut c_void,
+        flags: c_int,
+        size: usize,
+    }
+    extern "C" {
+        fn sigaltstack(stack: *const StackT, old: *mut StackT) -> c_int;
+    }
+    const SS_ONSTACK: c_int = 1;
+    let mut old = StackT {
+        sp: null_mut(),
+        flags: 0,
+        size: 0,
+    };
+    // SAFETY: only reads the thread's alternate stack settings into `old`; async-signal-safe.
+    unsafe { sigaltstack(core::ptr::null(), &mut old) != 0 || old.flags & SS_ONSTACK != 0 }
 }
 
 /// Adds one to `seq` with a single instruction that a signal handler cannot interrupt halfway.
@@ -531,6 +810,29 @@ pub(crate) fn pop_innermost() {
         if depth > 0 {
             // As in `pop`: one store, no seq bracket.
             slot.depth.store(depth - 1, Release);
+        }
+    });
+}
+
+/// Called before a jump (`siglongjmp`) that makes the calling thread's stack pointer `target`:
+/// if the thread is inside a push (its slot's `seq` odd) whose frame the jump leaves (the push's
+/// stack address lies at or below `target`), that push will never finish, so its slot is made
+/// readable and writable again (`seq` even). The records are consistent: the push had either
+/// not yet raised `depth`, or had written its record before it did. A push that the jump does
+/// not leave (a handler that jumps within itself) is left to finish. Async-signal-safe. (On
+/// targets other than x86-64 a push also sets the low bit of `serial`, which this leaves alone:
+/// the only caller, the agent's `siglongjmp`, exists only on x86-64.)
+pub(crate) fn jumping_to(target: u64) {
+    let _ = thread_state::with(|state| {
+        let slot = state.slot.get();
+        if slot.is_null() {
+            return;
+        }
+        // SAFETY: this thread's claimed slot in the live region.
+        let slot = unsafe { &*slot };
+        if slot.seq.load(Relaxed) & 1 == 1 && state.push_sp.get() <= target {
+            fence(Release);
+            bump(&slot.seq);
         }
     });
 }

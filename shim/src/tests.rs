@@ -1,5 +1,5 @@
 //! Unit tests of the writer: stack discipline, out-of-order and leaked guards, depth bound, slot
-//! reuse, fork. They read the region in-process through the same `abi` decoders the profiler uses.
+//! reuse, fork, pushes left halfway by a jump. They read the region in-process through the same `abi` decoders the profiler uses.
 
 use crate::abi::{self, KIND_ANTIMARK, KIND_LOCATION, KIND_NAME, MARK_CAPACITY};
 use crate::{depth, intern, region_address, Feature};
@@ -206,11 +206,12 @@ fn a_call_site_mark_pops_itself_only_while_innermost_and_never_in_a_forked_child
     };
     assert_eq!(depth(), 0);
     let _outer = A.mark(); // the thread has its slot
-    let mark = raw::push_call_site_unless_nested(&B, 0xbeef, 0x2000, nested(&B), false).unwrap();
+    let mark =
+        raw::push_call_site_unless_nested(&B, 0xbeef, 0x2000, nested(&B), false, true).unwrap();
     assert_eq!(depth(), 2);
     // Nested in a mark of a feature in `nested` (from a frame below it): nothing pushed.
     assert_eq!(
-        raw::push_call_site_unless_nested(&B, 0xbeef, 0x1000, nested(&B), false).err(),
+        raw::push_call_site_unless_nested(&B, 0xbeef, 0x1000, nested(&B), false, true).err(),
         Some(NotPushed::Skipped)
     );
     // A mark above it (a signal handler's, say): the pop leaves both alone.
@@ -242,10 +243,10 @@ fn a_thread_without_a_slot_is_told_so_unless_it_may_claim() {
     std::thread::spawn(|| {
         let nothing = 0..0;
         assert_eq!(
-            raw::push_call_site_unless_nested(&A, 1, 0, nothing.clone(), false).err(),
+            raw::push_call_site_unless_nested(&A, 1, 0, nothing.clone(), false, true).err(),
             Some(NotPushed::NoSlot)
         );
-        let mark = raw::push_call_site_unless_nested(&A, 1, 0, nothing, true).unwrap();
+        let mark = raw::push_call_site_unless_nested(&A, 1, 0, nothing, true, true).unwrap();
         assert_eq!(depth(), 1);
         mark.pop();
         assert_eq!(depth(), 0);
@@ -265,19 +266,95 @@ fn a_nested_mark_whose_frame_is_gone_is_replaced_not_nested_under() {
         let _outer = A.mark();
         // Pushed by a frame at 0x2000 that is never popped (a signal handler's siglongjmp left
         // the call): a call nested in it, from a frame below (0x1000), is still counted once.
-        let _left = raw::push_call_site_unless_nested(&B, 1, 0x2000, nested(&B), false).unwrap();
+        let _left =
+            raw::push_call_site_unless_nested(&B, 1, 0x2000, nested(&B), false, true).unwrap();
         assert_eq!(depth(), 2);
         assert_eq!(
-            raw::push_call_site_unless_nested(&B, 2, 0x1000, nested(&B), false).err(),
+            raw::push_call_site_unless_nested(&B, 2, 0x1000, nested(&B), false, true).err(),
             Some(NotPushed::Skipped)
         );
         // A call whose entry is not below it (a sibling call from the same frame, at 0x2000) is
         // not inside that frame: the stale mark is replaced.
-        let mark = raw::push_call_site_unless_nested(&B, 3, 0x2000, nested(&B), false).unwrap();
+        let mark =
+            raw::push_call_site_unless_nested(&B, 3, 0x2000, nested(&B), false, true).unwrap();
         assert_eq!(depth(), 2);
         mark.pop();
         assert_eq!(depth(), 1);
     })
     .join()
     .unwrap();
+}
+
+/// Makes the calling thread's slot look like a push of it was left halfway by a jump: `seq` odd,
+/// the push's stack address `sp`. Returns the slot's index.
+fn leave_a_push_halfway(sp: u64) -> usize {
+    use core::sync::atomic::Ordering::Relaxed;
+    crate::thread_state::with(|state| {
+        let slot = state.slot.get();
+        assert!(!slot.is_null(), "mark once first");
+        state.push_sp.set(sp);
+        // SAFETY: this thread's slot in the live region.
+        let slot = unsafe { &*slot };
+        assert_eq!(slot.seq.load(Relaxed) % 2, 0);
+        slot.seq.fetch_add(1, Relaxed);
+        (slot as *const abi::Slot as usize - region_address().unwrap() - abi::HEADER_SIZE)
+            / abi::SLOT_SIZE
+    })
+    .unwrap()
+}
+
+fn slot_state(index: usize) -> abi::SlotState {
+    abi::parse_slot_state(&region_bytes()[abi::HEADER_SIZE + index * abi::SLOT_SIZE..]).unwrap()
+}
+
+fn push_at(sp: u64) -> crate::region::Pushed {
+    crate::region::push(
+        &A as *const Feature as u64,
+        0,
+        (KIND_ANTIMARK as u64) << 32,
+        0,
+        sp,
+    )
+}
+
+#[test]
+fn a_push_left_halfway_is_closed_by_a_jump_past_it_or_a_later_push_above_it() {
+    std::thread::spawn(|| {
+        let _first = A.mark(); // claims the slot
+        let base = depth();
+        let left = 0x7000_0000_0000;
+        let index = leave_a_push_halfway(left);
+        // A push below the unfinished one: a signal handler that interrupted it. Skipped.
+        assert_eq!(push_at(left - 4096).index, u32::MAX);
+        assert_eq!(slot_state(index).seq % 2, 1);
+        // A jump that stays below it (a handler jumping within itself) leaves it alone.
+        crate::raw::jumping_to(left - 8);
+        assert_eq!(slot_state(index).seq % 2, 1);
+        // A jump past it closes it; the thread marks again.
+        crate::raw::jumping_to(left);
+        assert_eq!(slot_state(index).seq % 2, 0);
+        let pushed = push_at(left - 4096);
+        assert_eq!((pushed.index, depth()), (base, base + 1));
+        crate::region::pop(pushed);
+        // Without a jump it heard of: the next push at or above the unfinished one closes it.
+        leave_a_push_halfway(left);
+        let pushed = push_at(left);
+        assert_eq!((pushed.index, depth()), (base, base + 1));
+        assert_eq!(slot_state(index).seq % 2, 0);
+        crate::region::pop(pushed);
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn a_slot_released_mid_push_is_clean_for_its_next_owner() {
+    let index = std::thread::spawn(|| {
+        let _first = A.mark();
+        leave_a_push_halfway(0x7000_0000_0000)
+    })
+    .join()
+    .unwrap();
+    // (Another test's thread may own the slot by now: its `seq` is even all the same.)
+    assert_eq!(slot_state(index).seq % 2, 0);
 }

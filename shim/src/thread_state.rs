@@ -7,7 +7,12 @@
 //! with the initial-exec model: the thread pointer plus an offset the dynamic loader puts in the
 //! GOT (the linker turns it into a constant in an executable). A library with initial-exec TLS
 //! gets its block in the static TLS area: always when it is linked or preloaded; with `dlopen`,
-//! from glibc's surplus (hundreds of bytes; this block is 24). Elsewhere, `thread_local!`.
+//! from glibc's surplus (hundreds of bytes; this block is 32). Elsewhere, `thread_local!`.
+//!
+//! The block's symbol is global (every crate that inlines a mark refers to it) but hidden (not
+//! exported from the module), and its name carries this crate's version: two semver-incompatible
+//! copies of the shim linked into one program (which cargo allows) each get a block of their
+//! own, instead of sharing one (without LTO) or failing to link (with it).
 //!
 //! What the fields mean, and every rule about them, is `region.rs`'s business.
 
@@ -24,11 +29,19 @@ pub(crate) struct ThreadState {
     /// stale guard cannot pop a newer mark. On targets other than x86-64 it is odd while the
     /// thread is inside `push` (see `region::push`).
     pub(crate) serial: Cell<u64>,
+    /// The stack pointer of this thread's latest push, written before the push makes its slot's
+    /// `seq` odd: while `seq` is odd, where the push in progress is (see `region::jumping_to`).
+    pub(crate) push_sp: Cell<u64>,
     /// Set when this thread must not claim a slot again (its destructors are running).
     pub(crate) exiting: Cell<bool>,
     /// Set while this thread claims its slot, so that a signal handler interrupting the claim
     /// and marking does not claim a second slot.
     pub(crate) claiming: Cell<bool>,
+    /// Set by the `fork` prepare handler until the parent or child handler: the slot is hidden
+    /// (`slot` null, its index in `hidden`) and must not be claimed again.
+    pub(crate) forking: Cell<bool>,
+    /// While `forking`: one more than the hidden slot's index (0: none).
+    pub(crate) hidden: Cell<u32>,
 }
 
 /// Runs `f` on the calling thread's state; `None` where the state is gone (only with
@@ -44,16 +57,30 @@ mod imp {
 
     const _: () = assert!(core::mem::align_of::<ThreadState>() <= 8);
 
+    /// The block's symbol: versioned, see the module's documentation.
+    macro_rules! block {
+        () => {
+            concat!(
+                "fsprof_shim_thread_state_v",
+                env!("CARGO_PKG_VERSION_MAJOR"),
+                "_",
+                env!("CARGO_PKG_VERSION_MINOR"),
+                "_",
+                env!("CARGO_PKG_VERSION_PATCH"),
+            )
+        };
+    }
+
     // The symbol is hidden: each module that links the shim (a program and the agent it
     // preloads, say) has its own block.
     core::arch::global_asm!(
         ".pushsection .tbss,\"awT\",@nobits",
         ".p2align 3",
-        ".globl fsprof_shim_thread_state",
-        ".hidden fsprof_shim_thread_state",
-        ".type fsprof_shim_thread_state, @object",
-        ".size fsprof_shim_thread_state, {size}",
-        "fsprof_shim_thread_state:",
+        concat!(".globl ", block!()),
+        concat!(".hidden ", block!()),
+        concat!(".type ", block!(), ", @object"),
+        concat!(".size ", block!(), ", {size}"),
+        concat!(block!(), ":"),
         ".zero {size}",
         ".popsection",
         size = const core::mem::size_of::<ThreadState>(),
@@ -67,7 +94,7 @@ mod imp {
         unsafe {
             core::arch::asm!(
                 "mov {0}, qword ptr fs:[0]",
-                "add {0}, qword ptr [rip + fsprof_shim_thread_state@GOTTPOFF]",
+                concat!("add {0}, qword ptr [rip + ", block!(), "@GOTTPOFF]"),
                 out(reg) address,
                 options(pure, readonly, nostack),
             );
@@ -90,8 +117,11 @@ mod imp {
             ThreadState {
                 slot: Cell::new(null_mut()),
                 serial: Cell::new(0),
+                push_sp: Cell::new(0),
                 exiting: Cell::new(false),
                 claiming: Cell::new(false),
+                forking: Cell::new(false),
+                hidden: Cell::new(0),
             }
         };
     }

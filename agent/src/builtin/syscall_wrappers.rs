@@ -206,7 +206,10 @@ core::arch::global_asm!(
 /// Only for functions whose arguments are all in registers and whose result is in `rax`
 /// (`leave` may change `rdx` and the vector registers).
 macro_rules! interpose_syscall {
-    ($($feature:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
+    (list $list:ident; $($feature:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        /// The real functions of this group, resolved by the constructor.
+        static $list: &[&Real] = &[$(&$name::REAL),*];
+        $(
         #[allow(non_snake_case)]
         mod $name {
             pub(super) static REAL: super::Real =
@@ -349,6 +352,7 @@ macro_rules! interpose_syscall {
                 resume = sym syscall_wrappers::_Unwind_Resume,
             )
         }
-    )*};
+    )*
+    };
 }
 pub(super) use interpose_syscall;

@@ -209,6 +209,57 @@ pub fn build_c_program(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// Compiles `tests/c/NAME.c` into `dir/NAME` with `extra` arguments after the source (libraries
+/// to link, say), the agent's header and `tests/c` on the include path, a copy of the agent in
+/// `dir` to link with (`-lfsprof_agent`) and an rpath of `$ORIGIN`.
+pub fn build_c_program_with(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    copy_agent(dir);
+    let source = c_sources().join(format!("{name}.c"));
+    let include = agent_include();
+    let sources = c_sources();
+    let mut args = vec![
+        "-O2",
+        "-g",
+        "-Wall",
+        "-Werror",
+        "-pthread",
+        "-I",
+        include.to_str().unwrap(),
+        "-I",
+        sources.to_str().unwrap(),
+        source.to_str().unwrap(),
+        "-o",
+        name,
+        "-L.",
+        "-Wl,-rpath,$ORIGIN",
+    ];
+    args.extend(extra);
+    gcc(dir, &args);
+    dir.join(name)
+}
+
+/// Compiles `tests/c/libNAME.c` into the shared library `dir/libNAME.so`.
+pub fn build_c_library(dir: &Path, name: &str) -> PathBuf {
+    let source = c_sources().join(format!("lib{name}.c"));
+    let output = format!("lib{name}.so");
+    gcc(
+        dir,
+        &[
+            "-O2",
+            "-g",
+            "-Wall",
+            "-Werror",
+            "-fPIC",
+            "-shared",
+            "-pthread",
+            source.to_str().unwrap(),
+            "-o",
+            &output,
+        ],
+    );
+    dir.join(output)
+}
+
 /// Compiles a small statically linked C program into `dir/static`; `None` when this system
 /// cannot link statically (no `libc.a`).
 pub fn build_c_static(dir: &Path) -> Option<PathBuf> {
