@@ -165,8 +165,9 @@ fn profile(dir: &Path, program: &Path, args: &[&str], limit: Duration) -> (Value
     (report_json(dir), truth(dir))
 }
 
-/// The reported share of `feature` (and of its `instance`, if given), and the truth's, in
-/// percent of the truth's total.
+/// The reported share of `feature` (and of its `instance`, if given), as the truths count it
+/// (every call timed, blocked or not: see `timed_share`), and the truth's, in percent of the
+/// truth's total.
 fn shares(report: &Value, truth: &Value, feature: &str, instance: Option<&str>) -> (f64, f64) {
     let total = truth["total_ms"].as_f64().unwrap();
     let reported = report["features"]
@@ -175,13 +176,13 @@ fn shares(report: &Value, truth: &Value, feature: &str, instance: Option<&str>) 
         .iter()
         .find(|f| f["name"] == feature)
         .map_or(0.0, |f| match instance {
-            None => f["percent"].as_f64().unwrap(),
+            None => timed_share(report, f),
             Some(name) => f["instances"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .find(|i| i["payload"] == name)
-                .map_or(0.0, |i| i["percent"].as_f64().unwrap()),
+                .map_or(0.0, |i| timed_share(report, i)),
         });
     let measured = match instance {
         None => &truth["features"][feature]["ms"],
