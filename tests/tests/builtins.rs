@@ -44,6 +44,16 @@ fn run_c_program(
 ) -> (tempfile::TempDir, String) {
     let build = tempdir();
     let program = build_c_program(build.path(), name);
+    run_built(&program, secs, args, env)
+}
+
+/// Runs `program` for `secs` as [`run_c_program`] does.
+fn run_built(
+    program: &Path,
+    secs: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (tempfile::TempDir, String) {
     let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     let stderr = run(
@@ -187,40 +197,33 @@ fn threads_waiting_in_builtin_calls_do_not_dilute_the_programs_own_feature() {
     }
 }
 
+/// Builds `tests/c/NAME.c` (marking through `fsprof.h`), runs it for 3 s under `fsprof run`
+/// with the agent, and checks that its own `feature`'s share is the one it measured. Returns the
+/// report and the truth.
+fn own_feature_against_truth(name: &str, feature_name: &str) -> (Value, Value) {
+    let build = tempdir();
+    let program = build_c_with_agent(build.path(), name);
+    let (dir, _) = run_built(&program.exe, "3", &[], &[]);
+    let report = report_json(dir.path());
+    let truth = truth(dir.path());
+    let expected = truth["features"][feature_name]["ms"].as_f64().unwrap() * 100.0
+        / truth["total_ms"].as_f64().unwrap();
+    let reported = feature(&report, feature_name).unwrap()["percent"]
+        .as_f64()
+        .unwrap();
+    eprintln!("{feature_name} {reported:.2}% against {expected:.2}% measured");
+    assert!((reported - expected).abs() <= TOLERANCE, "{report:#}");
+    (report, truth)
+}
+
 /// A coordinator that waits on a condition variable while two workers do the work (as `xz -T2`
 /// does): its wait, inside `pthread_cond_wait` (built-in `locks`), is not cost, and the workers'
 /// own feature reads what they measured (39% instead of 60% when the wait counted).
 #[test]
 fn a_coordinator_waiting_on_a_condition_variable_does_not_dilute_its_workers() {
     let _serial = serial();
-    let build = tempdir();
-    let program = build_c_with_agent(build.path(), "coordinator");
-    let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    run(
-        dir.path(),
-        &[],
-        &[],
-        &[
-            program.exe.as_os_str(),
-            "3".as_ref(),
-            "--truth".as_ref(),
-            truth_path.as_os_str(),
-        ],
-    );
-    let report = report_json(dir.path());
-    let truth = truth(dir.path());
-    let expected = truth["features"]["work"]["ms"].as_f64().unwrap() * 100.0
-        / truth["total_ms"].as_f64().unwrap();
-    let work = feature(&report, "work").unwrap()["percent"]
-        .as_f64()
-        .unwrap();
+    let (report, _) = own_feature_against_truth("coordinator", "work");
     let locks = feature(&report, "locks").expect("the coordinator's wait is seen");
-    eprintln!(
-        "work {work:.2}% against {expected:.2}% measured; locks {:.2}%, waited {:.0} ms",
-        locks["percent"], locks["blocked_ms"]
-    );
-    assert!((work - expected).abs() <= TOLERANCE, "{report:#}");
     // The waits are kept apart; what `locks` counts is its threads waking up (runnable), which
     // is running time like any other.
     assert!(locks["blocked_ms"].as_f64().unwrap() > 1_500.0, "{locks:#}");
@@ -232,35 +235,9 @@ fn a_coordinator_waiting_on_a_condition_variable_does_not_dilute_its_workers() {
 #[test]
 fn an_event_loop_idle_between_requests_does_not_dilute_its_handling() {
     let _serial = serial();
-    let build = tempdir();
-    let program = build_c_with_agent(build.path(), "epoll_server");
-    let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    run(
-        dir.path(),
-        &[],
-        &[],
-        &[
-            program.exe.as_os_str(),
-            "3".as_ref(),
-            "--truth".as_ref(),
-            truth_path.as_os_str(),
-        ],
-    );
-    let report = report_json(dir.path());
-    let truth = truth(dir.path());
-    let expected = truth["features"]["handling"]["ms"].as_f64().unwrap() * 100.0
-        / truth["total_ms"].as_f64().unwrap();
-    let handling = feature(&report, "handling").unwrap()["percent"]
-        .as_f64()
-        .unwrap();
+    let (report, truth) = own_feature_against_truth("epoll_server", "handling");
     let poll = feature(&report, "poll").expect("the loop's waits are seen");
     let waited = truth["extra"]["waited_ms"].as_f64().unwrap();
-    eprintln!(
-        "handling {handling:.2}% against {expected:.2}% measured; poll waited {:.0} ms, the loop measured {waited:.0} ms",
-        poll["blocked_ms"]
-    );
-    assert!((handling - expected).abs() <= TOLERANCE, "{report:#}");
     // Its waits are kept apart, and as long as the loop measured them.
     let blocked = poll["blocked_ms"].as_f64().unwrap();
     assert!((blocked - waited).abs() < waited * 0.1, "{poll:#}");
