@@ -203,13 +203,10 @@ fn owner(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().uid()
 }
 
-#[test]
-fn capable_copies_run_by_a_user_refuse_a_root_process() {
-    let _serial = serial();
-    let Some(house) = House::new() else { return };
-    // The target runs as root: a child of this test.
-    let target = house.start_target(Command::new(house.path("fsprof-target")), 10.0);
-    let pid = target.pid().to_string();
+/// Asserts that every privileged copy, run by the user, refuses to attach to `pid`, saying why
+/// (`why`, each), and writes no profile.
+fn assert_every_copy_refuses(house: &House, pid: u32, why: &[&str]) {
+    let pid = pid.to_string();
     for privilege in ALL {
         let out = house.work(&format!("{privilege:?}"));
         let output = house.fsprof(
@@ -228,10 +225,9 @@ fn capable_copies_run_by_a_user_refuse_a_root_process() {
             !output.status.success(),
             "{privilege:?}: attached: {stderr}"
         );
+        let refused = format!("refusing to profile process {pid}");
         assert!(
-            stderr.contains(&format!("refusing to profile process {pid}"))
-                && stderr.contains("another user")
-                && stderr.contains("real 0, effective 0, saved 0"),
+            stderr.contains(&refused) && why.iter().all(|w| stderr.contains(w)),
             "{privilege:?}: {stderr}"
         );
         assert!(
@@ -239,6 +235,19 @@ fn capable_copies_run_by_a_user_refuse_a_root_process() {
             "{privilege:?}: a profile was written"
         );
     }
+}
+
+#[test]
+fn capable_copies_run_by_a_user_refuse_a_root_process() {
+    let _serial = serial();
+    let Some(house) = House::new() else { return };
+    // The target runs as root: a child of this test.
+    let target = house.start_target(Command::new(house.path("fsprof-target")), 10.0);
+    assert_every_copy_refuses(
+        &house,
+        target.pid(),
+        &["another user", "real 0, effective 0, saved 0"],
+    );
 }
 
 #[test]
@@ -256,74 +265,7 @@ fn capable_copies_refuse_their_users_own_process_that_is_not_dumpable() {
             .unwrap(),
     );
     wait_for_file(&ready, Duration::from_secs(10));
-    let pid = target.pid().to_string();
-    for privilege in ALL {
-        let out = house.work(&format!("{privilege:?}"));
-        let output = house.fsprof(
-            privilege,
-            &[
-                "attach",
-                &pid,
-                "--duration",
-                "1",
-                "-o",
-                out.to_str().unwrap(),
-            ],
-        );
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            !output.status.success(),
-            "{privilege:?}: attached: {stderr}"
-        );
-        assert!(
-            stderr.contains(&format!("refusing to profile process {pid}"))
-                && stderr.contains("not dumpable"),
-            "{privilege:?}: {stderr}"
-        );
-    }
-}
-
-#[test]
-fn capable_copies_profile_their_users_own_process_with_perf() {
-    let _serial = serial();
-    let Some(house) = House::new() else { return };
-    for privilege in [Privilege::FileCaps, Privilege::SetuidRoot] {
-        let start = house.as_user(&house.path("fsprof-target"), None);
-        let mut target = house.start_target(start, 4.0);
-        let out = house.work(&format!("{privilege:?}"));
-        let output = house.fsprof(
-            privilege,
-            &[
-                "attach",
-                &target.pid().to_string(),
-                "--rate",
-                "1000",
-                "--duration",
-                "2.5",
-                "-o",
-                out.to_str().unwrap(),
-            ],
-        );
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "{privilege:?}: {stderr}");
-        assert!(target.wait_with_deadline(Duration::from_secs(20)).success());
-        let report = report_json(&out);
-        assert_eq!(
-            report["meta"]["native_backend"], "perf",
-            "{privilege:?}: {stderr}"
-        );
-        // The mix is stationary: the window's shares match the whole run's truth.
-        assert_shares_match(&report, &truth(&house.work("")));
-        for file in std::fs::read_dir(&out).unwrap() {
-            let file = file.unwrap().path();
-            assert_eq!(
-                owner(&file),
-                USER,
-                "{privilege:?}: {} is not the user's",
-                file.display()
-            );
-        }
-    }
+    assert_every_copy_refuses(&house, target.pid(), &["not dumpable"]);
 }
 
 #[test]
