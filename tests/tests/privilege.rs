@@ -269,6 +269,49 @@ fn capable_copies_refuse_their_users_own_process_that_is_not_dumpable() {
 }
 
 #[test]
+fn capable_copies_profile_their_users_own_process_with_perf() {
+    let _serial = serial();
+    let Some(house) = House::new() else { return };
+    for privilege in [Privilege::FileCaps, Privilege::SetuidRoot] {
+        let start = house.as_user(&house.path("fsprof-target"), None);
+        let mut target = house.start_target(start, 4.0);
+        let out = house.work(&format!("{privilege:?}"));
+        let output = house.fsprof(
+            privilege,
+            &[
+                "attach",
+                &target.pid().to_string(),
+                "--rate",
+                "1000",
+                "--duration",
+                "2.5",
+                "-o",
+                out.to_str().unwrap(),
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{privilege:?}: {stderr}");
+        assert!(target.wait_with_deadline(Duration::from_secs(20)).success());
+        let report = report_json(&out);
+        assert_eq!(
+            report["meta"]["native_backend"], "perf",
+            "{privilege:?}: {stderr}"
+        );
+        // The mix is stationary: the window's shares match the whole run's truth.
+        assert_shares_match(&report, &truth(&house.work("")));
+        for file in std::fs::read_dir(&out).unwrap() {
+            let file = file.unwrap().path();
+            assert_eq!(
+                owner(&file),
+                USER,
+                "{privilege:?}: {} is not the user's",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
 fn capable_copies_keep_only_what_perf_needs_and_none_of_it_effective() {
     let _serial = serial();
     let Some(house) = House::new() else { return };
