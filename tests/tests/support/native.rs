@@ -83,29 +83,8 @@ pub fn build_c_marks(dir: &Path) -> CProgram {
 
 /// Compiles `tests/c/NAME.c`, a program that marks through the agent's C ABI, into `dir/NAME`.
 pub fn build_c_with_agent(dir: &Path, name: &str) -> CProgram {
-    copy_agent(dir);
-    let source = c_sources().join(format!("{name}.c"));
-    let include = agent_include();
-    gcc(
-        dir,
-        &[
-            "-O2",
-            "-g",
-            "-Wall",
-            "-Werror",
-            "-pthread",
-            "-I",
-            include.to_str().unwrap(),
-            source.to_str().unwrap(),
-            "-o",
-            name,
-            "-L.",
-            "-lfsprof_agent",
-            "-Wl,-rpath,$ORIGIN",
-        ],
-    );
     CProgram {
-        exe: dir.join(name),
+        exe: build_c_program_with(dir, name, &["-lfsprof_agent"]),
         lib_dir: dir.to_path_buf(),
     }
 }
