@@ -11,8 +11,11 @@
 //! * `allocation`: malloc, calloc, realloc, reallocarray, free, posix_memalign,
 //!   aligned_alloc, memalign;
 //! * `locks`: *waiting* in pthread mutexes and rwlocks (an uncontended lock is taken with the
-//!   `try` form first and not marked), condition-variable waits, and futex waits made through
-//!   `syscall` (Rust's std locks, channels and parking);
+//!   `try` form first and not marked), and futex waits made through `syscall` (Rust's std
+//!   locks, but also its channels, condition variables and parking, which a futex wait cannot
+//!   tell apart from a lock);
+//! * `waiting`: condition-variable waits (pthread_cond_wait, timedwait, clockwait): a thread
+//!   waiting for another to signal it (for work, say), not lock contention;
 //! * `sleep`: nanosleep, clock_nanosleep, usleep, sleep; `poll`: poll, ppoll, select, pselect,
 //!   epoll_wait, epoll_pwait;
 //! * `process`: fork, posix_spawn, posix_spawnp, execve, execveat, execv, execvp, execvpe,
@@ -98,7 +101,7 @@ mod syscall_wrappers;
 use syscall_wrappers::interpose_syscall;
 
 /// The names of the built-in features, in the order of [`BUILTINS`].
-pub const BUILTIN_NAMES: [&str; 8] = [
+pub const BUILTIN_NAMES: [&str; 9] = [
     "output",
     "input",
     "allocation",
@@ -107,11 +110,12 @@ pub const BUILTIN_NAMES: [&str; 8] = [
     "poll",
     "process",
     "files",
+    "waiting",
 ];
 
 /// The built-in features' descriptors, contiguous so that "is this mark a built-in one" is a
 /// range check.
-pub static BUILTINS: [Feature; 8] = [
+pub static BUILTINS: [Feature; BUILTIN_NAMES.len()] = [
     Feature::new(BUILTIN_NAMES[0]),
     Feature::new(BUILTIN_NAMES[1]),
     Feature::new(BUILTIN_NAMES[2]),
@@ -120,6 +124,7 @@ pub static BUILTINS: [Feature; 8] = [
     Feature::new(BUILTIN_NAMES[5]),
     Feature::new(BUILTIN_NAMES[6]),
     Feature::new(BUILTIN_NAMES[7]),
+    Feature::new(BUILTIN_NAMES[8]),
 ];
 
 const OUTPUT: usize = 0;
@@ -130,6 +135,7 @@ const SLEEP: usize = 4;
 const POLL: usize = 5;
 const PROCESS: usize = 6;
 const FILES: usize = 7;
+const WAITING: usize = 8;
 /// `process`, for the `exec` functions (see [`syscall_wrappers::UNLESS_CHILD`]).
 const PROCESS_EXEC: usize = PROCESS | syscall_wrappers::UNLESS_CHILD;
 
@@ -231,7 +237,7 @@ fn claim_slot() {
 /// [`BUILTINS`], addressed relative to the instruction pointer rather than through the GOT
 /// (which the compiler uses for a static in a shared library): one cache line less per call.
 #[inline(always)]
-fn builtins() -> &'static [Feature; 8] {
+fn builtins() -> &'static [Feature; BUILTIN_NAMES.len()] {
     let address: usize;
     // SAFETY: computes the address of a static of this library; reads nothing.
     unsafe {
@@ -241,7 +247,7 @@ fn builtins() -> &'static [Feature; 8] {
             sym BUILTINS,
             options(pure, nomem, nostack, preserves_flags),
         );
-        &*(address as *const [Feature; 8])
+        &*(address as *const [Feature; BUILTIN_NAMES.len()])
     }
 }
 
@@ -805,9 +811,9 @@ interpose! {
     INPUT true fn __uflow(stream: *mut File) -> c_int;
     INPUT true fn __underflow(stream: *mut File) -> c_int;
 
-    LOCKS true fn pthread_cond_wait(cond: *mut c_void, mutex: *mut c_void) -> c_int;
-    LOCKS true fn pthread_cond_timedwait(cond: *mut c_void, mutex: *mut c_void, abstime: *const c_void) -> c_int;
-    LOCKS true fn pthread_cond_clockwait(cond: *mut c_void, mutex: *mut c_void, clock: c_int, abstime: *const c_void) -> c_int;
+    WAITING true fn pthread_cond_wait(cond: *mut c_void, mutex: *mut c_void) -> c_int;
+    WAITING true fn pthread_cond_timedwait(cond: *mut c_void, mutex: *mut c_void, abstime: *const c_void) -> c_int;
+    WAITING true fn pthread_cond_clockwait(cond: *mut c_void, mutex: *mut c_void, clock: c_int, abstime: *const c_void) -> c_int;
 
     SLEEP true fn usleep(us: c_uint) -> c_int;
     SLEEP true fn sleep(seconds: c_uint) -> c_uint;

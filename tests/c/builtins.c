@@ -2,7 +2,7 @@
  * own, for the end-to-end test of the agent's built-in features. One thread runs, for SECONDS,
  * a random mix of: write() of 1 MiB to a temporary file (output), fprintf + fflush of 64 KiB
  * to another (output, stdio: counted once), calloc of 256 KiB then free (allocation), a
- * pthread_cond_timedwait that times out after 100-400 µs (locks), unmarked spinning, and more
+ * pthread_cond_timedwait that times out after 100-400 µs (waiting), unmarked spinning, and more
  * rarely fork() (or _Fork()) of a child that makes built-in calls of its own before it exits,
  * and waitpid() for it (process). It times each call and writes the ground truth as JSON:
  *
@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
     FILE *f = fdopen(fd2, "w");
     pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
     pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
-    double output = 0, allocation = 0, locks = 0, process = 0;
+    double output = 0, allocation = 0, waiting = 0, process = 0;
     double start = now_ms();
     while (now_ms() - start < run_ms) {
         if (next() % 50 == 0) { /* rare: a fork costs about 2 ms */
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
         case 0: case 1: output += write_chunk(fd); break;
         case 2: case 3: output += print_line(f); break;
         case 4: case 5: for (int i = 0; i < 8; i++) allocation += allocate(); break;
-        case 6: locks += wait_for_nothing(&cond, &mutex); break;
+        case 6: waiting += wait_for_nothing(&cond, &mutex); break;
         default: spin_us(200 + next() % 600); break;
         }
     }
@@ -147,9 +147,9 @@ int main(int argc, char **argv) {
     if (!out) return 3;
     fprintf(out,
             "{\"total_ms\": %.3f, \"features\": {\"output\": {\"ms\": %.3f, \"instances\": {}}, "
-            "\"allocation\": {\"ms\": %.3f, \"instances\": {}}, \"locks\": {\"ms\": %.3f, "
+            "\"allocation\": {\"ms\": %.3f, \"instances\": {}}, \"waiting\": {\"ms\": %.3f, "
             "\"instances\": {}}, \"process\": {\"ms\": %.3f, \"instances\": {}}}}\n",
-            total, output, allocation, locks, process);
+            total, output, allocation, waiting, process);
     fclose(out);
     return 0;
 }

@@ -1,0 +1,58 @@
+/* contended.c: lock contention with a known cost. A holder thread keeps a mutex for 2 ms at a
+ * time while it works; a waiter thread takes the same mutex every millisecond or so and times
+ * how long pthread_mutex_lock blocks it. No marks of its own: the waits are the agent's `locks`.
+ *
+ *   contended SECONDS --truth FILE
+ *
+ * Writes {"total_ms": T, "extra": {"waited_ms": W, "locks": N}, "features": {}}: W is the
+ * waiter's time inside pthread_mutex_lock (what the report's `locks` blocked_ms must show). */
+#include "clock.h"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+static double end_ms;
+
+static void *holder(void *arg) {
+    (void)arg;
+    while (now_ms() < end_ms) {
+        pthread_mutex_lock(&mutex);
+        spin_us(2000);
+        pthread_mutex_unlock(&mutex);
+        spin_us(1000);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4 || strcmp(argv[2], "--truth") != 0) {
+        fprintf(stderr, "usage: contended SECONDS --truth FILE\n");
+        return 2;
+    }
+    double start = now_ms();
+    end_ms = start + atof(argv[1]) * 1000;
+    pthread_t thread;
+    pthread_create(&thread, NULL, holder, NULL);
+    double waited = 0;
+    long locks = 0;
+    while (now_ms() < end_ms) {
+        double t0 = now_ms();
+        pthread_mutex_lock(&mutex);
+        waited += now_ms() - t0;
+        locks++;
+        pthread_mutex_unlock(&mutex);
+        spin_us(500);
+    }
+    pthread_join(thread, NULL);
+    FILE *f = fopen(argv[3], "w");
+    if (!f) {
+        perror(argv[3]);
+        return 1;
+    }
+    fprintf(f, "{\"total_ms\": %f, \"extra\": {\"waited_ms\": %f, \"locks\": %ld}, \"features\": {}}\n",
+            2 * (now_ms() - start), waited, locks);
+    fclose(f);
+    return 0;
+}
