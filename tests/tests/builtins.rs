@@ -146,6 +146,21 @@ fn c_program_gets_the_output_allocation_and_lock_shares_it_measured() {
     assert!(payloads(&report, "allocation")[0].starts_with("allocate ("));
 }
 
+/// A producer whose writes block on a full pipe (its reader, another process, is slow): the
+/// blocked writes are the reader's pace, not the producer's work, and are kept apart as
+/// `output`'s waits, as long as the producer measured them; its own `produce` reads its truth
+/// (about 45% when the waits counted).
+#[test]
+fn writes_blocked_on_a_full_pipe_are_waits_not_work() {
+    let _serial = serial();
+    let (report, truth) = own_feature_against_truth("full_pipe", "produce");
+    let output = feature(&report, "output").expect("the writes are seen");
+    let blocked = output["blocked_ms"].as_f64().unwrap();
+    let measured = truth["extra"]["blocked_ms"].as_f64().unwrap();
+    assert!(measured > 500.0, "the pipe was never full: {truth}");
+    assert!((blocked - measured).abs() < measured * 0.1, "{output:#}");
+}
+
 /// Lock contention has a known cost, and the report shows it: a waiter blocked in
 /// `pthread_mutex_lock` while another thread holds the mutex and works. Its waits are built-in
 /// `locks` outside the program's marks, so they are shown as `blocked_ms`, not in the shares:

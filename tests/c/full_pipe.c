@@ -1,0 +1,80 @@
+/* full_pipe.c: a producer whose writes block on a full pipe: a child process (not profiled)
+ * reads the pipe slowly. Between writes the producer works for 4 ms inside its own `produce`
+ * mark (through fsprof.h). Its blocked writes are the agent's `output`, outside its marks: time
+ * spent waiting for the reader, not work. The truth's total is the producer's life less the time
+ * write() kept it blocked (the call's wall time less its CPU time).
+ *
+ *   full_pipe SECONDS [--truth FILE]
+ *
+ * Writes the truth in the format of tests/src/lib.rs (`Truth::to_json`), with the time write()
+ * kept it blocked as extra.blocked_ms. */
+#include "clock.h"
+#include "fsprof.h"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static double cpu_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: full_pipe SECONDS [--truth FILE]\n");
+        return 2;
+    }
+    double seconds = atof(argv[1]);
+    const char *truth_path = argc >= 4 && strcmp(argv[2], "--truth") == 0 ? argv[3] : NULL;
+    const fsprof_feature *produce = fsprof_feature_new("produce");
+    int fds[2];
+    if (pipe(fds) != 0) {
+        perror("pipe");
+        return 1;
+    }
+    pid_t child = fork();
+    if (child == 0) {
+        close(fds[1]);
+        static char sink[16384];
+        while (read(fds[0], sink, sizeof sink) > 0) usleep(2000); /* a slow reader */
+        _exit(0);
+    }
+    close(fds[0]);
+    static char chunk[65536];
+    memset(chunk, 'x', sizeof chunk);
+    double born = now_ms(), end = born + seconds * 1000, blocked_ms = 0, produce_ms = 0;
+    while (now_ms() < end) {
+        double t0 = now_ms();
+        fsprof_mark(produce, "chunk");
+        spin_us(4000);
+        fsprof_unmark();
+        double t1 = now_ms(), c1 = cpu_ms();
+        produce_ms += t1 - t0;
+        if (write(fds[1], chunk, sizeof chunk) != (ssize_t)sizeof chunk) {
+            perror("write");
+            return 1;
+        }
+        blocked_ms += (now_ms() - t1) - (cpu_ms() - c1);
+    }
+    double total = now_ms() - born - blocked_ms;
+    close(fds[1]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (truth_path) {
+        FILE *f = fopen(truth_path, "w");
+        if (!f) {
+            perror(truth_path);
+            return 1;
+        }
+        fprintf(f,
+                "{\"total_ms\": %f, \"extra\": {\"blocked_ms\": %f}, \"features\": {\"produce\": "
+                "{\"ms\": %f, \"instances\": {\"chunk\": %f}}}}\n",
+                total, blocked_ms, produce_ms, produce_ms);
+        fclose(f);
+    }
+    return 0;
+}
