@@ -161,6 +161,60 @@ fn writes_blocked_on_a_full_pipe_are_waits_not_work() {
     assert!((blocked - measured).abs() < measured * 0.1, "{output:#}");
 }
 
+/// A program nobody here wrote: `xz -T2`, whose coordinator waits on a condition variable while
+/// two workers compress. Its waits are `waiting`, kept apart, and nothing is reported as `locks`
+/// (38% of the report was `locks` before).
+#[test]
+fn xz_with_two_threads_reports_its_coordinators_waits_apart_and_no_locks() {
+    let _serial = serial();
+    if Command::new("xz").arg("--version").output().is_err() {
+        eprintln!("skipped: xz is not installed");
+        return;
+    }
+    let dir = tempdir();
+    // 12 MB of text, which xz -3 cuts into two blocks of 12 MiB at most: two workers.
+    let words = [
+        "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta",
+    ];
+    let mut text = String::with_capacity(12_000_000);
+    let mut x: u64 = 1;
+    while text.len() < 12_000_000 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        text.push_str(words[(x >> 33) as usize % words.len()]);
+        text.push_str(if (x >> 20) % 12 == 0 { "\n" } else { " " });
+    }
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, text).unwrap();
+    let out = dir.path().join("out");
+    let stderr = run(
+        &out,
+        &[],
+        &[],
+        &[
+            "xz".as_ref(),
+            "-T2".as_ref(),
+            "-3".as_ref(),
+            "-k".as_ref(),
+            "-f".as_ref(),
+            input.as_os_str(),
+        ],
+    );
+    let report = report_json(&out);
+    let waiting = feature(&report, "waiting").expect("the coordinator waits");
+    assert!(waiting["blocked_ms"].as_f64().unwrap() > 50.0, "{stderr}");
+    assert!(percent(&report, "locks") < 1.0, "{stderr}");
+    let builtin: f64 = report["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["builtin"] == true)
+        .map(|f| f["percent"].as_f64().unwrap())
+        .sum();
+    assert!(builtin < 5.0, "waits diluted the shares: {stderr}");
+}
+
 /// Lock contention has a known cost, and the report shows it: a waiter blocked in
 /// `pthread_mutex_lock` while another thread holds the mutex and works. Its waits are built-in
 /// `locks` outside the program's marks, so they are shown as `blocked_ms`, not in the shares:
