@@ -183,7 +183,11 @@ fn xz_with_two_threads_reports_its_coordinators_waits_apart_and_no_locks() {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         text.push_str(words[(x >> 33) as usize % words.len()]);
-        text.push_str(if (x >> 20) % 12 == 0 { "\n" } else { " " });
+        text.push_str(if (x >> 20).is_multiple_of(12) {
+            "\n"
+        } else {
+            " "
+        });
     }
     let input = dir.path().join("input.txt");
     std::fs::write(&input, text).unwrap();
