@@ -69,13 +69,17 @@ fn standing() -> &'static Standing {
 pub fn settle() -> anyhow::Result<()> {
     let uids = nix::unistd::getresuid()?;
     let gids = nix::unistd::getresgid()?;
+    if uids.real.is_root() {
+        let _ = STANDING.set(Standing::Plain); // root run by root: nothing to give up
+        return Ok(());
+    }
     let read = |set| caps::read(None, set).map_err(|e| anyhow::anyhow!("capget: {e}"));
     let permitted = read(CapSet::Permitted)?;
     let ambient = read(CapSet::Ambient)?;
     let (uid, gid) = (uids.real.as_raw(), gids.real.as_raw());
     let setuid = uids.effective != uids.real || uids.saved != uids.real;
     let setgid = gids.effective != gids.real || gids.saved != gids.real;
-    if uid == 0 || (!setuid && !setgid && permitted.is_empty()) {
+    if !setuid && !setgid && permitted.is_empty() {
         let _ = STANDING.set(Standing::Plain);
         return Ok(());
     }
