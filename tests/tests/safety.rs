@@ -208,20 +208,7 @@ fn assert_share(report: &Value, truth: &Value, feature: &str, instance: Option<&
 /// against 27% measured).
 #[test]
 fn a_siglongjmp_out_of_a_push_leaves_the_slot_working() {
-    let _serial = serial();
-    let build = tempdir();
-    let program = build_c_program_with(build.path(), "jump_out", &["-lfsprof_agent", "-ldl"]);
-    let dir = tempdir();
-    let (report, truth) = profile(
-        dir.path(),
-        &program,
-        &["5000", "0.6", "interposed"],
-        Duration::from_secs(60),
-    );
-    assert!(truth["jumps"].as_i64().unwrap() >= 5000, "{truth}");
-    assert_share(&report, &truth, "after", None);
-    assert_share(&report, &truth, "after", Some("victim"));
-    assert_share(&report, &truth, "after", Some("heir"));
+    jumps_leave_the_slots_working("interposed");
 }
 
 /// As above, but the handler jumps with libc's own `siglongjmp`, which the agent does not see: a
@@ -230,6 +217,13 @@ fn a_siglongjmp_out_of_a_push_leaves_the_slot_working() {
 /// threads' marks were lost.
 #[test]
 fn a_push_left_halfway_by_an_unseen_jump_is_closed_by_the_next_one() {
+    jumps_leave_the_slots_working("behind");
+}
+
+/// Runs `jump_out` with 5,000 jumps of the given kind (`interposed`: through the agent's
+/// `siglongjmp`; `behind`: libc's own) and checks that both threads' `after` marks read their
+/// truth.
+fn jumps_leave_the_slots_working(kind: &str) {
     let _serial = serial();
     let build = tempdir();
     let program = build_c_program_with(build.path(), "jump_out", &["-lfsprof_agent", "-ldl"]);
@@ -237,7 +231,7 @@ fn a_push_left_halfway_by_an_unseen_jump_is_closed_by_the_next_one() {
     let (report, truth) = profile(
         dir.path(),
         &program,
-        &["5000", "0.6", "behind"],
+        &["5000", "0.6", kind],
         Duration::from_secs(60),
     );
     assert!(truth["jumps"].as_i64().unwrap() >= 5000, "{truth}");
