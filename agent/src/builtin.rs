@@ -24,11 +24,12 @@
 //!   fstatat, statx (and the `64` forms), fsync, fdatasync.
 //!
 //! Each mark's instance is its call site: the return address of the interposed call (a
-//! `KIND_CALL_SITE` payload), which the profiler symbolizes as `function (file:line)`. When that
-//! address lies in libc itself (libc calling `malloc` for `strdup`, say), the nearest return
-//! address on the stack that lies outside libc, the agent and the dynamic loader is used instead
-//! (found by scanning a few hundred bytes of stack for a word that points just after a call
-//! instruction in another module: a heuristic, cheap, and only taken in that case).
+//! `KIND_CALL_SITE` payload) and the stack pointer at its entry, recorded as they are, whoever
+//! called. When that address lies in libc (libc calling `malloc` for `strdup`), in Rust's
+//! standard library (`FileDesc::write` calling `write`) or in the agent, the profiler, which has
+//! the stacks and the symbols, finds the program's own frame above it (see the profiler's
+//! `call_sites.rs`): nothing on an interposed call's path looks at the stack or at the loader's
+//! tables, so a call costs the same from anywhere.
 //!
 //! # How
 //! Each interposed function is an exported naked trampoline that puts its stack pointer at entry
@@ -51,8 +52,7 @@
 //!   loader calls `malloc` before then). The constructor finds every real function, and
 //!   everything else a call needs, before the agent is ready (`builtin/real.rs`).
 //! * Locks: nothing on an interposed call's path takes a lock that the program could hold or
-//!   wait for: no `dlsym` (the real functions are known), no `dladdr` (a call site inside libc
-//!   is looked for with `_dl_find_object`, which takes no lock), no registration of a fork
+//!   wait for: no `dlsym` (the real functions are known), no `dladdr`, no registration of a fork
 //!   handler or a thread-local destructor (the shim does those when it is loaded, and releases a
 //!   thread's slot from a `pthread` key's destructor). Only the real function itself may wait.
 //! * Allocation: `dlsym` may itself allocate. While a thread resolves a real function (only
@@ -68,7 +68,8 @@
 //!   each, see the shim's `thread_state.rs`) and a load of one cache line of shared state (`Hot`),
 //!   whether or not a profiler is attached (measured in BENCHMARKS.md). The interposing function
 //!   calls nothing before the real function (`enter_fast`); whatever must first be worked out (the
-//!   real function, a call site inside libc, the thread's slot) goes to its out-of-line `slow`.
+//!   real function, the thread's slot) goes to its out-of-line `slow`, whose entries are counted
+//!   for tests ([`fsprof_agent_slow_entries`]).
 //! * Off: with `FSPROF_BUILTINS=0` in the environment (`fsprof run --no-agent` sets it, for
 //!   programs that link the agent for its C ABI) nothing is marked, calls are only forwarded.
 //! * Signal handlers may call every interposed function: none resolves anything then.
@@ -93,7 +94,7 @@
 //! preload anything.
 
 use core::ffi::{c_char, c_int, c_long, c_uint, c_void};
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use fsprof_shim::{raw, Feature};
 
 mod jumps;
@@ -148,18 +149,11 @@ struct Hot {
     /// Set by the constructor where a `ret` after a system call is mispredicted: the system-call
     /// wrappers then call and return by jumps (see `syscall_wrappers.rs`).
     return_by_jump: AtomicBool,
-    /// [`call_site`]'s: 0 unknown, 1 computing, 2 known.
-    call_site_state: AtomicUsize,
-    /// [`call_site`]'s: the address ranges of libc's, the agent's and the loader's executable
-    /// code (start, end pairs; 0 until computed).
-    call_site_ranges: [AtomicUsize; 6],
 }
 
 static HOT: Hot = Hot {
     ready: AtomicBool::new(false),
     return_by_jump: AtomicBool::new(false),
-    call_site_state: AtomicUsize::new(0),
-    call_site_ranges: [const { AtomicUsize::new(0) }; 6],
 };
 
 const _: () = assert!(core::mem::size_of::<Hot>() == 64);
@@ -191,7 +185,6 @@ extern "C" fn init() {
     }
     syscall_wrappers::choose_return_form();
     syscall_wrappers::remember_pid();
-    call_site::prepare();
     HOT.ready.store(true, Release);
     claim_slot();
 }
@@ -228,7 +221,8 @@ fn read_file(path: &core::ffi::CStr, buffer: &mut [u8]) -> usize {
 
 /// Claims the calling thread's slot (and creates the region) outside any signal handler.
 fn claim_slot() {
-    if let Ok(mark) = raw::push_call_site_unless_nested(&builtins()[OUTPUT], 0, 0, 0..0, true, true)
+    if let Ok(mark) =
+        raw::push_call_site_unless_nested(&builtins()[OUTPUT], 0, 0, 0, 0..0, true, true)
     {
         mark.pop();
     }
@@ -281,32 +275,44 @@ enum Entry {
     Marked(Marked),
     /// Call the real function unmarked (the agent is not ready or off, or the call is nested).
     Unmarked,
-    /// Something must be worked out first (the call site, the thread's slot): take the slow path.
+    /// Something must be worked out first (the thread's slot, a push a signal handler
+    /// interrupted): take the slow path.
     Slow,
 }
 
 /// Where an interposed call comes from: the interposing function's stack pointer at entry,
-/// where the caller's return address is. Trampolines pass it to the implementations.
+/// where the caller's return address is, and the frame pointer register (`rbp`) at entry, which
+/// is the caller's (0 where a trampoline cannot pass it). Trampolines pass both to the
+/// implementations, in two registers (a 16-byte struct of integers is passed like two integers).
 ///
-/// It is also the stack address a built-in mark records: the mark's frame is the interposing
-/// function's (whose CFA lies just above it), and a later call whose own entry does not lie
-/// below it is not nested in that mark's call, whose frame is gone (see the shim's
-/// `push_call_site_unless_nested`).
+/// The stack pointer is also the stack address a built-in mark records: the mark's frame is the
+/// interposing function's (whose CFA lies just above it), and a later call whose own entry does
+/// not lie below it is not nested in that mark's call, whose frame is gone (see the shim's
+/// `push_call_site_unless_nested`). The frame pointer lets the profiler unwind the caller's
+/// frames when they keep one (Rust's standard library does), to find the program's call site.
 #[derive(Clone, Copy)]
-#[repr(transparent)]
-pub(crate) struct Caller(usize);
+#[repr(C)]
+pub(crate) struct Caller {
+    sp: usize,
+    bp: usize,
+}
 
 impl Caller {
     /// The return address: the call site.
     #[inline(always)]
     fn ret(self) -> usize {
         // SAFETY: a trampoline's stack pointer at entry, which holds the return address.
-        unsafe { *(self.0 as *const usize) }
+        unsafe { *(self.sp as *const usize) }
     }
 
     #[inline(always)]
     fn sp(self) -> u64 {
-        self.0 as u64
+        self.sp as u64
+    }
+
+    #[inline(always)]
+    fn bp(self) -> u64 {
+        self.bp as u64
     }
 }
 
@@ -319,13 +325,10 @@ fn enter_fast(feature: usize, caller: Caller, claim: bool) -> Entry {
     if !HOT.ready.load(Relaxed) {
         return Entry::Unmarked;
     }
-    let ret = caller.ret();
-    if !call_site::is_program(ret) {
-        return Entry::Slow;
-    }
     match raw::push_call_site_unless_nested(
         &builtins()[feature],
-        ret as u64,
+        caller.ret() as u64,
+        caller.bp(),
         caller.sp(),
         builtin_range(),
         false,
@@ -346,10 +349,10 @@ fn enter(feature: usize, caller: Caller, claim: bool) -> Option<Marked> {
     if !HOT.ready.load(Relaxed) {
         return None;
     }
-    let site = call_site::resolve(caller.ret(), caller.sp());
     raw::push_call_site_unless_nested(
         &builtins()[feature],
-        site as u64,
+        caller.ret() as u64,
+        caller.bp(),
         caller.sp(),
         builtin_range(),
         claim,
@@ -357,6 +360,23 @@ fn enter(feature: usize, caller: Caller, claim: bool) -> Option<Marked> {
     )
     .ok()
     .map(Marked)
+}
+
+/// Out-of-line entries of interposed calls (their `slow` paths), for tests: after start-up a
+/// call takes one only to claim its thread's slot, or when a signal handler interrupted a push.
+static SLOW_ENTRIES: AtomicU64 = AtomicU64::new(0);
+
+#[cold]
+fn count_slow_entry() {
+    SLOW_ENTRIES.fetch_add(1, Relaxed);
+}
+
+/// How many interposed calls of this process took the out-of-line path so far: a debug counter
+/// for tests (a loop of calls after warm-up takes it at most a handful of times, wherever the
+/// calls come from). Not part of `fsprof.h`.
+#[no_mangle]
+pub extern "C" fn fsprof_agent_slow_entries() -> u64 {
+    SLOW_ENTRIES.load(Relaxed)
 }
 
 /// Returns `$call` (a call of the real function), marked, if [`enter_fast`] can take the fast
@@ -374,7 +394,7 @@ macro_rules! return_fast {
 /// The implementation behind an interposing trampoline, for a function of the given arguments
 /// whose real definition is `$real`: `imp` takes the fast path when it can, and otherwise tail-
 /// calls `slow`, out of line, which works out what is missing (resolving the real function,
-/// the call site of a call from libc, the thread's slot).
+/// the thread's slot).
 macro_rules! imp {
     ($feature:expr, $claim:literal, $real:path, fn($($arg:ident: $ty:ty),*) -> $ret:ty) => {
         pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* caller: Caller) -> $ret {
@@ -390,6 +410,7 @@ macro_rules! imp {
         #[cold]
         #[inline(never)]
         unsafe extern "C-unwind" fn slow($($arg: $ty,)* caller: Caller) -> $ret {
+            count_slow_entry();
             let real: unsafe extern "C" fn($($ty),*) -> $ret =
                 core::mem::transmute::<usize, _>($real.get());
             let _marked = enter($feature, caller, $claim);
@@ -401,233 +422,32 @@ macro_rules! imp {
 // ---- Resolving the real functions, and the bootstrap arena: see `real.rs` ------------------
 
 mod real;
-use real::{arena, dlsym, getenv, libc_syscall3, libc_syscall4, Real};
-
-// ---- Call sites ---------------------------------------------------------------------------------
-
-mod call_site {
-    //! The program's call site for a return address that may lie in libc.
-    use core::ffi::{c_char, c_int, c_void};
-    use core::sync::atomic::Ordering::Relaxed;
-
-    #[repr(C)]
-    struct DlInfo {
-        fname: *const c_char,
-        fbase: *mut c_void,
-        sname: *const c_char,
-        saddr: *mut c_void,
-    }
-
-    extern "C" {
-        fn dladdr(address: *const c_void, info: *mut DlInfo) -> c_int;
-    }
-
-    use super::HOT;
-
-    /// Words of stack scanned for a return address outside libc.
-    const SCAN_WORDS: usize = 64;
-
-    /// `ret`, or when it lies in libc or the agent, the nearest plausible return address above
-    /// `sp` that does not (else `ret`).
-    #[inline(always)]
-    pub fn resolve(ret: usize, sp: u64) -> usize {
-        // The ranges are computed by the constructor, before the agent is ready.
-        if HOT.call_site_state.load(Relaxed) != 2 || !inside(ret) {
-            return ret;
-        }
-        scan(ret, sp)
-    }
-
-    /// Whether `ret` is known to lie outside libc, the agent and the loader: then it is the
-    /// program's call site itself, with nothing to compute or scan.
-    #[inline(always)]
-    pub fn is_program(ret: usize) -> bool {
-        HOT.call_site_state.load(Relaxed) == 2 && !inside(ret)
-    }
-
-    #[inline(always)]
-    fn inside(address: usize) -> bool {
-        HOT.call_site_ranges
-            .chunks(2)
-            .any(|r| (r[0].load(Relaxed)..r[1].load(Relaxed)).contains(&address))
-    }
-
-    #[cold]
-    fn scan(ret: usize, sp: u64) -> usize {
-        let mut at = sp as usize & !7;
-        for _ in 0..SCAN_WORDS {
-            at += 8;
-            // SAFETY: the words above our frame on our own stack; 64 words stay well inside
-            // any thread's stack above the frames of the interposed call (libc frames under a
-            // program frame; a thread's stack is far larger than 512 bytes above its top).
-            let word = unsafe { core::ptr::read_volatile(at as *const usize) };
-            if word > 4096 && !inside(word) && after_call(word) {
-                return word;
-            }
-        }
-        ret
-    }
-
-    /// Whether `address` is in a loaded module's code right after a call instruction.
-    ///
-    /// The module is found with `_dl_find_object` (glibc 2.35), which takes no lock and is
-    /// async-signal-safe, never with `dladdr`, which takes the dynamic loader's lock: a thread
-    /// inside `dlopen` holds it, maybe while it waits for this one (a library constructor that
-    /// takes a lock of the program's). Without `_dl_find_object`, no address qualifies (the call
-    /// site stays the one in libc).
-    fn after_call(address: usize) -> bool {
-        let find = FIND_OBJECT.load(Relaxed);
-        if find == 0 {
-            return false;
-        }
-        // SAFETY: `_dl_find_object(void *pc, struct dl_find_object *result)`.
-        let find: unsafe extern "C" fn(*const c_void, *mut FoundObject) -> c_int =
-            unsafe { core::mem::transmute::<usize, _>(find) };
-        let mut found = FoundObject([0; 32]);
-        // SAFETY: `found` is larger than glibc's `struct dl_find_object` (12 words on x86-64).
-        if unsafe { find(address as *const c_void, &mut found) } != 0 || found.0[1] == 0 {
-            return false;
-        }
-        // `dlfo_map_start`: where the module's first segment, and so its ELF header, is mapped.
-        let Some(code) = super::executable_segment(found.0[1] as usize, address) else {
-            return false;
-        };
-        // `call rel32` (e8, 5 bytes) or an indirect call `ff /2` of 2, 3, 6 or 7 bytes.
-        let byte = |back: usize| -> Option<u8> {
-            let at = address.checked_sub(back)?;
-            // SAFETY: inside the module's executable segment, which is mapped and readable.
-            (at >= code.0).then(|| unsafe { *(at as *const u8) })
-        };
-        if byte(5) == Some(0xe8) {
-            return true;
-        }
-        [2usize, 3, 6, 7].iter().any(|&back| {
-            byte(back) == Some(0xff) && byte(back - 1).is_some_and(|modrm| modrm >> 3 & 7 == 2)
-        })
-    }
-
-    /// glibc's `struct dl_find_object`, with room to spare: flags, map start, map end, link
-    /// map, EH frame, reserved words.
-    #[repr(C)]
-    struct FoundObject([u64; 32]);
-
-    /// `_dl_find_object`'s address (0: this glibc has none), looked up by the constructor.
-    static FIND_OBJECT: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
-
-    /// Finds the ranges and `_dl_find_object`: from the constructor, before the agent is
-    /// ready, so that no call on an interposed call's path takes the loader's lock.
-    pub fn prepare() {
-        FIND_OBJECT.store(super::loader_anchor(), Relaxed);
-        compute_ranges();
-    }
-
-    #[cold]
-    fn compute_ranges() {
-        if HOT
-            .call_site_state
-            .compare_exchange(0, 1, Relaxed, Relaxed)
-            .is_err()
-        {
-            return;
-        }
-        // A function of libc, one of ours, one of the loader's.
-        let anchors: [usize; 3] = [
-            super::libc_anchor(),
-            compute_ranges as fn() as usize,
-            super::loader_anchor(),
-        ];
-        for (index, anchor) in anchors.iter().enumerate() {
-            let mut info = DlInfo {
-                fname: core::ptr::null(),
-                fbase: core::ptr::null_mut(),
-                sname: core::ptr::null(),
-                saddr: core::ptr::null_mut(),
-            };
-            // SAFETY: dladdr only inspects the loader's tables.
-            if *anchor != 0
-                && unsafe { dladdr(*anchor as *const c_void, &mut info) } != 0
-                && !info.fbase.is_null()
-            {
-                if let Some((start, end)) = super::executable_segment(info.fbase as usize, *anchor)
-                {
-                    HOT.call_site_ranges[index * 2].store(start, Relaxed);
-                    HOT.call_site_ranges[index * 2 + 1].store(end, Relaxed);
-                }
-            }
-        }
-        HOT.call_site_state.store(2, Relaxed);
-    }
-}
-
-/// The executable `PT_LOAD` segment containing `address` of the module loaded at `base`, as an
-/// address range.
-fn executable_segment(base: usize, address: usize) -> Option<(usize, usize)> {
-    // SAFETY: `base` is where the loader mapped an ELF image (from dladdr): its header and
-    // program headers are mapped and readable.
-    unsafe {
-        let header = base as *const u8;
-        if core::slice::from_raw_parts(header, 4) != b"\x7fELF" {
-            return None;
-        }
-        let phoff = *(header.add(32) as *const u64) as usize;
-        let phentsize = *(header.add(54) as *const u16) as usize;
-        let phnum = *(header.add(56) as *const u16) as usize;
-        // The first PT_LOAD's address gives the bias (the module's base is its first segment).
-        let mut bias = None;
-        for index in 0..phnum.min(64) {
-            let ph = header.add(phoff + index * phentsize);
-            let kind = *(ph as *const u32);
-            if kind != 1 {
-                continue;
-            }
-            let vaddr = *(ph.add(16) as *const u64) as usize;
-            let bias = *bias.get_or_insert(base.wrapping_sub(vaddr & !0xfff));
-            let flags = *(ph.add(4) as *const u32);
-            let memsz = *(ph.add(40) as *const u64) as usize;
-            let start = bias.wrapping_add(vaddr);
-            if flags & 1 != 0 && (start..start + memsz).contains(&address) {
-                return Some((start, start + memsz));
-            }
-        }
-        None
-    }
-}
-
-fn libc_anchor() -> usize {
-    write::REAL.get()
-}
-
-fn loader_anchor() -> usize {
-    // SAFETY: a NUL-terminated name.
-    unsafe { dlsym(core::ptr::null_mut(), c"_dl_find_object".as_ptr()) as usize }
-}
+use real::{arena, getenv, libc_syscall3, libc_syscall4, Real};
 
 // ---- Trampolines ---------------------------------------------------------------------------------
 
-/// The register that receives the [`Caller`]: the one after the function's arguments.
-macro_rules! ret_register {
+/// The instructions that pass the [`Caller`] in the two registers after the function's
+/// arguments: the stack pointer, then the frame pointer.
+macro_rules! pass_caller {
     () => {
-        "rdi"
+        "mov rdi, rsp\nmov rsi, rbp"
     };
     ($a:ident) => {
-        "rsi"
+        "mov rsi, rsp\nmov rdx, rbp"
     };
     ($a:ident $b:ident) => {
-        "rdx"
+        "mov rdx, rsp\nmov rcx, rbp"
     };
     ($a:ident $b:ident $c:ident) => {
-        "rcx"
+        "mov rcx, rsp\nmov r8, rbp"
     };
     ($a:ident $b:ident $c:ident $d:ident) => {
-        "r8"
-    };
-    ($a:ident $b:ident $c:ident $d:ident $e:ident) => {
-        "r9"
+        "mov r8, rsp\nmov r9, rbp"
     };
 }
 
-/// Interposes functions of up to five arguments: an exported trampoline `name` that passes its
-/// stack pointer (a [`Caller`]) as an extra argument to `name::imp`, which marks `feature` around the real
+/// Interposes functions of up to four arguments: an exported trampoline `name` that passes its
+/// stack and frame pointers (a [`Caller`]) as an extra argument to `name::imp`, which marks `feature` around the real
 /// function (see the module's documentation). `claim`: whether the call may claim a slot.
 macro_rules! interpose {
     (list $list:ident; $($feature:ident $claim:literal fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
@@ -652,7 +472,7 @@ macro_rules! interpose {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             core::arch::naked_asm!(
                 ".cfi_startproc",
-                concat!("mov ", ret_register!($($arg)*), ", rsp"),
+                pass_caller!($($arg)*),
                 "jmp {imp}",
                 ".cfi_endproc",
                 imp = sym $name::imp,
@@ -662,8 +482,8 @@ macro_rules! interpose {
     };
 }
 
-/// Interposes functions of six arguments: the trampoline pushes its stack pointer at entry (a
-/// [`Caller`]) as a seventh (stack) argument and calls `name::imp`.
+/// Interposes functions of six arguments: the trampoline pushes its stack and frame pointers at
+/// entry (a [`Caller`]) as a seventh (stack) argument and calls `name::imp`.
 macro_rules! interpose6 {
     (list $list:ident; $($feature:ident $claim:literal fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
         /// The real functions of this group, resolved by the constructor.
@@ -687,11 +507,17 @@ macro_rules! interpose6 {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             core::arch::naked_asm!(
                 ".cfi_startproc",
-                "push rsp",
+                // The Caller, in memory at the call (no register is left): entry rsp, rbp.
+                "sub rsp, 8",
+                ".cfi_adjust_cfa_offset 8",
+                "push rbp",
+                ".cfi_adjust_cfa_offset 8",
+                "lea r11, [rsp + 16]",
+                "push r11",
                 ".cfi_adjust_cfa_offset 8",
                 "call {imp}",
-                "add rsp, 8",
-                ".cfi_adjust_cfa_offset -8",
+                "add rsp, 24",
+                ".cfi_adjust_cfa_offset -24",
                 "ret",
                 ".cfi_endproc",
                 imp = sym $name::imp,
@@ -705,7 +531,7 @@ macro_rules! interpose6 {
 /// (the System V register save area and overflow area) and calling `name::imp(fixed..., ap,
 /// caller)`, which calls the `v` form.
 macro_rules! interpose_variadic {
-    (list $list:ident; $($feature:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $v:ident, $gp:literal, $ap_reg:literal, $ret_reg:literal;)*) => {
+    (list $list:ident; $($feature:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $v:ident, $gp:literal, $ap_reg:literal, $ret_reg:literal, $bp_reg:literal;)*) => {
         /// The real functions of this group, resolved by the constructor.
         static $list: &[&Real] = &[$(&$name::REAL),*];
         $(
@@ -760,6 +586,7 @@ macro_rules! interpose_variadic {
                 "mov [rsp + 16], rax",
                 concat!("mov ", $ap_reg, ", rsp"),
                 concat!("lea ", $ret_reg, ", [rbp + 8]"),
+                concat!("mov ", $bp_reg, ", [rbp]"),
                 "call {imp}",
                 "leave",
                 ".cfi_def_cfa rsp, 8",
@@ -906,11 +733,11 @@ interpose6! {
 
 interpose_variadic! {
     list PRINTF;
-    OUTPUT fn printf(format: *const c_char) -> c_int => vprintf, "8", "rsi", "rdx";
-    OUTPUT fn fprintf(stream: *mut File, format: *const c_char) -> c_int => vfprintf, "16", "rdx", "rcx";
-    OUTPUT fn dprintf(fd: c_int, format: *const c_char) -> c_int => vdprintf, "16", "rdx", "rcx";
-    OUTPUT fn __printf_chk(flag: c_int, format: *const c_char) -> c_int => __vprintf_chk, "16", "rdx", "rcx";
-    OUTPUT fn __fprintf_chk(stream: *mut File, flag: c_int, format: *const c_char) -> c_int => __vfprintf_chk, "24", "rcx", "r8";
+    OUTPUT fn printf(format: *const c_char) -> c_int => vprintf, "8", "rsi", "rdx", "rcx";
+    OUTPUT fn fprintf(stream: *mut File, format: *const c_char) -> c_int => vfprintf, "16", "rdx", "rcx", "r8";
+    OUTPUT fn dprintf(fd: c_int, format: *const c_char) -> c_int => vdprintf, "16", "rdx", "rcx", "r8";
+    OUTPUT fn __printf_chk(flag: c_int, format: *const c_char) -> c_int => __vprintf_chk, "16", "rdx", "rcx", "r8";
+    OUTPUT fn __fprintf_chk(stream: *mut File, flag: c_int, format: *const c_char) -> c_int => __vfprintf_chk, "24", "rcx", "r8", "r9";
 }
 
 // ---- Allocation ---------------------------------------------------------------------------------
@@ -943,6 +770,7 @@ macro_rules! interpose_alloc {
             #[cold]
             #[inline(never)]
             unsafe extern "C-unwind" fn slow($($arg: $ty,)* caller: Caller) -> $ret {
+                count_slow_entry();
                 let address = REAL.get_unless_resolving();
                 if address == 0 {
                     return $bootstrap($($arg),*);
@@ -966,7 +794,7 @@ macro_rules! interpose_alloc {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             core::arch::naked_asm!(
                 ".cfi_startproc",
-                concat!("mov ", ret_register!($($arg)*), ", rsp"),
+                pass_caller!($($arg)*),
                 "jmp {imp}",
                 ".cfi_endproc",
                 imp = sym $name::imp,
@@ -1109,6 +937,7 @@ mod free {
     #[cold]
     #[inline(never)]
     unsafe extern "C-unwind" fn slow(p: *mut c_void, caller: Caller) {
+        count_slow_entry();
         let address = REAL.get_unless_resolving();
         if address == 0 {
             return;
@@ -1129,6 +958,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     core::arch::naked_asm!(
         ".cfi_startproc",
         "mov rsi, rsp",
+        "mov rdx, rbp",
         "jmp {imp}",
         ".cfi_endproc",
         imp = sym free::imp,
@@ -1175,6 +1005,7 @@ macro_rules! interpose_lock {
             core::arch::naked_asm!(
                 ".cfi_startproc",
                 "mov rsi, rsp",
+                "mov rdx, rbp",
                 "jmp {imp}",
                 ".cfi_endproc",
                 imp = sym $name::imp,
@@ -1258,8 +1089,8 @@ mod syscall {
 #[no_mangle]
 pub unsafe extern "C" fn syscall(number: c_long) -> c_long {
     // At entry [rsp] is the return address and [rsp + 8] the sixth argument after the number.
-    // The call to `imp` needs, at rsp (16-aligned), that argument and then the entry stack
-    // pointer (the `Caller`).
+    // The call to `imp` needs, at rsp (16-aligned), that argument and then the `Caller`: the
+    // entry stack pointer and rbp.
     core::arch::naked_asm!(
         ".cfi_startproc",
         "cmp rdi, {futex_waitv}",
@@ -1286,7 +1117,7 @@ pub unsafe extern "C" fn syscall(number: c_long) -> c_long {
         "jz 3f",
         "jmp r11",
         "3:",
-        "sub rsp, 8",
+        "push rbp",
         ".cfi_adjust_cfa_offset 8",
         "lea r11, [rsp + 8]",
         "push r11",

@@ -1,22 +1,72 @@
 //! Call-site instances (marks whose payload is a return address: the agent's built-in features
-//! and `fsprof_mark(feature, NULL)`): the modules they lie in, kept while the target lives, and
-//! their names, `function (file:line)`, found after recording with the symbolizer.
+//! and `fsprof_mark(feature, NULL)`): which frame is the program's call site, the modules they
+//! lie in, kept while the target lives, and their names, `function (file:line)`, found with the
+//! symbolizer.
+//!
+//! **Which frame.** The agent records the return address of the interposed call and the stack
+//! pointer at its entry, whoever called (it does nothing per call that depends on the caller).
+//! When that address is the runtime's (libc's `strdup` calling `malloc`, Rust's
+//! `FileDesc::write` calling `write`: see `runtime_code.rs`), the call site is the first return
+//! address outward that is not: taken from the native stack captured with the marks when the
+//! sample has one, else unwound (DWARF CFI) from a copy of the thread's stack read from the mark's
+//! stack pointer up, right after its marks. That copy is trusted when the thread's marks did not
+//! move meanwhile (the slot's sequence is the same: the call is still under way, its callers'
+//! frames unchanged) or, failing that, when the mark's return address is still at its stack
+//! pointer (the same function, called from the same frame); else it is the site last found for
+//! the same address at the same stack pointer of the thread, if any, or stays the runtime's
+//! address. Where unwinding stops (a frame whose rule needs the frame pointer, which is
+//! not recorded), the rest of the copy is scanned for a return address of the program's code
+//! that follows a call instruction.
 //!
 //! Works without native stacks too (`--no-native`): the memory map is read, and the modules
 //! opened through `/proc/PID/map_files`, when a call site falls outside the modules known so far
 //! (at most every [`REFRESH`]), so a library loaded late (a Python extension) is found while it is
 //! mapped. Also tells whether a feature descriptor lies in the agent library (a built-in
-//! feature). Nothing here runs in the sampling loop except for addresses seen for the first time.
+//! feature). In the sampling loop, work is done once per distinct return address, and once per
+//! call (a mark's push) whose address is the runtime's.
 
 use crate::modules::{self, Mapping, Module};
+use crate::remote::Remote;
+use crate::runtime_code;
 use crate::symbols::Symbolizer;
+use crate::unwind::{StackView, Unwinder, Unwound, UnwoundFrame};
+use fsprof_shim::abi::RecordView;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// Least time between two reads of the memory map for call sites.
 pub const REFRESH: Duration = Duration::from_millis(10);
+/// Bytes of a thread's stack read above a mark's stack pointer to find its call site.
+const STACK_WINDOW: usize = 32 * 1024;
+/// Words of the stack scanned for a return address where unwinding stopped.
+const SCAN_WORDS: usize = 1024;
+/// Most addresses whose classification is cached, and most calls whose call site is.
+const MAX_CACHED: usize = 1 << 16;
+
+/// Where a mark's callers can be found.
+pub enum Callers<'a> {
+    /// The native stack captured at the instant the marks were copied, innermost first.
+    Captured(&'a [UnwoundFrame]),
+    /// The live thread (own id `tid`), read now. `generation` changes whenever the thread pushed
+    /// a mark since (its slots' sequences); `unchanged` tells whether its marks are still the
+    /// ones copied.
+    Live {
+        tid: u32,
+        generation: u64,
+        unchanged: &'a mut dyn FnMut() -> bool,
+    },
+}
+
+/// How call sites in the runtime's code were resolved.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SiteStats {
+    /// Calls whose site was found outside the runtime.
+    pub resolved: u64,
+    /// Calls left at the runtime's address (no program frame found, or the stack moved).
+    pub unresolved: u64,
+}
 
 /// The call sites of a recording and the modules they lie in.
-#[derive(Default)]
 pub struct CallSites {
     /// (payload id, return address).
     sites: Vec<(u32, u64)>,
@@ -27,12 +77,46 @@ pub struct CallSites {
     last_read: Option<Instant>,
     /// Some call site lies outside the modules known: the map is read again when next allowed.
     uncovered: bool,
+    /// Over `modules`: which addresses are the runtime's, and the names.
+    symbolizer: Symbolizer,
+    unwinder: Unwinder,
+    /// Whether a return address is the runtime's, per address.
+    runtime: HashMap<u64, bool>,
+    /// Call sites of live threads' calls, by (thread, generation, stack pointer, address).
+    resolved: HashMap<(u32, u64, u64, u64), u64>,
+    /// The last call site found for a call by (thread, stack pointer, address).
+    last_site: HashMap<(u32, u64, u64), u64>,
+    stack: Vec<u8>,
+    unwound: Unwound,
+    /// How call sites in the runtime were resolved.
+    pub stats: SiteStats,
+}
+
+impl Default for CallSites {
+    fn default() -> Self {
+        CallSites::new()
+    }
 }
 
 impl CallSites {
     /// Nothing recorded yet.
     pub fn new() -> CallSites {
-        CallSites::default()
+        CallSites {
+            sites: Vec::new(),
+            named: Vec::new(),
+            modules: Vec::new(),
+            maps: Vec::new(),
+            last_read: None,
+            uncovered: false,
+            symbolizer: Symbolizer::new(&[]),
+            unwinder: Unwinder::new(),
+            runtime: HashMap::new(),
+            resolved: HashMap::new(),
+            last_site: HashMap::new(),
+            stack: Vec::new(),
+            unwound: Unwound::default(),
+            stats: SiteStats::default(),
+        }
     }
 
     /// Records that payload `id` is the call site `address` of process `pid` (read through
@@ -74,17 +158,198 @@ impl CallSites {
         let Ok(maps) = modules::read_maps(pid, via) else {
             return false;
         };
+        let mut added = false;
         for module in modules::modules(pid, &maps, &self.modules) {
             let known = self
                 .modules
                 .iter()
                 .any(|m| m.range.start == module.range.start && m.path == module.path);
             if !known {
+                self.symbolizer.add(module.clone());
                 self.modules.push(module);
+                added = true;
             }
+        }
+        if added {
+            self.unwinder.set_modules(self.modules.clone());
         }
         self.maps = maps;
         true
+    }
+
+    /// The call site of the call-site mark `mark` (its payload, a return address) in the
+    /// program's own code: the payload itself unless it is the runtime's, else the first caller
+    /// outside the runtime that `callers` shows (see the module's documentation).
+    pub fn resolve(
+        &mut self,
+        (pid, via): (u32, u32),
+        remote: &Remote,
+        mark: &RecordView,
+        callers: &mut Callers<'_>,
+    ) -> u64 {
+        let ret = mark.payload;
+        if ret == 0 || !self.is_runtime(pid, via, ret) {
+            return ret;
+        }
+        let found = match callers {
+            Callers::Captured(frames) => self.in_frames(pid, via, ret, mark.sp, frames),
+            Callers::Live {
+                tid,
+                generation,
+                unchanged,
+            } => {
+                let key = (*tid, *generation, mark.sp, ret);
+                if let Some(site) = self.resolved.get(&key) {
+                    return *site;
+                }
+                let call = (ret, mark.sp, frame_pointer(mark));
+                let found = self.on_live_stack((pid, via), remote, call, &mut **unchanged);
+                if self.resolved.len() >= MAX_CACHED {
+                    self.resolved.clear();
+                    self.last_site.clear();
+                }
+                // The call was over before its stack could be read: the site this function
+                // called from this stack depth had last time is the best guess.
+                let found = match found {
+                    Some(site) => {
+                        self.last_site.insert((*tid, mark.sp, ret), site);
+                        Some(site)
+                    }
+                    None => self.last_site.get(&(*tid, mark.sp, ret)).copied(),
+                };
+                self.resolved.insert(key, found.unwrap_or(ret));
+                found
+            }
+        };
+        match found {
+            Some(site) => {
+                self.stats.resolved += 1;
+                site
+            }
+            None => {
+                self.stats.unresolved += 1;
+                ret
+            }
+        }
+    }
+
+    /// The first caller outside the runtime in a native stack taken with the marks: the frames
+    /// outward from the one `ret` returns into (the frame above the mark's stack pointer).
+    fn in_frames(
+        &mut self,
+        pid: u32,
+        via: u32,
+        ret: u64,
+        sp: u64,
+        frames: &[UnwoundFrame],
+    ) -> Option<u64> {
+        let at = frames
+            .iter()
+            .position(|frame| frame.cfa > sp && frame.address == ret - 1)?;
+        frames[at + 1..]
+            .iter()
+            .map(|frame| frame.address + 1)
+            .find(|&address| self.covered(address) && !self.is_runtime(pid, via, address))
+    }
+
+    /// The first caller outside the runtime found in a copy of the live thread's stack above
+    /// `sp` (see the module's documentation for when the copy is trusted).
+    fn on_live_stack(
+        &mut self,
+        target: (u32, u32),
+        remote: &Remote,
+        call: (u64, u64, u64),
+        unchanged: &mut dyn FnMut() -> bool,
+    ) -> Option<u64> {
+        let sp = call.1;
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.resize(STACK_WINDOW, 0);
+        let got = remote.read_partial(sp, &mut stack).unwrap_or(0);
+        stack.truncate(got);
+        let found = self.search_copy(target, remote, call, &stack, unchanged);
+        self.stack = stack;
+        found
+    }
+
+    fn search_copy(
+        &mut self,
+        (pid, via): (u32, u32),
+        remote: &Remote,
+        (ret, sp, bp): (u64, u64, u64),
+        stack: &[u8],
+        unchanged: &mut dyn FnMut() -> bool,
+    ) -> Option<u64> {
+        let word = |at: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(stack.get(at..at + 8)?.try_into().ok()?))
+        };
+        if !unchanged() && word(0) != Some(ret) {
+            return None; // the call is over and its frame reused
+        }
+        let view = StackView {
+            start: sp,
+            bytes: stack,
+        };
+        let mut unwound = std::mem::take(&mut self.unwound);
+        self.unwinder
+            .unwind_from_call(ret, sp, bp, view, &mut unwound);
+        let mut scan_from = sp + 8;
+        let mut found = None;
+        for frame in unwound.frames.iter().skip(1) {
+            let address = frame.address + 1;
+            if !self.covered(address) {
+                break;
+            }
+            if !self.is_runtime(pid, via, address) {
+                found = Some(address);
+                break;
+            }
+        }
+        if let (None, false) = (found, unwound.complete) {
+            // Unwinding stopped early: scan what lies above the last frame it could place.
+            if let Some(last) = unwound.frames.iter().rev().find(|f| f.cfa != u64::MAX) {
+                scan_from = scan_from.max(last.cfa);
+            }
+            let first = (scan_from - sp) as usize;
+            found = (first..stack.len())
+                .step_by(8)
+                .take(SCAN_WORDS)
+                .filter_map(word)
+                .find(|&address| {
+                    self.covered(address)
+                        && !self.is_runtime(pid, via, address)
+                        && after_call(remote, address)
+                });
+        }
+        self.unwound = unwound;
+        found
+    }
+
+    /// Whether the return address `address` lies in the runtime's code: a runtime module, or a
+    /// function whose frames at the call (inlined ones included) are all the runtime's.
+    fn is_runtime(&mut self, pid: u32, via: u32, address: u64) -> bool {
+        if let Some(runtime) = self.runtime.get(&address) {
+            return *runtime;
+        }
+        if !self.covered(address) && !self.refresh(pid, via, false) {
+            return false; // decided again once the map may be read
+        }
+        let runtime = match self.modules.iter().find(|m| m.range.contains(&address)) {
+            None => false,
+            Some(module)
+                if runtime_code::is_runtime_module(&module.path)
+                    || crate::agent::is_agent_path(&module.path) =>
+            {
+                true
+            }
+            Some(_) => self.symbolizer.symbolize(address - 1).iter().all(|frame| {
+                runtime_code::is_runtime_function(&frame.function, frame.file.as_deref())
+            }),
+        };
+        if self.runtime.len() >= MAX_CACHED {
+            self.runtime.clear();
+        }
+        self.runtime.insert(address, runtime);
+        runtime
     }
 
     /// Whether `address` (a feature descriptor) lies in a mapping of the agent library, i.e. is
@@ -104,12 +369,12 @@ impl CallSites {
 
     /// The display name of each call site: (payload id, `function (file:line)`), or the
     /// function alone, or `module+0xoffset`, or `0x…` outside every module.
-    pub fn names(&self) -> Vec<(u32, String)> {
-        let mut symbolizer = Symbolizer::new(&self.modules);
+    pub fn names(&mut self) -> Vec<(u32, String)> {
+        let symbolizer = &mut self.symbolizer;
         let current = self
             .sites
             .iter()
-            .map(|(id, address)| (*id, name(&mut symbolizer, *address)));
+            .map(|(id, address)| (*id, name(symbolizer, *address)));
         self.named.iter().cloned().chain(current).collect()
     }
 
@@ -120,12 +385,35 @@ impl CallSites {
         if !self.sites.is_empty() {
             self.named = self.names();
         }
-        self.sites.clear();
-        self.modules.clear();
-        self.maps.clear();
-        self.last_read = None;
-        self.uncovered = false;
+        let stats = self.stats;
+        *self = CallSites {
+            named: std::mem::take(&mut self.named),
+            stats,
+            ..CallSites::new()
+        };
     }
+}
+
+/// The frame pointer a call-site mark recorded (its `position`), 0 if unknown.
+pub fn frame_pointer(mark: &RecordView) -> u64 {
+    u64::from(mark.line) << 32 | u64::from(mark.column)
+}
+
+/// Whether the code before `address` in the target ends with a call instruction: `call rel32`
+/// (e8, 5 bytes) or an indirect `call` (ff /2) of 2, 3, 6 or 7 bytes.
+fn after_call(remote: &Remote, address: u64) -> bool {
+    let mut code = [0u8; 7];
+    let Some(start) = address.checked_sub(7) else {
+        return false;
+    };
+    if remote.read(start, &mut code).is_err() {
+        return false;
+    }
+    let byte = |back: usize| code[7 - back];
+    byte(5) == 0xe8
+        || [2usize, 3, 6, 7]
+            .iter()
+            .any(|&back| byte(back) == 0xff && (byte(back - 1) >> 3) & 7 == 2)
 }
 
 /// The name of the call whose return address is `address`: the innermost function at the call
@@ -135,7 +423,13 @@ fn name(symbolizer: &mut Symbolizer, address: u64) -> String {
         return "[unknown call site]".to_owned();
     }
     let frames = symbolizer.symbolize(address - 1);
-    let Some(frame) = frames.last() else {
+    // The innermost of the program's frames (standard-library code inlined into it stays
+    // inside its line), else the innermost.
+    let own = frames
+        .iter()
+        .rev()
+        .find(|frame| !runtime_code::is_runtime_function(&frame.function, frame.file.as_deref()));
+    let Some(frame) = own.or(frames.last()) else {
         return format!("{address:#x}");
     };
     let function = crate::names::clean(&frame.function);

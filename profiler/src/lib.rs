@@ -20,6 +20,7 @@ pub mod profile;
 pub mod region;
 pub mod remote;
 pub mod render;
+pub mod runtime_code;
 pub mod sampler;
 pub mod scanner;
 pub mod session;

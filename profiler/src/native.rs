@@ -439,7 +439,7 @@ fn copy_stack(remote: Remote, maps: &[Mapping], regs: Registers, copy: &mut Stac
 
 /// The native stack of a sample, root first, with `marks` (outermost first) placed: each after the
 /// innermost frame whose CFA lies above the stack address the mark was pushed at (the frame that
-/// pushed it). Marks keep their order.
+/// pushed it), a call-site mark after its call site's frame. Marks keep their order.
 pub fn place(captured: &Captured, marks: &[RecordView]) -> RawNativeStack {
     let frames = &captured.frames;
     let n = frames.len();
@@ -451,10 +451,17 @@ pub fn place(captured: &Captured, marks: &[RecordView]) -> RawNativeStack {
     };
     let mut previous = 0;
     for mark in marks {
-        let at = frames
-            .iter()
-            .position(|f| f.cfa > mark.sp)
-            .map_or(0, |innermost| n - innermost);
+        let pushed_by = frames.iter().position(|f| f.cfa > mark.sp);
+        // A call-site mark goes after its call site's frame, which may be further out (the
+        // program's frame above the runtime's that made the call: see `call_sites.rs`).
+        let frame = match pushed_by {
+            Some(innermost) if mark.kind == fsprof_shim::abi::KIND_CALL_SITE => frames[innermost..]
+                .iter()
+                .position(|f| f.address.wrapping_add(1) == mark.payload)
+                .map_or(Some(innermost), |outward| Some(innermost + outward)),
+            other => other,
+        };
+        let at = frame.map_or(0, |innermost| n - innermost);
         previous = at.max(previous);
         stack.marks_at.push(previous as u32);
     }

@@ -15,7 +15,7 @@
 //! Strings behind mark addresses are read once per unique address (cached here) while the target
 //! is alive; nothing else is resolved in the loop.
 
-use crate::call_sites::CallSites;
+use crate::call_sites::{CallSites, Callers};
 use crate::names::{self, PayloadKind};
 use crate::native::{self, Captured, NativeSampler};
 use crate::perf::SLOTS;
@@ -24,6 +24,7 @@ use crate::region::{ReadStats, RegionReader, ThreadMarks};
 use crate::remote::Remote;
 use crate::scanner::Scanner;
 use crate::target::{self, ThreadStatus};
+use crate::unwind::UnwoundFrame;
 use fsprof_shim::abi::{self, RecordView};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -445,7 +446,13 @@ impl Sampler {
                 (false, true) => (wall_ns, wall_ns),
             };
             let captured = self.native_stack(tid, own_tid, running);
-            let mut stack = self.stack_of(own_tid);
+            // A stack captured in the same stop as the marks (or, for a thread that has not run
+            // since, earlier) shows their callers; a perf sample's is of another instant.
+            let frames = match &captured {
+                Native::Captured(captured) => Some(captured.frames.as_slice()),
+                _ => None,
+            };
+            let mut stack = self.stack_of(own_tid, frames);
             let unsettled = self.unsettled.contains(&own_tid);
             let native = match captured {
                 Native::Captured(captured) => {
@@ -456,6 +463,8 @@ impl Sampler {
                     // The tables count the marks read at the tick; the stack is drawn with the
                     // marks of its own instant, carried with it when they differ. When the
                     // tick's copies of several regions disagree, the sample's marks count.
+                    let mut records = records;
+                    self.resolve_captured(&mut records, &captured.frames);
                     let own = self.intern_records(records, truncated_depth);
                     if unsettled {
                         stack = own;
@@ -786,6 +795,8 @@ impl Sampler {
                 latest = Some(None);
                 continue;
             };
+            let mut records = records;
+            self.resolve_captured(&mut records, &sample.captured.frames);
             let stack = self.intern_records(records, truncated);
             if add {
                 let placed = native::place(&sample.captured, &self.records);
@@ -904,18 +915,48 @@ impl Sampler {
     }
 
     /// The interned mark stack of the thread whose own id (see `ThreadState::own_tid`) is `tid`;
-    /// its records are left in `self.records`, in the stack's order.
-    fn stack_of(&mut self, tid: u32) -> u32 {
+    /// its records are left in `self.records`, in the stack's order. `frames`: its native stack,
+    /// if taken at the instant of these marks (else its call sites are found on its live stack).
+    fn stack_of(&mut self, tid: u32, frames: Option<&[UnwoundFrame]>) -> u32 {
         let mut records = std::mem::take(&mut self.records);
         records.clear();
         let mut truncated_depth = None;
         let first = self.marks.partition_point(|m| m.tid < tid);
-        for marks in self.marks[first..].iter().take_while(|m| m.tid == tid) {
+        let count = self.marks[first..]
+            .iter()
+            .take_while(|m| m.tid == tid)
+            .count();
+        let marks = &self.marks[first..first + count];
+        for marks in marks {
             records.extend_from_slice(&marks.records);
             if marks.depth as usize > marks.records.len() {
                 truncated_depth = Some(marks.depth);
             }
         }
+        let regions = &self.regions;
+        // The marks are unchanged while no slot of the thread was pushed to or popped.
+        let mut unchanged = || {
+            marks.iter().all(|old| {
+                regions
+                    .get(old.region)
+                    .and_then(|region| region.read_slot(old.slot, tid))
+                    .is_some_and(|new| (new.seq, new.depth) == (old.seq, old.depth))
+            })
+        };
+        let generation = marks
+            .iter()
+            .fold(0u64, |g, m| g.rotate_left(32) ^ u64::from(m.seq));
+        let mut callers = match frames {
+            Some(frames) => Callers::Captured(frames),
+            None => Callers::Live {
+                tid,
+                generation,
+                unchanged: &mut unchanged,
+            },
+        };
+        let target = (self.pid, target::memory_thread(self.pid, &self.tids));
+        let call_sites = &mut self.call_sites;
+        resolve_sites(call_sites, target, &self.remote, &mut records, &mut callers);
         self.intern_records(records, truncated_depth)
     }
 
@@ -951,6 +992,13 @@ impl Sampler {
             frames,
             truncated_depth,
         })
+    }
+
+    /// Finds the call sites of `records`, marks copied with the native stack `frames`.
+    fn resolve_captured(&mut self, records: &mut [RecordView], frames: &[UnwoundFrame]) {
+        let target = (self.pid, self.via());
+        let callers = &mut Callers::Captured(frames);
+        resolve_sites(&mut self.call_sites, target, &self.remote, records, callers);
     }
 
     fn feature_id(&mut self, address: u64) -> u32 {
@@ -1073,6 +1121,24 @@ impl Sampler {
         let mut symbolizer = crate::symbols::Symbolizer::new(&modules);
         self.builder
             .finish(meta, |address| symbolizer.symbolize(address))
+    }
+}
+
+/// Replaces the payload of each call-site mark of `records` by the program's call site, found
+/// with `callers` (see `call_sites.rs`).
+fn resolve_sites(
+    call_sites: &mut CallSites,
+    target: (u32, u32),
+    remote: &Remote,
+    records: &mut [RecordView],
+    callers: &mut Callers<'_>,
+) {
+    for record in records.iter_mut() {
+        if record.kind == abi::KIND_CALL_SITE {
+            record.payload = call_sites.resolve(target, remote, record, callers);
+            // The frame pointer served: instances are told apart by call site alone.
+            (record.line, record.column) = (0, 0);
+        }
     }
 }
 

@@ -88,6 +88,20 @@ impl Symbolizer {
         }
     }
 
+    /// Adds a module the target mapped since (parsed on its first lookup).
+    pub fn add(&mut self, module: Module) {
+        let at = self
+            .modules
+            .partition_point(|entry| entry.module.range.start <= module.range.start);
+        self.modules.insert(
+            at,
+            Entry {
+                module,
+                parsed: None,
+            },
+        );
+    }
+
     /// The frames at a *lookup address* (already `return address - 1` for callers; the caller
     /// does that), outermost first: the physical function first, then functions inlined into
     /// it, innermost last (`inlined: true` on all but the first). Never empty.

@@ -144,10 +144,44 @@ impl Unwinder {
 
     /// Unwinds the stack `stack` from `regs` into `out`.
     pub fn unwind(&mut self, regs: Registers, stack: StackView<'_>, out: &mut Unwound) {
+        let unwind_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let address = FrameAddress::from_instruction_pointer(regs.ip);
+        self.walk(address, unwind_regs, stack, out);
+    }
+
+    /// Unwinds `stack` from a function that was about to return to `ret`, with its return
+    /// address stored at `sp` (a call's entry) and the frame pointer register `bp` (0 if
+    /// unknown: a frame whose unwind rule needs it then ends the walk, incomplete): the first
+    /// frame is `ret`'s function.
+    pub fn unwind_from_call(
+        &mut self,
+        ret: u64,
+        sp: u64,
+        bp: u64,
+        stack: StackView<'_>,
+        out: &mut Unwound,
+    ) {
         out.frames.clear();
         out.complete = false;
-        let mut unwind_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
-        let mut address = FrameAddress::from_instruction_pointer(regs.ip);
+        let Some(address) = FrameAddress::from_return_address(ret) else {
+            return;
+        };
+        // An unknown frame pointer as an address no stack holds, so that a rule that needs it
+        // fails rather than reading 0 as the end of the stack.
+        let bp = if bp == 0 { 8 } else { bp };
+        let unwind_regs = UnwindRegsX86_64::new(ret, sp.saturating_add(8), bp);
+        self.walk(address, unwind_regs, stack, out);
+    }
+
+    fn walk(
+        &mut self,
+        mut address: FrameAddress,
+        mut unwind_regs: UnwindRegsX86_64,
+        stack: StackView<'_>,
+        out: &mut Unwound,
+    ) {
+        out.frames.clear();
+        out.complete = false;
         let mut read = |address: u64| stack.read_u64(address);
         while out.frames.len() < MAX_NATIVE_FRAMES {
             let lookup = match address {

@@ -36,7 +36,8 @@
 //!   32 bits and the payload string's length in its low 32 bits; `payload` the string's address.
 //!   For [`KIND_LOCATION`] the string is a file name and `position` is `line << 32 | column`.
 //!   For [`KIND_ANTIMARK`] payload and position are zero. For [`KIND_CALL_SITE`] `payload` is a
-//!   return address, not a string, and length and position are zero. `sp` is a stack address in the frame
+//!   return address, not a string, `position` the caller's frame pointer register at the call
+//!   (0 if unknown), and length zero. `sp` is a stack address in the frame
 //!   that pushed the mark. `tag` is private to the writer.
 //!
 //! # Consistency protocol (a sequence lock per slot)
@@ -92,7 +93,8 @@ pub const KIND_NAME: u32 = 2;
 /// Payload kind: an antimark; no payload.
 pub const KIND_ANTIMARK: u32 = 3;
 /// Payload kind: a call site; `payload` is a return address in the target (the instruction after
-/// the call that marked, so look up `payload - 1` to symbolize it), length and position are zero.
+/// the call that marked, so look up `payload - 1` to symbolize it), `position` the frame pointer
+/// register at the call (0 if unknown: a reader's `line << 32 | column`), length zero.
 /// Written by the C ABI (`fsprof_mark(feature, NULL)`).
 pub const KIND_CALL_SITE: u32 = 4;
 

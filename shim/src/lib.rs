@@ -275,8 +275,9 @@ pub mod raw {
         );
     }
 
-    /// Pushes a call-site mark of `feature` (`payload`: a return address; `sp`: the interposing
-    /// function's stack pointer at entry, where that return address is) unless the calling
+    /// Pushes a call-site mark of `feature` (`payload`: a return address; `bp`: the frame pointer
+    /// register at the call, 0 if unknown; `sp`: the interposing function's stack pointer at
+    /// entry, where that return address is) unless the calling
     /// thread's innermost recorded mark belongs to a feature whose descriptor address lies in
     /// `nested` and was pushed by a frame still live (its `sp` above this one), or the thread has
     /// no slot yet and `claim` is false, or its slot is busy and `close_left` is false. Returns
@@ -290,16 +291,16 @@ pub mod raw {
     pub fn push_call_site_unless_nested(
         feature: &'static Feature,
         payload: u64,
+        bp: u64,
         sp: u64,
         nested: core::ops::Range<u64>,
         claim: bool,
         close_left: bool,
     ) -> Result<CallSiteMark, NotPushed> {
-        let meta = (crate::abi::KIND_CALL_SITE as u64) << 32;
         region::push_unless_nested(
             feature as *const Feature as u64,
             payload,
-            meta,
+            bp,
             sp,
             nested,
             claim,

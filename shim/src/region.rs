@@ -404,7 +404,8 @@ impl Pushed {
     };
 }
 
-/// Like [`push`], for the agent's built-in features: pushes nothing when the innermost recorded
+/// Like [`push`] of a call-site mark (`position`: the frame pointer), for the agent's built-in
+/// features: pushes nothing when the innermost recorded
 /// mark's feature address lies in `nested` and its stack address lies above `sp` (a call made
 /// inside another built-in feature is counted once, by the outer one), or when the thread has no
 /// slot yet and `claim` is false (a function that signal handlers may call must not claim:
@@ -420,15 +421,15 @@ impl Pushed {
 pub(crate) fn push_unless_nested(
     feature: u64,
     payload: u64,
-    meta: u64,
+    position: u64,
     sp: u64,
     nested: core::ops::Range<u64>,
     claim: bool,
     close_left: bool,
 ) -> Result<Placed, NotPushed> {
-    match push_unless_nested_in(feature, payload, meta, sp, nested.clone(), claim) {
+    match push_unless_nested_in(feature, payload, position, sp, nested.clone(), claim) {
         Err(NotPushed::Busy) if close_left => {
-            push_unless_nested_after_closing(feature, payload, meta, sp, nested, claim)
+            push_unless_nested_after_closing(feature, payload, position, sp, nested, claim)
         }
         result => result,
     }
@@ -441,7 +442,7 @@ pub(crate) fn push_unless_nested(
 fn push_unless_nested_after_closing(
     feature: u64,
     payload: u64,
-    meta: u64,
+    position: u64,
     sp: u64,
     nested: core::ops::Range<u64>,
     claim: bool,
@@ -449,7 +450,7 @@ fn push_unless_nested_after_closing(
     if !close_left_push(sp) {
         return Err(NotPushed::Skipped);
     }
-    match push_unless_nested_in(feature, payload, meta, sp, nested, claim) {
+    match push_unless_nested_in(feature, payload, position, sp, nested, claim) {
         Err(NotPushed::Busy) => Err(NotPushed::Skipped),
         result => result,
     }
@@ -460,7 +461,7 @@ fn push_unless_nested_after_closing(
 fn push_unless_nested_in(
     feature: u64,
     payload: u64,
-    meta: u64,
+    position: u64,
     sp: u64,
     nested: core::ops::Range<u64>,
     claim: bool,
@@ -497,7 +498,8 @@ fn push_unless_nested_in(
                 state.serial.set(serial | 1);
                 compiler_fence(SeqCst);
             }
-            let pushed = push_unless_busy(state, feature, payload, meta, 0, sp, tag);
+            let meta = (crate::abi::KIND_CALL_SITE as u64) << 32;
+            let pushed = push_unless_busy(state, feature, payload, meta, position, sp, tag);
             if !cfg!(target_arch = "x86_64") {
                 compiler_fence(SeqCst);
             }

@@ -207,11 +207,11 @@ fn a_call_site_mark_pops_itself_only_while_innermost_and_never_in_a_forked_child
     assert_eq!(depth(), 0);
     let _outer = A.mark(); // the thread has its slot
     let mark =
-        raw::push_call_site_unless_nested(&B, 0xbeef, 0x2000, nested(&B), false, true).unwrap();
+        raw::push_call_site_unless_nested(&B, 0xbeef, 0, 0x2000, nested(&B), false, true).unwrap();
     assert_eq!(depth(), 2);
     // Nested in a mark of a feature in `nested` (from a frame below it): nothing pushed.
     assert_eq!(
-        raw::push_call_site_unless_nested(&B, 0xbeef, 0x1000, nested(&B), false, true).err(),
+        raw::push_call_site_unless_nested(&B, 0xbeef, 0, 0x1000, nested(&B), false, true).err(),
         Some(NotPushed::Skipped)
     );
     // A mark above it (a signal handler's, say): the pop leaves both alone.
@@ -243,10 +243,10 @@ fn a_thread_without_a_slot_is_told_so_unless_it_may_claim() {
     std::thread::spawn(|| {
         let nothing = 0..0;
         assert_eq!(
-            raw::push_call_site_unless_nested(&A, 1, 0, nothing.clone(), false, true).err(),
+            raw::push_call_site_unless_nested(&A, 1, 0, 0, nothing.clone(), false, true).err(),
             Some(NotPushed::NoSlot)
         );
-        let mark = raw::push_call_site_unless_nested(&A, 1, 0, nothing, true, true).unwrap();
+        let mark = raw::push_call_site_unless_nested(&A, 1, 0, 0, nothing, true, true).unwrap();
         assert_eq!(depth(), 1);
         mark.pop();
         assert_eq!(depth(), 0);
@@ -267,16 +267,16 @@ fn a_nested_mark_whose_frame_is_gone_is_replaced_not_nested_under() {
         // Pushed by a frame at 0x2000 that is never popped (a signal handler's siglongjmp left
         // the call): a call nested in it, from a frame below (0x1000), is still counted once.
         let _left =
-            raw::push_call_site_unless_nested(&B, 1, 0x2000, nested(&B), false, true).unwrap();
+            raw::push_call_site_unless_nested(&B, 1, 0, 0x2000, nested(&B), false, true).unwrap();
         assert_eq!(depth(), 2);
         assert_eq!(
-            raw::push_call_site_unless_nested(&B, 2, 0x1000, nested(&B), false, true).err(),
+            raw::push_call_site_unless_nested(&B, 2, 0, 0x1000, nested(&B), false, true).err(),
             Some(NotPushed::Skipped)
         );
         // A call whose entry is not below it (a sibling call from the same frame, at 0x2000) is
         // not inside that frame: the stale mark is replaced.
         let mark =
-            raw::push_call_site_unless_nested(&B, 3, 0x2000, nested(&B), false, true).unwrap();
+            raw::push_call_site_unless_nested(&B, 3, 0, 0x2000, nested(&B), false, true).unwrap();
         assert_eq!(depth(), 2);
         mark.pop();
         assert_eq!(depth(), 1);

@@ -386,14 +386,16 @@ fn a_mark_left_by_siglongjmp_stops_at_the_next_call() {
     assert_feature_shares(&report_json(dir.path()), &truth(dir.path()), TOLERANCE);
 }
 
-#[test]
-fn rust_program_gets_the_output_allocation_and_lock_shares_it_measured() {
+/// Runs the Rust `builtins` program (`fsprof run [args]`) and checks its shares, and that each
+/// feature's instances are the lines of `builtins.rs` that called through the standard library
+/// (at least 95% of each feature's time).
+fn rust_program_against_truth(args: &[&str]) {
     let _serial = serial();
     let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     run(
         dir.path(),
-        &[],
+        args,
         &[],
         &[
             env!("CARGO_BIN_EXE_builtins").as_ref(),
@@ -403,10 +405,45 @@ fn rust_program_gets_the_output_allocation_and_lock_shares_it_measured() {
         ],
     );
     let report = report_json(dir.path());
-    assert_feature_shares(&report, &truth(dir.path()), TOLERANCE);
-    // Rust's futex waits (through `syscall`) are lock waits, named by the std function that waits.
-    let locks = payloads(&report, "locks");
-    assert!(locks.iter().any(|p| p.contains("futex")), "{locks:?}");
+    let truth = truth(dir.path());
+    assert_feature_shares(&report, &truth, TOLERANCE);
+    for (name, lines) in truth["sites"].as_object().unwrap() {
+        let feature = feature(&report, name).unwrap_or_else(|| panic!("no {name}: {report:#}"));
+        let places: Vec<String> = lines
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|line| format!("builtins.rs:{line})"))
+            .collect();
+        let time = |instance: &Value| {
+            instance["ms"].as_f64().unwrap() + instance["blocked_ms"].as_f64().unwrap_or(0.0)
+        };
+        let instances = feature["instances"].as_array().unwrap();
+        let total: f64 = instances.iter().map(time).sum();
+        let named: f64 = instances
+            .iter()
+            .filter(|i| {
+                let payload = i["payload"].as_str().unwrap();
+                payload.starts_with("builtins::main (")
+                    && places.iter().any(|p| payload.ends_with(p))
+            })
+            .map(time)
+            .sum();
+        assert!(
+            named >= 0.95 * total,
+            "{name}: {named:.1} of {total:.1} ms at {places:?}: {instances:#?}"
+        );
+    }
+}
+
+#[test]
+fn rust_program_gets_the_shares_it_measured_at_its_own_lines() {
+    rust_program_against_truth(&[]);
+}
+
+#[test]
+fn rust_program_gets_its_own_lines_without_native_stacks() {
+    rust_program_against_truth(&["--no-native"]);
 }
 
 #[test]

@@ -126,6 +126,7 @@ unsafe fn enter_slow(
     caller: Caller,
     token: *mut Token,
 ) -> Entered {
+    super::count_slow_entry();
     let address = real.get();
     match super::enter(feature, caller, false) {
         Some(marked) => {
@@ -250,7 +251,8 @@ macro_rules! interpose_syscall {
                 "mov edi, {feature}",
                 "lea rsi, [rip + {real}]",
                 "lea rdx, [rsp + 88]",
-                "lea rcx, [rsp + 64]",
+                "mov rcx, rbp",
+                "lea r8, [rsp + 64]",
                 "call {enter}",
                 "mov r11, rax",
                 "mov r10, rdx",

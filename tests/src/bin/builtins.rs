@@ -6,11 +6,21 @@
 //! (`calloc` and `free`: allocation), `Condvar::wait_timeout` of 100–400 µs that nobody
 //! notifies (a futex wait through `syscall`: locks), and unmarked spinning; it times each and
 //! writes the truth as JSON (`{"total_ms": T, "features": {"output": {"ms": M, "instances":
-//! {}}, ...}}`), the loop's wall time being the total (the thread never blocks outside those).
+//! {}}, ...}, "sites": {"output": [LINE], ...}}`), the loop's wall time being the total (the
+//! thread never blocks outside those), with the lines of this file that make each feature's
+//! calls (through the standard library, which the built-in instances must see through).
 
 use std::io::{Seek, Write};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+/// The lines of this file that make each feature's calls.
+#[derive(Default)]
+struct Sites {
+    output: u32,
+    allocation: [u32; 2],
+    locks: u32,
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -26,20 +36,25 @@ fn main() {
     let chunk = vec![b'x'; 1 << 20];
     let (mutex, condvar) = (Mutex::new(()), Condvar::new());
     let (mut output, mut allocation, mut locks) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let mut sites = Sites::default();
     let start = Instant::now();
     while start.elapsed() < run_for {
         match rng.below(4) {
             0 => {
                 let t0 = Instant::now();
+                let line = line!() + 1;
                 file.write_all(&chunk).expect("write");
+                sites.output = line;
                 output += t0.elapsed();
                 file.rewind().expect("rewind");
             }
             1 => {
                 for _ in 0..8 {
                     let t0 = Instant::now();
+                    let line = line!() + 1;
                     let zeroed = std::hint::black_box(vec![0u8; 256 * 1024]);
                     let t1 = Instant::now();
+                    sites.allocation = [line, line!() + 1];
                     drop(zeroed);
                     allocation += t1 - t0 + t1.elapsed();
                 }
@@ -48,7 +63,9 @@ fn main() {
                 let guard = mutex.lock().expect("lock");
                 let wait = rng.micros(100, 400);
                 let t0 = Instant::now();
+                let line = line!() + 1;
                 let _unused = condvar.wait_timeout(guard, wait).expect("wait");
+                sites.locks = line;
                 locks += t0.elapsed();
             }
             _ => fsprof_tests::spin(rng.micros(200, 800)),
@@ -62,7 +79,12 @@ fn main() {
             "output": {"ms": ms(output), "instances": {}},
             "allocation": {"ms": ms(allocation), "instances": {}},
             "locks": {"ms": ms(locks), "instances": {}},
-        }
+        },
+        "sites": {
+            "output": [sites.output],
+            "allocation": sites.allocation,
+            "locks": [sites.locks],
+        },
     });
     std::fs::write(&args[3], truth.to_string()).expect("truth file");
 }
