@@ -26,6 +26,7 @@
 //! call (a mark's push) whose address is the runtime's.
 
 use crate::modules::{self, Mapping, Module};
+use crate::names;
 use crate::remote::Remote;
 use crate::runtime_code;
 use crate::symbols::Symbolizer;
@@ -57,6 +58,17 @@ pub enum Callers<'a> {
     },
 }
 
+/// What the code at a return address is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// The program's own (or unknown).
+    Program,
+    /// The runtime's.
+    Runtime,
+    /// The runtime's, inside a wait for another thread (see `CallSites::waiting_instead`).
+    RuntimeWait,
+}
+
 /// How call sites in the runtime's code were resolved.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SiteStats {
@@ -80,8 +92,10 @@ pub struct CallSites {
     /// Over `modules`: which addresses are the runtime's, and the names.
     symbolizer: Symbolizer,
     unwinder: Unwinder,
-    /// Whether a return address is the runtime's, per address.
-    runtime: HashMap<u64, bool>,
+    /// What the code at a return address is, per address.
+    runtime: HashMap<u64, Class>,
+    /// The agent's `waiting` descriptor for its `locks` descriptor (see `waiting_instead`).
+    twins: HashMap<u64, Option<u64>>,
     /// Call sites of live threads' calls, by (thread, generation, stack pointer, address).
     resolved: HashMap<(u32, u64, u64, u64), u64>,
     /// The last call site found for a call by (thread, stack pointer, address).
@@ -111,6 +125,7 @@ impl CallSites {
             symbolizer: Symbolizer::new(&[]),
             unwinder: Unwinder::new(),
             runtime: HashMap::new(),
+            twins: HashMap::new(),
             resolved: HashMap::new(),
             last_site: HashMap::new(),
             stack: Vec::new(),
@@ -327,29 +342,74 @@ impl CallSites {
     /// Whether the return address `address` lies in the runtime's code: a runtime module, or a
     /// function whose frames at the call (inlined ones included) are all the runtime's.
     fn is_runtime(&mut self, pid: u32, via: u32, address: u64) -> bool {
-        if let Some(runtime) = self.runtime.get(&address) {
-            return *runtime;
+        self.class(pid, via, address) != Class::Program
+    }
+
+    /// What the code at return address `address` is (see [`Class`]), once per address.
+    fn class(&mut self, pid: u32, via: u32, address: u64) -> Class {
+        if let Some(class) = self.runtime.get(&address) {
+            return *class;
         }
         if !self.covered(address) && !self.refresh(pid, via, false) {
-            return false; // decided again once the map may be read
+            return Class::Program; // decided again once the map may be read
         }
-        let runtime = match self.modules.iter().find(|m| m.range.contains(&address)) {
-            None => false,
+        let class = match self.modules.iter().find(|m| m.range.contains(&address)) {
+            None => Class::Program,
             Some(module)
                 if runtime_code::is_runtime_module(&module.path)
                     || crate::agent::is_agent_path(&module.path) =>
             {
-                true
+                Class::Runtime
             }
-            Some(_) => self.symbolizer.symbolize(address - 1).iter().all(|frame| {
-                runtime_code::is_runtime_function(&frame.function, frame.file.as_deref())
-            }),
+            Some(_) => {
+                let frames = self.symbolizer.symbolize(address - 1);
+                let runtime = |frame: &crate::profile::NativeFrame| {
+                    runtime_code::is_runtime_function(&frame.function, frame.file.as_deref())
+                };
+                if !frames.iter().all(runtime) {
+                    Class::Program
+                } else if frames
+                    .iter()
+                    .any(|frame| runtime_code::is_wait_primitive(&frame.function))
+                {
+                    Class::RuntimeWait
+                } else {
+                    Class::Runtime
+                }
+            }
         };
         if self.runtime.len() >= MAX_CACHED {
             self.runtime.clear();
         }
-        self.runtime.insert(address, runtime);
-        runtime
+        self.runtime.insert(address, class);
+        class
+    }
+
+    /// The agent's `waiting` feature, for a `locks` mark (`feature`, its descriptor) whose call
+    /// (return address `ret`) was made by one of the runtime's waits for another thread (a
+    /// condition variable's wait, a parker's park: Rust's `Condvar`, channels and `join` wait
+    /// with a futex, which the agent marks `locks`, as it does a contended `Mutex`); else `None`.
+    pub fn waiting_instead(
+        &mut self,
+        (pid, via): (u32, u32),
+        remote: &Remote,
+        feature: u64,
+        ret: u64,
+    ) -> Option<u64> {
+        if self.runtime.get(&ret) != Some(&Class::RuntimeWait)
+            && self.class(pid, via, ret) != Class::RuntimeWait
+        {
+            return None;
+        }
+        *self.twins.entry(feature).or_insert_with(|| {
+            // The agent's descriptors are an array in the order of its names: `locks` is the
+            // fourth, `waiting` the ninth. Checked by name, as read from the target.
+            let waiting =
+                feature.checked_add(5 * fsprof_shim::abi::FEATURE_DESCRIPTOR_SIZE as u64)?;
+            (names::feature_name(remote, feature) == "locks"
+                && names::feature_name(remote, waiting) == "waiting")
+                .then_some(waiting)
+        })
     }
 
     /// Whether `address` (a feature descriptor) lies in a mapping of the agent library, i.e. is

@@ -61,6 +61,22 @@ pub fn is_runtime_function(name: &str, file: Option<&str>) -> bool {
     }
 }
 
+/// Whether a runtime function (demangled name) waits for another thread to signal it rather
+/// than for a lock another thread holds: Rust's condition variables (and so its barriers), its
+/// thread parking (and so its channels and `thread::park`), and its `Once` waiting for another
+/// thread's initialisation.
+pub fn is_wait_primitive(name: &str) -> bool {
+    [
+        "Condvar",
+        "Parker",
+        "thread_parking",
+        "std::thread::park",
+        "Once",
+    ]
+    .iter()
+    .any(|word| name.contains(word))
+}
+
 /// Whether a source file is the Rust toolchain's (its standard library, or a crate it vendors).
 fn is_runtime_source(file: &str) -> bool {
     file.starts_with("/rustc/")
@@ -174,6 +190,24 @@ mod tests {
             "write_all",
             Some("library/std/src/io/mod.rs")
         ));
+    }
+
+    #[test]
+    fn condition_variables_and_parking_are_waits_for_other_threads() {
+        for name in [
+            "<std::sys::sync::condvar::futex::Condvar>::wait_optional_timeout",
+            "<std::sys::sync::thread_parking::futex::Parker>::park",
+            "std::thread::park",
+        ] {
+            assert!(is_wait_primitive(name), "{name}");
+        }
+        for name in [
+            "<std::sys::sync::mutex::futex::Mutex>::lock_contended",
+            "<std::sys::sync::rwlock::futex::RwLock>::write_contended",
+            "std::sys::pal::unix::futex::futex_wait",
+        ] {
+            assert!(!is_wait_primitive(name), "{name}");
+        }
     }
 
     #[test]

@@ -1125,7 +1125,8 @@ impl Sampler {
 }
 
 /// Replaces the payload of each call-site mark of `records` by the program's call site, found
-/// with `callers` (see `call_sites.rs`).
+/// with `callers`, and a `locks` wait of the runtime's condition variables or parking by
+/// `waiting` (see `call_sites.rs`).
 fn resolve_sites(
     call_sites: &mut CallSites,
     target: (u32, u32),
@@ -1135,7 +1136,11 @@ fn resolve_sites(
 ) {
     for record in records.iter_mut() {
         if record.kind == abi::KIND_CALL_SITE {
+            let ret = record.payload;
             record.payload = call_sites.resolve(target, remote, record, callers);
+            if let Some(waiting) = call_sites.waiting_instead(target, remote, record.feature, ret) {
+                record.feature = waiting;
+            }
             // The frame pointer served: instances are told apart by call site alone.
             (record.line, record.column) = (0, 0);
         }

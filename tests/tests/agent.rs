@@ -220,6 +220,64 @@ fn nested_builtin_calls_leave_the_marks_below_them_alone() {
     );
 }
 
+/// Interposed calls take the agent's out-of-line path only to set things up (the thread's slot),
+/// never per call, wherever they are called from: after warm-up, a million `strdup`s (`malloc`
+/// called from inside libc), stdio output, and allocations and writes made by Rust's standard
+/// library add at most a handful of slow-path entries (the agent's debug counter). Runs itself
+/// again with the agent preloaded, as the test above does.
+#[test]
+fn calls_from_anywhere_stay_on_the_fast_path() {
+    const CHILD: &str = "FSPROF_TEST_SLOW_PATH_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        // SAFETY: looks up a function of the preloaded agent by its NUL-terminated name.
+        let counter =
+            unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"fsprof_agent_slow_entries".as_ptr()) };
+        assert!(!counter.is_null(), "the agent is not preloaded");
+        // SAFETY: the agent's `u64 fsprof_agent_slow_entries(void)`.
+        let entries: extern "C" fn() -> u64 = unsafe { std::mem::transmute(counter) };
+        let mut devnull = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        // SAFETY: plain libc calls on valid NUL-terminated strings; each result is released.
+        let work = |rounds: usize, devnull: &mut std::fs::File| unsafe {
+            let stream = libc::fopen(c"/dev/null".as_ptr(), c"w".as_ptr());
+            for round in 0..rounds {
+                let copy = libc::strdup(c"hello, world".as_ptr());
+                libc::free(copy.cast());
+                if round % 64 == 0 {
+                    libc::fputs(c"line\n".as_ptr(), stream);
+                    let mut v: Vec<u64> = Vec::with_capacity(16 + round % 7);
+                    v.push(round as u64);
+                    std::io::Write::write_all(devnull, &v[0].to_le_bytes()).unwrap();
+                }
+            }
+            libc::fclose(stream);
+        };
+        work(1000, &mut devnull);
+        let before = entries();
+        work(1_000_000, &mut devnull);
+        let added = entries() - before;
+        assert!(added <= 4, "{added} slow-path entries in a million calls");
+        println!("slow-path entries: {added}");
+        return;
+    }
+    let name = "calls_from_anywhere_stay_on_the_fast_path";
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("LD_PRELOAD", agent_library())
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the preloaded child failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn each_thread_has_its_own_stack() {
     let threads: Vec<_> = (0..4)

@@ -1,14 +1,15 @@
-//! A Rust program with known output, allocation and lock behaviour and no marks of its own, for
+//! A Rust program with known output, allocation and wait behaviour and no marks of its own, for
 //! the end-to-end test of the agent's built-in features (the Rust twin of `tests/c/builtins.c`).
 //!
 //! `builtins SECONDS --truth FILE`: for SECONDS, one thread runs a random mix of `write_all` of
 //! 1 MiB to a temporary file (`write`: output), zeroed vectors of 256 KiB made and dropped
 //! (`calloc` and `free`: allocation), `Condvar::wait_timeout` of 100–400 µs that nobody
-//! notifies (a futex wait through `syscall`: locks), and unmarked spinning; it times each and
-//! writes the truth as JSON (`{"total_ms": T, "features": {"output": {"ms": M, "instances":
-//! {}}, ...}, "sites": {"output": [LINE], ...}}`), the loop's wall time being the total (the
-//! thread never blocks outside those), with the lines of this file that make each feature's
-//! calls (through the standard library, which the built-in instances must see through).
+//! notifies (a futex wait through `syscall`, in `Condvar`: waiting, not locks), and unmarked
+//! spinning; it times each and writes the truth as JSON (`{"total_ms": T, "features":
+//! {"output": {"ms": M, "instances": {}}, ...}, "sites": {"output": [LINE], ...}}`), the loop's
+//! wall time being the total (the thread never blocks outside those), with the lines of this
+//! file that make each feature's calls (through the standard library, which the built-in
+//! instances must see through).
 
 use std::io::{Seek, Write};
 use std::sync::{Condvar, Mutex};
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 struct Sites {
     output: u32,
     allocation: [u32; 2],
-    locks: u32,
+    waiting: u32,
 }
 
 fn main() {
@@ -35,7 +36,8 @@ fn main() {
     let _ = std::fs::remove_file(&path);
     let chunk = vec![b'x'; 1 << 20];
     let (mutex, condvar) = (Mutex::new(()), Condvar::new());
-    let (mut output, mut allocation, mut locks) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let (mut output, mut allocation, mut waiting) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let mut sites = Sites::default();
     let start = Instant::now();
     while start.elapsed() < run_for {
@@ -65,8 +67,8 @@ fn main() {
                 let t0 = Instant::now();
                 let line = line!() + 1;
                 let _unused = condvar.wait_timeout(guard, wait).expect("wait");
-                sites.locks = line;
-                locks += t0.elapsed();
+                sites.waiting = line;
+                waiting += t0.elapsed();
             }
             _ => fsprof_tests::spin(rng.micros(200, 800)),
         }
@@ -78,12 +80,12 @@ fn main() {
         "features": {
             "output": {"ms": ms(output), "instances": {}},
             "allocation": {"ms": ms(allocation), "instances": {}},
-            "locks": {"ms": ms(locks), "instances": {}},
+            "waiting": {"ms": ms(waiting), "instances": {}},
         },
         "sites": {
             "output": [sites.output],
             "allocation": sites.allocation,
-            "locks": [sites.locks],
+            "waiting": [sites.waiting],
         },
     });
     std::fs::write(&args[3], truth.to_string()).expect("truth file");
