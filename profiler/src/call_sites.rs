@@ -46,8 +46,12 @@ const MAX_CACHED: usize = 1 << 16;
 
 /// Where a mark's callers can be found.
 pub enum Callers<'a> {
-    /// The native stack captured at the instant the marks were copied, innermost first.
-    Captured(&'a [UnwoundFrame]),
+    /// The native stack captured at the instant the marks were copied, innermost first, of the
+    /// thread whose own id is `tid`.
+    Captured {
+        tid: u32,
+        frames: &'a [UnwoundFrame],
+    },
     /// The live thread (own id `tid`), read now. `generation` changes whenever the thread pushed
     /// a mark since (its slots' sequences); `unchanged` tells whether its marks are still the
     /// ones copied.
@@ -207,7 +211,10 @@ impl CallSites {
             return ret;
         }
         let found = match callers {
-            Callers::Captured(frames) => self.in_frames(pid, via, ret, mark.sp, frames),
+            Callers::Captured { tid, frames } => {
+                let found = self.in_frames(pid, via, ret, mark.sp, frames);
+                self.remember((*tid, mark.sp, ret), found)
+            }
             Callers::Live {
                 tid,
                 generation,
@@ -221,17 +228,8 @@ impl CallSites {
                 let found = self.on_live_stack((pid, via), remote, call, &mut **unchanged);
                 if self.resolved.len() >= MAX_CACHED {
                     self.resolved.clear();
-                    self.last_site.clear();
                 }
-                // The call was over before its stack could be read: the site this function
-                // called from this stack depth had last time is the best guess.
-                let found = match found {
-                    Some(site) => {
-                        self.last_site.insert((*tid, mark.sp, ret), site);
-                        Some(site)
-                    }
-                    None => self.last_site.get(&(*tid, mark.sp, ret)).copied(),
-                };
+                let found = self.remember((*tid, mark.sp, ret), found);
                 self.resolved.insert(key, found.unwrap_or(ret));
                 found
             }
@@ -245,6 +243,22 @@ impl CallSites {
                 self.stats.unresolved += 1;
                 ret
             }
+        }
+    }
+
+    /// Remembers the site `found` for a call by (thread, stack pointer, return address), or,
+    /// when none was found (the call was over before its stack could be read, or the native
+    /// stack stops short of it), gives the site last found for the same: the best guess.
+    fn remember(&mut self, call: (u32, u64, u64), found: Option<u64>) -> Option<u64> {
+        match found {
+            Some(site) => {
+                if self.last_site.len() >= MAX_CACHED {
+                    self.last_site.clear();
+                }
+                self.last_site.insert(call, site);
+                Some(site)
+            }
+            None => self.last_site.get(&call).copied(),
         }
     }
 

@@ -464,7 +464,7 @@ impl Sampler {
                     // marks of its own instant, carried with it when they differ. When the
                     // tick's copies of several regions disagree, the sample's marks count.
                     let mut records = records;
-                    self.resolve_captured(&mut records, &captured.frames);
+                    self.resolve_captured(own_tid, &mut records, &captured.frames);
                     let own = self.intern_records(records, truncated_depth);
                     if unsettled {
                         stack = own;
@@ -796,7 +796,7 @@ impl Sampler {
                 continue;
             };
             let mut records = records;
-            self.resolve_captured(&mut records, &sample.captured.frames);
+            self.resolve_captured(own_tid, &mut records, &sample.captured.frames);
             let stack = self.intern_records(records, truncated);
             if add {
                 let placed = native::place(&sample.captured, &self.records);
@@ -947,7 +947,7 @@ impl Sampler {
             .iter()
             .fold(0u64, |g, m| g.rotate_left(32) ^ u64::from(m.seq));
         let mut callers = match frames {
-            Some(frames) => Callers::Captured(frames),
+            Some(frames) => Callers::Captured { tid, frames },
             None => Callers::Live {
                 tid,
                 generation,
@@ -995,9 +995,9 @@ impl Sampler {
     }
 
     /// Finds the call sites of `records`, marks copied with the native stack `frames`.
-    fn resolve_captured(&mut self, records: &mut [RecordView], frames: &[UnwoundFrame]) {
+    fn resolve_captured(&mut self, tid: u32, records: &mut [RecordView], frames: &[UnwoundFrame]) {
         let target = (self.pid, self.via());
-        let callers = &mut Callers::Captured(frames);
+        let callers = &mut Callers::Captured { tid, frames };
         resolve_sites(&mut self.call_sites, target, &self.remote, records, callers);
     }
 
