@@ -22,6 +22,7 @@
 //! them into text, JSON or flamegraphs.
 
 use crate::profile::{Frame, Profile, SampleGroup, Stack};
+use crate::runtime_code;
 use std::collections::{HashMap, HashSet};
 
 /// Instances per feature (the most expensive) that get their call paths.
@@ -362,8 +363,8 @@ fn program_mark_around(outer: &[Frame], feature: u32) -> Option<(u32, usize)> {
 }
 
 /// The call path of the mark at index `mark` of the mark stack `group`'s native stack was placed
-/// with: the function names of the innermost [`PATH_FRAMES`] native frames before it, and whether
-/// frames are left out.
+/// with: the function names of the innermost [`PATH_FRAMES`] native frames before it, less the
+/// runtime's frames innermost (libc, Rust's standard library), and whether frames are left out.
 fn call_path<'a>(profile: &'a Profile, group: &SampleGroup, mark: usize) -> (Vec<&'a str>, bool) {
     let Some(native) = group
         .native
@@ -371,10 +372,24 @@ fn call_path<'a>(profile: &'a Profile, group: &SampleGroup, mark: usize) -> (Vec
     else {
         return (Vec::new(), false);
     };
-    let before = native
+    let mut before = native
         .marks_at
         .get(mark)
         .map_or(0, |at| (*at as usize).min(native.frames.len()));
+    // A built-in mark placed at the interposed call (its call site in the program was not found
+    // in this stack) has the runtime's frames before it: the path is of the program's frames.
+    let runtime = |frame: &u32| {
+        profile.native_frames.get(*frame as usize).is_some_and(|f| {
+            runtime_code::is_runtime_module(&f.module)
+                || runtime_code::is_runtime_function(&f.function, f.file.as_deref())
+        })
+    };
+    match native.frames[..before].iter().rposition(|f| !runtime(f)) {
+        Some(program) => before = program + 1,
+        // Unwinding stopped inside the runtime: the program's frames are not in this stack.
+        None if before > 0 => return (Vec::new(), true),
+        None => {}
+    }
     let first = before.saturating_sub(PATH_FRAMES);
     let functions = native.frames[first..before]
         .iter()

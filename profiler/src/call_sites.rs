@@ -13,7 +13,8 @@
 //! move meanwhile (the slot's sequence is the same: the call is still under way, its callers'
 //! frames unchanged) or, failing that, when the mark's return address is still at its stack
 //! pointer (the same function, called from the same frame); else it is the site last found for
-//! the same address at the same stack pointer of the thread, if any, or stays the runtime's
+//! the same address at the same stack pointer of the thread, if any, else the one site all
+//! calls through that address were found to come from, if there is one, or stays the runtime's
 //! address. Where unwinding stops (a frame whose rule needs the frame pointer, which is
 //! not recorded), the rest of the copy is scanned for a return address of the program's code
 //! that follows a call instruction.
@@ -35,6 +36,9 @@ use fsprof_shim::abi::RecordView;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+/// Before the name of a call whose site in the program was not found (named after the
+/// runtime's code that made it).
+pub const NOT_FOUND: &str = "[call site not found]";
 /// Least time between two reads of the memory map for call sites.
 pub const REFRESH: Duration = Duration::from_millis(10);
 /// Bytes of a thread's stack read above a mark's stack pointer to find its call site.
@@ -104,6 +108,9 @@ pub struct CallSites {
     resolved: HashMap<(u32, u64, u64, u64), u64>,
     /// The last call site found for a call by (thread, stack pointer, address).
     last_site: HashMap<(u32, u64, u64), u64>,
+    /// The one call site found for an address so far, by address (`None` once calls from two
+    /// sites reached it: then it tells nothing).
+    only_site: HashMap<u64, Option<u64>>,
     stack: Vec<u8>,
     unwound: Unwound,
     /// How call sites in the runtime were resolved.
@@ -132,6 +139,7 @@ impl CallSites {
             twins: HashMap::new(),
             resolved: HashMap::new(),
             last_site: HashMap::new(),
+            only_site: HashMap::new(),
             stack: Vec::new(),
             unwound: Unwound::default(),
             stats: SiteStats::default(),
@@ -248,17 +256,30 @@ impl CallSites {
 
     /// Remembers the site `found` for a call by (thread, stack pointer, return address), or,
     /// when none was found (the call was over before its stack could be read, or the native
-    /// stack stops short of it), gives the site last found for the same: the best guess.
+    /// stack stops short of it), gives the best guess: the site last found for the same call,
+    /// else the one site every call through the same return address came from so far (a
+    /// runtime function that the program calls from one place only, such as Rust's `File::open`
+    /// from one line). With two such sites or none, nothing is guessed.
     fn remember(&mut self, call: (u32, u64, u64), found: Option<u64>) -> Option<u64> {
+        let ret = call.2;
         match found {
             Some(site) => {
-                if self.last_site.len() >= MAX_CACHED {
+                if self.last_site.len() >= MAX_CACHED || self.only_site.len() >= MAX_CACHED {
                     self.last_site.clear();
+                    self.only_site.clear();
                 }
                 self.last_site.insert(call, site);
+                let only = self.only_site.entry(ret).or_insert(Some(site));
+                if *only != Some(site) {
+                    *only = None;
+                }
                 Some(site)
             }
-            None => self.last_site.get(&call).copied(),
+            None => self
+                .last_site
+                .get(&call)
+                .copied()
+                .or_else(|| self.only_site.get(&ret).copied().flatten()),
         }
     }
 
@@ -443,12 +464,18 @@ impl CallSites {
 
     /// The display name of each call site: (payload id, `function (file:line)`), or the
     /// function alone, or `module+0xoffset`, or `0x…` outside every module.
+    /// A call left at the runtime's address (its site in the program was not found) is named
+    /// after that address with [`NOT_FOUND`] before it.
     pub fn names(&mut self) -> Vec<(u32, String)> {
         let symbolizer = &mut self.symbolizer;
-        let current = self
-            .sites
-            .iter()
-            .map(|(id, address)| (*id, name(symbolizer, *address)));
+        let runtime = &self.runtime;
+        let current = self.sites.iter().map(|(id, address)| {
+            let name = name(symbolizer, *address);
+            match runtime.get(address) {
+                Some(Class::Runtime | Class::RuntimeWait) => (*id, format!("{NOT_FOUND} {name}")),
+                _ => (*id, name),
+            }
+        });
         self.named.iter().cloned().chain(current).collect()
     }
 
@@ -519,11 +546,19 @@ fn name(symbolizer: &mut Symbolizer, address: u64) -> String {
     }
 }
 
-/// Rust's standard library paths without their `/rustc/<commit>/` prefix.
+/// Rust's standard library paths without their `/rustc/<commit>/` prefix, and crates from
+/// Cargo's registry or git checkouts from their own directory on (`ignore-0.4.29/src/dir.rs`).
 fn short_path(file: &str) -> &str {
     if let Some(rest) = file.strip_prefix("/rustc/") {
         if let Some((_, path)) = rest.split_once('/') {
             return path;
+        }
+    }
+    for cache in ["/registry/src/", "/git/checkouts/"] {
+        if let Some((_, rest)) = file.split_once(cache) {
+            if let Some((_, path)) = rest.split_once('/') {
+                return path;
+            }
         }
     }
     file
@@ -557,6 +592,10 @@ mod tests {
             "library/std/src/io.rs"
         );
         assert_eq!(short_path("src/main.rs"), "src/main.rs");
+        assert_eq!(
+            short_path("/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/ignore-0.4.29/src/dir.rs"),
+            "ignore-0.4.29/src/dir.rs"
+        );
     }
 
     #[test]

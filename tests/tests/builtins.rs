@@ -1,9 +1,9 @@
-//! The agent's built-in features end to end: real programs run by the real `fsprof run`, which
-//! preloads `libfsprof_agent.so`. Programs that time their own libc calls (C and Rust, no marks
-//! of their own; an unmodified `python3` running a script that times its `os.write` calls) must
-//! get the shares they measured; a Debian tool nobody here wrote (`sort` on a generated file)
-//! must get plausible input, output and allocation shares with call sites inside it. Also:
-//! `--no-agent`, statically linked programs, and an `LD_PRELOAD` the user set.
+//! The agent's built-in features end to end: programs written for these tests run by the real
+//! `fsprof run`, which preloads `libfsprof_agent.so`. Programs that time their own libc calls (C
+//! and Rust, no marks of their own, or marks of their own beside threads waiting in libc) must
+//! get the shares they measured, with instances at the lines that made the calls. Also:
+//! `--no-agent`, statically linked programs, and an `LD_PRELOAD` the user set. Programs nobody
+//! here wrote are in `real_programs.rs`.
 
 mod support;
 
@@ -11,28 +11,8 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 use support::native::*;
+use support::programs::*;
 use support::*;
-
-/// `fsprof run --rate ACCURACY_RATE -o DIR [args] -- PROGRAM...` with `env` added to the
-/// environment; fails the test unless fsprof and the program succeed. Returns fsprof's stderr
-/// (the report).
-fn run(dir: &Path, args: &[&str], env: &[(&str, &str)], program: &[&std::ffi::OsStr]) -> String {
-    let output = Command::new(fsprof())
-        .envs(env.iter().copied())
-        .arg("run")
-        .args(["--rate", ACCURACY_RATE])
-        .arg("-o")
-        .arg(dir)
-        .args(args)
-        .arg("--")
-        .args(program)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "fsprof run failed: {stderr}");
-    assert!(stderr.contains("exited with code 0"), "{stderr}");
-    stderr
-}
 
 /// Builds `tests/c/NAME.c` and runs it for `secs` under `fsprof run [args]` with its truth in
 /// the output directory, as `run` does. Returns that directory and fsprof's stderr.
@@ -68,30 +48,6 @@ fn run_built(
         ],
     );
     (dir, stderr)
-}
-
-fn feature<'a>(report: &'a Value, name: &str) -> Option<&'a Value> {
-    report["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == name)
-}
-
-/// A feature's share as the truths count it (see [`timed_share`]).
-fn percent(report: &Value, name: &str) -> f64 {
-    feature(report, name).map_or(0.0, |f| timed_share(report, f))
-}
-
-fn payloads(report: &Value, name: &str) -> Vec<String> {
-    feature(report, name).map_or(Vec::new(), |f| {
-        f["instances"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i["payload"].as_str().unwrap().to_owned())
-            .collect()
-    })
 }
 
 /// Compares the features the truth names with the report, within `tolerance` points; every
@@ -159,64 +115,6 @@ fn writes_blocked_on_a_full_pipe_are_waits_not_work() {
     let measured = truth["extra"]["blocked_ms"].as_f64().unwrap();
     assert!(measured > 500.0, "the pipe was never full: {truth}");
     assert!((blocked - measured).abs() < measured * 0.1, "{output:#}");
-}
-
-/// A program nobody here wrote: `xz -T2`, whose coordinator waits on a condition variable while
-/// two workers compress. Its waits are `waiting`, kept apart, and nothing is reported as `locks`
-/// (38% of the report was `locks` before).
-#[test]
-fn xz_with_two_threads_reports_its_coordinators_waits_apart_and_no_locks() {
-    let _serial = serial();
-    if Command::new("xz").arg("--version").output().is_err() {
-        eprintln!("skipped: xz is not installed");
-        return;
-    }
-    let dir = tempdir();
-    // 12 MB of text, which xz -3 cuts into two blocks of 12 MiB at most: two workers.
-    let words = [
-        "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta",
-    ];
-    let mut text = String::with_capacity(12_000_000);
-    let mut x: u64 = 1;
-    while text.len() < 12_000_000 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        text.push_str(words[(x >> 33) as usize % words.len()]);
-        text.push_str(if (x >> 20).is_multiple_of(12) {
-            "\n"
-        } else {
-            " "
-        });
-    }
-    let input = dir.path().join("input.txt");
-    std::fs::write(&input, text).unwrap();
-    let out = dir.path().join("out");
-    let stderr = run(
-        &out,
-        &[],
-        &[],
-        &[
-            "xz".as_ref(),
-            "-T2".as_ref(),
-            "-3".as_ref(),
-            "-k".as_ref(),
-            "-f".as_ref(),
-            input.as_os_str(),
-        ],
-    );
-    let report = report_json(&out);
-    let waiting = feature(&report, "waiting").expect("the coordinator waits");
-    assert!(waiting["blocked_ms"].as_f64().unwrap() > 50.0, "{stderr}");
-    assert!(percent(&report, "locks") < 1.0, "{stderr}");
-    let builtin: f64 = report["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["builtin"] == true)
-        .map(|f| f["percent"].as_f64().unwrap())
-        .sum();
-    assert!(builtin < 5.0, "waits diluted the shares: {stderr}");
 }
 
 /// Lock contention has a known cost, and the report shows it: a waiter blocked in
@@ -444,128 +342,6 @@ fn rust_program_gets_the_shares_it_measured_at_its_own_lines() {
 #[test]
 fn rust_program_gets_its_own_lines_without_native_stacks() {
     rust_program_against_truth(&["--no-native"]);
-}
-
-#[test]
-fn python_output_share_is_what_the_script_measured() {
-    let _serial = serial();
-    let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/timed_writes.py");
-    // The interpreter itself, not a wrapper script such as pyenv's shim (whose start-up, a few
-    // shell commands, would count too, but not in the script's measure).
-    let python = ["/usr/bin/python3", "/usr/local/bin/python3"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .unwrap_or("python3");
-    run(
-        dir.path(),
-        &[],
-        &[],
-        &[
-            python.as_ref(),
-            script.as_os_str(),
-            "3".as_ref(),
-            truth_path.as_os_str(),
-        ],
-    );
-    let report = report_json(dir.path());
-    let truth = truth(dir.path());
-    let expected = truth["features"]["output"]["ms"].as_f64().unwrap() * 100.0
-        / truth["total_ms"].as_f64().unwrap();
-    let reported = percent(&report, "output");
-    eprintln!("python3 output: report {reported:.2}%, script {expected:.2}%");
-    assert!(expected > 5.0, "the script wrote too little: {truth}");
-    assert!(
-        (reported - expected).abs() <= 4.0,
-        "output: report {reported:.2}%, the script measured {expected:.2}%"
-    );
-    assert_eq!(feature(&report, "output").unwrap()["builtin"], true);
-    // Its subprocess runs (vfork, then exec in the child) are process for as long as they took,
-    // and no longer (a mark the child left in the parent's memory once made it 98%).
-    let expected = truth["features"]["process"]["ms"].as_f64().unwrap() * 100.0
-        / truth["total_ms"].as_f64().unwrap();
-    let reported = percent(&report, "process");
-    eprintln!("python3 process: report {reported:.2}%, script {expected:.2}%");
-    assert!(
-        (reported - expected).abs() <= TOLERANCE,
-        "process: report {reported:.2}%, the script measured {expected:.2}%"
-    );
-}
-
-#[test]
-fn sort_gets_plausible_input_output_and_allocation_with_call_sites_in_sort() {
-    let _serial = serial();
-    let dir = tempdir();
-    // About 30 MB of random lines.
-    let input = dir.path().join("input.txt");
-    let mut rng = fsprof_tests::Rng::new(3);
-    let mut text = String::with_capacity(32 << 20);
-    while text.len() < 30 << 20 {
-        let n = rng.next_u64();
-        text += &format!("{n:x} {} line {}\n", n % 977, n % 13);
-    }
-    std::fs::write(&input, text).unwrap();
-    // Sort reads it from a pipe fed by `gzip -dc`, slower than sort reads: the time sort waits
-    // in `fread` is input (blocked inside a built-in mark). A 256 KiB buffer makes it sort in
-    // runs and merge them through temporary files, which allocates per run: with its default
-    // buffer sort allocates once, and allocation is 0-0.05% (a sample or none).
-    let status = Command::new("gzip").arg("-k").arg(&input).status().unwrap();
-    assert!(status.success());
-    let mut gunzip = Guarded(
-        Command::new("gzip")
-            .arg("-dc")
-            .arg(dir.path().join("input.txt.gz"))
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let sorted = dir.path().join("sorted.txt");
-    let out = dir.path().join("profile");
-    let output = Command::new(fsprof())
-        .args(["run", "--rate", ACCURACY_RATE, "-o"])
-        .arg(&out)
-        .args(["--", "sort", "-S", "256K", "--parallel=1", "-o"])
-        .arg(&sorted)
-        .stdin(gunzip.0.stdout.take().unwrap())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    assert!(gunzip
-        .wait_with_deadline(std::time::Duration::from_secs(60))
-        .success());
-    assert_eq!(
-        std::fs::metadata(&sorted).unwrap().len(),
-        std::fs::metadata(&input).unwrap().len()
-    );
-    let report = report_json(&out);
-    let shares: Vec<(&str, f64)> = ["input", "output", "allocation"]
-        .iter()
-        .map(|name| (*name, percent(&report, name)))
-        .collect();
-    eprintln!("sort: {shares:?}");
-    for (name, share) in &shares {
-        assert!(
-            (0.05..60.0).contains(share),
-            "{name}: {share:.2}% ({shares:?})"
-        );
-        // Call sites lie in sort itself (stripped: named from its dynamic symbols, else
-        // `sort+0x…`), not in libc.
-        let sites = payloads(&report, name);
-        assert!(
-            sites
-                .iter()
-                .any(|p| p.starts_with("sort+0x") || !p.contains('+')),
-            "{name}: {sites:?}"
-        );
-        assert!(
-            sites.iter().all(|p| !p.starts_with("libc.so")),
-            "{name}: {sites:?}"
-        );
-    }
-    let sum: f64 = shares.iter().map(|(_, s)| s).sum();
-    assert!(sum < 100.0, "{shares:?}");
 }
 
 #[test]

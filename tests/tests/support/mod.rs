@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod native;
+pub mod programs;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,346 @@
+//! Programs nobody here wrote, profiled as a user would with the defaults (the agent on): `xz
+//! -T2`, `sort`, `python3` (directly and through a shell wrapper that execs it) and ripgrep. Where
+//! the program can say what it measured (a Python script timing its own writes) the report is
+//! compared with it; elsewhere with what is known of the program (xz's coordinator waits on a
+//! condition variable; ripgrep's reads are made by its own crates through Rust's standard library).
+
+mod support;
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use support::programs::*;
+use support::*;
+
+/// A program nobody here wrote: `xz -T2`, whose coordinator waits on a condition variable while
+/// two workers compress. Its waits are `waiting`, kept apart, and nothing is reported as `locks`
+/// (38% of the report was `locks` before).
+#[test]
+fn xz_with_two_threads_reports_its_coordinators_waits_apart_and_no_locks() {
+    let _serial = serial();
+    if Command::new("xz").arg("--version").output().is_err() {
+        eprintln!("skipped: xz is not installed");
+        return;
+    }
+    let dir = tempdir();
+    // 12 MB of text, which xz -3 cuts into two blocks of 12 MiB at most: two workers.
+    let words = [
+        "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta",
+    ];
+    let mut text = String::with_capacity(12_000_000);
+    let mut x: u64 = 1;
+    while text.len() < 12_000_000 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        text.push_str(words[(x >> 33) as usize % words.len()]);
+        text.push_str(if (x >> 20).is_multiple_of(12) {
+            "\n"
+        } else {
+            " "
+        });
+    }
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, text).unwrap();
+    let out = dir.path().join("out");
+    let stderr = run(
+        &out,
+        &[],
+        &[],
+        &[
+            "xz".as_ref(),
+            "-T2".as_ref(),
+            "-3".as_ref(),
+            "-k".as_ref(),
+            "-f".as_ref(),
+            input.as_os_str(),
+        ],
+    );
+    let report = report_json(&out);
+    let waiting = feature(&report, "waiting").expect("the coordinator waits");
+    assert!(waiting["blocked_ms"].as_f64().unwrap() > 50.0, "{stderr}");
+    assert!(percent(&report, "locks") < 1.0, "{stderr}");
+    let builtin: f64 = report["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["builtin"] == true)
+        .map(|f| f["percent"].as_f64().unwrap())
+        .sum();
+    assert!(builtin < 5.0, "waits diluted the shares: {stderr}");
+}
+
+/// The interpreter itself, not a wrapper script such as pyenv's shim.
+fn python_interpreter() -> &'static str {
+    ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or("python3")
+}
+
+/// Runs `program` (python3, or a wrapper that ends by exec'ing it) on `timed_writes.py` under
+/// `fsprof run`, and compares the report's output and process shares with what the script
+/// measured. Returns the output directory and fsprof's stderr.
+fn python_against_truth(program: &[&std::ffi::OsStr]) -> (tempfile::TempDir, String) {
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/timed_writes.py");
+    let mut command = program.to_vec();
+    command.extend([script.as_os_str(), "3".as_ref(), truth_path.as_os_str()]);
+    let stderr = run(dir.path(), &[], &[], &command);
+    let report = report_json(dir.path());
+    let truth = truth(dir.path());
+    let expected = truth["features"]["output"]["ms"].as_f64().unwrap() * 100.0
+        / truth["total_ms"].as_f64().unwrap();
+    let reported = percent(&report, "output");
+    eprintln!("python3 output: report {reported:.2}%, script {expected:.2}%");
+    assert!(expected > 5.0, "the script wrote too little: {truth}");
+    assert!(
+        (reported - expected).abs() <= 4.0,
+        "output: report {reported:.2}%, the script measured {expected:.2}%\n{stderr}"
+    );
+    assert_eq!(feature(&report, "output").unwrap()["builtin"], true);
+    // Its subprocess runs (vfork, then exec in the child) are process for as long as they took,
+    // and no longer (a mark the child left in the parent's memory once made it 98%).
+    let expected = truth["features"]["process"]["ms"].as_f64().unwrap() * 100.0
+        / truth["total_ms"].as_f64().unwrap();
+    let reported = percent(&report, "process");
+    eprintln!("python3 process: report {reported:.2}%, script {expected:.2}%");
+    assert!(
+        (reported - expected).abs() <= TOLERANCE,
+        "process: report {reported:.2}%, the script measured {expected:.2}%\n{stderr}"
+    );
+    (dir, stderr)
+}
+
+#[test]
+fn python_output_share_is_what_the_script_measured() {
+    let _serial = serial();
+    // Without a wrapper's start-up, which would count too, but not in the script's measure.
+    python_against_truth(&[python_interpreter().as_ref()]);
+}
+
+/// `python3` started as pyenv starts it: a bash script that runs command substitutions (bash
+/// blocked reading their pipes) and then execs the interpreter through `env`. The shares are the
+/// interpreter's, as the script measured them; the wrapper is reported apart, and no feature is
+/// unreadable (env's mark around its exec was read after the exec once).
+#[test]
+fn python_started_through_a_shell_wrapper_gets_the_shares_the_script_measured() {
+    let _serial = serial();
+    let bin = tempdir();
+    let wrapper = bin.path().join("python3");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/bash\n\
+             version=$(sleep 0.5; echo 3)\n\
+             prefix=$(dirname \"$(command -v sh)\")\n\
+             for i in $(seq 1 2000); do n=$((n + i)); done\n\
+             exec env PYTHON_WRAPPED=\"$version$prefix$n\" {} \"$@\"\n",
+            python_interpreter()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (dir, stderr) = python_against_truth(&[wrapper.as_os_str()]);
+    let report = report_json(dir.path());
+    // The script (named as its file, `python3`), perhaps `env` if a tick fell in its short life,
+    // then the interpreter: only the last counts.
+    let images = report["images"].as_array().unwrap();
+    assert!(images.len() >= 2, "{stderr}");
+    let (last, earlier) = images.split_last().unwrap();
+    assert_eq!(last["counted"], true, "{stderr}");
+    assert!(earlier.iter().all(|i| i["counted"] == false), "{stderr}");
+    let before: f64 = earlier.iter().map(|i| i["wall_ms"].as_f64().unwrap()).sum();
+    assert!(before >= 400.0, "the wrapper's 0.5 s: {stderr}");
+    assert!(
+        stderr.contains("the process replaced itself by exec"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("unreadable"), "{stderr}");
+    assert!(!report.to_string().contains("unreadable"), "{stderr}");
+}
+
+#[test]
+fn sort_gets_plausible_input_output_and_allocation_with_call_sites_in_sort() {
+    let _serial = serial();
+    let dir = tempdir();
+    // About 30 MB of random lines.
+    let input = dir.path().join("input.txt");
+    let mut rng = fsprof_tests::Rng::new(3);
+    let mut text = String::with_capacity(32 << 20);
+    while text.len() < 30 << 20 {
+        let n = rng.next_u64();
+        text += &format!("{n:x} {} line {}\n", n % 977, n % 13);
+    }
+    std::fs::write(&input, text).unwrap();
+    // Sort reads it from a pipe fed by `gzip -dc`, slower than sort reads: the time sort waits
+    // in `fread` is input (blocked inside a built-in mark). A 256 KiB buffer makes it sort in
+    // runs and merge them through temporary files, which allocates per run: with its default
+    // buffer sort allocates once, and allocation is 0-0.05% (a sample or none).
+    let status = Command::new("gzip").arg("-k").arg(&input).status().unwrap();
+    assert!(status.success());
+    let mut gunzip = Guarded(
+        Command::new("gzip")
+            .arg("-dc")
+            .arg(dir.path().join("input.txt.gz"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let sorted = dir.path().join("sorted.txt");
+    let out = dir.path().join("profile");
+    let output = Command::new(fsprof())
+        .args(["run", "--rate", ACCURACY_RATE, "-o"])
+        .arg(&out)
+        .args(["--", "sort", "-S", "256K", "--parallel=1", "-o"])
+        .arg(&sorted)
+        .stdin(gunzip.0.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(gunzip
+        .wait_with_deadline(std::time::Duration::from_secs(60))
+        .success());
+    assert_eq!(
+        std::fs::metadata(&sorted).unwrap().len(),
+        std::fs::metadata(&input).unwrap().len()
+    );
+    let report = report_json(&out);
+    let shares: Vec<(&str, f64)> = ["input", "output", "allocation"]
+        .iter()
+        .map(|name| (*name, percent(&report, name)))
+        .collect();
+    eprintln!("sort: {shares:?}");
+    for (name, share) in &shares {
+        assert!(
+            (0.05..60.0).contains(share),
+            "{name}: {share:.2}% ({shares:?})"
+        );
+        // Call sites lie in sort itself (stripped: named from its dynamic symbols, else
+        // `sort+0x…`), not in libc.
+        let sites = payloads(&report, name);
+        assert!(
+            sites
+                .iter()
+                .any(|p| p.starts_with("sort+0x") || !p.contains('+')),
+            "{name}: {sites:?}"
+        );
+        assert!(
+            sites.iter().all(|p| !p.starts_with("libc.so")),
+            "{name}: {sites:?}"
+        );
+    }
+    let sum: f64 = shares.iter().map(|(_, s)| s).sum();
+    assert!(sum < 100.0, "{shares:?}");
+}
+
+/// `rg`, or `None` (the test is skipped) where it is not installed, except under CI, whose
+/// `.ci/run` installs it (`cargo install ripgrep`): there its absence fails the test.
+fn ripgrep() -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("rg"))
+            .find(|rg| rg.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "rg is not installed: `cargo install ripgrep`"
+        );
+        eprintln!("skipped: rg is not installed (cargo install ripgrep)");
+    }
+    found
+}
+
+/// Whether an instance is named after Rust's standard library or libc rather than the program's
+/// own code: `std::…`, `<core::…>::…`, `alloc::…`, `__rust_alloc`, a bare libc symbol.
+fn names_the_runtime(payload: &str) -> bool {
+    let name = payload.trim_start_matches(['<', '&']);
+    ["std::", "core::", "alloc::", "__rust", "__rdl"]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+        || payload.starts_with("libc.so")
+        || (!name.contains("::") && !name.contains('+'))
+}
+
+/// ripgrep, a Rust program nobody here wrote, on a directory tree with its default threads: its
+/// reads, opens and allocations go through Rust's standard library, and every built-in instance
+/// must name ripgrep's own code (its crates and the ones it chose: `grep_searcher`, `ignore`,
+/// `encoding_rs_io`, …), never `FileDesc::read` or `alloc::alloc`, and the call paths under them
+/// end in that code, not in the standard library below it. A call whose site was not found is
+/// labelled so, and is rare.
+#[test]
+fn ripgrep_on_a_tree_names_its_own_code_at_every_instance() {
+    let _serial = serial();
+    let Some(rg) = ripgrep() else { return };
+    let tree = tempdir();
+    // 20000 files of 2 KiB in 100 directories: opens, reads and small allocations.
+    let mut x: u64 = 7;
+    for d in 0..100 {
+        let dir = tree.path().join(format!("d{d}")).join("sub");
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..200 {
+            let mut text = String::with_capacity(2 << 10);
+            while text.len() < 2 << 10 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                text += &format!("fn item_{}(x: u32) -> u32 {{ x + {} }}\n", x >> 40, x >> 50);
+            }
+            std::fs::write(dir.join(format!("f{f}.rs")), text).unwrap();
+        }
+    }
+    let out = tempdir();
+    let mut stderr = String::new();
+    // Several passes, each a new rg: enough samples of its short run.
+    let pattern = r"fn item_[0-9]+5\(x: u32\)";
+    let tree_arg = tree.path().as_os_str();
+    for pass in 0..3 {
+        let dir = out.path().join(format!("pass{pass}"));
+        stderr = run(
+            &dir,
+            &[],
+            &[],
+            &[rg.as_os_str(), "-c".as_ref(), pattern.as_ref(), tree_arg],
+        );
+        let report = report_json(&dir);
+        let mut table = String::new();
+        let (mut builtin_ms, mut not_found_ms) = (0.0, 0.0);
+        for feature in report["features"].as_array().unwrap() {
+            if feature["builtin"] != true {
+                continue;
+            }
+            for instance in feature["instances"].as_array().unwrap() {
+                let payload = instance["payload"].as_str().unwrap();
+                let ms = instance["ms"].as_f64().unwrap()
+                    + instance["blocked_ms"].as_f64().unwrap_or(0.0);
+                builtin_ms += ms;
+                table += &format!("  {} {ms:8.2} ms  {payload}\n", feature["name"]);
+                if payload.starts_with("[call site not found]") {
+                    not_found_ms += ms;
+                    continue;
+                }
+                assert!(!names_the_runtime(payload), "{payload}:\n{stderr}");
+                for path in instance["paths"].as_array().into_iter().flatten() {
+                    let functions = path["functions"].as_array().unwrap();
+                    if let Some(last) = functions.last().and_then(Value::as_str) {
+                        assert!(!names_the_runtime(last), "{payload} by {path}:\n{stderr}");
+                    }
+                }
+            }
+        }
+        eprintln!("pass {pass}:\n{table}");
+        assert!(
+            feature(&report, "input").is_some() && feature(&report, "files").is_some(),
+            "{stderr}"
+        );
+        assert!(
+            not_found_ms <= 0.05 * builtin_ms,
+            "{not_found_ms:.1} of {builtin_ms:.1} ms without a call site:\n{table}"
+        );
+    }
+    assert!(stderr.contains("input"), "{stderr}");
+}
