@@ -145,6 +145,11 @@ pub struct FeatureReport {
     /// The program images the process ran, when it ran more than one (an `exec`): in the
     /// default view only the last one's samples count, the others are reported apart.
     pub images: Vec<ImageTime>,
+    /// Counted time of the samples taken with a native stack.
+    pub native_ns: u64,
+    /// Of that, samples whose innermost native frame is the agent's own code: the cost of its
+    /// interposition, inside the built-in marks or not (see [`agent_share`](Self::agent_share)).
+    pub agent_ns: u64,
 }
 
 /// The time of one program image (see [`FeatureReport::images`]).
@@ -161,6 +166,12 @@ pub struct ImageTime {
 }
 
 impl FeatureReport {
+    /// The share of the time sampled with a native stack that the thread spent in the agent's
+    /// own code (interposing libc), 0–100; `None` without native stacks.
+    pub fn agent_share(&self) -> Option<f64> {
+        (self.native_ns > 0).then(|| self.agent_ns as f64 * 100.0 / self.native_ns as f64)
+    }
+
     /// `part` as a percentage of the total, 0–100.
     pub fn percent(&self, part_ns: u64) -> f64 {
         if self.total_ns == 0 {
@@ -197,6 +208,8 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         max_truncated_depth: 0,
         native,
         images: image_times(profile, view),
+        native_ns: 0,
+        agent_ns: 0,
     };
 
     for (index, group) in profile.samples.iter().enumerate() {
@@ -237,6 +250,19 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         report.samples = report.samples.saturating_add(group.count);
         report.total_ns = report.total_ns.saturating_add(ns);
         report.blocked_ns = report.blocked_ns.saturating_add(blocked);
+        if let Some(native) = group
+            .native
+            .and_then(|id| profile.native_stacks.get(id as usize))
+        {
+            report.native_ns = report.native_ns.saturating_add(ns);
+            let innermost = native
+                .frames
+                .last()
+                .and_then(|f| profile.native_frames.get(*f as usize));
+            if innermost.is_some_and(|frame| crate::agent::is_agent_path(&frame.module)) {
+                report.agent_ns = report.agent_ns.saturating_add(ns);
+            }
+        }
         if let Some(depth) = stack.truncated_depth {
             report.truncated_samples = report.truncated_samples.saturating_add(group.count);
             report.max_truncated_depth = report.max_truncated_depth.max(depth);

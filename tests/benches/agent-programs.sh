@@ -5,8 +5,8 @@
 # Usage: [AGENT=path/to/libfsprof_agent.so] tests/benches/agent-programs.sh [ROUNDS]
 #
 # Each round runs every program alone and with the agent, in a shuffled order; the script prints
-# per program the median wall time of each and the median of the rounds' ratios (with the agent
-# / alone, paired within a round, which cancels the host's drift). Programs (inputs generated in
+# per program the median wall and CPU times of each and the median of the rounds' ratios (with
+# the agent / alone, paired within a round, which cancels the host's drift). Programs (inputs generated in
 # a temporary directory): a C loop of 20 M strdup+free (malloc called from inside libc: ns per
 # iteration as the program measures them), `gcc -O2 -c` of a 300-line C file, `make -j2` of 12
 # such files, `sqlite3` running a query script, `git log -p` of this repository, `xz -T2` of
@@ -83,45 +83,65 @@ print(len(text), sum(len(d["tags"]) for d in back), sorted(str(i) for i in range
 """)
 EOF_PY
 
-run() {
-  case $1 in
-    strdup) ./strdup ;;
-    gcc) gcc -O2 -c unit0.c -o /dev/null ;;
-    make) make -s -j2 -B all >/dev/null ;;
-    sqlite3) rm -f db && sqlite3 db < queries.sql >/dev/null ;;
-    git) for _ in 1 2 3 4 5; do git -C "$repo" log -p >/dev/null; done ;;
-    xz) xz -T2 -c text.txt >/dev/null ;;
-    python3) python3 script.py >/dev/null ;;
-  esac
-}
+# One job per program, each long enough to measure (a few hundred ms at least): the short ones
+# repeated inside the job.
+cat > jobs.txt <<EOF_JOBS
+strdup ./strdup
+gcc for i in 1 2 3 4 5 6 7 8 9 10; do gcc -O2 -c unit0.c -o /dev/null; done
+make for i in 1 2 3; do make -s -j2 -B all >/dev/null; done
+sqlite3 rm -f db && sqlite3 db < queries.sql >/dev/null
+git for i in 1 2 3 4 5; do git -C "$repo" log -p >/dev/null; done
+xz xz -T2 -3 -c text.txt >/dev/null
+python3 python3 script.py >/dev/null
+EOF_JOBS
 
-programs="strdup gcc make sqlite3 git xz python3"
-for round in $(seq "$rounds"); do
-  for job in $(for p in $programs; do echo "$p:alone"; echo "$p:agent"; done | shuf); do
-    program=${job%%:*}
-    config=${job##*:}
-    preload=
-    [ "$config" = agent ] && preload=$agent
-    start=$(date +%s%N)
-    out=$(LD_PRELOAD=$preload run "$program" | tail -1)
-    end=$(date +%s%N)
-    if [ "$program" = strdup ]; then value=$out; else value=$(( (end - start) / 1000000 )); fi
-    echo "$program $config $round $value"
-  done
-done > runs
-python3 - runs <<'EOF_PY'
-import collections, statistics, sys
-times = collections.defaultdict(dict)
-for line in open(sys.argv[1]):
-    program, config, round_, value = line.split()
-    times[program].setdefault(config, {})[round_] = float(value)
-print(f"{'program':<10} {'alone':>10} {'agent':>10} {'ratio (median of rounds)':>26}")
-for program, configs in times.items():
-    rounds = sorted(set(configs["alone"]) & set(configs["agent"]))
-    ratios = [configs["agent"][r] / configs["alone"][r] for r in rounds]
-    unit = "ns/iter" if program == "strdup" else "ms"
-    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
-    print(f"{program:<10} {statistics.median(configs['alone'].values()):>8.1f}{unit[:2]} "
-          f"{statistics.median(configs['agent'].values()):>8.1f}{unit[:2]} "
-          f"{statistics.median(ratios):>10.3f} ({q[0]:.3f} .. {q[2]:.3f})")
+# Each round runs every job alone and with the agent, in a shuffled order, and takes each run's
+# wall time and CPU time (user + system of the job and its children, from wait4): the CPU time
+# is what the agent adds to, and moves less with the host's other load than the wall time.
+python3 - "$rounds" "$agent" jobs.txt <<'EOF_PY'
+import os, random, statistics, sys, time
+rounds, agent, jobs_file = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+jobs = dict(line.rstrip("\n").split(" ", 1) for line in open(jobs_file) if line.strip())
+runs = {}  # (program, config) -> list of (wall, cpu) or per-iteration ns
+for round_ in range(rounds):
+    order = [(p, c) for p in jobs for c in ("alone", "agent")]
+    random.shuffle(order)
+    for program, config in order:
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        if config == "agent":
+            env["LD_PRELOAD"] = agent
+        start = time.monotonic()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            os.dup2(w, 1)
+            os.execve("/bin/bash", ["bash", "-c", jobs[program]], env)
+        os.close(w)
+        out = os.read(r, 1 << 16).decode()
+        while os.read(r, 1 << 16):
+            pass
+        os.close(r)
+        _, status, usage = os.wait4(pid, 0)
+        wall = time.monotonic() - start
+        cpu = usage.ru_utime + usage.ru_stime
+        if program == "strdup":
+            value = (float(out.split()[-1]), float(out.split()[-1]))
+        else:
+            value = (wall * 1e3, cpu * 1e3)
+        runs.setdefault((program, config), []).append(value)
+print(f"{rounds} rounds; medians; ratio = median over rounds of (with agent / alone), paired within a round (25th .. 75th percentile)")
+print(f"{'program':<8} {'alone wall':>11} {'agent wall':>11} {'wall ratio':>24} {'alone cpu':>10} {'agent cpu':>10} {'cpu ratio':>24}")
+for program in jobs:
+    alone, agent_runs = runs[(program, "alone")], runs[(program, "agent")]
+    cells = []
+    for k in (0, 1):
+        ratios = [b[k] / a[k] for a, b in zip(alone, agent_runs)]
+        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+        unit = "ns" if program == "strdup" else "ms"
+        cells.append(f"{statistics.median(x[k] for x in alone):>9.1f}{unit} {statistics.median(x[k] for x in agent_runs):>9.1f}{unit} "
+                     f"{statistics.median(ratios):>7.3f} ({q[0]:.3f} .. {q[2]:.3f})")
+    print(f"{program:<8} " + "  ".join(cells))
+print("strdup: ns per iteration (a strdup and a free) as the program measures them, in both columns")
 EOF_PY

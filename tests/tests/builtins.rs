@@ -517,3 +517,25 @@ fn a_stack_from_before_an_exec_is_never_shown_after_it() {
         );
     }
 }
+
+/// The agent's own cost is never hidden: in a loop of `strdup` and `free` (malloc called from
+/// inside libc, tens of millions of calls a second), the code the agent runs around each call
+/// outside its mark shows in the notes and in JSON's `agent_percent`; without the agent, neither.
+#[test]
+fn the_time_spent_in_the_agents_own_code_is_reported() {
+    let _serial = serial();
+    let (dir, stderr) = run_c_program("strdups", "2", &[], &[]);
+    let report = report_json(dir.path());
+    let agent = report["agent_percent"].as_f64().unwrap();
+    let allocation = percent(&report, "allocation");
+    eprintln!("strdups: agent {agent:.2}%, allocation {allocation:.2}%");
+    assert!(agent >= 5.0, "{stderr}");
+    assert!(
+        stderr.contains("the agent's own code (around each interposed libc call"),
+        "{stderr}"
+    );
+    let (dir, stderr) = run_c_program("strdups", "1", &["--no-agent"], &[]);
+    let report = report_json(dir.path());
+    assert_eq!(report["agent_percent"].as_f64().unwrap_or(0.0), 0.0);
+    assert!(!stderr.contains("the agent's own code"), "{stderr}");
+}

@@ -21,6 +21,10 @@
 //! or `total_ms` in the default `active` view. With `time_view` `all` (`--idle`) every wait counts
 //! and `blocked_ms` is 0.
 //!
+//! `agent_percent` (since 2026-11-25): the share, 0–100, of the time sampled with a native stack
+//! whose innermost frame was the agent's own code (its cost of interposing libc, partly outside
+//! the built-in marks); `null` without native stacks.
+//!
 //! When the profile has native stacks, the most expensive instances of each feature also have
 //! `"paths"`: the native call paths that reached their mark, most expensive first,
 //! `{"functions": ["app::main", "app::report"], "cut": true, "ms": 700.5, "share": 70.04,
@@ -75,6 +79,7 @@ pub fn render(report: &FeatureReport, meta: &Meta) -> Value {
         "time_view": match report.view { TimeView::Active => "active", TimeView::All => "all" },
         "features": features,
         "truncated_samples": report.truncated_samples,
+        "agent_percent": report.agent_share(),
         "images": report.images.iter().map(|image| json!({"name": image.name,
             "wall_ms": ms(image.wall_ns), "active_ms": ms(image.active_ns),
             "counted": image.counted})).collect::<Vec<Value>>(),

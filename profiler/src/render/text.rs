@@ -212,6 +212,11 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
             ),
         );
     }
+    if let Some(share) = report.agent_share().filter(|_| !builtin.is_empty()) {
+        notes.push(format!(
+            "the agent's own code (around each interposed libc call, partly outside the built-in marks) ran in {share:.1}% of the time sampled with a native stack: what the built-in features cost the program; --no-agent removes it"
+        ));
+    }
     if report.truncated_samples > 0 {
         notes.push(format!(
             "{} samples had mark stacks deeper than {} (up to {}): their stacks are truncated, marks beyond that depth are not attributed",
