@@ -361,8 +361,10 @@ impl NativeSampler {
     /// for a thread that is off its CPU) and its stack memory is copied while it stays blocked.
     /// [`Blocked::Skip`] when that cannot be done without waiting (see below) or it ran
     /// meanwhile (its scheduling count moved); [`Blocked::Stop`] when its stack does not unwind
-    /// to its root: the frame pointer is not known this way, so code that needs it to unwind is
-    /// left to a ptrace stop. Not stopping a blocked thread matters: a stop extends
+    /// to its root: the frame pointer is not known this way, so a frame that needs it to unwind
+    /// (Rust's standard library keeps frame pointers) is left to a ptrace stop, unless its size
+    /// at that call was learnt from an earlier stack (see `unwind.rs`): a thread blocking again
+    /// and again at the same place is stopped once. Not stopping a blocked thread matters: a stop extends
     /// the block it interrupts (a sleep that ends meanwhile resumes late), which the program's
     /// own clock sees and the samples did not.
     pub fn blocked_stack(&mut self, tid: u32, retry: bool) -> Blocked {
@@ -384,7 +386,7 @@ impl NativeSampler {
             self.stats.blocked_skipped += 1;
             return Blocked::Skip; // running again
         };
-        let regs = Registers { ip, sp, bp: 0 };
+        let regs = Registers { ip, sp, bp: None };
         if !self.maps.iter().any(|m| m.range.contains(&sp)) {
             self.refresh(tid);
         }

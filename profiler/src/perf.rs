@@ -604,7 +604,11 @@ fn parse(record: &[u8]) -> Record<'_> {
     let dynamic = word(64 + size).unwrap_or(0) as usize;
     Record::Sample(PerfSample {
         time,
-        regs: Registers { ip, sp, bp },
+        regs: Registers {
+            ip,
+            sp,
+            bp: Some(bp),
+        },
         stack: StackView {
             start: sp,
             bytes: &bytes[..dynamic.min(size)],
@@ -997,7 +1001,7 @@ mod tests {
         };
         assert_eq!(
             (sample.regs.ip, sample.regs.sp, sample.regs.bp),
-            (0x4000, 0x1000, 7)
+            (0x4000, 0x1000, Some(7))
         );
         assert_eq!(sample.time, 5);
         assert_eq!(sample.stack.bytes, &[9u8; 8]);

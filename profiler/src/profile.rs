@@ -173,6 +173,9 @@ pub struct Meta {
     /// last ran on fsprof's CPU, or ran again meanwhile).
     #[serde(default)]
     pub native_blocked_skipped: u64,
+    /// Times a thread was stopped (ptrace) to take its native stack.
+    #[serde(default)]
+    pub native_stops: u64,
     /// Median time a sampled thread stayed stopped, microseconds.
     #[serde(default)]
     pub pause_p50_us: u64,

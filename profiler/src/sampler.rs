@@ -1091,6 +1091,7 @@ impl Sampler {
             meta.native_blocked = stats.blocked;
             meta.native_blocked_skipped = stats.blocked_skipped;
             (meta.perf_lost, meta.perf_unmatched) = native.perf_losses();
+            meta.native_stops = native.pauses().count();
             meta.pause_p50_us = native.pauses().quantile(0.5).as_micros() as u64;
             meta.pause_p99_us = native.pauses().quantile(0.99).as_micros() as u64;
             if let Some(errno) = native.attach_error {

@@ -361,7 +361,7 @@ fn registers(tid: u32) -> Option<Registers> {
         (result == 0).then_some(Registers {
             ip: regs.rip,
             sp: regs.rsp,
-            bp: regs.rbp,
+            bp: Some(regs.rbp),
         })
     }
     #[cfg(not(target_arch = "x86_64"))]

@@ -5,13 +5,28 @@
 //! pointers as the fallback, by framehop, over the modules of `modules.rs` (executable, shared
 //! libraries, vdso). Produces return addresses and each frame's CFA (the caller's stack pointer),
 //! which places marks between frames. Nothing here reads the target: only the copy.
+//!
+//! A stack taken without the frame pointer (a blocked thread's, whose stack and instruction
+//! pointers come from `/proc`) cannot be walked through a frame whose CFA is `rbp + 16` (Rust's
+//! standard library keeps frame pointers): for such a frame the walk uses the frame's size at
+//! that very address as learnt from stacks unwound with every register known (a frame-pointer
+//! frame's size at a given call is fixed, unless it allocates on its stack dynamically, which
+//! shows as two sizes: then it is not used). Unknown, the walk stops there, incomplete.
 //! x86-64 only for now; on other architectures native stacks are not recorded.
 
 use crate::modules::{Image, Module};
 use crate::profile::MAX_NATIVE_FRAMES;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Unwinder as _};
+use std::collections::HashMap;
 use std::ops::{Deref, Range};
+
+/// How many frame sizes are remembered (see [`FrameSizes`]).
+const MAX_FRAME_SIZES: usize = 1 << 16;
+
+/// A frame pointer standing for "unknown": an address no stack holds, so that a rule that needs
+/// it fails rather than reading 0 as the end of the stack.
+const UNKNOWN_BP: u64 = 8;
 
 /// The registers unwinding starts from.
 #[derive(Clone, Copy, Debug, Default)]
@@ -20,8 +35,9 @@ pub struct Registers {
     pub ip: u64,
     /// Stack pointer.
     pub sp: u64,
-    /// Frame pointer (rbp).
-    pub bp: u64,
+    /// Frame pointer (rbp); `None` when unknown (a blocked thread's registers, from `/proc`,
+    /// have none: see the module's documentation).
+    pub bp: Option<u64>,
 }
 
 /// A copy of the top of a thread's stack.
@@ -102,6 +118,28 @@ pub struct Unwinder {
     unwinder: UnwinderX86_64<Section>,
     cache: CacheX86_64,
     modules: Vec<Module>,
+    sizes: FrameSizes,
+}
+
+/// The sizes of frame-pointer frames (CFA minus stack pointer) by lookup address, learnt from
+/// stacks whose frame pointer was known; `None` where two sizes were seen.
+#[derive(Default)]
+struct FrameSizes(HashMap<u64, Option<u64>>);
+
+impl FrameSizes {
+    fn learn(&mut self, address: u64, size: u64) {
+        if self.0.len() >= MAX_FRAME_SIZES && !self.0.contains_key(&address) {
+            return;
+        }
+        let entry = self.0.entry(address).or_insert(Some(size));
+        if *entry != Some(size) {
+            *entry = None;
+        }
+    }
+
+    fn get(&self, address: u64) -> Option<u64> {
+        self.0.get(&address).copied().flatten()
+    }
 }
 
 impl Default for Unwinder {
@@ -117,6 +155,7 @@ impl Unwinder {
             unwinder: UnwinderX86_64::new(),
             cache: CacheX86_64::new(),
             modules: Vec::new(),
+            sizes: FrameSizes::default(),
         }
     }
 
@@ -135,6 +174,7 @@ impl Unwinder {
         }
         self.modules = modules;
         self.cache = CacheX86_64::new();
+        self.sizes = FrameSizes::default();
     }
 
     /// Whether `address` is in a known module.
@@ -144,9 +184,10 @@ impl Unwinder {
 
     /// Unwinds the stack `stack` from `regs` into `out`.
     pub fn unwind(&mut self, regs: Registers, stack: StackView<'_>, out: &mut Unwound) {
-        let unwind_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let bp = regs.bp.unwrap_or(UNKNOWN_BP);
+        let unwind_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, bp);
         let address = FrameAddress::from_instruction_pointer(regs.ip);
-        self.walk(address, unwind_regs, stack, out);
+        self.walk(address, unwind_regs, regs.bp.is_some(), stack, out);
     }
 
     /// Unwinds `stack` from a function that was about to return to `ret`, with its return
@@ -166,17 +207,20 @@ impl Unwinder {
         let Some(address) = FrameAddress::from_return_address(ret) else {
             return;
         };
-        // An unknown frame pointer as an address no stack holds, so that a rule that needs it
-        // fails rather than reading 0 as the end of the stack.
-        let bp = if bp == 0 { 8 } else { bp };
+        let known = bp != 0;
+        let bp = if known { bp } else { UNKNOWN_BP };
         let unwind_regs = UnwindRegsX86_64::new(ret, sp.saturating_add(8), bp);
-        self.walk(address, unwind_regs, stack, out);
+        self.walk(address, unwind_regs, known, stack, out);
     }
 
+    /// Walks from `address`; `bp_known` tells whether `unwind_regs` holds the real frame
+    /// pointer (then frame-pointer frames' sizes are learnt) or [`UNKNOWN_BP`] (then they are
+    /// used, until a frame restores the register from the stack).
     fn walk(
         &mut self,
         mut address: FrameAddress,
         mut unwind_regs: UnwindRegsX86_64,
+        mut bp_known: bool,
         stack: StackView<'_>,
         out: &mut Unwound,
     ) {
@@ -188,9 +232,31 @@ impl Unwinder {
                 FrameAddress::InstructionPointer(ip) => ip,
                 FrameAddress::ReturnAddress(ra) => u64::from(ra) - 1,
             };
-            let result =
+            let before = unwind_regs;
+            let mut result =
                 self.unwinder
                     .unwind_frame(address, &mut unwind_regs, &mut self.cache, &mut read);
+            if !bp_known && result.is_err() {
+                if let Some(size) = self.sizes.get(lookup) {
+                    unwind_regs = before;
+                    let bp = before.sp().saturating_add(size).saturating_sub(16);
+                    unwind_regs.set_bp(bp);
+                    result = self.unwinder.unwind_frame(
+                        address,
+                        &mut unwind_regs,
+                        &mut self.cache,
+                        &mut read,
+                    );
+                    bp_known = result.is_ok();
+                }
+            }
+            if let Ok(Some(_)) = result {
+                if bp_known && unwind_regs.sp() == before.bp().wrapping_add(16) {
+                    self.sizes.learn(lookup, unwind_regs.sp() - before.sp());
+                } else if !bp_known && unwind_regs.bp() != UNKNOWN_BP {
+                    bp_known = true; // restored from the stack by this frame's rule
+                }
+            }
             match result {
                 Ok(Some(return_address)) => {
                     out.frames.push(UnwoundFrame {
@@ -281,4 +347,21 @@ fn framehop_module(module: &Module) -> framehop::Module<Section> {
         }
     }
     framehop::Module::new(module.name.clone(), module.range.clone(), module.bias, info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_size_seen_twice_differently_is_not_used() {
+        let mut sizes = FrameSizes::default();
+        sizes.learn(0x1000, 48);
+        sizes.learn(0x1000, 48);
+        sizes.learn(0x2000, 32);
+        sizes.learn(0x2000, 64); // an alloca, say
+        assert_eq!(sizes.get(0x1000), Some(48));
+        assert_eq!(sizes.get(0x2000), None);
+        assert_eq!(sizes.get(0x3000), None);
+    }
 }

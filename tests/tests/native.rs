@@ -318,23 +318,31 @@ fn blocked_thread_sampled_without_a_stop(backend: &str) {
     // About 1 tick in 3 finds the thread asleep; a few are skipped (see NativeSampler::blocked_stack).
     assert!(blocked > 300 && skipped < blocked / 4, "{meta}");
     if backend == "perf" {
-        assert_eq!(meta["pause_p99_us"], 0, "a thread was stopped: {meta}");
+        // Stopped only to learn the sizes of the standard library's frame-pointer frames on its
+        // way to the sleep (see unwind.rs), the first time it is found there.
+        assert!(meta["native_stops"].as_u64().unwrap() <= 3, "{meta}");
     }
+    // Of the samples under the mark with a stack (the skipped ones have none), nearly all are in
+    // the sleep, their stacks whole: from the program's main down to the sleep, the mark between.
     let stacks = folded(&out);
-    let under_io = |(frames, _): &&(Vec<String>, u64)| frames.iter().any(|f| f == "[io] read");
+    let under_io = |(frames, _): &&(Vec<String>, u64)| {
+        frames.iter().any(|f| f == "[io] read") && frames[0] != "[no native stack]"
+    };
     let io: u64 = stacks.iter().filter(under_io).map(|(_, us)| us).sum();
     let asleep: u64 = stacks
         .iter()
         .filter(under_io)
         .filter(|(frames, _)| {
             let at = frames.iter().position(|f| f == "[io] read").unwrap();
-            frames[at..].iter().any(|f| f.contains("clock_nanosleep"))
+            let main = frames.iter().position(|f| f == "fsprof_target::main");
+            main.is_some_and(|main| main < at)
+                && frames[at..].iter().any(|f| f.contains("clock_nanosleep"))
         })
         .map(|(_, us)| us)
         .sum();
     assert!(
         io > 0 && asleep * 10 >= io * 9,
-        "{asleep} of {io} µs under [io] are in clock_nanosleep"
+        "{asleep} of {io} µs under [io] with a stack are in clock_nanosleep under main: {stacks:?}"
     );
 }
 
