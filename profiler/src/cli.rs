@@ -1,7 +1,7 @@
 //! The command line (clap). Parsed arguments are turned into plain option structs here, so the
 //! rest of the crate never sees clap types.
 
-use crate::session::RecordOptions;
+use crate::record::session::{Backend, RecordOptions};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -107,17 +107,6 @@ struct RecordArgs {
     /// where the kernel allows it. Threads that are not running are always read with ptrace.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
-}
-
-/// How native stacks of running threads are taken (see `--backend`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    /// perf where allowed, else ptrace.
-    Auto,
-    /// perf events (and BPF); an error where the kernel refuses.
-    Perf,
-    /// ptrace stops.
-    Ptrace,
 }
 
 /// Output formats of `fsprof report`.

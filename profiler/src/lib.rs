@@ -1,34 +1,21 @@
 //! fsprof, the feature-specific profiler: the library behind the `fsprof` command.
 //!
-//! Data flows one way: the target's shim writes marks into a shared-memory region; the
-//! [`sampler`] copies them (through [`region`] and [`remote`]; [`scanner`] finds the regions) together with per-thread clocks from
-//! [`target`] into a [`profile`]; the [`analysis`] computes costs per feature and instance; the
-//! [`render`]ers print them, fold the stacks and draw flamegraphs. [`session`] wires this into
-//! the `run` and `attach` commands; [`agent`] finds the library `run` preloads for the built-in
-//! features; [`privilege`] keeps a capable copy of fsprof to what its user may do.
+//! Data flows one way, and the folders follow it: the target's shim writes marks into a
+//! shared-memory region; [`record`] (the `run` and `attach` sessions and their sampling loop)
+//! copies them, through [`target`] (the process, its memory, regions, modules and strings),
+//! together with native stacks from [`native`] (perf, `/proc`, ptrace; unwinding), into a
+//! [`profile`] (the saved format); after recording, [`symbolize`] names the addresses; the
+//! [`analysis`] computes costs per feature and instance; the [`render`]ers print them, fold the
+//! stacks and draw flamegraphs. [`cli`] is the command line.
 
-pub mod agent;
 pub mod analysis;
-pub mod call_sites;
 pub mod cli;
-pub mod modules;
-pub mod names;
 pub mod native;
-pub mod perf;
-pub mod privilege;
 pub mod profile;
-pub mod region;
-pub mod remote;
+pub mod record;
 pub mod render;
-pub mod runtime_code;
-pub mod sampler;
-pub mod scanner;
-pub mod session;
-pub mod stacks;
-pub mod symbols;
+pub mod symbolize;
 pub mod target;
-pub mod tracer;
-pub mod unwind;
 
 use analysis::TimeView;
 use anyhow::Result;

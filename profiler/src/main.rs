@@ -8,7 +8,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // Before anything else: a copy of fsprof holding privilege its user lacks becomes that user,
     // keeping only what the perf backend needs, and that only if it may be used.
-    if let Err(error) = fsprof::privilege::settle() {
+    if let Err(error) = fsprof::record::privilege::settle() {
         eprintln!("fsprof: error: {error}");
         return ExitCode::FAILURE;
     }
@@ -18,13 +18,15 @@ fn main() -> ExitCode {
         Command::Report { .. } => false,
     };
     if !perf_wanted {
-        fsprof::privilege::drop_all();
+        fsprof::record::privilege::drop_all();
     }
     let result = match command {
         Command::Run { program, options } => {
-            fsprof::session::run(&program, &options).map(|code| code as u8)
+            fsprof::record::session::run(&program, &options).map(|code| code as u8)
         }
-        Command::Attach { pid, options } => fsprof::session::attach(pid, &options).map(|()| 0),
+        Command::Attach { pid, options } => {
+            fsprof::record::session::attach(pid, &options).map(|()| 0)
+        }
         Command::Report { path, options } => fsprof::report(&path, &options).and_then(|text| {
             match std::io::stdout().write_all(text.as_bytes()) {
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
@@ -38,7 +40,7 @@ fn main() -> ExitCode {
             // Errors can quote a file's or a process's contents: print them safely.
             let chain: Vec<String> = error
                 .chain()
-                .map(|e| fsprof::names::clean(&e.to_string()))
+                .map(|e| fsprof::target::names::clean(&e.to_string()))
                 .collect();
             eprintln!("fsprof: error: {}", chain.join(": "));
             ExitCode::FAILURE

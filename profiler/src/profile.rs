@@ -29,7 +29,7 @@
 //! A reader refuses other `format`s and newer `version`s; fields may be added within a version.
 //! Version 1 had no native stacks (`--no-native` profiles still have none).
 
-use crate::names::PayloadKind;
+use crate::target::names::PayloadKind;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -402,7 +402,7 @@ impl Profile {
     /// Replaces control and bidi characters in every text that reaches a terminal: a profile is a
     /// file anyone may have written.
     fn sanitise(&mut self) {
-        let clean = |text: &mut String| *text = crate::names::clean(text);
+        let clean = |text: &mut String| *text = crate::target::names::clean(text);
         self.features.iter_mut().for_each(clean);
         self.payloads.iter_mut().for_each(|p| clean(&mut p.text));
         self.threads.iter_mut().for_each(|t| clean(&mut t.name));

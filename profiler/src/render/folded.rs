@@ -5,7 +5,7 @@
 //! _start;main;app::run;[output] src/main.rs:57:27;app::write_row 1234
 //! ```
 //!
-//! Stacks are the combined stacks of [`crate::stacks`]: native frames with each mark drawn where it
+//! Stacks are the combined stacks of [`crate::render::stacks`]: native frames with each mark drawn where it
 //! was pushed (`[feature] payload`), or, for the features-only view, the marks alone (samples
 //! without marks become one `[no feature]` frame). Sample groups with the same stack (other
 //! threads, say) are merged. A group without a native stack in a profile that has native stacks
@@ -13,7 +13,7 @@
 //! `[stack truncated]`.
 //!
 //! The count is **time in microseconds**, rounded, in the report's time view (see
-//! [`TimeView`](crate::analysis::TimeView): active time, plus blocked time inside marks, by
+//! [`TimeView`]: active time, plus blocked time inside marks, by
 //! default; all thread time with `--idle` or a profile recorded with it), not a number of samples.
 //! Stacks whose time rounds to 0 µs are left out. Lines are sorted, so the output is deterministic.
 //!
@@ -21,12 +21,12 @@
 //! each line splits unambiguously; the count is always the last space-separated field.
 //!
 //! This module folds and formats; it computes no feature costs (the weights come from
-//! [`analysis::group_weights`](crate::analysis::group_weights)) and draws nothing (see
+//! [`analysis::group_weights`]) and draws nothing (see
 //! [`flamegraph`](super::flamegraph)).
 
 use crate::analysis::{self, TimeView};
 use crate::profile::Profile;
-use crate::stacks::{self, StackFrame};
+use crate::render::stacks::{self, StackFrame};
 use std::collections::{BTreeMap, HashMap};
 
 /// The frame of samples without marks, in the features-only view.
@@ -186,10 +186,10 @@ fn clean(label: &str) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::names::PayloadKind;
     use crate::profile::{
         Frame, Meta, NativeFrame, Payload, ProfileBuilder, RawNativeStack, Stack,
     };
+    use crate::target::names::PayloadKind;
 
     /// A fake symbolizer: address `n` is function `f{n}`; address 100 + n is `g{n}` with `f{n}`
     /// inlined into it (two frames).

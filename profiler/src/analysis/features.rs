@@ -22,7 +22,7 @@
 //! them into text, JSON or flamegraphs.
 
 use crate::profile::{Frame, Profile, SampleGroup, Stack};
-use crate::runtime_code;
+use crate::symbolize::runtime_code;
 use std::collections::{HashMap, HashSet};
 
 /// Instances per feature (the most expensive) that get their call paths.
@@ -259,7 +259,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
                 .frames
                 .last()
                 .and_then(|f| profile.native_frames.get(*f as usize));
-            if innermost.is_some_and(|frame| crate::agent::is_agent_path(&frame.module)) {
+            if innermost.is_some_and(|frame| crate::record::agent::is_agent_path(&frame.module)) {
                 report.agent_ns = report.agent_ns.saturating_add(ns);
             }
         }
@@ -497,8 +497,8 @@ fn inside_own_mark(stack: &Stack) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::names::PayloadKind;
     use crate::profile::{Frame, Meta, Payload, ProfileBuilder, Stack};
+    use crate::target::names::PayloadKind;
 
     fn mark(feature: u32, payload: u32) -> Frame {
         Frame {

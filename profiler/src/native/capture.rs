@@ -15,13 +15,13 @@
 //! at most every [`MAPS_REFRESH`]) and every module seen, for symbolization after recording.
 //! Symbolization itself is not done here.
 
-use crate::modules::{self, Mapping, Module};
-use crate::perf::{PerfSampler, WatchError, SLOTS};
+use crate::native::perf::{PerfSampler, WatchError, SLOTS};
+use crate::native::tracer::{Pauses, Tracer};
+use crate::native::unwind::{Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame};
 use crate::profile::RawNativeStack;
-use crate::remote::Remote;
-use crate::target;
-use crate::tracer::{Pauses, Tracer};
-use crate::unwind::{Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame};
+use crate::target::modules::{self, Mapping, Module};
+use crate::target::process;
+use crate::target::remote::Remote;
 use fsprof_shim::abi::RecordView;
 use std::time::{Duration, Instant};
 
@@ -113,7 +113,7 @@ impl NativeSampler {
             None => (None, None),
         };
         if perf.is_none() {
-            crate::privilege::drop_all(); // nothing else needs it
+            crate::record::privilege::drop_all(); // nothing else needs it
         }
         let mut sampler = NativeSampler {
             pid,
@@ -278,7 +278,7 @@ impl NativeSampler {
                 slots: sample.marks_known.then_some(sample.slots),
             });
         });
-        if let Err(why) = crate::privilege::still_traceable(self.pid) {
+        if let Err(why) = crate::record::privilege::still_traceable(self.pid) {
             // It ran a program its user may not trace (one with file capabilities): what perf
             // took may be of that program, and is dropped unused, and perf with it.
             self.stop_perf(tid, why);
@@ -291,7 +291,7 @@ impl NativeSampler {
     /// Ends perf sampling for good (perf is already out of `self`), because `tid` turned out not
     /// to be a thread this fsprof's user may trace (see `privilege.rs`).
     fn stop_perf(&mut self, tid: u32, why: String) {
-        crate::privilege::drop_all();
+        crate::record::privilege::drop_all();
         self.perf_refused = Some(format!(
             "perf sampling was stopped when thread {tid} turned out not to be one this fsprof's user may trace ({why})"
         ));
@@ -375,14 +375,14 @@ impl NativeSampler {
         // was skipped at the previous sample too, and has had a whole interval to leave).
         // SAFETY: no arguments.
         let ours = unsafe { nix::libc::sched_getcpu() };
-        if !retry && u32::try_from(ours).ok() == target::last_cpu(self.pid, tid) {
+        if !retry && u32::try_from(ours).ok() == process::last_cpu(self.pid, tid) {
             self.stats.blocked_skipped += 1;
             return Blocked::Skip;
         }
-        let Some(before) = target::times_scheduled(self.pid, tid) else {
+        let Some(before) = process::times_scheduled(self.pid, tid) else {
             return Blocked::Stop;
         };
-        let Some((sp, ip)) = target::blocked_registers(self.pid, tid) else {
+        let Some((sp, ip)) = process::blocked_registers(self.pid, tid) else {
             self.stats.blocked_skipped += 1;
             return Blocked::Skip; // running again
         };
@@ -391,7 +391,7 @@ impl NativeSampler {
             self.refresh(tid);
         }
         copy_stack(Remote::new(tid), &self.maps, regs, &mut self.copy);
-        if target::times_scheduled(self.pid, tid) != Some(before) {
+        if process::times_scheduled(self.pid, tid) != Some(before) {
             self.stats.blocked_skipped += 1;
             return Blocked::Skip;
         }

@@ -12,7 +12,7 @@
 //! was being delivered; if fsprof is killed outright, the kernel detaches everything. This module
 //! knows nothing of marks or unwinding.
 
-use crate::unwind::Registers;
+use crate::native::unwind::Registers;
 use nix::errno::Errno;
 use nix::libc;
 use std::collections::HashMap;

@@ -18,7 +18,7 @@
 //! with `cargo build` cannot assume. It needs `CAP_BPF` and `CAP_PERFMON` (or root); where the
 //! kernel refuses, [`PerfSampler::new`] says why and the sampler falls back to ptrace.
 
-use crate::unwind::{Registers, StackView};
+use crate::native::unwind::{Registers, StackView};
 use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE, SLOT_SIZE, SLOT_STATE_SIZE};
 use nix::errno::Errno;
 use nix::libc;
@@ -130,11 +130,11 @@ impl PerfSampler {
     /// sample every `period_ns` of a thread's CPU time. The error says what the kernel refused
     /// and what to do.
     pub fn new(period_ns: u64) -> Result<PerfSampler, String> {
-        crate::privilege::with_perf(|| PerfSampler::create(period_ns))
+        crate::record::privilege::with_perf(|| PerfSampler::create(period_ns))
     }
 
     fn create(period_ns: u64) -> Result<PerfSampler, String> {
-        if let Some(why) = crate::privilege::perf_withheld() {
+        if let Some(why) = crate::record::privilege::perf_withheld() {
             return Err(why.to_owned());
         }
         if !cfg!(target_arch = "x86_64") {
@@ -264,13 +264,15 @@ impl PerfSampler {
     /// then (its credentials may have changed in between, by a setuid `exec`, which removes the
     /// events the thread had but not one opened after).
     fn open(&mut self, tid: u32) -> Result<Thread, WatchError> {
-        let check = |tid| match crate::privilege::may_trace(tid) {
+        let check = |tid| match crate::record::privilege::may_trace(tid) {
             Ok(()) => Ok(()),
-            Err(crate::privilege::Refusal::Gone) => Err(WatchError::Refused(Errno::ESRCH)),
-            Err(crate::privilege::Refusal::Rule(why)) => Err(WatchError::Foreign { tid, why }),
+            Err(crate::record::privilege::Refusal::Gone) => Err(WatchError::Refused(Errno::ESRCH)),
+            Err(crate::record::privilege::Refusal::Rule(why)) => {
+                Err(WatchError::Foreign { tid, why })
+            }
         };
         check(tid)?;
-        let thread = crate::privilege::with_perf(|| self.open_unchecked(tid))
+        let thread = crate::record::privilege::with_perf(|| self.open_unchecked(tid))
             .map_err(WatchError::Refused)?;
         // Enabled only once the thread passed again: nothing is sampled in between.
         let enabled = check(tid).and_then(|()| {

@@ -7,14 +7,13 @@
 //! `features.svg` (marks only), and the report on stderr. The target is never stopped, signalled
 //! or killed.
 
-use crate::agent;
 use crate::analysis::{self, TimeView};
-use crate::cli::Backend;
 use crate::profile::{Meta, Profile};
-use crate::remote::Remote;
+use crate::record::agent;
+use crate::record::sampler::{self, End, Sampler, SamplerOptions, Schedule};
 use crate::render;
-use crate::sampler::{self, End, Sampler, SamplerOptions, Schedule};
-use crate::target;
+use crate::target::process;
+use crate::target::remote::Remote;
 use anyhow::{bail, Context, Result};
 use nix::errno::Errno;
 use std::ffi::OsString;
@@ -32,6 +31,17 @@ pub const REPORT_FILE: &str = "report.txt";
 pub const FLAMEGRAPH_FILE: &str = "flamegraph.svg";
 /// Name of the features-only flamegraph inside an output directory.
 pub const FEATURES_FILE: &str = "features.svg";
+
+/// How native stacks of running threads are taken (see `--backend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// perf where allowed, else ptrace.
+    Auto,
+    /// perf events (and BPF); an error where the kernel refuses.
+    Perf,
+    /// ptrace stops.
+    Ptrace,
+}
 
 /// Options common to `run` and `attach`.
 #[derive(Clone, Debug)]
@@ -87,7 +97,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     };
     let pid = child.id();
     // Raised only now, so that the program does not inherit fsprof's higher limit.
-    let descriptors = target::raise_open_file_limit();
+    let descriptors = process::raise_open_file_limit();
 
     let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
     let mut status: Option<ExitStatus> = None;
@@ -113,7 +123,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     if status.is_none() {
         status = sampler.exit_status(); // collected while detaching
     }
-    crate::privilege::drop_all(); // no kernel object is made after recording
+    crate::record::privilege::drop_all(); // no kernel object is made after recording
     if matches!(end, End::TargetExited(_)) && status.is_none() {
         // The sampler saw it go; collect its status (if our parent ignores SIGCHLD there is none).
         status = child.wait().ok();
@@ -152,8 +162,8 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     check_attachable(pid)?;
     check_backend(options)?;
     let signals = Signals::install()?;
-    let descriptors = target::raise_open_file_limit();
-    let command = target::command_line(pid);
+    let descriptors = process::raise_open_file_limit();
+    let command = process::command_line(pid);
     let name = command
         .first()
         .map(|c| program_name(c.as_ref()))
@@ -174,38 +184,38 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         // A zombie still lists its threads; look at its state now and then.
         if Instant::now() >= next_check {
             next_check = Instant::now() + Duration::from_millis(100);
-            if !target::is_alive(pid) {
+            if !process::is_alive(pid) {
                 return Some(End::TargetExited("the program exited".to_owned()));
             }
         }
         None
     });
-    crate::privilege::drop_all(); // no kernel object is made after recording
+    crate::record::privilege::drop_all(); // no kernel object is made after recording
     let meta = meta("attach", command, pid, options, &end);
     write_outputs(&dir, sampler.finish(meta))
 }
 
 /// Fails with a clear message unless `pid` is a live process whose memory we may read.
 fn check_attachable(pid: u32) -> Result<()> {
-    if pid == 0 || !target::proc_dir(pid).exists() {
+    if pid == 0 || !process::proc_dir(pid).exists() {
         bail!("no process with pid {pid}");
     }
-    if !target::is_alive(pid) {
+    if !process::is_alive(pid) {
         bail!("process {pid} has already exited (it is a zombie waiting for its parent)");
     }
     if pid == std::process::id() {
         bail!("fsprof cannot profile itself");
     }
-    if let Err(why) = crate::privilege::may_trace(pid) {
-        bail!("{}", crate::privilege::refusal(pid, &why));
+    if let Err(why) = crate::record::privilege::may_trace(pid) {
+        bail!("{}", crate::record::privilege::refusal(pid, &why));
     }
-    let address = match target::some_readable_address(pid) {
+    let address = match process::some_readable_address(pid) {
         Ok(Some(address)) => address,
         Ok(None) => bail!("process {pid} has no readable memory (a kernel thread?)"),
         Err(e) if e.kind() == ErrorKind::PermissionDenied => {
             bail!(
                 "no permission to read process {pid}: {}",
-                target::permission_advice(pid)
+                process::permission_advice(pid)
             )
         }
         Err(_) => bail!("no process with pid {pid}"),
@@ -215,7 +225,7 @@ fn check_attachable(pid: u32) -> Result<()> {
         Err(Errno::EPERM | Errno::EACCES) => {
             bail!(
                 "no permission to read the memory of process {pid}: {}",
-                target::permission_advice(pid)
+                process::permission_advice(pid)
             )
         }
         Err(Errno::ESRCH) => bail!("no process with pid {pid}"),
@@ -229,7 +239,7 @@ fn spawn(name: &OsString, args: &[OsString], preload: Option<&Path>) -> Result<C
     // A capable fsprof runs in the C library's secure mode, which removed variables such as
     // LD_LIBRARY_PATH and TMPDIR from its environment; the program runs as the user, without
     // privilege, and gets the user's environment back.
-    let user_environment = crate::privilege::user_environment();
+    let user_environment = crate::record::privilege::user_environment();
     let user_preload = match &user_environment {
         Some(environment) => {
             command.env_clear().envs(environment.iter().cloned());
@@ -281,7 +291,8 @@ fn wait_for_program(child: &mut Child, pid: u32, signals: &Signals, end: &End) -
             Ok(None) => {}
             Err(_) => return Ok(1),
         }
-        if signals.suspend.swap(false, Ordering::Relaxed) && !crate::target::own_group_is_orphaned()
+        if signals.suspend.swap(false, Ordering::Relaxed)
+            && !crate::target::process::own_group_is_orphaned()
         {
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
         }
@@ -347,7 +358,7 @@ fn sampler_options(options: &RecordOptions) -> SamplerOptions {
 /// Fails, before anything is started, when perf was asked for explicitly and is refused.
 fn check_backend(options: &RecordOptions) -> Result<()> {
     if options.native && options.backend == Backend::Perf {
-        if let Err(why) = crate::perf::PerfSampler::new(1_000_000) {
+        if let Err(why) = crate::native::perf::PerfSampler::new(1_000_000) {
             bail!("--backend perf: {why} (or use --backend ptrace)");
         }
     }
@@ -478,7 +489,7 @@ fn write_outputs(dir: &Path, profile: Profile) -> Result<()> {
             Err(error) => eprintln!(
                 "fsprof: warning: no {}: {}",
                 path.display(),
-                crate::names::clean(&format!("{error:#}"))
+                crate::target::names::clean(&format!("{error:#}"))
             ),
         }
     }

@@ -18,8 +18,8 @@
 //!
 //! Not here: reading the regions' marks (`region.rs`), what the marks mean (`sampler.rs`).
 
-use crate::region::{RegionError, RegionReader};
-use crate::target;
+use crate::target::process;
+use crate::target::region::{RegionError, RegionReader};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -73,7 +73,7 @@ impl Scanner {
             .spawn({
                 let shared = Arc::clone(&shared);
                 move || {
-                    crate::privilege::drop_all(); // this thread reads /proc only
+                    crate::record::privilege::drop_all(); // this thread reads /proc only
                     scan_until_stopped(pid, &shared)
                 }
             })
@@ -200,11 +200,11 @@ fn scan_until_stopped(pid: u32, shared: &Shared) {
 /// look again soon.
 fn scan(pid: u32, tids: &mut Vec<u32>, held: &[u64]) -> (Found, bool) {
     let mut found = Found::default();
-    if target::threads(pid, tids).is_err() {
+    if process::threads(pid, tids).is_err() {
         return (found, false);
     }
-    let via = target::memory_thread(pid, tids);
-    let Ok(addresses) = target::region_addresses(pid, tids) else {
+    let via = process::memory_thread(pid, tids);
+    let Ok(addresses) = process::region_addresses(pid, tids) else {
         return (found, false);
     };
     let mut again = false;

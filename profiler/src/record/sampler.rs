@@ -5,7 +5,7 @@
 //! and whether the thread was *active* (running, or runnable and waiting for a CPU) at the sample:
 //! if so the interval also counts as active time. Which of the two counts is decided later, by the
 //! analysis, so one recording serves every time view. Marks are read while the target runs (see
-//! `region.rs` for the consistency protocol); native stacks, when asked for, come from `native.rs`,
+//! `region.rs` for the consistency protocol); native stacks, when asked for, come from `native/capture.rs`,
 //! which stops a thread only when nothing else can take its stack.
 //!
 //! With the perf backend, a running thread's CPU time comes instead from the kernel's samples of
@@ -15,16 +15,16 @@
 //! Strings behind mark addresses are read once per unique address (cached here) while the target
 //! is alive; nothing else is resolved in the loop.
 
-use crate::call_sites::{CallSites, Callers};
-use crate::names::{self, PayloadKind};
-use crate::native::{self, Captured, NativeSampler};
-use crate::perf::SLOTS;
+use crate::native::capture::{self, Captured, NativeSampler};
+use crate::native::perf::SLOTS;
+use crate::native::unwind::UnwoundFrame;
 use crate::profile::{Frame, Meta, Payload, Profile, ProfileBuilder, Stack, MAX_STACK_FRAMES};
-use crate::region::{ReadStats, RegionReader, ThreadMarks};
-use crate::remote::Remote;
-use crate::scanner::Scanner;
-use crate::target::{self, ThreadStatus};
-use crate::unwind::UnwoundFrame;
+use crate::record::scanner::Scanner;
+use crate::symbolize::call_sites::{CallSites, Callers};
+use crate::target::names::{self, PayloadKind};
+use crate::target::process::{self, ThreadStatus};
+use crate::target::region::{ReadStats, RegionReader, ThreadMarks};
+use crate::target::remote::Remote;
 use fsprof_shim::abi::{self, RecordView};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -86,7 +86,7 @@ struct ThreadState {
     /// Its stack was not read at its previous sample because it had last run on fsprof's CPU.
     skipped: bool,
     /// Its scheduling totals at its previous sample, while perf samples it.
-    last_sched: Option<target::SchedTimes>,
+    last_sched: Option<process::SchedTimes>,
     /// Born since the previous tick (not seen at the first).
     born: bool,
 }
@@ -158,7 +158,7 @@ pub struct Sampler {
     late_ticks: u64,
     /// Set when a region could not be read this tick: every thread's time is carried over.
     marks_incomplete: bool,
-    /// How many more thread status files may be kept open (see `target::raise_open_file_limit`).
+    /// How many more thread status files may be kept open (see `process::raise_open_file_limit`).
     descriptor_budget: usize,
     /// Ticks whose cost made the next interval longer than drawn (too many threads for the rate).
     stretched_ticks: u64,
@@ -221,7 +221,7 @@ impl Sampler {
             marks_incomplete: false,
             descriptor_budget,
             stretched_ticks: 0,
-            other_namespace: target::in_other_pid_namespace(pid),
+            other_namespace: process::in_other_pid_namespace(pid),
             notes: Vec::new(),
             regions_seen: Vec::new(),
             tids: Vec::new(),
@@ -274,7 +274,7 @@ impl Sampler {
             for (tid, captured) in native.take_late() {
                 if let Some(state) = self.threads.get_mut(&tid) {
                     if let Some(pending) = state.pending.take() {
-                        let placed = native::place(&captured, &pending.records);
+                        let placed = capture::place(&captured, &pending.records);
                         let id = self.builder.native_stack(placed);
                         pending.add(&mut self.builder, Some(id));
                         self.native_late += 1;
@@ -288,7 +288,7 @@ impl Sampler {
             self.scanner.wait_for_first_scan(Duration::from_millis(200));
         }
         let now = Instant::now();
-        match target::threads(self.pid, &mut self.tids) {
+        match process::threads(self.pid, &mut self.tids) {
             Ok(()) if self.tids.is_empty() => return false,
             Ok(()) => {}
             Err(e)
@@ -302,7 +302,7 @@ impl Sampler {
         self.take_regions();
         let (pid, tids) = (self.pid, &self.tids);
         self.call_sites
-            .settle(pid, || target::memory_thread(pid, tids));
+            .settle(pid, || process::memory_thread(pid, tids));
         self.read_marks();
         self.flush_pending();
         // Set again below by any thread whose time only the ticks can see.
@@ -331,7 +331,7 @@ impl Sampler {
                         self.descriptor_budget -= 1;
                     }
                     let pid = self.pid;
-                    let id = self.builder.thread(tid, || target::thread_name(pid, tid));
+                    let id = self.builder.thread(tid, || process::thread_name(pid, tid));
                     // A thread born since the previous tick stands for the time since then. That credits
                     // the stretch before its birth and, symmetrically, the stretch after its last
                     // sample is never credited: on average the two balance. So it is at the full
@@ -361,7 +361,7 @@ impl Sampler {
             if state.own_tid.is_none() {
                 // Read once; retried at the next tick if /proc could not tell now.
                 state.own_tid = if self.other_namespace {
-                    target::namespace_tid(self.pid, tid)
+                    process::namespace_tid(self.pid, tid)
                 } else {
                     Some(tid)
                 };
@@ -389,7 +389,7 @@ impl Sampler {
                     let exec = self.image_token.is_some();
                     self.image_token = token;
                     let pid = self.pid;
-                    self.builder.image(target::thread_name(pid, pid));
+                    self.builder.image(process::thread_name(pid, pid));
                     if exec {
                         // This tick's marks may be the old image's (its region was copied
                         // before the exec was seen), and so may cached names: the thread's time
@@ -429,7 +429,7 @@ impl Sampler {
             // that live a few milliseconds lost 0.4 ms each in some runs, 2.5 points of a
             // recording (the ticks' own rule, above, is unbiased there).
             if uses_perf && running && slow {
-                let now = target::sched_times(self.pid, tid);
+                let now = process::sched_times(self.pid, tid);
                 let before = std::mem::replace(&mut state.last_sched, now);
                 waiting = wait_share(before, now);
                 if let (true, Some(now)) = (state.born, now) {
@@ -456,7 +456,7 @@ impl Sampler {
             let unsettled = self.unsettled.contains(&own_tid);
             let native = match captured {
                 Native::Captured(captured) => {
-                    let placed = native::place(&captured, &self.records);
+                    let placed = capture::place(&captured, &self.records);
                     Some(self.builder.native_stack(placed))
                 }
                 Native::Perf(captured, records, truncated_depth) => {
@@ -470,7 +470,7 @@ impl Sampler {
                         stack = own;
                         self.unsettled.retain(|t| *t != own_tid);
                     }
-                    let mut placed = native::place(&captured, &self.records);
+                    let mut placed = capture::place(&captured, &self.records);
                     placed.marks = (own != stack).then_some(own);
                     Some(self.builder.native_stack(placed))
                 }
@@ -713,7 +713,7 @@ impl Sampler {
             true // it blocked since it was last seen running, or was never captured
         } else {
             // Not running now nor at the previous sample: stop it only if it ran in between.
-            let pcount = target::times_scheduled(self.pid, tid);
+            let pcount = process::times_scheduled(self.pid, tid);
             let ran = pcount.is_none() || pcount != state.last_pcount;
             state.last_pcount = pcount;
             ran
@@ -799,7 +799,7 @@ impl Sampler {
             self.resolve_captured(own_tid, &mut records, &sample.captured.frames);
             let stack = self.intern_records(records, truncated);
             if add {
-                let placed = native::place(&sample.captured, &self.records);
+                let placed = capture::place(&sample.captured, &self.records);
                 let native = self.builder.native_stack(placed);
                 self.builder
                     .add_sample(thread, stack, Some(native), period, period);
@@ -824,8 +824,8 @@ impl Sampler {
         let state = self.threads.get_mut(&tid)?;
         let retry = std::mem::take(&mut state.skipped);
         let captured = match self.native.as_mut()?.blocked_stack(tid, retry) {
-            native::Blocked::Taken(captured) => captured,
-            native::Blocked::Skip => {
+            capture::Blocked::Taken(captured) => captured,
+            capture::Blocked::Skip => {
                 // Its previous stack may be from before it last ran (another image, even, after
                 // an exec): never reuse it; the next sample tries again, and reads it then even
                 // on fsprof's CPU (a thread preempted on its way to sleep has long got there).
@@ -834,7 +834,7 @@ impl Sampler {
                 state.skipped = true;
                 return Some(Native::None);
             }
-            native::Blocked::Stop => return None,
+            capture::Blocked::Stop => return None,
         };
         let unchanged = self.marks[first..first + count].iter().all(|old| {
             self.regions
@@ -845,7 +845,7 @@ impl Sampler {
         // The stack is the thread's now (it did not run while it was copied), whatever its
         // marks: later samples of the same block may reuse it.
         let state = self.threads.get_mut(&tid)?;
-        state.last_pcount = target::times_scheduled(self.pid, tid);
+        state.last_pcount = process::times_scheduled(self.pid, tid);
         state.last_native = Some(captured.clone());
         if !unchanged {
             self.native_moved += 1; // it ran, and marked, between the tick and the copy
@@ -885,7 +885,7 @@ impl Sampler {
             return Native::Pending;
         };
         if !running {
-            state.last_pcount = target::times_scheduled(self.pid, tid);
+            state.last_pcount = process::times_scheduled(self.pid, tid);
         }
         state.last_native = Some(captured.clone());
         // The sample is the marks read at the tick. A thread stops at its next return to user
@@ -954,7 +954,7 @@ impl Sampler {
                 unchanged: &mut unchanged,
             },
         };
-        let target = (self.pid, target::memory_thread(self.pid, &self.tids));
+        let target = (self.pid, process::memory_thread(self.pid, &self.tids));
         let call_sites = &mut self.call_sites;
         resolve_sites(call_sites, target, &self.remote, &mut records, &mut callers);
         self.intern_records(records, truncated_depth)
@@ -1055,7 +1055,7 @@ impl Sampler {
 
     /// A live thread of the target whose memory map can be read.
     fn via(&self) -> u32 {
-        target::memory_thread(self.pid, &self.tids)
+        process::memory_thread(self.pid, &self.tids)
     }
 
     /// The finished profile; `meta`'s recording fields are filled in here.
@@ -1119,7 +1119,7 @@ impl Sampler {
             self.builder.rename_payload(id, name);
         }
         meta.builtin_features = self.builtin_features;
-        let mut symbolizer = crate::symbols::Symbolizer::new(&modules);
+        let mut symbolizer = crate::symbolize::symbols::Symbolizer::new(&modules);
         self.builder
             .finish(meta, |address| symbolizer.symbolize(address))
     }
@@ -1164,7 +1164,7 @@ fn slot_addresses(regions: &[RegionReader], marks: &[ThreadMarks]) -> Option<[u6
 /// The share of a thread's runnable time between two reads of its scheduling totals (taken at
 /// ticks after a long interval that found it running) that it spent waiting for a CPU; 0 when
 /// unknown.
-fn wait_share(before: Option<target::SchedTimes>, now: Option<target::SchedTimes>) -> f64 {
+fn wait_share(before: Option<process::SchedTimes>, now: Option<process::SchedTimes>) -> f64 {
     let (Some(before), Some(now)) = (before, now) else {
         return 0.0;
     };
@@ -1327,7 +1327,7 @@ fn sample_until_stopped(
 /// is orphaned (no parent in another group of its session, such as a shell, could resume it):
 /// fsprof would stay stopped, and the program's signals would wait for it.
 pub fn suspend(sampler: &mut Sampler) {
-    if crate::target::own_group_is_orphaned() {
+    if crate::target::process::own_group_is_orphaned() {
         return;
     }
     sampler.sleep_until(Instant::now() + Duration::from_millis(20));
@@ -1363,8 +1363,8 @@ fn lower_priority(raised: &str, nice: i32) {
 mod tests {
     use super::*;
 
-    fn times(run_ns: u64, wait_ns: u64) -> Option<target::SchedTimes> {
-        Some(target::SchedTimes {
+    fn times(run_ns: u64, wait_ns: u64) -> Option<process::SchedTimes> {
+        Some(process::SchedTimes {
             run_ns,
             wait_ns,
             slices: 0,

@@ -22,8 +22,8 @@
 //! Not handled: split DWARF (`.dwo`/`.dwp` files), MiniDebugInfo (`.gnu_debugdata`), debuginfod,
 //! non-ELF files, and a per-address cache (callers symbolize each distinct address once).
 
-use crate::modules::{Image, Module};
 use crate::profile::NativeFrame;
+use crate::target::modules::{Image, Module};
 use addr2line::gimli;
 use object::{
     CompressionFormat, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind,

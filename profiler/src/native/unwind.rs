@@ -14,8 +14,8 @@
 //! shows as two sizes: then it is not used). Unknown, the walk stops there, incomplete.
 //! x86-64 only for now; on other architectures native stacks are not recorded.
 
-use crate::modules::{Image, Module};
 use crate::profile::MAX_NATIVE_FRAMES;
+use crate::target::modules::{Image, Module};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Unwinder as _};
 use std::collections::HashMap;

@@ -26,12 +26,12 @@
 //! feature). In the sampling loop, work is done once per distinct return address, and once per
 //! call (a mark's push) whose address is the runtime's.
 
-use crate::modules::{self, Mapping, Module};
-use crate::names;
-use crate::remote::Remote;
-use crate::runtime_code;
-use crate::symbols::Symbolizer;
-use crate::unwind::{StackView, Unwinder, Unwound, UnwoundFrame};
+use crate::native::unwind::{StackView, Unwinder, Unwound, UnwoundFrame};
+use crate::symbolize::runtime_code;
+use crate::symbolize::symbols::Symbolizer;
+use crate::target::modules::{self, Mapping, Module};
+use crate::target::names;
+use crate::target::remote::Remote;
 use fsprof_shim::abi::RecordView;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -392,7 +392,7 @@ impl CallSites {
             None => Class::Program,
             Some(module)
                 if runtime_code::is_runtime_module(&module.path)
-                    || crate::agent::is_agent_path(&module.path) =>
+                    || crate::record::agent::is_agent_path(&module.path) =>
             {
                 Class::Runtime
             }
@@ -453,7 +453,7 @@ impl CallSites {
         let find = |maps: &[Mapping]| {
             maps.iter()
                 .find(|m| m.range.contains(&address))
-                .map(|m| crate::agent::is_agent_path(&m.path))
+                .map(|m| crate::record::agent::is_agent_path(&m.path))
         };
         if let Some(found) = find(&self.maps) {
             return found;
@@ -533,15 +533,18 @@ fn name(symbolizer: &mut Symbolizer, address: u64) -> String {
     let Some(frame) = own.or(frames.last()) else {
         return format!("{address:#x}");
     };
-    let function = crate::names::clean(&frame.function);
+    let function = crate::target::names::clean(&frame.function);
     match (&frame.file, frame.line) {
         (Some(file), Some(line)) => {
             format!(
                 "{function} ({}:{line})",
-                crate::names::clean(short_path(file))
+                crate::target::names::clean(short_path(file))
             )
         }
-        (Some(file), None) => format!("{function} ({})", crate::names::clean(short_path(file))),
+        (Some(file), None) => format!(
+            "{function} ({})",
+            crate::target::names::clean(short_path(file))
+        ),
         _ => function,
     }
 }
@@ -582,7 +585,7 @@ mod tests {
         let (function, place) = names[0].1.split_once(" (").unwrap();
         assert!(
             function.ends_with("names_a_call_site_in_this_test_binary_with_its_line")
-                && place.contains("src/call_sites.rs:"),
+                && place.contains("src/symbolize/call_sites.rs:"),
             "{names:?}"
         );
         assert_eq!(names[1].1, "[unknown call site]");

@@ -7,7 +7,7 @@
 //! rather than an error. A call-site payload (a C mark without a payload string) is a return
 //! address and is shown as `0x…`; this module does not symbolize it.
 
-use crate::remote::Remote;
+use crate::target::remote::Remote;
 use fsprof_shim::abi::{self, RecordView};
 
 /// Longest feature name we read.

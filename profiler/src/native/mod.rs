@@ -1,0 +1,8 @@
+//! Native stacks: taking them (perf for running threads, `/proc` for blocked ones, ptrace stops
+//! otherwise) and unwinding them from copies (framehop). Produces return addresses and frame
+//! addresses; naming them is `symbolize/`'s job, after recording.
+
+pub mod capture;
+pub mod perf;
+pub mod tracer;
+pub mod unwind;

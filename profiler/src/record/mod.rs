@@ -1,0 +1,10 @@
+//! Recording: the `run` and `attach` sessions, the sampling loop that turns each tick into
+//! samples, the scanner that finds the target's regions, the agent `run` preloads, and what a
+//! capable copy of fsprof may do. Reads the target through `target/` and `native/`; writes a
+//! [`crate::profile::Profile`]; formats nothing (the session hands the profile to `render/`).
+
+pub mod agent;
+pub mod privilege;
+pub mod sampler;
+pub mod scanner;
+pub mod session;

@@ -1,0 +1,7 @@
+//! Naming addresses after recording: functions, inlined frames, files and lines from the
+//! modules' ELF and DWARF; which frames are the language runtime's; and which frame is the
+//! program's call site of each built-in mark.
+
+pub mod call_sites;
+pub mod runtime_code;
+pub mod symbols;

@@ -1,0 +1,10 @@
+//! Reading the target process: what `/proc` tells of it and its threads, its memory
+//! (`process_vm_readv`), the fsprof regions in it, the modules it has mapped, and the strings
+//! (feature names, payloads) its marks point to. Everything read here is untrusted input: every
+//! length and depth is bounded. Nothing here decides when to read (that is `record/`).
+
+pub mod modules;
+pub mod names;
+pub mod process;
+pub mod region;
+pub mod remote;
