@@ -4,7 +4,10 @@
 //! [`crate::profile::Profile`]; formats nothing (the session hands the profile to `render/`).
 
 pub mod agent;
+pub mod clock;
+pub mod interner;
 pub mod privilege;
 pub mod sampler;
 pub mod scanner;
+pub mod schedule;
 pub mod session;

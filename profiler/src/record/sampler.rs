@@ -18,10 +18,11 @@
 use crate::native::capture::{self, Captured, NativeSampler};
 use crate::native::perf::SLOTS;
 use crate::native::unwind::UnwoundFrame;
-use crate::profile::{Frame, Meta, Payload, Profile, ProfileBuilder, Stack, MAX_STACK_FRAMES};
+use crate::profile::{Meta, Profile, ProfileBuilder, Stack, MAX_STACK_FRAMES};
+use crate::record::clock::TickClock;
+use crate::record::interner::{Interner, Target};
 use crate::record::scanner::Scanner;
-use crate::symbolize::call_sites::{CallSites, Callers};
-use crate::target::names::{self, PayloadKind};
+use crate::symbolize::call_sites::Callers;
 use crate::target::process::{self, ThreadStatus};
 use crate::target::region::{ReadStats, RegionReader, ThreadMarks};
 use crate::target::remote::Remote;
@@ -29,39 +30,10 @@ use fsprof_shim::abi::{self, RecordView};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// Why recording stopped.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum End {
-    /// The target exited (the text says how, when known).
-    TargetExited(String),
-    /// Ctrl-C, SIGTERM or SIGHUP.
-    Interrupted,
-    /// `--duration` elapsed.
-    Duration,
-}
-
-impl End {
-    /// A sentence for the profile's metadata and the report.
-    pub fn describe(&self) -> String {
-        match self {
-            End::TargetExited(how) => how.clone(),
-            End::Interrupted => "recording was interrupted (Ctrl-C, SIGTERM or SIGHUP)".to_owned(),
-            End::Duration => "the requested duration elapsed".to_owned(),
-        }
-    }
-}
-
-/// The longest mean interval between ticks while perf carries every thread's time (see
-/// [`Sampler::tick_period`]).
-const SLOW_TICK: Duration = Duration::from_millis(10);
 /// How long ticks stay at the full rate after one found a thread blocked inside a mark.
 const FAST_HOLD: Duration = Duration::from_millis(250);
 /// How long ticks stay at the full rate after one found a thread born since the previous.
 const BIRTH_HOLD: Duration = Duration::from_millis(50);
-
-/// Distinct feature or payload addresses resolved before further ones are lumped together: a
-/// corrupt region must not make fsprof read and keep unbounded numbers of strings.
-const MAX_DISTINCT: usize = 100_000;
 
 struct ThreadState {
     status: ThreadStatus,
@@ -142,26 +114,23 @@ pub struct SamplerOptions {
 pub struct Sampler {
     pid: u32,
     remote: Remote,
-    first_tick: Option<Instant>,
-    last_tick: Option<Instant>,
-    ticks: u64,
+    clock: TickClock,
     regions: Vec<RegionReader>,
     /// Finds regions on a thread of its own (see `scanner.rs`).
     scanner: Scanner,
     threads: HashMap<u32, ThreadState>,
     builder: ProfileBuilder,
-    feature_ids: HashMap<u64, u32>,
-    payload_ids: HashMap<(u32, u64, u32, u32, u32), Option<u32>>,
+    /// Feature names, payloads, built-ins and call sites, read once each.
+    interner: Interner,
+    /// See [`Sampler::via`].
+    via: std::cell::Cell<Option<u32>>,
     stats: ReadStats,
     threads_without_slot: u64,
     priority: &'static str,
-    late_ticks: u64,
     /// Set when a region could not be read this tick: every thread's time is carried over.
     marks_incomplete: bool,
     /// How many more thread status files may be kept open (see `process::raise_open_file_limit`).
     descriptor_budget: usize,
-    /// Ticks whose cost made the next interval longer than drawn (too many threads for the rate).
-    stretched_ticks: u64,
     /// Whether the target is in another PID namespace, so thread ids need translating.
     other_namespace: bool,
     notes: Vec<String>,
@@ -179,21 +148,6 @@ pub struct Sampler {
     native_moved: u64,
     /// Thread samples whose stack came from a stop after the tick (the thread had no CPU).
     native_late: u64,
-    /// Call-site instances and their modules, named after recording; built-in features.
-    call_sites: CallSites,
-    /// Names of features whose descriptors are the agent's (built in), in order of discovery.
-    builtin_features: Vec<String>,
-    /// Whether this tick found a thread whose time only the ticks can sample (see
-    /// [`Sampler::tick_period`]).
-    every_tick: bool,
-    /// Ticks come at the full rate until then.
-    fast_until: Option<Instant>,
-    /// Whether the interval since the previous tick was a long one (see [`Sampler::tick_period`]).
-    slow_interval: bool,
-    /// Ticks after a long interval.
-    slow_ticks: u64,
-    /// Addresses of those descriptors.
-    builtin_descriptors: Vec<u64>,
     /// The process's current program image, as [`ThreadStatus::image_token`] tells it.
     image_token: Option<u64>,
 }
@@ -205,22 +159,18 @@ impl Sampler {
         Sampler {
             pid,
             remote: Remote::new(pid),
-            first_tick: None,
-            last_tick: None,
-            ticks: 0,
+            clock: TickClock::default(),
             regions: Vec::new(),
             scanner: Scanner::start(pid),
             threads: HashMap::new(),
             builder: ProfileBuilder::new(),
-            feature_ids: HashMap::new(),
-            payload_ids: HashMap::new(),
+            interner: Interner::default(),
+            via: std::cell::Cell::new(None),
             stats: ReadStats::default(),
             threads_without_slot: 0,
             priority: "normal",
-            late_ticks: 0,
             marks_incomplete: false,
             descriptor_budget,
-            stretched_ticks: 0,
             other_namespace: process::in_other_pid_namespace(pid),
             notes: Vec::new(),
             regions_seen: Vec::new(),
@@ -235,15 +185,18 @@ impl Sampler {
             options,
             native_moved: 0,
             native_late: 0,
-            call_sites: CallSites::new(),
-            builtin_features: Vec::new(),
-            builtin_descriptors: Vec::new(),
-            every_tick: true,
-            fast_until: None,
-            slow_interval: false,
-            slow_ticks: 0,
             image_token: None,
         }
+    }
+
+    /// The tick clock, for the loop.
+    pub(super) fn clock(&mut self) -> &mut TickClock {
+        &mut self.clock
+    }
+
+    /// Says how the sampler's thread is scheduled (for the report).
+    pub(super) fn set_priority(&mut self, priority: &'static str) {
+        self.priority = priority;
     }
 
     /// How the program ended, when native sampling (as the program's tracer) collected it.
@@ -252,7 +205,7 @@ impl Sampler {
     }
 
     /// Sleeps until `deadline` (handling the target's events meanwhile, when tracing it).
-    fn sleep_until(&mut self, deadline: Instant) {
+    pub(super) fn sleep_until(&mut self, deadline: Instant) {
         match &mut self.native {
             Some(native) => native.sleep_until(deadline),
             None => std::thread::sleep(deadline.saturating_duration_since(Instant::now())),
@@ -283,7 +236,7 @@ impl Sampler {
                 }
             }
         }
-        if self.first_tick.is_none() {
+        if self.clock.before_first() {
             // Attached to a program that has marked already: its regions count from the start.
             self.scanner.wait_for_first_scan(Duration::from_millis(200));
         }
@@ -299,20 +252,20 @@ impl Sampler {
             }
             Err(_) => return true, // e.g. out of descriptors: try again at the next tick
         }
+        self.via.set(None);
         self.take_regions();
-        let (pid, tids) = (self.pid, &self.tids);
-        self.call_sites
-            .settle(pid, || process::memory_thread(pid, tids));
+        let (cache, pid, tids) = (&self.via, self.pid, &self.tids);
+        self.interner.settle(pid, || via(cache, pid, tids));
         self.read_marks();
         self.flush_pending();
         // Set again below by any thread whose time only the ticks can see.
-        self.every_tick = self.first_tick.is_none()
-            || self.options.count_idle
-            || !self.native.as_ref().is_some_and(NativeSampler::uses_perf);
-
-        let first = self.first_tick.is_none();
-        let tick = self.ticks;
-        self.slow_ticks += u64::from(self.slow_interval);
+        let first = self.clock.before_first();
+        self.clock.begin(
+            first
+                || self.options.count_idle
+                || !self.native.as_ref().is_some_and(NativeSampler::uses_perf),
+        );
+        let tick = self.clock.ticks();
         for index in 0..self.tids.len() {
             let tid = self.tids[index];
             let state = match self.threads.get_mut(&tid) {
@@ -320,8 +273,8 @@ impl Sampler {
                 None => {
                     // A thread born since the previous tick: perf does not sample it yet, and
                     // the next ones may end before a rare tick could see them.
-                    if self.first_tick.is_some() {
-                        self.hold_fast(now + BIRTH_HOLD);
+                    if !first {
+                        self.clock.hold_fast(now + BIRTH_HOLD);
                     }
                     let keep_open = self.descriptor_budget > 0;
                     let Some(status) = ThreadStatus::open(self.pid, tid, keep_open) else {
@@ -338,7 +291,7 @@ impl Sampler {
                     // rate, with perf too (the ticks carry the time then). After a long interval,
                     // neither is needed: a running thread's first interval is its runnable time so
                     // far, and perf's samples cover its last stretch (see below).
-                    let last_time = self.last_tick.unwrap_or(now);
+                    let last_time = self.clock.last().unwrap_or(now);
                     let state = ThreadState {
                         status,
                         id,
@@ -352,7 +305,7 @@ impl Sampler {
                         last_perf: None,
                         skipped: false,
                         last_sched: None,
-                        born: self.first_tick.is_some(),
+                        born: !first,
                     };
                     self.threads.entry(tid).or_insert(state)
                 }
@@ -415,7 +368,7 @@ impl Sampler {
             // a moment that does not depend on what the thread does, so that is unbiased for its
             // blocked time); if it is runnable, for the share of its runnable time it spent
             // waiting for a CPU since the previous tick.
-            let slow = self.slow_interval;
+            let slow = self.clock.slow_interval();
             let by_perf = self.perf_samples(tid, own_tid, thread, running, slow);
             let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);
             let state = self.threads.get_mut(&tid).expect("sampled");
@@ -475,7 +428,7 @@ impl Sampler {
                     Some(self.builder.native_stack(placed))
                 }
                 Native::Pending => {
-                    self.every_tick = true;
+                    self.clock.needs_every_tick();
                     // Completed when the thread stops (it has not run since this instant, so
                     // its stack and marks are still this sample's), or at the next tick.
                     if let Some(state) = self.threads.get_mut(&tid) {
@@ -509,7 +462,8 @@ impl Sampler {
                 // All taken since its last tick, which no tick will count; after ticks at the
                 // full rate, its last stretch is left out, as the stretch before its birth was
                 // counted (see `tick`).
-                self.perf_samples(tid, own_tid, thread, false, self.slow_interval);
+                let slow = self.clock.slow_interval();
+                self.perf_samples(tid, own_tid, thread, false, slow);
             }
         }
         let budget = &mut self.descriptor_budget;
@@ -530,41 +484,15 @@ impl Sampler {
             }
             keep
         });
-        self.first_tick.get_or_insert(now);
-        self.last_tick = Some(now);
-        self.ticks += 1;
+        self.clock.end(now);
         true
     }
 
-    /// Keeps ticks at the full rate until at least `until`.
-    fn hold_fast(&mut self, until: Instant) {
-        self.every_tick = true;
-        self.fast_until = self.fast_until.max(Some(until));
-    }
-
-    /// The mean interval to the next tick, for a sampler whose rate asks for `fast`. Ticks come
-    /// at that rate while some thread's time can only be sampled by them: a thread blocked
-    /// inside a mark (its wall time counts), every thread with `--idle`, a running thread that
-    /// perf does not sample. After a tick that found a thread blocked inside a mark they stay
-    /// fast for `FAST_HOLD`, so that the intervals' lengths do not follow what each thread
-    /// does from one tick to the next (short intervals right after a blocked thread was seen
-    /// would understate blocked time); after a thread's birth, for `BIRTH_HOLD`: a thread
-    /// born and gone between two rare ticks would not be seen at all (one that lives less than
-    /// a long interval, born longer than that after the previous birth, can still be missed).
-    /// Otherwise perf's samples carry the running threads' time and marks, and ticks need only
-    /// come before their rings fill, at most every `SLOW_TICK`: each tick wakes fsprof,
-    /// which on a machine without an idle core preempts the target.
+    /// The mean interval to the next tick, for a sampler whose rate asks for `fast` (see
+    /// [`TickClock::period`]).
     pub fn tick_period(&mut self, fast: Duration) -> Duration {
         let patience = self.native.as_ref().and_then(NativeSampler::perf_patience);
-        let hold = self.fast_until.is_some_and(|until| Instant::now() < until);
-        let period = match patience {
-            // The longest interval drawn is 1.5 times the mean; half the ring is left for
-            // lateness.
-            Some(patience) if !self.every_tick && !hold => (patience / 3).min(SLOW_TICK).max(fast),
-            _ => fast,
-        };
-        self.slow_interval = period > fast;
-        period
+        self.clock.period(fast, patience)
     }
 
     /// Takes the regions the scanner found, and forgets those no longer mapped.
@@ -602,10 +530,7 @@ impl Sampler {
 
     /// Forgets cached strings: after an `exec` the same addresses may hold other strings.
     fn forget_names(&mut self) {
-        self.feature_ids.clear();
-        self.payload_ids.clear();
-        self.builtin_descriptors.clear();
-        self.call_sites.forget_image();
+        self.interner.forget();
     }
 
     fn read_marks(&mut self) {
@@ -702,8 +627,7 @@ impl Sampler {
         let matters = in_mark || self.options.count_idle;
         if !running && in_mark {
             // Its time is wall time, which only the ticks sample.
-            self.every_tick = true;
-            self.fast_until = self.fast_until.max(Some(Instant::now() + FAST_HOLD));
+            self.clock.hold_fast(Instant::now() + FAST_HOLD);
         }
         let stop = if running {
             true
@@ -737,7 +661,7 @@ impl Sampler {
             };
         }
         if running {
-            self.every_tick = true; // sampled by ptrace at the ticks
+            self.clock.needs_every_tick(); // sampled by ptrace at the ticks
         }
         if !running {
             if let Some(native) = self.blocked(tid, own_tid, first, count) {
@@ -770,7 +694,7 @@ impl Sampler {
         }
         if !watched {
             // Its time since the previous tick is not in samples: this tick's sample has it.
-            self.every_tick = true;
+            self.clock.needs_every_tick();
         }
         let first = self.marks.partition_point(|m| m.tid < own_tid);
         let count = self.marks[first..]
@@ -954,9 +878,13 @@ impl Sampler {
                 unchanged: &mut unchanged,
             },
         };
-        let target = (self.pid, process::memory_thread(self.pid, &self.tids));
-        let call_sites = &mut self.call_sites;
-        resolve_sites(call_sites, target, &self.remote, &mut records, &mut callers);
+        let target = Target {
+            pid: self.pid,
+            via: self.via(),
+            remote: &self.remote,
+        };
+        self.interner
+            .resolve_sites(target, &mut records, &mut callers);
         self.intern_records(records, truncated_depth)
     }
 
@@ -977,16 +905,12 @@ impl Sampler {
             // pushed (the stack grows down, so outer marks have higher addresses).
             records.sort_by_key(|record| std::cmp::Reverse(record.sp));
         }
-        let mut frames = Vec::with_capacity(records.len());
-        for record in &records {
-            let feature = self.feature_id(record.feature);
-            let payload = self.payload_id(record);
-            frames.push(Frame {
-                feature,
-                payload,
-                builtin: self.builtin_descriptors.contains(&record.feature),
-            });
-        }
+        let target = Target {
+            pid: self.pid,
+            via: self.via(),
+            remote: &self.remote,
+        };
+        let frames = self.interner.frames(target, &mut self.builder, &records);
         self.records = records;
         self.builder.stack(Stack {
             frames,
@@ -996,75 +920,25 @@ impl Sampler {
 
     /// Finds the call sites of `records`, marks copied with the native stack `frames`.
     fn resolve_captured(&mut self, tid: u32, records: &mut [RecordView], frames: &[UnwoundFrame]) {
-        let target = (self.pid, self.via());
-        let callers = &mut Callers::Captured { tid, frames };
-        resolve_sites(&mut self.call_sites, target, &self.remote, records, callers);
-    }
-
-    fn feature_id(&mut self, address: u64) -> u32 {
-        if let Some(id) = self.feature_ids.get(&address) {
-            return *id;
-        }
-        let name = if self.feature_ids.len() < MAX_DISTINCT {
-            names::feature_name(&self.remote, address)
-        } else {
-            "<too many distinct features>".to_owned()
+        let target = Target {
+            pid: self.pid,
+            via: self.via(),
+            remote: &self.remote,
         };
-        if self.feature_ids.len() < MAX_DISTINCT
-            && self.builtin_descriptors.len() < 64
-            && self.call_sites.in_agent(self.pid, self.via(), address)
-        {
-            self.builtin_descriptors.push(address);
-            if !self.builtin_features.contains(&name) {
-                self.builtin_features.push(name.clone());
-            }
-        }
-        let id = self.builder.feature(name);
-        self.feature_ids.insert(address, id);
-        id
+        let callers = &mut Callers::Captured { tid, frames };
+        self.interner.resolve_sites(target, records, callers);
     }
 
-    fn payload_id(&mut self, record: &RecordView) -> Option<u32> {
-        let key = (
-            record.kind,
-            record.payload,
-            record.payload_len,
-            record.line,
-            record.column,
-        );
-        if let Some(id) = self.payload_ids.get(&key) {
-            return *id;
-        }
-        if self.payload_ids.len() >= MAX_DISTINCT {
-            let text = "<too many distinct instances>".to_owned();
-            return Some(self.builder.payload(Payload {
-                kind: PayloadKind::Name,
-                text,
-            }));
-        }
-        let id = names::payload(&self.remote, record).map(|(kind, text): (PayloadKind, String)| {
-            self.builder.payload(Payload { kind, text })
-        });
-        if let (Some(id), abi::KIND_CALL_SITE) = (id, record.kind) {
-            let via = self.via();
-            self.call_sites.add(self.pid, via, id, record.payload);
-        }
-        self.payload_ids.insert(key, id);
-        id
-    }
-
-    /// A live thread of the target whose memory map can be read.
+    /// A live thread of the target whose memory map can be read, found once per tick (a read
+    /// of `/proc`), when first needed.
     fn via(&self) -> u32 {
-        process::memory_thread(self.pid, &self.tids)
+        via(&self.via, self.pid, &self.tids)
     }
 
     /// The finished profile; `meta`'s recording fields are filled in here.
     pub fn finish(mut self, mut meta: Meta) -> Profile {
         self.flush_pending();
-        meta.duration_ns = match (self.first_tick, self.last_tick) {
-            (Some(first), Some(last)) => last.duration_since(first).as_nanos() as u64,
-            _ => 0,
-        };
+        self.clock.fill(&mut meta);
         meta.regions = self.regions_seen.len() as u32;
         meta.torn_retries = self.stats.retries;
         meta.torn_dropped = self.stats.dropped;
@@ -1072,10 +946,6 @@ impl Sampler {
         meta.threads_without_slot = self.threads_without_slot;
         meta.mark_capacity = fsprof_shim::abi::MARK_CAPACITY as u32;
         meta.sampler_priority = self.priority.to_owned();
-        meta.late_ticks = self.late_ticks;
-        meta.stretched_ticks = self.stretched_ticks;
-        meta.ticks = self.ticks;
-        meta.slow_ticks = self.slow_ticks;
         let mut notes = self.notes;
         let mut modules = Vec::new();
         if let Some(mut native) = self.native {
@@ -1115,35 +985,21 @@ impl Sampler {
         }
         meta.notes = notes;
         // Call sites are named here, with or without native stacks.
-        for (id, name) in self.call_sites.names() {
-            self.builder.rename_payload(id, name);
-        }
-        meta.builtin_features = self.builtin_features;
+        meta.builtin_features = self.interner.finish(&mut self.builder);
         let mut symbolizer = crate::symbolize::symbols::Symbolizer::new(&modules);
         self.builder
             .finish(meta, |address| symbolizer.symbolize(address))
     }
 }
 
-/// Replaces the payload of each call-site mark of `records` by the program's call site, found
-/// with `callers`, and a `locks` wait of the runtime's condition variables or parking by
-/// `waiting` (see `call_sites.rs`).
-fn resolve_sites(
-    call_sites: &mut CallSites,
-    target: (u32, u32),
-    remote: &Remote,
-    records: &mut [RecordView],
-    callers: &mut Callers<'_>,
-) {
-    for record in records.iter_mut() {
-        if record.kind == abi::KIND_CALL_SITE {
-            let ret = record.payload;
-            record.payload = call_sites.resolve(target, remote, record, callers);
-            if let Some(waiting) = call_sites.waiting_instead(target, remote, record.feature, ret) {
-                record.feature = waiting;
-            }
-            // The frame pointer served: instances are told apart by call site alone.
-            (record.line, record.column) = (0, 0);
+/// `cache`'s thread of `pid` whose memory map can be read, found among `tids` if not yet.
+fn via(cache: &std::cell::Cell<Option<u32>>, pid: u32, tids: &[u32]) -> u32 {
+    match cache.get() {
+        Some(via) => via,
+        None => {
+            let via = process::memory_thread(pid, tids);
+            cache.set(Some(via));
+            via
         }
     }
 }
@@ -1203,160 +1059,6 @@ fn snapshot_records(
         }
     }
     Some((records, truncated_depth))
-}
-
-/// How long to record and how often.
-#[derive(Clone, Debug)]
-pub struct Schedule {
-    /// Mean samples per second.
-    pub rate_hz: f64,
-    /// Stop after this long, if set.
-    pub duration: Option<Duration>,
-    /// Set by SIGTSTP (Ctrl-Z): fsprof is to suspend itself, see [`suspend`].
-    pub suspend: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-/// Gives the sampler priority over the target's threads where the system allows it, and says how
-/// it is scheduled.
-///
-/// A sample must be taken when its timer says, not when a CPU happens to be free: on a busy
-/// machine a normally scheduled sampler runs when the target blocks, so its samples cluster at
-/// the moments the target sleeps inside a mark and overstate that feature (we measured 5 points on
-/// two cores with two other busy processes). Real-time scheduling (`SCHED_FIFO`, lowest priority,
-/// reset on fork so that programs we start never inherit it) removes the delay; failing that, a
-/// lower nice value shortens it. The sampler sleeps almost all the time, so this costs the
-/// machine nothing.
-fn raise_priority() -> (&'static str, i32) {
-    use nix::libc;
-    let param = libc::sched_param { sched_priority: 1 };
-    // SAFETY: plain system calls on this process with a valid parameter block.
-    unsafe {
-        let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
-        if libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) == 0 {
-            return ("real-time", nice);
-        }
-        if libc::setpriority(libc::PRIO_PROCESS, 0, nice - 10) == 0 {
-            return ("raised", nice);
-        }
-        ("normal", nice)
-    }
-}
-
-/// Samples until the target exits, `stop` returns a reason, or the duration elapses. Intervals are
-/// drawn uniformly from 0.5 to 1.5 times the mean period, so periodic behaviour in the target
-/// cannot alias with the sampling.
-pub fn record(
-    sampler: &mut Sampler,
-    schedule: Schedule,
-    mut stop: impl FnMut(&Sampler) -> Option<End>,
-) -> End {
-    let period = Duration::from_secs_f64(1.0 / schedule.rate_hz);
-    let (priority, nice) = raise_priority();
-    sampler.priority = priority;
-    // With the default 50 µs timer slack our wake-ups would be batched with the target's own
-    // timers; one nanosecond keeps the sampling times independent of the target's.
-    let _ = nix::sys::prctl::set_timerslack(1);
-    let end = sample_until_stopped(sampler, schedule, period, &mut stop);
-    sampler.stop_tracing();
-    lower_priority(priority, nice);
-    end
-}
-
-fn sample_until_stopped(
-    sampler: &mut Sampler,
-    schedule: Schedule,
-    period: Duration,
-    stop: &mut impl FnMut(&Sampler) -> Option<End>,
-) -> End {
-    let start = Instant::now();
-    let mut next = start;
-    let mut current = period;
-    // Fault injection for tests: a panic in the middle of recording, to prove that the target is
-    // released (detached, running) when fsprof fails.
-    let panic_after: Option<u64> = std::env::var("FSPROF_TEST_PANIC_AFTER_TICKS")
-        .ok()
-        .and_then(|ticks| ticks.parse().ok());
-    loop {
-        if let Some(end) = stop(sampler) {
-            return end;
-        }
-        if panic_after.is_some_and(|ticks| sampler.ticks >= ticks) {
-            panic!("FSPROF_TEST_PANIC_AFTER_TICKS: panicking on purpose");
-        }
-        if schedule.duration.is_some_and(|d| start.elapsed() >= d) {
-            return End::Duration;
-        }
-        if Instant::now().duration_since(next) > current / 2 {
-            sampler.late_ticks += 1;
-        }
-        if schedule
-            .suspend
-            .swap(false, std::sync::atomic::Ordering::Relaxed)
-        {
-            suspend(sampler);
-            next = Instant::now();
-        }
-        let cpu_before = thread_cpu_time();
-        if !sampler.tick() {
-            return End::TargetExited("the program exited".to_owned());
-        }
-        // The tick's CPU time, not its wall time: a tick that was preempted or stopped must not
-        // make the next wait longer.
-        let cost = thread_cpu_time().saturating_sub(cpu_before);
-        let now = Instant::now();
-        current = sampler.tick_period(period);
-        next += current.mul_f64(0.5 + fastrand::f64());
-        // Never busier than half the time: with many threads a tick can take longer than half
-        // the period, and a real-time sampler that never slept would starve the target.
-        let floor = now + cost.min(current * 10);
-        if next < floor {
-            next = floor;
-            sampler.stretched_ticks += 1;
-        }
-        sampler.sleep_until(next);
-    }
-}
-
-/// Ctrl-Z while recording: fsprof and the program both got SIGTSTP. The program's signal waits
-/// for its tracer (every signal to a traced thread does), so fsprof first lets its events through
-/// (the program stops: a group stop, which fsprof listens to) and only then stops itself. On
-/// `fg` both get SIGCONT and run on. Stopping at once, as SIGTSTP's default would, left the
-/// program's SIGTSTP to be delivered after `fg`: the program stayed stopped.
-///
-/// As the kernel does for SIGTSTP's default action, nothing is done when fsprof's process group
-/// is orphaned (no parent in another group of its session, such as a shell, could resume it):
-/// fsprof would stay stopped, and the program's signals would wait for it.
-pub fn suspend(sampler: &mut Sampler) {
-    if crate::target::process::own_group_is_orphaned() {
-        return;
-    }
-    sampler.sleep_until(Instant::now() + Duration::from_millis(20));
-    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
-}
-
-/// CPU time this thread has used.
-fn thread_cpu_time() -> Duration {
-    use nix::time::{clock_gettime, ClockId};
-    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(Duration::ZERO, Duration::from)
-}
-
-/// Back to normal scheduling once recording is over (writing the profile needs no priority).
-fn lower_priority(raised: &str, nice: i32) {
-    use nix::libc;
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: plain system calls on this process with valid arguments. Keeping the reset-on-fork
-    // flag matters: an unprivileged process (real-time through RLIMIT_RTPRIO) may not clear it.
-    unsafe {
-        match raised {
-            "real-time" => {
-                libc::sched_setscheduler(0, libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK, &param);
-            }
-            "raised" => {
-                libc::setpriority(libc::PRIO_PROCESS, 0, nice);
-            }
-            _ => {}
-        }
-    }
 }
 
 #[cfg(test)]

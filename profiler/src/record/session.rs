@@ -10,7 +10,8 @@
 use crate::analysis::{self, TimeView};
 use crate::profile::{Meta, Profile};
 use crate::record::agent;
-use crate::record::sampler::{self, End, Sampler, SamplerOptions, Schedule};
+use crate::record::sampler::{Sampler, SamplerOptions};
+use crate::record::schedule::{self, End, Schedule};
 use crate::render;
 use crate::target::process;
 use crate::target::remote::Remote;
@@ -101,7 +102,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
 
     let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
     let mut status: Option<ExitStatus> = None;
-    let mut end = sampler::record(&mut sampler, schedule(options, &signals), |sampler| {
+    let mut end = schedule::record(&mut sampler, schedule(options, &signals), |sampler| {
         if signals.any() {
             return Some(End::Interrupted);
         }
@@ -177,7 +178,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     );
     let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
     let mut next_check = Instant::now();
-    let end = sampler::record(&mut sampler, schedule(options, &signals), |_| {
+    let end = schedule::record(&mut sampler, schedule(options, &signals), |_| {
         if signals.any() {
             return Some(End::Interrupted);
         }
@@ -314,7 +315,7 @@ struct Signals {
     interrupted: Arc<AtomicBool>,
     terminated: Arc<AtomicBool>,
     /// SIGTSTP (Ctrl-Z): suspend, once the program's own stop went through (see
-    /// [`sampler::suspend`]).
+    /// [`schedule::suspend`]).
     suspend: Arc<AtomicBool>,
 }
 

@@ -1,0 +1,141 @@
+//! The tick clock: when the sampler's ticks came and how often the next ones must come. It keeps
+//! the times of the first and the latest tick, decides between the full rate and the slow ticks
+//! that perf allows (see [`TickClock::period`]), and counts the ticks that came late, were
+//! stretched by their own cost, or followed a long interval, for the report's metadata. It
+//! neither sleeps nor samples: the loop (`schedule.rs`) does.
+
+use crate::profile::Meta;
+use std::time::{Duration, Instant};
+
+/// The longest mean interval between ticks while perf carries every thread's time (see
+/// [`TickClock::period`]).
+const SLOW_TICK: Duration = Duration::from_millis(10);
+
+/// The sampler's ticks, past and next.
+#[derive(Debug)]
+pub struct TickClock {
+    first: Option<Instant>,
+    last: Option<Instant>,
+    ticks: u64,
+    /// Ticks that came more than half an interval after their time.
+    late: u64,
+    /// Ticks whose cost made the next interval longer than drawn (too many threads for the rate).
+    stretched: u64,
+    /// Ticks after a long interval.
+    slow_ticks: u64,
+    /// Whether this tick found a thread whose time only the ticks can sample.
+    every_tick: bool,
+    /// Ticks come at the full rate until then.
+    fast_until: Option<Instant>,
+    /// Whether the interval since the previous tick was a long one.
+    slow_interval: bool,
+}
+
+impl Default for TickClock {
+    fn default() -> Self {
+        TickClock {
+            first: None,
+            last: None,
+            ticks: 0,
+            late: 0,
+            stretched: 0,
+            slow_ticks: 0,
+            every_tick: true,
+            fast_until: None,
+            slow_interval: false,
+        }
+    }
+}
+
+impl TickClock {
+    /// Whether no tick has completed yet.
+    pub fn before_first(&self) -> bool {
+        self.first.is_none()
+    }
+
+    /// When the latest tick completed.
+    pub fn last(&self) -> Option<Instant> {
+        self.last
+    }
+
+    /// Ticks completed.
+    pub fn ticks(&self) -> u64 {
+        self.ticks
+    }
+
+    /// Whether the interval that ended at this tick was a long one.
+    pub fn slow_interval(&self) -> bool {
+        self.slow_interval
+    }
+
+    /// A tick begins; `every_tick`: whether its threads' time can only be sampled by ticks
+    /// whatever they turn out to do (the first tick, `--idle`, no perf).
+    pub fn begin(&mut self, every_tick: bool) {
+        self.every_tick = every_tick;
+        self.slow_ticks += u64::from(self.slow_interval);
+    }
+
+    /// This tick found a thread whose time only the ticks can sample.
+    pub fn needs_every_tick(&mut self) {
+        self.every_tick = true;
+    }
+
+    /// Keeps ticks at the full rate until at least `until`.
+    pub fn hold_fast(&mut self, until: Instant) {
+        self.every_tick = true;
+        self.fast_until = self.fast_until.max(Some(until));
+    }
+
+    /// The tick that began at `now` is complete.
+    pub fn end(&mut self, now: Instant) {
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+        self.ticks += 1;
+    }
+
+    /// The next tick comes more than half an interval late.
+    pub fn count_late(&mut self) {
+        self.late += 1;
+    }
+
+    /// The next tick is put off by this one's cost.
+    pub fn count_stretched(&mut self) {
+        self.stretched += 1;
+    }
+
+    /// The mean interval to the next tick, for a sampler whose rate asks for `fast`, when perf
+    /// can carry running threads' time for `patience` (the time its rings last). Ticks come at
+    /// the full rate while some thread's time can only be sampled by them: a thread blocked
+    /// inside a mark (its wall time counts), every thread with `--idle`, a running thread that
+    /// perf does not sample. After a tick that found a thread blocked inside a mark they stay
+    /// fast for a while (see [`TickClock::hold_fast`]), so that the intervals' lengths do not
+    /// follow what each thread does from one tick to the next (short intervals right after a
+    /// blocked thread was seen would understate blocked time); after a thread's birth too: a
+    /// thread born and gone between two rare ticks would not be seen at all. Otherwise perf's
+    /// samples carry the running threads' time and marks, and ticks need only come before their
+    /// rings fill, at most every `SLOW_TICK`: each tick wakes fsprof, which on a machine without
+    /// an idle core preempts the target.
+    pub fn period(&mut self, fast: Duration, patience: Option<Duration>) -> Duration {
+        let hold = self.fast_until.is_some_and(|until| Instant::now() < until);
+        let period = match patience {
+            // The longest interval drawn is 1.5 times the mean; half the ring is left for
+            // lateness.
+            Some(patience) if !self.every_tick && !hold => (patience / 3).min(SLOW_TICK).max(fast),
+            _ => fast,
+        };
+        self.slow_interval = period > fast;
+        period
+    }
+
+    /// Fills `meta`'s timing fields: the recording's length and the tick counts.
+    pub fn fill(&self, meta: &mut Meta) {
+        meta.duration_ns = match (self.first, self.last) {
+            (Some(first), Some(last)) => last.duration_since(first).as_nanos() as u64,
+            _ => 0,
+        };
+        meta.late_ticks = self.late;
+        meta.stretched_ticks = self.stretched;
+        meta.ticks = self.ticks;
+        meta.slow_ticks = self.slow_ticks;
+    }
+}

@@ -1,0 +1,186 @@
+//! The recording loop: when the sampler ticks. Ticks come at jittered intervals (uniform from 0.5
+//! to 1.5 times the mean period the tick clock asks for, so that periodic behaviour in the target
+//! cannot alias with the sampling), with the sampler's thread raised to real-time priority where
+//! the system allows it, until the target exits, the caller stops it or the duration elapses;
+//! Ctrl-Z suspends fsprof without leaving the target stuck. What a tick reads is the sampler's
+//! business (`sampler.rs`), how often the next comes the clock's (`clock.rs`).
+
+use crate::record::sampler::Sampler;
+use crate::target::process;
+use std::time::{Duration, Instant};
+
+/// Why recording stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum End {
+    /// The target exited (the text says how, when known).
+    TargetExited(String),
+    /// Ctrl-C, SIGTERM or SIGHUP.
+    Interrupted,
+    /// `--duration` elapsed.
+    Duration,
+}
+
+impl End {
+    /// A sentence for the profile's metadata and the report.
+    pub fn describe(&self) -> String {
+        match self {
+            End::TargetExited(how) => how.clone(),
+            End::Interrupted => "recording was interrupted (Ctrl-C, SIGTERM or SIGHUP)".to_owned(),
+            End::Duration => "the requested duration elapsed".to_owned(),
+        }
+    }
+}
+
+/// How long to record and how often.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    /// Mean samples per second.
+    pub rate_hz: f64,
+    /// Stop after this long, if set.
+    pub duration: Option<Duration>,
+    /// Set by SIGTSTP (Ctrl-Z): fsprof is to suspend itself, see [`suspend`].
+    pub suspend: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Gives the sampler priority over the target's threads where the system allows it, and says how
+/// it is scheduled.
+///
+/// A sample must be taken when its timer says, not when a CPU happens to be free: on a busy
+/// machine a normally scheduled sampler runs when the target blocks, so its samples cluster at
+/// the moments the target sleeps inside a mark and overstate that feature (we measured 5 points on
+/// two cores with two other busy processes). Real-time scheduling (`SCHED_FIFO`, lowest priority,
+/// reset on fork so that programs we start never inherit it) removes the delay; failing that, a
+/// lower nice value shortens it. The sampler sleeps almost all the time, so this costs the
+/// machine nothing.
+fn raise_priority() -> (&'static str, i32) {
+    use nix::libc;
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: plain system calls on this process with a valid parameter block.
+    unsafe {
+        let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
+        if libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) == 0 {
+            return ("real-time", nice);
+        }
+        if libc::setpriority(libc::PRIO_PROCESS, 0, nice - 10) == 0 {
+            return ("raised", nice);
+        }
+        ("normal", nice)
+    }
+}
+
+/// Samples until the target exits, `stop` returns a reason, or the duration elapses. Intervals are
+/// drawn uniformly from 0.5 to 1.5 times the mean period, so periodic behaviour in the target
+/// cannot alias with the sampling.
+pub fn record(
+    sampler: &mut Sampler,
+    schedule: Schedule,
+    mut stop: impl FnMut(&Sampler) -> Option<End>,
+) -> End {
+    let period = Duration::from_secs_f64(1.0 / schedule.rate_hz);
+    let (priority, nice) = raise_priority();
+    sampler.set_priority(priority);
+    // With the default 50 µs timer slack our wake-ups would be batched with the target's own
+    // timers; one nanosecond keeps the sampling times independent of the target's.
+    let _ = nix::sys::prctl::set_timerslack(1);
+    let end = sample_until_stopped(sampler, schedule, period, &mut stop);
+    sampler.stop_tracing();
+    lower_priority(priority, nice);
+    end
+}
+
+fn sample_until_stopped(
+    sampler: &mut Sampler,
+    schedule: Schedule,
+    period: Duration,
+    stop: &mut impl FnMut(&Sampler) -> Option<End>,
+) -> End {
+    let start = Instant::now();
+    let mut next = start;
+    let mut current = period;
+    // Fault injection for tests: a panic in the middle of recording, to prove that the target is
+    // released (detached, running) when fsprof fails.
+    let panic_after: Option<u64> = std::env::var("FSPROF_TEST_PANIC_AFTER_TICKS")
+        .ok()
+        .and_then(|ticks| ticks.parse().ok());
+    loop {
+        if let Some(end) = stop(sampler) {
+            return end;
+        }
+        if panic_after.is_some_and(|ticks| sampler.clock().ticks() >= ticks) {
+            panic!("FSPROF_TEST_PANIC_AFTER_TICKS: panicking on purpose");
+        }
+        if schedule.duration.is_some_and(|d| start.elapsed() >= d) {
+            return End::Duration;
+        }
+        if Instant::now().duration_since(next) > current / 2 {
+            sampler.clock().count_late();
+        }
+        if schedule
+            .suspend
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            suspend(sampler);
+            next = Instant::now();
+        }
+        let cpu_before = thread_cpu_time();
+        if !sampler.tick() {
+            return End::TargetExited("the program exited".to_owned());
+        }
+        // The tick's CPU time, not its wall time: a tick that was preempted or stopped must not
+        // make the next wait longer.
+        let cost = thread_cpu_time().saturating_sub(cpu_before);
+        let now = Instant::now();
+        current = sampler.tick_period(period);
+        next += current.mul_f64(0.5 + fastrand::f64());
+        // Never busier than half the time: with many threads a tick can take longer than half
+        // the period, and a real-time sampler that never slept would starve the target.
+        let floor = now + cost.min(current * 10);
+        if next < floor {
+            next = floor;
+            sampler.clock().count_stretched();
+        }
+        sampler.sleep_until(next);
+    }
+}
+
+/// Ctrl-Z while recording: fsprof and the program both got SIGTSTP. The program's signal waits
+/// for its tracer (every signal to a traced thread does), so fsprof first lets its events through
+/// (the program stops: a group stop, which fsprof listens to) and only then stops itself. On
+/// `fg` both get SIGCONT and run on. Stopping at once, as SIGTSTP's default would, left the
+/// program's SIGTSTP to be delivered after `fg`: the program stayed stopped.
+///
+/// As the kernel does for SIGTSTP's default action, nothing is done when fsprof's process group
+/// is orphaned (no parent in another group of its session, such as a shell, could resume it):
+/// fsprof would stay stopped, and the program's signals would wait for it.
+pub fn suspend(sampler: &mut Sampler) {
+    if process::own_group_is_orphaned() {
+        return;
+    }
+    sampler.sleep_until(Instant::now() + Duration::from_millis(20));
+    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+}
+
+/// CPU time this thread has used.
+fn thread_cpu_time() -> Duration {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(Duration::ZERO, Duration::from)
+}
+
+/// Back to normal scheduling once recording is over (writing the profile needs no priority).
+fn lower_priority(raised: &str, nice: i32) {
+    use nix::libc;
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain system calls on this process with valid arguments. Keeping the reset-on-fork
+    // flag matters: an unprivileged process (real-time through RLIMIT_RTPRIO) may not clear it.
+    unsafe {
+        match raised {
+            "real-time" => {
+                libc::sched_setscheduler(0, libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK, &param);
+            }
+            "raised" => {
+                libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+            }
+            _ => {}
+        }
+    }
+}
