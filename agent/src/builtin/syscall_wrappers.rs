@@ -194,20 +194,74 @@ core::arch::global_asm!(
     ".popsection",
 );
 
+/// The instructions that save the argument registers while `enter` runs, and restore them:
+/// all six and `rax` (the vector count of a variadic call), or, for functions of at most three
+/// arguments, those three and `rax` (four instructions fewer on every call).
+macro_rules! save_registers {
+    (7) => {
+        concat!(
+            "push rdi\n.cfi_adjust_cfa_offset 8\n",
+            "push rsi\n.cfi_adjust_cfa_offset 8\n",
+            "push rdx\n.cfi_adjust_cfa_offset 8\n",
+            "push rcx\n.cfi_adjust_cfa_offset 8\n",
+            "push r8\n.cfi_adjust_cfa_offset 8\n",
+            "push r9\n.cfi_adjust_cfa_offset 8\n",
+            "push rax\n.cfi_adjust_cfa_offset 8\n",
+            "sub rsp, 8\n.cfi_adjust_cfa_offset 8\n", // padding: see `interpose_syscall`
+        )
+    };
+    (4) => {
+        concat!(
+            "push rdi\n.cfi_adjust_cfa_offset 8\n",
+            "push rsi\n.cfi_adjust_cfa_offset 8\n",
+            "push rdx\n.cfi_adjust_cfa_offset 8\n",
+            "push rax\n.cfi_adjust_cfa_offset 8\n",
+        )
+    };
+}
+pub(super) use save_registers;
+
+/// See [`save_registers`].
+macro_rules! restore_registers {
+    (7) => {
+        concat!(
+            "add rsp, 8\n.cfi_adjust_cfa_offset -8\n",
+            "pop rax\n.cfi_adjust_cfa_offset -8\n",
+            "pop r9\n.cfi_adjust_cfa_offset -8\n",
+            "pop r8\n.cfi_adjust_cfa_offset -8\n",
+            "pop rcx\n.cfi_adjust_cfa_offset -8\n",
+            "pop rdx\n.cfi_adjust_cfa_offset -8\n",
+            "pop rsi\n.cfi_adjust_cfa_offset -8\n",
+            "pop rdi\n.cfi_adjust_cfa_offset -8\n",
+        )
+    };
+    (4) => {
+        concat!(
+            "pop rax\n.cfi_adjust_cfa_offset -8\n",
+            "pop rdx\n.cfi_adjust_cfa_offset -8\n",
+            "pop rsi\n.cfi_adjust_cfa_offset -8\n",
+            "pop rdi\n.cfi_adjust_cfa_offset -8\n",
+        )
+    };
+}
+pub(super) use restore_registers;
+
 /// Interposes system-call wrappers of up to six register arguments: an exported trampoline
 /// `name` that marks `feature` around the real function (see the module's documentation).
+/// `registers`: how many registers are saved while `enter` runs (see [`save_registers`]): 4 for
+/// functions of at most three arguments, else 7.
 ///
 /// The frame, from the entry stack pointer E (where the caller's return address is): the token
-/// at E-24..E; while `enter` runs, the six argument registers and `rax` (the vector count of a
-/// variadic call) saved below it, and a word of padding (calls need rsp 16-aligned: it is E-88
-/// before `enter`'s call, E-24 before the real function's, E-40 before `leave`'s). Labels: 22
-/// the start, 23..24 the real call (the landing pad's range), 25 the landing pad, 26 marked, 27
-/// the call form, 28 the jump form's return, 30..31 the LSDA's call-site table.
+/// at E-24..E; while `enter` runs, the saved registers below it and, for an odd count, a word of
+/// padding (calls need rsp 16-aligned: it is E-88 (7 registers) or E-56 (4) before `enter`'s
+/// call, E-24 before the real function's, E-40 before `leave`'s). Labels: 22 the start, 23..24
+/// the real call (the landing pad's range), 25 the landing pad, 26 marked, 27 the call form, 28
+/// the jump form's return, 30..31 the LSDA's call-site table.
 ///
 /// Only for functions whose arguments are all in registers and whose result is in `rax`
 /// (`leave` may change `rdx` and the vector registers).
 macro_rules! interpose_syscall {
-    (list $list:ident; $($feature:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+    (list $list:ident; registers $registers:tt; $($feature:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
         /// The real functions of this group, resolved by the constructor.
         static $list: &[&Real] = &[$(&$name::REAL),*];
         $(
@@ -232,46 +286,16 @@ macro_rules! interpose_syscall {
                 "22:",
                 "sub rsp, 24",
                 ".cfi_adjust_cfa_offset 24",
-                "push rdi",
-                ".cfi_adjust_cfa_offset 8",
-                "push rsi",
-                ".cfi_adjust_cfa_offset 8",
-                "push rdx",
-                ".cfi_adjust_cfa_offset 8",
-                "push rcx",
-                ".cfi_adjust_cfa_offset 8",
-                "push r8",
-                ".cfi_adjust_cfa_offset 8",
-                "push r9",
-                ".cfi_adjust_cfa_offset 8",
-                "push rax",
-                ".cfi_adjust_cfa_offset 8",
-                "sub rsp, 8",
-                ".cfi_adjust_cfa_offset 8",
+                save_registers!($registers),
                 "mov edi, {feature}",
                 "lea rsi, [rip + {real}]",
-                "lea rdx, [rsp + 88]",
+                "lea rdx, [rsp + {caller}]",
                 "mov rcx, rbp",
-                "lea r8, [rsp + 64]",
+                "lea r8, [rsp + {token}]",
                 "call {enter}",
                 "mov r11, rax",
                 "mov r10, rdx",
-                "add rsp, 8",
-                ".cfi_adjust_cfa_offset -8",
-                "pop rax",
-                ".cfi_adjust_cfa_offset -8",
-                "pop r9",
-                ".cfi_adjust_cfa_offset -8",
-                "pop r8",
-                ".cfi_adjust_cfa_offset -8",
-                "pop rcx",
-                ".cfi_adjust_cfa_offset -8",
-                "pop rdx",
-                ".cfi_adjust_cfa_offset -8",
-                "pop rsi",
-                ".cfi_adjust_cfa_offset -8",
-                "pop rdi",
-                ".cfi_adjust_cfa_offset -8",
+                restore_registers!($registers),
                 "test r10, r10",
                 "jnz 26f",
                 // Unmarked: the real function returns to the caller.
@@ -346,6 +370,8 @@ macro_rules! interpose_syscall {
                 "31:",
                 ".popsection",
                 feature = const $feature,
+                caller = const 24 + 8 * $registers + 8 * ($registers % 2),
+                token = const 8 * $registers + 8 * ($registers % 2),
                 real = sym $name::REAL,
                 hot = sym HOT,
                 jump_offset = const core::mem::offset_of!(Hot, return_by_jump),
