@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod clock;
 pub mod interner;
+pub mod marks;
 pub mod privilege;
 pub mod sampler;
 pub mod scanner;

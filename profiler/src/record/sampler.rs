@@ -21,10 +21,9 @@ use crate::native::unwind::UnwoundFrame;
 use crate::profile::{Meta, Profile, ProfileBuilder, Stack, MAX_STACK_FRAMES};
 use crate::record::clock::TickClock;
 use crate::record::interner::{Interner, Target};
-use crate::record::scanner::Scanner;
+use crate::record::marks::MarkReader;
 use crate::symbolize::call_sites::Callers;
 use crate::target::process::{self, ThreadStatus};
-use crate::target::region::{ReadStats, RegionReader, ThreadMarks};
 use crate::target::remote::Remote;
 use fsprof_shim::abi::{self, RecordView};
 use std::collections::HashMap;
@@ -110,44 +109,46 @@ pub struct SamplerOptions {
     pub count_idle: bool,
 }
 
+/// The threads being sampled.
+struct Threads {
+    states: HashMap<u32, ThreadState>,
+    /// How many more thread status files may be kept open (see `process::raise_open_file_limit`).
+    descriptor_budget: usize,
+    /// Whether the target is in another PID namespace, so thread ids need translating.
+    other_namespace: bool,
+}
+
+/// What the report's metadata and notes say of the recording, counted as it goes.
+#[derive(Default)]
+struct Tally {
+    /// How the sampler's thread was scheduled.
+    priority: &'static str,
+    notes: Vec<String>,
+    /// Thread samples whose marks changed between the tick and the thread's stop (no stack).
+    native_moved: u64,
+    /// Thread samples whose stack came from a stop after the tick (the thread had no CPU).
+    native_late: u64,
+}
+
 /// Samples one target process.
 pub struct Sampler {
     pid: u32,
     remote: Remote,
     clock: TickClock,
-    regions: Vec<RegionReader>,
-    /// Finds regions on a thread of its own (see `scanner.rs`).
-    scanner: Scanner,
-    threads: HashMap<u32, ThreadState>,
+    /// The regions, and this tick's marks copied from them.
+    reader: MarkReader,
+    threads: Threads,
     builder: ProfileBuilder,
     /// Feature names, payloads, built-ins and call sites, read once each.
     interner: Interner,
     /// See [`Sampler::via`].
     via: std::cell::Cell<Option<u32>>,
-    stats: ReadStats,
-    threads_without_slot: u64,
-    priority: &'static str,
-    /// Set when a region could not be read this tick: every thread's time is carried over.
-    marks_incomplete: bool,
-    /// How many more thread status files may be kept open (see `process::raise_open_file_limit`).
-    descriptor_budget: usize,
-    /// Whether the target is in another PID namespace, so thread ids need translating.
-    other_namespace: bool,
-    notes: Vec<String>,
-    regions_seen: Vec<u64>,
+    tally: Tally,
     // Buffers reused across ticks.
     tids: Vec<u32>,
-    marks: Vec<ThreadMarks>,
-    unreadable: Vec<u32>,
-    /// Threads (own ids) whose copies from several regions disagree at this tick.
-    unsettled: Vec<u32>,
     records: Vec<RecordView>,
     native: Option<NativeSampler>,
     options: SamplerOptions,
-    /// Thread samples whose marks changed between the tick and the thread's stop (no stack).
-    native_moved: u64,
-    /// Thread samples whose stack came from a stop after the tick (the thread had no CPU).
-    native_late: u64,
     /// The process's current program image, as [`ThreadStatus::image_token`] tells it.
     image_token: Option<u64>,
 }
@@ -160,31 +161,25 @@ impl Sampler {
             pid,
             remote: Remote::new(pid),
             clock: TickClock::default(),
-            regions: Vec::new(),
-            scanner: Scanner::start(pid),
-            threads: HashMap::new(),
+            reader: MarkReader::start(pid),
+            threads: Threads {
+                states: HashMap::new(),
+                descriptor_budget,
+                other_namespace: process::in_other_pid_namespace(pid),
+            },
             builder: ProfileBuilder::new(),
             interner: Interner::default(),
             via: std::cell::Cell::new(None),
-            stats: ReadStats::default(),
-            threads_without_slot: 0,
-            priority: "normal",
-            marks_incomplete: false,
-            descriptor_budget,
-            other_namespace: process::in_other_pid_namespace(pid),
-            notes: Vec::new(),
-            regions_seen: Vec::new(),
+            tally: Tally {
+                priority: "normal",
+                ..Tally::default()
+            },
             tids: Vec::new(),
-            marks: Vec::new(),
-            unreadable: Vec::new(),
-            unsettled: Vec::new(),
             records: Vec::new(),
             native: options
                 .native
                 .then(|| NativeSampler::new(pid, options.perf)),
             options,
-            native_moved: 0,
-            native_late: 0,
             image_token: None,
         }
     }
@@ -196,7 +191,7 @@ impl Sampler {
 
     /// Says how the sampler's thread is scheduled (for the report).
     pub(super) fn set_priority(&mut self, priority: &'static str) {
-        self.priority = priority;
+        self.tally.priority = priority;
     }
 
     /// How the program ended, when native sampling (as the program's tracer) collected it.
@@ -222,23 +217,10 @@ impl Sampler {
 
     /// Takes one sample of every thread. Returns `false` when the target is gone.
     pub fn tick(&mut self) -> bool {
-        if let Some(native) = &mut self.native {
-            native.poll();
-            for (tid, captured) in native.take_late() {
-                if let Some(state) = self.threads.get_mut(&tid) {
-                    if let Some(pending) = state.pending.take() {
-                        let placed = capture::place(&captured, &pending.records);
-                        let id = self.builder.native_stack(placed);
-                        pending.add(&mut self.builder, Some(id));
-                        self.native_late += 1;
-                    }
-                    state.last_native = Some(captured);
-                }
-            }
-        }
+        self.take_late_stacks();
         if self.clock.before_first() {
             // Attached to a program that has marked already: its regions count from the start.
-            self.scanner.wait_for_first_scan(Duration::from_millis(200));
+            self.reader.wait_for_first_scan(Duration::from_millis(200));
         }
         let now = Instant::now();
         match process::threads(self.pid, &mut self.tids) {
@@ -267,192 +249,240 @@ impl Sampler {
         );
         let tick = self.clock.ticks();
         for index in 0..self.tids.len() {
-            let tid = self.tids[index];
-            let state = match self.threads.get_mut(&tid) {
-                Some(state) => state,
-                None => {
-                    // A thread born since the previous tick: perf does not sample it yet, and
-                    // the next ones may end before a rare tick could see them.
-                    if !first {
-                        self.clock.hold_fast(now + BIRTH_HOLD);
-                    }
-                    let keep_open = self.descriptor_budget > 0;
-                    let Some(status) = ThreadStatus::open(self.pid, tid, keep_open) else {
-                        continue;
-                    };
-                    if status.holds_descriptor() {
-                        self.descriptor_budget -= 1;
-                    }
-                    let pid = self.pid;
-                    let id = self.builder.thread(tid, || process::thread_name(pid, tid));
-                    // A thread born since the previous tick stands for the time since then. That credits
-                    // the stretch before its birth and, symmetrically, the stretch after its last
-                    // sample is never credited: on average the two balance. So it is at the full
-                    // rate, with perf too (the ticks carry the time then). After a long interval,
-                    // neither is needed: a running thread's first interval is its runnable time so
-                    // far, and perf's samples cover its last stretch (see below).
-                    let last_time = self.clock.last().unwrap_or(now);
-                    let state = ThreadState {
-                        status,
-                        id,
-                        own_tid: None,
-                        last_time,
-                        seen_at: tick,
-                        last_native: None,
-                        was_running: false,
-                        last_pcount: None,
-                        pending: None,
-                        last_perf: None,
-                        skipped: false,
-                        last_sched: None,
-                        born: !first,
-                    };
-                    self.threads.entry(tid).or_insert(state)
-                }
-            };
-            state.seen_at = tick;
-            if state.own_tid.is_none() {
-                // Read once; retried at the next tick if /proc could not tell now.
-                state.own_tid = if self.other_namespace {
-                    process::namespace_tid(self.pid, tid)
-                } else {
-                    Some(tid)
-                };
-            }
-            // Until its own id is known its marks cannot be found: carry its time.
-            let Some(own_tid) = state.own_tid else {
-                continue;
-            };
-            if self.marks_incomplete || self.unreadable.contains(&own_tid) {
-                continue; // its time is carried to its next sample: its state is not advanced
-            }
-            let running = match state.status.is_running() {
-                Ok(Some(running)) => running,
-                Ok(None) => {
-                    state.seen_at = u64::MAX; // gone (or its id reused): forget it below
-                    continue;
-                }
-                Err(_) => continue, // unreadable this time: its time is carried over
-            };
-            if tid == self.pid {
-                let token = state.status.image_token();
-                if token.is_some() && token != self.image_token {
-                    // The first image, or an `exec` since the previous tick: samples from now
-                    // on are the new program's.
-                    let exec = self.image_token.is_some();
-                    self.image_token = token;
-                    let pid = self.pid;
-                    self.builder.image(process::thread_name(pid, pid));
-                    if exec {
-                        // This tick's marks may be the old image's (its region was copied
-                        // before the exec was seen), and so may cached names: the thread's time
-                        // is carried to its next sample, as when marks are incomplete.
-                        self.forget_names();
-                        continue;
-                    }
-                }
-            }
-            let state = self.threads.get_mut(&tid).expect("sampled");
-            let wall_ns = now
-                .duration_since(std::mem::replace(&mut state.last_time, now))
-                .as_nanos() as u64;
-            if first {
-                continue;
-            }
-            let thread = state.id;
-            // Between ticks at the full rate, the tick's marks stand for the whole interval, as
-            // without perf (perf's latest sample gives the stack). Between rare ticks, a thread
-            // that perf samples has its CPU time in those samples (each one period, with the
-            // marks and stack of its own instant), and the tick samples the rest of its time:
-            // if it is blocked, the tick's marks stand for the whole interval (the tick came at
-            // a moment that does not depend on what the thread does, so that is unbiased for its
-            // blocked time); if it is runnable, for the share of its runnable time it spent
-            // waiting for a CPU since the previous tick.
-            let slow = self.clock.slow_interval();
-            let by_perf = self.perf_samples(tid, own_tid, thread, running, slow);
-            let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);
-            let state = self.threads.get_mut(&tid).expect("sampled");
-            let mut waiting = 0.0;
-            let mut wall_ns = wall_ns;
-            // Read only where used (a read is a few microseconds; at the full rate, per running
-            // thread, that adds up): the share since an older read is as good an estimate. A
-            // thread born during a long interval stands for its runnable time so far, not the
-            // whole interval. Not at the full rate: the kernel brings a running thread's total up
-            // to date only at its CPU's scheduler tick, so it can lag a whole tick behind: threads
-            // that live a few milliseconds lost 0.4 ms each in some runs, 2.5 points of a
-            // recording (the ticks' own rule, above, is unbiased there).
-            if uses_perf && running && slow {
-                let now = process::sched_times(self.pid, tid);
-                let before = std::mem::replace(&mut state.last_sched, now);
-                waiting = wait_share(before, now);
-                if let (true, Some(now)) = (state.born, now) {
-                    wall_ns = wall_ns.min(now.run_ns.saturating_add(now.wait_ns));
-                }
-            }
-            state.born = false;
-            let (wall_ns, active_ns) = match (by_perf && slow, running) {
-                (true, true) => {
-                    let share = (wall_ns as f64 * waiting) as u64;
-                    (share, share)
-                }
-                (_, false) => (wall_ns, 0),
-                (false, true) => (wall_ns, wall_ns),
-            };
-            let captured = self.native_stack(tid, own_tid, running);
-            // A stack captured in the same stop as the marks (or, for a thread that has not run
-            // since, earlier) shows their callers; a perf sample's is of another instant.
-            let frames = match &captured {
-                Native::Captured(captured) => Some(captured.frames.as_slice()),
-                _ => None,
-            };
-            let mut stack = self.stack_of(own_tid, frames);
-            let unsettled = self.unsettled.contains(&own_tid);
-            let native = match captured {
-                Native::Captured(captured) => {
-                    let placed = capture::place(&captured, &self.records);
-                    Some(self.builder.native_stack(placed))
-                }
-                Native::Perf(captured, records, truncated_depth) => {
-                    // The tables count the marks read at the tick; the stack is drawn with the
-                    // marks of its own instant, carried with it when they differ. When the
-                    // tick's copies of several regions disagree, the sample's marks count.
-                    let mut records = records;
-                    self.resolve_captured(own_tid, &mut records, &captured.frames);
-                    let own = self.intern_records(records, truncated_depth);
-                    if unsettled {
-                        stack = own;
-                        self.unsettled.retain(|t| *t != own_tid);
-                    }
-                    let mut placed = capture::place(&captured, &self.records);
-                    placed.marks = (own != stack).then_some(own);
-                    Some(self.builder.native_stack(placed))
-                }
-                Native::Pending => {
-                    self.clock.needs_every_tick();
-                    // Completed when the thread stops (it has not run since this instant, so
-                    // its stack and marks are still this sample's), or at the next tick.
-                    if let Some(state) = self.threads.get_mut(&tid) {
-                        state.pending = Some(PendingSample {
-                            thread,
-                            stack,
-                            records: self.records.clone(),
-                            wall_ns,
-                            active_ns,
-                        });
-                    }
-                    continue;
-                }
-                Native::None => None,
-            };
-            if unsettled && self.unsettled.contains(&own_tid) {
-                self.stats.unsettled += 1; // no perf sample to take the marks from
-            }
-            self.builder
-                .add_sample(thread, stack, native, wall_ns, active_ns);
+            self.sample_thread(self.tids[index], now, first, tick);
         }
+        self.forget_gone(tick);
+        self.clock.end(now);
+        true
+    }
+
+    /// Adds the samples that waited for their thread's late stop, now that it stopped.
+    fn take_late_stacks(&mut self) {
+        if let Some(native) = &mut self.native {
+            native.poll();
+            for (tid, captured) in native.take_late() {
+                if let Some(state) = self.threads.states.get_mut(&tid) {
+                    if let Some(pending) = state.pending.take() {
+                        let placed = capture::place(&captured, &pending.records);
+                        let id = self.builder.native_stack(placed);
+                        pending.add(&mut self.builder, Some(id));
+                        self.tally.native_late += 1;
+                    }
+                    state.last_native = Some(captured);
+                }
+            }
+        }
+    }
+
+    /// Samples thread `tid` at the tick taken at `now` (the recording's first tick if `first`;
+    /// the clock's count `tick`).
+    fn sample_thread(&mut self, tid: u32, now: Instant, first: bool, tick: u64) {
+        if !self.threads.states.contains_key(&tid) && !self.admit(tid, now, first, tick) {
+            return;
+        }
+        let state = self.threads.states.get_mut(&tid).expect("admitted");
+        state.seen_at = tick;
+        if state.own_tid.is_none() {
+            // Read once; retried at the next tick if /proc could not tell now.
+            state.own_tid = if self.threads.other_namespace {
+                process::namespace_tid(self.pid, tid)
+            } else {
+                Some(tid)
+            };
+        }
+        // Until its own id is known its marks cannot be found: carry its time.
+        let Some(own_tid) = state.own_tid else {
+            return;
+        };
+        if self.reader.missing(own_tid) {
+            return; // its time is carried to its next sample: its state is not advanced
+        }
+        let running = match state.status.is_running() {
+            Ok(Some(running)) => running,
+            Ok(None) => {
+                state.seen_at = u64::MAX; // gone (or its id reused): forget it below
+                return;
+            }
+            Err(_) => return, // unreadable this time: its time is carried over
+        };
+        if tid == self.pid {
+            let token = state.status.image_token();
+            if token.is_some() && token != self.image_token {
+                // The first image, or an `exec` since the previous tick: samples from now
+                // on are the new program's.
+                let exec = self.image_token.is_some();
+                self.image_token = token;
+                let pid = self.pid;
+                self.builder.image(process::thread_name(pid, pid));
+                if exec {
+                    // This tick's marks may be the old image's (its region was copied
+                    // before the exec was seen), and so may cached names: the thread's time
+                    // is carried to its next sample, as when marks are incomplete.
+                    self.forget_names();
+                    return;
+                }
+            }
+        }
+        let state = self.threads.states.get_mut(&tid).expect("sampled");
+        let wall_ns = now
+            .duration_since(std::mem::replace(&mut state.last_time, now))
+            .as_nanos() as u64;
+        if first {
+            return;
+        }
+        let thread = state.id;
+        // Between ticks at the full rate, the tick's marks stand for the whole interval, as
+        // without perf (perf's latest sample gives the stack). Between rare ticks, a thread
+        // that perf samples has its CPU time in those samples (each one period, with the
+        // marks and stack of its own instant), and the tick samples the rest of its time:
+        // if it is blocked, the tick's marks stand for the whole interval (the tick came at
+        // a moment that does not depend on what the thread does, so that is unbiased for its
+        // blocked time); if it is runnable, for the share of its runnable time it spent
+        // waiting for a CPU since the previous tick.
+        let slow = self.clock.slow_interval();
+        let by_perf = self.perf_samples(tid, own_tid, thread, running, slow);
+        let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);
+        let state = self.threads.states.get_mut(&tid).expect("sampled");
+        let mut waiting = 0.0;
+        let mut wall_ns = wall_ns;
+        // Read only where used (a read is a few microseconds; at the full rate, per running
+        // thread, that adds up): the share since an older read is as good an estimate. A
+        // thread born during a long interval stands for its runnable time so far, not the
+        // whole interval. Not at the full rate: the kernel brings a running thread's total up
+        // to date only at its CPU's scheduler tick, so it can lag a whole tick behind: threads
+        // that live a few milliseconds lost 0.4 ms each in some runs, 2.5 points of a
+        // recording (the ticks' own rule, above, is unbiased there).
+        if uses_perf && running && slow {
+            let now = process::sched_times(self.pid, tid);
+            let before = std::mem::replace(&mut state.last_sched, now);
+            waiting = wait_share(before, now);
+            if let (true, Some(now)) = (state.born, now) {
+                wall_ns = wall_ns.min(now.run_ns.saturating_add(now.wait_ns));
+            }
+        }
+        state.born = false;
+        let (wall_ns, active_ns) = match (by_perf && slow, running) {
+            (true, true) => {
+                let share = (wall_ns as f64 * waiting) as u64;
+                (share, share)
+            }
+            (_, false) => (wall_ns, 0),
+            (false, true) => (wall_ns, wall_ns),
+        };
+        self.add_sample(tid, own_tid, thread, running, (wall_ns, active_ns));
+    }
+
+    /// Starts keeping thread `tid`, first seen at this tick; `false` if it is gone already.
+    fn admit(&mut self, tid: u32, now: Instant, first: bool, tick: u64) -> bool {
+        // A thread born since the previous tick: perf does not sample it yet, and
+        // the next ones may end before a rare tick could see them.
+        if !first {
+            self.clock.hold_fast(now + BIRTH_HOLD);
+        }
+        let keep_open = self.threads.descriptor_budget > 0;
+        let Some(status) = ThreadStatus::open(self.pid, tid, keep_open) else {
+            return false;
+        };
+        if status.holds_descriptor() {
+            self.threads.descriptor_budget -= 1;
+        }
+        let pid = self.pid;
+        let id = self.builder.thread(tid, || process::thread_name(pid, tid));
+        // A thread born since the previous tick stands for the time since then. That credits
+        // the stretch before its birth and, symmetrically, the stretch after its last
+        // sample is never credited: on average the two balance. So it is at the full
+        // rate, with perf too (the ticks carry the time then). After a long interval,
+        // neither is needed: a running thread's first interval is its runnable time so
+        // far, and perf's samples cover its last stretch (see below).
+        let last_time = self.clock.last().unwrap_or(now);
+        let state = ThreadState {
+            status,
+            id,
+            own_tid: None,
+            last_time,
+            seen_at: tick,
+            last_native: None,
+            was_running: false,
+            last_pcount: None,
+            pending: None,
+            last_perf: None,
+            skipped: false,
+            last_sched: None,
+            born: !first,
+        };
+        self.threads.states.insert(tid, state);
+        true
+    }
+
+    /// Adds thread `tid`'s sample of this tick, `(wall_ns, active_ns)` long, with its marks and
+    /// (when recorded) its native stack; or leaves it pending until the thread stops.
+    fn add_sample(
+        &mut self,
+        tid: u32,
+        own_tid: u32,
+        thread: u32,
+        running: bool,
+        (wall_ns, active_ns): (u64, u64),
+    ) {
+        let captured = self.native_stack(tid, own_tid, running);
+        // A stack captured in the same stop as the marks (or, for a thread that has not run
+        // since, earlier) shows their callers; a perf sample's is of another instant.
+        let frames = match &captured {
+            Native::Captured(captured) => Some(captured.frames.as_slice()),
+            _ => None,
+        };
+        let mut stack = self.stack_of(own_tid, frames);
+        let unsettled = self.reader.unsettled(own_tid);
+        let native = match captured {
+            Native::Captured(captured) => {
+                let placed = capture::place(&captured, &self.records);
+                Some(self.builder.native_stack(placed))
+            }
+            Native::Perf(captured, records, truncated_depth) => {
+                // The tables count the marks read at the tick; the stack is drawn with the
+                // marks of its own instant, carried with it when they differ. When the
+                // tick's copies of several regions disagree, the sample's marks count.
+                let mut records = records;
+                self.resolve_captured(own_tid, &mut records, &captured.frames);
+                let own = self.intern_records(records, truncated_depth);
+                if unsettled {
+                    stack = own;
+                    self.reader.settled(own_tid);
+                }
+                let mut placed = capture::place(&captured, &self.records);
+                placed.marks = (own != stack).then_some(own);
+                Some(self.builder.native_stack(placed))
+            }
+            Native::Pending => {
+                self.clock.needs_every_tick();
+                // Completed when the thread stops (it has not run since this instant, so
+                // its stack and marks are still this sample's), or at the next tick.
+                if let Some(state) = self.threads.states.get_mut(&tid) {
+                    state.pending = Some(PendingSample {
+                        thread,
+                        stack,
+                        records: self.records.clone(),
+                        wall_ns,
+                        active_ns,
+                    });
+                }
+                return;
+            }
+            Native::None => None,
+        };
+        if unsettled && self.reader.unsettled(own_tid) {
+            self.reader.count_unsettled(); // no perf sample to take the marks from
+        }
+        self.builder
+            .add_sample(thread, stack, native, wall_ns, active_ns);
+    }
+
+    /// Forgets the threads not seen at this tick (`tick`), after taking their last perf samples.
+    fn forget_gone(&mut self, tick: u64) {
         // A thread gone since the previous tick left its last samples in its ring.
         let gone: Vec<(u32, u32, Option<u32>)> = self
             .threads
+            .states
             .iter()
             .filter(|(_, state)| state.seen_at != tick)
             .map(|(tid, state)| (*tid, state.id, state.own_tid))
@@ -466,10 +496,10 @@ impl Sampler {
                 self.perf_samples(tid, own_tid, thread, false, slow);
             }
         }
-        let budget = &mut self.descriptor_budget;
+        let budget = &mut self.threads.descriptor_budget;
         let native = &mut self.native;
         let builder = &mut self.builder;
-        self.threads.retain(|tid, state| {
+        self.threads.states.retain(|tid, state| {
             let keep = state.seen_at == tick;
             if !keep && state.status.holds_descriptor() {
                 *budget += 1;
@@ -484,8 +514,6 @@ impl Sampler {
             }
             keep
         });
-        self.clock.end(now);
-        true
     }
 
     /// The mean interval to the next tick, for a sampler whose rate asks for `fast` (see
@@ -497,33 +525,16 @@ impl Sampler {
 
     /// Takes the regions the scanner found, and forgets those no longer mapped.
     fn take_regions(&mut self) {
-        let found = self
-            .scanner
-            .take(self.regions.iter().map(RegionReader::address));
-        if let Some(via) = found.via {
+        let taken = self.reader.take_regions();
+        if let Some(via) = taken.via {
             self.remote = Remote::new(via);
         }
-        if let Some(mapped) = found.mapped {
-            let before = self.regions.len();
-            self.regions
-                .retain(|region| mapped.contains(&region.address()));
-            if self.regions.len() != before {
-                self.forget_names();
-            }
+        if taken.dropped {
+            self.forget_names();
         }
-        for reader in found.regions {
-            let address = reader.address();
-            if self.regions.iter().any(|r| r.address() == address) {
-                continue;
-            }
-            self.regions.push(reader);
-            if !self.regions_seen.contains(&address) {
-                self.regions_seen.push(address);
-            }
-        }
-        for note in found.notes {
-            if !self.notes.contains(&note) {
-                self.notes.push(note);
+        for note in taken.notes {
+            if !self.tally.notes.contains(&note) {
+                self.tally.notes.push(note);
             }
         }
     }
@@ -533,72 +544,10 @@ impl Sampler {
         self.interner.forget();
     }
 
+    /// Copies every thread's marks (see [`MarkReader::read`]).
     fn read_marks(&mut self) {
-        self.marks.clear();
-        self.unreadable.clear();
-        let before = self.regions.len();
-        let (marks, unreadable, stats) = (&mut self.marks, &mut self.unreadable, &mut self.stats);
-        let marks: &mut Vec<ThreadMarks> = marks;
-        let mut without_slot = self.threads_without_slot;
-        let mut kept = 0;
-        self.regions.retain_mut(|region| {
-            let start = marks.len();
-            match region.read(marks, unreadable, stats) {
-                Ok(()) => {
-                    without_slot = without_slot.max(region.threads_without_slot);
-                    marks[start..].iter_mut().for_each(|m| m.region = kept);
-                    kept += 1;
-                    true
-                }
-                // Unmapped (the program called exec, or is exiting): drop it, look again soon.
-                Err(_) => false,
-            }
-        });
-        self.threads_without_slot = without_slot;
-        // Sorted by thread (stable: regions keep their order), for `stack_of`'s lookups.
-        self.marks.sort_by_key(|marks| marks.tid);
-        self.unsettled.clear();
-        if self.regions.len() > 1 {
-            self.find_unsettled();
-        }
-        self.marks_incomplete = self.regions.len() != before;
-        if self.marks_incomplete {
+        if !self.reader.read() {
             self.forget_names();
-            self.scanner
-                .ask(self.regions.iter().map(RegionReader::address));
-        }
-    }
-
-    /// Finds the threads whose slots in several regions (the program's shim, the agent's) may
-    /// not describe one instant. The regions are read one after the other, so a thread that
-    /// marks every microsecond can have a push in one region missing from the copy of another
-    /// (a built-in `write` seen without the program's own `output` mark around it). Each of its
-    /// slots is checked once more: a push advances `seq`, a pop lowers `depth`; if none moved,
-    /// every copy held at the instant between the reads and the check. Copying again until they
-    /// agree would not do: it picks the instants at which nothing changes for a while, which
-    /// favours the marks held longest (it took FizzBuzz's `formatting` from 8% to 5%). Such a
-    /// thread's marks are taken from its perf sample instead, copied at one instant by the
-    /// kernel at a moment that does not depend on this check (see `Sampler::tick`).
-    fn find_unsettled(&mut self) {
-        let mut start = 0;
-        while start < self.marks.len() {
-            let tid = self.marks[start].tid;
-            let end = start
-                + self.marks[start..]
-                    .iter()
-                    .take_while(|m| m.tid == tid)
-                    .count();
-            let moved = end - start > 1
-                && self.marks[start..end].iter().any(|marks| {
-                    self.regions
-                        .get(marks.region)
-                        .and_then(|region| region.read_slot(marks.slot, tid))
-                        .is_none_or(|again| (again.seq, again.depth) != (marks.seq, marks.depth))
-                });
-            if moved {
-                self.unsettled.push(tid);
-            }
-            start = end;
         }
     }
 
@@ -613,15 +562,10 @@ impl Sampler {
         if !native.attach(tid) {
             return Native::None;
         }
-        let Some(state) = self.threads.get_mut(&tid) else {
+        let Some(state) = self.threads.states.get_mut(&tid) else {
             return Native::None;
         };
-        let first = self.marks.partition_point(|m| m.tid < own_tid);
-        let count = self.marks[first..]
-            .iter()
-            .take_while(|m| m.tid == own_tid)
-            .count();
-        let in_mark = self.marks[first..first + count].iter().any(|m| m.depth > 0);
+        let in_mark = self.reader.of(own_tid).iter().any(|m| m.depth > 0);
         // A thread that is not running weighs something only inside a mark, or with --idle;
         // stopping it may also make some blocking calls (epoll_wait) return early with EINTR.
         let matters = in_mark || self.options.count_idle;
@@ -652,7 +596,7 @@ impl Sampler {
         if running && native.perf_watches(tid) {
             // Its latest perf sample (see `Sampler::perf_samples`) stands for this instant too:
             // it has run less than a period since.
-            let state = self.threads.get_mut(&tid).expect("sampled");
+            let state = self.threads.states.get_mut(&tid).expect("sampled");
             return match &state.last_perf {
                 Some(Native::Perf(captured, records, truncated)) => {
                     Native::Perf(captured.clone(), records.clone(), *truncated)
@@ -664,11 +608,11 @@ impl Sampler {
             self.clock.needs_every_tick(); // sampled by ptrace at the ticks
         }
         if !running {
-            if let Some(native) = self.blocked(tid, own_tid, first, count) {
+            if let Some(native) = self.blocked(tid, own_tid) {
                 return native;
             }
         }
-        self.capture(tid, own_tid, first, count, running)
+        self.capture(tid, own_tid, running)
     }
 
     /// Adds the samples perf took of thread `tid` (sample thread `thread`) since the previous
@@ -696,13 +640,7 @@ impl Sampler {
             // Its time since the previous tick is not in samples: this tick's sample has it.
             self.clock.needs_every_tick();
         }
-        let first = self.marks.partition_point(|m| m.tid < own_tid);
-        let count = self.marks[first..]
-            .iter()
-            .take_while(|m| m.tid == own_tid)
-            .count();
-        let Some(addresses) = slot_addresses(&self.regions, &self.marks[first..first + count])
-        else {
+        let Some(addresses) = self.reader.slot_addresses(self.reader.of(own_tid)) else {
             return false;
         };
         let Some(samples) = native.perf_samples(tid, addresses) else {
@@ -715,7 +653,7 @@ impl Sampler {
                 .slots
                 .and_then(|slots| snapshot_records(own_tid, &slots))
             else {
-                self.native_moved += 1; // a copy failed, was lost, or caught a push half done
+                self.tally.native_moved += 1; // a copy failed, was lost, or caught a push half done
                 latest = Some(None);
                 continue;
             };
@@ -735,7 +673,7 @@ impl Sampler {
             )));
         }
         if let Some(latest) = latest {
-            if let Some(state) = self.threads.get_mut(&tid) {
+            if let Some(state) = self.threads.states.get_mut(&tid) {
                 state.last_perf = latest;
             }
         }
@@ -744,8 +682,8 @@ impl Sampler {
 
     /// The native stack of a blocked thread without stopping it, when its marks are still the
     /// tick's once its stack is copied; `None` when only a stop can take it.
-    fn blocked(&mut self, tid: u32, own_tid: u32, first: usize, count: usize) -> Option<Native> {
-        let state = self.threads.get_mut(&tid)?;
+    fn blocked(&mut self, tid: u32, own_tid: u32) -> Option<Native> {
+        let state = self.threads.states.get_mut(&tid)?;
         let retry = std::mem::take(&mut state.skipped);
         let captured = match self.native.as_mut()?.blocked_stack(tid, retry) {
             capture::Blocked::Taken(captured) => captured,
@@ -753,55 +691,41 @@ impl Sampler {
                 // Its previous stack may be from before it last ran (another image, even, after
                 // an exec): never reuse it; the next sample tries again, and reads it then even
                 // on fsprof's CPU (a thread preempted on its way to sleep has long got there).
-                let state = self.threads.get_mut(&tid)?;
+                let state = self.threads.states.get_mut(&tid)?;
                 state.last_native = None;
                 state.skipped = true;
                 return Some(Native::None);
             }
             capture::Blocked::Stop => return None,
         };
-        let unchanged = self.marks[first..first + count].iter().all(|old| {
-            self.regions
-                .get(old.region)
-                .and_then(|region| region.read_slot(old.slot, own_tid))
-                .is_some_and(|new| new.same_marks(old))
-        });
+        let reader = &self.reader;
+        let unchanged = reader
+            .of(own_tid)
+            .iter()
+            .all(|old| reader.again(old).is_some_and(|new| new.same_marks(old)));
         // The stack is the thread's now (it did not run while it was copied), whatever its
         // marks: later samples of the same block may reuse it.
-        let state = self.threads.get_mut(&tid)?;
+        let state = self.threads.states.get_mut(&tid)?;
         state.last_pcount = process::times_scheduled(self.pid, tid);
         state.last_native = Some(captured.clone());
         if !unchanged {
-            self.native_moved += 1; // it ran, and marked, between the tick and the copy
+            self.tally.native_moved += 1; // it ran, and marked, between the tick and the copy
             return Some(Native::None);
         }
         Some(Native::Captured(captured))
     }
 
     /// The thread's native stack by a ptrace stop, with its marks copied in the same stop.
-    fn capture(
-        &mut self,
-        tid: u32,
-        own_tid: u32,
-        first: usize,
-        count: usize,
-        running: bool,
-    ) -> Native {
+    fn capture(&mut self, tid: u32, own_tid: u32, running: bool) -> Native {
         let Some(native) = self.native.as_mut() else {
             return Native::None;
         };
-        let regions = &self.regions;
-        let slots: Vec<(usize, usize)> = self.marks[first..first + count]
-            .iter()
-            .map(|m| (m.region, m.slot))
-            .collect();
+        let reader = &self.reader;
+        let marks = reader.of(own_tid);
         let captured = native.capture(tid, || {
-            slots
-                .iter()
-                .map(|(region, slot)| regions.get(*region)?.read_slot(*slot, own_tid))
-                .collect::<Vec<_>>()
+            marks.iter().map(|m| reader.again(m)).collect::<Vec<_>>()
         });
-        let Some(state) = self.threads.get_mut(&tid) else {
+        let Some(state) = self.threads.states.get_mut(&tid) else {
             return Native::None;
         };
         // Not stopped in time (it had no CPU): its stack is copied when it stops.
@@ -818,12 +742,14 @@ impl Sampler {
         // at the stop would overstate features that make system calls (we measured `output` at
         // 99% instead of 90% in the fizzbuzz demo). So the stack is kept only if the marks
         // are the same at the stop; otherwise the sample has marks only.
-        let unchanged = self.marks[first..first + count]
+        let unchanged = self
+            .reader
+            .of(own_tid)
             .iter()
             .zip(&fresh)
             .all(|(old, new)| new.as_ref().is_some_and(|new| new.same_marks(old)));
         if !unchanged {
-            self.native_moved += 1;
+            self.tally.native_moved += 1;
             return Native::None;
         }
         Native::Captured(captured)
@@ -831,7 +757,7 @@ impl Sampler {
 
     /// Adds, without a native stack, the samples still waiting for their thread to stop.
     fn flush_pending(&mut self) {
-        for state in self.threads.values_mut() {
+        for state in self.threads.states.values_mut() {
             if let Some(pending) = state.pending.take() {
                 pending.add(&mut self.builder, None);
             }
@@ -845,25 +771,19 @@ impl Sampler {
         let mut records = std::mem::take(&mut self.records);
         records.clear();
         let mut truncated_depth = None;
-        let first = self.marks.partition_point(|m| m.tid < tid);
-        let count = self.marks[first..]
-            .iter()
-            .take_while(|m| m.tid == tid)
-            .count();
-        let marks = &self.marks[first..first + count];
+        let reader = &self.reader;
+        let marks = reader.of(tid);
         for marks in marks {
             records.extend_from_slice(&marks.records);
             if marks.depth as usize > marks.records.len() {
                 truncated_depth = Some(marks.depth);
             }
         }
-        let regions = &self.regions;
         // The marks are unchanged while no slot of the thread was pushed to or popped.
         let mut unchanged = || {
             marks.iter().all(|old| {
-                regions
-                    .get(old.region)
-                    .and_then(|region| region.read_slot(old.slot, tid))
+                reader
+                    .again(old)
                     .is_some_and(|new| (new.seq, new.depth) == (old.seq, old.depth))
             })
         };
@@ -900,7 +820,7 @@ impl Sampler {
             truncated_depth = Some(records.len().min(u32::MAX as usize) as u32);
             records.truncate(MAX_STACK_FRAMES);
         }
-        if self.regions.len() > 1 {
+        if self.reader.several_regions() {
             // Marks from several regions: order them by the stack address at which they were
             // pushed (the stack grows down, so outer marks have higher addresses).
             records.sort_by_key(|record| std::cmp::Reverse(record.sp));
@@ -939,14 +859,10 @@ impl Sampler {
     pub fn finish(mut self, mut meta: Meta) -> Profile {
         self.flush_pending();
         self.clock.fill(&mut meta);
-        meta.regions = self.regions_seen.len() as u32;
-        meta.torn_retries = self.stats.retries;
-        meta.torn_dropped = self.stats.dropped;
-        meta.marks_unsettled = self.stats.unsettled;
-        meta.threads_without_slot = self.threads_without_slot;
+        self.reader.fill(&mut meta);
         meta.mark_capacity = fsprof_shim::abi::MARK_CAPACITY as u32;
-        meta.sampler_priority = self.priority.to_owned();
-        let mut notes = self.notes;
+        meta.sampler_priority = self.tally.priority.to_owned();
+        let mut notes = self.tally.notes;
         let mut modules = Vec::new();
         if let Some(mut native) = self.native {
             native.detach();
@@ -956,8 +872,8 @@ impl Sampler {
             meta.native_captured = stats.captured;
             meta.native_complete = stats.complete;
             meta.native_not_stopped = stats.not_stopped;
-            meta.native_moved = self.native_moved;
-            meta.native_late = self.native_late;
+            meta.native_moved = self.tally.native_moved;
+            meta.native_late = self.tally.native_late;
             meta.native_blocked = stats.blocked;
             meta.native_blocked_skipped = stats.blocked_skipped;
             (meta.perf_lost, meta.perf_unmatched) = native.perf_losses();
@@ -1002,19 +918,6 @@ fn via(cache: &std::cell::Cell<Option<u32>>, pid: u32, tids: &[u32]) -> u32 {
             via
         }
     }
-}
-
-/// The addresses in the target of a thread's slots (`marks`, one per region it marks in), as
-/// perf arms them; `None` if they do not fit.
-fn slot_addresses(regions: &[RegionReader], marks: &[ThreadMarks]) -> Option<[u64; SLOTS]> {
-    if marks.len() > SLOTS {
-        return None;
-    }
-    let mut addresses = [0; SLOTS];
-    for (address, marks) in addresses.iter_mut().zip(marks) {
-        *address = abi::slot_address(regions.get(marks.region)?.address(), marks.slot);
-    }
-    Some(addresses)
 }
 
 /// The share of a thread's runnable time between two reads of its scheduling totals (taken at

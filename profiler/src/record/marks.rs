@@ -1,0 +1,224 @@
+//! The mark reader: the target's regions (found by the scanner, forgotten once unmapped) and,
+//! at each tick, every thread's marks copied from them, with what the copies could not settle:
+//! threads whose slot could not be copied, and threads whose slots in several regions may not
+//! describe one instant. It counts what the report's metadata says of the reading. It does not
+//! sample: the sampler asks it for a thread's marks and decides what they stand for.
+
+use crate::native::perf::SLOTS;
+use crate::profile::Meta;
+use crate::record::scanner::Scanner;
+use crate::target::region::{ReadStats, RegionReader, ThreadMarks};
+use fsprof_shim::abi;
+use std::time::Duration;
+
+/// The regions and this tick's marks.
+pub struct MarkReader {
+    regions: Vec<RegionReader>,
+    /// Finds regions on a thread of its own (see `scanner.rs`).
+    scanner: Scanner,
+    /// Addresses of every region read during the recording.
+    seen: Vec<u64>,
+    stats: ReadStats,
+    threads_without_slot: u64,
+    /// This tick's marks, sorted by thread (regions in their order within a thread).
+    marks: Vec<ThreadMarks>,
+    /// Threads (own ids) whose slot could not be copied this tick.
+    unreadable: Vec<u32>,
+    /// Threads (own ids) whose copies from several regions disagree at this tick.
+    unsettled: Vec<u32>,
+    /// Set when a region could not be read this tick: every thread's time is carried over.
+    incomplete: bool,
+}
+
+/// What [`MarkReader::take_regions`] found.
+pub struct Taken {
+    /// A thread through which the target's memory is to be read from now on, if it changed.
+    pub via: Option<u32>,
+    /// Whether regions were dropped (cached strings may be stale).
+    pub dropped: bool,
+    /// Notes for the report.
+    pub notes: Vec<String>,
+}
+
+impl MarkReader {
+    /// A reader of process `pid`'s regions; its scanner starts looking at once.
+    pub fn start(pid: u32) -> MarkReader {
+        MarkReader {
+            regions: Vec::new(),
+            scanner: Scanner::start(pid),
+            seen: Vec::new(),
+            stats: ReadStats::default(),
+            threads_without_slot: 0,
+            marks: Vec::new(),
+            unreadable: Vec::new(),
+            unsettled: Vec::new(),
+            incomplete: false,
+        }
+    }
+
+    /// Waits (at most `limit`) for the scanner's first look, so that a program that has marked
+    /// already has its regions read from the first tick.
+    pub fn wait_for_first_scan(&self, limit: Duration) {
+        self.scanner.wait_for_first_scan(limit);
+    }
+
+    /// Takes the regions the scanner found, and forgets those no longer mapped.
+    pub fn take_regions(&mut self) -> Taken {
+        let found = self
+            .scanner
+            .take(self.regions.iter().map(RegionReader::address));
+        let mut dropped = false;
+        if let Some(mapped) = found.mapped {
+            let before = self.regions.len();
+            self.regions
+                .retain(|region| mapped.contains(&region.address()));
+            dropped = self.regions.len() != before;
+        }
+        for reader in found.regions {
+            let address = reader.address();
+            if self.regions.iter().any(|r| r.address() == address) {
+                continue;
+            }
+            self.regions.push(reader);
+            if !self.seen.contains(&address) {
+                self.seen.push(address);
+            }
+        }
+        Taken {
+            via: found.via,
+            dropped,
+            notes: found.notes,
+        }
+    }
+
+    /// Copies every thread's marks from every region. Returns `false` when a region could not
+    /// be read (it is dropped, and looked for again): this tick's marks are incomplete.
+    pub fn read(&mut self) -> bool {
+        self.marks.clear();
+        self.unreadable.clear();
+        let before = self.regions.len();
+        let (marks, unreadable, stats) = (&mut self.marks, &mut self.unreadable, &mut self.stats);
+        let mut without_slot = self.threads_without_slot;
+        let mut kept = 0;
+        self.regions.retain_mut(|region| {
+            let start = marks.len();
+            match region.read(marks, unreadable, stats) {
+                Ok(()) => {
+                    without_slot = without_slot.max(region.threads_without_slot);
+                    marks[start..].iter_mut().for_each(|m| m.region = kept);
+                    kept += 1;
+                    true
+                }
+                // Unmapped (the program called exec, or is exiting): drop it, look again soon.
+                Err(_) => false,
+            }
+        });
+        self.threads_without_slot = without_slot;
+        // Sorted by thread (stable: regions keep their order), for `of`'s lookups.
+        self.marks.sort_by_key(|marks| marks.tid);
+        self.unsettled.clear();
+        if self.regions.len() > 1 {
+            self.find_unsettled();
+        }
+        self.incomplete = self.regions.len() != before;
+        if self.incomplete {
+            self.scanner
+                .ask(self.regions.iter().map(RegionReader::address));
+        }
+        !self.incomplete
+    }
+
+    /// Whether this tick's marks of thread `own_tid` are missing (a region or its slot could
+    /// not be read): its time is carried to its next sample.
+    pub fn missing(&self, own_tid: u32) -> bool {
+        self.incomplete || self.unreadable.contains(&own_tid)
+    }
+
+    /// This tick's marks of thread `own_tid`, one per region it marks in.
+    pub fn of(&self, own_tid: u32) -> &[ThreadMarks] {
+        let first = self.marks.partition_point(|m| m.tid < own_tid);
+        let count = self.marks[first..]
+            .iter()
+            .take_while(|m| m.tid == own_tid)
+            .count();
+        &self.marks[first..first + count]
+    }
+
+    /// The slot `old` was copied from, copied again now.
+    pub fn again(&self, old: &ThreadMarks) -> Option<ThreadMarks> {
+        self.regions.get(old.region)?.read_slot(old.slot, old.tid)
+    }
+
+    /// Whether marks come from more than one region (the program's and the agent's, say).
+    pub fn several_regions(&self) -> bool {
+        self.regions.len() > 1
+    }
+
+    /// Whether thread `own_tid`'s copies from several regions may not be of one instant.
+    pub fn unsettled(&self, own_tid: u32) -> bool {
+        self.unsettled.contains(&own_tid)
+    }
+
+    /// Thread `own_tid`'s marks were taken from elsewhere (a perf sample's copy).
+    pub fn settled(&mut self, own_tid: u32) {
+        self.unsettled.retain(|t| *t != own_tid);
+    }
+
+    /// A sample kept marks that may not be of one instant, for want of a perf sample.
+    pub fn count_unsettled(&mut self) {
+        self.stats.unsettled += 1;
+    }
+
+    /// The addresses in the target of the slots of `marks` (one thread's, one per region it
+    /// marks in), as perf arms them; `None` if they do not fit.
+    pub fn slot_addresses(&self, marks: &[ThreadMarks]) -> Option<[u64; SLOTS]> {
+        if marks.len() > SLOTS {
+            return None;
+        }
+        let mut addresses = [0; SLOTS];
+        for (address, marks) in addresses.iter_mut().zip(marks) {
+            *address = abi::slot_address(self.regions.get(marks.region)?.address(), marks.slot);
+        }
+        Some(addresses)
+    }
+
+    /// Fills `meta`'s fields about the reading of marks.
+    pub fn fill(&self, meta: &mut Meta) {
+        meta.regions = self.seen.len() as u32;
+        meta.torn_retries = self.stats.retries;
+        meta.torn_dropped = self.stats.dropped;
+        meta.marks_unsettled = self.stats.unsettled;
+        meta.threads_without_slot = self.threads_without_slot;
+    }
+
+    /// Finds the threads whose slots in several regions (the program's shim, the agent's) may
+    /// not describe one instant. The regions are read one after the other, so a thread that
+    /// marks every microsecond can have a push in one region missing from the copy of another
+    /// (a built-in `write` seen without the program's own `output` mark around it). Each of its
+    /// slots is checked once more: a push advances `seq`, a pop lowers `depth`; if none moved,
+    /// every copy held at the instant between the reads and the check. Copying again until they
+    /// agree would not do: it picks the instants at which nothing changes for a while, which
+    /// favours the marks held longest (it took FizzBuzz's `formatting` from 8% to 5%). Such a
+    /// thread's marks are taken from its perf sample instead, copied at one instant by the
+    /// kernel at a moment that does not depend on this check (see `Sampler::tick`).
+    fn find_unsettled(&mut self) {
+        let mut start = 0;
+        while start < self.marks.len() {
+            let tid = self.marks[start].tid;
+            let end = start
+                + self.marks[start..]
+                    .iter()
+                    .take_while(|m| m.tid == tid)
+                    .count();
+            let moved = end - start > 1
+                && self.marks[start..end].iter().any(|marks| {
+                    self.again(marks)
+                        .is_none_or(|again| (again.seq, again.depth) != (marks.seq, marks.depth))
+                });
+            if moved {
+                self.unsettled.push(tid);
+            }
+            start = end;
+        }
+    }
+}
