@@ -3,5 +3,7 @@
 //! program's call site of each built-in mark.
 
 pub mod call_sites;
+mod debug_files;
+mod demangle;
 pub mod runtime_code;
 pub mod symbols;
