@@ -2,7 +2,9 @@
 //! otherwise) and unwinding them from copies (framehop). Produces return addresses and frame
 //! addresses; naming them is `symbolize/`'s job, after recording.
 
+pub mod bpf;
 pub mod capture;
 pub mod perf;
+pub mod ring;
 pub mod tracer;
 pub mod unwind;

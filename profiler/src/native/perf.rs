@@ -8,24 +8,26 @@
 //! each sample; a copy is matched to its sample by the time both carry (one clock, read within
 //! the same interrupt).
 //!
-//! This module owns the kernel objects (events, rings, the BPF maps and programs) and decodes what
-//! they hold. It does not unwind (`unwind.rs`), decode slots (`fsprof_shim::abi`) or decide which
+//! This module opens the events, attaches the BPF program to them and matches each sample with
+//! its slot copies; the rings and their records are `ring.rs`, the maps and the program
+//! `bpf.rs`. It does not unwind (`unwind.rs`), decode slots (`fsprof_shim::abi`) or decide which
 //! threads to sample (the sampler). Everything read from a ring or a map came from the target's
 //! memory or the kernel's copy of it and is bounded before use.
 //!
-//! The BPF program is hand-assembled (about seventy instructions): the BPF toolchains in the Rust
+//! The BPF program (`bpf.rs`) is hand-assembled (about seventy instructions): the BPF toolchains in the Rust
 //! ecosystem (aya, libbpf-rs) need a separate compiler for the program, which a profiler built
 //! with `cargo build` cannot assume. It needs `CAP_BPF` and `CAP_PERFMON` (or root); where the
 //! kernel refuses, [`PerfSampler::new`] says why and the sampler falls back to ptrace.
 
+use crate::native::bpf::{create_map, load_program, BPF_MAP_TYPE_ARRAY};
+use crate::native::ring::{parse, parse_copy, CopyRing, Record, Ring, SlotCopy};
 use crate::native::unwind::{Registers, StackView};
-use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE, SLOT_SIZE, SLOT_STATE_SIZE};
+use fsprof_shim::abi::SLOT_SIZE;
 use nix::errno::Errno;
 use nix::libc;
 use perf_event_open_sys as sys;
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{fence, Ordering};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// Bytes of stack copied per sample, from the stack pointer up. At most 65528 (a sample record's
 /// size is a 16-bit number); deeper stacks are cut (and marked as such). The kernel writes this
@@ -55,14 +57,14 @@ const COPIES_PER_CPU: usize = 256 * 1024;
 /// slot, the ring record the BPF program builds at each sample: a header (the sample's time, the
 /// value's index, the slot's number, the address copied from, the copy's result: 0 or an error)
 /// and the slot's bytes (its state, then the records below its depth).
-const VALUE_ADDRESSES: usize = 0;
-const VALUE_SCRATCH: usize = 8 * SLOTS;
-const COPY_HEADER: usize = 32;
-const SCRATCH_SIZE: usize = COPY_HEADER + SLOT_SIZE;
-const VALUE_SIZE: usize = VALUE_SCRATCH + SLOTS * SCRATCH_SIZE;
+pub(super) const VALUE_ADDRESSES: usize = 0;
+pub(super) const VALUE_SCRATCH: usize = 8 * SLOTS;
+pub(super) const COPY_HEADER: usize = 32;
+pub(super) const SCRATCH_SIZE: usize = COPY_HEADER + SLOT_SIZE;
+pub(super) const VALUE_SIZE: usize = VALUE_SCRATCH + SLOTS * SCRATCH_SIZE;
 
 /// Offset of `depth` in a slot (after `seq` and `tid`).
-const DEPTH_OFFSET: i32 = 8;
+pub(super) const DEPTH_OFFSET: i32 = 8;
 
 /// Registers perf copies (bits of `enum perf_event_x86_regs`): bp, sp, ip, in this order.
 #[cfg(target_arch = "x86_64")]
@@ -85,15 +87,6 @@ pub struct PerfSample<'a> {
     pub slots: [Option<Vec<u8>>; SLOTS],
     /// Whether `slots` are this sample's (else its marks are unknown: a copy failed, or was lost).
     pub marks_known: bool,
-}
-
-/// A slot copy from the shared ring, waiting for its sample.
-struct SlotCopy {
-    time: u64,
-    slot: usize,
-    address: u64,
-    ok: bool,
-    bytes: Vec<u8>,
 }
 
 struct Thread {
@@ -397,7 +390,12 @@ impl Drop for PerfSampler {
 }
 
 /// Maps `len` bytes of `fd` from `offset`, shared, readable (and writable if `write`).
-fn map_shared(fd: &OwnedFd, len: usize, write: bool, offset: usize) -> Result<*mut u8, Errno> {
+pub(super) fn map_shared(
+    fd: &OwnedFd,
+    len: usize,
+    write: bool,
+    offset: usize,
+) -> Result<*mut u8, Errno> {
     let protection = if write {
         libc::PROT_READ | libc::PROT_WRITE
     } else {
@@ -420,7 +418,7 @@ fn map_shared(fd: &OwnedFd, len: usize, write: bool, offset: usize) -> Result<*m
     Ok(base.cast())
 }
 
-fn page_size() -> usize {
+pub(super) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
 }
@@ -474,543 +472,12 @@ fn open_event(tid: i32, period_ns: u64) -> Result<OwnedFd, Errno> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// A thread's sample ring: the metadata page and its data pages.
-struct Ring {
-    base: *mut u8,
-    len: usize,
-    data_size: usize,
-    page: usize,
-    /// A record that wraps around the end of the data area, made whole.
-    buffer: Vec<u8>,
-}
-
-impl Ring {
-    fn new(event: &OwnedFd, page: usize, pages: usize) -> Result<Ring, Errno> {
-        let len = (pages + 1) * page;
-        let base = map_shared(event, len, true, 0)?;
-        Ok(Ring {
-            base,
-            len,
-            data_size: pages * page,
-            page,
-            buffer: Vec::new(),
-        })
-    }
-
-    fn meta(&self) -> *mut sys::bindings::perf_event_mmap_page {
-        self.base.cast()
-    }
-
-    /// Where the kernel's writing has got to; records before it are complete.
-    fn head(&self) -> u64 {
-        // SAFETY: the metadata page is mapped; data_head is written by the kernel, so it is
-        // read volatile and followed by an acquire fence before the data is read.
-        let head = unsafe { std::ptr::addr_of!((*self.meta()).data_head).read_volatile() };
-        fence(Ordering::Acquire);
-        head
-    }
-
-    /// Hands every record before `head` to `each` (header included), and frees them. A record
-    /// is handed in place (the kernel does not write over it until it is freed), unless it
-    /// wraps around the end of the data area.
-    fn drain(&mut self, head: u64, mut each: impl FnMut(&[u8])) {
-        let meta = self.meta();
-        // SAFETY: as in `head`; only we write data_tail.
-        let mut tail = unsafe { std::ptr::addr_of!((*meta).data_tail).read_volatile() };
-        let size = self.data_size as u64;
-        // SAFETY: the data area follows the metadata page.
-        let data = unsafe { self.base.add(self.page) };
-        while tail + 8 <= head {
-            let mut header = [0u8; 8];
-            copy_out(data, self.data_size, tail, &mut header);
-            let len = u16::from_ne_bytes([header[6], header[7]]) as u64;
-            if len < 8 || tail + len > head || len > size {
-                break; // cannot happen with a sane kernel; stop rather than read garbage
-            }
-            let start = (tail % size) as usize;
-            if start + len as usize <= self.data_size {
-                // SAFETY: inside the data area, and complete (before `head`).
-                each(unsafe { std::slice::from_raw_parts(data.add(start), len as usize) });
-            } else {
-                self.buffer.resize(len as usize, 0);
-                copy_out(data, self.data_size, tail, &mut self.buffer);
-                each(&self.buffer);
-            }
-            tail += len;
-        }
-        fence(Ordering::Release);
-        // SAFETY: as above.
-        unsafe { std::ptr::addr_of_mut!((*meta).data_tail).write_volatile(head.max(tail)) };
-    }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: unmaps what `new` mapped.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
-    }
-}
-
-/// Copies `out.len()` bytes at ring position `at`, wrapping around the data area.
-fn copy_out(data: *const u8, size: usize, at: u64, out: &mut [u8]) {
-    let start = (at % size as u64) as usize;
-    let first = out.len().min(size - start);
-    // SAFETY: both ranges lie inside the data area (start < size, first ≤ size - start,
-    // and the rest ≤ out.len() ≤ size).
-    unsafe {
-        std::ptr::copy_nonoverlapping(data.add(start), out.as_mut_ptr(), first);
-        std::ptr::copy_nonoverlapping(data, out.as_mut_ptr().add(first), out.len() - first);
-    }
-}
-
-/// What a ring record was.
-enum Record<'a> {
-    /// A sample (its slots not yet matched).
-    Sample(PerfSample<'a>),
-    /// Samples lost (the ring was full).
-    Lost(u64),
-    /// Anything else, or a malformed record.
-    Other,
-}
-
-/// Decodes a `PERF_RECORD_SAMPLE` (TID, TIME, REGS_USER, STACK_USER), or counts a
-/// `PERF_RECORD_LOST`. A sample without user registers (the thread was exiting) or a malformed
-/// one is `Other`.
-fn parse(record: &[u8]) -> Record<'_> {
-    let word = |at: usize| -> Option<u64> {
-        Some(u64::from_ne_bytes(record.get(at..at + 8)?.try_into().ok()?))
-    };
-    let kind = u32::from_ne_bytes(record[0..4].try_into().expect("8-byte header"));
-    if kind == sys::bindings::PERF_RECORD_LOST {
-        return word(16).map_or(Record::Other, Record::Lost); // header, id, lost
-    }
-    if kind != sys::bindings::PERF_RECORD_SAMPLE {
-        return Record::Other;
-    }
-    // header (8), pid+tid (8), time (8), regs abi (8), bp, sp, ip, stack size (8), bytes,
-    // dyn size (8)
-    let (Some(time), Some(abi)) = (word(16), word(24)) else {
-        return Record::Other;
-    };
-    let (Some(bp), Some(sp), Some(ip), Some(size)) = (word(32), word(40), word(48), word(56))
-    else {
-        return Record::Other;
-    };
-    let size = size as usize;
-    let Some(bytes) = record.get(64..64usize.saturating_add(size)) else {
-        return Record::Other;
-    };
-    if abi == 0 {
-        return Record::Other;
-    }
-    let dynamic = word(64 + size).unwrap_or(0) as usize;
-    Record::Sample(PerfSample {
-        time,
-        regs: Registers {
-            ip,
-            sp,
-            bp: Some(bp),
-        },
-        stack: StackView {
-            start: sp,
-            bytes: &bytes[..dynamic.min(size)],
-        },
-        slots: Default::default(),
-        marks_known: false,
-    })
-}
-
-/// Decodes one slot copy from the shared ring: the value index it came from and the copy.
-fn parse_copy(record: &[u8]) -> Option<(u32, SlotCopy)> {
-    let word = |at: usize| -> Option<u64> {
-        Some(u64::from_ne_bytes(record.get(at..at + 8)?.try_into().ok()?))
-    };
-    let time = word(0)?;
-    let index_and_slot = word(8)?;
-    let (index, slot) = (index_and_slot as u32, (index_and_slot >> 32) as usize);
-    if slot >= SLOTS {
-        return None;
-    }
-    let address = word(16)?;
-    let ok = word(24)? == 0;
-    let bytes = record.get(COPY_HEADER..)?;
-    let bytes = bytes[..bytes.len().min(SLOT_SIZE)].to_vec();
-    Some((
-        index,
-        SlotCopy {
-            time,
-            slot,
-            address,
-            ok,
-            bytes,
-        },
-    ))
-}
-
-/// The BPF ring buffer the programs write slot copies to, mapped: the consumer page (ours to
-/// write), then the producer page and the data, which the kernel maps twice in a row so that a
-/// record never wraps.
-struct CopyRing {
-    fd: OwnedFd,
-    consumer: *mut u8,
-    producer: *mut u8,
-    size: usize,
-    page: usize,
-}
-
-impl CopyRing {
-    fn new(page: usize, size: usize) -> Result<CopyRing, Errno> {
-        let fd = create_map(BPF_MAP_TYPE_RINGBUF, 0, 0, size as u32)?;
-        // The kernel's layout: the consumer page, then the producer page and the data.
-        let consumer = map_shared(&fd, page, true, 0)?;
-        let producer = match map_shared(&fd, page + 2 * size, false, page) {
-            Ok(producer) => producer,
-            Err(errno) => {
-                // SAFETY: unmaps what was just mapped.
-                unsafe { libc::munmap(consumer.cast(), page) };
-                return Err(errno);
-            }
-        };
-        Ok(CopyRing {
-            fd,
-            consumer,
-            producer,
-            size,
-            page,
-        })
-    }
-
-    fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-
-    /// Hands every committed record's data to `each`, and frees them.
-    fn drain(&mut self, mut each: impl FnMut(&[u8])) {
-        const BUSY: u32 = 1 << 31;
-        const DISCARD: u32 = 1 << 30;
-        // SAFETY: the positions are the first words of their pages; the producer's is written
-        // by the kernel (read volatile, then an acquire fence), the consumer's only by us.
-        let producer = unsafe { self.producer.cast::<u64>().read_volatile() };
-        fence(Ordering::Acquire);
-        let mut consumer = unsafe { self.consumer.cast::<u64>().read_volatile() };
-        let mask = self.size as u64 - 1;
-        // SAFETY: the data follows the producer page.
-        let data = unsafe { self.producer.add(self.page) };
-        while consumer < producer {
-            let at = (consumer & mask) as usize;
-            // SAFETY: `at` < size and the data is mapped twice, so 8 + len ≤ size bytes from
-            // `at` are mapped; the header is read volatile and fenced (the kernel clears BUSY
-            // last, with release ordering).
-            let header = unsafe { data.add(at).cast::<u32>().read_volatile() };
-            fence(Ordering::Acquire);
-            if header & BUSY != 0 {
-                break; // still being written
-            }
-            let len = (header & !(BUSY | DISCARD)) as usize;
-            if len + 8 > self.size {
-                break; // cannot happen with a sane kernel
-            }
-            if header & DISCARD == 0 {
-                // SAFETY: as above.
-                each(unsafe { std::slice::from_raw_parts(data.add(at + 8), len) });
-            }
-            consumer += (len as u64 + 8).div_ceil(8) * 8;
-        }
-        fence(Ordering::Release);
-        // SAFETY: as above.
-        unsafe { self.consumer.cast::<u64>().write_volatile(consumer) };
-    }
-}
-
-impl Drop for CopyRing {
-    fn drop(&mut self) {
-        // SAFETY: unmaps what `new` mapped.
-        unsafe {
-            libc::munmap(self.consumer.cast(), self.page);
-            libc::munmap(self.producer.cast(), self.page + 2 * self.size);
-        }
-    }
-}
-
-// --- The BPF side: raw bpf(2) commands and the program. ---
-
-const BPF_MAP_CREATE: u32 = 0;
-const BPF_PROG_LOAD: u32 = 5;
-const BPF_MAP_TYPE_ARRAY: u32 = 2;
-const BPF_MAP_TYPE_RINGBUF: u32 = 27;
-const BPF_F_MMAPABLE: u32 = 1 << 10;
-const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
-
-fn bpf<T>(command: u32, attr: &mut T) -> Result<OwnedFd, Errno> {
-    // SAFETY: `attr` is a valid, zero-padded attribute block of the size passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            command as libc::c_long,
-            attr as *mut T,
-            std::mem::size_of::<T>(),
-        )
-    };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: a new descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct MapCreate {
-    map_type: u32,
-    key_size: u32,
-    value_size: u32,
-    max_entries: u32,
-    map_flags: u32,
-    inner_map_fd: u32,
-    numa_node: u32,
-    map_name: [u8; 16],
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct ProgLoad {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-}
-
-/// An array (mapped into fsprof: the slot addresses are written there) or a ring buffer (of
-/// `max_entries` bytes).
-fn create_map(
-    map_type: u32,
-    key_size: u32,
-    value_size: u32,
-    max_entries: u32,
-) -> Result<OwnedFd, Errno> {
-    let mut attr = MapCreate {
-        map_type,
-        key_size,
-        value_size,
-        max_entries,
-        map_flags: if map_type == BPF_MAP_TYPE_ARRAY {
-            BPF_F_MMAPABLE
-        } else {
-            0
-        },
-        map_name: *b"fsprof_slots\0\0\0\0",
-        ..Default::default()
-    };
-    bpf(BPF_MAP_CREATE, &mut attr)
-}
-
-/// One BPF instruction.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Insn {
-    code: u8,
-    regs: u8,
-    off: i16,
-    imm: i32,
-}
-
-fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn {
-        code,
-        regs: dst | (src << 4),
-        off,
-        imm,
-    }
-}
-
-// Opcodes used below (linux/bpf.h, bpf_common.h).
-const ST_W: u8 = 0x62; // *(u32 *)(dst + off) = imm
-const ST_DW: u8 = 0x7a; // *(u64 *)(dst + off) = imm
-const STX_DW: u8 = 0x7b; // *(u64 *)(dst + off) = src
-const LDX_DW: u8 = 0x79; // dst = *(u64 *)(src + off)
-const LDX_W: u8 = 0x61; // dst = *(u32 *)(src + off)
-const LD_IMM64: u8 = 0x18;
-const MOV64_REG: u8 = 0xbf;
-const MOV64_IMM: u8 = 0xb7;
-const ADD64_IMM: u8 = 0x07;
-const MUL64_IMM: u8 = 0x27;
-const JEQ_IMM: u8 = 0x15;
-const JNE_IMM: u8 = 0x55;
-const JLE_IMM: u8 = 0xb5;
-const CALL: u8 = 0x85;
-const EXIT: u8 = 0x95;
-const PSEUDO_MAP_FD: u8 = 1;
-const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
-const HELPER_KTIME_GET_NS: i32 = 5;
-const HELPER_PROBE_READ_USER: i32 = 112;
-const HELPER_RINGBUF_OUTPUT: i32 = 130;
-/// `bpf_ringbuf_output` flag: wake nobody (fsprof reads the ring on its own schedule).
-const RB_NO_WAKEUP: i32 = 1;
-
-/// The program for the thread whose map value is `index`: takes the time, then for each slot
-/// builds a copy record in the value's scratch area (the time, `index`, the slot's number and
-/// address, the copy's result) and puts it in the ring buffer `copies`. The copy is the slot's
-/// state, then only the records below its depth (deeper ones may lie on pages never touched,
-/// which a copy made without faulting cannot read); a slot without an address, or whose copy
-/// failed, gives the header alone. The thread is the one interrupted, so its slots hold still.
-/// Returns 1, so the kernel writes the sample (after these copies).
-fn program(map: RawFd, copies: RawFd, index: u32) -> Vec<Insn> {
-    let mut p = vec![
-        insn(ST_W, 10, 0, -4, index as i32),
-        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, map),
-        insn(0, 0, 0, 0, 0),
-        insn(MOV64_REG, 2, 10, 0, 0),
-        insn(ADD64_IMM, 2, 0, 0, -4),
-        insn(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM),
-        insn(JNE_IMM, 0, 0, 2, 0), // a value: go on
-        insn(MOV64_IMM, 0, 0, 0, 1),
-        insn(EXIT, 0, 0, 0, 0),
-        insn(MOV64_REG, 6, 0, 0, 0), // r6: the value (r6-r9 survive calls)
-        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
-        insn(MOV64_REG, 7, 0, 0, 0), // r7: the time
-    ];
-    for slot in 0..SLOTS {
-        let address = (VALUE_ADDRESSES + 8 * slot) as i16;
-        let header = (VALUE_SCRATCH + slot * SCRATCH_SIZE) as i16;
-        let copy = header as i32 + COPY_HEADER as i32;
-        let result = header + 24;
-        // Jumps to `output` are patched once its place is known.
-        let mut to_output = Vec::new();
-        p.extend([
-            insn(STX_DW, 6, 7, header, 0),
-            insn(ST_W, 6, 0, header + 8, index as i32),
-            insn(ST_W, 6, 0, header + 12, slot as i32),
-            insn(LDX_DW, 3, 6, address, 0),
-            insn(STX_DW, 6, 3, header + 16, 0),
-            insn(ST_DW, 6, 0, result, 0),
-            insn(MOV64_IMM, 8, 0, 0, COPY_HEADER as i32), // r8: the record's size
-        ]);
-        to_output.push(p.len());
-        p.extend([
-            insn(JEQ_IMM, 3, 0, 0, 0), // no slot
-            insn(MOV64_REG, 1, 6, 0, 0),
-            insn(ADD64_IMM, 1, 0, 0, copy),
-            insn(MOV64_IMM, 2, 0, 0, SLOT_STATE_SIZE as i32),
-            insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
-            insn(STX_DW, 6, 0, result, 0),
-        ]);
-        to_output.push(p.len());
-        p.extend([
-            insn(JNE_IMM, 0, 0, 0, 0), // unreadable
-            insn(MOV64_IMM, 8, 0, 0, (COPY_HEADER + SLOT_STATE_SIZE) as i32),
-            insn(LDX_W, 2, 6, (copy + DEPTH_OFFSET) as i16, 0),
-            insn(JLE_IMM, 2, 0, 1, MARK_CAPACITY as i32),
-            insn(MOV64_IMM, 2, 0, 0, MARK_CAPACITY as i32),
-            insn(MUL64_IMM, 2, 0, 0, RECORD_SIZE as i32),
-        ]);
-        to_output.push(p.len());
-        p.extend([
-            insn(JEQ_IMM, 2, 0, 0, 0), // no records
-            insn(MOV64_REG, 9, 2, 0, 0),
-            insn(LDX_DW, 3, 6, address, 0),
-            insn(ADD64_IMM, 3, 0, 0, RECORDS_OFFSET as i32),
-            insn(MOV64_REG, 1, 6, 0, 0),
-            insn(ADD64_IMM, 1, 0, 0, copy + RECORDS_OFFSET as i32),
-            insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
-            insn(STX_DW, 6, 0, result, 0),
-        ]);
-        to_output.push(p.len());
-        p.extend([
-            insn(JNE_IMM, 0, 0, 0, 0), // unreadable
-            insn(MOV64_REG, 8, 9, 0, 0),
-            insn(ADD64_IMM, 8, 0, 0, (COPY_HEADER + RECORDS_OFFSET) as i32),
-        ]);
-        let output = p.len();
-        for at in to_output {
-            p[at].off = (output - at - 1) as i16;
-        }
-        p.extend([
-            insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
-            insn(0, 0, 0, 0, 0),
-            insn(MOV64_REG, 2, 6, 0, 0),
-            insn(ADD64_IMM, 2, 0, 0, header as i32),
-            insn(MOV64_REG, 3, 8, 0, 0),
-            insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
-            insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
-        ]);
-    }
-    p.extend([insn(MOV64_IMM, 0, 0, 0, 1), insn(EXIT, 0, 0, 0, 0)]);
-    p
-}
-
-fn load_program(map: RawFd, copies: RawFd, index: u32) -> Result<OwnedFd, String> {
-    let insns = program(map, copies, index);
-    let license = c"GPL"; // probe_read_user is a GPL-only helper
-    let mut log = vec![0u8; 4096];
-    let mut attr = ProgLoad {
-        prog_type: BPF_PROG_TYPE_PERF_EVENT,
-        insn_cnt: insns.len() as u32,
-        insns: insns.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        prog_name: *b"fsprof_marks\0\0\0\0",
-        ..Default::default()
-    };
-    match bpf(BPF_PROG_LOAD, &mut attr) {
-        Ok(fd) => Ok(fd),
-        Err(Errno::EACCES | Errno::EINVAL) => {
-            // Load again with the verifier's log, to say why.
-            attr.log_level = 1;
-            attr.log_size = log.len() as u32;
-            attr.log_buf = log.as_mut_ptr() as u64;
-            let again = bpf(BPF_PROG_LOAD, &mut attr);
-            let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
-            let text = String::from_utf8_lossy(&log[..end]);
-            let last = text
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("");
-            match again {
-                Ok(fd) => Ok(fd),
-                Err(e) => Err(format!("{}: {last}", e.desc())),
-            }
-        }
-        Err(e) => Err(e.desc().to_owned()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fsprof_shim::abi::{RECORDS_OFFSET, RECORD_SIZE};
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::sync::Arc;
-
-    #[test]
-    fn records_are_decoded_and_bounded() {
-        let mut record = vec![0u8; 64];
-        record[0..4].copy_from_slice(&sys::bindings::PERF_RECORD_SAMPLE.to_ne_bytes());
-        record[16..24].copy_from_slice(&5u64.to_ne_bytes()); // time
-        record[24..32].copy_from_slice(&2u64.to_ne_bytes()); // abi 64
-        record[32..40].copy_from_slice(&7u64.to_ne_bytes()); // bp
-        record[40..48].copy_from_slice(&0x1000u64.to_ne_bytes()); // sp
-        record[48..56].copy_from_slice(&0x4000u64.to_ne_bytes()); // ip
-        record[56..64].copy_from_slice(&16u64.to_ne_bytes());
-        record.extend_from_slice(&[9u8; 16]);
-        record.extend_from_slice(&8u64.to_ne_bytes()); // only 8 of the 16 bytes are valid
-        let Record::Sample(sample) = parse(&record) else {
-            panic!("not decoded");
-        };
-        assert_eq!(
-            (sample.regs.ip, sample.regs.sp, sample.regs.bp),
-            (0x4000, 0x1000, Some(7))
-        );
-        assert_eq!(sample.time, 5);
-        assert_eq!(sample.stack.bytes, &[9u8; 8]);
-        // A size that runs past the record is refused, not trusted.
-        record[56..64].copy_from_slice(&u64::MAX.to_ne_bytes());
-        assert!(matches!(parse(&record), Record::Other));
-    }
 
     /// A thread of this process spins while "marking": its fake slot (two words that change
     /// together) must come back from the sample exactly as it was at the sample's instant.

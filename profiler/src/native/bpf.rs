@@ -1,0 +1,258 @@
+//! The BPF side of the perf backend: raw `bpf(2)` commands (maps, program loading) and the
+//! hand-assembled program attached to each thread's perf event, which copies the thread's mark
+//! slots at the sample's instant into a ring shared by all threads. It only builds and loads;
+//! `perf.rs` attaches, `ring.rs` reads.
+
+use crate::native::perf::{
+    COPY_HEADER, DEPTH_OFFSET, SCRATCH_SIZE, SLOTS, VALUE_ADDRESSES, VALUE_SCRATCH,
+};
+use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE, SLOT_STATE_SIZE};
+use nix::errno::Errno;
+use nix::libc;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+const BPF_MAP_CREATE: u32 = 0;
+const BPF_PROG_LOAD: u32 = 5;
+pub(super) const BPF_MAP_TYPE_ARRAY: u32 = 2;
+pub(super) const BPF_MAP_TYPE_RINGBUF: u32 = 27;
+const BPF_F_MMAPABLE: u32 = 1 << 10;
+const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
+
+fn bpf<T>(command: u32, attr: &mut T) -> Result<OwnedFd, Errno> {
+    // SAFETY: `attr` is a valid, zero-padded attribute block of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            command as libc::c_long,
+            attr as *mut T,
+            std::mem::size_of::<T>(),
+        )
+    };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: a new descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MapCreate {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoad {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+}
+
+/// An array (mapped into fsprof: the slot addresses are written there) or a ring buffer (of
+/// `max_entries` bytes).
+pub(super) fn create_map(
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+) -> Result<OwnedFd, Errno> {
+    let mut attr = MapCreate {
+        map_type,
+        key_size,
+        value_size,
+        max_entries,
+        map_flags: if map_type == BPF_MAP_TYPE_ARRAY {
+            BPF_F_MMAPABLE
+        } else {
+            0
+        },
+        map_name: *b"fsprof_slots\0\0\0\0",
+        ..Default::default()
+    };
+    bpf(BPF_MAP_CREATE, &mut attr)
+}
+
+/// One BPF instruction.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Insn {
+    code: u8,
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+    Insn {
+        code,
+        regs: dst | (src << 4),
+        off,
+        imm,
+    }
+}
+
+// Opcodes used below (linux/bpf.h, bpf_common.h).
+const ST_W: u8 = 0x62; // *(u32 *)(dst + off) = imm
+const ST_DW: u8 = 0x7a; // *(u64 *)(dst + off) = imm
+const STX_DW: u8 = 0x7b; // *(u64 *)(dst + off) = src
+const LDX_DW: u8 = 0x79; // dst = *(u64 *)(src + off)
+const LDX_W: u8 = 0x61; // dst = *(u32 *)(src + off)
+const LD_IMM64: u8 = 0x18;
+const MOV64_REG: u8 = 0xbf;
+const MOV64_IMM: u8 = 0xb7;
+const ADD64_IMM: u8 = 0x07;
+const MUL64_IMM: u8 = 0x27;
+const JEQ_IMM: u8 = 0x15;
+const JNE_IMM: u8 = 0x55;
+const JLE_IMM: u8 = 0xb5;
+const CALL: u8 = 0x85;
+const EXIT: u8 = 0x95;
+const PSEUDO_MAP_FD: u8 = 1;
+const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
+const HELPER_KTIME_GET_NS: i32 = 5;
+const HELPER_PROBE_READ_USER: i32 = 112;
+const HELPER_RINGBUF_OUTPUT: i32 = 130;
+/// `bpf_ringbuf_output` flag: wake nobody (fsprof reads the ring on its own schedule).
+const RB_NO_WAKEUP: i32 = 1;
+
+/// The program for the thread whose map value is `index`: takes the time, then for each slot
+/// builds a copy record in the value's scratch area (the time, `index`, the slot's number and
+/// address, the copy's result) and puts it in the ring buffer `copies`. The copy is the slot's
+/// state, then only the records below its depth (deeper ones may lie on pages never touched,
+/// which a copy made without faulting cannot read); a slot without an address, or whose copy
+/// failed, gives the header alone. The thread is the one interrupted, so its slots hold still.
+/// Returns 1, so the kernel writes the sample (after these copies).
+fn program(map: RawFd, copies: RawFd, index: u32) -> Vec<Insn> {
+    let mut p = vec![
+        insn(ST_W, 10, 0, -4, index as i32),
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, map),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 10, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, -4),
+        insn(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM),
+        insn(JNE_IMM, 0, 0, 2, 0), // a value: go on
+        insn(MOV64_IMM, 0, 0, 0, 1),
+        insn(EXIT, 0, 0, 0, 0),
+        insn(MOV64_REG, 6, 0, 0, 0), // r6: the value (r6-r9 survive calls)
+        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
+        insn(MOV64_REG, 7, 0, 0, 0), // r7: the time
+    ];
+    for slot in 0..SLOTS {
+        let address = (VALUE_ADDRESSES + 8 * slot) as i16;
+        let header = (VALUE_SCRATCH + slot * SCRATCH_SIZE) as i16;
+        let copy = header as i32 + COPY_HEADER as i32;
+        let result = header + 24;
+        // Jumps to `output` are patched once its place is known.
+        let mut to_output = Vec::new();
+        p.extend([
+            insn(STX_DW, 6, 7, header, 0),
+            insn(ST_W, 6, 0, header + 8, index as i32),
+            insn(ST_W, 6, 0, header + 12, slot as i32),
+            insn(LDX_DW, 3, 6, address, 0),
+            insn(STX_DW, 6, 3, header + 16, 0),
+            insn(ST_DW, 6, 0, result, 0),
+            insn(MOV64_IMM, 8, 0, 0, COPY_HEADER as i32), // r8: the record's size
+        ]);
+        to_output.push(p.len());
+        p.extend([
+            insn(JEQ_IMM, 3, 0, 0, 0), // no slot
+            insn(MOV64_REG, 1, 6, 0, 0),
+            insn(ADD64_IMM, 1, 0, 0, copy),
+            insn(MOV64_IMM, 2, 0, 0, SLOT_STATE_SIZE as i32),
+            insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+            insn(STX_DW, 6, 0, result, 0),
+        ]);
+        to_output.push(p.len());
+        p.extend([
+            insn(JNE_IMM, 0, 0, 0, 0), // unreadable
+            insn(MOV64_IMM, 8, 0, 0, (COPY_HEADER + SLOT_STATE_SIZE) as i32),
+            insn(LDX_W, 2, 6, (copy + DEPTH_OFFSET) as i16, 0),
+            insn(JLE_IMM, 2, 0, 1, MARK_CAPACITY as i32),
+            insn(MOV64_IMM, 2, 0, 0, MARK_CAPACITY as i32),
+            insn(MUL64_IMM, 2, 0, 0, RECORD_SIZE as i32),
+        ]);
+        to_output.push(p.len());
+        p.extend([
+            insn(JEQ_IMM, 2, 0, 0, 0), // no records
+            insn(MOV64_REG, 9, 2, 0, 0),
+            insn(LDX_DW, 3, 6, address, 0),
+            insn(ADD64_IMM, 3, 0, 0, RECORDS_OFFSET as i32),
+            insn(MOV64_REG, 1, 6, 0, 0),
+            insn(ADD64_IMM, 1, 0, 0, copy + RECORDS_OFFSET as i32),
+            insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+            insn(STX_DW, 6, 0, result, 0),
+        ]);
+        to_output.push(p.len());
+        p.extend([
+            insn(JNE_IMM, 0, 0, 0, 0), // unreadable
+            insn(MOV64_REG, 8, 9, 0, 0),
+            insn(ADD64_IMM, 8, 0, 0, (COPY_HEADER + RECORDS_OFFSET) as i32),
+        ]);
+        let output = p.len();
+        for at in to_output {
+            p[at].off = (output - at - 1) as i16;
+        }
+        p.extend([
+            insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
+            insn(0, 0, 0, 0, 0),
+            insn(MOV64_REG, 2, 6, 0, 0),
+            insn(ADD64_IMM, 2, 0, 0, header as i32),
+            insn(MOV64_REG, 3, 8, 0, 0),
+            insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
+            insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
+        ]);
+    }
+    p.extend([insn(MOV64_IMM, 0, 0, 0, 1), insn(EXIT, 0, 0, 0, 0)]);
+    p
+}
+
+pub(super) fn load_program(map: RawFd, copies: RawFd, index: u32) -> Result<OwnedFd, String> {
+    let insns = program(map, copies, index);
+    let license = c"GPL"; // probe_read_user is a GPL-only helper
+    let mut log = vec![0u8; 4096];
+    let mut attr = ProgLoad {
+        prog_type: BPF_PROG_TYPE_PERF_EVENT,
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        prog_name: *b"fsprof_marks\0\0\0\0",
+        ..Default::default()
+    };
+    match bpf(BPF_PROG_LOAD, &mut attr) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::EACCES | Errno::EINVAL) => {
+            // Load again with the verifier's log, to say why.
+            attr.log_level = 1;
+            attr.log_size = log.len() as u32;
+            attr.log_buf = log.as_mut_ptr() as u64;
+            let again = bpf(BPF_PROG_LOAD, &mut attr);
+            let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
+            let text = String::from_utf8_lossy(&log[..end]);
+            let last = text
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            match again {
+                Ok(fd) => Ok(fd),
+                Err(e) => Err(format!("{}: {last}", e.desc())),
+            }
+        }
+        Err(e) => Err(e.desc().to_owned()),
+    }
+}

@@ -1,0 +1,312 @@
+//! The rings perf and BPF fill, read from fsprof's side: a thread's sample ring (registers and
+//! the top of its stack per sample) and the ring of slot copies the BPF program writes, with the
+//! decoding of their records. Every size read from a ring is bounded before use; nothing here
+//! opens events or loads programs (`perf.rs`, `bpf.rs`).
+
+use crate::native::bpf::{create_map, BPF_MAP_TYPE_RINGBUF};
+use crate::native::perf::{map_shared, PerfSample, COPY_HEADER, SLOTS};
+use crate::native::unwind::{Registers, StackView};
+use fsprof_shim::abi::SLOT_SIZE;
+use nix::errno::Errno;
+use nix::libc;
+use perf_event_open_sys as sys;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{fence, Ordering};
+
+/// A slot copy from the shared ring, waiting for its sample.
+pub(super) struct SlotCopy {
+    pub(super) time: u64,
+    pub(super) slot: usize,
+    pub(super) address: u64,
+    pub(super) ok: bool,
+    pub(super) bytes: Vec<u8>,
+}
+
+/// A thread's sample ring: the metadata page and its data pages.
+pub(super) struct Ring {
+    base: *mut u8,
+    len: usize,
+    data_size: usize,
+    page: usize,
+    /// A record that wraps around the end of the data area, made whole.
+    buffer: Vec<u8>,
+}
+
+impl Ring {
+    pub(super) fn new(event: &OwnedFd, page: usize, pages: usize) -> Result<Ring, Errno> {
+        let len = (pages + 1) * page;
+        let base = map_shared(event, len, true, 0)?;
+        Ok(Ring {
+            base,
+            len,
+            data_size: pages * page,
+            page,
+            buffer: Vec::new(),
+        })
+    }
+
+    fn meta(&self) -> *mut sys::bindings::perf_event_mmap_page {
+        self.base.cast()
+    }
+
+    /// Where the kernel's writing has got to; records before it are complete.
+    pub(super) fn head(&self) -> u64 {
+        // SAFETY: the metadata page is mapped; data_head is written by the kernel, so it is
+        // read volatile and followed by an acquire fence before the data is read.
+        let head = unsafe { std::ptr::addr_of!((*self.meta()).data_head).read_volatile() };
+        fence(Ordering::Acquire);
+        head
+    }
+
+    /// Hands every record before `head` to `each` (header included), and frees them. A record
+    /// is handed in place (the kernel does not write over it until it is freed), unless it
+    /// wraps around the end of the data area.
+    pub(super) fn drain(&mut self, head: u64, mut each: impl FnMut(&[u8])) {
+        let meta = self.meta();
+        // SAFETY: as in `head`; only we write data_tail.
+        let mut tail = unsafe { std::ptr::addr_of!((*meta).data_tail).read_volatile() };
+        let size = self.data_size as u64;
+        // SAFETY: the data area follows the metadata page.
+        let data = unsafe { self.base.add(self.page) };
+        while tail + 8 <= head {
+            let mut header = [0u8; 8];
+            copy_out(data, self.data_size, tail, &mut header);
+            let len = u16::from_ne_bytes([header[6], header[7]]) as u64;
+            if len < 8 || tail + len > head || len > size {
+                break; // cannot happen with a sane kernel; stop rather than read garbage
+            }
+            let start = (tail % size) as usize;
+            if start + len as usize <= self.data_size {
+                // SAFETY: inside the data area, and complete (before `head`).
+                each(unsafe { std::slice::from_raw_parts(data.add(start), len as usize) });
+            } else {
+                self.buffer.resize(len as usize, 0);
+                copy_out(data, self.data_size, tail, &mut self.buffer);
+                each(&self.buffer);
+            }
+            tail += len;
+        }
+        fence(Ordering::Release);
+        // SAFETY: as above.
+        unsafe { std::ptr::addr_of_mut!((*meta).data_tail).write_volatile(head.max(tail)) };
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: unmaps what `new` mapped.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// Copies `out.len()` bytes at ring position `at`, wrapping around the data area.
+fn copy_out(data: *const u8, size: usize, at: u64, out: &mut [u8]) {
+    let start = (at % size as u64) as usize;
+    let first = out.len().min(size - start);
+    // SAFETY: both ranges lie inside the data area (start < size, first ≤ size - start,
+    // and the rest ≤ out.len() ≤ size).
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.add(start), out.as_mut_ptr(), first);
+        std::ptr::copy_nonoverlapping(data, out.as_mut_ptr().add(first), out.len() - first);
+    }
+}
+
+/// What a ring record was.
+pub(super) enum Record<'a> {
+    /// A sample (its slots not yet matched).
+    Sample(PerfSample<'a>),
+    /// Samples lost (the ring was full).
+    Lost(u64),
+    /// Anything else, or a malformed record.
+    Other,
+}
+
+/// Decodes a `PERF_RECORD_SAMPLE` (TID, TIME, REGS_USER, STACK_USER), or counts a
+/// `PERF_RECORD_LOST`. A sample without user registers (the thread was exiting) or a malformed
+/// one is `Other`.
+pub(super) fn parse(record: &[u8]) -> Record<'_> {
+    let word = |at: usize| -> Option<u64> {
+        Some(u64::from_ne_bytes(record.get(at..at + 8)?.try_into().ok()?))
+    };
+    let kind = u32::from_ne_bytes(record[0..4].try_into().expect("8-byte header"));
+    if kind == sys::bindings::PERF_RECORD_LOST {
+        return word(16).map_or(Record::Other, Record::Lost); // header, id, lost
+    }
+    if kind != sys::bindings::PERF_RECORD_SAMPLE {
+        return Record::Other;
+    }
+    // header (8), pid+tid (8), time (8), regs abi (8), bp, sp, ip, stack size (8), bytes,
+    // dyn size (8)
+    let (Some(time), Some(abi)) = (word(16), word(24)) else {
+        return Record::Other;
+    };
+    let (Some(bp), Some(sp), Some(ip), Some(size)) = (word(32), word(40), word(48), word(56))
+    else {
+        return Record::Other;
+    };
+    let size = size as usize;
+    let Some(bytes) = record.get(64..64usize.saturating_add(size)) else {
+        return Record::Other;
+    };
+    if abi == 0 {
+        return Record::Other;
+    }
+    let dynamic = word(64 + size).unwrap_or(0) as usize;
+    Record::Sample(PerfSample {
+        time,
+        regs: Registers {
+            ip,
+            sp,
+            bp: Some(bp),
+        },
+        stack: StackView {
+            start: sp,
+            bytes: &bytes[..dynamic.min(size)],
+        },
+        slots: Default::default(),
+        marks_known: false,
+    })
+}
+
+/// Decodes one slot copy from the shared ring: the value index it came from and the copy.
+pub(super) fn parse_copy(record: &[u8]) -> Option<(u32, SlotCopy)> {
+    let word = |at: usize| -> Option<u64> {
+        Some(u64::from_ne_bytes(record.get(at..at + 8)?.try_into().ok()?))
+    };
+    let time = word(0)?;
+    let index_and_slot = word(8)?;
+    let (index, slot) = (index_and_slot as u32, (index_and_slot >> 32) as usize);
+    if slot >= SLOTS {
+        return None;
+    }
+    let address = word(16)?;
+    let ok = word(24)? == 0;
+    let bytes = record.get(COPY_HEADER..)?;
+    let bytes = bytes[..bytes.len().min(SLOT_SIZE)].to_vec();
+    Some((
+        index,
+        SlotCopy {
+            time,
+            slot,
+            address,
+            ok,
+            bytes,
+        },
+    ))
+}
+
+/// The BPF ring buffer the programs write slot copies to, mapped: the consumer page (ours to
+/// write), then the producer page and the data, which the kernel maps twice in a row so that a
+/// record never wraps.
+pub(super) struct CopyRing {
+    fd: OwnedFd,
+    consumer: *mut u8,
+    producer: *mut u8,
+    size: usize,
+    page: usize,
+}
+
+impl CopyRing {
+    pub(super) fn new(page: usize, size: usize) -> Result<CopyRing, Errno> {
+        let fd = create_map(BPF_MAP_TYPE_RINGBUF, 0, 0, size as u32)?;
+        // The kernel's layout: the consumer page, then the producer page and the data.
+        let consumer = map_shared(&fd, page, true, 0)?;
+        let producer = match map_shared(&fd, page + 2 * size, false, page) {
+            Ok(producer) => producer,
+            Err(errno) => {
+                // SAFETY: unmaps what was just mapped.
+                unsafe { libc::munmap(consumer.cast(), page) };
+                return Err(errno);
+            }
+        };
+        Ok(CopyRing {
+            fd,
+            consumer,
+            producer,
+            size,
+            page,
+        })
+    }
+
+    pub(super) fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Hands every committed record's data to `each`, and frees them.
+    pub(super) fn drain(&mut self, mut each: impl FnMut(&[u8])) {
+        const BUSY: u32 = 1 << 31;
+        const DISCARD: u32 = 1 << 30;
+        // SAFETY: the positions are the first words of their pages; the producer's is written
+        // by the kernel (read volatile, then an acquire fence), the consumer's only by us.
+        let producer = unsafe { self.producer.cast::<u64>().read_volatile() };
+        fence(Ordering::Acquire);
+        let mut consumer = unsafe { self.consumer.cast::<u64>().read_volatile() };
+        let mask = self.size as u64 - 1;
+        // SAFETY: the data follows the producer page.
+        let data = unsafe { self.producer.add(self.page) };
+        while consumer < producer {
+            let at = (consumer & mask) as usize;
+            // SAFETY: `at` < size and the data is mapped twice, so 8 + len ≤ size bytes from
+            // `at` are mapped; the header is read volatile and fenced (the kernel clears BUSY
+            // last, with release ordering).
+            let header = unsafe { data.add(at).cast::<u32>().read_volatile() };
+            fence(Ordering::Acquire);
+            if header & BUSY != 0 {
+                break; // still being written
+            }
+            let len = (header & !(BUSY | DISCARD)) as usize;
+            if len + 8 > self.size {
+                break; // cannot happen with a sane kernel
+            }
+            if header & DISCARD == 0 {
+                // SAFETY: as above.
+                each(unsafe { std::slice::from_raw_parts(data.add(at + 8), len) });
+            }
+            consumer += (len as u64 + 8).div_ceil(8) * 8;
+        }
+        fence(Ordering::Release);
+        // SAFETY: as above.
+        unsafe { self.consumer.cast::<u64>().write_volatile(consumer) };
+    }
+}
+
+impl Drop for CopyRing {
+    fn drop(&mut self) {
+        // SAFETY: unmaps what `new` mapped.
+        unsafe {
+            libc::munmap(self.consumer.cast(), self.page);
+            libc::munmap(self.producer.cast(), self.page + 2 * self.size);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_decoded_and_bounded() {
+        let mut record = vec![0u8; 64];
+        record[0..4].copy_from_slice(&sys::bindings::PERF_RECORD_SAMPLE.to_ne_bytes());
+        record[16..24].copy_from_slice(&5u64.to_ne_bytes()); // time
+        record[24..32].copy_from_slice(&2u64.to_ne_bytes()); // abi 64
+        record[32..40].copy_from_slice(&7u64.to_ne_bytes()); // bp
+        record[40..48].copy_from_slice(&0x1000u64.to_ne_bytes()); // sp
+        record[48..56].copy_from_slice(&0x4000u64.to_ne_bytes()); // ip
+        record[56..64].copy_from_slice(&16u64.to_ne_bytes());
+        record.extend_from_slice(&[9u8; 16]);
+        record.extend_from_slice(&8u64.to_ne_bytes()); // only 8 of the 16 bytes are valid
+        let Record::Sample(sample) = parse(&record) else {
+            panic!("not decoded");
+        };
+        assert_eq!(
+            (sample.regs.ip, sample.regs.sp, sample.regs.bp),
+            (0x4000, 0x1000, Some(7))
+        );
+        assert_eq!(sample.time, 5);
+        assert_eq!(sample.stack.bytes, &[9u8; 8]);
+        // A size that runs past the record is refused, not trusted.
+        record[56..64].copy_from_slice(&u64::MAX.to_ne_bytes());
+        assert!(matches!(parse(&record), Record::Other));
+    }
+}
