@@ -263,7 +263,7 @@ pub(super) use restore_registers;
 macro_rules! interpose_syscall {
     (list $list:ident; registers $registers:tt; $($feature:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
         /// The real functions of this group, resolved by the constructor.
-        static $list: &[&Real] = &[$(&$name::REAL),*];
+        pub(super) static $list: &[&Real] = &[$(&$name::REAL),*];
         $(
         #[allow(non_snake_case)]
         mod $name {
