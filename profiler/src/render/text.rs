@@ -113,6 +113,20 @@ fn describe_images(report: &FeatureReport) -> Option<String> {
 
 /// Renders the report.
 pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
+    let mut out = header(report, meta, threads);
+    feature_tables(&mut out, report);
+    let notes = notes(report, meta, threads);
+    if !notes.is_empty() {
+        let _ = writeln!(out, "Notes:");
+        for note in notes {
+            let _ = writeln!(out, "  - {note}");
+        }
+    }
+    out
+}
+
+/// The lines above the tables: what was recorded, how time is counted, and why there is no table.
+fn header(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
     let mut out = String::new();
     let program = meta.command.first().map(String::as_str).unwrap_or("?");
     let _ = writeln!(
@@ -151,6 +165,11 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
             }
         );
     }
+    out
+}
+
+/// One table per feature: its share, its instances and their most expensive call paths.
+fn feature_tables(out: &mut String, report: &FeatureReport) {
     let total = ms(report.total_ns);
     for feature in &report.features {
         let _ = writeln!(
@@ -195,7 +214,10 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
         }
         let _ = writeln!(out);
     }
+}
 
+/// The notes under the tables: what the reader should know of how the recording went.
+fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
     let mut notes = meta.notes.clone();
     let builtin: Vec<&str> = report
         .features
@@ -241,6 +263,31 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
             meta.marks_unsettled
         ));
     }
+    native_notes(meta, &mut notes);
+    if meta.ticks > 100 && meta.stretched_ticks * 10 > meta.ticks {
+        notes.push(format!(
+            "sampling {threads} threads took so long that {} of {} intervals between samples were stretched (fsprof never samples more than half the time); lower --rate, or expect less precise shares",
+            meta.stretched_ticks, meta.ticks
+        ));
+    }
+    if meta.perf_lost * 100 > meta.native_captured.max(1) {
+        notes.push(format!(
+            "{} perf samples were lost (fsprof read the threads' rings too late): shares rest on the others",
+            meta.perf_lost
+        ));
+    }
+    if meta.ticks > 0 && meta.late_ticks * 10 > meta.ticks {
+        notes.push(format!(
+            "{:.0}% of samples were taken late because fsprof waited for a CPU (sampler priority: {}); shares may lean toward features in which the program blocks. Run on a quieter machine, or with the privilege to use real-time scheduling (root or CAP_SYS_NICE)",
+            meta.late_ticks as f64 * 100.0 / meta.ticks as f64,
+            if meta.sampler_priority.is_empty() { "unknown" } else { &meta.sampler_priority }
+        ));
+    }
+    notes
+}
+
+/// The notes about native stacks: samples without one, and stacks not unwound to their root.
+fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
     let native_samples =
         meta.native_captured + meta.native_not_stopped + meta.native_blocked_skipped;
     if meta.native && native_samples > 0 {
@@ -273,32 +320,6 @@ pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
             ));
         }
     }
-    if meta.ticks > 100 && meta.stretched_ticks * 10 > meta.ticks {
-        notes.push(format!(
-            "sampling {threads} threads took so long that {} of {} intervals between samples were stretched (fsprof never samples more than half the time); lower --rate, or expect less precise shares",
-            meta.stretched_ticks, meta.ticks
-        ));
-    }
-    if meta.perf_lost * 100 > meta.native_captured.max(1) {
-        notes.push(format!(
-            "{} perf samples were lost (fsprof read the threads' rings too late): shares rest on the others",
-            meta.perf_lost
-        ));
-    }
-    if meta.ticks > 0 && meta.late_ticks * 10 > meta.ticks {
-        notes.push(format!(
-            "{:.0}% of samples were taken late because fsprof waited for a CPU (sampler priority: {}); shares may lean toward features in which the program blocks. Run on a quieter machine, or with the privilege to use real-time scheduling (root or CAP_SYS_NICE)",
-            meta.late_ticks as f64 * 100.0 / meta.ticks as f64,
-            if meta.sampler_priority.is_empty() { "unknown" } else { &meta.sampler_priority }
-        ));
-    }
-    if !notes.is_empty() {
-        let _ = writeln!(out, "Notes:");
-        for note in notes {
-            let _ = writeln!(out, "  - {note}");
-        }
-    }
-    out
 }
 
 #[cfg(test)]

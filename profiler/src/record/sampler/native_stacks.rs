@@ -1,0 +1,242 @@
+//! A sampled thread's native stack: from its latest perf sample (a running thread perf watches,
+//! whose samples, each with the marks of its own instant, are taken here too), read without
+//! stopping it (a blocked thread), or by a ptrace stop that copies its marks again in the same
+//! stop. Which is used, and when a thread's previous stack still stands, is decided here; what
+//! a sample weighs is `Sampler::sample_thread`'s business.
+
+use super::*;
+
+impl Sampler {
+    /// The thread's native stack at this sample: captured now if it is running, or has run since
+    /// its previous sample while inside a mark (or idle time counts); else the one captured last
+    /// (its stack cannot have changed). A capture also copies the thread's marks again, in the
+    /// same stop, so that marks and native stack describe the same instant.
+    pub(super) fn native_stack(&mut self, tid: u32, own_tid: u32, running: bool) -> Native {
+        let Some(native) = self.native.as_mut() else {
+            return Native::None;
+        };
+        if !native.attach(tid) {
+            return Native::None;
+        }
+        let Some(state) = self.threads.states.get_mut(&tid) else {
+            return Native::None;
+        };
+        let in_mark = self.reader.of(own_tid).iter().any(|m| m.depth > 0);
+        // A thread that is not running weighs something only inside a mark, or with --idle;
+        // stopping it may also make some blocking calls (epoll_wait) return early with EINTR.
+        let matters = in_mark || self.options.count_idle;
+        if !running && in_mark {
+            // Its time is wall time, which only the ticks sample.
+            self.clock.hold_fast(Instant::now() + FAST_HOLD);
+        }
+        let stop = if running {
+            true
+        } else if !matters {
+            false
+        } else if state.was_running || state.last_native.is_none() {
+            true // it blocked since it was last seen running, or was never captured
+        } else {
+            // Not running now nor at the previous sample: stop it only if it ran in between.
+            let pcount = process::times_scheduled(self.pid, tid);
+            let ran = pcount.is_none() || pcount != state.last_pcount;
+            state.last_pcount = pcount;
+            ran
+        };
+        state.was_running = running;
+        if !stop {
+            return state
+                .last_native
+                .clone()
+                .map_or(Native::None, Native::Captured);
+        }
+        if running && native.perf_watches(tid) {
+            // Its latest perf sample (see `Sampler::perf_samples`) stands for this instant too:
+            // it has run less than a period since.
+            let state = self.threads.states.get_mut(&tid).expect("sampled");
+            return match &state.last_perf {
+                Some(Native::Perf(captured, records, truncated)) => {
+                    Native::Perf(captured.clone(), records.clone(), *truncated)
+                }
+                _ => Native::None,
+            };
+        }
+        if running {
+            self.clock.needs_every_tick(); // sampled by ptrace at the ticks
+        }
+        if !running {
+            if let Some(native) = self.blocked(tid, own_tid) {
+                return native;
+            }
+        }
+        self.capture(tid, own_tid, running)
+    }
+
+    /// Adds the samples perf took of thread `tid` (sample thread `thread`) since the previous
+    /// tick, if `add`, each standing for one period of its CPU time with the marks the kernel
+    /// copied at its instant; keeps the latest for the tick's sample. Whether perf sampled the
+    /// thread since the previous tick (its CPU time since then is in those samples). A thread is
+    /// sampled by perf from the first tick that finds it running. Samples whose marks are
+    /// unknown (a copy failed or was lost) are left out.
+    pub(super) fn perf_samples(
+        &mut self,
+        tid: u32,
+        own_tid: u32,
+        thread: u32,
+        running: bool,
+        add: bool,
+    ) -> bool {
+        let Some(native) = self.native.as_mut() else {
+            return false;
+        };
+        let watched = native.perf_watches(tid);
+        if !native.uses_perf() || !(running || watched) {
+            return false;
+        }
+        if !watched {
+            // Its time since the previous tick is not in samples: this tick's sample has it.
+            self.clock.needs_every_tick();
+        }
+        let Some(addresses) = self.reader.slot_addresses(self.reader.of(own_tid)) else {
+            return false;
+        };
+        let Some(samples) = native.perf_samples(tid, addresses) else {
+            return false;
+        };
+        let period = self.options.perf.map_or(0, |p| p.as_nanos() as u64);
+        let mut latest = None;
+        for sample in samples {
+            let Some((records, truncated)) = sample
+                .slots
+                .and_then(|slots| snapshot_records(own_tid, &slots))
+            else {
+                self.tally.native_moved += 1; // a copy failed, was lost, or caught a push half done
+                latest = Some(None);
+                continue;
+            };
+            let mut records = records;
+            self.resolve_captured(own_tid, &mut records, &sample.captured.frames);
+            let stack = self.intern_records(records, truncated);
+            if add {
+                let placed = capture::place(&sample.captured, &self.records);
+                let native = self.builder.native_stack(placed);
+                self.builder
+                    .add_sample(thread, stack, Some(native), period, period);
+            }
+            latest = Some(Some(Native::Perf(
+                sample.captured,
+                self.records.clone(),
+                truncated,
+            )));
+        }
+        if let Some(latest) = latest {
+            if let Some(state) = self.threads.states.get_mut(&tid) {
+                state.last_perf = latest;
+            }
+        }
+        watched
+    }
+
+    /// The native stack of a blocked thread without stopping it, when its marks are still the
+    /// tick's once its stack is copied; `None` when only a stop can take it.
+    pub(super) fn blocked(&mut self, tid: u32, own_tid: u32) -> Option<Native> {
+        let state = self.threads.states.get_mut(&tid)?;
+        let retry = std::mem::take(&mut state.skipped);
+        let captured = match self.native.as_mut()?.blocked_stack(tid, retry) {
+            capture::Blocked::Taken(captured) => captured,
+            capture::Blocked::Skip => {
+                // Its previous stack may be from before it last ran (another image, even, after
+                // an exec): never reuse it; the next sample tries again, and reads it then even
+                // on fsprof's CPU (a thread preempted on its way to sleep has long got there).
+                let state = self.threads.states.get_mut(&tid)?;
+                state.last_native = None;
+                state.skipped = true;
+                return Some(Native::None);
+            }
+            capture::Blocked::Stop => return None,
+        };
+        let reader = &self.reader;
+        let unchanged = reader
+            .of(own_tid)
+            .iter()
+            .all(|old| reader.again(old).is_some_and(|new| new.same_marks(old)));
+        // The stack is the thread's now (it did not run while it was copied), whatever its
+        // marks: later samples of the same block may reuse it.
+        let state = self.threads.states.get_mut(&tid)?;
+        state.last_pcount = process::times_scheduled(self.pid, tid);
+        state.last_native = Some(captured.clone());
+        if !unchanged {
+            self.tally.native_moved += 1; // it ran, and marked, between the tick and the copy
+            return Some(Native::None);
+        }
+        Some(Native::Captured(captured))
+    }
+
+    /// The thread's native stack by a ptrace stop, with its marks copied in the same stop.
+    pub(super) fn capture(&mut self, tid: u32, own_tid: u32, running: bool) -> Native {
+        let Some(native) = self.native.as_mut() else {
+            return Native::None;
+        };
+        let reader = &self.reader;
+        let marks = reader.of(own_tid);
+        let captured = native.capture(tid, || {
+            marks.iter().map(|m| reader.again(m)).collect::<Vec<_>>()
+        });
+        let Some(state) = self.threads.states.get_mut(&tid) else {
+            return Native::None;
+        };
+        // Not stopped in time (it had no CPU): its stack is copied when it stops.
+        let Some((captured, fresh)) = captured else {
+            return Native::Pending;
+        };
+        if !running {
+            state.last_pcount = process::times_scheduled(self.pid, tid);
+        }
+        state.last_native = Some(captured.clone());
+        // The sample is the marks read at the tick. A thread stops at its next return to user
+        // space, which in a busy thread on a virtual machine (slow inter-processor interrupts)
+        // is often its next system call rather than the instant it was asked to: a sample taken
+        // at the stop would overstate features that make system calls (we measured `output` at
+        // 99% instead of 90% in the fizzbuzz demo). So the stack is kept only if the marks
+        // are the same at the stop; otherwise the sample has marks only.
+        let unchanged = self
+            .reader
+            .of(own_tid)
+            .iter()
+            .zip(&fresh)
+            .all(|(old, new)| new.as_ref().is_some_and(|new| new.same_marks(old)));
+        if !unchanged {
+            self.tally.native_moved += 1;
+            return Native::None;
+        }
+        Native::Captured(captured)
+    }
+}
+
+/// Decodes the slots the kernel copied at a perf sample into the thread's records (all slots,
+/// in order) and the logical depth if some were not recorded. `None` if a copy is not this
+/// thread's slot.
+fn snapshot_records(
+    own_tid: u32,
+    slots: &[Option<Vec<u8>>; SLOTS],
+) -> Option<(Vec<RecordView>, Option<u32>)> {
+    let mut records = Vec::new();
+    let mut truncated_depth = None;
+    for bytes in slots.iter().flatten() {
+        let state = abi::parse_slot_state(bytes.get(..abi::SLOT_STATE_SIZE)?)?;
+        // An odd `seq` (a push under way) is fine here: the thread was interrupted, so the copy
+        // is its slot at one instant of its own order of writes, in which the records below
+        // `depth` are always whole (a push writes its record before raising `depth`).
+        if state.tid != own_tid {
+            return None;
+        }
+        let recorded = (state.depth as usize).min(abi::MARK_CAPACITY);
+        for index in 0..recorded {
+            let at = abi::RECORDS_OFFSET + index * abi::RECORD_SIZE;
+            records.push(abi::parse_record(bytes.get(at..at + abi::RECORD_SIZE)?)?);
+        }
+        if state.depth as usize > recorded {
+            truncated_depth = Some(state.depth);
+        }
+    }
+    Some((records, truncated_depth))
+}
