@@ -217,23 +217,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             continue;
         }
         let stack = &profile.stacks[group.stack as usize];
-        // For each feature, its innermost frame; it counts if it is a mark, not an antimark.
-        attributed.clear();
-        for (at, frame) in stack.frames.iter().enumerate().rev() {
-            let feature = frame.feature as usize;
-            seen[feature] = true;
-            if std::mem::replace(&mut visited_in[feature], index) == index {
-                continue;
-            }
-            if let Some(payload) = frame.payload {
-                let (payload, at) = if frame.builtin {
-                    program_mark_around(&stack.frames[..at], frame.feature).unwrap_or((payload, at))
-                } else {
-                    (payload, at)
-                };
-                attributed.push((frame.feature, payload, at));
-            }
-        }
+        attribute(stack, index, &mut seen, &mut visited_in, &mut attributed);
         // Inside one of the program's own marks, blocked time counts too (see
         // `TimeView::Active`); inside built-in marks only, it is kept apart.
         let own = attributed
@@ -250,19 +234,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         report.samples = report.samples.saturating_add(group.count);
         report.total_ns = report.total_ns.saturating_add(ns);
         report.blocked_ns = report.blocked_ns.saturating_add(blocked);
-        if let Some(native) = group
-            .native
-            .and_then(|id| profile.native_stacks.get(id as usize))
-        {
-            report.native_ns = report.native_ns.saturating_add(ns);
-            let innermost = native
-                .frames
-                .last()
-                .and_then(|f| profile.native_frames.get(*f as usize));
-            if innermost.is_some_and(|frame| crate::record::agent::is_agent_path(&frame.module)) {
-                report.agent_ns = report.agent_ns.saturating_add(ns);
-            }
-        }
+        count_native(&mut report, profile, group, ns);
         if let Some(depth) = stack.truncated_depth {
             report.truncated_samples = report.truncated_samples.saturating_add(group.count);
             report.max_truncated_depth = report.max_truncated_depth.max(depth);
@@ -340,6 +312,54 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             .then_with(|| a.name.cmp(&b.name))
     });
     report
+}
+
+/// Fills `attributed` with the frames sample group `index`'s mark stack `stack` counts for: per
+/// feature its innermost frame, if a mark (not an antimark), as (feature, payload, the frame's
+/// index; a built-in mark inside the program's own mark of the same feature counts for that
+/// one). Marks each feature `seen`; `visited_in` remembers the group that last visited it.
+fn attribute(
+    stack: &Stack,
+    index: usize,
+    seen: &mut [bool],
+    visited_in: &mut [usize],
+    attributed: &mut Vec<(u32, u32, usize)>,
+) {
+    attributed.clear();
+    for (at, frame) in stack.frames.iter().enumerate().rev() {
+        let feature = frame.feature as usize;
+        seen[feature] = true;
+        if std::mem::replace(&mut visited_in[feature], index) == index {
+            continue;
+        }
+        if let Some(payload) = frame.payload {
+            let (payload, at) = if frame.builtin {
+                program_mark_around(&stack.frames[..at], frame.feature).unwrap_or((payload, at))
+            } else {
+                (payload, at)
+            };
+            attributed.push((frame.feature, payload, at));
+        }
+    }
+}
+
+/// Adds `ns` of `group` to the time sampled with a native stack, and to the agent's own time
+/// when the stack's innermost frame is in the agent.
+fn count_native(report: &mut FeatureReport, profile: &Profile, group: &SampleGroup, ns: u64) {
+    let Some(native) = group
+        .native
+        .and_then(|id| profile.native_stacks.get(id as usize))
+    else {
+        return;
+    };
+    report.native_ns = report.native_ns.saturating_add(ns);
+    let innermost = native
+        .frames
+        .last()
+        .and_then(|f| profile.native_frames.get(*f as usize));
+    if innermost.is_some_and(|frame| crate::record::agent::is_agent_path(&frame.module)) {
+        report.agent_ns = report.agent_ns.saturating_add(ns);
+    }
 }
 
 /// Whether `group`'s program image counts in `view`: in the default view, only the last image a

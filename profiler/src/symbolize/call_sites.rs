@@ -86,6 +86,18 @@ pub struct SiteStats {
     pub unresolved: u64,
 }
 
+/// Call sites found before, kept for the calls that cannot be resolved again.
+#[derive(Default)]
+struct Memo {
+    /// Call sites of live threads' calls, by (thread, generation, stack pointer, address).
+    resolved: HashMap<(u32, u64, u64, u64), u64>,
+    /// The last call site found for a call by (thread, stack pointer, address).
+    last_site: HashMap<(u32, u64, u64), u64>,
+    /// The one call site found for an address so far, by address (`None` once calls from two
+    /// sites reached it: then it tells nothing).
+    only_site: HashMap<u64, Option<u64>>,
+}
+
 /// The call sites of a recording and the modules they lie in.
 pub struct CallSites {
     /// (payload id, return address).
@@ -104,13 +116,8 @@ pub struct CallSites {
     runtime: HashMap<u64, Class>,
     /// The agent's `waiting` descriptor for its `locks` descriptor (see `waiting_instead`).
     twins: HashMap<u64, Option<u64>>,
-    /// Call sites of live threads' calls, by (thread, generation, stack pointer, address).
-    resolved: HashMap<(u32, u64, u64, u64), u64>,
-    /// The last call site found for a call by (thread, stack pointer, address).
-    last_site: HashMap<(u32, u64, u64), u64>,
-    /// The one call site found for an address so far, by address (`None` once calls from two
-    /// sites reached it: then it tells nothing).
-    only_site: HashMap<u64, Option<u64>>,
+    /// Call sites found before.
+    memo: Memo,
     stack: Vec<u8>,
     unwound: Unwound,
     /// How call sites in the runtime were resolved.
@@ -137,9 +144,7 @@ impl CallSites {
             unwinder: Unwinder::new(),
             runtime: HashMap::new(),
             twins: HashMap::new(),
-            resolved: HashMap::new(),
-            last_site: HashMap::new(),
-            only_site: HashMap::new(),
+            memo: Memo::default(),
             stack: Vec::new(),
             unwound: Unwound::default(),
             stats: SiteStats::default(),
@@ -229,16 +234,16 @@ impl CallSites {
                 unchanged,
             } => {
                 let key = (*tid, *generation, mark.sp, ret);
-                if let Some(site) = self.resolved.get(&key) {
+                if let Some(site) = self.memo.resolved.get(&key) {
                     return *site;
                 }
                 let call = (ret, mark.sp, frame_pointer(mark));
                 let found = self.on_live_stack((pid, via), remote, call, &mut **unchanged);
-                if self.resolved.len() >= MAX_CACHED {
-                    self.resolved.clear();
+                if self.memo.resolved.len() >= MAX_CACHED {
+                    self.memo.resolved.clear();
                 }
                 let found = self.remember((*tid, mark.sp, ret), found);
-                self.resolved.insert(key, found.unwrap_or(ret));
+                self.memo.resolved.insert(key, found.unwrap_or(ret));
                 found
             }
         };
@@ -264,22 +269,25 @@ impl CallSites {
         let ret = call.2;
         match found {
             Some(site) => {
-                if self.last_site.len() >= MAX_CACHED || self.only_site.len() >= MAX_CACHED {
-                    self.last_site.clear();
-                    self.only_site.clear();
+                if self.memo.last_site.len() >= MAX_CACHED
+                    || self.memo.only_site.len() >= MAX_CACHED
+                {
+                    self.memo.last_site.clear();
+                    self.memo.only_site.clear();
                 }
-                self.last_site.insert(call, site);
-                let only = self.only_site.entry(ret).or_insert(Some(site));
+                self.memo.last_site.insert(call, site);
+                let only = self.memo.only_site.entry(ret).or_insert(Some(site));
                 if *only != Some(site) {
                     *only = None;
                 }
                 Some(site)
             }
             None => self
+                .memo
                 .last_site
                 .get(&call)
                 .copied()
-                .or_else(|| self.only_site.get(&ret).copied().flatten()),
+                .or_else(|| self.memo.only_site.get(&ret).copied().flatten()),
         }
     }
 
