@@ -70,12 +70,13 @@
 
 pub mod abi;
 mod region;
+mod stack;
 mod sys;
 mod thread_state;
 
 use core::marker::PhantomData;
 use core::panic::Location;
-use region::Pushed;
+use stack::Pushed;
 
 /// A feature: a static descriptor whose address identifies it in the profile.
 ///
@@ -169,7 +170,7 @@ impl Feature {
         let sp = stack_pointer();
         let len = len.min(u32::MAX as usize) as u64;
         let meta = (kind as u64) << 32 | len;
-        let pushed = region::push(self as *const Feature as u64, payload, meta, position, sp);
+        let pushed = stack::push(self as *const Feature as u64, payload, meta, position, sp);
         Mark {
             pushed,
             _not_send: PhantomData,
@@ -195,7 +196,7 @@ pub struct Mark {
 impl Drop for Mark {
     #[inline(always)]
     fn drop(&mut self) {
-        region::pop(self.pushed);
+        stack::pop(self.pushed);
     }
 }
 
@@ -231,7 +232,7 @@ pub fn intern(name: &str) -> &'static str {
 /// The calling thread's current mark depth, including marks beyond the recorded capacity.
 /// Meant for tests and debug assertions.
 pub fn depth() -> u32 {
-    region::current_depth()
+    stack::current_depth()
 }
 
 /// Address of this process's region, if it has been created (it is created on the first mark).
@@ -248,7 +249,7 @@ pub fn region_address() -> Option<usize> {
 /// but pairs marks however the calls pair them.
 #[doc(hidden)]
 pub mod raw {
-    use crate::{region, Feature};
+    use crate::{region, stack, Feature};
 
     /// Pushes a mark or antimark of `feature` on the calling thread's stack: `kind` is one of the
     /// [`crate::abi`]`::KIND_*` constants, `payload`, `len` (capped at `u32::MAX`) and `position` are
@@ -266,7 +267,7 @@ pub mod raw {
     ) {
         let len = len.min(u32::MAX as usize) as u64;
         let meta = (kind as u64) << 32 | len;
-        let _ = region::push(
+        let _ = stack::push(
             feature as *const Feature as u64,
             payload,
             meta,
@@ -297,7 +298,7 @@ pub mod raw {
         claim: bool,
         close_left: bool,
     ) -> Result<CallSiteMark, NotPushed> {
-        region::push_unless_nested(
+        stack::push_unless_nested(
             feature as *const Feature as u64,
             payload,
             bp,
@@ -309,25 +310,25 @@ pub mod raw {
         .map(CallSiteMark)
     }
 
-    pub use crate::region::NotPushed;
+    pub use crate::stack::NotPushed;
 
     /// A mark pushed by [`push_call_site_unless_nested`].
     #[derive(Clone, Copy)]
-    pub struct CallSiteMark(region::Placed);
+    pub struct CallSiteMark(stack::Placed);
 
     impl CallSiteMark {
         /// Pops this mark if it is still the calling thread's innermost one (else does nothing).
         /// Call it on the thread that pushed it.
         #[inline(always)]
         pub fn pop(self) {
-            region::pop_placed(self.0);
+            stack::pop_placed(self.0);
         }
     }
 
     /// Pops the calling thread's innermost mark or antimark; does nothing if it has none.
     #[inline(always)]
     pub fn pop_innermost() {
-        region::pop_innermost();
+        stack::pop_innermost();
     }
 
     /// Tells the shim that the calling thread is about to jump (`siglongjmp`) to stack pointer
@@ -336,7 +337,7 @@ pub mod raw {
     /// Async-signal-safe (loads and one store). For the agent's interposed `siglongjmp`.
     #[inline(always)]
     pub fn jumping_to(target: u64) {
-        region::jumping_to(target);
+        stack::jumping_to(target);
     }
 
     /// Forgets the region in a child process made without `fork`'s `pthread_atfork` handlers

@@ -307,8 +307,8 @@ fn slot_state(index: usize) -> abi::SlotState {
     abi::parse_slot_state(&region_bytes()[abi::HEADER_SIZE + index * abi::SLOT_SIZE..]).unwrap()
 }
 
-fn push_at(sp: u64) -> crate::region::Pushed {
-    crate::region::push(
+fn push_at(sp: u64) -> crate::stack::Pushed {
+    crate::stack::push(
         &A as *const Feature as u64,
         0,
         (KIND_ANTIMARK as u64) << 32,
@@ -335,13 +335,13 @@ fn a_push_left_halfway_is_closed_by_a_jump_past_it_or_a_later_push_above_it() {
         assert_eq!(slot_state(index).seq % 2, 0);
         let pushed = push_at(left - 4096);
         assert_eq!((pushed.index, depth()), (base, base + 1));
-        crate::region::pop(pushed);
+        crate::stack::pop(pushed);
         // Without a jump it heard of: the next push at or above the unfinished one closes it.
         leave_a_push_halfway(left);
         let pushed = push_at(left);
         assert_eq!((pushed.index, depth()), (base, base + 1));
         assert_eq!(slot_state(index).seq % 2, 0);
-        crate::region::pop(pushed);
+        crate::stack::pop(pushed);
     })
     .join()
     .unwrap();

@@ -27,10 +27,10 @@ pub(crate) struct ThreadState {
     pub(crate) slot: Cell<*mut Slot>,
     /// Push counter, advanced by two per push; the even value after a push tags its record, so a
     /// stale guard cannot pop a newer mark. On targets other than x86-64 it is odd while the
-    /// thread is inside `push` (see `region::push`).
+    /// thread is inside `push` (see `stack::push`).
     pub(crate) serial: Cell<u64>,
     /// The stack pointer of this thread's latest push, written before the push makes its slot's
-    /// `seq` odd: while `seq` is odd, where the push in progress is (see `region::jumping_to`).
+    /// `seq` odd: while `seq` is odd, where the push in progress is (see `stack::jumping_to`).
     pub(crate) push_sp: Cell<u64>,
     /// Set when this thread must not claim a slot again (its destructors are running).
     pub(crate) exiting: Cell<bool>,
