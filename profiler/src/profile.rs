@@ -86,7 +86,8 @@ pub struct Image {
     pub name: String,
 }
 
-/// How and when a profile was recorded.
+/// How and when a profile was recorded. In the saved file its parts are one object (their
+/// fields side by side, as before they were grouped).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Meta {
     /// `fsprof` version that recorded it.
@@ -103,6 +104,29 @@ pub struct Meta {
     pub duration_ns: u64,
     /// Whether the default view counts idle time (`--idle`).
     pub count_idle: bool,
+    /// How the marks were read (see [`ReadingMeta`]).
+    #[serde(flatten)]
+    pub reading: ReadingMeta,
+    /// Why recording stopped, e.g. "the program exited with code 0".
+    pub end: String,
+    /// How the sampler ticked (see [`SamplingMeta`]).
+    #[serde(flatten)]
+    pub sampling: SamplingMeta,
+    /// How native stacks were taken (see [`NativeMeta`]).
+    #[serde(flatten)]
+    pub native_stacks: NativeMeta,
+    /// Things the recording noticed that the report should say (e.g. an incompatible region).
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// Features marked by the agent (`libfsprof_agent.so` interposing libc) rather than by the
+    /// program; a program's own feature of the same name is reported together with it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub builtin_features: Vec<String>,
+}
+
+/// How the marks were read: regions, torn copies, threads without a slot.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ReadingMeta {
     /// Number of fsprof regions found in the target.
     pub regions: u32,
     /// Slot copies retried because the thread was writing its marks.
@@ -118,8 +142,11 @@ pub struct Meta {
     pub threads_without_slot: u64,
     /// Mark stack capacity of the region.
     pub mark_capacity: u32,
-    /// Why recording stopped, e.g. "the program exited with code 0".
-    pub end: String,
+}
+
+/// How the sampler ticked: its scheduling, and its ticks late, stretched or slow.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SamplingMeta {
     /// How the sampler was scheduled: "real-time", "raised" or "normal" (see `sampler.rs`).
     #[serde(default)]
     pub sampler_priority: String,
@@ -137,6 +164,11 @@ pub struct Meta {
     /// fsprof woke only every few milliseconds).
     #[serde(default)]
     pub slow_ticks: u64,
+}
+
+/// How native stacks were taken: the backend, what it captured and missed, and the stops.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NativeMeta {
     /// perf samples the kernel could not write (a thread's ring was full: fsprof came late).
     #[serde(default)]
     pub perf_lost: u64,
@@ -182,13 +214,6 @@ pub struct Meta {
     /// 99th percentile of the time a sampled thread stayed stopped, microseconds.
     #[serde(default)]
     pub pause_p99_us: u64,
-    /// Things the recording noticed that the report should say (e.g. an incompatible region).
-    #[serde(default)]
-    pub notes: Vec<String>,
-    /// Features marked by the agent (`libfsprof_agent.so` interposing libc) rather than by the
-    /// program; a program's own feature of the same name is reported together with it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub builtin_features: Vec<String>,
 }
 
 /// An instance payload.
@@ -422,7 +447,7 @@ impl Profile {
             &mut meta.end,
             &mut meta.mode,
             &mut meta.fsprof_version,
-            &mut meta.sampler_priority,
+            &mut meta.sampling.sampler_priority,
         ] {
             clean(text);
         }

@@ -133,9 +133,9 @@ impl TickClock {
             (Some(first), Some(last)) => last.duration_since(first).as_nanos() as u64,
             _ => 0,
         };
-        meta.late_ticks = self.late;
-        meta.stretched_ticks = self.stretched;
-        meta.ticks = self.ticks;
-        meta.slow_ticks = self.slow_ticks;
+        meta.sampling.late_ticks = self.late;
+        meta.sampling.stretched_ticks = self.stretched;
+        meta.sampling.ticks = self.ticks;
+        meta.sampling.slow_ticks = self.slow_ticks;
     }
 }

@@ -184,11 +184,11 @@ impl MarkReader {
 
     /// Fills `meta`'s fields about the reading of marks.
     pub fn fill(&self, meta: &mut Meta) {
-        meta.regions = self.seen.len() as u32;
-        meta.torn_retries = self.stats.retries;
-        meta.torn_dropped = self.stats.dropped;
-        meta.marks_unsettled = self.stats.unsettled;
-        meta.threads_without_slot = self.threads_without_slot;
+        meta.reading.regions = self.seen.len() as u32;
+        meta.reading.torn_retries = self.stats.retries;
+        meta.reading.torn_dropped = self.stats.dropped;
+        meta.reading.marks_unsettled = self.stats.unsettled;
+        meta.reading.threads_without_slot = self.threads_without_slot;
     }
 
     /// Finds the threads whose slots in several regions (the program's shim, the agent's) may

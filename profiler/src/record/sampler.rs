@@ -657,26 +657,30 @@ impl Sampler {
         self.flush_pending();
         self.clock.fill(&mut meta);
         self.reader.fill(&mut meta);
-        meta.mark_capacity = fsprof_shim::abi::MARK_CAPACITY as u32;
-        meta.sampler_priority = self.tally.priority.to_owned();
+        meta.reading.mark_capacity = fsprof_shim::abi::MARK_CAPACITY as u32;
+        meta.sampling.sampler_priority = self.tally.priority.to_owned();
         let mut notes = self.tally.notes;
         let mut modules = Vec::new();
         if let Some(mut native) = self.native {
             native.detach();
-            meta.native = true;
+            meta.native_stacks.native = true;
             let stats = &native.stats;
-            meta.native_backend = if native.uses_perf() { "perf" } else { "ptrace" }.to_owned();
-            meta.native_captured = stats.captured;
-            meta.native_complete = stats.complete;
-            meta.native_not_stopped = stats.not_stopped;
-            meta.native_moved = self.tally.native_moved;
-            meta.native_late = self.tally.native_late;
-            meta.native_blocked = stats.blocked;
-            meta.native_blocked_skipped = stats.blocked_skipped;
-            (meta.perf_lost, meta.perf_unmatched) = native.perf_losses();
-            meta.native_stops = native.pauses().count();
-            meta.pause_p50_us = native.pauses().quantile(0.5).as_micros() as u64;
-            meta.pause_p99_us = native.pauses().quantile(0.99).as_micros() as u64;
+            meta.native_stacks.native_backend =
+                if native.uses_perf() { "perf" } else { "ptrace" }.to_owned();
+            meta.native_stacks.native_captured = stats.captured;
+            meta.native_stacks.native_complete = stats.complete;
+            meta.native_stacks.native_not_stopped = stats.not_stopped;
+            meta.native_stacks.native_moved = self.tally.native_moved;
+            meta.native_stacks.native_late = self.tally.native_late;
+            meta.native_stacks.native_blocked = stats.blocked;
+            meta.native_stacks.native_blocked_skipped = stats.blocked_skipped;
+            (
+                meta.native_stacks.perf_lost,
+                meta.native_stacks.perf_unmatched,
+            ) = native.perf_losses();
+            meta.native_stacks.native_stops = native.pauses().count();
+            meta.native_stacks.pause_p50_us = native.pauses().quantile(0.5).as_micros() as u64;
+            meta.native_stacks.pause_p99_us = native.pauses().quantile(0.99).as_micros() as u64;
             if let Some(errno) = native.attach_error {
                 notes.push(format!(
                     "native stacks: {} thread(s) could not be attached ({}): their samples have marks only{}",

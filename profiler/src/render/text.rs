@@ -158,7 +158,7 @@ fn header(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
         let _ = writeln!(
             out,
             "No feature marks were seen{}.",
-            if meta.regions == 0 {
+            if meta.reading.regions == 0 {
                 " (the program has no fsprof region: it never marked, or does not link fsprof-shim)"
             } else {
                 ""
@@ -242,45 +242,45 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
     if report.truncated_samples > 0 {
         notes.push(format!(
             "{} samples had mark stacks deeper than {} (up to {}): their stacks are truncated, marks beyond that depth are not attributed",
-            report.truncated_samples, meta.mark_capacity, report.max_truncated_depth
+            report.truncated_samples, meta.reading.mark_capacity, report.max_truncated_depth
         ));
     }
-    if meta.threads_without_slot > 0 {
+    if meta.reading.threads_without_slot > 0 {
         notes.push(format!(
             "{} threads could not mark: every mark slot was taken",
-            meta.threads_without_slot
+            meta.reading.threads_without_slot
         ));
     }
-    if meta.torn_dropped > 0 {
+    if meta.reading.torn_dropped > 0 {
         notes.push(format!(
             "{} thread samples were skipped because the thread was changing its marks on every retry; their time went to the thread's next sample",
-            meta.torn_dropped
+            meta.reading.torn_dropped
         ));
     }
-    if meta.marks_unsettled * 100 > meta.ticks.max(1) {
+    if meta.reading.marks_unsettled * 100 > meta.sampling.ticks.max(1) {
         notes.push(format!(
             "{} thread samples combine marks copied a moment apart from the program's and the agent's regions (the thread changed them while they were copied, and had no perf sample, copied at one instant, to take them from): a built-in feature may show there without the program's own mark around it, so nested features may count a little twice",
-            meta.marks_unsettled
+            meta.reading.marks_unsettled
         ));
     }
     native_notes(meta, &mut notes);
-    if meta.ticks > 100 && meta.stretched_ticks * 10 > meta.ticks {
+    if meta.sampling.ticks > 100 && meta.sampling.stretched_ticks * 10 > meta.sampling.ticks {
         notes.push(format!(
             "sampling {threads} threads took so long that {} of {} intervals between samples were stretched (fsprof never samples more than half the time); lower --rate, or expect less precise shares",
-            meta.stretched_ticks, meta.ticks
+            meta.sampling.stretched_ticks, meta.sampling.ticks
         ));
     }
-    if meta.perf_lost * 100 > meta.native_captured.max(1) {
+    if meta.native_stacks.perf_lost * 100 > meta.native_stacks.native_captured.max(1) {
         notes.push(format!(
             "{} perf samples were lost (fsprof read the threads' rings too late): shares rest on the others",
-            meta.perf_lost
+            meta.native_stacks.perf_lost
         ));
     }
-    if meta.ticks > 0 && meta.late_ticks * 10 > meta.ticks {
+    if meta.sampling.ticks > 0 && meta.sampling.late_ticks * 10 > meta.sampling.ticks {
         notes.push(format!(
             "{:.0}% of samples were taken late because fsprof waited for a CPU (sampler priority: {}); shares may lean toward features in which the program blocks. Run on a quieter machine, or with the privilege to use real-time scheduling (root or CAP_SYS_NICE)",
-            meta.late_ticks as f64 * 100.0 / meta.ticks as f64,
-            if meta.sampler_priority.is_empty() { "unknown" } else { &meta.sampler_priority }
+            meta.sampling.late_ticks as f64 * 100.0 / meta.sampling.ticks as f64,
+            if meta.sampling.sampler_priority.is_empty() { "unknown" } else { &meta.sampling.sampler_priority }
         ));
     }
     notes
@@ -288,13 +288,18 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
 
 /// The notes about native stacks: samples without one, and stacks not unwound to their root.
 fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
-    let native_samples =
-        meta.native_captured + meta.native_not_stopped + meta.native_blocked_skipped;
-    if meta.native && native_samples > 0 {
-        let no_cpu = meta.native_not_stopped.saturating_sub(meta.native_late);
-        let without = meta.native_moved + no_cpu + meta.native_blocked_skipped;
+    let native_samples = meta.native_stacks.native_captured
+        + meta.native_stacks.native_not_stopped
+        + meta.native_stacks.native_blocked_skipped;
+    if meta.native_stacks.native && native_samples > 0 {
+        let no_cpu = meta
+            .native_stacks
+            .native_not_stopped
+            .saturating_sub(meta.native_stacks.native_late);
+        let without =
+            meta.native_stacks.native_moved + no_cpu + meta.native_stacks.native_blocked_skipped;
         if without * 20 > native_samples {
-            let (moved, no_cpu_why) = if meta.native_backend == "perf" {
+            let (moved, no_cpu_why) = if meta.native_stacks.native_backend == "perf" {
                 (
                     "the kernel's copy of its marks caught it in the middle of pushing one",
                     "it did not run for 10 µs of CPU time before the next sample",
@@ -308,15 +313,17 @@ fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
             notes.push(format!(
                 "{:.0}% of thread samples have no native stack (they count in the tables, not in flamegraph.svg): {} because {moved}, {} because {no_cpu_why}, {} because the thread was blocked and its stack could not be read without stopping it (a stop would lengthen its wait)",
                 without as f64 * 100.0 / native_samples as f64,
-                meta.native_moved,
+                meta.native_stacks.native_moved,
                 no_cpu,
-                meta.native_blocked_skipped
+                meta.native_stacks.native_blocked_skipped
             ));
         }
-        if meta.native_captured > 0 && meta.native_complete * 100 < meta.native_captured * 99 {
+        if meta.native_stacks.native_captured > 0
+            && meta.native_stacks.native_complete * 100 < meta.native_stacks.native_captured * 99
+        {
             notes.push(format!(
                 "{:.1}% of native stacks were unwound to the thread's root; the others start with [stack truncated]",
-                meta.native_complete as f64 * 100.0 / meta.native_captured as f64
+                meta.native_stacks.native_complete as f64 * 100.0 / meta.native_stacks.native_captured as f64
             ));
         }
     }
