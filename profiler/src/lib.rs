@@ -10,6 +10,8 @@
 
 pub mod analysis;
 pub mod cli;
+#[cfg(test)]
+mod fuzz;
 pub mod native;
 pub mod profile;
 pub mod record;

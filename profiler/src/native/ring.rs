@@ -128,7 +128,12 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
     let word = |at: usize| -> Option<u64> {
         Some(u64::from_ne_bytes(record.get(at..at + 8)?.try_into().ok()?))
     };
-    let kind = u32::from_ne_bytes(record[0..4].try_into().expect("8-byte header"));
+    let Some(kind) = record
+        .get(0..4)
+        .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+    else {
+        return Record::Other; // shorter than a header: the ring never gives one, but refuse it
+    };
     if kind == sys::bindings::PERF_RECORD_LOST {
         return word(16).map_or(Record::Other, Record::Lost); // header, id, lost
     }
@@ -308,5 +313,45 @@ mod tests {
         // A size that runs past the record is refused, not trusted.
         record[56..64].copy_from_slice(&u64::MAX.to_ne_bytes());
         assert!(matches!(parse(&record), Record::Other));
+    }
+
+    /// Arbitrary records, and valid ones mutated, are decoded or refused: never a panic, and a
+    /// sample's stack never longer than its record.
+    #[test]
+    fn arbitrary_records_are_decoded_or_refused() {
+        let mut rng = fastrand::Rng::with_seed(14);
+        let mut valid = vec![0u8; 64];
+        valid[0..4].copy_from_slice(&sys::bindings::PERF_RECORD_SAMPLE.to_ne_bytes());
+        valid[24..32].copy_from_slice(&2u64.to_ne_bytes());
+        valid[56..64].copy_from_slice(&16u64.to_ne_bytes());
+        valid.extend_from_slice(&[9u8; 16]);
+        valid.extend_from_slice(&16u64.to_ne_bytes());
+        let cases = crate::fuzz::cases(200_000);
+        let (mut samples, mut copies) = (0, 0);
+        for case in 0..cases {
+            let record = if case % 2 == 0 {
+                let len = rng.usize(..256);
+                let mut bytes = crate::fuzz::bytes(&mut rng, len);
+                if bytes.len() >= 4 && rng.bool() {
+                    bytes[0..4].copy_from_slice(&sys::bindings::PERF_RECORD_SAMPLE.to_ne_bytes());
+                }
+                bytes
+            } else {
+                crate::fuzz::mutate(&mut rng, &valid)
+            };
+            if let Record::Sample(sample) = parse(&record) {
+                assert!(sample.stack.bytes.len() <= record.len());
+                samples += 1;
+            }
+            if let Some((_, copy)) = parse_copy(&record) {
+                assert!(copy.bytes.len() <= record.len());
+                copies += 1;
+            }
+        }
+        assert!(
+            samples > 0,
+            "the mutations never kept a sample valid: {cases} cases"
+        );
+        let _ = copies;
     }
 }

@@ -147,4 +147,39 @@ mod tests {
             Some((PayloadKind::CallSite, "0x555500001234".to_owned()))
         );
     }
+
+    /// Marks whose kind, payload address and length are arbitrary (pointing into this process's
+    /// own memory of random bytes, or anywhere) and feature addresses anywhere: every string
+    /// read is bounded and printable, nothing panics.
+    #[test]
+    fn arbitrary_marks_give_bounded_clean_strings() {
+        let remote = Remote::new(std::process::id());
+        let mut rng = fastrand::Rng::with_seed(15);
+        let memory = crate::fuzz::bytes(&mut rng, 64 * 1024);
+        let base = memory.as_ptr() as u64;
+        let cases = crate::fuzz::cases(20_000);
+        for _ in 0..cases {
+            let inside = base + rng.u64(..memory.len() as u64);
+            let record = RecordView {
+                feature: if rng.bool() { inside } else { rng.u64(..) },
+                kind: rng.u32(..6),
+                payload: if rng.bool() { inside } else { rng.u64(..) },
+                payload_len: if rng.bool() {
+                    rng.u32(..2048)
+                } else {
+                    rng.u32(..)
+                },
+                line: rng.u32(..),
+                column: rng.u32(..),
+                sp: rng.u64(..),
+            };
+            let name = feature_name(&remote, record.feature);
+            assert!(name.len() <= MAX_NAME * 4 + 64, "{} bytes", name.len());
+            assert_eq!(clean(&name), name);
+            if let Some((_, text)) = payload(&remote, &record) {
+                assert!(text.len() <= MAX_PAYLOAD * 4 + 64, "{} bytes", text.len());
+                assert_eq!(clean(&text), text);
+            }
+        }
+    }
 }

@@ -416,3 +416,63 @@ fn copy_remote(remote: &Remote, slot: u64, state: SlotState) -> Result<Option<Th
         region: 0,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A region of arbitrary bytes (every slot's state, depth and records random, some slots
+    /// mid-write), read as fsprof reads a target's, through `process_vm_readv` and through the
+    /// mapped path's slot copy: every thread's records stay within the capacity, nothing panics.
+    #[test]
+    fn arbitrary_regions_are_read_within_bounds() {
+        let mut rng = fastrand::Rng::with_seed(16);
+        let mut region = vec![0u64; abi::REGION_SIZE / 8];
+        let remote = Remote::new(std::process::id());
+        let (mut out, mut unreadable, mut stats) = (Vec::new(), Vec::new(), ReadStats::default());
+        let mut records = Vec::new();
+        let cases = crate::fuzz::cases(200);
+        let mut marks = 0usize;
+        for _ in 0..cases {
+            let words = region.len();
+            for _ in 0..rng.usize(1..4096) {
+                region[rng.usize(abi::HEADER_SIZE / 8..words)] = match rng.u8(..4) {
+                    0 => rng.u64(..=(abi::MARK_CAPACITY as u64 + 2)),
+                    1 => rng.u64(..) & !1, // an even word: a settled `seq`, or a tid
+                    _ => rng.u64(..),
+                };
+            }
+            let address = region.as_ptr() as u64;
+            let used = if rng.bool() {
+                rng.u32(..)
+            } else {
+                rng.u32(..=SLOT_COUNT as u32)
+            };
+            out.clear();
+            unreadable.clear();
+            read_remote(
+                &remote,
+                address,
+                used,
+                &mut out,
+                &mut unreadable,
+                &mut stats,
+            )
+            .unwrap();
+            for thread in &out {
+                assert!(thread.records.len() <= MARK_CAPACITY);
+                assert!(thread.slot < SLOT_COUNT);
+                marks += thread.records.len();
+            }
+            let index = rng.usize(..SLOT_COUNT);
+            // SAFETY: `region` is REGION_SIZE bytes, alive for the call; index < SLOT_COUNT.
+            if unsafe { abi::copy_slot(region.as_ptr().cast(), index, &mut records) }.is_ok() {
+                assert!(records.len() <= MARK_CAPACITY);
+            }
+        }
+        assert!(
+            marks > 0,
+            "no slot ever read as holding marks: {cases} cases"
+        );
+    }
+}

@@ -629,3 +629,65 @@ fn measure() {
         rest / count
     );
 }
+
+/// ELF files with DWARF (plain and compressed), bytes changed at random (headers, section
+/// tables, line programs, abbreviations, compressed streams): symbolizing any address in them
+/// never panics out of the symbolizer and gives bounded names, each case in bounded time.
+#[test]
+fn arbitrary_elf_and_dwarf_give_bounded_names_or_fall_back() {
+    let dir = temp_dir("fuzz");
+    let images: Vec<(Vec<u8>, (u64, u64, u64))> = [&["-g", "-O2"][..], &["-g", "-O2", "-gz"][..]]
+        .iter()
+        .map(|flags| {
+            let program = compile(&dir, "gcc", INLINE_C, "fuzzed", flags);
+            let bytes = std::fs::read(&program).unwrap();
+            let segment = executable_segment(&object::File::parse(&*bytes).unwrap());
+            (bytes, segment)
+        })
+        .collect();
+    let mut rng = fastrand::Rng::with_seed(17);
+    let cases = crate::fuzz::cases(300);
+    let mut named = 0;
+    for case in 0..cases {
+        let (valid, (start, _, end)) = &images[case % images.len()];
+        let mut bytes = valid.clone();
+        // A few changes anywhere, or many in the first pages (the headers and tables).
+        for _ in 0..rng.usize(1..16) {
+            let at = if rng.bool() {
+                rng.usize(..bytes.len())
+            } else {
+                rng.usize(..bytes.len().min(4096))
+            };
+            bytes[at] = rng.u8(..);
+        }
+        if rng.u8(..4) == 0 {
+            bytes = crate::fuzz::mutate(&mut rng, &bytes);
+        }
+        let module = Module {
+            name: "fuzzed".to_owned(),
+            path: dir.0.join("fuzzed").to_str().unwrap().to_owned(),
+            range: *start..*end,
+            bias: 0,
+            inode: 0,
+            image: Image::from_vec(bytes),
+        };
+        let began = std::time::Instant::now();
+        let mut symbolizer = Symbolizer::with_debug_dirs(&[module], no_debug_dirs());
+        for _ in 0..4 {
+            let address = rng.u64(*start..*end);
+            for frame in symbolizer.symbolize(address) {
+                named += usize::from(frame.function == "outer" || frame.function == "main");
+                assert!(frame.function.len() <= 4096);
+                assert!(frame.file.as_ref().is_none_or(|f| f.len() <= 4096));
+            }
+        }
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(5),
+            "case {case}"
+        );
+    }
+    assert!(
+        named > 0,
+        "no function was ever named: the files were not read"
+    );
+}
