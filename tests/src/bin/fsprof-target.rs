@@ -85,6 +85,34 @@ fn main() {
             ready();
             mixed(&truth, run_for, 9);
         }
+        "thousand" => {
+            // 500 threads busy (three fifths of their time in a mark), 500 asleep outside marks.
+            for _ in 0..500 {
+                thread::spawn(|| loop {
+                    thread::sleep(Duration::from_secs(3600));
+                });
+            }
+            let busy: Vec<_> = (0..500)
+                .map(|_| {
+                    let truth = Arc::clone(&truth);
+                    thread::spawn(move || {
+                        let start = Instant::now();
+                        while start.elapsed() < run_for {
+                            timed(&truth, &VALIDATION, "rule-a", || {
+                                spin(Duration::from_micros(300))
+                            });
+                            spin(Duration::from_micros(200));
+                        }
+                        truth.active(start.elapsed());
+                    })
+                })
+                .collect();
+            ready();
+            for handle in busy {
+                handle.join().unwrap();
+            }
+        }
+        "births" => births(&truth, run_for, ready),
         "late" => {
             // Busy without marking for 300 ms, so that the program's own region appears only
             // then (the agent's, when preloaded, exists from the start); then `mixed`.
@@ -464,6 +492,46 @@ fn deep(truth: &Truth, run_for: Duration) {
 /// Marks changing millions of times a second. Every stack the thread ever has is either empty,
 /// `[x:A]`, `[x:A, y:A]` or the same with B: a stack that mixes A and B is impossible, and can only
 /// be reported if a read was torn.
+/// Threads born and gone as fast as the machine allows (the aim is one every 100 µs, at most 16
+/// alive): each spends 50 µs in a mark and 50 µs outside, timed by itself.
+fn births(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
+    let start = Instant::now();
+    let mut running = std::collections::VecDeque::new();
+    let mut ready = Some(ready);
+    let mut born = 0u64;
+    let mut next = start;
+    while start.elapsed() < run_for {
+        if running.len() == 16 {
+            let handle: thread::JoinHandle<()> = running.pop_front().unwrap();
+            handle.join().unwrap();
+        }
+        let truth = Arc::clone(truth);
+        running.push_back(thread::spawn(move || {
+            let began = Instant::now();
+            timed(&truth, &VALIDATION, "short", || {
+                spin(Duration::from_micros(50))
+            });
+            spin(Duration::from_micros(50));
+            truth.active(began.elapsed());
+        }));
+        born += 1;
+        if let Some(ready) = ready.take() {
+            ready();
+        }
+        next += Duration::from_micros(100);
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            thread::sleep(wait);
+        }
+    }
+    for handle in running {
+        handle.join().unwrap();
+    }
+    truth.extra(
+        "births_per_second",
+        born as f64 / start.elapsed().as_secs_f64(),
+    );
+}
+
 fn stress(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
     let worker = |truth: Arc<Truth>, a: &'static str, b: &'static str| {
         move || {
