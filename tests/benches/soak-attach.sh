@@ -3,12 +3,13 @@
 # `churn` target: two threads at a time, each living 10-60 ms and marking), for BENCHMARKS.md:
 # fsprof's resident memory and CPU time every 5 s, as a CSV and an SVG plot. Run from the
 # workspace root after `cargo build --release --workspace`.
-# Usage: tests/benches/soak-attach.sh [SECONDS] [OUT_DIR]
+# Usage: [SCENARIO=churn] tests/benches/soak-attach.sh [SECONDS] [OUT_DIR] (SCENARIO: a scenario of
+# fsprof-target, e.g. stress: two threads marking as fast as they can, for as long)
 set -euo pipefail
 seconds=${1:-600}
 out=${2:-$PWD/target/soak}
 mkdir -p "$out"
-target/release/fsprof-target churn $((seconds + 30)) >/dev/null &
+target/release/fsprof-target "${SCENARIO:-churn}" $((seconds + 30)) >/dev/null &
 target_pid=$!
 trap 'kill $target_pid 2>/dev/null || true' EXIT
 sleep 1
