@@ -2,7 +2,9 @@
  * condition variable, as xz -T and many thread pools do. The workers spend 60% of each 10 ms
  * batch in their own `work` mark (through fsprof.h) and 40% unmarked; the coordinator only waits.
  * The truth's total is the workers' lives less the time they were blocked waiting for a batch
- * (until it was handed out; their wake-up after that counts, as any runnable time does).
+ * (until it was handed out; their wake-up after that counts, as any runnable time does), plus
+ * the coordinator's time running or waiting for a CPU (its wake-ups, twice a batch, while both
+ * workers spin on the machine's two CPUs: active time like any other, which fsprof counts).
  *
  *   coordinator SECONDS [--truth FILE]
  *
@@ -87,6 +89,14 @@ int main(int argc, char **argv) {
             work_ms += truths[i].work_ms;
             total += truths[i].life_ms - truths[i].blocked_ms;
         }
+        /* The coordinator's time running or waiting for a CPU (schedstat: run, wait). */
+        unsigned long long run_ns = 0, wait_ns = 0;
+        FILE *stat = fopen("/proc/thread-self/schedstat", "r");
+        if (stat) {
+            if (fscanf(stat, "%llu %llu", &run_ns, &wait_ns) != 2) run_ns = wait_ns = 0;
+            fclose(stat);
+        }
+        total += (run_ns + wait_ns) / 1e6;
         FILE *f = fopen(truth_path, "w");
         if (!f) {
             perror(truth_path);
