@@ -338,19 +338,19 @@ fn ripgrep_on_a_tree_names_its_own_code_at_every_instance() {
             feature(&report, "input").is_some() && feature(&report, "files").is_some(),
             "{stderr}"
         );
-        // Most passes leave 0-4% of the built-in time without a call site; about one in four
-        // leaves one instance of 25-40 ms (termcolor's writes, a read, a futex wait) unresolved
-        // (10-12% of the pass; not understood yet: see README, "Limits today"). So each pass is
-        // held to 15%, and the three together to 5%.
+        // 30 passes in a row left 0-2.5% (a call read at a tick whose stack moved on before it
+        // was read, with no perf sample of the same call). While a late tick's marks stood for
+        // its whole interval (fsprof's first ticks are late: it loads debug information), about
+        // one pass in four left 10-12%.
         assert!(
-            not_found_ms <= 0.15 * builtin_ms,
+            not_found_ms <= 0.06 * builtin_ms,
             "{not_found_ms:.1} of {builtin_ms:.1} ms without a call site:\n{table}"
         );
         all_not_found_ms += not_found_ms;
         all_builtin_ms += builtin_ms;
     }
     assert!(
-        all_not_found_ms <= 0.05 * all_builtin_ms,
+        all_not_found_ms <= 0.04 * all_builtin_ms,
         "{all_not_found_ms:.1} of {all_builtin_ms:.1} ms without a call site in three passes"
     );
     assert!(stderr.contains("input"), "{stderr}");

@@ -27,7 +27,9 @@ pub struct TickClock {
     every_tick: bool,
     /// Ticks come at the full rate until then.
     fast_until: Option<Instant>,
-    /// Whether the interval since the previous tick was a long one.
+    /// The mean interval chosen for the next tick, and whether it is a long one.
+    planned: (Duration, bool),
+    /// Whether the interval since the previous tick was a long one (chosen so, or late).
     slow_interval: bool,
 }
 
@@ -42,6 +44,7 @@ impl Default for TickClock {
             slow_ticks: 0,
             every_tick: true,
             fast_until: None,
+            planned: (Duration::ZERO, false),
             slow_interval: false,
         }
     }
@@ -68,10 +71,21 @@ impl TickClock {
         self.slow_interval
     }
 
-    /// A tick begins; `every_tick`: whether its threads' time can only be sampled by ticks
-    /// whatever they turn out to do (the first tick, `--idle`, no perf).
-    pub fn begin(&mut self, every_tick: bool) {
+    /// A tick begins at `now`; `every_tick`: whether its threads' time can only be sampled by
+    /// ticks whatever they turn out to do (the first tick, `--idle`, no perf).
+    ///
+    /// The interval that ends is a long one if it was chosen so or if the tick came late, more
+    /// than twice the mean interval after the previous one (fsprof waited for a CPU, or its
+    /// previous tick was slow: the first ones load the program's debug information): perf's
+    /// samples then carry running threads' time, each with the marks of its own instant, rather
+    /// than the marks read now standing for the whole interval.
+    pub fn begin(&mut self, now: Instant, every_tick: bool) {
         self.every_tick = every_tick;
+        let (period, slow) = self.planned;
+        let late = self
+            .last
+            .is_some_and(|last| now.saturating_duration_since(last) > 2 * period);
+        self.slow_interval = slow || late;
         self.slow_ticks += u64::from(self.slow_interval);
     }
 
@@ -123,7 +137,7 @@ impl TickClock {
             Some(patience) if !self.every_tick && !hold => (patience / 3).min(SLOW_TICK).max(fast),
             _ => fast,
         };
-        self.slow_interval = period > fast;
+        self.planned = (period, period > fast);
         period
     }
 

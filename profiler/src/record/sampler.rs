@@ -61,6 +61,11 @@ struct ThreadState {
     last_sched: Option<process::SchedTimes>,
     /// Born since the previous tick (not seen at the first).
     born: bool,
+    /// A tick's sample of the thread taken after perf began to watch it and before perf's first
+    /// sample of it, added with the marks and stack of the first perf sample whose marks are
+    /// known (the tick's marks stand for it only if the thread ends first): its call sites are
+    /// then found in a stack of the same instant, not in the live stack, which has moved on.
+    before_perf: Option<PendingSample>,
 }
 
 /// A thread's native stack for one sample.
@@ -69,6 +74,9 @@ enum Native {
     None,
     /// The thread did not stop in time; its stack comes when it does.
     Pending,
+    /// Perf watches the running thread but has not sampled it yet (see
+    /// `ThreadState::before_perf`).
+    BeforePerf,
     /// Its latest perf sample: the stack and the marks of that instant (records, and the
     /// logical depth when deeper than recorded).
     Perf(Captured, Vec<RecordView>, Option<u32>),
@@ -244,6 +252,7 @@ impl Sampler {
         // Set again below by any thread whose time only the ticks can see.
         let first = self.clock.before_first();
         self.clock.begin(
+            now,
             first
                 || self.options.count_idle
                 || !self.native.as_ref().is_some_and(NativeSampler::uses_perf),
@@ -356,7 +365,7 @@ impl Sampler {
         if uses_perf && running && slow {
             let now = process::sched_times(self.pid, tid);
             let before = std::mem::replace(&mut state.last_sched, now);
-            waiting = wait_share(before, now);
+            waiting = process::wait_share(before, now);
             if let (true, Some(now)) = (state.born, now) {
                 wall_ns = wall_ns.min(now.run_ns.saturating_add(now.wait_ns));
             }
@@ -410,6 +419,7 @@ impl Sampler {
             skipped: false,
             last_sched: None,
             born: !first,
+            before_perf: None,
         };
         self.threads.states.insert(tid, state);
         true
@@ -469,6 +479,24 @@ impl Sampler {
                 }
                 return;
             }
+            Native::BeforePerf => {
+                let state = self.threads.states.get_mut(&tid);
+                match state {
+                    // One sample at most: a thread whose perf copies keep failing must not
+                    // have its time gathered onto one instant.
+                    Some(state) if state.before_perf.is_none() => {
+                        state.before_perf = Some(PendingSample {
+                            thread,
+                            stack,
+                            records: Vec::new(),
+                            wall_ns,
+                            active_ns,
+                        });
+                        return;
+                    }
+                    _ => None,
+                }
+            }
             Native::None => None,
         };
         if unsettled && self.reader.unsettled(own_tid) {
@@ -506,7 +534,10 @@ impl Sampler {
                 *budget += 1;
             }
             if !keep {
-                if let Some(pending) = state.pending.take() {
+                for pending in [state.pending.take(), state.before_perf.take()]
+                    .into_iter()
+                    .flatten()
+                {
                     pending.add(builder, None);
                 }
                 if let Some(native) = native {
@@ -655,6 +686,11 @@ impl Sampler {
     /// The finished profile; `meta`'s recording fields are filled in here.
     pub fn finish(mut self, mut meta: Meta) -> Profile {
         self.flush_pending();
+        for state in self.threads.states.values_mut() {
+            if let Some(pending) = state.before_perf.take() {
+                pending.add(&mut self.builder, None);
+            }
+        }
         self.clock.fill(&mut meta);
         self.reader.fill(&mut meta);
         meta.reading.mark_capacity = fsprof_shim::abi::MARK_CAPACITY as u32;
@@ -721,43 +757,4 @@ fn via(cache: &std::cell::Cell<Option<u32>>, pid: u32, tids: &[u32]) -> u32 {
     }
 }
 
-/// The share of a thread's runnable time between two reads of its scheduling totals (taken at
-/// ticks after a long interval that found it running) that it spent waiting for a CPU; 0 when
-/// unknown.
-fn wait_share(before: Option<process::SchedTimes>, now: Option<process::SchedTimes>) -> f64 {
-    let (Some(before), Some(now)) = (before, now) else {
-        return 0.0;
-    };
-    let run = now.run_ns.saturating_sub(before.run_ns);
-    let wait = now.wait_ns.saturating_sub(before.wait_ns);
-    if run + wait == 0 {
-        return 0.0;
-    }
-    wait as f64 / (run + wait) as f64
-}
-
 mod native_stacks;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn times(run_ns: u64, wait_ns: u64) -> Option<process::SchedTimes> {
-        Some(process::SchedTimes {
-            run_ns,
-            wait_ns,
-            slices: 0,
-        })
-    }
-
-    #[test]
-    fn the_wait_share_is_of_the_runnable_time_between_two_reads() {
-        // 3 ms on a CPU and 1 ms waiting for one since the previous read.
-        assert_eq!(wait_share(times(10, 20), times(3_000_010, 1_000_020)), 0.25);
-        // Unknown, or nothing runnable in between: no waiting counted.
-        assert_eq!(wait_share(None, times(5, 5)), 0.0);
-        assert_eq!(wait_share(times(5, 5), times(5, 5)), 0.0);
-        // Totals that went backwards (a reused thread id) count as nothing, not as a wrap.
-        assert_eq!(wait_share(times(9, 9), times(5, 5)), 0.0);
-    }
-}

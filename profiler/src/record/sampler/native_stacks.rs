@@ -57,7 +57,7 @@ impl Sampler {
                 Some(Native::Perf(captured, records, truncated)) => {
                     Native::Perf(captured.clone(), records.clone(), *truncated)
                 }
-                _ => Native::None,
+                _ => Native::BeforePerf,
             };
         }
         if running {
@@ -116,11 +116,23 @@ impl Sampler {
             let mut records = records;
             self.resolve_captured(own_tid, &mut records, &sample.captured.frames);
             let stack = self.intern_records(records, truncated);
-            if add {
+            let before = self
+                .threads
+                .states
+                .get_mut(&tid)
+                .and_then(|state| state.before_perf.take());
+            if add || before.is_some() {
                 let placed = capture::place(&sample.captured, &self.records);
-                let native = self.builder.native_stack(placed);
-                self.builder
-                    .add_sample(thread, stack, Some(native), period, period);
+                let native = Some(self.builder.native_stack(placed));
+                if add {
+                    self.builder
+                        .add_sample(thread, stack, native, period, period);
+                }
+                if let Some(before) = before {
+                    let (wall_ns, active_ns) = (before.wall_ns, before.active_ns);
+                    self.builder
+                        .add_sample(thread, stack, native, wall_ns, active_ns);
+                }
             }
             latest = Some(Some(Native::Perf(
                 sample.captured,
