@@ -102,6 +102,9 @@ pub struct Meta {
     pub rate_hz: f64,
     /// Wall time from the first to the last sample.
     pub duration_ns: u64,
+    /// When the first sample was taken, in ns since the Unix epoch (0 if unknown).
+    #[serde(default)]
+    pub start_unix_ns: u64,
     /// Whether the default view counts idle time (`--idle`).
     pub count_idle: bool,
     /// How the marks were read (see [`ReadingMeta`]).

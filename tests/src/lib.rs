@@ -67,6 +67,19 @@ impl Truth {
     }
 }
 
+/// The calling thread's time running or waiting for a CPU since it started
+/// (`/proc/thread-self/schedstat`: its first two numbers), which is what fsprof counts of a
+/// thread outside marks; zero if unreadable.
+pub fn thread_runnable_time() -> Duration {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    let ns: u64 = text
+        .split_whitespace()
+        .take(2)
+        .filter_map(|n| n.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(ns)
+}
+
 /// Keeps the CPU busy for `time`.
 pub fn spin(time: Duration) {
     let end = Instant::now() + time;

@@ -5,7 +5,7 @@
 //! neither sleeps nor samples: the loop (`schedule.rs`) does.
 
 use crate::profile::Meta;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// The longest mean interval between ticks while perf carries every thread's time (see
 /// [`TickClock::period`]).
@@ -15,6 +15,8 @@ const SLOW_TICK: Duration = Duration::from_millis(10);
 #[derive(Debug)]
 pub struct TickClock {
     first: Option<Instant>,
+    /// The first tick's time on the system's clock.
+    first_wall: Option<SystemTime>,
     last: Option<Instant>,
     ticks: u64,
     /// Ticks that came more than half an interval after their time.
@@ -37,6 +39,7 @@ impl Default for TickClock {
     fn default() -> Self {
         TickClock {
             first: None,
+            first_wall: None,
             last: None,
             ticks: 0,
             late: 0,
@@ -102,6 +105,10 @@ impl TickClock {
 
     /// The tick that began at `now` is complete.
     pub fn end(&mut self, now: Instant) {
+        if self.first.is_none() {
+            // The system's clock now, taken back to the tick's start.
+            self.first_wall = SystemTime::now().checked_sub(now.elapsed());
+        }
         self.first.get_or_insert(now);
         self.last = Some(now);
         self.ticks += 1;
@@ -143,6 +150,10 @@ impl TickClock {
 
     /// Fills `meta`'s timing fields: the recording's length and the tick counts.
     pub fn fill(&self, meta: &mut Meta) {
+        meta.start_unix_ns = self
+            .first_wall
+            .and_then(|wall| wall.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map_or(0, |since| since.as_nanos() as u64);
         meta.duration_ns = match (self.first, self.last) {
             (Some(first), Some(last)) => last.duration_since(first).as_nanos() as u64,
             _ => 0,

@@ -84,24 +84,41 @@ enum Native {
     Captured(Captured),
 }
 
-/// A sample waiting for its thread's late stop.
+/// What a thread's sample at a tick stands for.
+#[derive(Clone, Copy)]
+struct Weight {
+    wall_ns: u64,
+    active_ns: u64,
+    /// For a running thread born during a long interval, which stands for its runnable time so
+    /// far: the whole interval, which it stands for instead if it is gone before it is sampled
+    /// again. A thread seen at one tick only is sampled in proportion to its life, and so
+    /// stands for the interval (as at the full rate); its age would favour what it does late
+    /// in its life (seen then, it weighs more).
+    if_gone_ns: Option<u64>,
+}
+
+/// A sample waiting for its thread's late stop, or for its first perf sample.
 struct PendingSample {
     thread: u32,
     stack: u32,
     records: Vec<RecordView>,
-    wall_ns: u64,
-    active_ns: u64,
+    weight: Weight,
 }
 
 impl PendingSample {
     fn add(self, builder: &mut ProfileBuilder, native: Option<u32>) {
-        builder.add_sample(
-            self.thread,
-            self.stack,
-            native,
-            self.wall_ns,
-            self.active_ns,
-        );
+        let Weight {
+            wall_ns, active_ns, ..
+        } = self.weight;
+        builder.add_sample(self.thread, self.stack, native, wall_ns, active_ns);
+    }
+
+    /// Adds it for a thread that is gone (see [`Weight::if_gone_ns`]).
+    fn add_gone(mut self, builder: &mut ProfileBuilder) {
+        if let Some(interval) = self.weight.if_gone_ns {
+            (self.weight.wall_ns, self.weight.active_ns) = (interval, interval);
+        }
+        self.add(builder, None);
     }
 }
 
@@ -354,6 +371,7 @@ impl Sampler {
         let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);
         let state = self.threads.states.get_mut(&tid).expect("sampled");
         let mut waiting = 0.0;
+        let interval_ns = wall_ns;
         let mut wall_ns = wall_ns;
         // Read only where used (a read is a few microseconds; at the full rate, per running
         // thread, that adds up): the share since an older read is as good an estimate. A
@@ -379,7 +397,12 @@ impl Sampler {
             (_, false) => (wall_ns, 0),
             (false, true) => (wall_ns, wall_ns),
         };
-        self.add_sample(tid, own_tid, thread, running, (wall_ns, active_ns));
+        let weight = Weight {
+            wall_ns,
+            active_ns,
+            if_gone_ns: (running && wall_ns < interval_ns).then_some(interval_ns),
+        };
+        self.add_sample(tid, own_tid, thread, running, weight);
     }
 
     /// Starts keeping thread `tid`, first seen at this tick; `false` if it is gone already.
@@ -427,14 +450,10 @@ impl Sampler {
 
     /// Adds thread `tid`'s sample of this tick, `(wall_ns, active_ns)` long, with its marks and
     /// (when recorded) its native stack; or leaves it pending until the thread stops.
-    fn add_sample(
-        &mut self,
-        tid: u32,
-        own_tid: u32,
-        thread: u32,
-        running: bool,
-        (wall_ns, active_ns): (u64, u64),
-    ) {
+    fn add_sample(&mut self, tid: u32, own_tid: u32, thread: u32, running: bool, weight: Weight) {
+        let Weight {
+            wall_ns, active_ns, ..
+        } = weight;
         let captured = self.native_stack(tid, own_tid, running);
         // A stack captured in the same stop as the marks (or, for a thread that has not run
         // since, earlier) shows their callers; a perf sample's is of another instant.
@@ -473,8 +492,7 @@ impl Sampler {
                         thread,
                         stack,
                         records: self.records.clone(),
-                        wall_ns,
-                        active_ns,
+                        weight,
                     });
                 }
                 return;
@@ -489,8 +507,7 @@ impl Sampler {
                             thread,
                             stack,
                             records: Vec::new(),
-                            wall_ns,
-                            active_ns,
+                            weight,
                         });
                         return;
                     }
@@ -534,11 +551,11 @@ impl Sampler {
                 *budget += 1;
             }
             if !keep {
-                for pending in [state.pending.take(), state.before_perf.take()]
-                    .into_iter()
-                    .flatten()
-                {
+                if let Some(pending) = state.pending.take() {
                     pending.add(builder, None);
+                }
+                if let Some(pending) = state.before_perf.take() {
+                    pending.add_gone(builder);
                 }
                 if let Some(native) = native {
                     native.forget(*tid);

@@ -4,11 +4,13 @@
 //! `fsprof-target SCENARIO SECONDS [--truth FILE] [--ready FILE]`
 //!
 //! `--ready FILE` is written (with the pid) once the scenario has started marking, so a test can
-//! attach without sleeping; `--truth FILE` is written when the scenario ends.
+//! attach without sleeping; `--truth FILE` is written when the scenario ends (`thousand` counts
+//! only the time between the moments `FILE.start` and `FILE.stop` appear, when they do).
 
 use fsprof_shim::{intern, Feature};
-use fsprof_tests::{spin, Rng, Truth};
+use fsprof_tests::{spin, thread_runnable_time, Rng, Truth};
 use std::panic::Location;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -85,41 +87,7 @@ fn main() {
             ready();
             mixed(&truth, run_for, 9);
         }
-        "thousand" => {
-            // 500 threads busy (three fifths of their time in a mark), 500 asleep outside marks.
-            for _ in 0..500 {
-                thread::spawn(|| loop {
-                    thread::sleep(Duration::from_secs(3600));
-                });
-            }
-            let busy: Vec<_> = (0..500)
-                .map(|_| {
-                    let truth = Arc::clone(&truth);
-                    thread::spawn(move || {
-                        // Timed here and told to the truth at the end: 500 threads locking the
-                        // truth's mutex inside the mark at every pass would wait there, in the
-                        // mark, for time the truth does not count.
-                        let start = Instant::now();
-                        let mut inside = Duration::ZERO;
-                        while start.elapsed() < run_for {
-                            let began = Instant::now();
-                            {
-                                let _mark = VALIDATION.mark_with("rule-a");
-                                spin(Duration::from_micros(300));
-                            }
-                            inside += began.elapsed();
-                            spin(Duration::from_micros(200));
-                        }
-                        truth.feature("validation", "rule-a", inside);
-                        truth.active(start.elapsed());
-                    })
-                })
-                .collect();
-            ready();
-            for handle in busy {
-                handle.join().unwrap();
-            }
-        }
+        "thousand" => thousand(&truth, run_for, ready, args.truth.as_deref()),
         "births" => births(&truth, run_for, ready),
         "late" => {
             // Busy without marking for 300 ms, so that the program's own region appears only
@@ -502,6 +470,68 @@ fn deep(truth: &Truth, run_for: Duration) {
 /// be reported if a read was torn.
 /// Threads born and gone as fast as the machine allows (the aim is one every 100 µs, at most 16
 /// alive): each spends 50 µs in a mark and 50 µs outside, timed by itself.
+/// 500 threads busy (three fifths of their time in a mark), 500 asleep outside marks. The truth
+/// counts the busy threads' time between the moments files `TRUTH.start` and `TRUTH.stop` appear
+/// (while a profiler is attached, say: the threads are not scheduled alike with and without
+/// it), else their whole time.
+fn thousand(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce(), window: Option<&str>) {
+    use std::sync::atomic::AtomicU64;
+    for _ in 0..500 {
+        thread::spawn(|| loop {
+            thread::sleep(Duration::from_secs(3600));
+        });
+    }
+    // Each busy thread's time inside the mark and in all so far (ns), kept by the thread
+    // itself: 500 threads locking the truth's mutex inside the mark would wait there, in the
+    // mark, for time the truth does not count.
+    let sums: Arc<Vec<[AtomicU64; 2]>> = Arc::new((0..500).map(|_| Default::default()).collect());
+    let busy: Vec<_> = (0..500)
+        .map(|i| {
+            let sums = Arc::clone(&sums);
+            thread::spawn(move || {
+                let start = Instant::now();
+                let mut inside = Duration::ZERO;
+                while start.elapsed() < run_for {
+                    let began = Instant::now();
+                    {
+                        let _mark = VALIDATION.mark_with("rule-a");
+                        spin(Duration::from_micros(300));
+                    }
+                    inside += began.elapsed();
+                    spin(Duration::from_micros(200));
+                    sums[i][0].store(inside.as_nanos() as u64, Ordering::Relaxed);
+                    sums[i][1].store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    ready();
+    let now = || {
+        sums.iter().fold((0, 0), |(inside, all), sum| {
+            let load = |i: usize| sum[i].load(Ordering::Relaxed);
+            (inside + load(0), all + load(1))
+        })
+    };
+    let appeared =
+        |suffix: &str| window.is_some_and(|w| Path::new(&format!("{w}.{suffix}")).exists());
+    let (mut from, mut to) = (None, None);
+    while !busy.iter().all(|handle| handle.is_finished()) {
+        if from.is_none() && appeared("start") {
+            from = Some(now());
+        }
+        if from.is_some() && to.is_none() && appeared("stop") {
+            to = Some(now());
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    for handle in busy {
+        handle.join().unwrap();
+    }
+    let (from, to) = (from.unwrap_or((0, 0)), to.unwrap_or_else(now));
+    truth.feature("validation", "rule-a", Duration::from_nanos(to.0 - from.0));
+    truth.active(Duration::from_nanos(to.1 - from.1));
+}
+
 fn births(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
     let start = Instant::now();
     let mut running = std::collections::VecDeque::new();
@@ -522,9 +552,11 @@ fn births(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
             }
             let inside = began.elapsed();
             spin(Duration::from_micros(50));
-            // Told to the truth outside the mark (its mutex is shared by every thread).
+            // Told to the truth outside the mark (its mutex is shared by every thread). The
+            // thread's time counts from its birth (the runtime's start-up work, before this
+            // closure, is the thread running too), as fsprof counts it.
             truth.feature("validation", "short", inside);
-            truth.active(began.elapsed());
+            truth.active(thread_runnable_time().max(began.elapsed()));
         }));
         born += 1;
         if let Some(ready) = ready.take() {
@@ -538,6 +570,8 @@ fn births(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
     for handle in running {
         handle.join().unwrap();
     }
+    // The spawner's own time running (making and joining threads) counts too.
+    truth.active(thread_runnable_time());
     truth.extra(
         "births_per_second",
         born as f64 / start.elapsed().as_secs_f64(),

@@ -129,7 +129,7 @@ impl Sampler {
                         .add_sample(thread, stack, native, period, period);
                 }
                 if let Some(before) = before {
-                    let (wall_ns, active_ns) = (before.wall_ns, before.active_ns);
+                    let (wall_ns, active_ns) = (before.weight.wall_ns, before.weight.active_ns);
                     self.builder
                         .add_sample(thread, stack, native, wall_ns, active_ns);
                 }
