@@ -2,7 +2,8 @@
 # Wall time of real programs with and without the agent preloaded (LD_PRELOAD of
 # libfsprof_agent.so, no profiler attached: the marks are pushed and popped all the same), for
 # BENCHMARKS.md. Run from the workspace root after `cargo build --release --workspace`.
-# Usage: [AGENT=path/to/libfsprof_agent.so] tests/benches/agent-programs.sh [ROUNDS]
+# Usage: [AGENT=path/to/libfsprof_agent.so] [JOBS="xz sqlite3"] tests/benches/agent-programs.sh [ROUNDS]
+# (JOBS: only these programs, by the names the script prints.)
 #
 # Each round runs every program alone and with the agent, in a shuffled order; the script prints
 # per program the median wall and CPU times of each and the median of the rounds' ratios (with
@@ -29,6 +30,8 @@ python3 - "$rounds" "$agent" jobs.txt <<'EOF_PY'
 import os, random, statistics, sys, time
 rounds, agent, jobs_file = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 jobs = dict(line.rstrip("\n").split(" ", 1) for line in open(jobs_file) if line.strip())
+if os.environ.get("JOBS"):
+    jobs = {name: job for name, job in jobs.items() if name in os.environ["JOBS"].split()}
 runs = {}  # (program, config) -> list of (wall, cpu) or per-iteration ns
 for round_ in range(rounds):
     order = [(p, c) for p in jobs for c in ("alone", "agent")]
