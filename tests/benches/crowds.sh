@@ -11,7 +11,7 @@ set -euo pipefail
 seconds=${1:-10}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for scenario in thousand births; do
+for scenario in ${SCENARIOS:-thousand births}; do
   target/release/fsprof-target "$scenario" $((seconds + 5)) --truth "$tmp/$scenario.truth" \
     --ready "$tmp/$scenario.ready" >/dev/null &
   pid=$!

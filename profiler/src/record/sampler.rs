@@ -57,8 +57,9 @@ struct ThreadState {
     last_perf: Option<Native>,
     /// Its stack was not read at its previous sample because it had last run on fsprof's CPU.
     skipped: bool,
-    /// Its scheduling totals at its previous sample, while perf samples it.
-    last_sched: Option<process::SchedTimes>,
+    /// Its scheduling totals at its previous sample while perf samples it, with that tick's
+    /// count.
+    last_sched: Option<(u64, process::SchedTimes)>,
     /// Born since the previous tick (not seen at the first).
     born: bool,
     /// A tick's sample of the thread taken after perf began to watch it and before perf's first
@@ -382,8 +383,19 @@ impl Sampler {
         // recording (the ticks' own rule, above, is unbiased there).
         if uses_perf && running && slow {
             let now = process::sched_times(self.pid, tid);
-            let before = std::mem::replace(&mut state.last_sched, now);
-            waiting = process::wait_share(before, now);
+            let before = std::mem::replace(&mut state.last_sched, now.map(|now| (tick, now)));
+            waiting = match (before, now) {
+                // Runnable at the previous tick too: the kernel adds a wait for a CPU to the
+                // totals only when it ends (a thread that waits 200 ms among 500 others showed
+                // none at most ticks), but a thread cannot block while it waits, so its time on
+                // no CPU since was waiting (unless it ran, blocked and woke in between: then
+                // its blocked time counts, as it does between ticks at the full rate).
+                (Some((at, before)), Some(now)) if at + 1 == tick && interval_ns > 0 => {
+                    let ran = now.run_ns.saturating_sub(before.run_ns);
+                    1.0 - (ran as f64 / interval_ns as f64).min(1.0)
+                }
+                (before, now) => process::wait_share(before.map(|(_, b)| b), now),
+            };
             if let (true, Some(now)) = (state.born, now) {
                 wall_ns = wall_ns.min(now.run_ns.saturating_add(now.wait_ns));
             }
