@@ -515,6 +515,29 @@ fn marks_held_across_exec_do_not_outlive_it() {
 }
 
 #[test]
+fn threads_that_wait_long_for_a_cpu_are_counted_whole() {
+    // 40 busy threads on a machine of a few CPUs: each waits for a CPU far longer than the
+    // interval between fsprof's slow ticks, and the kernel adds a wait to a thread's totals
+    // only when it ends. That time is the threads' as much as their running time: the report's
+    // total must be theirs, run or waiting, as the target measured it (schedstat), and the
+    // share right. (Counted from the kernel's totals alone, the total read 23 s of 122.)
+    let _serial = serial();
+    let dir = tempdir();
+    run_target(dir.path(), "queue", 3.0, &[]);
+    let report = report_json(dir.path());
+    let truth = truth(dir.path());
+    let (counted, measured) = (
+        report["total_ms"].as_f64().unwrap(),
+        truth["total_ms"].as_f64().unwrap(),
+    );
+    assert!(
+        (counted / measured - 1.0).abs() <= 0.15,
+        "counted {counted:.0} ms of the threads' {measured:.0} ms"
+    );
+    assert_shares_match(&report, &truth);
+}
+
+#[test]
 fn hundreds_of_threads_under_a_low_descriptor_limit() {
     // 300 sleeping threads beside a busy one, with fsprof allowed 128 open files: it must keep
     // sampling for the whole run (at a lower rate, which the report states) and stay accurate.

@@ -4,13 +4,12 @@
 //! `fsprof-target SCENARIO SECONDS [--truth FILE] [--ready FILE]`
 //!
 //! `--ready FILE` is written (with the pid) once the scenario has started marking, so a test can
-//! attach without sleeping; `--truth FILE` is written when the scenario ends (`thousand` counts
-//! only the time between the moments `FILE.start` and `FILE.stop` appear, when they do).
+//! attach without sleeping; `--truth FILE` is written when the scenario ends (and, by
+//! `thousand`, `FILE.series`: its truth over time).
 
 use fsprof_shim::{intern, Feature};
 use fsprof_tests::{spin, thread_runnable_time, Rng, Truth};
 use std::panic::Location;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -88,6 +87,7 @@ fn main() {
             mixed(&truth, run_for, 9);
         }
         "thousand" => thousand(&truth, run_for, ready, args.truth.as_deref()),
+        "queue" => queue(&truth, run_for, ready),
         "births" => births(&truth, run_for, ready),
         "late" => {
             // Busy without marking for 300 ms, so that the program's own region appears only
@@ -465,16 +465,41 @@ fn deep(truth: &Truth, run_for: Duration) {
     truth.active(start.elapsed());
 }
 
-/// Marks changing millions of times a second. Every stack the thread ever has is either empty,
-/// `[x:A]`, `[x:A, y:A]` or the same with B: a stack that mixes A and B is impossible, and can only
-/// be reported if a read was torn.
-/// Threads born and gone as fast as the machine allows (the aim is one every 100 µs, at most 16
-/// alive): each spends 50 µs in a mark and 50 µs outside, timed by itself.
-/// 500 threads busy (three fifths of their time in a mark), 500 asleep outside marks. The truth
-/// counts the busy threads' time between the moments files `TRUTH.start` and `TRUTH.stop` appear
-/// (while a profiler is attached, say: the threads are not scheduled alike with and without
-/// it), else their whole time.
-fn thousand(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce(), window: Option<&str>) {
+/// 40 threads busy on a machine with fewer CPUs (three fifths of their CPU time in a mark), so
+/// that each waits for a CPU far longer than it runs. Each counts its time from its birth, run or
+/// waiting (schedstat), as fsprof counts it.
+fn queue(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
+    let busy: Vec<_> = (0..40)
+        .map(|_| {
+            let truth = Arc::clone(truth);
+            thread::spawn(move || {
+                let start = Instant::now();
+                let mut inside = Duration::ZERO;
+                while start.elapsed() < run_for {
+                    let began = Instant::now();
+                    {
+                        let _mark = VALIDATION.mark_with("rule-q");
+                        spin(Duration::from_micros(300));
+                    }
+                    inside += began.elapsed();
+                    spin(Duration::from_micros(200));
+                }
+                truth.feature("validation", "rule-q", inside);
+                truth.active(thread_runnable_time().max(start.elapsed()));
+            })
+        })
+        .collect();
+    ready();
+    for handle in busy {
+        handle.join().unwrap();
+    }
+}
+
+/// 500 threads busy (three fifths of their CPU time in a mark), 500 asleep outside marks. With
+/// `--truth FILE`, `FILE.series` gets the busy threads' summed times every 10 ms (lines of: ns
+/// since the Unix epoch, ns inside the mark, ns in all), so that the truth of a stretch (while a
+/// profiler was attached: the threads are not scheduled alike with and without it) can be taken.
+fn thousand(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce(), series: Option<&str>) {
     use std::sync::atomic::AtomicU64;
     for _ in 0..500 {
         thread::spawn(|| loop {
@@ -512,26 +537,28 @@ fn thousand(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce(), window:
             (inside + load(0), all + load(1))
         })
     };
-    let appeared =
-        |suffix: &str| window.is_some_and(|w| Path::new(&format!("{w}.{suffix}")).exists());
-    let (mut from, mut to) = (None, None);
+    let mut lines = String::new();
     while !busy.iter().all(|handle| handle.is_finished()) {
-        if from.is_none() && appeared("start") {
-            from = Some(now());
-        }
-        if from.is_some() && to.is_none() && appeared("stop") {
-            to = Some(now());
-        }
-        thread::sleep(Duration::from_millis(5));
+        let (inside, all) = now();
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        lines += &format!("{} {inside} {all}\n", unix.as_nanos());
+        thread::sleep(Duration::from_millis(10));
     }
     for handle in busy {
         handle.join().unwrap();
     }
-    let (from, to) = (from.unwrap_or((0, 0)), to.unwrap_or_else(now));
-    truth.feature("validation", "rule-a", Duration::from_nanos(to.0 - from.0));
-    truth.active(Duration::from_nanos(to.1 - from.1));
+    if let Some(path) = series {
+        std::fs::write(format!("{path}.series"), lines).unwrap();
+    }
+    let (inside, all) = now();
+    truth.feature("validation", "rule-a", Duration::from_nanos(inside));
+    truth.active(Duration::from_nanos(all));
 }
 
+/// Threads born and gone as fast as the machine allows (the aim is one every 100 µs, at most 16
+/// alive): each spends 50 µs in a mark and 50 µs outside, timed by itself.
 fn births(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
     let start = Instant::now();
     let mut running = std::collections::VecDeque::new();
@@ -578,6 +605,9 @@ fn births(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
     );
 }
 
+/// Marks changing millions of times a second. Every stack the thread ever has is either empty,
+/// `[x:A]`, `[x:A, y:A]` or the same with B: a stack that mixes A and B is impossible, and can only
+/// be reported if a read was torn.
 fn stress(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
     let worker = |truth: Arc<Truth>, a: &'static str, b: &'static str| {
         move || {
