@@ -24,6 +24,13 @@ use anyhow::Result;
 use cli::{Format, ReportOptions};
 use std::path::Path;
 
+/// The text report of `profile` in `view`: the feature tables, then the function view.
+pub(crate) fn text_report(profile: &profile::Profile, view: TimeView) -> String {
+    let report = analysis::analyse(profile, view);
+    let functions = analysis::functions(profile, view);
+    render::text::render(&report, &functions, &profile.meta, profile.threads.len())
+}
+
 /// `fsprof report`: renders a saved profile. Returns the text for stdout; with a flamegraph, writes
 /// the SVG file and returns nothing to print.
 pub fn report(path: &Path, options: &ReportOptions) -> Result<String> {
@@ -41,14 +48,12 @@ pub fn report(path: &Path, options: &ReportOptions) -> Result<String> {
     }
     Ok(match options.format {
         Format::Folded => render::folded::fold(&profile, view, options.features_only).text(),
-        Format::Text => {
-            let report = analysis::analyse(&profile, view);
-            render::text::render(&report, &profile.meta, profile.threads.len())
-        }
+        Format::Text => text_report(&profile, view),
         Format::Json => {
             let report = analysis::analyse(&profile, view);
-            let mut json =
-                serde_json::to_string_pretty(&render::json::render(&report, &profile.meta))?;
+            let mut value = render::json::render(&report, &profile.meta);
+            value["functions"] = render::functions::json(&analysis::functions(&profile, view));
+            let mut json = serde_json::to_string_pretty(&value)?;
             json.push('\n');
             json
         }

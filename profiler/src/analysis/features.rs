@@ -150,6 +150,8 @@ pub struct FeatureReport {
     /// Of that, samples whose innermost native frame is the agent's own code: the cost of its
     /// interposition, inside the built-in marks or not (see [`agent_share`](Self::agent_share)).
     pub agent_ns: u64,
+    /// Time outside every feature (no mark counted for it).
+    pub no_feature_ns: u64,
 }
 
 /// The time of one program image (see [`FeatureReport::images`]).
@@ -210,6 +212,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         images: image_times(profile, view),
         native_ns: 0,
         agent_ns: 0,
+        no_feature_ns: 0,
     };
 
     for (index, group) in profile.samples.iter().enumerate() {
@@ -233,6 +236,9 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         let blocked = if attributed.is_empty() { 0 } else { blocked };
         report.samples = report.samples.saturating_add(group.count);
         report.total_ns = report.total_ns.saturating_add(ns);
+        if attributed.is_empty() {
+            report.no_feature_ns = report.no_feature_ns.saturating_add(ns);
+        }
         report.blocked_ns = report.blocked_ns.saturating_add(blocked);
         count_native(&mut report, profile, group, ns);
         if let Some(depth) = stack.truncated_depth {

@@ -1,8 +1,12 @@
-//! Analyses of a saved profile: numbers only, which the renderers format. Today the feature
-//! analysis (costs per feature and instance, with call paths); further analyses (a call tree,
-//! backtracking, boundaries) go beside it, one file each.
+//! Analyses of a saved profile: numbers only, which the renderers format. The feature analysis
+//! (costs per feature and instance, with call paths) and the function view (self and total time
+//! per function, with callers and callees); further analyses (a call tree, backtracking,
+//! boundaries) go beside them, one file each.
 
 mod features;
+mod functions;
+
+pub use functions::{functions, FunctionCost, FunctionReport};
 
 pub use features::{
     analyse, group_weights, CallPath, FeatureCost, FeatureReport, ImageTime, InstanceCost,

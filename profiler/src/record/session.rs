@@ -7,7 +7,7 @@
 //! `features.svg` (marks only), and the report on stderr. The target is never stopped, signalled
 //! or killed.
 
-use crate::analysis::{self, TimeView};
+use crate::analysis::TimeView;
 use crate::profile::{Meta, Profile};
 use crate::record::agent;
 use crate::record::sampler::{Sampler, SamplerOptions};
@@ -472,8 +472,7 @@ fn write_outputs(dir: &Path, profile: Profile) -> Result<()> {
     } else {
         TimeView::Active
     };
-    let report = analysis::analyse(&profile, view);
-    let text = render::text::render(&report, &profile.meta, profile.threads.len());
+    let text = crate::text_report(&profile, view);
     let saved = profile.save(dir)?;
     let report_path = dir.join(REPORT_FILE);
     std::fs::write(&report_path, &text)

@@ -76,6 +76,8 @@ pub fn render(report: &FeatureReport, meta: &Meta) -> Value {
         "samples": report.samples,
         "total_ms": ms(report.total_ns),
         "blocked_ms": ms(report.blocked_ns),
+        "no_feature_ms": ms(report.no_feature_ns),
+        "no_feature_percent": report.percent(report.no_feature_ns),
         "time_view": match report.view { TimeView::Active => "active", TimeView::All => "all" },
         "features": features,
         "truncated_samples": report.truncated_samples,

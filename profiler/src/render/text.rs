@@ -24,7 +24,7 @@
 //!                29% app::main > app::summary
 //! ```
 
-use crate::analysis::{CallPath, FeatureReport, TimeView};
+use crate::analysis::{CallPath, FeatureReport, FunctionReport, TimeView};
 use crate::profile::Meta;
 use std::fmt::Write;
 
@@ -112,9 +112,15 @@ fn describe_images(report: &FeatureReport) -> Option<String> {
 }
 
 /// Renders the report.
-pub fn render(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
+pub fn render(
+    report: &FeatureReport,
+    functions: &FunctionReport,
+    meta: &Meta,
+    threads: usize,
+) -> String {
     let mut out = header(report, meta, threads);
     feature_tables(&mut out, report);
+    super::functions::text(&mut out, functions, report.features.is_empty());
     let notes = notes(report, meta, threads);
     if !notes.is_empty() {
         let _ = writeln!(out, "Notes:");
@@ -213,6 +219,14 @@ fn feature_tables(out: &mut String, report: &FeatureReport) {
             }
         }
         let _ = writeln!(out);
+    }
+    if !report.features.is_empty() && report.no_feature_ns > 0 {
+        let _ = writeln!(
+            out,
+            "No feature: {:.2}% ({} / {total} ms)\n",
+            report.percent(report.no_feature_ns),
+            ms(report.no_feature_ns),
+        );
     }
 }
 
@@ -349,7 +363,12 @@ mod tests {
             s(Some((vec![1, 2], vec![2], false)), 2_000),
             s(None, 1_000),
         ]);
-        let text = render(&analyse(&p, TimeView::Active), &p.meta, 1);
+        let text = render(
+            &analyse(&p, TimeView::Active),
+            &FunctionReport::default(),
+            &p.meta,
+            1,
+        );
         assert!(
             text.contains(
                 "  10 ms : src/main.rs:13:28\n\
@@ -360,7 +379,12 @@ mod tests {
             "{text}"
         );
         let plain = build(&[s(None, 1_000)]);
-        let text = render(&analyse(&plain, TimeView::Active), &plain.meta, 1);
+        let text = render(
+            &analyse(&plain, TimeView::Active),
+            &FunctionReport::default(),
+            &plain.meta,
+            1,
+        );
         assert!(text.contains("1.0 ms : src/main.rs:13:28\n\n"), "{text}");
     }
 }

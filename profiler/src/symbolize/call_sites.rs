@@ -559,7 +559,7 @@ fn name(symbolizer: &mut Symbolizer, address: u64) -> String {
 
 /// Rust's standard library paths without their `/rustc/<commit>/` prefix, and crates from
 /// Cargo's registry or git checkouts from their own directory on (`ignore-0.4.29/src/dir.rs`).
-fn short_path(file: &str) -> &str {
+pub fn short_path(file: &str) -> &str {
     if let Some(rest) = file.strip_prefix("/rustc/") {
         if let Some((_, path)) = rest.split_once('/') {
             return path;
