@@ -89,3 +89,93 @@ fn functions_get_the_self_and_total_time_the_program_measured() {
     assert!(text.contains("Functions by self time"), "{text}");
     assert!(!text.contains(" 0.0%"), "nothing is printed as 0%:\n{text}");
 }
+
+/// The (start, size) of the functions `nm` lists in `exe`, by name.
+fn nm(exe: &std::path::Path) -> std::collections::HashMap<String, (u64, u64)> {
+    let output = Command::new("nm").arg("-S").arg(exe).output().unwrap();
+    assert!(output.status.success());
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let start = u64::from_str_radix(fields.next()?, 16).ok()?;
+            let size = u64::from_str_radix(fields.next()?, 16).ok()?;
+            let kind = fields.next()?;
+            let name = fields.next()?;
+            ["T", "t"]
+                .contains(&kind)
+                .then(|| (name.to_owned(), (start, size)))
+        })
+        .collect()
+}
+
+/// The same program stripped (`strip -s`): no symbol, no DWARF. Each function is one entry,
+/// named by its module and start as `nm` shows it for the unstripped build, with the self time
+/// the program measured; a note names the module and how to get its symbols.
+#[test]
+fn a_stripped_program_gets_one_name_per_function_by_module_and_start() {
+    let _serial = serial();
+    let build = tempdir();
+    let exe = build_c_program(build.path(), "functions");
+    let symbols = nm(&exe);
+    let stripped_dir = tempdir();
+    let stripped = stripped_dir.path().join("functions");
+    std::fs::copy(&exe, &stripped).unwrap();
+    assert!(Command::new("strip")
+        .arg("-s")
+        .arg(&stripped)
+        .status()
+        .unwrap()
+        .success());
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    let output = Command::new(fsprof())
+        .args(["run", "--no-agent", "--rate", ACCURACY_RATE, "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(&stripped)
+        .arg("3")
+        .arg(&truth_path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth_path).unwrap()).unwrap();
+    let report = report_json(dir.path());
+    let total = truth["total_ms"].as_f64().unwrap();
+    let listed: Vec<&Value> = report["functions"].as_array().unwrap().iter().collect();
+    for name in ["outer", "inner", "lone", "rec"] {
+        let (start, size) = symbols[name];
+        let expected = format!("functions+{start:#x}");
+        // Nothing else names an address inside this function.
+        let inside: Vec<&str> = listed
+            .iter()
+            .filter_map(|f| f["name"].as_str())
+            .filter(|n| {
+                n.strip_prefix("functions+0x")
+                    .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                    .is_some_and(|at| (start..start + size).contains(&at))
+            })
+            .collect();
+        assert_eq!(inside, vec![expected.as_str()], "{name}: {stderr}");
+        let entry = listed
+            .iter()
+            .find(|f| f["name"] == expected.as_str())
+            .unwrap();
+        let measured = truth["self_ms"][name].as_f64().unwrap() * 100.0 / total;
+        let got = entry["self_percent"].as_f64().unwrap();
+        assert!(
+            (got - measured).abs() <= TOLERANCE,
+            "{name} ({expected}): self {got:.2}% against {measured:.2}% measured"
+        );
+    }
+    let notes = report["meta"]["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| {
+            let n = n.as_str().unwrap();
+            n.starts_with("no symbols for functions") && n.contains("-dbgsym")
+        }),
+        "{notes:?}"
+    );
+}

@@ -365,8 +365,8 @@ impl Sampler {
         // marks and stack of its own instant), and the tick samples the rest of its time:
         // if it is blocked, the tick's marks stand for the whole interval (the tick came at
         // a moment that does not depend on what the thread does, so that is unbiased for its
-        // blocked time); if it is runnable, for the share of its runnable time it spent
-        // waiting for a CPU since the previous tick.
+        // blocked time); if it is runnable, for the interval less its running time, of which
+        // the time it waited for a CPU is active (see below).
         let slow = self.clock.slow_interval();
         let by_perf = self.perf_samples(tid, own_tid, thread, running, slow);
         let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);
@@ -401,13 +401,18 @@ impl Sampler {
             }
         }
         state.born = false;
-        let (wall_ns, active_ns) = match (by_perf && slow, running) {
-            (true, true) => {
-                let share = (wall_ns as f64 * waiting) as u64;
-                (share, share)
+        let (wall_ns, active_ns) = match (by_perf.filter(|_| slow), running) {
+            // Its running time is in perf's samples; the rest of the interval it was waiting
+            // for a CPU (active) or blocked (its wall time only, which counts inside the
+            // program's own marks: a waiter on a mutex woken since the previous tick was
+            // blocked for part of the interval).
+            (Some(ran), true) => {
+                let not_running = wall_ns.saturating_sub(ran);
+                let waiting = ((wall_ns as f64 * waiting) as u64).min(not_running);
+                (not_running, waiting)
             }
             (_, false) => (wall_ns, 0),
-            (false, true) => (wall_ns, wall_ns),
+            (None, true) => (wall_ns, wall_ns),
         };
         let weight = Weight {
             wall_ns,
@@ -769,8 +774,11 @@ impl Sampler {
         // Call sites are named here, with or without native stacks.
         meta.builtin_features = self.interner.finish(&mut self.builder);
         let mut symbolizer = crate::symbolize::symbols::Symbolizer::new(&modules);
-        self.builder
-            .finish(meta, |address| symbolizer.symbolize(address))
+        let mut profile = self
+            .builder
+            .finish(meta, |address| symbolizer.symbolize(address));
+        profile.meta.notes.extend(symbolizer.unnamed_note());
+        profile
     }
 }
 

@@ -5,5 +5,6 @@
 pub mod call_sites;
 mod debug_files;
 mod demangle;
+mod function_ranges;
 pub mod runtime_code;
 pub mod symbols;

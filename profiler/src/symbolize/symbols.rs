@@ -13,7 +13,10 @@
 //!    file its `.gnu_debugaltlink` names;
 //! 2. the symbol table (`.symtab`, else the debug file's `.symtab`, else `.dynsym`): the function
 //!    symbol nearest at or below the address whose size covers it;
-//! 3. `module+0xoffset`, where the offset is the address the ELF file states.
+//! 3. `module+0xSTART`: the start of the function covering the address as the unwind tables
+//!    state it (`function_ranges.rs`: a stripped binary keeps them), so that all of a function's
+//!    addresses get one name; else `module+0xoffset` of the address itself. Offsets are
+//!    addresses as the ELF file states them.
 //!
 //! Names are demangled (Rust without its hash, C++), names and paths are cut at 4 KiB, and at
 //! most 64 frames come back per address. Every file is untrusted: a bad one only makes lookups
@@ -27,6 +30,7 @@
 
 use super::debug_files::{find_debug_file, find_sup_file};
 use super::demangle::{bounded, demangle, is_cpp, is_mangled, MAX_MANGLED};
+use super::function_ranges::FunctionRanges;
 use crate::profile::NativeFrame;
 use crate::target::modules::{Image, Module};
 use addr2line::gimli;
@@ -52,6 +56,8 @@ pub struct Symbolizer {
     /// Sorted by start address.
     modules: Vec<Entry>,
     debug_dirs: Vec<PathBuf>,
+    /// Modules some address of which had no name but `module+0x…`.
+    unnamed: std::collections::BTreeSet<String>,
 }
 
 struct Entry {
@@ -81,6 +87,7 @@ impl Symbolizer {
         Symbolizer {
             modules,
             debug_dirs,
+            unnamed: Default::default(),
         }
     }
 
@@ -120,7 +127,16 @@ impl Symbolizer {
         // The address the ELF file states (its SVMA): what DWARF and symbol tables use.
         let svma = address.wrapping_sub(module.bias);
         match catch_unwind(AssertUnwindSafe(|| parsed.frames(module, svma))) {
-            Ok(frames) => frames,
+            Ok(frames) => {
+                let unnamed = frames[0]
+                    .function
+                    .strip_prefix(module.name.as_str())
+                    .is_some_and(|rest| rest.starts_with("+0x"));
+                if unnamed && !self.unnamed.contains(&module.name) {
+                    self.unnamed.insert(module.name.clone());
+                }
+                frames
+            }
             Err(_) => {
                 // A parser panicked: drop what it may have left half-initialised.
                 *parsed = Parsed::default();
@@ -136,11 +152,28 @@ impl Symbolizer {
     }
 }
 
-/// What a module's files give: DWARF, if any, and its function symbols.
+impl Symbolizer {
+    /// A note naming the modules some addresses of which had no symbol (a stripped binary, say),
+    /// and how to get their symbols; `None` if every address had a name.
+    pub fn unnamed_note(&self) -> Option<String> {
+        if self.unnamed.is_empty() {
+            return None;
+        }
+        let names: Vec<&str> = self.unnamed.iter().map(String::as_str).collect();
+        Some(format!(
+            "no symbols for {}: their functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses); install their debug symbols (Debian and Ubuntu: the -dbgsym packages; Fedora: debuginfo-install) or put their separate debug files under /usr/lib/debug (by build id: .build-id/xx/yyyy.debug), where fsprof looks",
+            names.join(", ")
+        ))
+    }
+}
+
+/// What a module's files give: DWARF, if any, and its function symbols; the function ranges of
+/// its unwind tables once an address needs them.
 #[derive(Default)]
 struct Parsed {
     dwarf: Option<Dwarf>,
     symbols: Symbols,
+    ranges: std::cell::OnceCell<FunctionRanges>,
 }
 
 impl Parsed {
@@ -179,7 +212,11 @@ impl Parsed {
         if symbols.is_empty() {
             symbols = Symbols::from_table(&module.image, object.dynamic_symbol_table());
         }
-        Parsed { dwarf, symbols }
+        Parsed {
+            dwarf,
+            symbols,
+            ranges: Default::default(),
+        }
     }
 
     /// The frames at `svma`, an address as the ELF file states it.
@@ -211,18 +248,29 @@ impl Parsed {
         }
         for inlined in frames.iter_mut().skip(1) {
             if inlined.function.is_empty() {
-                inlined.function = fallback_name(module, svma);
+                inlined.function = self.unnamed(module, svma);
             }
         }
         frames
     }
 
-    /// The name of the function symbol covering `svma`, else `module+0xoffset`.
+    /// The name of the function symbol covering `svma`, else `module+0xSTART`.
     fn symbol_name(&self, module: &Module, svma: u64) -> String {
         match self.symbols.lookup(svma) {
             Some(name) => demangle(&String::from_utf8_lossy(name), None),
-            None => fallback_name(module, svma),
+            None => self.unnamed(module, svma),
         }
+    }
+
+    /// `module+0xSTART` of the function covering `svma` by the unwind tables (read on the first
+    /// such address), else `module+0xoffset` of `svma`.
+    fn unnamed(&self, module: &Module, svma: u64) -> String {
+        let ranges = self.ranges.get_or_init(|| {
+            object::File::parse(&*module.image)
+                .map(|object| FunctionRanges::from_object(&object))
+                .unwrap_or_default()
+        });
+        fallback_name(module, ranges.start_of(svma).unwrap_or(svma))
     }
 }
 

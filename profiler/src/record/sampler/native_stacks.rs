@@ -73,10 +73,11 @@ impl Sampler {
 
     /// Adds the samples perf took of thread `tid` (sample thread `thread`) since the previous
     /// tick, if `add`, each standing for one period of its CPU time with the marks the kernel
-    /// copied at its instant; keeps the latest for the tick's sample. Whether perf sampled the
-    /// thread since the previous tick (its CPU time since then is in those samples). A thread is
-    /// sampled by perf from the first tick that finds it running. Samples whose marks are
-    /// unknown (a copy failed or was lost) are left out.
+    /// copied at its instant; keeps the latest for the tick's sample. If perf sampled the thread
+    /// since the previous tick (its CPU time since then is in those samples): the CPU time its
+    /// samples stand for (those whose marks are unknown, a copy failed or was lost, are left out
+    /// of the profile but counted here). A thread is sampled by perf from the first tick that
+    /// finds it running.
     pub(super) fn perf_samples(
         &mut self,
         tid: u32,
@@ -84,25 +85,20 @@ impl Sampler {
         thread: u32,
         running: bool,
         add: bool,
-    ) -> bool {
-        let Some(native) = self.native.as_mut() else {
-            return false;
-        };
+    ) -> Option<u64> {
+        let native = self.native.as_mut()?;
         let watched = native.perf_watches(tid);
         if !native.uses_perf() || !(running || watched) {
-            return false;
+            return None;
         }
         if !watched {
             // Its time since the previous tick is not in samples: this tick's sample has it.
             self.clock.needs_every_tick();
         }
-        let Some(addresses) = self.reader.slot_addresses(self.reader.of(own_tid)) else {
-            return false;
-        };
-        let Some(samples) = native.perf_samples(tid, addresses) else {
-            return false;
-        };
+        let addresses = self.reader.slot_addresses(self.reader.of(own_tid))?;
+        let samples = native.perf_samples(tid, addresses)?;
         let period = self.options.perf.map_or(0, |p| p.as_nanos() as u64);
+        let covered = period.saturating_mul(samples.len() as u64);
         let mut latest = None;
         for sample in samples {
             let Some((records, truncated)) = sample
@@ -145,7 +141,7 @@ impl Sampler {
                 state.last_perf = latest;
             }
         }
-        watched
+        watched.then_some(covered)
     }
 
     /// The native stack of a blocked thread without stopping it, when its marks are still the
