@@ -179,3 +179,46 @@ fn a_stripped_program_gets_one_name_per_function_by_module_and_start() {
         "{notes:?}"
     );
 }
+
+/// `fsprof attach` to a running program without marks: the report says what was recorded (the
+/// function view, which names the program's functions) and how to get built-in features.
+#[test]
+fn attach_to_an_unmarked_program_says_what_was_recorded_and_how_to_get_features() {
+    let _serial = serial();
+    let build = tempdir();
+    let exe = build_c_program(build.path(), "functions");
+    let dir = tempdir();
+    let target = support::Guarded(
+        Command::new(&exe)
+            .arg("4")
+            .arg(dir.path().join("truth.json"))
+            .spawn()
+            .unwrap(),
+    );
+    let out = dir.path().join("out");
+    let output = Command::new(fsprof())
+        .args([
+            "attach",
+            &target.pid().to_string(),
+            "--duration",
+            "1.5",
+            "-o",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
+    for expected in [
+        "No feature marks were seen",
+        "What was recorded: the native stacks",
+        "fsprof run -- PROGRAM",
+        "Functions by self time",
+        "lone (",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing:\n{text}");
+    }
+    let report = report_json(&out);
+    assert!(function(&report, "lone")["self_percent"].as_f64().unwrap() > 20.0);
+}

@@ -80,7 +80,12 @@ pub fn combined<'a>(
         while let Some((_, mark)) = marks.next_if(|(at, _)| **at as usize <= index) {
             out.push(mark);
         }
-        out.push(StackFrame::Native(&profile.native_frames[*frame as usize]));
+        let frame = &profile.native_frames[*frame as usize];
+        // The agent's own frames (under an interposed call) are not the program's: their time
+        // is the call's (the report's note gives the agent's cost).
+        if !crate::record::agent::is_agent_path(&frame.module) {
+            out.push(StackFrame::Native(frame));
+        }
     }
     out.extend(marks.map(|(_, mark)| mark));
     out.extend(more_marks);

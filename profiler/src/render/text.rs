@@ -28,11 +28,14 @@ use crate::analysis::{CallPath, FeatureReport, FunctionReport, TimeView};
 use crate::profile::Meta;
 use std::fmt::Write;
 
-/// Formats milliseconds like the paper: whole numbers, with a decimal below 10 ms.
+/// Formats milliseconds like the paper: whole numbers, with a decimal below 10 ms (`<0.1` for
+/// less than that, so that nothing that took time reads 0).
 fn ms(ns: u64) -> String {
     let ms = ns as f64 / 1e6;
     if ms >= 10.0 || ms == 0.0 {
         format!("{ms:.0}")
+    } else if ms < 0.05 {
+        "<0.1".to_owned()
     } else {
         format!("{ms:.1}")
     }
@@ -148,6 +151,17 @@ fn header(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
         meta.end,
     );
     let _ = writeln!(out, "{}", report.view.describe());
+    let native = &meta.native_stacks;
+    let _ = writeln!(
+        out,
+        "native stacks: {}",
+        match native.native_backend.as_str() {
+            _ if !native.native => "not recorded (--no-native)",
+            "perf" => "perf (each running thread sampled every period of its CPU time, without stopping it)",
+            "ptrace" => "ptrace (each running thread stopped for an instant per sample: perf was not available)",
+            _ => "recorded",
+        }
+    );
     if let Some(line) = describe_images(report) {
         let _ = writeln!(out, "{line}");
     }
@@ -170,6 +184,18 @@ fn header(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
                 ""
             }
         );
+        if report.native {
+            let _ = writeln!(
+                out,
+                "What was recorded: the native stacks, in the function view below and in flamegraph.svg."
+            );
+        }
+        if meta.mode == "attach" && meta.builtin_features.is_empty() {
+            let _ = writeln!(
+                out,
+                "Built-in features (input, output, allocation, locks, ...) need fsprof's agent in the program from its start: run it with `fsprof run -- PROGRAM`, or start it with LD_PRELOAD=/path/to/libfsprof_agent.so and attach to it."
+            );
+        }
     }
     out
 }
@@ -204,11 +230,21 @@ fn feature_tables(out: &mut String, report: &FeatureReport) {
             let _ = writeln!(
                 out,
                 "  {:>width$} ms : {}{}",
-                ms(instance.ns),
+                // Only waits (kept apart): no time of its own to show.
+                if instance.ns == 0 {
+                    "-".to_owned()
+                } else {
+                    ms(instance.ns)
+                },
                 instance.payload,
                 blocked(instance.blocked_ns, "  (+ ", " waiting)"),
             );
-            for path in &instance.paths {
+            // Paths under half a percent would read 0%: left out.
+            for path in instance
+                .paths
+                .iter()
+                .filter(|p| instance.share(p.ns) >= 0.5)
+            {
                 let _ = writeln!(
                     out,
                     "  {:width$}        {:>3.0}% {}",
@@ -324,12 +360,22 @@ fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
                     "it had no CPU to stop on until the next sample",
                 )
             };
+            let causes: Vec<String> = [
+                (meta.native_stacks.native_moved, moved),
+                (no_cpu, no_cpu_why),
+                (
+                    meta.native_stacks.native_blocked_skipped,
+                    "the thread was blocked and its stack could not be read without stopping it (a stop would lengthen its wait)",
+                ),
+            ]
+            .into_iter()
+            .filter(|(count, _)| *count > 0)
+            .map(|(count, why)| format!("{count} because {why}"))
+            .collect();
             notes.push(format!(
-                "{:.0}% of thread samples have no native stack (they count in the tables, not in flamegraph.svg): {} because {moved}, {} because {no_cpu_why}, {} because the thread was blocked and its stack could not be read without stopping it (a stop would lengthen its wait)",
+                "{:.0}% of thread samples ({without} of {native_samples}) have no native stack (they count in the tables, not in flamegraph.svg): {}",
                 without as f64 * 100.0 / native_samples as f64,
-                meta.native_stacks.native_moved,
-                no_cpu,
-                meta.native_stacks.native_blocked_skipped
+                causes.join(", ")
             ));
         }
         if meta.native_stacks.native_captured > 0
@@ -386,5 +432,29 @@ mod tests {
             1,
         );
         assert!(text.contains("1.0 ms : src/main.rs:13:28\n\n"), "{text}");
+    }
+
+    #[test]
+    fn the_note_on_samples_without_a_native_stack_adds_up_and_names_no_empty_cause() {
+        let mut meta = Meta::default();
+        let native = &mut meta.native_stacks;
+        native.native = true;
+        native.native_backend = "perf".into();
+        (native.native_captured, native.native_not_stopped) = (80, 20);
+        native.native_complete = 80;
+        (native.native_moved, native.native_late) = (0, 8);
+        native.native_blocked_skipped = 5;
+        let mut notes = Vec::new();
+        native_notes(&meta, &mut notes);
+        // 12 not stopped in time (20, less the 8 taken late) and 5 skipped: 17 of 105.
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let note = &notes[0];
+        assert!(
+            note.starts_with("16% of thread samples (17 of 105)"),
+            "{note}"
+        );
+        assert!(note.contains("12 because it did not run"), "{note}");
+        assert!(note.contains("5 because the thread was blocked"), "{note}");
+        assert!(!note.contains("0 because"), "{note}");
     }
 }
