@@ -78,6 +78,9 @@ enum Cmd {
         /// the report's time view; marks are blue). Not with --format.
         #[arg(long, value_name = "OUT.svg", conflicts_with = "format")]
         flamegraph: Option<PathBuf>,
+        /// Only this thread's samples (its name, or its id), in any format.
+        #[arg(long, value_name = "NAME|TID")]
+        thread: Option<String>,
     },
 }
 
@@ -177,6 +180,8 @@ pub struct ReportOptions {
     pub features_only: bool,
     /// Write a flamegraph SVG here instead of printing.
     pub flamegraph: Option<PathBuf>,
+    /// Only the samples of the thread of this name or id.
+    pub thread: Option<String>,
 }
 
 impl From<RecordArgs> for RecordOptions {
@@ -231,6 +236,7 @@ impl Cli {
                 idle,
                 features_only,
                 flamegraph,
+                thread,
             } => {
                 if features_only && flamegraph.is_none() && format != Format::Folded {
                     return Err(
@@ -245,6 +251,7 @@ impl Cli {
                         idle,
                         features_only,
                         flamegraph,
+                        thread,
                     },
                 }
             }

@@ -28,13 +28,23 @@ use std::path::Path;
 pub(crate) fn text_report(profile: &profile::Profile, view: TimeView) -> String {
     let report = analysis::analyse(profile, view);
     let functions = analysis::functions(profile, view);
-    render::text::render(&report, &functions, &profile.meta, profile.threads.len())
+    let threads = analysis::thread_times(profile, view);
+    render::text::render(
+        &report,
+        &functions,
+        &threads,
+        &profile.meta,
+        profile.threads.len(),
+    )
 }
 
 /// `fsprof report`: renders a saved profile. Returns the text for stdout; with a flamegraph, writes
 /// the SVG file and returns nothing to print.
 pub fn report(path: &Path, options: &ReportOptions) -> Result<String> {
-    let profile = profile::Profile::load(path)?;
+    let mut profile = profile::Profile::load(path)?;
+    if let Some(which) = &options.thread {
+        analysis::keep_thread(&mut profile, which).map_err(anyhow::Error::msg)?;
+    }
     let view = if options.idle || profile.meta.count_idle {
         TimeView::All
     } else {
@@ -53,6 +63,13 @@ pub fn report(path: &Path, options: &ReportOptions) -> Result<String> {
             let report = analysis::analyse(&profile, view);
             let mut value = render::json::render(&report, &profile.meta);
             value["functions"] = render::functions::json(&analysis::functions(&profile, view));
+            value["threads"] = analysis::thread_times(&profile, view)
+                .iter()
+                .map(|t| {
+                    serde_json::json!({"name": t.name, "tid": t.tid, "ms": t.ns as f64 / 1e6,
+                                       "percent": report.percent(t.ns)})
+                })
+                .collect();
             let mut json = serde_json::to_string_pretty(&value)?;
             json.push('\n');
             json

@@ -5,8 +5,10 @@
 
 mod features;
 mod functions;
+mod threads;
 
 pub use functions::{functions, FunctionCost, FunctionReport};
+pub use threads::{keep_thread, thread_times, ThreadTime};
 
 pub use features::{
     analyse, group_weights, CallPath, FeatureCost, FeatureReport, ImageTime, InstanceCost,

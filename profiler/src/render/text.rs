@@ -24,7 +24,7 @@
 //!                29% app::main > app::summary
 //! ```
 
-use crate::analysis::{CallPath, FeatureReport, FunctionReport, TimeView};
+use crate::analysis::{CallPath, FeatureReport, FunctionReport, ThreadTime, TimeView};
 use crate::profile::Meta;
 use std::fmt::Write;
 
@@ -118,12 +118,14 @@ fn describe_images(report: &FeatureReport) -> Option<String> {
 pub fn render(
     report: &FeatureReport,
     functions: &FunctionReport,
+    thread_times: &[ThreadTime],
     meta: &Meta,
     threads: usize,
 ) -> String {
     let mut out = header(report, meta, threads);
     feature_tables(&mut out, report);
     super::functions::text(&mut out, functions, report.features.is_empty());
+    thread_table(&mut out, report, thread_times);
     let notes = notes(report, meta, threads);
     if !notes.is_empty() {
         let _ = writeln!(out, "Notes:");
@@ -132,6 +134,36 @@ pub fn render(
         }
     }
     out
+}
+
+/// How the time counted divides between threads, when more than one has some: the ten with
+/// the most.
+fn thread_table(out: &mut String, report: &FeatureReport, threads: &[ThreadTime]) {
+    if threads.len() < 2 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Threads (time counted; `fsprof report --thread NAME|TID` shows one):"
+    );
+    for thread in threads.iter().take(10) {
+        let _ = writeln!(
+            out,
+            "  {:5.1}%  {:>7} ms  {} (tid {})",
+            report.percent(thread.ns),
+            ms(thread.ns),
+            thread.name,
+            thread.tid
+        );
+    }
+    if threads.len() > 10 {
+        let _ = writeln!(
+            out,
+            "  ({} more threads with less time)",
+            threads.len() - 10
+        );
+    }
+    let _ = writeln!(out);
 }
 
 /// The lines above the tables: what was recorded, how time is counted, and why there is no table.
@@ -412,6 +444,7 @@ mod tests {
         let text = render(
             &analyse(&p, TimeView::Active),
             &FunctionReport::default(),
+            &[],
             &p.meta,
             1,
         );
@@ -428,6 +461,7 @@ mod tests {
         let text = render(
             &analyse(&plain, TimeView::Active),
             &FunctionReport::default(),
+            &[],
             &plain.meta,
             1,
         );
