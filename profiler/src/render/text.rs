@@ -317,8 +317,13 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
         );
     }
     if let Some(share) = report.agent_share().filter(|_| !builtin.is_empty()) {
+        let share = if share < 0.05 {
+            "under 0.1%".to_owned()
+        } else {
+            format!("{share:.1}%")
+        };
         notes.push(format!(
-            "the agent's own code (around each interposed libc call, partly outside the built-in marks) ran in {share:.1}% of the time sampled with a native stack: what the built-in features cost the program; --no-agent removes it"
+            "the agent's own code (around each interposed libc call, partly outside the built-in marks) ran in {share} of the time sampled with a native stack: what the built-in features cost the program; --no-agent removes it"
         ));
     }
     if report.truncated_samples > 0 {

@@ -161,8 +161,9 @@ impl Symbolizer {
         }
         let names: Vec<&str> = self.unnamed.iter().map(String::as_str).collect();
         Some(format!(
-            "no symbols for {}: their functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses); install their debug symbols (Debian and Ubuntu: the -dbgsym packages; Fedora: debuginfo-install) or put their separate debug files under /usr/lib/debug (by build id: .build-id/xx/yyyy.debug), where fsprof looks",
-            names.join(", ")
+            "no symbols for {}: {} functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses); install the debug symbols (Debian and Ubuntu: the -dbgsym packages; Fedora: debuginfo-install) or put the separate debug files under /usr/lib/debug (by build id: .build-id/xx/yyyy.debug), where fsprof looks",
+            names.join(", "),
+            if names.len() == 1 { "its" } else { "their" }
         ))
     }
 }
