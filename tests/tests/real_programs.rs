@@ -338,12 +338,16 @@ fn ripgrep_on_a_tree_names_its_own_code_at_every_instance() {
             feature(&report, "input").is_some() && feature(&report, "files").is_some(),
             "{stderr}"
         );
-        // 30 passes in a row left 0-2.5% (a call read at a tick whose stack moved on before it
-        // was read, with no perf sample of the same call). While a late tick's marks stood for
-        // its whole interval (fsprof's first ticks are late: it loads debug information), about
-        // one pass in four left 10-12%.
+        // Most passes leave 0-2.5% (a call read at a tick whose stack moved on before it was
+        // read, with no perf sample of the same call). About one pass in 25 leaves one sample
+        // of 14-25 ms so: a thread born during a long interval and gone before its next sample
+        // stands for the whole interval (which is right for its time), and its call, over by
+        // then, cannot be traced back (7.5% and 14% of such a pass, seen twice in about 50).
+        // While a late tick's marks stood for its whole interval (fsprof's first ticks are
+        // late: it loads debug information), one pass in four left 10-12%. So each pass is held
+        // to 15%, and the three together to 4%.
         assert!(
-            not_found_ms <= 0.06 * builtin_ms,
+            not_found_ms <= 0.15 * builtin_ms,
             "{not_found_ms:.1} of {builtin_ms:.1} ms without a call site:\n{table}"
         );
         all_not_found_ms += not_found_ms;
