@@ -30,27 +30,34 @@ fn names(list: &Value) -> Vec<&str> {
         .collect()
 }
 
-#[test]
-fn functions_get_the_self_and_total_time_the_program_measured() {
-    let _serial = serial();
-    let build = tempdir();
-    let exe = build_c_program(build.path(), "functions");
+/// `fsprof run --no-agent` of the functions program `exe` for 3 s: the output directory, the
+/// program's truth, the JSON report and fsprof's stderr.
+fn profile_functions(exe: &std::path::Path) -> (tempfile::TempDir, Value, Value, String) {
     let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     let output = Command::new(fsprof())
         .args(["run", "--no-agent", "--rate", ACCURACY_RATE, "-o"])
         .arg(dir.path())
         .arg("--")
-        .arg(&exe)
+        .arg(exe)
         .arg("3")
         .arg(&truth_path)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(output.status.success(), "{stderr}");
     let truth: Value =
         serde_json::from_str(&std::fs::read_to_string(&truth_path).unwrap()).unwrap();
     let report = report_json(dir.path());
+    (dir, truth, report, stderr)
+}
+
+#[test]
+fn functions_get_the_self_and_total_time_the_program_measured() {
+    let _serial = serial();
+    let build = tempdir();
+    let exe = build_c_program(build.path(), "functions");
+    let (dir, truth, report, stderr) = profile_functions(&exe);
     let total = truth["total_ms"].as_f64().unwrap();
     let measured = |name: &str| truth["self_ms"][name].as_f64().unwrap() * 100.0 / total;
     let share = |name: &str, key: &str| function(&report, name)[key].as_f64().unwrap();
@@ -127,22 +134,7 @@ fn a_stripped_program_gets_one_name_per_function_by_module_and_start() {
         .status()
         .unwrap()
         .success());
-    let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    let output = Command::new(fsprof())
-        .args(["run", "--no-agent", "--rate", ACCURACY_RATE, "-o"])
-        .arg(dir.path())
-        .arg("--")
-        .arg(&stripped)
-        .arg("3")
-        .arg(&truth_path)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let truth: Value =
-        serde_json::from_str(&std::fs::read_to_string(&truth_path).unwrap()).unwrap();
-    let report = report_json(dir.path());
+    let (_dir, truth, report, stderr) = profile_functions(&stripped);
     let total = truth["total_ms"].as_f64().unwrap();
     let listed: Vec<&Value> = report["functions"].as_array().unwrap().iter().collect();
     for name in ["outer", "inner", "lone", "rec"] {

@@ -36,7 +36,10 @@ fn the_time_divides_between_threads_and_one_thread_can_be_shown_alone() {
         alone["total_ms"].as_f64().unwrap(),
         top["ms"].as_f64().unwrap(),
     );
-    assert!((total - expected).abs() < 0.01, "{total} ms against {expected}");
+    assert!(
+        (total - expected).abs() < 0.01,
+        "{total} ms against {expected}"
+    );
 
     // The text report lists the threads; a thread that is not there is an error that says
     // which there are.
