@@ -14,8 +14,10 @@
 //! frames unchanged) or, failing that, when the mark's return address is still at its stack
 //! pointer (the same function, called from the same frame); else it is the site last found for
 //! the same address at the same stack pointer of the thread, if any, else the one site all
-//! calls through that address were found to come from, if there is one, or stays the runtime's
-//! address. Where unwinding stops (a frame whose rule needs the frame pointer, which is
+//! calls through that address were found to come from, if there is one; else it gets a stand-in
+//! payload, named after recording from the site found later for the same frame (the thread
+//! calling through the same address at the same stack pointer again), or after the runtime's
+//! address if none was. Where unwinding stops (a frame whose rule needs the frame pointer, which is
 //! not recorded), the rest of the copy is scanned for a return address of the program's code
 //! that follows a call instruction.
 //!
@@ -96,7 +98,14 @@ struct Memo {
     /// The one call site found for an address so far, by address (`None` once calls from two
     /// sites reached it: then it tells nothing).
     only_site: HashMap<u64, Option<u64>>,
+    /// Calls left unresolved, by (thread, stack pointer, address): the stand-in payload each
+    /// was given, named after recording from the site found later for the same frame (the
+    /// same function called again from the same place), if any.
+    pending: HashMap<(u32, u64, u64), u64>,
 }
+
+/// Stand-in payloads of calls left unresolved have this bit set (no user-space address has).
+const PENDING: u64 = 1 << 63;
 
 /// The call sites of a recording and the modules they lie in.
 pub struct CallSites {
@@ -155,7 +164,7 @@ impl CallSites {
     /// thread `via`), loading the module it lies in if it is new.
     pub fn add(&mut self, pid: u32, via: u32, id: u32, address: u64) {
         self.sites.push((id, address));
-        if !self.covered(address) {
+        if address & PENDING == 0 && !self.covered(address) {
             self.uncovered = true;
             self.settle(pid, || via);
         }
@@ -223,10 +232,10 @@ impl CallSites {
         if ret == 0 || !self.is_runtime(pid, via, ret) {
             return ret;
         }
-        let found = match callers {
+        let (tid, found, memo_key) = match callers {
             Callers::Captured { tid, frames } => {
                 let found = self.in_frames(pid, via, ret, mark.sp, frames);
-                self.remember((*tid, mark.sp, ret), found)
+                (*tid, self.remember((*tid, mark.sp, ret), found), None)
             }
             Callers::Live {
                 tid,
@@ -242,21 +251,33 @@ impl CallSites {
                 if self.memo.resolved.len() >= MAX_CACHED {
                     self.memo.resolved.clear();
                 }
-                let found = self.remember((*tid, mark.sp, ret), found);
-                self.memo.resolved.insert(key, found.unwrap_or(ret));
-                found
+                (*tid, self.remember((*tid, mark.sp, ret), found), Some(key))
             }
         };
-        match found {
+        let payload = match found {
             Some(site) => {
                 self.stats.resolved += 1;
                 site
             }
             None => {
                 self.stats.unresolved += 1;
-                ret
+                self.stand_in((tid, mark.sp, ret))
             }
+        };
+        if let Some(key) = memo_key {
+            self.memo.resolved.insert(key, payload);
         }
+        payload
+    }
+
+    /// The stand-in payload of a call left unresolved (see `Memo::pending`), or its runtime
+    /// address once too many are kept.
+    fn stand_in(&mut self, call: (u32, u64, u64)) -> u64 {
+        let next = PENDING | self.memo.pending.len() as u64;
+        if self.memo.pending.len() >= MAX_CACHED {
+            return self.memo.pending.get(&call).copied().unwrap_or(call.2);
+        }
+        *self.memo.pending.entry(call).or_insert(next)
     }
 
     /// Remembers the site `found` for a call by (thread, stack pointer, return address), or,
@@ -475,9 +496,23 @@ impl CallSites {
     /// A call left at the runtime's address (its site in the program was not found) is named
     /// after that address with [`NOT_FOUND`] before it.
     pub fn names(&mut self) -> Vec<(u32, String)> {
+        // A stand-in for an unresolved call: the site found later for the same frame, else the
+        // runtime's address it was left at.
+        let calls: HashMap<u64, (u32, u64, u64)> = self
+            .memo
+            .pending
+            .iter()
+            .map(|(call, token)| (*token, *call))
+            .collect();
+        let last_site = &self.memo.last_site;
         let symbolizer = &mut self.symbolizer;
         let runtime = &self.runtime;
         let current = self.sites.iter().map(|(id, address)| {
+            let address = match calls.get(address) {
+                Some(call) => last_site.get(call).copied().unwrap_or(call.2),
+                None => *address,
+            };
+            let address = &address;
             let name = name(symbolizer, *address);
             match runtime.get(address) {
                 Some(Class::Runtime | Class::RuntimeWait) => (*id, format!("{NOT_FOUND} {name}")),
