@@ -82,8 +82,114 @@ fn push_unless_nested_after_closing(
 }
 
 /// [`push_unless_nested`] without closing anything: [`NotPushed::Busy`] when the slot is busy.
+///
+/// On x86-64, the path every interposed call takes (the agent's allocation calls, millions a
+/// second in some programs): the thread's `serial` is neither read nor advanced, since a call-site
+/// mark is popped by [`pop_placed`], which needs no tag; its record's tag is [`CALL_SITE_TAG`],
+/// which no guard's tag equals. A thread without a slot yet takes the general path.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn push_unless_nested_in(
+    feature: u64,
+    payload: u64,
+    position: u64,
+    sp: u64,
+    nested: core::ops::Range<u64>,
+    claim: bool,
+) -> Result<Placed, NotPushed> {
+    thread_state::with(
+        #[inline(always)]
+        |state| {
+            let placed = state.slot.get();
+            if placed.is_null() {
+                if !claim {
+                    return Err(NotPushed::NoSlot);
+                }
+                return push_unless_nested_general(feature, payload, position, sp, nested, claim);
+            }
+            // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
+            let slot = unsafe { &*placed };
+            if !outside_nested(slot, sp, nested) {
+                return Err(NotPushed::Skipped);
+            }
+            if slot.seq.load(Relaxed) & 1 == 1 {
+                return Err(NotPushed::Busy); // see `push_unless_busy`
+            }
+            state.push_sp.set(sp);
+            compiler_fence(SeqCst); // set before `seq` is odd: a handler may read it then
+            bump(&slot.seq); // odd: writing
+            let depth = slot.depth.load(Relaxed); // after `bump`: a handler may have run before it
+            if let Some(record) = slot.records.get(depth as usize) {
+                let meta = (crate::abi::KIND_CALL_SITE as u64) << 32;
+                write_record(record, feature, payload, meta, position, sp, CALL_SITE_TAG);
+            }
+            slot.depth.store(depth.saturating_add(1), Relaxed);
+            fence(Release);
+            bump(&slot.seq); // even: done
+            Ok(Placed {
+                slot: placed,
+                index: depth,
+            })
+        },
+    )
+    .unwrap_or(Err(NotPushed::Skipped))
+}
+
+/// The tag of a call-site mark's record on x86-64: odd, and guards' tags are even.
+#[cfg(target_arch = "x86_64")]
+const CALL_SITE_TAG: u64 = 1;
+
+/// The general path of [`push_unless_nested_in`] on x86-64: claiming the thread's slot first.
+#[cfg(target_arch = "x86_64")]
+#[cold]
+#[inline(never)]
+fn push_unless_nested_general(
+    feature: u64,
+    payload: u64,
+    position: u64,
+    sp: u64,
+    nested: core::ops::Range<u64>,
+    claim: bool,
+) -> Result<Placed, NotPushed> {
+    push_unless_nested_tagged(feature, payload, position, sp, nested, claim)
+}
+
+/// Whether a call-site push at `sp` is not nested in the thread's innermost built-in mark (whose
+/// feature lies in `nested`): true if there is none, or it was left stale by a jump (then it is
+/// popped, as `pop_placed` would).
+#[inline(always)]
+fn outside_nested(slot: &Slot, sp: u64, nested: core::ops::Range<u64>) -> bool {
+    let depth = slot.depth.load(Relaxed) as usize;
+    if let Some(top) = depth.checked_sub(1).and_then(|i| slot.records.get(i)) {
+        if nested.contains(&top.feature.load(Relaxed)) {
+            if top.sp.load(Relaxed) > sp {
+                return false;
+            }
+            // Stale: the frame that pushed it is gone, left without its pop (a signal
+            // handler's `siglongjmp` out of the call). Pop it, as `pop_placed` would.
+            slot.depth.store(depth as u32 - 1, Release);
+        }
+    }
+    true
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn push_unless_nested_in(
+    feature: u64,
+    payload: u64,
+    position: u64,
+    sp: u64,
+    nested: core::ops::Range<u64>,
+    claim: bool,
+) -> Result<Placed, NotPushed> {
+    push_unless_nested_tagged(feature, payload, position, sp, nested, claim)
+}
+
+/// [`push_unless_nested_in`] that advances the thread's `serial` and tags the record with it, as
+/// [`push`] does (the path of targets other than x86-64, and of a thread's first push there).
+#[inline(always)]
+fn push_unless_nested_tagged(
     feature: u64,
     payload: u64,
     position: u64,
@@ -101,17 +207,8 @@ fn push_unless_nested_in(
                 }
             } else {
                 // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
-                let slot = unsafe { &*slot };
-                let depth = slot.depth.load(Relaxed) as usize;
-                if let Some(top) = depth.checked_sub(1).and_then(|i| slot.records.get(i)) {
-                    if nested.contains(&top.feature.load(Relaxed)) {
-                        if top.sp.load(Relaxed) > sp {
-                            return Err(NotPushed::Skipped);
-                        }
-                        // Stale: the frame that pushed it is gone, left without its pop (a signal
-                        // handler's `siglongjmp` out of the call). Pop it, as `pop_placed` would.
-                        slot.depth.store(depth as u32 - 1, Release);
-                    }
+                if !outside_nested(unsafe { &*slot }, sp, nested) {
+                    return Err(NotPushed::Skipped);
                 }
             }
             let serial = state.serial.get();
