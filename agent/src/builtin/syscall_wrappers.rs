@@ -283,6 +283,7 @@ macro_rules! interpose_syscall {
                 ".cfi_startproc",
                 ".cfi_personality 0x9b, fsprof_agent_personality",
                 concat!(".cfi_lsda 0x1b, .Lfsprof_lsda_", stringify!($name)),
+                ".p2align 6",
                 "22:",
                 "sub rsp, 24",
                 ".cfi_adjust_cfa_offset 24",
