@@ -110,6 +110,11 @@ struct RecordArgs {
     /// where the kernel allows it. Threads that are not running are always read with ptrace.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
+    /// Also look for separate debug files (symbols of stripped programs and libraries) under
+    /// this directory, before /usr/lib/debug: by build id (DIR/.build-id/xx/yyyy.debug) and by
+    /// debug link (DIR/<the module's directory>/<the name its .gnu_debuglink gives>). Repeatable.
+    #[arg(long, value_name = "DIR")]
+    debug_dir: Vec<PathBuf>,
 }
 
 /// Output formats of `fsprof report`.
@@ -194,6 +199,7 @@ impl From<RecordArgs> for RecordOptions {
             native: !args.no_native && cfg!(target_arch = "x86_64"),
             backend: args.backend,
             agent: false,
+            debug_dirs: args.debug_dir,
         }
     }
 }

@@ -30,13 +30,18 @@ fn names(list: &Value) -> Vec<&str> {
         .collect()
 }
 
-/// `fsprof run --no-agent` of the functions program `exe` for 3 s: the output directory, the
-/// program's truth, the JSON report and fsprof's stderr.
-fn profile_functions(exe: &std::path::Path) -> (tempfile::TempDir, Value, Value, String) {
+/// `fsprof run --no-agent` (and `options`) of the functions program `exe` for 3 s: the output
+/// directory, the program's truth, the JSON report and fsprof's stderr.
+fn profile_functions(
+    exe: &std::path::Path,
+    options: &[&std::ffi::OsStr],
+) -> (tempfile::TempDir, Value, Value, String) {
     let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     let output = Command::new(fsprof())
-        .args(["run", "--no-agent", "--rate", ACCURACY_RATE, "-o"])
+        .args(["run", "--no-agent", "--rate", ACCURACY_RATE])
+        .args(options)
+        .arg("-o")
         .arg(dir.path())
         .arg("--")
         .arg(exe)
@@ -57,7 +62,7 @@ fn functions_get_the_self_and_total_time_the_program_measured() {
     let _serial = serial();
     let build = tempdir();
     let exe = build_c_program(build.path(), "functions");
-    let (dir, truth, report, stderr) = profile_functions(&exe);
+    let (dir, truth, report, stderr) = profile_functions(&exe, &[]);
     let total = truth["total_ms"].as_f64().unwrap();
     let measured = |name: &str| truth["self_ms"][name].as_f64().unwrap() * 100.0 / total;
     let share = |name: &str, key: &str| function(&report, name)[key].as_f64().unwrap();
@@ -134,7 +139,7 @@ fn a_stripped_program_gets_one_name_per_function_by_module_and_start() {
         .status()
         .unwrap()
         .success());
-    let (_dir, truth, report, stderr) = profile_functions(&stripped);
+    let (_dir, truth, report, stderr) = profile_functions(&stripped, &[]);
     let total = truth["total_ms"].as_f64().unwrap();
     let listed: Vec<&Value> = report["functions"].as_array().unwrap().iter().collect();
     for name in ["outer", "inner", "lone", "rec"] {
@@ -170,6 +175,63 @@ fn a_stripped_program_gets_one_name_per_function_by_module_and_start() {
         }),
         "{notes:?}"
     );
+}
+
+/// The stripped program with its separate debug file (`objcopy --only-keep-debug`) under a
+/// directory given with `--debug-dir`, by build id: its functions get their names back, with the
+/// self time the program measured, and no note says symbols are missing.
+#[test]
+fn debug_dir_gives_a_stripped_program_its_names_back() {
+    let _serial = serial();
+    let build = tempdir();
+    let exe = build_c_program(build.path(), "functions");
+    let id = build_id(&exe);
+    let debug = tempdir();
+    let by_id = debug.path().join(".build-id").join(&id[..2]);
+    std::fs::create_dir_all(&by_id).unwrap();
+    let run = |program: &str, args: &[&std::ffi::OsStr]| {
+        let status = Command::new(program).args(args).status().unwrap();
+        assert!(status.success(), "{program} {args:?}");
+    };
+    let debug_file = by_id.join(format!("{}.debug", &id[2..]));
+    run(
+        "objcopy",
+        &[
+            "--only-keep-debug".as_ref(),
+            exe.as_os_str(),
+            debug_file.as_os_str(),
+        ],
+    );
+    run("strip", &["-s".as_ref(), exe.as_os_str()]);
+    let (_dir, truth, report, stderr) =
+        profile_functions(&exe, &["--debug-dir".as_ref(), debug.path().as_os_str()]);
+    let total = truth["total_ms"].as_f64().unwrap();
+    for name in ["outer", "inner", "lone", "rec"] {
+        let measured = truth["self_ms"][name].as_f64().unwrap() * 100.0 / total;
+        let got = function(&report, name)["self_percent"].as_f64().unwrap();
+        assert!(
+            (got - measured).abs() <= TOLERANCE,
+            "{name}: self {got:.2}% against {measured:.2}% measured\n{stderr}"
+        );
+    }
+    let notes = report["meta"]["notes"].as_array().unwrap();
+    assert!(
+        !notes
+            .iter()
+            .any(|n| n.as_str().unwrap().starts_with("no symbols for functions")),
+        "{notes:?}"
+    );
+}
+
+/// The build id of `exe` in hex, as `readelf -n` prints it.
+fn build_id(exe: &std::path::Path) -> String {
+    let output = Command::new("readelf").arg("-n").arg(exe).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    let id = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("no build id in {exe:?}: {text}"));
+    id.trim().to_owned()
 }
 
 /// `fsprof attach` to a running program without marks: the report says what was recorded (the

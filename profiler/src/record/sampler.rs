@@ -124,7 +124,7 @@ impl PendingSample {
 }
 
 /// What a sampler records besides marks.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct SamplerOptions {
     /// Native stacks.
     pub native: bool,
@@ -134,6 +134,8 @@ pub struct SamplerOptions {
     pub perf: Option<Duration>,
     /// Whether idle time counts (then idle threads' stacks matter too).
     pub count_idle: bool,
+    /// Where to look for separate debug files first (then `/usr/lib/debug`).
+    pub debug_dirs: Vec<std::path::PathBuf>,
 }
 
 /// The threads being sampled.
@@ -773,7 +775,10 @@ impl Sampler {
         meta.notes = notes;
         // Call sites are named here, with or without native stacks.
         meta.builtin_features = self.interner.finish(&mut self.builder);
-        let mut symbolizer = crate::symbolize::symbols::Symbolizer::new(&modules);
+        let mut symbolizer = crate::symbolize::symbols::Symbolizer::with_extra_debug_dirs(
+            &modules,
+            &self.options.debug_dirs,
+        );
         let mut profile = self
             .builder
             .finish(meta, |address| symbolizer.symbolize(address));

@@ -61,6 +61,8 @@ pub struct RecordOptions {
     pub backend: Backend,
     /// `run` only: preload the agent (`libfsprof_agent.so`) for the built-in features.
     pub agent: bool,
+    /// Where to look for separate debug files first (then `/usr/lib/debug`).
+    pub debug_dirs: Vec<PathBuf>,
 }
 
 impl RecordOptions {
@@ -353,6 +355,7 @@ fn sampler_options(options: &RecordOptions) -> SamplerOptions {
         perf: (options.backend != Backend::Ptrace)
             .then(|| Duration::from_secs_f64(1.0 / options.rate_hz)),
         count_idle: options.count_idle,
+        debug_dirs: options.debug_dirs.clone(),
     }
 }
 

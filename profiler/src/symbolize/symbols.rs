@@ -73,6 +73,14 @@ impl Symbolizer {
         Symbolizer::with_debug_dirs(modules, vec![PathBuf::from(DEFAULT_DEBUG_DIR)])
     }
 
+    /// Like [`Symbolizer::new`], searching `dirs` for separate debug files before
+    /// `/usr/lib/debug` (`--debug-dir`).
+    pub fn with_extra_debug_dirs(modules: &[Module], dirs: &[PathBuf]) -> Symbolizer {
+        let mut debug_dirs = dirs.to_vec();
+        debug_dirs.push(PathBuf::from(DEFAULT_DEBUG_DIR));
+        Symbolizer::with_debug_dirs(modules, debug_dirs)
+    }
+
     /// Like [`Symbolizer::new`], with other directories than `/usr/lib/debug` to search for
     /// separate debug files (tests).
     pub fn with_debug_dirs(modules: &[Module], debug_dirs: Vec<PathBuf>) -> Symbolizer {
@@ -161,7 +169,7 @@ impl Symbolizer {
         }
         let names: Vec<&str> = self.unnamed.iter().map(String::as_str).collect();
         Some(format!(
-            "no symbols for {}: {} functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses); install the debug symbols (Debian and Ubuntu: the -dbgsym packages; Fedora: debuginfo-install) or put the separate debug files under /usr/lib/debug (by build id: .build-id/xx/yyyy.debug), where fsprof looks",
+            "no symbols for {}: {} functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses); install the debug symbols (Debian and Ubuntu: the -dbgsym packages; Fedora: debuginfo-install) or point fsprof at a directory of separate debug files with --debug-dir DIR (by build id: DIR/.build-id/xx/yyyy.debug; /usr/lib/debug is searched always)",
             names.join(", "),
             if names.len() == 1 { "its" } else { "their" }
         ))
