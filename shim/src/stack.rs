@@ -161,7 +161,9 @@ fn push_unless_nested_general(
 fn outside_nested(slot: &Slot, sp: u64, nested: core::ops::Range<u64>) -> bool {
     let depth = slot.depth.load(Relaxed) as usize;
     if let Some(top) = depth.checked_sub(1).and_then(|i| slot.records.get(i)) {
-        if nested.contains(&top.feature.load(Relaxed)) {
+        // `nested.contains`, in one comparison (fewer registers on the callers' fast paths).
+        let offset = top.feature.load(Relaxed).wrapping_sub(nested.start);
+        if offset < nested.end.wrapping_sub(nested.start) {
             if top.sp.load(Relaxed) > sp {
                 return false;
             }
