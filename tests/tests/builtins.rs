@@ -137,6 +137,19 @@ fn a_contended_mutex_shows_the_waits_it_causes() {
         payloads(&report, "locks")[0].starts_with("main ("),
         "{locks:#}"
     );
+    // The text report says so, for the feature and its instance.
+    let text = std::fs::read_to_string(dir.path().join("report.txt")).unwrap();
+    let line = text.lines().find(|l| l.starts_with("Locks accounts for"));
+    assert!(
+        line.is_some_and(|l| l.contains("; threads also waited in it for ")
+            && l.ends_with(" ms, idle time not counted")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains(" : main (") && l.ends_with(" ms waiting)")),
+        "{text}"
+    );
 }
 
 /// A program that forks a large address space over and over: the kernel holds its memory map's
@@ -534,6 +547,23 @@ fn the_time_spent_in_the_agents_own_code_is_reported() {
         stderr.contains("the agent's own code (around each interposed libc call"),
         "{stderr}"
     );
+    // Its frames appear nowhere: not as functions, not in the stacks (their time is their
+    // caller's), however much time is spent in them.
+    let functions = report["functions"].as_array().unwrap();
+    assert!(functions.len() > 2, "{report:#}");
+    for function in functions {
+        let name = function["name"].as_str().unwrap();
+        assert!(!name.contains("fsprof_agent"), "{name}");
+    }
+    let folded = Command::new(fsprof())
+        .arg("report")
+        .arg(dir.path())
+        .args(["--format", "folded"])
+        .output()
+        .unwrap();
+    let folded = String::from_utf8_lossy(&folded.stdout);
+    assert!(folded.contains("strdup"), "{folded}");
+    assert!(!folded.contains("fsprof_agent"), "{folded}");
     let (dir, stderr) = run_c_program("strdups", "1", &["--no-agent"], &[]);
     let report = report_json(dir.path());
     assert_eq!(report["agent_percent"].as_f64().unwrap_or(0.0), 0.0);

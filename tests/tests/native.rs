@@ -112,6 +112,14 @@ fn profile_chain(dir: &Path, program: &Path, backend: &str) {
     assert!(status.success());
     let meta = meta_of(&dir.join("out"));
     assert_eq!(meta["native_backend"], backend);
+    // The report names the backend, on the header's third line.
+    let text = std::fs::read_to_string(dir.join("out").join("report.txt")).unwrap();
+    assert!(
+        text.lines()
+            .nth(2)
+            .is_some_and(|l| l.starts_with(&format!("native stacks: {backend} ("))),
+        "{text}"
+    );
     if backend == "perf" {
         // Busy threads, none blocked inside a mark: perf's samples carry their time, so fsprof
         // wakes every 10 ms rather than at the rate (each wake-up would preempt the program),

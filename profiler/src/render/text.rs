@@ -496,4 +496,29 @@ mod tests {
         assert!(note.contains("5 because the thread was blocked"), "{note}");
         assert!(!note.contains("0 because"), "{note}");
     }
+
+    #[test]
+    fn late_and_stretched_sampling_are_noted_past_a_tenth_of_the_ticks() {
+        let mut meta = Meta::default();
+        meta.sampling.ticks = 1_000;
+        (meta.sampling.late_ticks, meta.sampling.stretched_ticks) = (100, 100);
+        let report = analyse(&build(&[]), TimeView::Active);
+        assert!(notes(&report, &meta, 300).is_empty());
+        (meta.sampling.late_ticks, meta.sampling.stretched_ticks) = (250, 101);
+        meta.sampling.sampler_priority = "nice 0".into();
+        let notes = notes(&report, &meta, 300);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[0].starts_with(
+                "sampling 300 threads took so long that 101 of 1000 intervals between samples were stretched"
+            ),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].starts_with(
+                "25% of samples were taken late because fsprof waited for a CPU (sampler priority: nice 0)"
+            ),
+            "{notes:?}"
+        );
+    }
 }
