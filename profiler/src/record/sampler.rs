@@ -266,7 +266,8 @@ impl Sampler {
         self.via.set(None);
         self.take_regions();
         let (cache, pid, tids) = (&self.via, self.pid, &self.tids);
-        self.interner.settle(pid, || via(cache, pid, tids));
+        self.interner
+            .settle(pid, || process::memory_thread_cached(cache, pid, tids));
         self.read_marks();
         self.flush_pending();
         // Set again below by any thread whose time only the ticks can see.
@@ -716,7 +717,7 @@ impl Sampler {
     /// A live thread of the target whose memory map can be read, found once per tick (a read
     /// of `/proc`), when first needed.
     fn via(&self) -> u32 {
-        via(&self.via, self.pid, &self.tids)
+        process::memory_thread_cached(&self.via, self.pid, &self.tids)
     }
 
     /// The finished profile; `meta`'s recording fields are filled in here.
@@ -784,18 +785,6 @@ impl Sampler {
             .finish(meta, |address| symbolizer.symbolize(address));
         profile.meta.notes.extend(symbolizer.unnamed_note());
         profile
-    }
-}
-
-/// `cache`'s thread of `pid` whose memory map can be read, found among `tids` if not yet.
-fn via(cache: &std::cell::Cell<Option<u32>>, pid: u32, tids: &[u32]) -> u32 {
-    match cache.get() {
-        Some(via) => via,
-        None => {
-            let via = process::memory_thread(pid, tids);
-            cache.set(Some(via));
-            via
-        }
     }
 }
 

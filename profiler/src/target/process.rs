@@ -260,6 +260,18 @@ pub fn raise_open_file_limit() -> usize {
         .min(usize::MAX as u64) as usize
 }
 
+/// [`memory_thread`], remembered in `cache` once found.
+pub fn memory_thread_cached(cache: &std::cell::Cell<Option<u32>>, pid: u32, tids: &[u32]) -> u32 {
+    match cache.get() {
+        Some(via) => via,
+        None => {
+            let via = memory_thread(pid, tids);
+            cache.set(Some(via));
+            via
+        }
+    }
+}
+
 /// A thread of `pid` through which its memory can be read: the leader, unless it has exited
 /// before the other threads (a zombie leader has no memory map), then another of `tids`.
 pub fn memory_thread(pid: u32, tids: &[u32]) -> u32 {
