@@ -288,6 +288,16 @@ impl NativeSampler {
         Some(taken)
     }
 
+    /// Drops the samples perf took of `tid` so far, unread, and stops copying its slots until
+    /// the next [`NativeSampler::perf_samples`] gives their addresses again: after an `exec`,
+    /// they are the old program's.
+    pub fn drop_perf_samples(&mut self, tid: u32) {
+        if let Some(perf) = self.perf.as_mut().filter(|perf| perf.watches(tid)) {
+            perf.take(tid, |_| {});
+            let _ = perf.watch(tid, [0; SLOTS]);
+        }
+    }
+
     /// Ends perf sampling for good (perf is already out of `self`), because `tid` turned out not
     /// to be a thread this fsprof's user may trace (see `privilege.rs`).
     fn stop_perf(&mut self, tid: u32, why: String) {

@@ -348,8 +348,16 @@ impl Sampler {
                 if exec {
                     // This tick's marks may be the old image's (its region was copied
                     // before the exec was seen), and so may cached names: the thread's time
-                    // is carried to its next sample, as when marks are incomplete.
+                    // is carried to its next sample, as when marks are incomplete. So are the
+                    // samples perf took of it before the exec (the old program's marks and
+                    // stack, whose names the new memory no longer holds): dropped.
                     self.forget_names();
+                    if let Some(native) = self.native.as_mut() {
+                        native.drop_perf_samples(tid);
+                    }
+                    if let Some(state) = self.threads.states.get_mut(&tid) {
+                        (state.last_perf, state.last_native) = (None, None);
+                    }
                     return;
                 }
             }
