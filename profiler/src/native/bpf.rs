@@ -136,8 +136,13 @@ const RB_NO_WAKEUP: i32 = 1;
 /// state, then only the records below its depth (deeper ones may lie on pages never touched,
 /// which a copy made without faulting cannot read); a slot without an address, or whose copy
 /// failed, gives the header alone. The thread is the one interrupted, so its slots hold still.
-/// Returns 1, so the kernel writes the sample (after these copies).
-fn program(map: RawFd, copies: RawFd, index: u32) -> Vec<Insn> {
+/// Returns 1, so the kernel writes the sample (after these copies), for a sampling event; for a
+/// context-switch event (`at_switch`: the thread is leaving its CPU), 0: the event writes nothing
+/// of its own, and its copies say so (bit 8 of the slot's number), to be told apart from the
+/// samples' own.
+fn program(map: RawFd, copies: RawFd, index: u32, at_switch: bool) -> Vec<Insn> {
+    let kind = i32::from(at_switch) << 8;
+    let result = i32::from(!at_switch);
     let mut p = vec![
         insn(ST_W, 10, 0, -4, index as i32),
         insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, map),
@@ -162,7 +167,7 @@ fn program(map: RawFd, copies: RawFd, index: u32) -> Vec<Insn> {
         p.extend([
             insn(STX_DW, 6, 7, header, 0),
             insn(ST_W, 6, 0, header + 8, index as i32),
-            insn(ST_W, 6, 0, header + 12, slot as i32),
+            insn(ST_W, 6, 0, header + 12, slot as i32 | kind),
             insn(LDX_DW, 3, 6, address, 0),
             insn(STX_DW, 6, 3, header + 16, 0),
             insn(ST_DW, 6, 0, result, 0),
@@ -217,12 +222,18 @@ fn program(map: RawFd, copies: RawFd, index: u32) -> Vec<Insn> {
             insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
         ]);
     }
-    p.extend([insn(MOV64_IMM, 0, 0, 0, 1), insn(EXIT, 0, 0, 0, 0)]);
+    p.extend([insn(MOV64_IMM, 0, 0, 0, result), insn(EXIT, 0, 0, 0, 0)]);
     p
 }
 
-pub(super) fn load_program(map: RawFd, copies: RawFd, index: u32) -> Result<OwnedFd, String> {
-    let insns = program(map, copies, index);
+/// Loads [`program`] for the thread whose map value is `index`.
+pub(super) fn load_program(
+    map: RawFd,
+    copies: RawFd,
+    index: u32,
+    at_switch: bool,
+) -> Result<OwnedFd, String> {
+    let insns = program(map, copies, index, at_switch);
     let license = c"GPL"; // probe_read_user is a GPL-only helper
     let mut log = vec![0u8; 4096];
     let mut attr = ProgLoad {

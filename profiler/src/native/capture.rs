@@ -15,7 +15,7 @@
 //! at most every [`MAPS_REFRESH`]) and every module seen, for symbolization after recording.
 //! Symbolization itself is not done here.
 
-use crate::native::perf::{PerfSampler, WatchError, SLOTS};
+use crate::native::perf::{PerfSampler, Switch, Taken, WatchError, SLOTS};
 use crate::native::tracer::{Pauses, Tracer};
 use crate::native::unwind::{Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame};
 use crate::profile::RawNativeStack;
@@ -34,12 +34,16 @@ pub const MAX_STACK_COPY: usize = 512 * 1024;
 /// not make fsprof read its map at every sample.
 pub const MAPS_REFRESH: Duration = Duration::from_millis(100);
 
-/// One perf sample of a thread (see [`NativeSampler::perf_samples`]).
-pub struct PerfTaken {
-    /// Its stack.
-    pub captured: Captured,
-    /// The raw bytes of its slots at that instant (`None`: unknown).
-    pub slots: Option<[Option<Vec<u8>>; SLOTS]>,
+/// What perf gave of a thread (see [`NativeSampler::perf_samples`]), oldest first.
+pub enum PerfTaken {
+    /// A sample of its CPU time: its stack, and the raw bytes of its slots at that instant
+    /// (`None`: unknown).
+    Sample {
+        captured: Captured,
+        slots: Option<[Option<Vec<u8>>; SLOTS]>,
+    },
+    /// It left its CPU, or came back to one.
+    Switch(Switch),
 }
 
 /// A thread's native stack at one sample.
@@ -270,13 +274,16 @@ impl NativeSampler {
             }
         }
         let mut taken = Vec::new();
-        perf.take(tid, |sample| {
-            self.stats.perf_captured += 1;
-            let captured = self.unwind(tid, sample.regs, sample.stack);
-            taken.push(PerfTaken {
-                captured: self.counted(captured),
-                slots: sample.marks_known.then_some(sample.slots),
-            });
+        perf.take(tid, |item| match item {
+            Taken::Sample(sample) => {
+                self.stats.perf_captured += 1;
+                let captured = self.unwind(tid, sample.regs, sample.stack);
+                taken.push(PerfTaken::Sample {
+                    captured: self.counted(captured),
+                    slots: sample.marks_known.then_some(sample.slots),
+                });
+            }
+            Taken::Switch(switch) => taken.push(PerfTaken::Switch(switch)),
         });
         if let Err(why) = crate::record::privilege::still_traceable(self.pid) {
             // It ran a program its user may not trace (one with file capabilities): what perf
@@ -310,6 +317,18 @@ impl NativeSampler {
     /// Whether perf samples `tid` (see [`NativeSampler::perf_samples`]).
     pub fn perf_watches(&self, tid: u32) -> bool {
         self.perf.as_ref().is_some_and(|perf| perf.watches(tid))
+    }
+
+    /// `tid`'s time on a CPU since perf began to sample it (see [`PerfSampler::cpu_ns`]).
+    pub fn perf_cpu_ns(&self, tid: u32) -> Option<u64> {
+        self.perf.as_ref()?.cpu_ns(tid)
+    }
+
+    /// Whether perf follows `tid` off its CPU too (its samples then include its switches).
+    pub fn follows_switches(&self, tid: u32) -> bool {
+        self.perf
+            .as_ref()
+            .is_some_and(|perf| perf.follows_switches(tid))
     }
 
     /// The longest the sampler may wait between two calls of [`NativeSampler::perf_samples`]

@@ -49,9 +49,12 @@ const RING_PAGES: usize = 256;
 const SMALL_RING_PAGES: usize = 64;
 /// Threads that get a ring of [`RING_PAGES`].
 const LARGE_RINGS: usize = 64;
-/// Bytes of the shared ring of slot copies per CPU (the copies of one sample are a few hundred
-/// bytes; a CPU samples at most one thread at a time).
-const COPIES_PER_CPU: usize = 256 * 1024;
+/// Bytes of the shared ring of slot copies per CPU (the copies of one sample, or of one
+/// departure from a CPU, are a few hundred bytes; a CPU runs one thread at a time): room for
+/// about 10 ms of a thread that leaves its CPU 100 000 times a second between two reads.
+const COPIES_PER_CPU: usize = 1024 * 1024;
+/// At most this many bytes for that ring, however many CPUs.
+const COPIES_MAX: usize = 32 * 1024 * 1024;
 
 /// Layout of one map value (one per sampled thread): slot addresses (set by fsprof), then, per
 /// slot, the ring record the BPF program builds at each sample: a header (the sample's time, the
@@ -89,10 +92,33 @@ pub struct PerfSample<'a> {
     pub marks_known: bool,
 }
 
+/// What a thread's ring gave, oldest first.
+pub enum Taken<'a> {
+    /// A sample of its CPU time.
+    Sample(PerfSample<'a>),
+    /// It left its CPU or came back to one.
+    Switch(Switch),
+}
+
+/// The thread left its CPU (`out`) or came back to one, at `time` (CLOCK_MONOTONIC, ns). Leaving,
+/// it was either preempted (still runnable: waiting for a CPU from then on) or blocked; its slots
+/// are the copies made as it left (`marks_known` as for a sample; never for a return).
+#[derive(Debug)]
+pub struct Switch {
+    pub time: u64,
+    pub out: bool,
+    pub preempted: bool,
+    pub slots: [Option<Vec<u8>>; SLOTS],
+    pub marks_known: bool,
+}
+
 struct Thread {
     index: u32,
     event: OwnedFd,
     _program: OwnedFd,
+    /// Its context-switch event and that event's program, which copies its slots as it leaves
+    /// its CPU (`None` where the kernel refused them: its switches are then not followed).
+    switches: Option<(OwnedFd, OwnedFd)>,
     ring: Ring,
     addresses: [u64; SLOTS],
 }
@@ -103,8 +129,10 @@ pub struct PerfSampler {
     /// `MAX_THREADS` map values, mapped into fsprof.
     values: *mut u8,
     copies: CopyRing,
-    /// Slot copies read from `copies` and not yet matched, per map value index.
+    /// Slot copies read from `copies` and not yet matched, per map value index: made at
+    /// samples, and as threads left their CPU.
     waiting: Vec<VecDeque<SlotCopy>>,
+    switch_waiting: Vec<VecDeque<SlotCopy>>,
     threads: HashMap<u32, Thread>,
     free: Vec<u32>,
     page: usize,
@@ -138,8 +166,11 @@ impl PerfSampler {
             .map_err(|e| format!("cannot create a BPF map ({}): {needs}", e.desc()))?;
         let page = page_size();
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let copies = CopyRing::new(page, (cpus * COPIES_PER_CPU).next_power_of_two())
-            .map_err(|e| format!("cannot create a BPF ring buffer ({}): {needs}", e.desc()))?;
+        let copies = CopyRing::new(
+            page,
+            (cpus * COPIES_PER_CPU).min(COPIES_MAX).next_power_of_two(),
+        )
+        .map_err(|e| format!("cannot create a BPF ring buffer ({}): {needs}", e.desc()))?;
         let len = values_len(page);
         // The BPF array was created mmapable.
         let values = map_shared(&map, len, true, 0)
@@ -149,6 +180,7 @@ impl PerfSampler {
             values,
             copies,
             waiting: (0..MAX_THREADS).map(|_| VecDeque::new()).collect(),
+            switch_waiting: (0..MAX_THREADS).map(|_| VecDeque::new()).collect(),
             threads: HashMap::new(),
             free: (0..MAX_THREADS).rev().collect(),
             page,
@@ -156,7 +188,7 @@ impl PerfSampler {
             lost: 0,
             unmatched: 0,
         };
-        load_program(sampler.map.as_raw_fd(), sampler.copies.fd(), 0)
+        load_program(sampler.map.as_raw_fd(), sampler.copies.fd(), 0, false)
             .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
@@ -192,6 +224,24 @@ impl PerfSampler {
         self.threads.contains_key(&tid)
     }
 
+    /// `tid`'s time on a CPU since it was first watched, in ns (its task-clock count: exact,
+    /// also once the thread has exited, until it is forgotten).
+    pub fn cpu_ns(&self, tid: u32) -> Option<u64> {
+        let thread = self.threads.get(&tid)?;
+        let mut value = [0u8; 8];
+        nix::unistd::read(thread.event.as_raw_fd(), &mut value)
+            .ok()
+            .filter(|n| *n == 8)?;
+        Some(u64::from_ne_bytes(value))
+    }
+
+    /// Whether `tid`'s departures from its CPU are followed (see [`Taken::Switch`]).
+    pub fn follows_switches(&self, tid: u32) -> bool {
+        self.threads
+            .get(&tid)
+            .is_some_and(|thread| thread.switches.is_some())
+    }
+
     /// Makes sure `tid` is being sampled, copying the slots at `addresses` (0 for none) with
     /// each sample from now on. Fails if the thread cannot be sampled this way.
     pub fn watch(&mut self, tid: u32, addresses: [u64; SLOTS]) -> Result<(), WatchError> {
@@ -216,25 +266,54 @@ impl PerfSampler {
         Ok(())
     }
 
-    /// Hands `each` the samples `tid` took since the previous call, oldest first. Each sample's
-    /// slots are the copies the program made at its instant: the program runs, and puts its
-    /// copies in the shared ring, before the kernel writes the sample, so every sample in the
-    /// thread's ring when the shared ring is read has its copies there; they carry its time.
-    pub fn take(&mut self, tid: u32, mut each: impl FnMut(PerfSample<'_>)) {
+    /// Hands `each` the samples `tid` took and its switches since the previous call, oldest
+    /// first. Each sample's slots are the copies the program made at its instant: the program
+    /// runs, and puts its copies in the shared ring, before the kernel writes the sample, so
+    /// every sample in the thread's ring when the shared ring is read has its copies there;
+    /// they carry its time. So for a departure from the CPU, whose copies the switch event's
+    /// program makes just before the kernel writes the switch.
+    pub fn take(&mut self, tid: u32, mut each: impl FnMut(Taken<'_>)) {
         let Some(thread) = self.threads.get_mut(&tid) else {
             return;
         };
         let head = thread.ring.head();
         let bound = SLOTS * 4 * RING_PAGES * self.page / STACK_DUMP as usize;
-        read_copies(&mut self.copies, &mut self.waiting, bound);
+        read_copies(
+            &mut self.copies,
+            [&mut self.waiting, &mut self.switch_waiting],
+            bound,
+        );
         let waiting = &mut self.waiting[thread.index as usize];
+        let switch_waiting = &mut self.switch_waiting[thread.index as usize];
         let tolerance = (self.period_ns / 4).min(MATCH_TOLERANCE_NS);
         let (mut lost, mut unmatched) = (0u64, 0u64);
         thread.ring.drain(head, |record| match parse(record) {
             Record::Sample(mut sample) => {
-                match_copies(waiting, &mut sample, tolerance);
+                (sample.slots, sample.marks_known) =
+                    match_copies(waiting, sample.time, [tolerance, tolerance]);
                 unmatched += u64::from(!sample.marks_known);
-                each(sample);
+                each(Taken::Sample(sample));
+            }
+            Record::Switch {
+                time,
+                out,
+                preempted,
+            } => {
+                // A departure's copies come just before it (its program runs first), and a
+                // departure may follow the previous one by less than the tolerance: only
+                // copies made before it are its.
+                let (slots, marks_known) = if out {
+                    match_copies(switch_waiting, time, [MATCH_TOLERANCE_NS, 0])
+                } else {
+                    Default::default()
+                };
+                each(Taken::Switch(Switch {
+                    time,
+                    out,
+                    preempted,
+                    slots,
+                    marks_known,
+                }));
             }
             Record::Lost(count) => lost = lost.saturating_add(count),
             Record::Other => {}
@@ -247,6 +326,7 @@ impl PerfSampler {
     pub fn forget(&mut self, tid: u32) {
         if let Some(thread) = self.threads.remove(&tid) {
             self.waiting[thread.index as usize].clear();
+            self.switch_waiting[thread.index as usize].clear();
             self.free.push(thread.index);
         }
     }
@@ -269,14 +349,19 @@ impl PerfSampler {
             .map_err(WatchError::Refused)?;
         // Enabled only once the thread passed again: nothing is sampled in between.
         let enabled = check(tid).and_then(|()| {
-            // SAFETY: a valid descriptor.
-            match unsafe { sys::ioctls::ENABLE(thread.event.as_raw_fd(), 0) } {
-                0 => Ok(()),
-                _ => Err(WatchError::Refused(Errno::last())),
+            let events =
+                std::iter::once(&thread.event).chain(thread.switches.as_ref().map(|s| &s.0));
+            for event in events {
+                // SAFETY: a valid descriptor.
+                if unsafe { sys::ioctls::ENABLE(event.as_raw_fd(), 0) } != 0 {
+                    return Err(WatchError::Refused(Errno::last()));
+                }
             }
+            Ok(())
         });
         if let Err(error) = enabled {
             self.waiting[thread.index as usize].clear();
+            self.switch_waiting[thread.index as usize].clear();
             self.free.push(thread.index);
             return Err(error);
         }
@@ -286,6 +371,7 @@ impl PerfSampler {
     fn open_unchecked(&mut self, tid: u32) -> Result<Thread, Errno> {
         let index = self.free.pop().ok_or(Errno::EMFILE)?;
         self.waiting[index as usize].clear();
+        self.switch_waiting[index as usize].clear();
         let pages = if self.threads.len() >= LARGE_RINGS {
             SMALL_RING_PAGES
         } else {
@@ -294,18 +380,22 @@ impl PerfSampler {
         let opened = (|| {
             let event = open_event(tid as i32, self.period_ns)?;
             let ring = Ring::new(&event, self.page, pages)?;
-            let program = load_program(self.map.as_raw_fd(), self.copies.fd(), index)
+            let program = load_program(self.map.as_raw_fd(), self.copies.fd(), index, false)
                 .map_err(|_| Errno::EPERM)?;
-            // SAFETY: valid descriptors.
-            unsafe {
-                if sys::ioctls::SET_BPF(event.as_raw_fd(), program.as_raw_fd() as u32) != 0 {
-                    return Err(Errno::last());
-                }
-            }
+            attach(&event, &program)?;
+            let switches = (|| {
+                let event = open_switch_event(tid as i32)?;
+                let program = load_program(self.map.as_raw_fd(), self.copies.fd(), index, true)
+                    .map_err(|_| Errno::EPERM)?;
+                attach(&event, &program)?;
+                Ok::<_, Errno>((event, program))
+            })()
+            .ok();
             Ok(Thread {
                 index,
                 event,
                 _program: program,
+                switches,
                 ring,
                 addresses: [0; SLOTS],
             })
@@ -333,12 +423,19 @@ pub enum WatchError {
     },
 }
 
-/// Moves the shared ring's copies to their threads' queues (bounded: a queue longer than its
-/// thread's ring could ever need loses its oldest).
-fn read_copies(copies: &mut CopyRing, waiting: &mut [VecDeque<SlotCopy>], bound: usize) {
+/// Moves the shared ring's copies to their threads' queues, those made at samples to the first
+/// and those made at switches to the second (bounded: a queue longer than its thread's ring
+/// could ever need loses its oldest).
+fn read_copies(copies: &mut CopyRing, waiting: [&mut [VecDeque<SlotCopy>]; 2], bound: usize) {
+    let [at_samples, at_switches] = waiting;
     copies.drain(|record| {
         let Some((index, copy)) = parse_copy(record) else {
             return;
+        };
+        let waiting = if copy.at_switch {
+            &mut *at_switches
+        } else {
+            &mut *at_samples
         };
         if let Some(queue) = waiting.get_mut(index as usize) {
             if queue.len() >= bound {
@@ -349,31 +446,44 @@ fn read_copies(copies: &mut CopyRing, waiting: &mut [VecDeque<SlotCopy>], bound:
     });
 }
 
-/// Gives `sample` the copies of its instant from its thread's queue, dropping older ones (their
-/// samples were lost or not written).
-fn match_copies(waiting: &mut VecDeque<SlotCopy>, sample: &mut PerfSample<'_>, tolerance: u64) {
+/// The slots copied at `time` (a sample's or a switch's) from its thread's queue, and whether
+/// they are known (every slot copied): copies made at most `within[0]` ns before `time` and
+/// `within[1]` after; drops older copies (their samples were lost or not written).
+fn match_copies(
+    waiting: &mut VecDeque<SlotCopy>,
+    time: u64,
+    within: [u64; 2],
+) -> ([Option<Vec<u8>>; SLOTS], bool) {
     while waiting
         .front()
-        .is_some_and(|c| c.time.saturating_add(tolerance) < sample.time)
+        .is_some_and(|c| c.time.saturating_add(within[0]) < time)
     {
         waiting.pop_front();
     }
+    let mut slots: [Option<Vec<u8>>; SLOTS] = Default::default();
     let mut found = [false; SLOTS];
     let mut ok = true;
     while let Some(copy) = waiting.front() {
-        if copy.time > sample.time.saturating_add(tolerance) {
+        if copy.time > time.saturating_add(within[1]) {
             break;
         }
         let copy = waiting.pop_front().expect("front");
         found[copy.slot] = true;
         ok &= copy.ok;
         if copy.address != 0 && copy.ok {
-            sample.slots[copy.slot] = Some(copy.bytes);
+            slots[copy.slot] = Some(copy.bytes);
         }
     }
-    sample.marks_known = ok && found.iter().all(|f| *f);
-    if !sample.marks_known {
-        sample.slots = Default::default();
+    let known = ok && found.iter().all(|f| *f);
+    (if known { slots } else { Default::default() }, known)
+}
+
+/// Attaches `program` to `event`.
+fn attach(event: &OwnedFd, program: &OwnedFd) -> Result<(), Errno> {
+    // SAFETY: valid descriptors.
+    match unsafe { sys::ioctls::SET_BPF(event.as_raw_fd(), program.as_raw_fd() as u32) } {
+        0 => Ok(()),
+        _ => Err(Errno::last()),
     }
 }
 
@@ -455,6 +565,41 @@ fn open_event(tid: i32, period_ns: u64) -> Result<OwnedFd, Errno> {
     // registers and stack), as it would be by a timer, not only once back in user space.
     attr.set_exclude_hv(1);
     attr.set_exclude_callchain_kernel(1);
+    // The thread's switches in and out of its CPU, in the same ring, with their time.
+    attr.set_context_switch(1);
+    attr.set_sample_id_all(1);
+    // SAFETY: a valid attribute block; the result is checked.
+    let fd = unsafe {
+        sys::perf_event_open(
+            &mut attr,
+            tid,
+            -1,
+            -1,
+            sys::bindings::PERF_FLAG_FD_CLOEXEC as _,
+        )
+    };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: a new descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A software event that counts `tid`'s departures from its CPU, each one an overflow (so that
+/// its program copies the slots then). Its samples are never written: its program returns 0, and
+/// it has no ring.
+fn open_switch_event(tid: i32) -> Result<OwnedFd, Errno> {
+    let mut attr = sys::bindings::perf_event_attr {
+        size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+        type_: sys::bindings::PERF_TYPE_SOFTWARE,
+        config: sys::bindings::PERF_COUNT_SW_CONTEXT_SWITCHES as u64,
+        sample_type: sys::bindings::PERF_SAMPLE_TIME as u64,
+        clockid: libc::CLOCK_MONOTONIC,
+        ..Default::default()
+    };
+    attr.__bindgen_anon_1.sample_period = 1;
+    attr.set_disabled(1);
+    attr.set_use_clockid(1);
     // SAFETY: a valid attribute block; the result is checked.
     let fd = unsafe {
         sys::perf_event_open(
@@ -530,7 +675,10 @@ mod tests {
         // Rarely read: every sample since the previous read comes back, each with its own copy.
         while taken < 200 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(15));
-            perf.take(tid, |sample| {
+            perf.take(tid, |item| {
+                let Taken::Sample(sample) = item else {
+                    return;
+                };
                 assert!(sample.time > last_time, "in order");
                 last_time = sample.time;
                 if !sample.marks_known {

@@ -13,10 +13,12 @@ use perf_event_open_sys as sys;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, Ordering};
 
-/// A slot copy from the shared ring, waiting for its sample.
+/// A slot copy from the shared ring, waiting for its sample or its switch.
 pub(super) struct SlotCopy {
     pub(super) time: u64,
     pub(super) slot: usize,
+    /// Made as the thread left its CPU (else at a sample).
+    pub(super) at_switch: bool,
     pub(super) address: u64,
     pub(super) ok: bool,
     pub(super) bytes: Vec<u8>,
@@ -115,6 +117,13 @@ fn copy_out(data: *const u8, size: usize, at: u64, out: &mut [u8]) {
 pub(super) enum Record<'a> {
     /// A sample (its slots not yet matched).
     Sample(PerfSample<'a>),
+    /// The thread left its CPU (`out`, and `preempted` if it stayed runnable) or came back to
+    /// one, at `time`.
+    Switch {
+        time: u64,
+        out: bool,
+        preempted: bool,
+    },
     /// Samples lost (the ring was full).
     Lost(u64),
     /// Anything else, or a malformed record.
@@ -136,6 +145,15 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
     };
     if kind == sys::bindings::PERF_RECORD_LOST {
         return word(16).map_or(Record::Other, Record::Lost); // header, id, lost
+    }
+    if kind == sys::bindings::PERF_RECORD_SWITCH {
+        // header (8: type, misc, size), then the sample id: pid+tid (8), time (8)
+        let misc = u16::from_ne_bytes([record[4], record[5]]) as u32;
+        return word(16).map_or(Record::Other, |time| Record::Switch {
+            time,
+            out: misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT != 0,
+            preempted: misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0,
+        });
     }
     if kind != sys::bindings::PERF_RECORD_SAMPLE {
         return Record::Other;
@@ -180,8 +198,12 @@ pub(super) fn parse_copy(record: &[u8]) -> Option<(u32, SlotCopy)> {
     };
     let time = word(0)?;
     let index_and_slot = word(8)?;
-    let (index, slot) = (index_and_slot as u32, (index_and_slot >> 32) as usize);
-    if slot >= SLOTS {
+    let index = index_and_slot as u32;
+    let (slot, at_switch) = (
+        (index_and_slot >> 32) as u8 as usize,
+        index_and_slot >> 40 & 1 == 1,
+    );
+    if slot >= SLOTS || index_and_slot >> 41 != 0 {
         return None;
     }
     let address = word(16)?;
@@ -193,6 +215,7 @@ pub(super) fn parse_copy(record: &[u8]) -> Option<(u32, SlotCopy)> {
         SlotCopy {
             time,
             slot,
+            at_switch,
             address,
             ok,
             bytes,

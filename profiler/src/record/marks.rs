@@ -28,6 +28,8 @@ pub struct MarkReader {
     unsettled: Vec<u32>,
     /// Set when a region could not be read this tick: every thread's time is carried over.
     incomplete: bool,
+    /// When this tick's marks began to be read (CLOCK_MONOTONIC, ns).
+    read_ns: u64,
 }
 
 /// What [`MarkReader::take_regions`] found.
@@ -53,6 +55,7 @@ impl MarkReader {
             unreadable: Vec::new(),
             unsettled: Vec::new(),
             incomplete: false,
+            read_ns: 0,
         }
     }
 
@@ -91,9 +94,16 @@ impl MarkReader {
         }
     }
 
+    /// When this tick's marks began to be read (CLOCK_MONOTONIC, ns): a thread that has not
+    /// run since before then still has the marks read.
+    pub fn read_ns(&self) -> u64 {
+        self.read_ns
+    }
+
     /// Copies every thread's marks from every region. Returns `false` when a region could not
     /// be read (it is dropped, and looked for again): this tick's marks are incomplete.
     pub fn read(&mut self) -> bool {
+        self.read_ns = crate::record::clock::monotonic_ns();
         self.marks.clear();
         self.unreadable.clear();
         let before = self.regions.len();

@@ -16,7 +16,7 @@
 //! Strings behind mark addresses are read once per unique address (cached here) while the target
 //! is alive; nothing else is resolved in the loop.
 
-use crate::native::capture::{self, Captured, NativeSampler};
+use crate::native::capture::{self, Captured, NativeSampler, PerfTaken};
 use crate::native::perf::SLOTS;
 use crate::native::unwind::UnwoundFrame;
 use crate::profile::{Meta, Profile, ProfileBuilder, Stack, MAX_STACK_FRAMES};
@@ -67,6 +67,8 @@ struct ThreadState {
     /// known (the tick's marks stand for it only if the thread ends first): its call sites are
     /// then found in a stack of the same instant, not in the live stack, which has moved on.
     before_perf: Option<PendingSample>,
+    /// Its switches, where perf follows them (see `off_cpu.rs`).
+    followed: Option<off_cpu::Followed>,
 }
 
 /// A thread's native stack for one sample.
@@ -83,44 +85,6 @@ enum Native {
     Perf(Captured, Vec<RecordView>, Option<u32>),
     /// Its stack.
     Captured(Captured),
-}
-
-/// What a thread's sample at a tick stands for.
-#[derive(Clone, Copy)]
-struct Weight {
-    wall_ns: u64,
-    active_ns: u64,
-    /// For a running thread born during a long interval, which stands for its runnable time so
-    /// far: the whole interval, which it stands for instead if it is gone before it is sampled
-    /// again. A thread seen at one tick only is sampled in proportion to its life, and so
-    /// stands for the interval (as at the full rate); its age would favour what it does late
-    /// in its life (seen then, it weighs more).
-    if_gone_ns: Option<u64>,
-}
-
-/// A sample waiting for its thread's late stop, or for its first perf sample.
-struct PendingSample {
-    thread: u32,
-    stack: u32,
-    records: Vec<RecordView>,
-    weight: Weight,
-}
-
-impl PendingSample {
-    fn add(self, builder: &mut ProfileBuilder, native: Option<u32>) {
-        let Weight {
-            wall_ns, active_ns, ..
-        } = self.weight;
-        builder.add_sample(self.thread, self.stack, native, wall_ns, active_ns);
-    }
-
-    /// Adds it for a thread that is gone (see [`Weight::if_gone_ns`]).
-    fn add_gone(mut self, builder: &mut ProfileBuilder) {
-        if let Some(interval) = self.weight.if_gone_ns {
-            (self.weight.wall_ns, self.weight.active_ns) = (interval, interval);
-        }
-        self.add(builder, None);
-    }
 }
 
 /// What a sampler records besides marks.
@@ -357,6 +321,7 @@ impl Sampler {
                     }
                     if let Some(state) = self.threads.states.get_mut(&tid) {
                         (state.last_perf, state.last_native) = (None, None);
+                        state.followed = None;
                     }
                     return;
                 }
@@ -380,6 +345,13 @@ impl Sampler {
         // the time it waited for a CPU is active (see below).
         let slow = self.clock.slow_interval();
         let by_perf = self.perf_samples(tid, own_tid, thread, running, slow);
+        if self.followed_off_cpu(tid) {
+            // Its running time is in perf's samples, its time off the CPU in its switches.
+            self.refresh_blocked(tid, own_tid, running);
+            self.add_off_cpu(tid, thread, None, false);
+            self.add_running(tid, thread, true);
+            return;
+        }
         let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);
         let state = self.threads.states.get_mut(&tid).expect("sampled");
         let mut waiting = 0.0;
@@ -471,6 +443,7 @@ impl Sampler {
             last_sched: None,
             born: !first,
             before_perf: None,
+            followed: None,
         };
         self.threads.states.insert(tid, state);
         true
@@ -568,6 +541,7 @@ impl Sampler {
                 // counted (see `tick`).
                 let slow = self.clock.slow_interval();
                 self.perf_samples(tid, own_tid, thread, false, slow);
+                self.add_running(tid, thread, false);
             }
         }
         let budget = &mut self.threads.descriptor_budget;
@@ -797,3 +771,6 @@ impl Sampler {
 }
 
 mod native_stacks;
+mod off_cpu;
+mod weight;
+use weight::{PendingSample, Weight};

@@ -73,6 +73,20 @@ fn main() {
             mixed(&truth, run_for, 1);
         }
         "threads" => threads(&truth, run_for, ready),
+        "pair" => {
+            // Two threads of `mixed`, nothing else: every thread's time is in the truth.
+            let handles: Vec<_> = [21, 22]
+                .map(|seed| {
+                    let truth = Arc::clone(&truth);
+                    thread::spawn(move || mixed(&truth, run_for, seed))
+                })
+                .into_iter()
+                .collect();
+            ready();
+            for handle in handles {
+                handle.join().unwrap();
+            }
+        }
         "pool" => pool(&truth, run_for, ready),
         "requests" => requests(&truth, run_for, ready),
         "crowd" => {

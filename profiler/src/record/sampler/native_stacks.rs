@@ -72,8 +72,9 @@ impl Sampler {
     }
 
     /// Adds the samples perf took of thread `tid` (sample thread `thread`) since the previous
-    /// tick, if `add`, each standing for one period of its CPU time with the marks the kernel
-    /// copied at its instant; keeps the latest for the tick's sample. If perf sampled the thread
+    /// tick, if `add` or its switches are followed (see `off_cpu.rs`, which takes those), each
+    /// standing for one period of its CPU time with the marks the kernel copied at its
+    /// instant; keeps the latest for the tick's sample. If perf sampled the thread
     /// since the previous tick (its CPU time since then is in those samples): the CPU time its
     /// samples stand for (those whose marks are unknown, a copy failed or was lost, are left out
     /// of the profile but counted here). A thread is sampled by perf from the first tick that
@@ -96,21 +97,44 @@ impl Sampler {
             self.clock.needs_every_tick();
         }
         let addresses = self.reader.slot_addresses(self.reader.of(own_tid))?;
-        let samples = native.perf_samples(tid, addresses)?;
+        let taken = native.perf_samples(tid, addresses)?;
+        let follows = native.follows_switches(tid);
+        let followed = self.followed_off_cpu(tid);
+        let add = add || followed;
         let period = self.options.perf.map_or(0, |p| p.as_nanos() as u64);
-        let covered = period.saturating_mul(samples.len() as u64);
+        let mut covered = 0u64;
         let mut latest = None;
-        for sample in samples {
-            let Some((records, truncated)) = sample
-                .slots
-                .and_then(|slots| snapshot_records(own_tid, &slots))
+        // The latest sample's stack and marks, for the time off the CPU that follows it.
+        let mut before_switch: Option<(Captured, u32)> = match self.threads.states.get(&tid) {
+            Some(ThreadState {
+                last_perf: Some(Native::Perf(captured, records, truncated)),
+                ..
+            }) => {
+                let (captured, records, truncated) =
+                    (captured.clone(), records.clone(), *truncated);
+                Some((captured, self.intern_records(records, truncated)))
+            }
+            _ => None,
+        };
+        for item in taken {
+            let (captured, slots) = match item {
+                PerfTaken::Sample { captured, slots } => (captured, slots),
+                PerfTaken::Switch(switch) => {
+                    if followed {
+                        self.switch(tid, own_tid, thread, switch, before_switch.as_ref());
+                    }
+                    continue;
+                }
+            };
+            covered = covered.saturating_add(period);
+            let Some((mut records, truncated)) =
+                slots.and_then(|slots| snapshot_records(own_tid, &slots))
             else {
                 self.tally.native_moved += 1; // a copy failed, was lost, or caught a push half done
                 latest = Some(None);
                 continue;
             };
-            let mut records = records;
-            self.resolve_captured(own_tid, &mut records, &sample.captured.frames);
+            self.resolve_captured(own_tid, &mut records, &captured.frames);
             let stack = self.intern_records(records, truncated);
             let before = self
                 .threads
@@ -118,9 +142,11 @@ impl Sampler {
                 .get_mut(&tid)
                 .and_then(|state| state.before_perf.take());
             if add || before.is_some() {
-                let placed = capture::place(&sample.captured, &self.records);
+                let placed = capture::place(&captured, &self.records);
                 let native = Some(self.builder.native_stack(placed));
-                if add {
+                if followed {
+                    self.keep_sample(tid, stack, native);
+                } else if add {
                     self.builder
                         .add_sample(thread, stack, native, period, period);
                 }
@@ -130,15 +156,22 @@ impl Sampler {
                         .add_sample(thread, stack, native, wall_ns, active_ns);
                 }
             }
+            before_switch = Some((captured.clone(), stack));
             latest = Some(Some(Native::Perf(
-                sample.captured,
+                captured,
                 self.records.clone(),
                 truncated,
             )));
         }
-        if let Some(latest) = latest {
-            if let Some(state) = self.threads.states.get_mut(&tid) {
+        if let Some(state) = self.threads.states.get_mut(&tid) {
+            if let Some(latest) = latest {
                 state.last_perf = latest;
+            }
+            // Followed from the next tick on (this one's time is the tick's).
+            match (follows, &state.followed) {
+                (true, None) => state.followed = Some(off_cpu::Followed::new(self.clock.ticks())),
+                (false, Some(_)) => state.followed = None,
+                _ => {}
             }
         }
         watched.then_some(covered)
@@ -223,7 +256,7 @@ impl Sampler {
 /// Decodes the slots the kernel copied at a perf sample into the thread's records (all slots,
 /// in order) and the logical depth if some were not recorded. `None` if a copy is not this
 /// thread's slot.
-fn snapshot_records(
+pub(super) fn snapshot_records(
     own_tid: u32,
     slots: &[Option<Vec<u8>>; SLOTS],
 ) -> Option<(Vec<RecordView>, Option<u32>)> {

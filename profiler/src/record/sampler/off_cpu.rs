@@ -1,0 +1,255 @@
+//! A thread's time on and off its CPU, from the kernel's records of its switches (perf
+//! backend): each departure (preempted, so still runnable, or blocked) comes with the marks
+//! copied as the thread left, each return with its time, and every interval in between is
+//! added as a sample of exactly its length with those marks: waiting for a CPU is active time,
+//! blocked time is wall time only (which counts inside the program's own marks, or with
+//! `--idle`). Its time on the CPU between two ticks, known exactly from the same records, is
+//! shared out among perf's samples of it in that interval (`native_stacks.rs` takes them),
+//! each with its own marks; so a tick adds nothing of its own for a thread followed this way,
+//! and none of its time is estimated (a thread that ran less than a period between two ticks
+//! without a sample has its running time counted with its latest marks).
+//!
+//! The stack of a stretch off the CPU: preempted, that of the thread's latest perf sample
+//! before it left (it ran less than a period since); blocked, the one read at a tick while it
+//! is still blocked (from then on), and none before that (its latest sample may be in the code
+//! that led to the call that blocked, not in the call). Not here: opening the events
+//! (`native/perf.rs`).
+
+use super::native_stacks::snapshot_records;
+use super::*;
+use crate::native::perf::Switch;
+use crate::record::clock::monotonic_ns;
+
+/// A thread whose switches are followed.
+pub(super) struct Followed {
+    /// The tick at which following began: the ticks after it add nothing for the thread.
+    since_tick: u64,
+    /// Where the thread is off its CPU now, if it is.
+    off: Option<OffCpu>,
+    /// Since when it is on its CPU (not yet counted), if it is.
+    on: Option<u64>,
+    /// Its time on the CPU since the previous tick, and perf's samples of it in that time
+    /// (their mark stacks and native stacks), which share it.
+    ran_ns: u64,
+    samples: Vec<(u32, Option<u32>)>,
+    /// Its latest known marks (at a sample or a departure), for running time without a sample.
+    latest: Option<u32>,
+    /// Its running time added so far.
+    credited_ns: u64,
+}
+
+/// A stretch off the CPU not yet added.
+struct OffCpu {
+    /// Since when (CLOCK_MONOTONIC, ns): its departure, or the tick up to which it was added.
+    since: u64,
+    /// When it left.
+    left: u64,
+    preempted: bool,
+    stack: u32,
+    native: Option<u32>,
+    /// Its stack, read at a tick while it was blocked (see [`Sampler::refresh_blocked`]): it
+    /// stands until the thread runs again.
+    captured: Option<Captured>,
+}
+
+impl Followed {
+    /// Following a thread from tick `tick` on, running then.
+    pub(super) fn new(tick: u64) -> Followed {
+        Followed {
+            since_tick: tick,
+            off: None,
+            on: Some(monotonic_ns()),
+            ran_ns: 0,
+            samples: Vec::new(),
+            latest: None,
+            credited_ns: 0,
+        }
+    }
+}
+
+impl Sampler {
+    /// Whether thread `tid`'s time since the previous tick is all in perf's samples and its
+    /// switches (then the tick adds nothing for it).
+    pub(super) fn followed_off_cpu(&self, tid: u32) -> bool {
+        self.threads
+            .states
+            .get(&tid)
+            .and_then(|state| state.followed.as_ref())
+            .is_some_and(|followed| followed.since_tick < self.clock.ticks())
+    }
+
+    /// Takes a switch of thread `tid` (sample thread `thread`): a departure opens a stretch
+    /// off the CPU with the marks copied then (else those of `latest`, the thread's latest perf
+    /// sample, which also gives the stretch its stack); a return adds the stretch.
+    pub(super) fn switch(
+        &mut self,
+        tid: u32,
+        own_tid: u32,
+        thread: u32,
+        switch: Switch,
+        latest: Option<&(Captured, u32)>,
+    ) {
+        if !switch.out {
+            self.add_off_cpu(tid, thread, Some(switch.time), true);
+            if let Some(followed) = self.followed_mut(tid) {
+                followed.on = Some(switch.time);
+            }
+            return;
+        }
+        if let Some(followed) = self.followed_mut(tid) {
+            if let Some(on) = followed.on.take() {
+                followed.ran_ns += switch.time.saturating_sub(on);
+            }
+        }
+        // All slots copied (a thread without one gives no marks), or the marks are unknown.
+        let copied = switch
+            .marks_known
+            .then(|| snapshot_records(own_tid, &switch.slots))
+            .flatten();
+        let (stack, native) = match (copied, latest) {
+            (Some((mut records, truncated)), latest) => {
+                if let Some((captured, _)) = latest {
+                    self.resolve_captured(own_tid, &mut records, &captured.frames);
+                }
+                let stack = self.intern_records(records, truncated);
+                // Preempted, it was running the code of its latest sample (less than a period
+                // ago); blocked, it may have run on into a call that blocks, whose stack only a
+                // tick's read shows (see `refresh_blocked`).
+                let native = latest.filter(|_| switch.preempted).map(|(captured, _)| {
+                    let placed = capture::place(captured, &self.records);
+                    self.builder.native_stack(placed)
+                });
+                (stack, native)
+            }
+            (None, Some((_, stack))) => {
+                // A copy failed or was lost: the latest sample's marks stand in (in the tables;
+                // without a native stack, which would be drawn with other marks).
+                self.tally.native_moved += 1;
+                (*stack, None)
+            }
+            (None, None) => return, // nothing to attribute it to: left out
+        };
+        if let Some(followed) = self.followed_mut(tid) {
+            followed.latest = Some(stack);
+            followed.off = Some(OffCpu {
+                since: switch.time,
+                left: switch.time,
+                preempted: switch.preempted,
+                stack,
+                native,
+                captured: None,
+            });
+        }
+    }
+
+    /// Adds thread `tid`'s stretch off the CPU up to `until` (now if `None`); closes it if
+    /// `close` (the thread is back on a CPU), else keeps it open from `until` on.
+    pub(super) fn add_off_cpu(&mut self, tid: u32, thread: u32, until: Option<u64>, close: bool) {
+        let until = until.unwrap_or_else(monotonic_ns);
+        let Some(followed) = self.followed_mut(tid) else {
+            return;
+        };
+        let Some(off) = followed.off.as_mut() else {
+            return;
+        };
+        let ns = until.saturating_sub(off.since);
+        let (stack, native, preempted) = (off.stack, off.native, off.preempted);
+        off.since = off.since.max(until);
+        if close {
+            followed.off = None;
+        }
+        if ns > 0 {
+            let active_ns = if preempted { ns } else { 0 };
+            self.builder
+                .add_sample(thread, stack, native, ns, active_ns);
+        }
+    }
+
+    /// At a tick, for a thread still blocked since it left its CPU before the tick read its
+    /// marks: its marks as the tick read them, which are those it left with (it has not run
+    /// since), for the rest of the stretch, and its stack read once while it is blocked, if it
+    /// is inside a mark (or idle time counts). The copy made as it left may lack a slot that
+    /// fsprof did not know of yet (one claimed just before, or a new program's after an exec),
+    /// and its latest perf sample may be older than its block, or missing; the tick's reads
+    /// have neither flaw, and a later tick may know more slots than an earlier one.
+    pub(super) fn refresh_blocked(&mut self, tid: u32, own_tid: u32, running: bool) {
+        let read_ns = self.reader.read_ns();
+        let Some(off) = self.followed_mut(tid).and_then(|f| f.off.as_mut()) else {
+            return;
+        };
+        if running || off.preempted || off.left >= read_ns {
+            return;
+        }
+        let mut captured = off.captured.take();
+        let in_mark = self.reader.of(own_tid).iter().any(|m| m.depth > 0);
+        if captured.is_none() && (in_mark || self.options.count_idle) {
+            if let Some(Native::Captured(read)) = self.blocked(tid, own_tid) {
+                captured = Some(read);
+            }
+        }
+        let stack = self.stack_of(own_tid, captured.as_ref().map(|c| c.frames.as_slice()));
+        let native = captured.as_ref().map(|captured| {
+            let placed = capture::place(captured, &self.records);
+            self.builder.native_stack(placed)
+        });
+        if let Some(off) = self.followed_mut(tid).and_then(|f| f.off.as_mut()) {
+            // Without a stack read while blocked, the one it left with stands if it was placed
+            // with these marks.
+            off.native = native.or(off.native.filter(|_| off.stack == stack));
+            off.stack = stack;
+            off.captured = captured;
+        }
+    }
+
+    /// Keeps a perf sample of thread `tid` for the share of its running time it stands for.
+    pub(super) fn keep_sample(&mut self, tid: u32, stack: u32, native: Option<u32>) {
+        if let Some(followed) = self.followed_mut(tid) {
+            followed.samples.push((stack, native));
+            followed.latest = Some(stack);
+        }
+    }
+
+    /// Adds thread `tid`'s running time since the previous tick, up to now if it is `alive`
+    /// (else up to its exit, which the kernel records no departure for: its CPU time less what
+    /// was added): shared among its samples, or, without one, with its latest marks.
+    pub(super) fn add_running(&mut self, tid: u32, thread: u32, alive: bool) {
+        let cpu_ns = match (&self.native, alive) {
+            (Some(native), false) => native.perf_cpu_ns(tid),
+            _ => None,
+        };
+        let Some(followed) = self.followed_mut(tid) else {
+            return;
+        };
+        if let Some(cpu_ns) = cpu_ns {
+            followed.ran_ns = cpu_ns.saturating_sub(followed.credited_ns);
+        }
+        if let (true, Some(on)) = (alive, followed.on) {
+            let now = monotonic_ns().max(on);
+            followed.ran_ns += now - on;
+            followed.on = Some(now);
+        }
+        let ran_ns = std::mem::take(&mut followed.ran_ns);
+        followed.credited_ns += ran_ns;
+        let samples = std::mem::take(&mut followed.samples);
+        let latest = followed.latest;
+        if ran_ns == 0 {
+            return;
+        }
+        if samples.is_empty() {
+            if let Some(stack) = latest {
+                self.builder.add_sample(thread, stack, None, ran_ns, ran_ns);
+            }
+            return;
+        }
+        let n = samples.len() as u64;
+        for (i, (stack, native)) in samples.into_iter().enumerate() {
+            // The remainder of the division goes to the first.
+            let ns = ran_ns / n + if i == 0 { ran_ns % n } else { 0 };
+            self.builder.add_sample(thread, stack, native, ns, ns);
+        }
+    }
+
+    fn followed_mut(&mut self, tid: u32) -> Option<&mut Followed> {
+        self.threads.states.get_mut(&tid)?.followed.as_mut()
+    }
+}
