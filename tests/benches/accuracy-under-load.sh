@@ -23,7 +23,7 @@ import json, subprocess, sys
 d = sys.argv[1]
 t = json.load(open(d + "/truth.json"))
 r = json.loads(subprocess.check_output(["target/release/fsprof", "report", d + "/out", "--format", "json"]))
-errs = {f["name"]: f["percent"] - t["features"][f["name"]]["ms"] * 100 / t["total_ms"] for f in r["features"]}
+errs = {f["name"]: f["percent"] - t["features"][f["name"]]["ms"] * 100 / t["total_ms"] for f in r["features"] if f["name"] in t["features"]}  # built-ins are not timed
 late = r["meta"]["late_ticks"] * 100 / max(r["meta"]["ticks"], 1)
 print("  " + "  ".join(f"{k} {v:+.2f}" for k, v in sorted(errs.items())) + f"  (late samples {late:.1f}%, sampler {r['meta']['sampler_priority']})")
 PY

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # What following threads off their CPU costs (issue 18): tests/c/switches.c (two threads handing
-# a byte back and forth through pipes, some 100 000 switches a second) alone, under `fsprof run`
+# a byte back and forth through pipes, some 400 000 switches a second) alone, under `fsprof run`
 # (default settings: agent on, 250 Hz), and under another fsprof build (BEFORE=path/to/fsprof,
 # e.g. one built before switches were followed), in shuffled order in each of ROUNDS rounds.
 # Prints the median ns per hand-over of each, the switches a second, and the ns added per switch.
+# The program runs on CPU 0 alone (`taskset`): its two threads then switch on one CPU, some
+# 400 000 times a second, instead of waking each other across CPUs, whose idle wake-ups on a
+# virtual machine (tens of microseconds) would set the pace.
 # Usage: [BEFORE=/path/to/fsprof] tests/benches/switch-cost.sh [ROUNDS] (from the workspace root,
 # after `cargo build --release --workspace`; the perf backend needs root or CAP_PERFMON+CAP_BPF)
 set -euo pipefail
@@ -16,9 +19,9 @@ configs="alone fsprof"
 for round in $(seq "$rounds"); do
   for config in $(printf '%s\n' $configs | shuf); do
     case $config in
-      alone) "$tmp/switches" 2 ;;
-      fsprof) target/release/fsprof run -o "$tmp/out-$round" -- "$tmp/switches" 2 2>/dev/null ;;
-      before) "$BEFORE" run -o "$tmp/before-$round" -- "$tmp/switches" 2 2>/dev/null ;;
+      alone) taskset -c 0 "$tmp/switches" 2 ;;
+      fsprof) target/release/fsprof run -o "$tmp/out-$round" -- taskset -c 0 "$tmp/switches" 2 2>/dev/null ;;
+      before) "$BEFORE" run -o "$tmp/before-$round" -- taskset -c 0 "$tmp/switches" 2 2>/dev/null ;;
     esac | sed "s/^/$config /"
   done
 done > "$tmp/runs"

@@ -3,17 +3,11 @@
 //! copied as the thread left, each return with its time, and every interval in between is
 //! added as a sample of exactly its length with those marks: waiting for a CPU is active time,
 //! blocked time is wall time only (which counts inside the program's own marks, or with
-//! `--idle`). Its time on the CPU between two ticks, known exactly from the same records, is
-//! shared out among perf's samples of it in that interval (`native_stacks.rs` takes them),
-//! each with its own marks; so a tick adds nothing of its own for a thread followed this way,
-//! and none of its time is estimated (a thread that ran less than a period between two ticks
-//! without a sample has its running time counted with its latest marks).
-//!
-//! The stack of a stretch off the CPU: preempted, that of the thread's latest perf sample
-//! before it left (it ran less than a period since); blocked, the one read at a tick while it
-//! is still blocked (from then on), and none before that (its latest sample may be in the code
-//! that led to the call that blocked, not in the call). Not here: opening the events
-//! (`native/perf.rs`).
+//! `--idle`). Its time on the CPU between two ticks, known exactly from the same records (and
+//! from its CPU time at its exit, which the kernel records no departure for), is shared out
+//! among perf's samples of it in that interval (`native_stacks.rs` takes them), each with its
+//! own marks; running time without a sample waits for the next one. So a tick adds nothing of
+//! its own for a thread followed this way, and none of its time is estimated.
 
 use super::native_stacks::snapshot_records;
 use super::*;
