@@ -5,7 +5,8 @@
 # Run from the repository root after `cargo build --release --workspace`. Set AS="setpriv
 # --reuid=65534 --regid=65534 --clear-groups" (as root) to measure fsprof without the privilege of
 # real-time scheduling. LOAD is the busy command (default: a shell loop), e.g. LOAD="yes > /dev/null".
-# FSPROF is the fsprof to measure (default: target/release/fsprof), e.g. an earlier build.
+# FSPROF is the fsprof to measure (default: target/release/fsprof), e.g. an earlier build; ARGS
+# more options of `fsprof run` (e.g. ARGS="--no-agent --rate 1000").
 set -euo pipefail
 runs=${1:-5}
 busy=${2:-2}
@@ -17,7 +18,7 @@ loads=()
 trap 'for p in "${loads[@]}"; do kill -- "-$p" 2>/dev/null || true; done; rm -rf "$dir"' EXIT
 measure() {
   for i in $(seq "$runs"); do
-    ${AS:-} "$fsprof" run -o "$dir/out" -- target/release/fsprof-target sleepy 3 --truth "$dir/truth.json" 2>/dev/null
+    ${AS:-} "$fsprof" run ${ARGS:-} -o "$dir/out" -- target/release/fsprof-target sleepy 3 --truth "$dir/truth.json" 2>/dev/null
     python3 - "$dir" <<'PY'
 import json, subprocess, sys
 d = sys.argv[1]
