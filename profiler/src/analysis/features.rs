@@ -679,6 +679,26 @@ mod tests {
     }
 
     #[test]
+    fn an_instance_lists_its_three_most_expensive_paths() {
+        use crate::render::folded::tests::{build, S};
+        // One instance reached through five call paths, 500 µs down to 100 µs.
+        let samples: Vec<S> = (0..5u64)
+            .map(|i| S {
+                marks: vec![("output", Some("x"))],
+                native: Some((vec![1, 20 + i], vec![2], false)),
+                tid: 1,
+                wall_us: 500 - 100 * i,
+                active_us: 500 - 100 * i,
+            })
+            .collect();
+        let r = analyse(&build(&samples), TimeView::Active);
+        let paths = &r.features[0].instances[0].paths;
+        assert_eq!(paths.len(), PATHS_PER_INSTANCE);
+        let kept: Vec<u64> = paths.iter().map(|p| p.ns / 1000).collect();
+        assert_eq!(kept, vec![500, 400, 300]);
+    }
+
+    #[test]
     fn top_instances_get_the_native_paths_that_reached_their_marks() {
         use crate::render::folded::tests::{build, S};
         let s = |marks, native, us| S {

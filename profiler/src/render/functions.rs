@@ -103,3 +103,51 @@ pub fn json(report: &FunctionReport) -> Value {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 50 functions of 2% self time each, called by `main`.
+    fn report() -> FunctionReport {
+        FunctionReport {
+            total_ns: 100_000,
+            without_stack_ns: 0,
+            functions: (0..50)
+                .map(|i| FunctionCost {
+                    name: format!("f{i}"),
+                    self_ns: 2_000,
+                    total_ns: 2_000,
+                    callers: vec![("main".to_owned(), 2_000)],
+                    callees: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_program_without_marks_gets_more_of_the_view() {
+        let count = |whole| {
+            let mut out = String::new();
+            text(&mut out, &report(), whole);
+            let listed = out
+                .lines()
+                .filter(|l| l.ends_with(char::is_numeric) && l.contains("%  "))
+                .count();
+            let graphed = out.lines().filter(|l| l.contains(": self ")).count();
+            (listed, graphed, out)
+        };
+        let (listed, graphed, out) = count(false);
+        assert_eq!((listed, graphed), (15, 5), "{out}");
+        assert!(
+            out.contains("(35 more functions with less self time)"),
+            "{out}"
+        );
+        let (listed, graphed, out) = count(true);
+        assert_eq!((listed, graphed), (40, 10), "{out}");
+        assert!(
+            out.contains("(10 more functions with less self time)"),
+            "{out}"
+        );
+    }
+}
