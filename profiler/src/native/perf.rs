@@ -545,22 +545,16 @@ fn value_at(values: *mut u8, index: u32) -> *mut u8 {
 /// A task-clock event on `tid`, disabled, sampling time (CLOCK_MONOTONIC, the clock of the BPF
 /// program's `ktime_get_ns`), registers and stack every `period_ns` of the thread's CPU time.
 fn open_event(tid: i32, period_ns: u64) -> Result<OwnedFd, Errno> {
-    let mut attr = sys::bindings::perf_event_attr {
-        size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
-        type_: sys::bindings::PERF_TYPE_SOFTWARE,
-        config: sys::bindings::PERF_COUNT_SW_TASK_CLOCK as u64,
-        sample_type: (sys::bindings::PERF_SAMPLE_TID
+    let mut attr = software_event(
+        sys::bindings::PERF_COUNT_SW_TASK_CLOCK,
+        period_ns,
+        sys::bindings::PERF_SAMPLE_TID
             | sys::bindings::PERF_SAMPLE_TIME
             | sys::bindings::PERF_SAMPLE_REGS_USER
-            | sys::bindings::PERF_SAMPLE_STACK_USER) as u64,
-        sample_regs_user: REGS_MASK,
-        sample_stack_user: STACK_DUMP,
-        clockid: libc::CLOCK_MONOTONIC,
-        ..Default::default()
-    };
-    attr.__bindgen_anon_1.sample_period = period_ns;
-    attr.set_disabled(1);
-    attr.set_use_clockid(1);
+            | sys::bindings::PERF_SAMPLE_STACK_USER,
+    );
+    attr.sample_regs_user = REGS_MASK;
+    attr.sample_stack_user = STACK_DUMP;
     // Kernel time counts: a thread inside a system call is sampled there (with its user
     // registers and stack), as it would be by a timer, not only once back in user space.
     attr.set_exclude_hv(1);
@@ -568,38 +562,40 @@ fn open_event(tid: i32, period_ns: u64) -> Result<OwnedFd, Errno> {
     // The thread's switches in and out of its CPU, in the same ring, with their time.
     attr.set_context_switch(1);
     attr.set_sample_id_all(1);
-    // SAFETY: a valid attribute block; the result is checked.
-    let fd = unsafe {
-        sys::perf_event_open(
-            &mut attr,
-            tid,
-            -1,
-            -1,
-            sys::bindings::PERF_FLAG_FD_CLOEXEC as _,
-        )
-    };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: a new descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    open(attr, tid)
 }
 
 /// A software event that counts `tid`'s departures from its CPU, each one an overflow (so that
 /// its program copies the slots then). Its samples are never written: its program returns 0, and
 /// it has no ring.
 fn open_switch_event(tid: i32) -> Result<OwnedFd, Errno> {
+    let attr = software_event(
+        sys::bindings::PERF_COUNT_SW_CONTEXT_SWITCHES,
+        1,
+        sys::bindings::PERF_SAMPLE_TIME,
+    );
+    open(attr, tid)
+}
+
+/// The attributes of a disabled software event `config` that overflows every `period` and
+/// samples `sample_type`, timed with CLOCK_MONOTONIC.
+fn software_event(config: u32, period: u64, sample_type: u32) -> sys::bindings::perf_event_attr {
     let mut attr = sys::bindings::perf_event_attr {
         size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
         type_: sys::bindings::PERF_TYPE_SOFTWARE,
-        config: sys::bindings::PERF_COUNT_SW_CONTEXT_SWITCHES as u64,
-        sample_type: sys::bindings::PERF_SAMPLE_TIME as u64,
+        config: config as u64,
+        sample_type: sample_type as u64,
         clockid: libc::CLOCK_MONOTONIC,
         ..Default::default()
     };
-    attr.__bindgen_anon_1.sample_period = 1;
+    attr.__bindgen_anon_1.sample_period = period;
     attr.set_disabled(1);
     attr.set_use_clockid(1);
+    attr
+}
+
+/// Opens the event `attr` on thread `tid`, any CPU.
+fn open(mut attr: sys::bindings::perf_event_attr, tid: i32) -> Result<OwnedFd, Errno> {
     // SAFETY: a valid attribute block; the result is checked.
     let fd = unsafe {
         sys::perf_event_open(
