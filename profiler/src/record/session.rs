@@ -127,9 +127,13 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         status = sampler.exit_status(); // collected while detaching
     }
     crate::record::privilege::drop_all(); // no kernel object is made after recording
-    if matches!(end, End::TargetExited(_)) && status.is_none() {
-        // The sampler saw it go; collect its status (if our parent ignores SIGCHLD there is none).
-        status = child.wait().ok();
+    if matches!(end, End::TargetExited(_)) {
+        // The sampler saw it go; collect its status unless detaching did (if our parent ignores
+        // SIGCHLD there is none), and say how it ended either way (once, with the status
+        // collected while detaching, the report said only "the program exited").
+        if status.is_none() {
+            status = child.wait().ok();
+        }
         end = End::TargetExited(
             status.map_or_else(|| "the program exited".to_owned(), describe_exit),
         );
