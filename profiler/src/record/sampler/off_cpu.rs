@@ -109,10 +109,13 @@ impl Sampler {
                 // Preempted, it was running the code of its latest sample (less than a period
                 // ago); blocked, it may have run on into a call that blocks, whose stack only a
                 // tick's read shows (see `refresh_blocked`).
-                let native = latest.filter(|_| switch.preempted).map(|(captured, _)| {
-                    let placed = capture::place(captured, &self.records);
-                    self.builder.native_stack(placed)
-                });
+                // Only with the marks of that sample: they may have changed since.
+                let native = latest
+                    .filter(|(_, at)| switch.preempted && *at == stack)
+                    .map(|(captured, _)| {
+                        let placed = capture::place(captured, &self.records);
+                        self.builder.native_stack(placed)
+                    });
                 (stack, native)
             }
             (None, Some((_, stack))) => {
