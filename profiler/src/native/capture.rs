@@ -36,11 +36,12 @@ pub const MAPS_REFRESH: Duration = Duration::from_millis(100);
 
 /// What perf gave of a thread (see [`NativeSampler::perf_samples`]), oldest first.
 pub enum PerfTaken {
-    /// A sample of its CPU time: its stack, and the raw bytes of its slots at that instant
-    /// (`None`: unknown).
+    /// A sample of its CPU time: its stack, the raw bytes of its slots at that instant
+    /// (`None`: unknown), and the thread's CPU time then (ns since perf began to sample it).
     Sample {
         captured: Captured,
         slots: Option<[Option<Vec<u8>>; SLOTS]>,
+        cpu_ns: u64,
     },
     /// It left its CPU, or came back to one.
     Switch(Switch),
@@ -281,6 +282,7 @@ impl NativeSampler {
                 taken.push(PerfTaken::Sample {
                     captured: self.counted(captured),
                     slots: sample.marks_known.then_some(sample.slots),
+                    cpu_ns: sample.cpu_ns,
                 });
             }
             Taken::Switch(switch) => taken.push(PerfTaken::Switch(switch)),

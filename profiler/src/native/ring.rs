@@ -130,7 +130,7 @@ pub(super) enum Record<'a> {
     Other,
 }
 
-/// Decodes a `PERF_RECORD_SAMPLE` (TID, TIME, REGS_USER, STACK_USER), or counts a
+/// Decodes a `PERF_RECORD_SAMPLE` (TID, TIME, READ, REGS_USER, STACK_USER), or counts a
 /// `PERF_RECORD_LOST`. A sample without user registers (the thread was exiting) or a malformed
 /// one is `Other`.
 pub(super) fn parse(record: &[u8]) -> Record<'_> {
@@ -158,25 +158,26 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
     if kind != sys::bindings::PERF_RECORD_SAMPLE {
         return Record::Other;
     }
-    // header (8), pid+tid (8), time (8), regs abi (8), bp, sp, ip, stack size (8), bytes,
-    // dyn size (8)
-    let (Some(time), Some(abi)) = (word(16), word(24)) else {
+    // header (8), pid+tid (8), time (8), count (8), regs abi (8), bp, sp, ip, stack size (8),
+    // bytes, dyn size (8)
+    let (Some(time), Some(cpu_ns), Some(abi)) = (word(16), word(24), word(32)) else {
         return Record::Other;
     };
-    let (Some(bp), Some(sp), Some(ip), Some(size)) = (word(32), word(40), word(48), word(56))
+    let (Some(bp), Some(sp), Some(ip), Some(size)) = (word(40), word(48), word(56), word(64))
     else {
         return Record::Other;
     };
     let size = size as usize;
-    let Some(bytes) = record.get(64..64usize.saturating_add(size)) else {
+    let Some(bytes) = record.get(72..72usize.saturating_add(size)) else {
         return Record::Other;
     };
     if abi == 0 {
         return Record::Other;
     }
-    let dynamic = word(64 + size).unwrap_or(0) as usize;
+    let dynamic = word(72 + size).unwrap_or(0) as usize;
     Record::Sample(PerfSample {
         time,
+        cpu_ns,
         regs: Registers {
             ip,
             sp,
@@ -314,14 +315,15 @@ mod tests {
 
     #[test]
     fn records_are_decoded_and_bounded() {
-        let mut record = vec![0u8; 64];
+        let mut record = vec![0u8; 72];
         record[0..4].copy_from_slice(&sys::bindings::PERF_RECORD_SAMPLE.to_ne_bytes());
         record[16..24].copy_from_slice(&5u64.to_ne_bytes()); // time
-        record[24..32].copy_from_slice(&2u64.to_ne_bytes()); // abi 64
-        record[32..40].copy_from_slice(&7u64.to_ne_bytes()); // bp
-        record[40..48].copy_from_slice(&0x1000u64.to_ne_bytes()); // sp
-        record[48..56].copy_from_slice(&0x4000u64.to_ne_bytes()); // ip
-        record[56..64].copy_from_slice(&16u64.to_ne_bytes());
+        record[24..32].copy_from_slice(&3u64.to_ne_bytes()); // count
+        record[32..40].copy_from_slice(&2u64.to_ne_bytes()); // abi 64
+        record[40..48].copy_from_slice(&7u64.to_ne_bytes()); // bp
+        record[48..56].copy_from_slice(&0x1000u64.to_ne_bytes()); // sp
+        record[56..64].copy_from_slice(&0x4000u64.to_ne_bytes()); // ip
+        record[64..72].copy_from_slice(&16u64.to_ne_bytes());
         record.extend_from_slice(&[9u8; 16]);
         record.extend_from_slice(&8u64.to_ne_bytes()); // only 8 of the 16 bytes are valid
         let Record::Sample(sample) = parse(&record) else {
@@ -331,10 +333,10 @@ mod tests {
             (sample.regs.ip, sample.regs.sp, sample.regs.bp),
             (0x4000, 0x1000, Some(7))
         );
-        assert_eq!(sample.time, 5);
+        assert_eq!((sample.time, sample.cpu_ns), (5, 3));
         assert_eq!(sample.stack.bytes, &[9u8; 8]);
         // A size that runs past the record is refused, not trusted.
-        record[56..64].copy_from_slice(&u64::MAX.to_ne_bytes());
+        record[64..72].copy_from_slice(&u64::MAX.to_ne_bytes());
         assert!(matches!(parse(&record), Record::Other));
     }
 
@@ -343,10 +345,10 @@ mod tests {
     #[test]
     fn arbitrary_records_are_decoded_or_refused() {
         let mut rng = fastrand::Rng::with_seed(14);
-        let mut valid = vec![0u8; 64];
+        let mut valid = vec![0u8; 72];
         valid[0..4].copy_from_slice(&sys::bindings::PERF_RECORD_SAMPLE.to_ne_bytes());
-        valid[24..32].copy_from_slice(&2u64.to_ne_bytes());
-        valid[56..64].copy_from_slice(&16u64.to_ne_bytes());
+        valid[32..40].copy_from_slice(&2u64.to_ne_bytes());
+        valid[64..72].copy_from_slice(&16u64.to_ne_bytes());
         valid.extend_from_slice(&[9u8; 16]);
         valid.extend_from_slice(&16u64.to_ne_bytes());
         let cases = crate::fuzz::cases(200_000);

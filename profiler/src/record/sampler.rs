@@ -349,7 +349,6 @@ impl Sampler {
             // Its running time is in perf's samples, its time off the CPU in its switches.
             self.refresh_blocked(tid, own_tid, running);
             self.add_off_cpu(tid, thread, None, false);
-            self.add_running(tid, thread, true);
             return;
         }
         let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);
@@ -541,7 +540,7 @@ impl Sampler {
                 // counted (see `tick`).
                 let slow = self.clock.slow_interval();
                 self.perf_samples(tid, own_tid, thread, false, slow);
-                self.add_running(tid, thread, false);
+                self.add_last_run(tid, thread);
             }
         }
         let budget = &mut self.threads.descriptor_budget;
@@ -705,6 +704,13 @@ impl Sampler {
     /// The finished profile; `meta`'s recording fields are filled in here.
     pub fn finish(mut self, mut meta: Meta) -> Profile {
         self.flush_pending();
+        let followed: Vec<(u32, u32)> = (self.threads.states.iter())
+            .filter(|(_, state)| state.followed.is_some())
+            .map(|(tid, state)| (*tid, state.id))
+            .collect();
+        for (tid, thread) in followed {
+            self.add_last_run(tid, thread);
+        }
         for state in self.threads.states.values_mut() {
             if let Some(pending) = state.before_perf.take() {
                 pending.add(&mut self.builder, None);

@@ -117,8 +117,12 @@ impl Sampler {
             _ => None,
         };
         for item in taken {
-            let (captured, slots) = match item {
-                PerfTaken::Sample { captured, slots } => (captured, slots),
+            let (captured, slots, cpu_ns) = match item {
+                PerfTaken::Sample {
+                    captured,
+                    slots,
+                    cpu_ns,
+                } => (captured, slots, cpu_ns),
                 PerfTaken::Switch(switch) => {
                     if followed {
                         self.switch(tid, own_tid, thread, switch, before_switch.as_ref());
@@ -145,7 +149,7 @@ impl Sampler {
                 let placed = capture::place(&captured, &self.records);
                 let native = Some(self.builder.native_stack(placed));
                 if followed {
-                    self.keep_sample(tid, stack, native);
+                    self.keep_sample(tid, thread, stack, native, cpu_ns);
                 } else if add {
                     self.builder
                         .add_sample(thread, stack, native, period, period);
@@ -163,13 +167,22 @@ impl Sampler {
                 truncated,
             )));
         }
+        // The thread's CPU time when following begins, from which its samples' shares count.
+        let unfollowed = |state: &ThreadState| state.followed.is_none();
+        let begins = follows && self.threads.states.get(&tid).is_some_and(unfollowed);
+        let cpu_ns = begins
+            .then(|| self.native.as_ref().and_then(|n| n.perf_cpu_ns(tid)))
+            .flatten();
         if let Some(state) = self.threads.states.get_mut(&tid) {
             if let Some(latest) = latest {
                 state.last_perf = latest;
             }
             // Followed from the next tick on (this one's time is the tick's).
             match (follows, &state.followed) {
-                (true, None) => state.followed = Some(off_cpu::Followed::new(self.clock.ticks())),
+                (true, None) => {
+                    let cpu_ns = cpu_ns.unwrap_or(0);
+                    state.followed = Some(off_cpu::Followed::new(self.clock.ticks(), cpu_ns));
+                }
                 (false, Some(_)) => state.followed = None,
                 _ => {}
             }

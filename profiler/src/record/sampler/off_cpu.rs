@@ -3,11 +3,18 @@
 //! copied as the thread left, each return with its time, and every interval in between is
 //! added as a sample of exactly its length with those marks: waiting for a CPU is active time,
 //! blocked time is wall time only (which counts inside the program's own marks, or with
-//! `--idle`). Its time on the CPU between two ticks, known exactly from the same records (and
-//! from its CPU time at its exit, which the kernel records no departure for), is shared out
-//! among perf's samples of it in that interval (`native_stacks.rs` takes them), each with its
-//! own marks; running time without a sample waits for the next one. So a tick adds nothing of
-//! its own for a thread followed this way, and none of its time is estimated.
+//! `--idle`). Its time on the CPU is in perf's samples of it (`native_stacks.rs` takes them):
+//! each carries the thread's CPU time when it was taken, and stands, with its own marks, for
+//! what the thread ran since the previous one; what it ran after its last sample is added at
+//! its exit (its CPU time then, which the kernel keeps, though it records no departure) or at
+//! the end of the profile, with its latest marks. So a tick adds nothing of its own for a
+//! thread followed this way, and none of its time is estimated.
+//!
+//! A sample stands for the CPU time before it, not for the time between two ticks: shared out
+//! among the samples of each tick's interval, the time of an interval without a sample (a
+//! thread that ran a little between two sleeps) went to the marks it left its CPU with, and a
+//! loop of 700 us in one mark and 300 us outside, with a sleep in a second mark, read 1 to 2
+//! points too little of the first and too much of the second.
 
 use super::native_stacks::snapshot_records;
 use super::*;
@@ -20,15 +27,10 @@ pub(super) struct Followed {
     since_tick: u64,
     /// Where the thread is off its CPU now, if it is.
     off: Option<OffCpu>,
-    /// Since when it is on its CPU (not yet counted), if it is.
-    on: Option<u64>,
-    /// Its time on the CPU since the previous tick, and perf's samples of it in that time
-    /// (their mark stacks and native stacks), which share it.
-    ran_ns: u64,
-    samples: Vec<(u32, Option<u32>)>,
-    /// Its latest known marks (at a sample or a departure), for running time without a sample.
+    /// Its latest known marks (at a sample or a departure), for its running time after its
+    /// last sample.
     latest: Option<u32>,
-    /// Its running time added so far.
+    /// Its CPU time (task-clock count) up to which its running time is added.
     credited_ns: u64,
 }
 
@@ -47,16 +49,14 @@ struct OffCpu {
 }
 
 impl Followed {
-    /// Following a thread from tick `tick` on, running then.
-    pub(super) fn new(tick: u64) -> Followed {
+    /// Following a thread from tick `tick` on, running then, with `cpu_ns` of CPU time so far
+    /// (counted by the tick).
+    pub(super) fn new(tick: u64, cpu_ns: u64) -> Followed {
         Followed {
             since_tick: tick,
             off: None,
-            on: Some(monotonic_ns()),
-            ran_ns: 0,
-            samples: Vec::new(),
             latest: None,
-            credited_ns: 0,
+            credited_ns: cpu_ns,
         }
     }
 }
@@ -85,15 +85,7 @@ impl Sampler {
     ) {
         if !switch.out {
             self.add_off_cpu(tid, thread, Some(switch.time), true);
-            if let Some(followed) = self.followed_mut(tid) {
-                followed.on = Some(switch.time);
-            }
             return;
-        }
-        if let Some(followed) = self.followed_mut(tid) {
-            if let Some(on) = followed.on.take() {
-                followed.ran_ns += switch.time.saturating_sub(on);
-            }
         }
         // All slots copied (a thread without one gives no marks), or the marks are unknown.
         let copied = switch
@@ -198,51 +190,42 @@ impl Sampler {
         }
     }
 
-    /// Keeps a perf sample of thread `tid` for the share of its running time it stands for.
-    pub(super) fn keep_sample(&mut self, tid: u32, stack: u32, native: Option<u32>) {
-        if let Some(followed) = self.followed_mut(tid) {
-            followed.samples.push((stack, native));
-            followed.latest = Some(stack);
+    /// Adds a perf sample of thread `tid` (sample thread `thread`), taken when the thread had
+    /// run `cpu_ns`, for its running time since the previous one. A sample whose marks are
+    /// unknown is not added: its time goes to the next.
+    pub(super) fn keep_sample(
+        &mut self,
+        tid: u32,
+        thread: u32,
+        stack: u32,
+        native: Option<u32>,
+        cpu_ns: u64,
+    ) {
+        let Some(followed) = self.followed_mut(tid) else {
+            return;
+        };
+        followed.latest = Some(stack);
+        let ns = cpu_ns.saturating_sub(followed.credited_ns);
+        followed.credited_ns = followed.credited_ns.max(cpu_ns);
+        if ns > 0 {
+            self.builder.add_sample(thread, stack, native, ns, ns);
         }
     }
 
-    /// Adds thread `tid`'s running time since the previous tick, up to now if it is `alive`
-    /// (else up to its exit, which the kernel records no departure for: its CPU time less what
-    /// was added): shared among its samples, or, without one, with its latest marks.
-    pub(super) fn add_running(&mut self, tid: u32, thread: u32, alive: bool) {
-        let cpu_ns = match (&self.native, alive) {
-            (Some(native), false) => native.perf_cpu_ns(tid),
-            _ => None,
+    /// Adds thread `tid`'s running time since its last sample, with its latest marks: at its
+    /// exit, or at the end of the profile (its CPU time then, which the kernel keeps until fsprof
+    /// closes the thread's event).
+    pub(super) fn add_last_run(&mut self, tid: u32, thread: u32) {
+        let Some(cpu_ns) = self.native.as_ref().and_then(|n| n.perf_cpu_ns(tid)) else {
+            return;
         };
         let Some(followed) = self.followed_mut(tid) else {
             return;
         };
-        if let Some(cpu_ns) = cpu_ns {
-            followed.ran_ns = cpu_ns.saturating_sub(followed.credited_ns);
-        }
-        if let (true, Some(on)) = (alive, followed.on) {
-            let now = monotonic_ns().max(on);
-            followed.ran_ns += now - on;
-            followed.on = Some(now);
-        }
-        let ran_ns = std::mem::take(&mut followed.ran_ns);
-        followed.credited_ns += ran_ns;
-        let samples = std::mem::take(&mut followed.samples);
-        let latest = followed.latest;
-        if ran_ns == 0 {
-            return;
-        }
-        if samples.is_empty() {
-            if let Some(stack) = latest {
-                self.builder.add_sample(thread, stack, None, ran_ns, ran_ns);
-            }
-            return;
-        }
-        let n = samples.len() as u64;
-        for (i, (stack, native)) in samples.into_iter().enumerate() {
-            // The remainder of the division goes to the first.
-            let ns = ran_ns / n + if i == 0 { ran_ns % n } else { 0 };
-            self.builder.add_sample(thread, stack, native, ns, ns);
+        let ns = cpu_ns.saturating_sub(followed.credited_ns);
+        followed.credited_ns = followed.credited_ns.max(cpu_ns);
+        if let (Some(stack), true) = (followed.latest, ns > 0) {
+            self.builder.add_sample(thread, stack, None, ns, ns);
         }
     }
 
