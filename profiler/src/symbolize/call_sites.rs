@@ -229,7 +229,9 @@ impl CallSites {
         callers: &mut Callers<'_>,
     ) -> u64 {
         let ret = mark.payload;
-        if ret == 0 || !self.is_runtime(pid, via, ret) {
+        // A call from the program is its own site; one whose code cannot be told yet (its
+        // module's map is unreadable: the program is exiting) is looked for as the runtime's.
+        if ret == 0 || self.class(pid, via, ret) == Some(Class::Program) {
             return ret;
         }
         let (tid, found, memo_key) = match callers {
@@ -405,18 +407,27 @@ impl CallSites {
 
     /// Whether the return address `address` lies in the runtime's code: a runtime module, or a
     /// function whose frames at the call (inlined ones included) are all the runtime's.
+    /// Code that cannot be told counts as the program's.
     fn is_runtime(&mut self, pid: u32, via: u32, address: u64) -> bool {
-        self.class(pid, via, address) != Class::Program
+        self.class(pid, via, address)
+            .is_some_and(|class| class != Class::Program)
     }
 
-    /// What the code at return address `address` is (see [`Class`]), once per address.
-    fn class(&mut self, pid: u32, via: u32, address: u64) -> Class {
+    /// What the code at return address `address` is (see [`Class`]), once per address; `None`
+    /// while no module known covers it and the memory map cannot be read (decided again once
+    /// it may be).
+    fn class(&mut self, pid: u32, via: u32, address: u64) -> Option<Class> {
         if let Some(class) = self.runtime.get(&address) {
-            return *class;
+            return Some(*class);
         }
         if !self.covered(address) && !self.refresh(pid, via, false) {
-            return Class::Program; // decided again once the map may be read
+            return None;
         }
+        Some(self.classify(address))
+    }
+
+    /// What the code at `address` is, from the modules known (the program's if none covers it).
+    fn classify(&mut self, address: u64) -> Class {
         let class = match self.modules.iter().find(|m| m.range.contains(&address)) {
             None => Class::Program,
             Some(module)
@@ -425,28 +436,32 @@ impl CallSites {
             {
                 Class::Runtime
             }
-            Some(_) => {
-                let frames = self.symbolizer.symbolize(address - 1);
-                let runtime = |frame: &crate::profile::NativeFrame| {
-                    runtime_code::is_runtime_function(&frame.function, frame.file.as_deref())
-                };
-                if !frames.iter().all(runtime) {
-                    Class::Program
-                } else if frames
-                    .iter()
-                    .any(|frame| runtime_code::is_wait_primitive(&frame.function))
-                {
-                    Class::RuntimeWait
-                } else {
-                    Class::Runtime
-                }
-            }
+            Some(_) => self.classify_function(address),
         };
         if self.runtime.len() >= MAX_CACHED {
             self.runtime.clear();
         }
         self.runtime.insert(address, class);
         class
+    }
+
+    /// What the code at `address` is, from the functions (inlined ones included) the symbolizer
+    /// finds there: the program's if any is, or if it finds none.
+    fn classify_function(&mut self, address: u64) -> Class {
+        let frames = self.symbolizer.symbolize(address.saturating_sub(1));
+        let runtime = |frame: &crate::profile::NativeFrame| {
+            runtime_code::is_runtime_function(&frame.function, frame.file.as_deref())
+        };
+        if frames.is_empty() || !frames.iter().all(runtime) {
+            Class::Program
+        } else if frames
+            .iter()
+            .any(|frame| runtime_code::is_wait_primitive(&frame.function))
+        {
+            Class::RuntimeWait
+        } else {
+            Class::Runtime
+        }
     }
 
     /// The agent's `waiting` feature, for a `locks` mark (`feature`, its descriptor) whose call
@@ -461,7 +476,7 @@ impl CallSites {
         ret: u64,
     ) -> Option<u64> {
         if self.runtime.get(&ret) != Some(&Class::RuntimeWait)
-            && self.class(pid, via, ret) != Class::RuntimeWait
+            && self.class(pid, via, ret) != Some(Class::RuntimeWait)
         {
             return None;
         }
@@ -505,21 +520,27 @@ impl CallSites {
             .map(|(call, token)| (*token, *call))
             .collect();
         let last_site = &self.memo.last_site;
-        let symbolizer = &mut self.symbolizer;
-        let runtime = &self.runtime;
-        let current = self.sites.iter().map(|(id, address)| {
-            let address = match calls.get(address) {
-                Some(call) => last_site.get(call).copied().unwrap_or(call.2),
-                None => *address,
+        let sites: Vec<(u32, u64)> = (self.sites.iter())
+            .map(|(id, address)| match calls.get(address) {
+                Some(call) => (*id, last_site.get(call).copied().unwrap_or(call.2)),
+                None => (*id, *address),
+            })
+            .collect();
+        let mut named = self.named.clone();
+        for (id, address) in sites {
+            // An address never told (the memory map was unreadable then, at the program's
+            // exit) is told now, by the functions at it.
+            let class = match self.runtime.get(&address) {
+                Some(class) => *class,
+                None => self.classify_function(address),
             };
-            let address = &address;
-            let name = name(symbolizer, *address);
-            match runtime.get(address) {
-                Some(Class::Runtime | Class::RuntimeWait) => (*id, format!("{NOT_FOUND} {name}")),
-                _ => (*id, name),
-            }
-        });
-        self.named.iter().cloned().chain(current).collect()
+            let name = name(&mut self.symbolizer, address);
+            named.push(match class {
+                Class::Program => (id, name),
+                Class::Runtime | Class::RuntimeWait => (id, format!("{NOT_FOUND} {name}")),
+            });
+        }
+        named
     }
 
     /// The program replaced its image (`exec`): its call sites are named now, while their
