@@ -189,6 +189,7 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
         },
         slots: Default::default(),
         marks_known: false,
+        overdue: false,
     })
 }
 

@@ -116,6 +116,10 @@ fn main() {
             ready();
             sleepy(&truth, run_for);
         }
+        "blocking" => {
+            ready();
+            blocking(&truth, run_for);
+        }
         "nested" => {
             ready();
             nested(&truth, run_for);
@@ -229,6 +233,42 @@ fn sleepy(truth: &Truth, run_for: Duration) {
         spin(Duration::from_micros(300));
     }
     truth.active(start.elapsed());
+}
+
+/// A thread that blocks in known places inside its marks: short and long sleeps (`wait`), and
+/// a channel that a helper feeds every 5 ms (`queue`), between stretches of work (`work`) and
+/// of work outside marks. Only this thread's time is the truth's total (the helper sleeps, with
+/// a raw system call that the agent does not see: its built-in `sleep` is the main thread's).
+fn blocking(truth: &Truth, run_for: Duration) {
+    static WAIT: Feature = Feature::new("wait");
+    static QUEUE: Feature = Feature::new("queue");
+    static WORK: Feature = Feature::new("work");
+    let (sender, receiver) = std::sync::mpsc::channel::<()>();
+    let helper = thread::spawn(move || {
+        let pause = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 5_000_000,
+        };
+        while sender.send(()).is_ok() {
+            // SAFETY: a valid timespec; the remaining time is not asked for.
+            unsafe { libc::syscall(libc::SYS_nanosleep, &pause, std::ptr::null_mut::<u8>()) };
+        }
+    });
+    let start = Instant::now();
+    while start.elapsed() < run_for {
+        timed(truth, &WAIT, "short", || {
+            thread::sleep(Duration::from_micros(300))
+        });
+        spin(Duration::from_micros(200));
+        timed(truth, &WAIT, "long", || {
+            thread::sleep(Duration::from_millis(2))
+        });
+        timed(truth, &QUEUE, "recv", || receiver.recv().unwrap());
+        timed(truth, &WORK, "spin", || spin(Duration::from_micros(400)));
+    }
+    truth.active(start.elapsed());
+    drop(receiver);
+    helper.join().unwrap();
 }
 
 /// A main thread that spins, a third of the time inside its own `hashing` mark, beside threads

@@ -117,12 +117,13 @@ impl Sampler {
             _ => None,
         };
         for item in taken {
-            let (captured, slots, cpu_ns) = match item {
+            let (captured, slots, cpu_ns, overdue) = match item {
                 PerfTaken::Sample {
                     captured,
                     slots,
                     cpu_ns,
-                } => (captured, slots, cpu_ns),
+                    overdue,
+                } => (captured, slots, cpu_ns, overdue),
                 PerfTaken::Switch(switch) => {
                     if followed {
                         self.switch(tid, own_tid, thread, switch, before_switch.as_ref());
@@ -149,7 +150,7 @@ impl Sampler {
                 let placed = capture::place(&captured, &self.records);
                 let native = Some(self.builder.native_stack(placed));
                 if followed {
-                    self.keep_sample(tid, thread, stack, native, cpu_ns);
+                    self.keep_sample(tid, thread, (stack, native), cpu_ns, overdue);
                 } else if add {
                     self.builder
                         .add_sample(thread, stack, native, period, period);
