@@ -137,6 +137,10 @@ fn blocked_time_inside_marks_is_what_the_program_measured() {
                 measured("queue", "recv"),
             ),
         ];
+        assert!(
+            !notes_of(&report).contains("left their CPU more than"),
+            "{report:#}"
+        );
         for (what, reported, measured) in checks {
             let error = (reported - measured) / measured * 100.0;
             eprintln!(
@@ -148,4 +152,43 @@ fn blocked_time_inside_marks_is_what_the_program_measured() {
             );
         }
     }
+}
+
+/// A program whose two threads hand a byte back and forth through pipes on one CPU, leaving it
+/// hundreds of thousands of times a second: following each switch would cost them about 3 us
+/// each, so fsprof stops following them, estimates their waits instead, and says so.
+#[test]
+fn threads_that_switch_too_often_are_no_longer_followed_and_the_report_says_so() {
+    let _serial = serial();
+    if !perf_backend_available() {
+        eprintln!("perf backend not available: switches are not followed at all");
+        return;
+    }
+    let build = tempdir();
+    let program = support::native::build_c_program(build.path(), "switches");
+    let dir = tempdir();
+    let program = program.to_str().unwrap();
+    // On one CPU, so that the threads wake each other by switching rather than across CPUs.
+    let stderr = programs::run(
+        dir.path(),
+        &[],
+        &[],
+        &[
+            "taskset".as_ref(),
+            "-c".as_ref(),
+            "0".as_ref(),
+            program.as_ref(),
+            "1".as_ref(),
+        ],
+    );
+    let report = report_json(dir.path());
+    let notes = notes_of(&report);
+    assert!(
+        notes.contains("2 thread(s) left their CPU more than 20000 times a second"),
+        "{notes}\n{stderr}"
+    );
+}
+
+fn notes_of(report: &serde_json::Value) -> String {
+    report["meta"]["notes"].to_string()
 }

@@ -329,6 +329,12 @@ impl NativeSampler {
         self.perf.as_ref()?.cpu_ns(tid)
     }
 
+    /// Threads perf stopped following off their CPU because they left it too often (see
+    /// [`crate::native::perf::MAX_SWITCH_RATE`]).
+    pub fn perf_too_fast(&self) -> usize {
+        self.perf.as_ref().map_or(0, PerfSampler::too_fast)
+    }
+
     /// Whether perf follows `tid` off its CPU too (its samples then include its switches).
     pub fn follows_switches(&self, tid: u32) -> bool {
         self.perf
@@ -340,7 +346,7 @@ impl NativeSampler {
     /// for a running thread without losing its samples; `None` without perf.
     pub fn perf_patience(&self) -> Option<Duration> {
         let perf = self.perf.as_ref()?;
-        Some(perf.period() * perf.ring_capacity() as u32)
+        Some(perf.shortest_period() * perf.ring_capacity() as u32)
     }
 
     /// Samples perf lost (rings full), and samples whose marks were not copied.

@@ -5,6 +5,7 @@
 pub mod bpf;
 pub mod capture;
 pub mod perf;
+mod perf_events;
 pub mod ring;
 pub mod tracer;
 pub mod unwind;

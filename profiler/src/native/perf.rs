@@ -8,9 +8,9 @@
 //! each sample; a copy is matched to its sample by the time both carry (one clock, read within
 //! the same interrupt).
 //!
-//! This module opens the events, attaches the BPF program to them and matches each sample with
-//! its slot copies; the rings and their records are `ring.rs`, the maps and the program
-//! `bpf.rs`. It does not unwind (`unwind.rs`), decode slots (`fsprof_shim::abi`) or decide which
+//! This module watches threads (their events, which `perf_events.rs` opens, with the BPF program
+//! attached) and matches each sample with its slot copies; the rings and their records are
+//! `ring.rs`, the maps and the program `bpf.rs`. It does not unwind (`unwind.rs`), decode slots (`fsprof_shim::abi`) or decide which
 //! threads to sample (the sampler). Everything read from a ring or a map came from the target's
 //! memory or the kernel's copy of it and is bounded before use.
 //!
@@ -20,6 +20,7 @@
 //! kernel refuses, [`PerfSampler::new`] says why and the sampler falls back to ptrace.
 
 use crate::native::bpf::{create_map, load_program, BPF_MAP_TYPE_ARRAY};
+use crate::native::perf_events::{open_event, open_switch_event, spread};
 use crate::native::ring::{parse, parse_copy, CopyRing, Record, Ring, SlotCopy};
 use crate::native::unwind::{Registers, StackView};
 use fsprof_shim::abi::SLOT_SIZE;
@@ -27,7 +28,7 @@ use nix::errno::Errno;
 use nix::libc;
 use perf_event_open_sys as sys;
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Bytes of stack copied per sample, from the stack pointer up. At most 65528 (a sample record's
 /// size is a 16-bit number); deeper stacks are cut (and marked as such). The kernel writes this
@@ -37,6 +38,12 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 pub const STACK_DUMP: u32 = 16 * 1024;
 /// Slots copied per sample: one per region the thread marks in (the program's shim, the agent's).
 pub const SLOTS: usize = 2;
+/// A thread that leaves its CPU more often than this (per second, over at least
+/// [`SWITCH_WINDOW_NS`]) is no longer followed off its CPU: following a switch costs the thread
+/// about 3 us (BENCHMARKS.md), so this bounds that cost to about 6% of its time, and its time off
+/// the CPU is estimated instead, as where the kernel refuses the switch events.
+pub const MAX_SWITCH_RATE: u64 = 20_000;
+const SWITCH_WINDOW_NS: u64 = 200_000_000;
 /// Threads sampled this way at once; further threads fall back to ptrace.
 pub const MAX_THREADS: u32 = 1024;
 /// Data pages of a thread's ring while few threads are sampled: room for about 60 samples of
@@ -71,9 +78,9 @@ pub(super) const DEPTH_OFFSET: i32 = 8;
 
 /// Registers perf copies (bits of `enum perf_event_x86_regs`): bp, sp, ip, in this order.
 #[cfg(target_arch = "x86_64")]
-const REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
+pub(super) const REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
 #[cfg(not(target_arch = "x86_64"))]
-const REGS_MASK: u64 = 0;
+pub(super) const REGS_MASK: u64 = 0;
 
 /// One sample of one thread, as its ring holds it.
 #[derive(Debug)]
@@ -137,6 +144,9 @@ struct Thread {
     /// Its sampling period (see [`spread`]), and its CPU time at its latest sample.
     period_ns: u64,
     last_cpu_ns: u64,
+    /// Its departures from its CPU since `window_start` (CLOCK_MONOTONIC, ns).
+    departures: u64,
+    window_start: u64,
 }
 
 /// The perf side of a sampler: one event per sampled thread.
@@ -157,6 +167,8 @@ pub struct PerfSampler {
     pub lost: u64,
     /// Samples whose slot copies were missing or failed.
     pub unmatched: u64,
+    /// Threads no longer followed off their CPU (see [`MAX_SWITCH_RATE`]).
+    too_fast: std::collections::HashSet<u32>,
 }
 
 // SAFETY: `values` is owned by this struct (unmapped on drop) and only used through `&mut self`.
@@ -203,12 +215,13 @@ impl PerfSampler {
             period_ns: period_ns.max(10_000),
             lost: 0,
             unmatched: 0,
+            too_fast: Default::default(),
         };
         load_program(sampler.map.as_raw_fd(), sampler.copies.fd(), 0, false)
             .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
-        open_event(me, sampler.period_ns).map_err(|e| {
+        open_event(me, sampler.period_ns, true).map_err(|e| {
             format!(
                 "perf_event_open refused ({}; kernel.perf_event_paranoid is {}): run as root, or grant CAP_PERFMON",
                 e.desc(),
@@ -230,10 +243,10 @@ impl PerfSampler {
         pages * self.page / (STACK_DUMP as usize + 128)
     }
 
-    /// The mean sampling period, in CPU time (each thread's is within a fifth of it: see
-    /// [`spread`]).
-    pub fn period(&self) -> std::time::Duration {
-        std::time::Duration::from_nanos(self.period_ns)
+    /// The shortest sampling period of a thread, in CPU time (each thread's is within a fifth
+    /// of the one asked for: see [`spread`]).
+    pub fn shortest_period(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.period_ns - self.period_ns / 5)
     }
 
     /// Whether `tid` is being sampled.
@@ -305,6 +318,7 @@ impl PerfSampler {
         let tolerance = (self.period_ns / 4).min(MATCH_TOLERANCE_NS);
         let (mut lost, mut unmatched) = (0u64, 0u64);
         let (period_ns, last_cpu_ns) = (thread.period_ns, &mut thread.last_cpu_ns);
+        let departures = &mut thread.departures;
         thread.ring.drain(head, |record| match parse(record) {
             Record::Sample(mut sample) => {
                 (sample.slots, sample.marks_known) =
@@ -323,6 +337,7 @@ impl PerfSampler {
                 // A departure's copies come just before it (its program runs first), and a
                 // departure may follow the previous one by less than the tolerance: only
                 // copies made before it are its.
+                *departures += u64::from(out);
                 let (slots, marks_known) = if out {
                     match_copies(switch_waiting, time, [MATCH_TOLERANCE_NS, 0])
                 } else {
@@ -341,6 +356,35 @@ impl PerfSampler {
         });
         self.lost = self.lost.saturating_add(lost);
         self.unmatched = self.unmatched.saturating_add(unmatched);
+        self.stop_following_if_too_fast(tid);
+    }
+
+    /// Reopens `tid`'s event without its switches if it left its CPU more than
+    /// [`MAX_SWITCH_RATE`] times a second in the window now closing (its ring was just read:
+    /// nothing in it is lost). If the event cannot be reopened, the thread is no longer sampled.
+    fn stop_following_if_too_fast(&mut self, tid: u32) {
+        let Some(thread) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let now = crate::record::clock::monotonic_ns();
+        let elapsed = now.saturating_sub(thread.window_start);
+        if thread.switches.is_none() || elapsed < SWITCH_WINDOW_NS {
+            return;
+        }
+        let rate = thread.departures.saturating_mul(1_000_000_000) / elapsed;
+        (thread.departures, thread.window_start) = (0, now);
+        if rate <= MAX_SWITCH_RATE {
+            return;
+        }
+        let addresses = thread.addresses;
+        self.too_fast.insert(tid);
+        self.forget(tid);
+        let _ = self.watch(tid, addresses);
+    }
+
+    /// How many threads are no longer followed off their CPU (see [`MAX_SWITCH_RATE`]).
+    pub fn too_fast(&self) -> usize {
+        self.too_fast.len()
     }
 
     /// Closes the event of a thread that is gone.
@@ -400,19 +444,20 @@ impl PerfSampler {
         };
         let opened = (|| {
             let period_ns = spread(self.period_ns);
-            let event = open_event(tid as i32, period_ns)?;
+            let follow = !self.too_fast.contains(&tid);
+            let event = open_event(tid as i32, period_ns, follow)?;
             let ring = Ring::new(&event, self.page, pages)?;
             let program = load_program(self.map.as_raw_fd(), self.copies.fd(), index, false)
                 .map_err(|_| Errno::EPERM)?;
             attach(&event, &program)?;
-            let switches = (|| {
+            let switches = follow.then(|| {
                 let event = open_switch_event(tid as i32)?;
                 let program = load_program(self.map.as_raw_fd(), self.copies.fd(), index, true)
                     .map_err(|_| Errno::EPERM)?;
                 attach(&event, &program)?;
                 Ok::<_, Errno>((event, program))
-            })()
-            .ok();
+            });
+            let switches = switches.and_then(Result::ok);
             Ok(Thread {
                 index,
                 event,
@@ -422,6 +467,8 @@ impl PerfSampler {
                 addresses: [0; SLOTS],
                 period_ns,
                 last_cpu_ns: 0,
+                departures: 0,
+                window_start: crate::record::clock::monotonic_ns(),
             })
         })();
         if opened.is_err() {
@@ -564,91 +611,6 @@ fn values_len(page: usize) -> usize {
 fn value_at(values: *mut u8, index: u32) -> *mut u8 {
     // SAFETY: index < MAX_THREADS, so the value lies inside the mapping.
     unsafe { values.add(index as usize * VALUE_SIZE) }
-}
-
-/// A thread's sampling period: `period_ns` give or take up to a fifth, drawn once per thread.
-/// Samples a fixed period apart in a thread's CPU time keep in step with a program whose work
-/// repeats in about that much CPU time (or a multiple, or a simple fraction of it): a loop that
-/// spins 700 us in one mark and 300 us outside was read 2.5 points off at 1 ms, about as far at
-/// 987 us, and within 0.2 at 902 us. A period drawn per thread makes that a rare draw instead
-/// of a certainty for every period a program's timings are rounded to; the sampler weighs each
-/// sample by the CPU time it stands for, so the spread biases nothing.
-fn spread(period_ns: u64) -> u64 {
-    let fifth = period_ns / 5;
-    (period_ns - fifth + fastrand::u64(0..=2 * fifth)).max(10_000)
-}
-
-/// A task-clock event on `tid`, disabled, sampling time (CLOCK_MONOTONIC, the clock of the BPF
-/// program's `ktime_get_ns`), its count, registers and stack every `period_ns` of the thread's
-/// CPU time.
-fn open_event(tid: i32, period_ns: u64) -> Result<OwnedFd, Errno> {
-    let mut attr = software_event(
-        sys::bindings::PERF_COUNT_SW_TASK_CLOCK,
-        period_ns,
-        sys::bindings::PERF_SAMPLE_TID
-            | sys::bindings::PERF_SAMPLE_TIME
-            | sys::bindings::PERF_SAMPLE_READ
-            | sys::bindings::PERF_SAMPLE_REGS_USER
-            | sys::bindings::PERF_SAMPLE_STACK_USER,
-    );
-    attr.sample_regs_user = REGS_MASK;
-    attr.sample_stack_user = STACK_DUMP;
-    // Kernel time counts: a thread inside a system call is sampled there (with its user
-    // registers and stack), as it would be by a timer, not only once back in user space.
-    attr.set_exclude_hv(1);
-    attr.set_exclude_callchain_kernel(1);
-    // The thread's switches in and out of its CPU, in the same ring, with their time.
-    attr.set_context_switch(1);
-    attr.set_sample_id_all(1);
-    open(attr, tid)
-}
-
-/// A software event that counts `tid`'s departures from its CPU, each one an overflow (so that
-/// its program copies the slots then). Its samples are never written: its program returns 0, and
-/// it has no ring.
-fn open_switch_event(tid: i32) -> Result<OwnedFd, Errno> {
-    let attr = software_event(
-        sys::bindings::PERF_COUNT_SW_CONTEXT_SWITCHES,
-        1,
-        sys::bindings::PERF_SAMPLE_TIME,
-    );
-    open(attr, tid)
-}
-
-/// The attributes of a disabled software event `config` that overflows every `period` and
-/// samples `sample_type`, timed with CLOCK_MONOTONIC.
-fn software_event(config: u32, period: u64, sample_type: u32) -> sys::bindings::perf_event_attr {
-    let mut attr = sys::bindings::perf_event_attr {
-        size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
-        type_: sys::bindings::PERF_TYPE_SOFTWARE,
-        config: config as u64,
-        sample_type: sample_type as u64,
-        clockid: libc::CLOCK_MONOTONIC,
-        ..Default::default()
-    };
-    attr.__bindgen_anon_1.sample_period = period;
-    attr.set_disabled(1);
-    attr.set_use_clockid(1);
-    attr
-}
-
-/// Opens the event `attr` on thread `tid`, any CPU.
-fn open(mut attr: sys::bindings::perf_event_attr, tid: i32) -> Result<OwnedFd, Errno> {
-    // SAFETY: a valid attribute block; the result is checked.
-    let fd = unsafe {
-        sys::perf_event_open(
-            &mut attr,
-            tid,
-            -1,
-            -1,
-            sys::bindings::PERF_FLAG_FD_CLOEXEC as _,
-        )
-    };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: a new descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 #[cfg(test)]

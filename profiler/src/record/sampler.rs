@@ -754,6 +754,13 @@ impl Sampler {
                     }
                 ));
             }
+            let too_fast = native.perf_too_fast();
+            if too_fast > 0 {
+                notes.push(format!(
+                    "{too_fast} thread(s) left their CPU more than {} times a second: fsprof stopped following their switches (each costs the thread about 3 us) and estimated their time waiting for a CPU instead",
+                    crate::native::perf::MAX_SWITCH_RATE
+                ));
+            }
             if let Some(why) = &native.perf_refused {
                 notes.push(format!(
                     "native stacks were taken with ptrace (each running thread stopped for an instant per sample) because perf is not available: {why}"

@@ -174,6 +174,17 @@ impl Sampler {
         let cpu_ns = begins
             .then(|| self.native.as_ref().and_then(|n| n.perf_cpu_ns(tid)))
             .flatten();
+        if !follows
+            && self
+                .threads
+                .states
+                .get(&tid)
+                .is_some_and(|s| s.followed.is_some())
+        {
+            // No longer followed (it left its CPU too often): its stretch off the CPU so far is
+            // added; ticks estimate its time from now on.
+            self.add_off_cpu(tid, thread, None, true);
+        }
         if let Some(state) = self.threads.states.get_mut(&tid) {
             if let Some(latest) = latest {
                 state.last_perf = latest;
