@@ -37,13 +37,11 @@ pub const MAPS_REFRESH: Duration = Duration::from_millis(100);
 /// What perf gave of a thread (see [`NativeSampler::perf_samples`]), oldest first.
 pub enum PerfTaken {
     /// A sample of its CPU time: its stack, the raw bytes of its slots at that instant
-    /// (`None`: unknown), the thread's CPU time then (ns since perf began to sample it), and
-    /// whether it was overdue (see [`crate::native::perf::PerfSample::overdue`]).
+    /// (`None`: unknown), and the thread's CPU time then (ns since perf began to sample it).
     Sample {
         captured: Captured,
         slots: Option<[Option<Vec<u8>>; SLOTS]>,
         cpu_ns: u64,
-        overdue: bool,
     },
     /// It left its CPU, or came back to one.
     Switch(Switch),
@@ -285,7 +283,6 @@ impl NativeSampler {
                     captured: self.counted(captured),
                     slots: sample.marks_known.then_some(sample.slots),
                     cpu_ns: sample.cpu_ns,
-                    overdue: sample.overdue,
                 });
             }
             Taken::Switch(switch) => taken.push(PerfTaken::Switch(switch)),

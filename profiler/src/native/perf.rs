@@ -100,17 +100,7 @@ pub struct PerfSample<'a> {
     pub slots: [Option<Vec<u8>>; SLOTS],
     /// Whether `slots` are this sample's (else its marks are unknown: a copy failed, or was lost).
     pub marks_known: bool,
-    /// Whether it came more than [`OVERDUE_NS`] of CPU time after its due time. A sample that
-    /// falls due while its thread is on its way off the CPU (interrupts are off then, in the
-    /// scheduler) is taken only 10 us after the thread is back on one (the kernel restarts an
-    /// overdue timer with that): its marks are then those of the code that follows the wait,
-    /// not of what the thread ran before it left.
-    pub overdue: bool,
 }
-
-/// See [`PerfSample::overdue`]: a sample on time comes within a few microseconds of interrupt
-/// latency of its due time; a deferred one at least 10 us after.
-const OVERDUE_NS: u64 = 8_000;
 
 /// What a thread's ring gave, oldest first.
 pub enum Taken<'a> {
@@ -141,9 +131,6 @@ struct Thread {
     switches: Option<(OwnedFd, OwnedFd)>,
     ring: Ring,
     addresses: [u64; SLOTS],
-    /// Its sampling period (see [`spread`]), and its CPU time at its latest sample.
-    period_ns: u64,
-    last_cpu_ns: u64,
     /// Its departures from its CPU since `window_start` (CLOCK_MONOTONIC, ns).
     departures: u64,
     window_start: u64,
@@ -317,15 +304,11 @@ impl PerfSampler {
         let switch_waiting = &mut self.switch_waiting[thread.index as usize];
         let tolerance = (self.period_ns / 4).min(MATCH_TOLERANCE_NS);
         let (mut lost, mut unmatched) = (0u64, 0u64);
-        let (period_ns, last_cpu_ns) = (thread.period_ns, &mut thread.last_cpu_ns);
         let departures = &mut thread.departures;
         thread.ring.drain(head, |record| match parse(record) {
             Record::Sample(mut sample) => {
                 (sample.slots, sample.marks_known) =
                     match_copies(waiting, sample.time, [tolerance, tolerance]);
-                let due = last_cpu_ns.saturating_add(period_ns);
-                sample.overdue = sample.cpu_ns > due.saturating_add(OVERDUE_NS);
-                *last_cpu_ns = sample.cpu_ns;
                 unmatched += u64::from(!sample.marks_known);
                 each(Taken::Sample(sample));
             }
@@ -443,9 +426,8 @@ impl PerfSampler {
             RING_PAGES
         };
         let opened = (|| {
-            let period_ns = spread(self.period_ns);
             let follow = !self.too_fast.contains(&tid);
-            let event = open_event(tid as i32, period_ns, follow)?;
+            let event = open_event(tid as i32, spread(self.period_ns), follow)?;
             let ring = Ring::new(&event, self.page, pages)?;
             let program = load_program(self.map.as_raw_fd(), self.copies.fd(), index, false)
                 .map_err(|_| Errno::EPERM)?;
@@ -465,8 +447,6 @@ impl PerfSampler {
                 switches,
                 ring,
                 addresses: [0; SLOTS],
-                period_ns,
-                last_cpu_ns: 0,
                 departures: 0,
                 window_start: crate::record::clock::monotonic_ns(),
             })

@@ -189,7 +189,6 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
         },
         slots: Default::default(),
         marks_known: false,
-        overdue: false,
     })
 }
 

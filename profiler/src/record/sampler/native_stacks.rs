@@ -117,13 +117,12 @@ impl Sampler {
             _ => None,
         };
         for item in taken {
-            let (captured, slots, cpu_ns, overdue) = match item {
+            let (captured, slots, cpu_ns) = match item {
                 PerfTaken::Sample {
                     captured,
                     slots,
                     cpu_ns,
-                    overdue,
-                } => (captured, slots, cpu_ns, overdue),
+                } => (captured, slots, cpu_ns),
                 PerfTaken::Switch(switch) => {
                     if followed {
                         self.switch(tid, own_tid, thread, switch, before_switch.as_ref());
@@ -150,7 +149,7 @@ impl Sampler {
                 let placed = capture::place(&captured, &self.records);
                 let native = Some(self.builder.native_stack(placed));
                 if followed {
-                    self.keep_sample(tid, thread, (stack, native), cpu_ns, overdue);
+                    self.keep_sample(tid, thread, stack, native, cpu_ns);
                 } else if add {
                     self.builder
                         .add_sample(thread, stack, native, period, period);

@@ -32,9 +32,6 @@ pub(super) struct Followed {
     latest: Option<u32>,
     /// Its CPU time (task-clock count) up to which its running time is added.
     credited_ns: u64,
-    /// The marks and native stack it left its CPU with, if it has left since its latest
-    /// sample: an overdue sample stands for them (see `PerfSample::overdue`).
-    departed: Option<(u32, Option<u32>)>,
 }
 
 /// A stretch off the CPU not yet added.
@@ -60,7 +57,6 @@ impl Followed {
             off: None,
             latest: None,
             credited_ns: cpu_ns,
-            departed: None,
         }
     }
 }
@@ -124,7 +120,6 @@ impl Sampler {
         };
         if let Some(followed) = self.followed_mut(tid) {
             followed.latest = Some(stack);
-            followed.departed = Some((stack, native));
             followed.off = Some(OffCpu {
                 since: switch.time,
                 left: switch.time,
@@ -196,25 +191,18 @@ impl Sampler {
     }
 
     /// Adds a perf sample of thread `tid` (sample thread `thread`), taken when the thread had
-    /// run `cpu_ns`, with its marks and native stack, for its running time since the previous
-    /// one; an `overdue` one that waited for the thread to come back to a CPU stands for the
-    /// marks and stack the thread left with. A sample whose marks are unknown is not added:
-    /// its time goes to the next.
+    /// run `cpu_ns`, for its running time since the previous one. A sample whose marks are
+    /// unknown is not added: its time goes to the next.
     pub(super) fn keep_sample(
         &mut self,
         tid: u32,
         thread: u32,
-        (stack, native): (u32, Option<u32>),
+        stack: u32,
+        native: Option<u32>,
         cpu_ns: u64,
-        overdue: bool,
     ) {
         let Some(followed) = self.followed_mut(tid) else {
             return;
-        };
-        let departed = followed.departed.take();
-        let (stack, native) = match departed {
-            Some(left_with) if overdue => left_with,
-            _ => (stack, native),
         };
         followed.latest = Some(stack);
         let ns = cpu_ns.saturating_sub(followed.credited_ns);
