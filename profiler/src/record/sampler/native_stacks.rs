@@ -193,6 +193,11 @@ impl Sampler {
                 (true, None) => {
                     let cpu_ns = cpu_ns.unwrap_or(0);
                     state.followed = Some(off_cpu::Followed::new(self.clock.ticks(), cpu_ns));
+                    // Its event was enabled only now: if it has left its CPU since this tick
+                    // found it running, the kernel recorded no departure (see `seed_blocked`).
+                    if let Ok(Some(false)) = state.status.is_running() {
+                        self.seed_blocked(tid, own_tid);
+                    }
                 }
                 (false, Some(_)) => state.followed = None,
                 _ => {}
