@@ -235,8 +235,8 @@ fn sleepy(truth: &Truth, run_for: Duration) {
     truth.active(start.elapsed());
 }
 
-/// A thread that blocks in known places inside its marks: short and long sleeps (`wait`), and
-/// a channel that a helper feeds every 5 ms (`queue`), between stretches of work (`work`) and
+/// A thread that blocks in known places inside its marks: sleeps of 1 and 3 ms (`wait`), and
+/// a channel that a helper feeds every 8 ms (`queue`), between stretches of work (`work`) and
 /// of work outside marks. Only this thread's time is the truth's total (the helper sleeps, with
 /// a raw system call that the agent does not see: its built-in `sleep` is the main thread's).
 fn blocking(truth: &Truth, run_for: Duration) {
@@ -247,7 +247,7 @@ fn blocking(truth: &Truth, run_for: Duration) {
     let helper = thread::spawn(move || {
         let pause = libc::timespec {
             tv_sec: 0,
-            tv_nsec: 5_000_000,
+            tv_nsec: 8_000_000,
         };
         while sender.send(()).is_ok() {
             // SAFETY: a valid timespec; the remaining time is not asked for.
@@ -257,7 +257,7 @@ fn blocking(truth: &Truth, run_for: Duration) {
     let start = Instant::now();
     while start.elapsed() < run_for {
         timed(truth, &WAIT, "short", || {
-            thread::sleep(Duration::from_micros(300))
+            thread::sleep(Duration::from_millis(1))
         });
         spin(Duration::from_micros(200));
         timed(truth, &WAIT, "long", || {
