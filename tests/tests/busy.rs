@@ -48,14 +48,22 @@ impl Drop for Load {
     }
 }
 
+/// Whether the perf backend is available; if not, says what the test leaves unchecked.
+fn perf_or_say(unchecked: &str) -> bool {
+    let available = perf_backend_available();
+    if !available {
+        eprintln!("perf backend not available: {unchecked}");
+    }
+    available
+}
+
 fn cpus() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 fn shares_under_load(scenario: &str) {
     let _serial = serial();
-    if !perf_backend_available() {
-        eprintln!("perf backend not available: the exact attribution is not checked");
+    if !perf_or_say("the exact attribution is not checked") {
         return;
     }
     let _load = Load::start(cpus() + 2);
@@ -88,8 +96,7 @@ fn several_threads_get_their_measured_shares_on_a_busy_machine() {
 #[test]
 fn blocked_time_inside_marks_is_what_the_program_measured() {
     let _serial = serial();
-    if !perf_backend_available() {
-        eprintln!("perf backend not available: the exact attribution is not checked");
+    if !perf_or_say("the exact attribution is not checked") {
         return;
     }
     for busy in [0, cpus() + 2] {
@@ -161,8 +168,7 @@ fn blocked_time_inside_marks_is_what_the_program_measured() {
 #[test]
 fn threads_that_switch_too_often_are_no_longer_followed_and_the_report_says_so() {
     let _serial = serial();
-    if !perf_backend_available() {
-        eprintln!("perf backend not available: switches are not followed at all");
+    if !perf_or_say("switches are not followed at all") {
         return;
     }
     let build = tempdir();
