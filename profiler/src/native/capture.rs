@@ -343,7 +343,7 @@ impl NativeSampler {
     /// for a running thread without losing its samples; `None` without perf.
     pub fn perf_patience(&self) -> Option<Duration> {
         let perf = self.perf.as_ref()?;
-        Some(perf.shortest_period() * perf.ring_capacity() as u32)
+        Some(perf.period() * perf.ring_capacity() as u32)
     }
 
     /// Samples perf lost (rings full), and samples whose marks were not copied.

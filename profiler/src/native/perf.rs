@@ -20,7 +20,7 @@
 //! kernel refuses, [`PerfSampler::new`] says why and the sampler falls back to ptrace.
 
 use crate::native::bpf::{create_map, load_program, BPF_MAP_TYPE_ARRAY};
-use crate::native::perf_events::{open_event, open_switch_event, spread};
+use crate::native::perf_events::{open_event, open_switch_event};
 use crate::native::ring::{parse, parse_copy, CopyRing, Record, Ring, SlotCopy};
 use crate::native::unwind::{Registers, StackView};
 use fsprof_shim::abi::SLOT_SIZE;
@@ -230,10 +230,9 @@ impl PerfSampler {
         pages * self.page / (STACK_DUMP as usize + 128)
     }
 
-    /// The shortest sampling period of a thread, in CPU time (each thread's is within a fifth
-    /// of the one asked for: see [`spread`]).
-    pub fn shortest_period(&self) -> std::time::Duration {
-        std::time::Duration::from_nanos(self.period_ns - self.period_ns / 5)
+    /// The sampling period, in CPU time.
+    pub fn period(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.period_ns)
     }
 
     /// Whether `tid` is being sampled.
@@ -427,7 +426,7 @@ impl PerfSampler {
         };
         let opened = (|| {
             let follow = !self.too_fast.contains(&tid);
-            let event = open_event(tid as i32, spread(self.period_ns), follow)?;
+            let event = open_event(tid as i32, self.period_ns, follow)?;
             let ring = Ring::new(&event, self.page, pages)?;
             let program = load_program(self.map.as_raw_fd(), self.copies.fd(), index, false)
                 .map_err(|_| Errno::EPERM)?;

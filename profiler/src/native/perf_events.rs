@@ -10,18 +10,6 @@ use nix::libc;
 use perf_event_open_sys as sys;
 use std::os::fd::{FromRawFd, OwnedFd};
 
-/// A thread's sampling period: `period_ns` give or take up to a fifth, drawn once per thread.
-/// Samples a fixed period apart in a thread's CPU time keep in step with a program whose work
-/// repeats in about that much CPU time (or a multiple, or a simple fraction of it): a loop that
-/// spins 700 us in one mark and 300 us outside was read 2.5 points off at 1 ms, about as far at
-/// 987 us, and within 0.2 at 902 us. A period drawn per thread makes that a rare draw instead
-/// of a certainty for every period a program's timings are rounded to; the sampler weighs each
-/// sample by the CPU time it stands for, so the spread biases nothing.
-pub(super) fn spread(period_ns: u64) -> u64 {
-    let fifth = period_ns / 5;
-    (period_ns - fifth + fastrand::u64(0..=2 * fifth)).max(10_000)
-}
-
 /// A task-clock event on `tid`, disabled, sampling time (CLOCK_MONOTONIC, the clock of the BPF
 /// program's `ktime_get_ns`), its count, registers and stack every `period_ns` of the thread's
 /// CPU time, and, if `follow`, its switches.
