@@ -4,7 +4,8 @@
 //! `perf.rs` attaches, `ring.rs` reads.
 
 use crate::native::perf::{
-    COPY_HEADER, DEPTH_OFFSET, SCRATCH_SIZE, SLOTS, VALUE_ADDRESSES, VALUE_SCRATCH,
+    COPY_HEADER, DEPTH_OFFSET, SCRATCH_SIZE, SLOTS, TICKS_PER_SAMPLE, VALUE_ADDRESSES,
+    VALUE_JITTER, VALUE_SCRATCH,
 };
 use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE, SLOT_STATE_SIZE};
 use nix::errno::Errno;
@@ -112,6 +113,10 @@ const ST_DW: u8 = 0x7a; // *(u64 *)(dst + off) = imm
 const STX_DW: u8 = 0x7b; // *(u64 *)(dst + off) = src
 const LDX_DW: u8 = 0x79; // dst = *(u64 *)(src + off)
 const LDX_W: u8 = 0x61; // dst = *(u32 *)(src + off)
+const STX_W: u8 = 0x63; // *(u32 *)(dst + off) = src
+const ADD64_REG: u8 = 0x0f;
+const SUB64_REG: u8 = 0x1f;
+const AND64_IMM: u8 = 0x57;
 const LD_IMM64: u8 = 0x18;
 const MOV64_REG: u8 = 0xbf;
 const MOV64_IMM: u8 = 0xb7;
@@ -125,6 +130,7 @@ const EXIT: u8 = 0x95;
 const PSEUDO_MAP_FD: u8 = 1;
 const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
 const HELPER_KTIME_GET_NS: i32 = 5;
+const HELPER_GET_PRANDOM_U32: i32 = 7;
 const HELPER_PROBE_READ_USER: i32 = 112;
 const HELPER_RINGBUF_OUTPUT: i32 = 130;
 /// `bpf_ringbuf_output` flag: wake nobody (fsprof reads the ring on its own schedule).
@@ -154,9 +160,33 @@ fn program(map: RawFd, copies: RawFd, index: u32, at_switch: bool) -> Vec<Insn> 
         insn(MOV64_IMM, 0, 0, 0, 1),
         insn(EXIT, 0, 0, 0, 0),
         insn(MOV64_REG, 6, 0, 0, 0), // r6: the value (r6-r9 survive calls)
+    ];
+    if !at_switch {
+        // Jittered sampling (see `TICKS_PER_SAMPLE`): skip the ticks still to skip; at a kept
+        // one, draw the next one's place in the next period.
+        let (left, place) = (VALUE_JITTER as i16, VALUE_JITTER as i16 + 4);
+        p.extend([
+            insn(LDX_W, 1, 6, left, 0),
+            insn(JEQ_IMM, 1, 0, 4, 0), // none left to skip: keep this one
+            insn(ADD64_IMM, 1, 0, 0, -1),
+            insn(STX_W, 6, 1, left, 0),
+            insn(MOV64_IMM, 0, 0, 0, 0), // dropped
+            insn(EXIT, 0, 0, 0, 0),
+            insn(CALL, 0, 0, 0, HELPER_GET_PRANDOM_U32),
+            insn(AND64_IMM, 0, 0, 0, TICKS_PER_SAMPLE as i32 - 1), // r0: the next one's place
+            insn(LDX_W, 2, 6, place, 0),
+            insn(AND64_IMM, 2, 0, 0, TICKS_PER_SAMPLE as i32 - 1), // r2: this one's place
+            insn(MOV64_IMM, 1, 0, 0, TICKS_PER_SAMPLE as i32 - 1),
+            insn(SUB64_REG, 1, 2, 0, 0),
+            insn(ADD64_REG, 1, 0, 0, 0), // to skip: the rest of this period, then the place
+            insn(STX_W, 6, 1, left, 0),
+            insn(STX_W, 6, 0, place, 0),
+        ]);
+    }
+    p.extend([
         insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
         insn(MOV64_REG, 7, 0, 0, 0), // r7: the time
-    ];
+    ]);
     for slot in 0..SLOTS {
         let address = (VALUE_ADDRESSES + 8 * slot) as i16;
         let header = (VALUE_SCRATCH + slot * SCRATCH_SIZE) as i16;
