@@ -10,7 +10,9 @@ use crate::profile::{Frame, Payload, ProfileBuilder};
 use crate::symbolize::call_sites::{CallSites, Callers};
 use crate::target::names::{self, PayloadKind};
 use crate::target::remote::Remote;
+use crate::target::static_data::WithModules;
 use fsprof_shim::abi::{self, RecordView};
+use std::cell::Cell;
 use std::collections::HashMap;
 
 /// Distinct feature or payload addresses resolved before further ones are lumped together: a
@@ -33,7 +35,6 @@ pub struct Target<'a> {
 }
 
 /// What marks point to, interned.
-#[derive(Default)]
 pub struct Interner {
     feature_ids: HashMap<u64, u32>,
     payload_ids: HashMap<(u32, u64, u32, u32, u32), Option<u32>>,
@@ -43,6 +44,21 @@ pub struct Interner {
     builtin_descriptors: Vec<u64>,
     /// Call-site instances and their modules, named after recording.
     call_sites: CallSites,
+    /// Reads of module files left, for strings the target's memory no longer has.
+    file_reads: Cell<u32>,
+}
+
+impl Default for Interner {
+    fn default() -> Self {
+        Interner {
+            feature_ids: HashMap::new(),
+            payload_ids: HashMap::new(),
+            builtin_features: Vec::new(),
+            builtin_descriptors: Vec::new(),
+            call_sites: CallSites::default(),
+            file_reads: WithModules::budget(),
+        }
+    }
 }
 
 impl Interner {
@@ -111,6 +127,18 @@ impl Interner {
         self.builtin_features
     }
 
+    /// The target's memory, or its modules' static data where it can no longer be read: a
+    /// sample the kernel copied just before the program exited is handled after.
+    fn memory<'a>(&'a self, target: Target<'a>) -> WithModules<'a> {
+        let (maps, modules) = self.call_sites.known();
+        WithModules {
+            remote: target.remote,
+            maps,
+            modules,
+            budget: &self.file_reads,
+        }
+    }
+
     fn feature_id(
         &mut self,
         target: Target<'_>,
@@ -121,7 +149,7 @@ impl Interner {
             return *id;
         }
         let name = if self.feature_ids.len() < MAX_DISTINCT {
-            names::feature_name(target.remote, address)
+            names::feature_name(&self.memory(target), address)
         } else {
             "<too many distinct features>".to_owned()
         };
@@ -162,7 +190,7 @@ impl Interner {
                 text,
             }));
         }
-        let id = names::payload(target.remote, record)
+        let id = names::payload(&self.memory(target), record)
             .map(|(kind, text): (PayloadKind, String)| builder.payload(Payload { kind, text }));
         if let (Some(id), abi::KIND_CALL_SITE) = (id, record.kind) {
             self.call_sites

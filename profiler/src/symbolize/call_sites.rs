@@ -506,6 +506,11 @@ impl CallSites {
         find(&self.maps).unwrap_or(false)
     }
 
+    /// The memory map as last read, and the modules open.
+    pub fn known(&self) -> (&[Mapping], &[Module]) {
+        (&self.maps, &self.modules)
+    }
+
     /// The display name of each call site: (payload id, `function (file:line)`), or the
     /// function alone, or `module+0xoffset`, or `0x…` outside every module.
     /// A call left at the runtime's address (its site in the program was not found) is named

@@ -1,5 +1,5 @@
 //! Reading the target process: what `/proc` tells of it and its threads, its memory
-//! (`process_vm_readv`), the fsprof regions in it, the modules it has mapped, and the strings
+//! (`process_vm_readv`, or its modules' static data once it is gone), the fsprof regions in it, the modules it has mapped, and the strings
 //! (feature names, payloads) its marks point to. Everything read here is untrusted input: every
 //! length and depth is bounded. Nothing here decides when to read (that is `record/`).
 
@@ -8,3 +8,4 @@ pub mod names;
 pub mod process;
 pub mod region;
 pub mod remote;
+pub mod static_data;

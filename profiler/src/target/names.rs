@@ -7,7 +7,7 @@
 //! rather than an error. A call-site payload (a C mark without a payload string) is a return
 //! address and is shown as `0x…`; this module does not symbolize it.
 
-use crate::target::remote::Remote;
+use crate::target::remote::Memory;
 use fsprof_shim::abi::{self, RecordView};
 
 /// Longest feature name we read.
@@ -28,7 +28,7 @@ pub enum PayloadKind {
 }
 
 /// Reads the name of the feature whose descriptor is at `address`.
-pub fn feature_name(remote: &Remote, address: u64) -> String {
+pub fn feature_name(remote: &impl Memory, address: u64) -> String {
     let mut bytes = [0u8; abi::FEATURE_DESCRIPTOR_SIZE];
     if remote.read(address, &mut bytes).is_err() {
         return format!("<unreadable feature at {address:#x}>");
@@ -41,7 +41,7 @@ pub fn feature_name(remote: &Remote, address: u64) -> String {
 }
 
 /// Reads a mark's payload; `None` for an antimark.
-pub fn payload(remote: &Remote, record: &RecordView) -> Option<(PayloadKind, String)> {
+pub fn payload(remote: &impl Memory, record: &RecordView) -> Option<(PayloadKind, String)> {
     match record.kind {
         abi::KIND_ANTIMARK => None,
         abi::KIND_LOCATION => {
@@ -88,7 +88,7 @@ pub fn clean(text: &str) -> String {
 }
 
 /// Reads at most `max` bytes of a string at `address`, marking truncation with `…`.
-fn read_string(remote: &Remote, address: u64, len: u64, max: usize) -> String {
+fn read_string(remote: &impl Memory, address: u64, len: u64, max: usize) -> String {
     let take = (len as usize).min(max);
     let mut bytes = vec![0u8; take];
     if take > 0 && remote.read(address, &mut bytes).is_err() {
@@ -104,6 +104,7 @@ fn read_string(remote: &Remote, address: u64, len: u64, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::target::remote::Remote;
     use fsprof_shim::Feature;
 
     static F: Feature = Feature::new("feature\nwith control");

@@ -67,3 +67,16 @@ impl Remote {
         Ok(())
     }
 }
+
+/// Where a target's memory is read from: the live process ([`Remote`]), or what is known of it
+/// once it is gone (`static_data.rs`).
+pub trait Memory {
+    /// Fills `buf` from `address`, entirely or not at all.
+    fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), Errno>;
+}
+
+impl Memory for Remote {
+    fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), Errno> {
+        Remote::read(self, address, buf)
+    }
+}
