@@ -83,6 +83,7 @@ pub fn record(
     // timers; one nanosecond keeps the sampling times independent of the target's.
     let _ = nix::sys::prctl::set_timerslack(1);
     let end = sample_until_stopped(sampler, schedule, period, &mut stop);
+    sampler.end_recording();
     sampler.stop_tracing();
     lower_priority(priority, nice);
     end
@@ -103,14 +104,18 @@ fn sample_until_stopped(
         .ok()
         .and_then(|ticks| ticks.parse().ok());
     loop {
-        if let Some(end) = stop(sampler) {
+        let end = stop(sampler).or_else(|| {
+            (schedule.duration)
+                .is_some_and(|d| start.elapsed() >= d)
+                .then_some(End::Duration)
+        });
+        if let Some(end) = end {
+            // A last tick takes what perf sampled since the previous one: recording ends now.
+            sampler.tick();
             return end;
         }
         if panic_after.is_some_and(|ticks| sampler.clock().ticks() >= ticks) {
             panic!("FSPROF_TEST_PANIC_AFTER_TICKS: panicking on purpose");
-        }
-        if schedule.duration.is_some_and(|d| start.elapsed() >= d) {
-            return End::Duration;
         }
         if Instant::now().duration_since(next) > current / 2 {
             sampler.clock().count_late();
