@@ -580,7 +580,7 @@ impl Sampler {
             self.remote = Remote::new(via);
         }
         if taken.dropped {
-            self.forget_names();
+            self.forget_names_unless_gone();
         }
         for note in taken.notes {
             if !self.tally.notes.contains(&note) {
@@ -594,10 +594,21 @@ impl Sampler {
         self.interner.forget();
     }
 
+    /// Forgets cached strings when a region is gone (an `exec` the image's change may not show),
+    /// unless the program's memory went with it: an exiting program's last samples, handled
+    /// after, must keep the names read while it ran (forgotten, they were unreadable).
+    fn forget_names_unless_gone(&mut self) {
+        let (cache, pid, tids) = (&self.via, self.pid, &self.tids);
+        let via = process::memory_thread_cached(cache, pid, tids);
+        if let Ok(Some(_)) = process::some_readable_address(via) {
+            self.forget_names();
+        }
+    }
+
     /// Copies every thread's marks (see [`MarkReader::read`]).
     fn read_marks(&mut self) {
         if !self.reader.read() {
-            self.forget_names();
+            self.forget_names_unless_gone();
         }
     }
 
@@ -699,22 +710,6 @@ impl Sampler {
     /// of `/proc`), when first needed.
     fn via(&self) -> u32 {
         process::memory_thread_cached(&self.via, self.pid, &self.tids)
-    }
-
-    /// Ends recording: each thread perf follows gets its running time since its last sample,
-    /// counted up to now, not up to [`Sampler::finish`] (the program runs on meanwhile: 40 to
-    /// 270 ms of a busy thread's time were added after a 4.5 s recording). Done by `finish` too.
-    pub fn end_recording(&mut self) {
-        let followed: Vec<(u32, u32)> = (self.threads.states.iter())
-            .filter(|(_, state)| state.followed.is_some())
-            .map(|(tid, state)| (*tid, state.id))
-            .collect();
-        for (tid, thread) in followed {
-            self.add_last_run(tid, thread);
-            if let Some(state) = self.threads.states.get_mut(&tid) {
-                state.followed = None;
-            }
-        }
     }
 
     /// The finished profile; `meta`'s recording fields are filled in here.
