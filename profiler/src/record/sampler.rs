@@ -344,11 +344,15 @@ impl Sampler {
         // blocked time); if it is runnable, for the interval less its running time, of which
         // the time it waited for a CPU is active (see below).
         let slow = self.clock.slow_interval();
+        // Every switch before this instant is in the records perf_samples reads: a thread off
+        // its CPU then was off until at least then, and no later instant is known (taken
+        // later, a return between the two was counted twice: blocked, and in its samples).
+        let known_until = crate::record::clock::monotonic_ns();
         let by_perf = self.perf_samples(tid, own_tid, thread, running, slow);
         if self.followed_off_cpu(tid) {
             // Its running time is in perf's samples, its time off the CPU in its switches.
             self.refresh_blocked(tid, own_tid, running);
-            self.add_off_cpu(tid, thread, None, false);
+            self.add_off_cpu(tid, thread, Some(known_until), false);
             return;
         }
         let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);
