@@ -354,10 +354,10 @@ impl Signals {
 fn sampler_options(options: &RecordOptions) -> SamplerOptions {
     SamplerOptions {
         native: options.native,
-        // Each running thread sampled once per sampling period of its CPU time, on average
-        // once per tick of a busy thread.
+        // Each running thread sampled about once per sampling period of its CPU time, on
+        // average about once per tick of a busy thread.
         perf: (options.backend != Backend::Ptrace)
-            .then(|| Duration::from_secs_f64(1.0 / options.rate_hz)),
+            .then(|| crate::native::perf::sampling_period(options.rate_hz)),
         count_idle: options.count_idle,
         debug_dirs: options.debug_dirs.clone(),
     }
