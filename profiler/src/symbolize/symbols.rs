@@ -183,6 +183,8 @@ struct Parsed {
     dwarf: Option<Dwarf>,
     symbols: Symbols,
     ranges: std::cell::OnceCell<FunctionRanges>,
+    /// Its procedure linkage table (`.plt`, `.plt.sec`, `.plt.got`): stubs with no symbol.
+    plt: Vec<std::ops::Range<u64>>,
 }
 
 impl Parsed {
@@ -221,10 +223,20 @@ impl Parsed {
         if symbols.is_empty() {
             symbols = Symbols::from_table(&module.image, object.dynamic_symbol_table());
         }
+        let plt = (object.sections())
+            .filter(|section| {
+                matches!(
+                    section.name(),
+                    Ok(".plt" | ".plt.sec" | ".plt.got" | ".iplt")
+                )
+            })
+            .map(|section| section.address()..section.address().saturating_add(section.size()))
+            .collect();
         Parsed {
             dwarf,
             symbols,
             ranges: Default::default(),
+            plt,
         }
     }
 
@@ -263,10 +275,15 @@ impl Parsed {
         frames
     }
 
-    /// The name of the function symbol covering `svma`, else `module+0xSTART`.
+    /// The name of the function symbol covering `svma`, else `[PLT of module]` for a stub of
+    /// its linkage table (no debug file names those: not a missing symbol), else
+    /// `module+0xSTART`.
     fn symbol_name(&self, module: &Module, svma: u64) -> String {
         match self.symbols.lookup(svma) {
             Some(name) => demangle(&String::from_utf8_lossy(name), None),
+            None if self.plt.iter().any(|plt| plt.contains(&svma)) => {
+                format!("[PLT of {}]", module.name)
+            }
             None => self.unnamed(module, svma),
         }
     }

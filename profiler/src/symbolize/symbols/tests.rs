@@ -692,3 +692,21 @@ fn arbitrary_elf_and_dwarf_give_bounded_names_or_fall_back() {
         "no function was ever named: the files were not read"
     );
 }
+
+/// A stub of the linkage table has no symbol, in any debug file: it is named as such, and the
+/// module is not reported as lacking symbols (a test once failed on a sample in `.plt`).
+#[test]
+fn plt_stubs_are_named_and_are_not_missing_symbols() {
+    let dir = temp_dir("plt");
+    let source = "#include <stdio.h>\nint main(void) { puts(\"x\"); return 0; }\n";
+    let program = compile(&dir, "gcc", source, "plt", &["-O2", "-Wl,-z,lazy"]);
+    let plt = {
+        let image = std::fs::read(&program).unwrap();
+        let object = object::File::parse(&*image).unwrap();
+        let section = object.section_by_name(".plt").expect("a .plt section");
+        section.address()
+    };
+    let mut symbolizer = Symbolizer::with_debug_dirs(&[file_module(&program)], no_debug_dirs());
+    assert_eq!(symbolizer.symbolize(plt + 4)[0].function, "[PLT of plt]");
+    assert_eq!(symbolizer.unnamed_note(), None);
+}
