@@ -97,8 +97,6 @@ impl Sampler {
             self.clock.needs_every_tick();
         }
         let addresses = self.reader.slot_addresses(self.reader.of(own_tid))?;
-        // Every switch before this instant is in what is taken now.
-        let read_ns = crate::record::clock::monotonic_ns();
         let taken = native.perf_samples(tid, addresses)?;
         let follows = native.follows_switches(tid);
         let followed = self.followed_off_cpu(tid);
@@ -118,7 +116,6 @@ impl Sampler {
             }
             _ => None,
         };
-        let mut unfollowed_off = None;
         for item in taken {
             let (captured, slots, cpu_ns) = match item {
                 PerfTaken::Sample {
@@ -129,9 +126,6 @@ impl Sampler {
                 PerfTaken::Switch(switch) => {
                     if followed {
                         self.switch(tid, own_tid, thread, switch, before_switch.as_ref());
-                    } else {
-                        // Off its CPU since, if a departure: see below.
-                        unfollowed_off = switch.out.then_some(switch);
                     }
                     continue;
                 }
@@ -208,14 +202,6 @@ impl Sampler {
                 (false, Some(_)) => state.followed = None,
                 _ => {}
             }
-        }
-        // Following begins with the thread off its CPU (preempted, or blocked) since a departure
-        // the kernel recorded before: the stretch is open from now (this tick's sample has the
-        // time before). Without it a thread preempted then lost its wait up to its return:
-        // short-lived threads read their work about 2% low.
-        if let (true, Some(departure)) = (begins, unfollowed_off) {
-            self.switch(tid, own_tid, thread, departure, before_switch.as_ref());
-            self.off_cpu_from(tid, read_ns);
         }
         watched.then_some(covered)
     }

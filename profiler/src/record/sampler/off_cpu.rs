@@ -269,13 +269,6 @@ impl Sampler {
         }
     }
 
-    /// Counts thread `tid`'s open stretch off its CPU, if any, from `ns` on at the earliest.
-    pub(super) fn off_cpu_from(&mut self, tid: u32, ns: u64) {
-        if let Some(off) = self.followed_mut(tid).and_then(|f| f.off.as_mut()) {
-            off.since = off.since.max(ns);
-        }
-    }
-
     fn followed_mut(&mut self, tid: u32) -> Option<&mut Followed> {
         self.threads.states.get_mut(&tid)?.followed.as_mut()
     }
