@@ -57,6 +57,8 @@
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub mod builtin;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod unwinder;
 
 use fsprof_shim::{abi, raw, Feature};
 use std::collections::BTreeMap;

@@ -278,6 +278,42 @@ fn calls_from_anywhere_stay_on_the_fast_path() {
     );
 }
 
+/// Preloading the agent maps no shared library but the agent itself: `cat`, a C program, prints
+/// its own memory map with and without it. The agent's unwinder functions forward to the
+/// program's own (`agent/src/unwinder.rs`); linked to `libgcc_s.so.1` instead, the agent made
+/// every process load it (about 100 µs per start, BENCHMARKS.md).
+#[test]
+fn preloading_the_agent_maps_no_other_library() {
+    let libraries = |preload: bool| {
+        let mut cat = Command::new("cat");
+        cat.arg("/proc/self/maps").env_remove("LD_PRELOAD");
+        if preload {
+            cat.env("LD_PRELOAD", agent_library());
+        }
+        let out = cat.output().unwrap();
+        assert!(out.status.success(), "cat failed: {out:?}");
+        let mut paths: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| line.split_whitespace().nth(5))
+            .filter(|path| path.contains(".so"))
+            .map(str::to_owned)
+            .collect();
+        paths.sort();
+        paths.dedup();
+        paths
+    };
+    let alone = libraries(false);
+    let mut preloaded = libraries(true);
+    let agent = agent_library().canonicalize().unwrap();
+    let before = preloaded.len();
+    preloaded.retain(|path| Path::new(path) != agent);
+    assert_eq!(before, preloaded.len() + 1, "the agent is not mapped");
+    assert_eq!(
+        preloaded, alone,
+        "libraries mapped with the agent, and without it"
+    );
+}
+
 #[test]
 fn each_thread_has_its_own_stack() {
     let threads: Vec<_> = (0..4)

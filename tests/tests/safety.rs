@@ -6,6 +6,8 @@
 //!   lock) and waits for the calling thread: no deadlock;
 //! * a `fork` whose child runs another library's allocating fork handler before the agent's: the
 //!   child does not fault on the region it has not inherited;
+//! * threads cancelled inside interposed calls: they unwind through the agent's frames and run
+//!   their cleanup handlers;
 //! * the process's first `realloc`s while another thread looks a real function up: no data lost,
 //!   no NULL;
 //! * a signal handler that `siglongjmp`s out of interposed calls (and so, now and then, out of a
@@ -116,6 +118,24 @@ fn a_forked_child_never_faults_whatever_fork_handlers_run_first() {
     let program = build_c_program_with(dir.path(), "fork_handlers", &["-lfork_early"]);
     let (code, stdout) = run_preloaded(&program, &["100"], Duration::from_secs(60));
     assert_eq!((code, stdout.trim()), (0, "ok"));
+}
+
+/// Threads unwound through the agent's frames: cancelled inside `pthread_cond_wait`, `usleep`,
+/// `sleep`, `fwrite` and `read` (the agent's Rust wrappers and its system-call trampolines), and
+/// one `pthread_exit`. glibc unwinds them with the `libgcc_s` it loads privately, and the
+/// personality routines of the agent's frames must call that unwinder, not a copy of their own:
+/// with a second, static copy of the unwinder in the agent the program aborted.
+#[test]
+fn threads_cancelled_inside_interposed_calls_unwind_and_run_their_cleanups() {
+    let _serial = serial();
+    let dir = tempdir();
+    let program = build_c_program(dir.path(), "unwinds");
+    let output = Command::new(&program).output().unwrap();
+    assert!(output.status.success(), "without the agent: {output:?}");
+    for _ in 0..3 {
+        let (code, stdout) = run_preloaded(&program, &[], Duration::from_secs(20));
+        assert_eq!((code, stdout.trim()), (0, "unwound 6 of 6"));
+    }
 }
 
 /// The process's first `reallocarray` (and `realloc`) of filled heap blocks while another thread
