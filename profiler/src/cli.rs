@@ -40,8 +40,9 @@ enum Cmd {
         /// Do not preload the fsprof agent: without it only the program's own marks are
         /// recorded. By default `run` preloads libfsprof_agent.so (LD_PRELOAD, appended to any
         /// the environment sets), which marks the runtime's built-in features (output, input,
-        /// allocation, locks, sleep, poll, process, files) at each libc call site. Found through
-        /// the FSPROF_AGENT environment variable, else next to the fsprof executable.
+        /// allocation, locks, sleep, poll, process, files) at each libc call site: the library
+        /// FSPROF_AGENT names, else the one built into fsprof (written once to
+        /// $XDG_CACHE_HOME/fsprof, ~/.cache/fsprof by default; `fsprof agent` prints its path).
         #[arg(long)]
         no_agent: bool,
         /// The program and its arguments (after `--`).
@@ -82,6 +83,17 @@ enum Cmd {
         #[arg(long, value_name = "NAME|TID")]
         thread: Option<String>,
     },
+    /// Print the path of the agent library that `run` preloads, for a program you start
+    /// yourself and attach to: `LD_PRELOAD=$(fsprof agent) ./app & fsprof attach $!`.
+    Agent,
+    /// Print a shell completion script: `fsprof completions bash > /etc/bash_completion.d/fsprof`.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print fsprof's manual page (roff): `fsprof manpage > ~/.local/share/man/man1/fsprof.1`.
+    Manpage,
 }
 
 #[derive(Debug, Args)]
@@ -172,6 +184,10 @@ pub enum Command {
         /// What to render.
         options: ReportOptions,
     },
+    /// `fsprof agent`.
+    Agent,
+    /// `fsprof completions` and `fsprof manpage`: text generated from this command line.
+    Print(String),
 }
 
 /// What `fsprof report` renders.
@@ -261,8 +277,56 @@ impl Cli {
                     },
                 }
             }
+            Cmd::Agent => Command::Agent,
+            Cmd::Completions { shell } => Command::Print(completions(shell)),
+            Cmd::Manpage => Command::Print(manpage()),
         })
     }
+}
+
+/// The completion script of `shell` for fsprof's command line.
+fn completions(shell: clap_complete::Shell) -> String {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "fsprof", &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// fsprof's manual page, in roff: the command, then one section per subcommand (its synopsis,
+/// description and options), then the examples.
+fn manpage() -> String {
+    use clap::CommandFactory;
+    let command = Cli::command();
+    let mut out = Vec::new();
+    let man = clap_mangen::Man::new(command.clone());
+    // Writing into memory cannot fail.
+    let _ = man.render_title(&mut out);
+    let _ = man.render_name_section(&mut out);
+    let _ = man.render_synopsis_section(&mut out);
+    let _ = man.render_description_section(&mut out);
+    for sub in command.get_subcommands() {
+        if sub.get_name() == "help" {
+            continue;
+        }
+        let name = format!("fsprof {}", sub.get_name());
+        let man = clap_mangen::Man::new(sub.clone().bin_name(name.clone()));
+        let mut section = Vec::new();
+        let _ = man.render_synopsis_section(&mut section);
+        let _ = man.render_description_section(&mut section);
+        let _ = man.render_options_section(&mut section);
+        out.extend(format!(".SH \"{}\"\n", name.to_uppercase()).into_bytes());
+        // The subcommand's own sections become subsections of its section.
+        for line in String::from_utf8_lossy(&section).lines() {
+            let line = line
+                .strip_prefix(".SH ")
+                .map_or(line.to_owned(), |title| format!(".SS {title}"));
+            out.extend(line.into_bytes());
+            out.push(b'\n');
+        }
+    }
+    let _ = man.render_extra_section(&mut out);
+    let _ = man.render_version_section(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

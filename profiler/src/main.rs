@@ -15,7 +15,7 @@ fn main() -> ExitCode {
     let command = Cli::parse_command();
     let perf_wanted = match &command {
         Command::Run { options, .. } | Command::Attach { options, .. } => options.may_use_perf(),
-        Command::Report { .. } => false,
+        _ => false,
     };
     if !perf_wanted {
         fsprof::record::privilege::drop_all();
@@ -27,12 +27,12 @@ fn main() -> ExitCode {
         Command::Attach { pid, options } => {
             fsprof::record::session::attach(pid, &options).map(|()| 0)
         }
-        Command::Report { path, options } => fsprof::report(&path, &options).and_then(|text| {
-            match std::io::stdout().write_all(text.as_bytes()) {
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
-                other => other.map(|()| 0).map_err(Into::into),
-            }
-        }),
+        Command::Report { path, options } => {
+            fsprof::report(&path, &options).and_then(|text| print(&text))
+        }
+        Command::Agent => fsprof::record::agent::library()
+            .and_then(|path| print(&format!("{}\n", path.display()))),
+        Command::Print(text) => print(&text),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -45,5 +45,13 @@ fn main() -> ExitCode {
             eprintln!("fsprof: error: {}", chain.join(": "));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Writes `text` to stdout; a closed pipe (`| head`) is not an error.
+fn print(text: &str) -> anyhow::Result<u8> {
+    match std::io::stdout().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
+        other => other.map(|()| 0).map_err(Into::into),
     }
 }

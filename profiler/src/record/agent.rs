@@ -2,9 +2,8 @@
 //! can preload it at all, composing `LD_PRELOAD`, and telling the agent's built-in features
 //! apart from the program's own.
 //!
-//! The library is found through the `FSPROF_AGENT` environment variable (a path), else next to
-//! the running `fsprof` executable (where `cargo build --workspace` puts both) or in the `deps/`
-//! directory beside it (where `cargo test --workspace` leaves it), the newer of the two. A statically
+//! The library is the one `FSPROF_AGENT` names (a path), else the one built with this fsprof and
+//! carried inside it, from its copy in the user's cache (`embedded_agent.rs`). A statically
 //! linked program (no `PT_INTERP`: nothing runs the dynamic loader) cannot preload anything. In
 //! both cases the program runs without the agent and the report says why. The agent's
 //! implementation is in `agent/src/builtin.rs`; this module never loads it.
@@ -24,7 +23,7 @@ pub enum Preload {
     Off,
     /// Preload this library.
     Library(PathBuf),
-    /// No library was found (the message says where fsprof looked).
+    /// No library to preload (the message says why).
     NotFound(String),
     /// The program is statically linked.
     Static,
@@ -44,7 +43,7 @@ impl Preload {
         match self {
             Preload::Off | Preload::Library(_) => None,
             Preload::NotFound(looked) => Some(format!(
-                "no built-in features (output, allocation, locks, ...): {LIBRARY} not found ({looked}); build it with `cargo build --release --workspace` or set {ENV}=PATH"
+                "no built-in features (output, allocation, locks, ...): no {LIBRARY} to preload: {looked}; set {ENV}=PATH to use another copy"
             )),
             Preload::Static => Some(
                 "no built-in features (output, allocation, locks, ...): the program is statically linked, so the agent cannot be preloaded; only its own marks are recorded"
@@ -66,7 +65,12 @@ pub fn preload(program: &OsStr) -> Preload {
     }
 }
 
-/// The agent library, or where fsprof looked for it.
+/// The agent library `run` would preload (`fsprof agent`), or why there is none.
+pub fn library() -> anyhow::Result<PathBuf> {
+    find_library().map_err(|why| anyhow::anyhow!("no {LIBRARY}: {why}"))
+}
+
+/// The agent library, or why there is none.
 fn find_library() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(ENV) {
         let path = PathBuf::from(path);
@@ -76,14 +80,7 @@ fn find_library() -> Result<PathBuf, String> {
             Err(format!("{ENV}={} is not a file", path.display()))
         };
     }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot locate fsprof itself: {e}"))?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    let modified = |path: &PathBuf| path.metadata().and_then(|m| m.modified()).ok();
-    [dir.join(LIBRARY), dir.join("deps").join(LIBRARY)]
-        .into_iter()
-        .filter(|path| path.is_file())
-        .max_by_key(modified)
-        .ok_or_else(|| format!("not in {} and {ENV} is not set", dir.display()))
+    super::embedded_agent::path()
 }
 
 fn absolute(path: PathBuf) -> PathBuf {

@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod clock;
+mod embedded_agent;
 pub mod interner;
 pub mod marks;
 pub mod privilege;

@@ -225,7 +225,7 @@ fn header(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
         if meta.mode == "attach" && meta.builtin_features.is_empty() {
             let _ = writeln!(
                 out,
-                "Built-in features (input, output, allocation, locks, ...) need fsprof's agent in the program from its start: run it with `fsprof run -- PROGRAM`, or start it with LD_PRELOAD=/path/to/libfsprof_agent.so and attach to it."
+                "Built-in features (input, output, allocation, locks, ...) need fsprof's agent in the program from its start: run it with `fsprof run -- PROGRAM`, or start it with LD_PRELOAD=$(fsprof agent) and attach to it."
             );
         }
     }

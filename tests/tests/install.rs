@@ -1,0 +1,190 @@
+//! Installed the way Rust tools are: `cargo install --path profiler` from a fresh clone of this
+//! repository into a temporary root gives a complete fsprof. Nothing else is moved or set: from an
+//! unrelated directory, with a fresh cache directory, the installed binary profiles a C program and
+//! a Rust program with their built-in features, preloading the agent it carries. Also what the
+//! installed command offers besides: `fsprof agent`, completions and the manual page.
+//!
+//! The clone is of the repository's last commit (what a user clones), so changes not committed
+//! yet are not what this test installs.
+
+mod support;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use support::native::*;
+use support::*;
+
+/// The repository's root (this crate is `tests/` in it).
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+/// `cargo install --locked --offline --path CLONE/profiler --root ROOT`, its target directory kept
+/// under this workspace's (so that later runs build only what changed); returns ROOT/bin/fsprof.
+fn install(clone: &Path, root: &Path) -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target_dir = repository().join("target/install-test");
+    let output = Command::new(cargo)
+        .args(["install", "--locked", "--offline", "--quiet", "--path"])
+        .arg(clone.join("profiler"))
+        .arg("--root")
+        .arg(root)
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "cargo install failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let fsprof = root.join("bin/fsprof");
+    let installed: Vec<_> = std::fs::read_dir(root.join("bin"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(installed, ["fsprof"], "installed beside it: {installed:?}");
+    fsprof
+}
+
+/// Runs the installed `fsprof run -o out -- program args` in `cwd`, with `cache` as its cache
+/// directory and no `FSPROF_AGENT`; returns the JSON report.
+fn profile(fsprof: &Path, cwd: &Path, cache: &Path, program: &[&std::ffi::OsStr]) -> Value {
+    let output = Command::new(fsprof)
+        .current_dir(cwd)
+        .args(["run", "--rate", ACCURACY_RATE, "-o", "out", "--"])
+        .args(program)
+        .env_remove("FSPROF_AGENT")
+        .env("XDG_CACHE_HOME", cache)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "fsprof run failed: {stderr}");
+    assert!(!stderr.contains("no built-in features"), "{stderr}");
+    let report = Command::new(fsprof)
+        .current_dir(cwd)
+        .args(["report", "out", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{report:?}");
+    serde_json::from_slice(&report.stdout).unwrap()
+}
+
+/// The built-in features the report gives time to.
+fn builtins_with_time(report: &Value) -> Vec<String> {
+    let builtins = ["output", "allocation", "locks", "input", "sleep"];
+    report["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|feature| builtins.contains(&feature["name"].as_str().unwrap()))
+        .filter(|feature| feature["ms"].as_f64().unwrap() > 0.0)
+        .map(|feature| feature["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn an_installed_fsprof_profiles_programs_elsewhere_with_their_builtin_features() {
+    let _serial = serial();
+    let work = tempdir();
+    let clone = work.path().join("clone");
+    let status = Command::new("git")
+        .args(["clone", "--quiet"])
+        .arg(repository())
+        .arg(&clone)
+        .status()
+        .unwrap();
+    assert!(status.success(), "git clone failed");
+    let root = work.path().join("root");
+    let fsprof = install(&clone, &root);
+    let cache = work.path().join("cache");
+    let elsewhere = work.path().join("elsewhere");
+
+    // A C program, built from this repository's sources but run from elsewhere.
+    std::fs::create_dir_all(elsewhere.join("c")).unwrap();
+    let c_program = build_c_program(&elsewhere.join("c"), "builtins");
+    let truth = elsewhere.join("c/truth.json");
+    let report = profile(
+        &fsprof,
+        &elsewhere.join("c"),
+        &cache,
+        &[
+            c_program.as_os_str(),
+            "2".as_ref(),
+            "--truth".as_ref(),
+            truth.as_os_str(),
+        ],
+    );
+    let found = builtins_with_time(&report);
+    assert!(
+        found.contains(&"output".to_owned()) && found.contains(&"allocation".to_owned()),
+        "built-in features of the C program: {found:?}"
+    );
+
+    // A Rust program.
+    std::fs::create_dir_all(elsewhere.join("rust")).unwrap();
+    let truth = elsewhere.join("rust/truth.json");
+    let report = profile(
+        &fsprof,
+        &elsewhere.join("rust"),
+        &cache,
+        &[
+            env!("CARGO_BIN_EXE_builtins").as_ref(),
+            "2".as_ref(),
+            "--truth".as_ref(),
+            truth.as_os_str(),
+        ],
+    );
+    let found = builtins_with_time(&report);
+    assert!(
+        found.contains(&"output".to_owned()),
+        "built-in features of the Rust program: {found:?}"
+    );
+
+    // The agent it preloaded: its cached copy, private to this user.
+    let agent = Command::new(&fsprof)
+        .arg("agent")
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .unwrap();
+    assert!(agent.status.success(), "{agent:?}");
+    let agent = PathBuf::from(String::from_utf8(agent.stdout).unwrap().trim());
+    assert!(
+        agent.starts_with(cache.join("fsprof")),
+        "{}",
+        agent.display()
+    );
+    assert!(agent.is_file());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(agent.parent().unwrap())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "{}", agent.display());
+
+    // Completions and the manual page.
+    let text = |args: &[&str]| {
+        let output = Command::new(&fsprof).args(args).output().unwrap();
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let bash = text(&["completions", "bash"]);
+    assert!(
+        bash.contains("--no-agent") && bash.contains("attach"),
+        "{bash}"
+    );
+    let page = text(&["manpage"]);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH fsprof"),
+        "{page}"
+    );
+    assert!(
+        page.contains("attach") && page.contains("\\-\\-rate"),
+        "{page}"
+    );
+}
