@@ -243,7 +243,8 @@ fn push_unless_nested_tagged(
     .unwrap_or(Err(NotPushed::Skipped))
 }
 
-/// Why [`push_unless_nested`] pushed nothing.
+/// Why [`raw::push_call_site_unless_nested`](crate::raw::push_call_site_unless_nested) pushed
+/// nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NotPushed {
     /// The thread has no slot, and the caller did not let it claim one.

@@ -188,3 +188,60 @@ fn an_installed_fsprof_profiles_programs_elsewhere_with_their_builtin_features()
         "{page}"
     );
 }
+
+/// The shim is ready for crates.io: `cargo package` (which builds the packaged crate alone, as a
+/// user's build would) passes, the package holds its README and license files, and its
+/// documentation builds without warnings.
+#[test]
+fn the_shim_packages_for_crates_io() {
+    let _serial = serial();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target_dir = repository().join("target/install-test");
+    let output = Command::new(&cargo)
+        .current_dir(repository())
+        .args(["package", "--offline", "--allow-dirty", "-p", "fsprof-shim"])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "cargo package failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Its documentation builds without a warning (as docs.rs would build it).
+    let doc = Command::new(&cargo)
+        .current_dir(repository())
+        .args(["doc", "--offline", "--no-deps", "-p", "fsprof-shim"])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .output()
+        .unwrap();
+    assert!(
+        doc.status.success(),
+        "cargo doc failed: {}",
+        String::from_utf8_lossy(&doc.stderr)
+    );
+    let list = Command::new(&cargo)
+        .current_dir(repository())
+        .args([
+            "package",
+            "--offline",
+            "--allow-dirty",
+            "--list",
+            "-p",
+            "fsprof-shim",
+        ])
+        .output()
+        .unwrap();
+    let files = String::from_utf8(list.stdout).unwrap();
+    for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE", "src/lib.rs"] {
+        assert!(
+            files.lines().any(|line| line == file),
+            "{file} not packaged: {files}"
+        );
+    }
+}

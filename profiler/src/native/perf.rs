@@ -39,7 +39,7 @@ pub const STACK_DUMP: u32 = 16 * 1024;
 /// Slots copied per sample: one per region the thread marks in (the program's shim, the agent's).
 pub const SLOTS: usize = 2;
 /// A thread that leaves its CPU more often than this (per second, over at least
-/// [`SWITCH_WINDOW_NS`]) is no longer followed off its CPU: following a switch costs the thread
+/// `SWITCH_WINDOW_NS`) is no longer followed off its CPU: following a switch costs the thread
 /// about 3 us (BENCHMARKS.md), so this bounds that cost to about 6% of its time, and its time off
 /// the CPU is estimated instead, as where the kernel refuses the switch events.
 pub const MAX_SWITCH_RATE: u64 = 20_000;

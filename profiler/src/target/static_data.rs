@@ -29,7 +29,7 @@ pub struct WithModules<'a> {
     pub maps: &'a [Mapping],
     /// Its modules, open.
     pub modules: &'a [Module],
-    /// Reads from files left (see [`MAX_FILE_READS`]).
+    /// Reads from files left (see `MAX_FILE_READS`).
     pub budget: &'a Cell<u32>,
 }
 
