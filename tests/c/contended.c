@@ -1,6 +1,7 @@
 /* contended.c: lock contention with a known cost. A holder thread keeps a mutex for 2 ms at a
- * time while it works; a waiter thread takes the same mutex every millisecond or so and times
- * how long pthread_mutex_lock blocks it. No marks of its own: the waits are the agent's `locks`.
+ * time while it works; a waiter thread takes the same mutex whenever the holder has it (then
+ * spins 0.5 ms) and times how long pthread_mutex_lock blocks it. No marks of its own: the waits
+ * are the agent's `locks`.
  *
  *   contended SECONDS --truth FILE
  *
@@ -14,12 +15,17 @@
 
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
 static double end_ms;
+/* Set while the holder holds the mutex: the waiter tries it only then, so that each of its
+ * locks waits, even when the machine's other load keeps the two threads from running at once. */
+static int held;
 
 static void *holder(void *arg) {
     (void)arg;
     while (now_ms() < end_ms) {
         pthread_mutex_lock(&mutex);
+        __atomic_store_n(&held, 1, __ATOMIC_RELEASE);
         spin_us(2000);
+        __atomic_store_n(&held, 0, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&mutex);
         spin_us(1000);
     }
@@ -38,6 +44,8 @@ int main(int argc, char **argv) {
     double waited = 0;
     long locks = 0;
     while (now_ms() < end_ms) {
+        while (!__atomic_load_n(&held, __ATOMIC_ACQUIRE) && now_ms() < end_ms)
+            ;
         double t0 = now_ms();
         pthread_mutex_lock(&mutex);
         waited += now_ms() - t0;

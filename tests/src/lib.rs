@@ -20,6 +20,8 @@ struct Inner {
     total: Duration,
     features: BTreeMap<String, (Duration, BTreeMap<String, Duration>)>,
     extra: BTreeMap<String, f64>,
+    /// Per feature, per path of nested instances (joined with " > "): self time.
+    trees: BTreeMap<String, BTreeMap<String, Duration>>,
 }
 
 impl Truth {
@@ -36,6 +38,16 @@ impl Truth {
         *entry.1.entry(instance.to_owned()).or_default() += time;
     }
 
+    /// Adds `time` to the self time of the path `path` (outermost instance first) of
+    /// `feature`'s tree of nested instances, and to the innermost instance, which the feature
+    /// analysis credits.
+    pub fn tree(&self, feature: &str, path: &[&str], time: Duration) {
+        self.feature(feature, path.last().unwrap(), time);
+        let mut inner = self.inner.lock().unwrap();
+        let tree = inner.trees.entry(feature.to_owned()).or_default();
+        *tree.entry(path.join(" > ")).or_default() += time;
+    }
+
     /// Records an extra figure (e.g. marks per second).
     pub fn extra(&self, key: &str, value: f64) {
         self.inner
@@ -45,7 +57,8 @@ impl Truth {
             .insert(key.to_owned(), value);
     }
 
-    /// The truth as JSON: `{"total_ms", "features": {name: {"ms", "instances": {payload: ms}}}, "extra"}`.
+    /// The truth as JSON: `{"total_ms", "features": {name: {"ms", "instances": {payload: ms}}},
+    /// "extra", "trees": {name: {"outer > inner": self ms}}}`.
     pub fn to_json(&self) -> serde_json::Value {
         let inner = self.inner.lock().unwrap();
         let ms = |d: &Duration| d.as_secs_f64() * 1e3;
@@ -63,7 +76,19 @@ impl Truth {
                 )
             })
             .collect();
-        serde_json::json!({"total_ms": ms(&inner.total), "features": features, "extra": inner.extra})
+        let trees: serde_json::Map<String, serde_json::Value> = inner
+            .trees
+            .iter()
+            .map(|(name, paths)| {
+                let paths: serde_json::Map<String, serde_json::Value> = paths
+                    .iter()
+                    .map(|(path, time)| (path.clone(), ms(time).into()))
+                    .collect();
+                (name.clone(), paths.into())
+            })
+            .collect();
+        serde_json::json!({"total_ms": ms(&inner.total), "features": features, "extra": inner.extra,
+                           "trees": trees})
     }
 }
 

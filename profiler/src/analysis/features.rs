@@ -73,6 +73,9 @@ pub struct FeatureCost {
     pub instances: Vec<InstanceCost>,
     /// Marked (at least in part) by the agent's libc interposition: a built-in feature.
     pub builtin: bool,
+    /// When its marks nest (a task running sub-tasks): the time of each path of its instances
+    /// (`tree.rs`); empty otherwise.
+    pub tree: Vec<super::TreeNode>,
 }
 
 /// The cost of one feature instance.
@@ -287,6 +290,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         };
         by_feature[feature as usize].push((instance, payload));
     }
+    let mut trees = super::tree::trees(profile, view);
     // Features with the same name (two descriptors) were interned to one id by the recorder.
     for ((id, name), mut instances) in profile.features.iter().enumerate().zip(by_feature) {
         if !seen[id] {
@@ -310,6 +314,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             samples: feature_samples[id],
             blocked_ns: feature_blocked[id],
             instances: instances.into_iter().map(|(i, _)| i).collect(),
+            tree: trees.remove(&(id as u32)).unwrap_or_default(),
         });
     }
     report.features.sort_by(|a, b| {

@@ -32,12 +32,30 @@
 //! (empty: no native stack, or with `cut` the mark was pushed outside the unwound frames), `cut`
 //! says frames are left out at the outer end, `share` is of the instance's `ms`, 0–100.
 
+//!
+//! `tree` (since 2026-11-26), on a feature whose marks nest on a thread (a task running
+//! sub-tasks, a server running connections): every path of its instances, outermost first, in
+//! depth-first order with each node's children heaviest first, `{"path": ["ground", "conn-A"],
+//! "total_ms": 900.0, "self_ms": 100.0, "total_percent": 30.0, "self_percent": 3.3,
+//! "local_percent": 75.0}`: `total` counts the samples whose path begins with it, `self` those
+//! whose path it is, `local_percent` is its total's share of its parent's (of all roots' for a
+//! root). Absent when the feature's marks never nest.
+
 use crate::analysis::{FeatureReport, TimeView};
 use crate::profile::Meta;
 use serde_json::{json, Value};
 
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
+}
+
+/// `part` as a percentage of `whole`, 0–100 (0 of nothing).
+fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
 }
 
 /// Renders the report as a JSON value.
@@ -67,9 +85,25 @@ pub fn render(report: &FeatureReport, meta: &Meta) -> Value {
                     instance
                 })
                 .collect();
-            json!({"name": feature.name, "ms": ms(feature.ns), "percent": report.percent(feature.ns),
+            let mut object = json!({"name": feature.name, "ms": ms(feature.ns),
+                   "percent": report.percent(feature.ns),
                    "samples": feature.samples, "builtin": feature.builtin,
-                   "blocked_ms": ms(feature.blocked_ns), "instances": instances})
+                   "blocked_ms": ms(feature.blocked_ns), "instances": instances});
+            if !feature.tree.is_empty() {
+                let tree: Vec<Value> = feature
+                    .tree
+                    .iter()
+                    .map(|node| {
+                        json!({"path": node.path, "total_ms": ms(node.total_ns),
+                               "self_ms": ms(node.self_ns),
+                               "total_percent": report.percent(node.total_ns),
+                               "self_percent": report.percent(node.self_ns),
+                               "local_percent": share(node.total_ns, node.parent_ns)})
+                    })
+                    .collect();
+                object["tree"] = Value::Array(tree);
+            }
+            object
         })
         .collect();
     json!({

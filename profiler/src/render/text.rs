@@ -23,8 +23,12 @@
 //!                71% … > app::main > app::report > app::print_row
 //!                29% app::main > app::summary
 //! ```
+//!
+//! A feature whose marks nest (a server running connections, a task running sub-tasks) also
+//! gets its tree: each path of its instances, with its total and self time and its share of its
+//! parent (see `analysis/tree.rs`), indented by depth.
 
-use crate::analysis::{CallPath, FeatureReport, FunctionReport, ThreadTime, TimeView};
+use crate::analysis::{CallPath, FeatureReport, FunctionReport, ThreadTime, TimeView, TreeNode};
 use crate::profile::Meta;
 use std::fmt::Write;
 
@@ -286,6 +290,7 @@ fn feature_tables(out: &mut String, report: &FeatureReport) {
                 );
             }
         }
+        tree(out, &feature.tree);
         let _ = writeln!(out);
     }
     if !report.features.is_empty() && report.no_feature_ns > 0 {
@@ -294,6 +299,43 @@ fn feature_tables(out: &mut String, report: &FeatureReport) {
             "No feature: {:.2}% ({} / {total} ms)\n",
             report.percent(report.no_feature_ns),
             ms(report.no_feature_ns),
+        );
+    }
+}
+
+/// Most nodes of a feature's tree the text report lists (the JSON report has them all).
+const TREE_ROWS: usize = 40;
+
+/// A feature's tree (its nested instances), under its table: total, self and share of the parent
+/// per path, indented by depth.
+fn tree(out: &mut String, nodes: &[TreeNode]) {
+    if nodes.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  Nested instances (total, self, share of the parent):"
+    );
+    for node in nodes.iter().take(TREE_ROWS) {
+        let share = if node.parent_ns == 0 {
+            0.0
+        } else {
+            node.total_ns as f64 * 100.0 / node.parent_ns as f64
+        };
+        let _ = writeln!(
+            out,
+            "  {:>8} ms {:>8} ms {share:>6.1}%  {}{}",
+            ms(node.total_ns),
+            ms(node.self_ns),
+            "  ".repeat(node.path.len() - 1),
+            node.path.last().map_or("", String::as_str),
+        );
+    }
+    if nodes.len() > TREE_ROWS {
+        let _ = writeln!(
+            out,
+            "  ({} more paths in `fsprof report --format json`)",
+            nodes.len() - TREE_ROWS
         );
     }
 }

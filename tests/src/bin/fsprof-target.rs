@@ -22,6 +22,7 @@ static LEXING: Feature = Feature::new("lexing");
 static WAITING: Feature = Feature::new("waiting");
 static REQUEST: Feature = Feature::new("request");
 static RECURSION: Feature = Feature::new("recursion");
+static SERVER: Feature = Feature::new("server");
 static STRESS_X: Feature = Feature::new("stress-x");
 static STRESS_Y: Feature = Feature::new("stress-y");
 
@@ -123,6 +124,10 @@ fn main() {
         "nested" => {
             ready();
             nested(&truth, run_for);
+        }
+        "tree" => {
+            ready();
+            tree(&truth, run_for);
         }
         "antimark" => {
             ready();
@@ -399,6 +404,50 @@ fn nested(truth: &Truth, run_for: Duration) {
         }
     }
     truth.active(start.elapsed());
+}
+
+/// A server's nested instances (process accounting): `server` runs connection A about four
+/// times as often as connection B, A's requests sometimes parse (a third level), and the server
+/// works on its own between them. Each path's self time is the truth of the feature's tree.
+fn tree(truth: &Truth, run_for: Duration) {
+    let mut rng = Rng::new(5);
+    let start = Instant::now();
+    let _server = SERVER.mark_with("server");
+    while start.elapsed() < run_for {
+        let (a, b, c) = (
+            rng.micros(100, 900),
+            rng.micros(100, 900),
+            rng.micros(100, 900),
+        );
+        match rng.below(10) {
+            0..=3 => {
+                let _a = SERVER.mark_with("conn-A");
+                timed_self(truth, &["server", "conn-A"], a);
+                {
+                    let _p = SERVER.mark_with("parse");
+                    timed_self(truth, &["server", "conn-A", "parse"], b);
+                }
+                timed_self(truth, &["server", "conn-A"], c);
+            }
+            4..=7 => {
+                let _a = SERVER.mark_with("conn-A");
+                timed_self(truth, &["server", "conn-A"], a);
+            }
+            8 => {
+                let _b = SERVER.mark_with("conn-B");
+                timed_self(truth, &["server", "conn-B"], a);
+            }
+            _ => timed_self(truth, &["server"], a),
+        }
+    }
+    truth.active(start.elapsed());
+}
+
+/// Spins for `time` and credits the time it took to `path` of the server's tree.
+fn timed_self(truth: &Truth, path: &[&str], time: Duration) {
+    let t = Instant::now();
+    spin(time);
+    truth.tree("server", path, t.elapsed());
 }
 
 /// Output with a user callback under an antimark; the callback validates.
