@@ -72,7 +72,10 @@ pub mod abi;
 mod region;
 mod stack;
 mod sys;
+mod task;
 mod thread_state;
+
+pub use task::{Instrumented, MAX_TASK_DEPTH};
 
 use core::marker::PhantomData;
 use core::panic::Location;

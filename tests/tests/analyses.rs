@@ -1,47 +1,44 @@
 //! Structure-rich analyses, end to end against the truth the target measured: the tree of a
-//! feature whose marks nest (process accounting).
+//! feature whose marks nest (process accounting), from nested marks and from async tasks on a
+//! real tokio runtime (`Feature::instrument`).
 
 mod support;
 
 use serde_json::Value;
+use std::ffi::OsStr;
+use support::programs::run;
 use support::*;
 
 /// Seconds each target runs.
 const SECS: f64 = 5.0;
 
-/// A server's nested instances (process accounting): the report's tree of `server` gives each
-/// path of instances its total and self share, within the usual bound of what the program
-/// measured (the truth's self time per path; totals add the paths below).
-#[test]
-fn a_feature_whose_marks_nest_gets_its_tree() {
-    let _serial = serial();
-    let dir = tempdir();
-    run_target(dir.path(), "tree", SECS, &[]);
-    let report = report_json(dir.path());
-    assert_shares_match(&report, &truth(dir.path()));
-    let truth = truth(dir.path());
+/// Checks the report's tree of `feature` against the truth's self time per path
+/// (`trees.FEATURE`, paths joined by " > "): every path present, each node's total and self share
+/// within [`TOLERANCE`] points, and siblings heaviest first. Returns the tree's paths in order.
+fn assert_tree_matches(report: &Value, truth: &Value, feature: &str) -> Vec<String> {
     let truth_total = truth["total_ms"].as_f64().unwrap();
-    let self_ms: Vec<(Vec<String>, f64)> = truth["trees"]["server"]
+    let self_ms: Vec<(Vec<String>, f64)> = truth["trees"][feature]
         .as_object()
-        .unwrap()
+        .unwrap_or_else(|| panic!("no tree of {feature} in the truth: {truth}"))
         .iter()
         .map(|(path, ms)| {
             let path = path.split(" > ").map(str::to_owned).collect();
             (path, ms.as_f64().unwrap())
         })
         .collect();
-    let server = report["features"]
+    let found = report["features"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|f| f["name"] == "server")
-        .unwrap_or_else(|| panic!("no server feature: {report:#}"));
-    let nodes = server["tree"]
+        .find(|f| f["name"] == feature)
+        .unwrap_or_else(|| panic!("no {feature} feature: {report:#}"));
+    let nodes = found["tree"]
         .as_array()
-        .unwrap_or_else(|| panic!("no tree: {server:#}"));
+        .unwrap_or_else(|| panic!("no tree: {found:#}"));
     assert_eq!(nodes.len(), self_ms.len(), "{nodes:#?}");
     let mut worst = 0.0f64;
     let mut table = String::new();
+    let mut order = Vec::new();
     for node in nodes {
         let path: Vec<String> = node["path"]
             .as_array()
@@ -69,16 +66,32 @@ fn a_feature_whose_marks_nest_gets_its_tree() {
         table += &format!(
             "{path:?}: total {got_total:.2}% (truth {want_total:.2}), self {got_self:.2}% (truth {want_self:.2})\n"
         );
+        order.push(path.join(" > "));
     }
+    eprintln!("{table}");
     assert!(
         worst <= TOLERANCE,
         "a tree share is off by {worst:.2} points:\n{table}"
     );
+    order
+}
+
+/// A server's nested instances (process accounting): the report's tree of `server` gives each
+/// path of instances its total and self share, within the usual bound of what the program
+/// measured (the truth's self time per path; totals add the paths below).
+#[test]
+fn a_feature_whose_marks_nest_gets_its_tree() {
+    let _serial = serial();
+    let dir = tempdir();
+    run_target(dir.path(), "tree", SECS, &[]);
+    let report = report_json(dir.path());
+    let truth = truth(dir.path());
+    assert_shares_match(&report, &truth);
+    let order = assert_tree_matches(&report, &truth, "server");
     // Heaviest first under each parent: conn-A (about 4 times conn-B) before conn-B.
-    let order: Vec<String> = nodes.iter().map(|n| n["path"].to_string()).collect();
     let position = |path: &str| order.iter().position(|p| p == path).unwrap();
     assert!(
-        position(r#"["server","conn-A"]"#) < position(r#"["server","conn-B"]"#),
+        position("server > conn-A") < position("server > conn-B"),
         "{order:?}"
     );
     let text = std::fs::read_to_string(dir.path().join("report.txt")).unwrap();
@@ -86,4 +99,29 @@ fn a_feature_whose_marks_nest_gets_its_tree() {
         text.contains("Nested instances (") && text.contains("parse"),
         "{text}"
     );
+}
+
+/// Async tasks on a real tokio runtime (two workers): each task is marked while it is polled
+/// (`TASKS.instrument`), and tasks spawned from inside another's poll count under it, however
+/// the workers interleave them: server > conn-A > request, server > conn-B, each path's share
+/// within the bound of what the tasks measured.
+#[test]
+fn async_tasks_count_for_themselves_and_under_the_task_that_spawned_them() {
+    let _serial = serial();
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    run(
+        dir.path(),
+        &["--no-agent"],
+        &[],
+        &[
+            env!("CARGO_BIN_EXE_tasks").as_ref(),
+            OsStr::new(&SECS.to_string()),
+            "--truth".as_ref(),
+            truth_path.as_os_str(),
+        ],
+    );
+    let report = report_json(dir.path());
+    let order = assert_tree_matches(&report, &truth(dir.path()), "tasks");
+    assert_eq!(order[0], "server", "{order:?}");
 }
