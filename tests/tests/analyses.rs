@@ -1,11 +1,12 @@
 //! Structure-rich analyses, end to end against the truth the target measured: the tree of a
-//! feature whose marks nest (process accounting), from nested marks and from async tasks on a
-//! real tokio runtime (`Feature::instrument`).
+//! feature whose marks nest (process accounting), from nested marks in Rust and in C and from
+//! async tasks on a real tokio runtime (`Feature::instrument`).
 
 mod support;
 
 use serde_json::Value;
 use std::ffi::OsStr;
+use support::native::*;
 use support::programs::run;
 use support::*;
 
@@ -123,5 +124,30 @@ fn async_tasks_count_for_themselves_and_under_the_task_that_spawned_them() {
     );
     let report = report_json(dir.path());
     let order = assert_tree_matches(&report, &truth(dir.path()), "tasks");
+    assert_eq!(order[0], "server", "{order:?}");
+}
+
+/// The same tree from C (`fsprof_mark` with name payloads, `fsprof_unmark`), the program linked
+/// with the agent and profiled with its built-in features on.
+#[test]
+fn nested_marks_from_c_get_their_tree() {
+    let _serial = serial();
+    let build = tempdir();
+    let program = build_c_program_with(build.path(), "tree", &["-lfsprof_agent"]);
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    run(
+        dir.path(),
+        &[],
+        &[],
+        &[
+            program.as_os_str(),
+            OsStr::new(&SECS.to_string()),
+            "--truth".as_ref(),
+            truth_path.as_os_str(),
+        ],
+    );
+    let report = report_json(dir.path());
+    let order = assert_tree_matches(&report, &truth(dir.path()), "server");
     assert_eq!(order[0], "server", "{order:?}");
 }
