@@ -11,6 +11,10 @@
 //! fsprof_unmark();                           // pops the mark
 //! fsprof_mark(parsing, NULL);                // instance: this call site (a return address)
 //! fsprof_unmark();
+//! fsprof_mark_alternative(parsing, "item", 1, offset); // a parser's branch 1 of "item" at offset
+//! fsprof_unmark();
+//! fsprof_mark_boundary(checks, "positive?", "client", "matrix"); // a check between components
+//! fsprof_unmark();
 //! ```
 //!
 //! Loaded at start-up (`fsprof run` preloads it with `LD_PRELOAD`; a program may also link it),
@@ -57,6 +61,7 @@
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub mod builtin;
+mod structured;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod unwinder;
 
@@ -67,7 +72,7 @@ use std::ptr::null;
 use std::sync::Mutex;
 
 /// Longest payload string recorded, in bytes.
-const MAX_PAYLOAD: usize = 4096;
+pub(crate) const MAX_PAYLOAD: usize = 4096;
 
 extern "C" {
     fn strnlen(s: *const c_char, max: usize) -> usize;

@@ -224,8 +224,36 @@ pub struct NativeMeta {
 pub struct Payload {
     /// Location or name.
     pub kind: PayloadKind,
-    /// Display text: `file:line:column` or the name.
+    /// Display text: `file:line:column` or the name. Payloads with the same text are one
+    /// instance in the report, whatever their `detail` (an alternative's offset).
     pub text: String,
+    /// What an alternative or a boundary mark carries besides its text; absent for the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Detail>,
+}
+
+/// The structure of an alternative's or a boundary's payload (see `fsprof_shim::abi`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Detail {
+    /// An alternative a parser tried: `Feature::mark_alternative`.
+    Alternative {
+        /// The choice point.
+        choice: String,
+        /// Which of its branches (0 the first).
+        branch: u32,
+        /// The input offset the branch started at.
+        offset: u64,
+    },
+    /// A check at a boundary between two components: `Feature::mark_boundary`.
+    Boundary {
+        /// What is checked.
+        value: String,
+        /// The component on the calling side.
+        from: String,
+        /// The component on the called side.
+        to: String,
+    },
 }
 
 /// A mark stack, root first.
@@ -328,6 +356,15 @@ fn is_zero(value: &u32) -> bool {
 }
 
 impl Profile {
+    /// For each payload id, the instance it counts for: the first payload with the same text
+    /// (alternatives tried at different offsets are one instance).
+    pub fn instance_ids(&self) -> Vec<u32> {
+        let mut first: HashMap<&str, u32> = HashMap::new();
+        (0..self.payloads.len() as u32)
+            .map(|id| *first.entry(&self.payloads[id as usize].text).or_insert(id))
+            .collect()
+    }
+
     /// Writes the profile as `dir/profile.json`.
     pub fn save(&self, dir: &Path) -> Result<PathBuf> {
         let path = dir.join(FILE_NAME);

@@ -25,7 +25,7 @@
 //! offset 0              RegionHeader (HEADER_SIZE bytes, zero padded)
 //! offset HEADER_SIZE    Slot[slot_count], each SLOT_SIZE bytes
 //! Slot:  seq u32 | tid u32 | depth u32 | reserved u32 | Record[MARK_CAPACITY] (64-byte aligned)
-//! Record: feature u64 | payload u64 | meta u64 | position u64 | sp u64 | tag u64
+//! Record: feature u64 | payload u64 | meta u64 | position u64 | sp u64 | tag u64 | extra u64[2]
 //! ```
 //! * `RegionHeader::slots_used` is a high-water mark: slots at or above it were never claimed.
 //! * A slot with `tid == 0` is free. Otherwise it belongs to thread `tid` (a kernel thread id).
@@ -38,7 +38,16 @@
 //!   For [`KIND_ANTIMARK`] payload and position are zero. For [`KIND_CALL_SITE`] `payload` is a
 //!   return address, not a string, `position` the caller's frame pointer register at the call
 //!   (0 if unknown), and length zero. `sp` is a stack address in the frame
-//!   that pushed the mark. `tag` is private to the writer.
+//!   that pushed the mark. `tag` is private to the writer. `extra` is written only by the kinds
+//!   that define it (any other kind leaves whatever an earlier mark wrote there: unread).
+//! * [`KIND_ALTERNATIVE`]: `payload` and the length are the choice point's name, `position` the
+//!   input offset, `extra[0]` the branch number.
+//! * [`KIND_BOUNDARY`]: `payload` and the length are the checked value's name; `position` is the
+//!   address of the `from` component's name and `extra[0]` the `to` component's; `extra[1]` holds
+//!   their lengths, `from` in its high 32 bits and `to` in its low 32 bits.
+//!
+//! Version 3 (2026-11-26) added `extra` (records of 64 bytes, 48 before) and the two kinds that
+//! use it. The six words every push writes stay within one cache line for every record.
 //!
 //! # Consistency protocol (a sequence lock per slot)
 //! Only the owning thread writes its slot. A push (and a claim or release) makes `seq` odd, writes,
@@ -63,7 +72,7 @@ pub const REGION_NAME: &str = "fsprof-region";
 /// First eight bytes of every region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FSPROFRG");
 /// Incremented on any layout change; a reader refuses a region of another version.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Size of the header area in front of the slots.
 pub const HEADER_SIZE: usize = 4096;
 /// Number of thread slots per region.
@@ -97,6 +106,12 @@ pub const KIND_ANTIMARK: u32 = 3;
 /// register at the call (0 if unknown: a reader's `line << 32 | column`), length zero.
 /// Written by the C ABI (`fsprof_mark(feature, NULL)`).
 pub const KIND_CALL_SITE: u32 = 4;
+/// Payload kind: an alternative a parser tries (`Feature::mark_alternative`): the choice point's
+/// name, the branch and the input offset (see the layout above).
+pub const KIND_ALTERNATIVE: u32 = 5;
+/// Payload kind: a check at a boundary between two components (`Feature::mark_boundary`): the
+/// checked value's name and the two components' names (see the layout above).
+pub const KIND_BOUNDARY: u32 = 6;
 
 /// The region header, at offset 0.
 #[repr(C)]
@@ -145,11 +160,12 @@ pub struct Record {
     pub(crate) position: AtomicU64,
     pub(crate) sp: AtomicU64,
     pub(crate) tag: AtomicU64,
+    pub(crate) extra: [AtomicU64; 2],
 }
 
 const _: () = assert!(size_of::<RegionHeader>() <= HEADER_SIZE);
 const _: () = assert!(RECORDS_OFFSET == 16);
-const _: () = assert!(RECORD_SIZE == 48);
+const _: () = assert!(RECORD_SIZE == 64);
 
 /// A decoded region header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,6 +239,12 @@ pub struct RecordView {
     pub column: u32,
     /// A stack address in the frame that pushed the mark.
     pub sp: u64,
+    /// The `position` word as written (the input offset of an alternative, the `from` name's
+    /// address of a boundary).
+    pub position: u64,
+    /// The extra words of [`KIND_ALTERNATIVE`] and [`KIND_BOUNDARY`] (meaningless for the other
+    /// kinds).
+    pub extra: [u64; 2],
 }
 
 /// A decoded feature descriptor.
@@ -300,6 +322,11 @@ pub fn parse_record(bytes: &[u8]) -> Option<RecordView> {
         line: (position >> 32) as u32,
         column: position as u32,
         sp: u64_at(bytes, offset_of!(Record, sp)),
+        position,
+        extra: [
+            u64_at(bytes, offset_of!(Record, extra)),
+            u64_at(bytes, offset_of!(Record, extra) + 8),
+        ],
     })
 }
 
@@ -400,6 +427,8 @@ pub unsafe fn copy_slot(
             line: (position >> 32) as u32,
             column: position as u32,
             sp: record.sp.load(Relaxed),
+            position,
+            extra: [record.extra[0].load(Relaxed), record.extra[1].load(Relaxed)],
         });
     }
     fence(Acquire);

@@ -151,6 +151,38 @@ impl Feature {
         self.push(abi::KIND_ANTIMARK, 0, 0, 0)
     }
 
+    /// Marks an alternative a parser tries, until the guard is dropped: the choice point
+    /// `choice` (say, the grammar rule), which of its branches (0 for the first one tried), and
+    /// the input offset it starts at. A parser with ordered choice tries a later branch at the
+    /// same offset only after the earlier ones failed there, so the profiler's backtracking view
+    /// counts the time of every branch it sees followed by a later one at the same offset as
+    /// wasted. The instance is `choice` and `branch`.
+    #[inline(always)]
+    pub fn mark_alternative(&'static self, choice: &'static str, branch: u32, offset: u64) -> Mark {
+        let extra = Some([branch as u64, 0]);
+        let (payload, len) = (choice.as_ptr() as u64, choice.len());
+        self.push_extra(abi::KIND_ALTERNATIVE, payload, len, offset, extra)
+    }
+
+    /// Marks a check at a boundary between two components, until the guard is dropped: `value`
+    /// names what is checked (a contract, a validated argument), `from` and `to` the components
+    /// on each side (the caller and the library, say). The profiler's boundary view gives each
+    /// edge (`from` to `to`) the cost of its checks, and each value its share of the edge. The
+    /// instance is `value`.
+    #[inline(always)]
+    pub fn mark_boundary(
+        &'static self,
+        value: &'static str,
+        from: &'static str,
+        to: &'static str,
+    ) -> Mark {
+        let lengths = (from.len().min(u32::MAX as usize) as u64) << 32
+            | to.len().min(u32::MAX as usize) as u64;
+        let extra = Some([to.as_ptr() as u64, lengths]);
+        let (payload, len, position) = (value.as_ptr() as u64, value.len(), from.as_ptr() as u64);
+        self.push_extra(abi::KIND_BOUNDARY, payload, len, position, extra)
+    }
+
     /// Runs `f` under [`Feature::mark`] (the instance is the caller's location).
     #[track_caller]
     #[inline(always)]
@@ -168,12 +200,25 @@ impl Feature {
 
     #[inline(always)]
     fn push(&'static self, kind: u32, payload: u64, len: usize, position: u64) -> Mark {
+        self.push_extra(kind, payload, len, position, None)
+    }
+
+    #[inline(always)]
+    fn push_extra(
+        &'static self,
+        kind: u32,
+        payload: u64,
+        len: usize,
+        position: u64,
+        extra: Option<[u64; 2]>,
+    ) -> Mark {
         // A stack address in the caller's frame (this function is always inlined), so the profiler
         // can place the mark between the right native frames.
         let sp = stack_pointer();
         let len = len.min(u32::MAX as usize) as u64;
         let meta = (kind as u64) << 32 | len;
-        let pushed = stack::push(self as *const Feature as u64, payload, meta, position, sp);
+        let feature = self as *const Feature as u64;
+        let pushed = stack::push(feature, payload, meta, position, sp, extra);
         Mark {
             pushed,
             _not_send: PhantomData,
@@ -268,15 +313,25 @@ pub mod raw {
         position: u64,
         sp: u64,
     ) {
+        push_extended(feature, kind, payload, len, position, sp, None);
+    }
+
+    /// [`push`] of a kind with extra words ([`crate::abi::KIND_ALTERNATIVE`],
+    /// [`crate::abi::KIND_BOUNDARY`]), written as that kind defines them.
+    #[inline(always)]
+    pub fn push_extended(
+        feature: &'static Feature,
+        kind: u32,
+        payload: u64,
+        len: usize,
+        position: u64,
+        sp: u64,
+        extra: Option<[u64; 2]>,
+    ) {
         let len = len.min(u32::MAX as usize) as u64;
         let meta = (kind as u64) << 32 | len;
-        let _ = stack::push(
-            feature as *const Feature as u64,
-            payload,
-            meta,
-            position,
-            sp,
-        );
+        let feature = feature as *const Feature as u64;
+        let _ = stack::push(feature, payload, meta, position, sp, extra);
     }
 
     /// Pushes a call-site mark of `feature` (`payload`: a return address; `bp`: the frame pointer

@@ -344,6 +344,7 @@ fn claim_once(state: &ThreadState) -> *mut Slot {
                 slot.depth.store(0, Relaxed);
                 end_write(slot);
                 (*header).slots_used.fetch_max(index as u32 + 1, Release);
+                map_in(slots.add(index));
                 state.slot.set(slots.add(index));
                 return slots.add(index);
             }
@@ -352,6 +353,23 @@ fn claim_once(state: &ThreadState) -> *mut Slot {
     }
     state.exiting.set(true); // do not rescan a full table on every mark
     null_mut()
+}
+
+/// Reads a byte of every page of `slot`, so that every page of it is mapped in this process: the
+/// profiler's kernel-side copy (a BPF program at a perf sample) cannot fault a page in, and a
+/// record's extra words, which only some kinds write, may lie on a page nothing wrote yet.
+///
+/// # Safety
+/// `slot` is a slot of the live region.
+unsafe fn map_in(slot: *mut Slot) {
+    const STEP: usize = 4096; // no page is smaller
+    let start = slot as *const u8;
+    let mut offset = 0;
+    while offset < abi::SLOT_SIZE {
+        // SAFETY: inside the slot, which lies inside the mapping.
+        unsafe { core::ptr::read_volatile(start.add(offset)) };
+        offset += STEP - (start as usize + offset) % STEP;
+    }
 }
 
 /// Frees a slot at thread exit. Its `seq` may be odd, if a push of the thread was left by a jump

@@ -121,7 +121,10 @@ fn push_unless_nested_in(
             let depth = slot.depth.load(Relaxed); // after `bump`: a handler may have run before it
             if let Some(record) = slot.records.get(depth as usize) {
                 let meta = (crate::abi::KIND_CALL_SITE as u64) << 32;
-                write_record(record, feature, payload, meta, position, sp, CALL_SITE_TAG);
+                write_record(
+                    record,
+                    (feature, payload, meta, position, sp, CALL_SITE_TAG, None),
+                );
             }
             slot.depth.store(depth.saturating_add(1), Relaxed);
             fence(Release);
@@ -223,7 +226,8 @@ fn push_unless_nested_tagged(
                 compiler_fence(SeqCst);
             }
             let meta = (crate::abi::KIND_CALL_SITE as u64) << 32;
-            let pushed = push_unless_busy(state, feature, payload, meta, position, sp, tag);
+            let record = (feature, payload, meta, position, sp, tag, None);
+            let pushed = push_unless_busy(state, record);
             if !cfg!(target_arch = "x86_64") {
                 compiler_fence(SeqCst);
             }
@@ -300,10 +304,17 @@ pub(crate) fn pop_placed(placed: Placed) {
 /// applies to the value it left, so `seq` never moves backwards. Elsewhere a thread-local flag,
 /// the low bit of `serial`, closes the gap (at the cost of one more store).
 #[inline(always)]
-pub(crate) fn push(feature: u64, payload: u64, meta: u64, position: u64, sp: u64) -> Pushed {
-    let pushed = push_in(feature, payload, meta, position, sp);
+pub(crate) fn push(
+    feature: u64,
+    payload: u64,
+    meta: u64,
+    position: u64,
+    sp: u64,
+    extra: Option<[u64; 2]>,
+) -> Pushed {
+    let pushed = push_in(feature, payload, meta, position, sp, extra);
     if pushed.index == BUSY {
-        return push_after_closing(feature, payload, meta, position, sp);
+        return push_after_closing(feature, payload, meta, position, sp, extra);
     }
     pushed
 }
@@ -311,11 +322,18 @@ pub(crate) fn push(feature: u64, payload: u64, meta: u64, position: u64, sp: u64
 /// [`push`] once [`close_left_push`] closed a push left halfway, if any (out of line).
 #[cold]
 #[inline(never)]
-fn push_after_closing(feature: u64, payload: u64, meta: u64, position: u64, sp: u64) -> Pushed {
+fn push_after_closing(
+    feature: u64,
+    payload: u64,
+    meta: u64,
+    position: u64,
+    sp: u64,
+    extra: Option<[u64; 2]>,
+) -> Pushed {
     if !close_left_push(sp) {
         return Pushed::NOTHING;
     }
-    match push_in(feature, payload, meta, position, sp) {
+    match push_in(feature, payload, meta, position, sp, extra) {
         Pushed { index: BUSY, .. } => Pushed::NOTHING,
         pushed => pushed,
     }
@@ -338,7 +356,14 @@ fn close_left_push(sp: u64) -> bool {
 
 /// [`push`] without closing anything: `index` [`BUSY`] when the slot is busy.
 #[inline(always)]
-fn push_in(feature: u64, payload: u64, meta: u64, position: u64, sp: u64) -> Pushed {
+fn push_in(
+    feature: u64,
+    payload: u64,
+    meta: u64,
+    position: u64,
+    sp: u64,
+    extra: Option<[u64; 2]>,
+) -> Pushed {
     thread_state::with(
         #[inline(always)]
         |state| {
@@ -351,7 +376,8 @@ fn push_in(feature: u64, payload: u64, meta: u64, position: u64, sp: u64) -> Pus
                 state.serial.set(serial | 1);
                 compiler_fence(SeqCst);
             }
-            let pushed = push_unless_busy(state, feature, payload, meta, position, sp, tag);
+            let record = (feature, payload, meta, position, sp, tag, extra);
+            let pushed = push_unless_busy(state, record);
             if !cfg!(target_arch = "x86_64") {
                 compiler_fence(SeqCst);
             }
@@ -368,15 +394,8 @@ const BUSY: u32 = u32::MAX - 1;
 /// Pushes unless the slot is busy (see [`push`]). Returns [`Pushed::NOTHING`] if nothing could
 /// be pushed, `index` [`BUSY`] if the slot is busy.
 #[inline(always)]
-fn push_unless_busy(
-    state: &ThreadState,
-    feature: u64,
-    payload: u64,
-    meta: u64,
-    position: u64,
-    sp: u64,
-    tag: u64,
-) -> Pushed {
+fn push_unless_busy(state: &ThreadState, record: RecordWords) -> Pushed {
+    let (_, _, _, _, sp, tag, _) = record;
     let mut slot = state.slot.get();
     if slot.is_null() {
         slot = claim(state);
@@ -395,8 +414,8 @@ fn push_unless_busy(
     bump(&slot.seq); // odd: writing
     fence(Release);
     let depth = slot.depth.load(Relaxed);
-    if let Some(record) = slot.records.get(depth as usize) {
-        write_record(record, feature, payload, meta, position, sp, tag);
+    if let Some(place) = slot.records.get(depth as usize) {
+        write_record(place, record);
     }
     slot.depth.store(depth.saturating_add(1), Relaxed);
     fence(Release);
@@ -446,22 +465,23 @@ fn on_alternate_stack() -> bool {
     unsafe { sigaltstack(core::ptr::null(), &mut old) != 0 || old.flags & SS_ONSTACK != 0 }
 }
 
+/// A record's words as a push writes them: feature, payload, meta, position, sp, tag, and the
+/// two extra words of the kinds that have them (none: left as they were, unread).
+type RecordWords = (u64, u64, u64, u64, u64, u64, Option<[u64; 2]>);
+
 #[inline(always)]
-fn write_record(
-    record: &Record,
-    feature: u64,
-    payload: u64,
-    meta: u64,
-    position: u64,
-    sp: u64,
-    tag: u64,
-) {
+fn write_record(record: &Record, words: RecordWords) {
+    let (feature, payload, meta, position, sp, tag, extra) = words;
     record.feature.store(feature, Relaxed);
     record.payload.store(payload, Relaxed);
     record.meta.store(meta, Relaxed);
     record.position.store(position, Relaxed);
     record.sp.store(sp, Relaxed);
     record.tag.store(tag, Relaxed);
+    if let Some([first, second]) = extra {
+        record.extra[0].store(first, Relaxed);
+        record.extra[1].store(second, Relaxed);
+    }
 }
 
 /// Pops the mark `pushed` and every mark above it, if it is still on the stack.

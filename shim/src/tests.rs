@@ -314,6 +314,7 @@ fn push_at(sp: u64) -> crate::stack::Pushed {
         (KIND_ANTIMARK as u64) << 32,
         0,
         sp,
+        None,
     )
 }
 

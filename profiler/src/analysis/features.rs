@@ -73,9 +73,10 @@ pub struct FeatureCost {
     pub instances: Vec<InstanceCost>,
     /// Marked (at least in part) by the agent's libc interposition: a built-in feature.
     pub builtin: bool,
-    /// When its marks nest (a task running sub-tasks): the time of each path of its instances
-    /// (`tree.rs`); empty otherwise.
+    /// When its marks nest: the time of each path of its instances (`tree.rs`); else empty.
     pub tree: Vec<super::TreeNode>,
+    /// When it marks alternatives: each branch's time, and what it wasted (`backtracking.rs`).
+    pub backtracking: Vec<super::BranchCost>,
 }
 
 /// The cost of one feature instance.
@@ -201,6 +202,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
     // (feature, payload, mark's index in the mark stack)
     let mut attributed: Vec<(u32, u32, usize)> = Vec::new();
     let native = !profile.native_stacks.is_empty();
+    let instance_of = profile.instance_ids();
     // Per instance (feature, payload), per call path: (ns, samples).
     let mut paths: HashMap<(u32, u32), PathCosts> = HashMap::new();
     let mut report = FeatureReport {
@@ -253,7 +255,9 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             feature_ns[f] = feature_ns[f].saturating_add(ns);
             feature_samples[f] = feature_samples[f].saturating_add(group.count);
             feature_blocked[f] = feature_blocked[f].saturating_add(blocked);
-            let entry = instances.entry((*feature, *payload)).or_default();
+            let entry = instances
+                .entry((*feature, instance_of[*payload as usize]))
+                .or_default();
             entry.0 = entry.0.saturating_add(ns);
             entry.1 = entry.1.saturating_add(group.count);
             entry.2 = entry.2.saturating_add(blocked);
@@ -268,7 +272,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             for (feature, payload, at) in own.as_ref().unwrap_or(&attributed) {
                 let path = call_path(profile, group, *at);
                 let entry = paths
-                    .entry((*feature, *payload))
+                    .entry((*feature, instance_of[*payload as usize]))
                     .or_default()
                     .entry(path)
                     .or_default();
@@ -291,6 +295,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         by_feature[feature as usize].push((instance, payload));
     }
     let mut trees = super::tree::trees(profile, view);
+    let mut branches = super::backtracking::backtracking(profile, view);
     // Features with the same name (two descriptors) were interned to one id by the recorder.
     for ((id, name), mut instances) in profile.features.iter().enumerate().zip(by_feature) {
         if !seen[id] {
@@ -315,6 +320,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             blocked_ns: feature_blocked[id],
             instances: instances.into_iter().map(|(i, _)| i).collect(),
             tree: trees.remove(&(id as u32)).unwrap_or_default(),
+            backtracking: branches.remove(&(id as u32)).unwrap_or_default(),
         });
     }
     report.features.sort_by(|a, b| {
@@ -581,6 +587,7 @@ mod tests {
             b.payload(Payload {
                 kind: PayloadKind::Name,
                 text: text.into(),
+                detail: None,
             });
         }
         let thread = b.thread(1, || "main".into());

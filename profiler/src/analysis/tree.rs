@@ -35,6 +35,7 @@ pub struct TreeNode {
 /// in depth-first order, each node's children by decreasing total time.
 pub fn trees(profile: &Profile, view: TimeView) -> HashMap<u32, Vec<TreeNode>> {
     let weights = group_weights(profile, view);
+    let instance_of = profile.instance_ids();
     // Per feature, per path of payload ids: self time.
     let mut self_ns: HashMap<u32, HashMap<Vec<u32>, u64>> = HashMap::new();
     let mut nested: Vec<u32> = Vec::new();
@@ -43,7 +44,9 @@ pub fn trees(profile: &Profile, view: TimeView) -> HashMap<u32, Vec<TreeNode>> {
             continue;
         }
         let stack = &profile.stacks[group.stack as usize];
-        for (feature, path) in paths(stack) {
+        for (feature, mut path) in paths(stack) {
+            path.iter_mut()
+                .for_each(|id| *id = instance_of[*id as usize]);
             if path.len() >= 2 && !nested.contains(&feature) {
                 nested.push(feature);
             }
@@ -167,6 +170,7 @@ mod tests {
             b.payload(Payload {
                 kind: PayloadKind::Name,
                 text: text.into(),
+                detail: None,
             });
         }
         let thread = b.thread(1, || "main".into());

@@ -520,6 +520,8 @@ mod tests {
             line: 0,
             column: 0,
             sp,
+            position: 0,
+            extra: [0, 0],
         }
     }
 

@@ -34,10 +34,14 @@ pub struct Target<'a> {
     pub remote: &'a Remote,
 }
 
+/// What tells two payloads apart in the records: kind, address, length, position and (for the
+/// kinds that write them) the extra words.
+type PayloadKey = (u32, u64, u32, u64, [u64; 2]);
+
 /// What marks point to, interned.
 pub struct Interner {
     feature_ids: HashMap<u64, u32>,
-    payload_ids: HashMap<(u32, u64, u32, u32, u32), Option<u32>>,
+    payload_ids: HashMap<PayloadKey, Option<u32>>,
     /// Names of features whose descriptors are the agent's (built in), in order of discovery.
     builtin_features: Vec<String>,
     /// Addresses of those descriptors.
@@ -177,8 +181,12 @@ impl Interner {
             record.kind,
             record.payload,
             record.payload_len,
-            record.line,
-            record.column,
+            record.position,
+            // Only these kinds write them; others leave an earlier mark's words there.
+            match record.kind {
+                abi::KIND_ALTERNATIVE | abi::KIND_BOUNDARY => record.extra,
+                _ => [0, 0],
+            },
         );
         if let Some(id) = self.payload_ids.get(&key) {
             return *id;
@@ -188,10 +196,10 @@ impl Interner {
             return Some(builder.payload(Payload {
                 kind: PayloadKind::Name,
                 text,
+                detail: None,
             }));
         }
-        let id = names::payload(&self.memory(target), record)
-            .map(|(kind, text): (PayloadKind, String)| builder.payload(Payload { kind, text }));
+        let id = names::payload(&self.memory(target), record).map(|p| builder.payload(p));
         if let (Some(id), abi::KIND_CALL_SITE) = (id, record.kind) {
             self.call_sites
                 .add(target.pid, target.via, id, record.payload);

@@ -234,6 +234,7 @@ pub(crate) mod tests {
                         b.payload(Payload {
                             kind: PayloadKind::Location,
                             text: text.into(),
+                            detail: None,
                         })
                     }),
                     builtin: false,

@@ -40,6 +40,12 @@
 //! "local_percent": 75.0}`: `total` counts the samples whose path begins with it, `self` those
 //! whose path it is, `local_percent` is its total's share of its parent's (of all roots' for a
 //! root). Absent when the feature's marks never nest.
+//!
+//! `backtracking` (since 2026-11-26), on a feature that marks a parser's alternatives
+//! (`mark_alternative`): per branch of each choice point, most wasted first, `{"choice": "item",
+//! "branch": 0, "wasted_ms": 412.0, "wasted_percent": 34.1, "ms": 600.0, "percent": 49.7}`:
+//! `wasted` is its time at the offsets where a later branch of the same choice was tried (so
+//! this one failed there), `ms` all its time.
 
 use crate::analysis::{FeatureReport, TimeView};
 use crate::profile::Meta;
@@ -102,6 +108,19 @@ pub fn render(report: &FeatureReport, meta: &Meta) -> Value {
                     })
                     .collect();
                 object["tree"] = Value::Array(tree);
+            }
+            if !feature.backtracking.is_empty() {
+                let branches: Vec<Value> = feature
+                    .backtracking
+                    .iter()
+                    .map(|b| {
+                        json!({"choice": b.choice, "branch": b.branch,
+                               "wasted_ms": ms(b.wasted_ns),
+                               "wasted_percent": report.percent(b.wasted_ns),
+                               "ms": ms(b.ns), "percent": report.percent(b.ns)})
+                    })
+                    .collect();
+                object["backtracking"] = Value::Array(branches);
             }
             object
         })

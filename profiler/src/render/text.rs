@@ -28,7 +28,9 @@
 //! gets its tree: each path of its instances, with its total and self time and its share of its
 //! parent (see `analysis/tree.rs`), indented by depth.
 
-use crate::analysis::{CallPath, FeatureReport, FunctionReport, ThreadTime, TimeView, TreeNode};
+use crate::analysis::{
+    BranchCost, CallPath, FeatureReport, FunctionReport, ThreadTime, TimeView, TreeNode,
+};
 use crate::profile::Meta;
 use std::fmt::Write;
 
@@ -291,6 +293,7 @@ fn feature_tables(out: &mut String, report: &FeatureReport) {
             }
         }
         tree(out, &feature.tree);
+        backtracking(out, &feature.backtracking);
         let _ = writeln!(out);
     }
     if !report.features.is_empty() && report.no_feature_ns > 0 {
@@ -336,6 +339,28 @@ fn tree(out: &mut String, nodes: &[TreeNode]) {
             out,
             "  ({} more paths in `fsprof report --format json`)",
             nodes.len() - TREE_ROWS
+        );
+    }
+}
+
+/// A feature's branches of choice points (a parser's alternatives), under its table: the time
+/// of each spent where a later branch was tried at the same offset, most wasted first.
+fn backtracking(out: &mut String, branches: &[BranchCost]) {
+    if branches.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  Backtracking (time in branches abandoned for a later one at the same offset):"
+    );
+    for branch in branches.iter().take(TREE_ROWS) {
+        let _ = writeln!(
+            out,
+            "  {:>8} ms wasted of {:>8} ms  {}, branch {}",
+            ms(branch.wasted_ns),
+            ms(branch.ns),
+            branch.choice,
+            branch.branch
         );
     }
 }

@@ -5,8 +5,10 @@
 //! cached by address by the caller. Everything read is untrusted: lengths are capped, bytes are
 //! decoded lossily and control characters replaced, and unreadable memory becomes a placeholder
 //! rather than an error. A call-site payload (a C mark without a payload string) is a return
-//! address and is shown as `0x…`; this module does not symbolize it.
+//! address and is shown as `0x…`; this module does not symbolize it. An alternative's and a
+//! boundary's payload also keep their parts (`Detail`) for the analyses that use them.
 
+use crate::profile::{Detail, Payload};
 use crate::target::remote::Memory;
 use fsprof_shim::abi::{self, RecordView};
 
@@ -25,6 +27,10 @@ pub enum PayloadKind {
     Name,
     /// The return address of a call that marked (C ABI, no payload), as `0x…` until symbolized.
     CallSite,
+    /// An alternative a parser tried: `choice, branch N` (the offset in the payload's detail).
+    Alternative,
+    /// A check at a boundary: `value (from -> to)`.
+    Boundary,
 }
 
 /// Reads the name of the feature whose descriptor is at `address`.
@@ -41,7 +47,43 @@ pub fn feature_name(remote: &impl Memory, address: u64) -> String {
 }
 
 /// Reads a mark's payload; `None` for an antimark.
-pub fn payload(remote: &impl Memory, record: &RecordView) -> Option<(PayloadKind, String)> {
+pub fn payload(remote: &impl Memory, record: &RecordView) -> Option<Payload> {
+    let string = |address: u64, len: u64| read_string(remote, address, len, MAX_PAYLOAD);
+    let plain = |(kind, text)| Payload {
+        kind,
+        text,
+        detail: None,
+    };
+    match record.kind {
+        abi::KIND_ALTERNATIVE => {
+            let choice = string(record.payload, record.payload_len as u64);
+            let branch = record.extra[0].min(u32::MAX as u64) as u32;
+            Some(Payload {
+                kind: PayloadKind::Alternative,
+                text: format!("{choice}, branch {branch}"),
+                detail: Some(Detail::Alternative {
+                    choice,
+                    branch,
+                    offset: record.position,
+                }),
+            })
+        }
+        abi::KIND_BOUNDARY => {
+            let value = string(record.payload, record.payload_len as u64);
+            let from = string(record.position, record.extra[1] >> 32);
+            let to = string(record.extra[0], record.extra[1] & 0xffff_ffff);
+            Some(Payload {
+                kind: PayloadKind::Boundary,
+                text: format!("{value} ({from} -> {to})"),
+                detail: Some(Detail::Boundary { value, from, to }),
+            })
+        }
+        _ => plain_payload(remote, record).map(plain),
+    }
+}
+
+/// The payload of the kinds that are one string (or an address); `None` for an antimark.
+fn plain_payload(remote: &impl Memory, record: &RecordView) -> Option<(PayloadKind, String)> {
     match record.kind {
         abi::KIND_ANTIMARK => None,
         abi::KIND_LOCATION => {
@@ -131,9 +173,11 @@ mod tests {
             line: 0,
             column: 0,
             sp: 0,
+            position: 0,
+            extra: [0, 0],
         };
         // A huge claimed length is capped, and reading past the end of the mapping fails softly.
-        let (kind, text) = payload(&remote, &record).unwrap();
+        let Payload { kind, text, .. } = payload(&remote, &record).unwrap();
         assert_eq!(kind, PayloadKind::Name);
         assert!(text.starts_with("hello") || text.starts_with("<unreadable"));
         // A call site is an address, not a string: nothing is read.
@@ -145,8 +189,42 @@ mod tests {
         };
         assert_eq!(
             payload(&remote, &call_site),
-            Some((PayloadKind::CallSite, "0x555500001234".to_owned()))
+            Some(Payload {
+                kind: PayloadKind::CallSite,
+                text: "0x555500001234".to_owned(),
+                detail: None,
+            })
         );
+        // An alternative and a boundary keep their parts.
+        let (choice, from, to) = ("item", "client", "matrix");
+        let alternative = RecordView {
+            kind: abi::KIND_ALTERNATIVE,
+            payload: choice.as_ptr() as u64,
+            payload_len: 4,
+            position: 1234,
+            extra: [2, 0],
+            ..record
+        };
+        let expected = Detail::Alternative {
+            choice: "item".into(),
+            branch: 2,
+            offset: 1234,
+        };
+        let found = payload(&remote, &alternative).unwrap();
+        assert_eq!(
+            (found.text.as_str(), found.detail),
+            ("item, branch 2", Some(expected))
+        );
+        let boundary = RecordView {
+            kind: abi::KIND_BOUNDARY,
+            payload: "positive?".as_ptr() as u64,
+            payload_len: 9,
+            position: from.as_ptr() as u64,
+            extra: [to.as_ptr() as u64, 6 << 32 | 6],
+            ..record
+        };
+        let found = payload(&remote, &boundary).unwrap();
+        assert_eq!(found.text, "positive? (client -> matrix)");
     }
 
     /// Marks whose kind, payload address and length are arbitrary (pointing into this process's
@@ -163,7 +241,7 @@ mod tests {
             let inside = base + rng.u64(..memory.len() as u64);
             let record = RecordView {
                 feature: if rng.bool() { inside } else { rng.u64(..) },
-                kind: rng.u32(..6),
+                kind: rng.u32(..8),
                 payload: if rng.bool() { inside } else { rng.u64(..) },
                 payload_len: if rng.bool() {
                     rng.u32(..2048)
@@ -173,12 +251,26 @@ mod tests {
                 line: rng.u32(..),
                 column: rng.u32(..),
                 sp: rng.u64(..),
+                position: if rng.bool() { inside } else { rng.u64(..) },
+                extra: [
+                    if rng.bool() { inside } else { rng.u64(..) },
+                    if rng.bool() {
+                        rng.u64(..2048) << 32 | rng.u64(..2048)
+                    } else {
+                        rng.u64(..)
+                    },
+                ],
             };
             let name = feature_name(&remote, record.feature);
             assert!(name.len() <= MAX_NAME * 4 + 64, "{} bytes", name.len());
             assert_eq!(clean(&name), name);
-            if let Some((_, text)) = payload(&remote, &record) {
-                assert!(text.len() <= MAX_PAYLOAD * 4 + 64, "{} bytes", text.len());
+            if let Some(Payload { text, .. }) = payload(&remote, &record) {
+                // A boundary's text has three strings.
+                assert!(
+                    text.len() <= 3 * MAX_PAYLOAD * 4 + 64,
+                    "{} bytes",
+                    text.len()
+                );
                 assert_eq!(clean(&text), text);
             }
         }
