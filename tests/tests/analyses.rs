@@ -238,3 +238,82 @@ fn a_c_parsers_abandoned_branches_are_its_wasted_time() {
     let report = report_json(dir.path());
     assert_backtracking_matches(&report, &truth(dir.path()), "parse");
 }
+
+/// A checked library boundary (`mark_boundary`): each edge between components gets the time of
+/// its checks and each value its share of the edge, within the bound of what the checks
+/// measured; `boundaries.svg` draws the graph (with Graphviz's `dot` when installed).
+#[test]
+fn boundary_checks_cost_on_their_edges() {
+    let _serial = serial();
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    run(
+        dir.path(),
+        &["--no-agent"],
+        &[],
+        &[
+            env!("CARGO_BIN_EXE_contracts").as_ref(),
+            OsStr::new(&SECS.to_string()),
+            "--truth".as_ref(),
+            truth_path.as_os_str(),
+        ],
+    );
+    let report = report_json(dir.path());
+    let truth = truth(dir.path());
+    assert_shares_match(&report, &truth);
+    let truth_total = truth["total_ms"].as_f64().unwrap();
+    let checks = truth["features"]["contracts"]["instances"]
+        .as_object()
+        .unwrap();
+    let edges = report["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "contracts")
+        .and_then(|f| f["boundaries"].as_array())
+        .unwrap_or_else(|| panic!("no boundaries: {report:#}"));
+    let mut table = String::new();
+    let mut worst = 0.0f64;
+    for edge in edges {
+        let name = format!(
+            "{} -> {}",
+            edge["from"].as_str().unwrap(),
+            edge["to"].as_str().unwrap()
+        );
+        let on_edge = |value: Option<&str>| -> f64 {
+            checks
+                .iter()
+                .filter(|(check, _)| check.ends_with(&format!("({name})")))
+                .filter(|(check, _)| value.is_none_or(|v| check.starts_with(&format!("{v} ("))))
+                .map(|(_, ms)| ms.as_f64().unwrap())
+                .sum::<f64>()
+                * 100.0
+                / truth_total
+        };
+        let mut compare = |what: String, got: f64, want: f64| {
+            worst = worst.max((got - want).abs());
+            table += &format!("{what}: {got:.2}% (truth {want:.2})\n");
+        };
+        compare(
+            name.clone(),
+            edge["percent"].as_f64().unwrap(),
+            on_edge(None),
+        );
+        for value in edge["values"].as_array().unwrap() {
+            let label = value["value"].as_str().unwrap();
+            let want = on_edge(Some(label));
+            compare(
+                format!("  {label}"),
+                value["percent"].as_f64().unwrap(),
+                want,
+            );
+        }
+    }
+    eprintln!("{table}");
+    assert_eq!(edges.len(), 2, "{table}");
+    assert!(worst <= TOLERANCE, "off by {worst:.2} points:\n{table}");
+    let svg = std::fs::read_to_string(dir.path().join("boundaries.svg")).unwrap();
+    for name in ["client", "matrix", "vector", "positive?"] {
+        assert!(svg.contains(name), "{name} not in boundaries.svg");
+    }
+}

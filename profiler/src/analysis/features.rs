@@ -73,10 +73,8 @@ pub struct FeatureCost {
     pub instances: Vec<InstanceCost>,
     /// Marked (at least in part) by the agent's libc interposition: a built-in feature.
     pub builtin: bool,
-    /// When its marks nest: the time of each path of its instances (`tree.rs`); else empty.
-    pub tree: Vec<super::TreeNode>,
-    /// When it marks alternatives: each branch's time, and what it wasted (`backtracking.rs`).
-    pub backtracking: Vec<super::BranchCost>,
+    /// What its marks say beyond the time of each instance (`structure.rs`).
+    pub structure: super::Structure,
 }
 
 /// The cost of one feature instance.
@@ -294,8 +292,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
         };
         by_feature[feature as usize].push((instance, payload));
     }
-    let mut trees = super::tree::trees(profile, view);
-    let mut branches = super::backtracking::backtracking(profile, view);
+    let mut structures = super::structure::structures(profile, view);
     // Features with the same name (two descriptors) were interned to one id by the recorder.
     for ((id, name), mut instances) in profile.features.iter().enumerate().zip(by_feature) {
         if !seen[id] {
@@ -319,8 +316,7 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
             samples: feature_samples[id],
             blocked_ns: feature_blocked[id],
             instances: instances.into_iter().map(|(i, _)| i).collect(),
-            tree: trees.remove(&(id as u32)).unwrap_or_default(),
-            backtracking: branches.remove(&(id as u32)).unwrap_or_default(),
+            structure: structures.remove(&(id as u32)).unwrap_or_default(),
         });
     }
     report.features.sort_by(|a, b| {

@@ -1,17 +1,22 @@
 //! Analyses of a saved profile: numbers only, which the renderers format. The feature analysis
 //! (costs per feature and instance, with call paths) and the function view (self and total time
 //! per function, with callers and callees), and the tree of a feature whose marks nest (process
-//! accounting), the branches a parser abandoned (backtracking); further analyses go beside them,
-//! one file each.
+//! accounting), the branches a parser abandoned (backtracking) and the checks between components
+//! (boundaries), gathered per feature by `structure.rs`; further analyses go beside them, one
+//! file each.
 
 mod backtracking;
+mod boundaries;
 mod features;
 mod functions;
+mod structure;
 mod threads;
 mod tree;
 
 pub use backtracking::BranchCost;
+pub use boundaries::Edge;
 pub use functions::{functions, FunctionCost, FunctionReport};
+pub use structure::Structure;
 pub use threads::{keep_thread, thread_times, ThreadTime};
 pub use tree::TreeNode;
 

@@ -32,6 +32,8 @@ pub const REPORT_FILE: &str = "report.txt";
 pub const FLAMEGRAPH_FILE: &str = "flamegraph.svg";
 /// Name of the features-only flamegraph inside an output directory.
 pub const FEATURES_FILE: &str = "features.svg";
+/// Name of the boundary graph inside an output directory (when a feature marks boundaries).
+pub const BOUNDARIES_FILE: &str = "boundaries.svg";
 
 /// How native stacks of running threads are taken (see `--backend`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -470,7 +472,8 @@ pub fn prepare_output(explicit: Option<&Path>, program: &str) -> Result<PathBuf>
     Ok(dir)
 }
 
-/// Saves the profile, the text report and the two flamegraphs, and prints the report to stderr.
+/// Saves the profile, the text report, the two flamegraphs and the boundary graph (if any), and
+/// prints the report to stderr.
 /// The profile is written first; a flamegraph that cannot be drawn or written is only warned
 /// about (`fsprof report --flamegraph` can redraw it).
 fn write_outputs(dir: &Path, profile: Profile) -> Result<()> {
@@ -498,6 +501,14 @@ fn write_outputs(dir: &Path, profile: Profile) -> Result<()> {
                 path.display(),
                 crate::target::names::clean(&format!("{error:#}"))
             ),
+        }
+    }
+    // Only when a feature marks boundary checks.
+    if let Some(svg) = render::boundary_graph::svg(&crate::analysis::analyse(&profile, view)) {
+        let path = dir.join(BOUNDARIES_FILE);
+        match std::fs::write(&path, svg) {
+            Ok(()) => written.push(path.display().to_string()),
+            Err(error) => eprintln!("fsprof: warning: no {}: {error}", path.display()),
         }
     }
     eprint!("\n{text}");

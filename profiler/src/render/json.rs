@@ -46,13 +46,66 @@
 //! "branch": 0, "wasted_ms": 412.0, "wasted_percent": 34.1, "ms": 600.0, "percent": 49.7}`:
 //! `wasted` is its time at the offsets where a later branch of the same choice was tried (so
 //! this one failed there), `ms` all its time.
+//!
+//! `boundaries` (since 2026-11-26), on a feature that marks checks between components
+//! (`mark_boundary`): per edge, most expensive first, `{"from": "client", "to": "matrix",
+//! "ms": 700.0, "percent": 23.3, "values": [{"value": "positive?", "ms": 500.0, "percent":
+//! 16.6}]}`: a sample's time goes to its innermost check. Drawn in `boundaries.svg`.
 
-use crate::analysis::{FeatureReport, TimeView};
+use crate::analysis::{FeatureReport, Structure, TimeView};
 use crate::profile::Meta;
 use serde_json::{json, Value};
 
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
+}
+
+/// Adds a feature's structure-rich views to its object: `tree`, `backtracking`, `boundaries`,
+/// each only when the feature's marks carry that structure.
+fn add_structure(object: &mut Value, structure: &Structure, report: &FeatureReport) {
+    let percent = |ns| report.percent(ns);
+    if !structure.tree.is_empty() {
+        let tree: Vec<Value> = structure
+            .tree
+            .iter()
+            .map(|node| {
+                json!({"path": node.path, "total_ms": ms(node.total_ns),
+                       "self_ms": ms(node.self_ns),
+                       "total_percent": percent(node.total_ns),
+                       "self_percent": percent(node.self_ns),
+                       "local_percent": share(node.total_ns, node.parent_ns)})
+            })
+            .collect();
+        object["tree"] = Value::Array(tree);
+    }
+    if !structure.backtracking.is_empty() {
+        let branches: Vec<Value> = structure
+            .backtracking
+            .iter()
+            .map(|b| {
+                json!({"choice": b.choice, "branch": b.branch,
+                       "wasted_ms": ms(b.wasted_ns), "wasted_percent": percent(b.wasted_ns),
+                       "ms": ms(b.ns), "percent": percent(b.ns)})
+            })
+            .collect();
+        object["backtracking"] = Value::Array(branches);
+    }
+    if !structure.boundaries.is_empty() {
+        let edges: Vec<Value> = structure
+            .boundaries
+            .iter()
+            .map(|edge| {
+                let values: Vec<Value> = edge
+                    .values
+                    .iter()
+                    .map(|(value, ns)| json!({"value": value, "ms": ms(*ns), "percent": percent(*ns)}))
+                    .collect();
+                json!({"from": edge.from, "to": edge.to, "ms": ms(edge.ns),
+                       "percent": percent(edge.ns), "values": values})
+            })
+            .collect();
+        object["boundaries"] = Value::Array(edges);
+    }
 }
 
 /// `part` as a percentage of `whole`, 0–100 (0 of nothing).
@@ -95,33 +148,7 @@ pub fn render(report: &FeatureReport, meta: &Meta) -> Value {
                    "percent": report.percent(feature.ns),
                    "samples": feature.samples, "builtin": feature.builtin,
                    "blocked_ms": ms(feature.blocked_ns), "instances": instances});
-            if !feature.tree.is_empty() {
-                let tree: Vec<Value> = feature
-                    .tree
-                    .iter()
-                    .map(|node| {
-                        json!({"path": node.path, "total_ms": ms(node.total_ns),
-                               "self_ms": ms(node.self_ns),
-                               "total_percent": report.percent(node.total_ns),
-                               "self_percent": report.percent(node.self_ns),
-                               "local_percent": share(node.total_ns, node.parent_ns)})
-                    })
-                    .collect();
-                object["tree"] = Value::Array(tree);
-            }
-            if !feature.backtracking.is_empty() {
-                let branches: Vec<Value> = feature
-                    .backtracking
-                    .iter()
-                    .map(|b| {
-                        json!({"choice": b.choice, "branch": b.branch,
-                               "wasted_ms": ms(b.wasted_ns),
-                               "wasted_percent": report.percent(b.wasted_ns),
-                               "ms": ms(b.ns), "percent": report.percent(b.ns)})
-                    })
-                    .collect();
-                object["backtracking"] = Value::Array(branches);
-            }
+            add_structure(&mut object, &feature.structure, report);
             object
         })
         .collect();

@@ -29,7 +29,7 @@
 //! parent (see `analysis/tree.rs`), indented by depth.
 
 use crate::analysis::{
-    BranchCost, CallPath, FeatureReport, FunctionReport, ThreadTime, TimeView, TreeNode,
+    BranchCost, CallPath, Edge, FeatureReport, FunctionReport, ThreadTime, TimeView, TreeNode,
 };
 use crate::profile::Meta;
 use std::fmt::Write;
@@ -292,8 +292,9 @@ fn feature_tables(out: &mut String, report: &FeatureReport) {
                 );
             }
         }
-        tree(out, &feature.tree);
-        backtracking(out, &feature.backtracking);
+        tree(out, &feature.structure.tree);
+        backtracking(out, &feature.structure.backtracking);
+        boundaries(out, &feature.structure.boundaries, report);
         let _ = writeln!(out);
     }
     if !report.features.is_empty() && report.no_feature_ns > 0 {
@@ -362,6 +363,36 @@ fn backtracking(out: &mut String, branches: &[BranchCost]) {
             branch.choice,
             branch.branch
         );
+    }
+}
+
+/// A feature's boundary checks, under its table: each edge between components with the time
+/// of its checks, and under it each checked value's (also drawn in `boundaries.svg`).
+fn boundaries(out: &mut String, edges: &[Edge], report: &FeatureReport) {
+    if edges.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  Boundaries (checks on each edge between components):"
+    );
+    for edge in edges.iter().take(TREE_ROWS) {
+        let _ = writeln!(
+            out,
+            "  {:>8} ms {:>6.2}%  {} -> {}",
+            ms(edge.ns),
+            report.percent(edge.ns),
+            edge.from,
+            edge.to
+        );
+        for (value, ns) in edge.values.iter().take(5) {
+            let _ = writeln!(
+                out,
+                "  {:>8} ms {:>6.2}%      {value}",
+                ms(*ns),
+                report.percent(*ns)
+            );
+        }
     }
 }
 
