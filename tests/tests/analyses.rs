@@ -317,3 +317,53 @@ fn boundary_checks_cost_on_their_edges() {
         assert!(svg.contains(name), "{name} not in boundaries.svg");
     }
 }
+
+/// The same boundary checks from C (`fsprof_mark_boundary`), linked with the agent, built-ins
+/// on: each check's share within the bound, and the graph drawn.
+#[test]
+fn boundary_checks_from_c_cost_on_their_edges() {
+    let _serial = serial();
+    let build = tempdir();
+    let program = build_c_program_with(build.path(), "contracts", &["-lfsprof_agent"]);
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    run(
+        dir.path(),
+        &[],
+        &[],
+        &[
+            program.as_os_str(),
+            OsStr::new(&SECS.to_string()),
+            "--truth".as_ref(),
+            truth_path.as_os_str(),
+        ],
+    );
+    let report = report_json(dir.path());
+    let truth = truth(dir.path());
+    let checks = truth["features"]["contracts"]["instances"]
+        .as_object()
+        .unwrap();
+    let instances = report["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "contracts")
+        .unwrap_or_else(|| panic!("no contracts: {report:#}"))["instances"]
+        .as_array()
+        .unwrap();
+    let truth_total = truth["total_ms"].as_f64().unwrap();
+    for (check, ms) in checks {
+        let want = ms.as_f64().unwrap() * 100.0 / truth_total;
+        let got = instances
+            .iter()
+            .find(|i| i["payload"] == check.as_str())
+            .map_or(0.0, |i| i["percent"].as_f64().unwrap());
+        eprintln!("{check}: {got:.2}% (truth {want:.2})");
+        assert!(
+            (got - want).abs() <= TOLERANCE,
+            "{check}: {got:.2}% (truth {want:.2})"
+        );
+    }
+    let svg = std::fs::read_to_string(dir.path().join("boundaries.svg")).unwrap();
+    assert!(svg.contains("vector") && svg.contains("index?"), "{svg}");
+}
