@@ -63,7 +63,7 @@ fn with_dot(graphs: &[(&str, &[Edge])], label: &dyn Fn(&Edge) -> String) -> Opti
         .max()
         .unwrap_or(1)
         .max(1);
-    let mut dot = String::from("digraph boundaries {\n  rankdir=LR;\n  node [shape=box, style=rounded, fontname=\"sans-serif\"];\n  edge [fontname=\"sans-serif\", fontsize=10];\n");
+    let mut dot = String::from("digraph boundaries {\n  rankdir=TB;\n  node [shape=box, style=rounded, fontname=\"sans-serif\"];\n  edge [fontname=\"sans-serif\", fontsize=10, fontcolor=\"#003366\", color=\"#55667788\"];\n");
     for (index, (feature, edges)) in graphs.iter().enumerate() {
         let _ = writeln!(
             dot,
@@ -82,7 +82,7 @@ fn with_dot(graphs: &[(&str, &[Edge])], label: &dyn Fn(&Edge) -> String) -> Opti
                 node(&edge.from),
                 node(&edge.to),
                 quote(&label(edge)),
-                1.0 + 7.0 * edge.ns as f64 / widest as f64
+                1.0 + 4.0 * edge.ns as f64 / widest as f64
             );
         }
         dot.push_str("  }\n");
@@ -113,7 +113,7 @@ fn drawn(graphs: &[(&str, &[Edge])], label: &dyn Fn(&Edge) -> String, total_ns: 
         .max(1);
     let height = SIZE * graphs.len() as f64;
     let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{SIZE}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"6\" markerHeight=\"6\" orient=\"auto-start-reverse\"><path d=\"M 0 0 L 10 5 L 0 10 z\" fill=\"#555\"/></marker></defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{SIZE}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerUnits=\"userSpaceOnUse\" markerWidth=\"14\" markerHeight=\"14\" orient=\"auto-start-reverse\"><path d=\"M 0 0 L 10 5 L 0 10 z\" fill=\"#567\"/></marker></defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     );
     for (index, (feature, edges)) in graphs.iter().enumerate() {
         let top = SIZE * index as f64;
@@ -150,18 +150,25 @@ fn drawn(graphs: &[(&str, &[Edge])], label: &dyn Fn(&Edge) -> String, total_ns: 
             let width = 1.0 + 7.0 * edge.ns as f64 / widest as f64;
             let _ = writeln!(
                 svg,
-                "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#555\" stroke-width=\"{width:.1}\" marker-end=\"url(#arrow)\"/>",
+                "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#89a\" stroke-width=\"{width:.1}\" marker-end=\"url(#arrow)\"/>",
                 x1 + ux * 40.0,
                 y1 + uy * 20.0,
                 x2 - ux * 40.0,
                 y2 - uy * 20.0
             );
+            // Beside the arrow's middle, on a white outline: to its side for a steep arrow,
+            // under it for a flat one.
+            let (mx, my) = ((x1 + x2) / 2.0, (y1 + y2) / 2.0);
+            let (lx, ly, anchor) = match uy {
+                uy if uy > 0.3 => (mx + 12.0, my, "start"),
+                uy if uy < -0.3 => (mx - 12.0, my, "end"),
+                _ => (mx, my + 22.0, "middle"),
+            };
             for (line, text) in label(edge).lines().enumerate() {
                 let _ = writeln!(
                     svg,
-                    "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#036\">{}</text>",
-                    (x1 + x2) / 2.0,
-                    (y1 + y2) / 2.0 - 6.0 + 14.0 * line as f64,
+                    "<text x=\"{lx:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\" fill=\"#036\" stroke=\"white\" stroke-width=\"4\" paint-order=\"stroke\">{}</text>",
+                    ly - 6.0 + 14.0 * line as f64,
                     xml(text)
                 );
             }
