@@ -367,3 +367,42 @@ fn boundary_checks_from_c_cost_on_their_edges() {
     let svg = std::fs::read_to_string(dir.path().join("boundaries.svg")).unwrap();
     assert!(svg.contains("vector") && svg.contains("index?"), "{svg}");
 }
+
+/// An analysis written outside fsprof (`tests/examples/core_samples.rs`, against
+/// `profile.json` alone) reads the core samples of the tree scenario: every path of the
+/// server's instances, with about the time the report gives it.
+#[test]
+fn an_analysis_outside_fsprof_reads_the_core_samples() {
+    let _serial = serial();
+    let dir = tempdir();
+    run_target(dir.path(), "tree", 2.0, &[]);
+    let example = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(std::path::Path::parent)
+        .unwrap()
+        .join("examples/core_samples");
+    let output = std::process::Command::new(&example)
+        .arg(dir.path().join("profile.json"))
+        .arg("server")
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (`cargo test --workspace` builds the examples)",
+                example.display()
+            )
+        });
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    for path in [
+        "server > conn-A > parse",
+        "server > conn-B",
+        "server > conn-A",
+    ] {
+        assert!(
+            text.lines()
+                .any(|line| line.ends_with(&format!("  {path}"))),
+            "{path} missing:\n{text}"
+        );
+    }
+}
