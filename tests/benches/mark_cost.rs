@@ -56,6 +56,22 @@ fn mark_with_name(n: u64) {
 }
 
 #[inline(never)]
+fn mark_alternative(n: u64) {
+    for i in 0..n {
+        black_box(i);
+        let _m = PARSE.mark_alternative("item", 1, i);
+    }
+}
+
+#[inline(never)]
+fn mark_boundary(n: u64) {
+    for i in 0..n {
+        black_box(i);
+        let _m = PARSE.mark_boundary("positive?", "client", "matrix");
+    }
+}
+
+#[inline(never)]
 fn nested_two_marks_one_antimark(n: u64) {
     for i in 0..n {
         black_box(i);
@@ -135,6 +151,8 @@ fn main() {
         case("empty loop (baseline)", 20_000_000, 0, empty_loop),
         case("mark() push+pop", 10_000_000, 1, mark_location),
         case("mark_with(\"..\") push+pop", 10_000_000, 1, mark_with_name),
+        case("mark_alternative push+pop", 10_000_000, 1, mark_alternative),
+        case("mark_boundary push+pop", 10_000_000, 1, mark_boundary),
         case(
             "nested: 2 marks + 1 antimark",
             4_000_000,

@@ -233,6 +233,12 @@ pub fn timed_share(report: &Value, item: &Value) -> f64 {
 /// [`TOLERANCE`] points of the truth, in both directions (nothing missing, nothing invented).
 /// Returns the worst error.
 pub fn assert_shares_match(report: &Value, truth: &Value) -> f64 {
+    assert_shares_within(report, truth, TOLERANCE)
+}
+
+/// [`assert_shares_match`] with another bound, for a scenario with a known, open bias (its
+/// caller says which).
+pub fn assert_shares_within(report: &Value, truth: &Value, tolerance: f64) -> f64 {
     let total = truth["total_ms"].as_f64().unwrap();
     assert!(total > 0.0, "the target measured no time");
     let truth_pct = |ms: &Value| ms.as_f64().unwrap_or(0.0) * 100.0 / total;
@@ -285,8 +291,8 @@ pub fn assert_shares_match(report: &Value, truth: &Value) -> f64 {
     eprintln!("{table}");
     assert!(rows.len() > 1, "nothing to compare:\n{table}");
     assert!(
-        worst <= TOLERANCE,
-        "a share is off by {worst:.2} points (bound {TOLERANCE}):\n{table}"
+        worst <= tolerance,
+        "a share is off by {worst:.2} points (bound {tolerance}):\n{table}"
     );
     worst
 }
