@@ -215,7 +215,7 @@ fn main() {
 
     let mark = &cases[1].samples;
     let mark_with = &cases[2].samples;
-    let tracing = &cases[4].samples;
+    let tracing = &cases.last().expect("the tracing case is last").samples;
     let per_round = |num: &[f64], den: &[f64]| -> f64 {
         let ratios: Vec<f64> = num.iter().zip(den).map(|(t, m)| t / m).collect();
         median(&ratios)
