@@ -13,6 +13,22 @@ use support::*;
 /// Seconds each target runs.
 const SECS: f64 = 5.0;
 
+/// Runs `fsprof run [args] -- PROGRAM SECS --truth DIR/truth.json` into a new directory, which
+/// it returns (the profile and the program's truth are in it).
+fn profile_program(program: &OsStr, args: &[&str]) -> tempfile::TempDir {
+    let dir = tempdir();
+    let truth_path = dir.path().join("truth.json");
+    let secs = SECS.to_string();
+    let command = [
+        program,
+        OsStr::new(&secs),
+        "--truth".as_ref(),
+        truth_path.as_os_str(),
+    ];
+    run(dir.path(), args, &[], &command);
+    dir
+}
+
 /// Checks the report's tree of `feature` against the truth's self time per path
 /// (`trees.FEATURE`, paths joined by " > "): every path present, each node's total and self share
 /// within [`TOLERANCE`] points, and siblings heaviest first. Returns the tree's paths in order.
@@ -109,19 +125,7 @@ fn a_feature_whose_marks_nest_gets_its_tree() {
 #[test]
 fn async_tasks_count_for_themselves_and_under_the_task_that_spawned_them() {
     let _serial = serial();
-    let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    run(
-        dir.path(),
-        &["--no-agent"],
-        &[],
-        &[
-            env!("CARGO_BIN_EXE_tasks").as_ref(),
-            OsStr::new(&SECS.to_string()),
-            "--truth".as_ref(),
-            truth_path.as_os_str(),
-        ],
-    );
+    let dir = profile_program(env!("CARGO_BIN_EXE_tasks").as_ref(), &["--no-agent"]);
     let report = report_json(dir.path());
     let order = assert_tree_matches(&report, &truth(dir.path()), "tasks");
     assert_eq!(order[0], "server", "{order:?}");
@@ -134,19 +138,7 @@ fn nested_marks_from_c_get_their_tree() {
     let _serial = serial();
     let build = tempdir();
     let program = build_c_program_with(build.path(), "tree", &["-lfsprof_agent"]);
-    let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    run(
-        dir.path(),
-        &[],
-        &[],
-        &[
-            program.as_os_str(),
-            OsStr::new(&SECS.to_string()),
-            "--truth".as_ref(),
-            truth_path.as_os_str(),
-        ],
-    );
+    let dir = profile_program(program.as_os_str(), &[]);
     let report = report_json(dir.path());
     let order = assert_tree_matches(&report, &truth(dir.path()), "server");
     assert_eq!(order[0], "server", "{order:?}");
@@ -195,19 +187,7 @@ fn assert_backtracking_matches(report: &Value, truth: &Value, feature: &str) {
 #[test]
 fn a_parsers_abandoned_branches_are_its_wasted_time() {
     let _serial = serial();
-    let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    run(
-        dir.path(),
-        &["--no-agent"],
-        &[],
-        &[
-            env!("CARGO_BIN_EXE_parser").as_ref(),
-            OsStr::new(&SECS.to_string()),
-            "--truth".as_ref(),
-            truth_path.as_os_str(),
-        ],
-    );
+    let dir = profile_program(env!("CARGO_BIN_EXE_parser").as_ref(), &["--no-agent"]);
     let report = report_json(dir.path());
     let truth = truth(dir.path());
     assert_shares_match(&report, &truth);
@@ -222,19 +202,7 @@ fn a_c_parsers_abandoned_branches_are_its_wasted_time() {
     let _serial = serial();
     let build = tempdir();
     let program = build_c_program_with(build.path(), "parser", &["-lfsprof_agent"]);
-    let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    run(
-        dir.path(),
-        &[],
-        &[],
-        &[
-            program.as_os_str(),
-            OsStr::new(&SECS.to_string()),
-            "--truth".as_ref(),
-            truth_path.as_os_str(),
-        ],
-    );
+    let dir = profile_program(program.as_os_str(), &[]);
     let report = report_json(dir.path());
     assert_backtracking_matches(&report, &truth(dir.path()), "parse");
 }
@@ -245,19 +213,7 @@ fn a_c_parsers_abandoned_branches_are_its_wasted_time() {
 #[test]
 fn boundary_checks_cost_on_their_edges() {
     let _serial = serial();
-    let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    run(
-        dir.path(),
-        &["--no-agent"],
-        &[],
-        &[
-            env!("CARGO_BIN_EXE_contracts").as_ref(),
-            OsStr::new(&SECS.to_string()),
-            "--truth".as_ref(),
-            truth_path.as_os_str(),
-        ],
-    );
+    let dir = profile_program(env!("CARGO_BIN_EXE_contracts").as_ref(), &["--no-agent"]);
     let report = report_json(dir.path());
     let truth = truth(dir.path());
     assert_shares_match(&report, &truth);
@@ -325,19 +281,7 @@ fn boundary_checks_from_c_cost_on_their_edges() {
     let _serial = serial();
     let build = tempdir();
     let program = build_c_program_with(build.path(), "contracts", &["-lfsprof_agent"]);
-    let dir = tempdir();
-    let truth_path = dir.path().join("truth.json");
-    run(
-        dir.path(),
-        &[],
-        &[],
-        &[
-            program.as_os_str(),
-            OsStr::new(&SECS.to_string()),
-            "--truth".as_ref(),
-            truth_path.as_os_str(),
-        ],
-    );
+    let dir = profile_program(program.as_os_str(), &[]);
     let report = report_json(dir.path());
     let truth = truth(dir.path());
     let checks = truth["features"]["contracts"]["instances"]

@@ -11,14 +11,24 @@
 //! scheduling included, which is outside every mark).
 
 use fsprof_shim::Feature;
-use fsprof_tests::{spin, thread_runnable_time, Truth};
+use fsprof_tests::{spin, thread_runnable_time, Rng, Truth};
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 static TASKS: Feature = Feature::new("tasks");
 
-/// Spins for `time`, crediting the time it took to `path` of the tasks' tree.
-fn work(truth: &Truth, path: &[&str], time: Duration) {
+thread_local! {
+    /// Varies each piece of work around its mean (half to one and a half times it): tasks of
+    /// equal steps would keep in step with the sampling grid (see the closing notes of
+    /// 2026-11-26: the perf backend's samples fall on a grid).
+    static RNG: RefCell<Rng> = RefCell::new(Rng::new(17));
+}
+
+/// Spins for about `mean`, crediting the time it took to `path` of the tasks' tree.
+fn work(truth: &Truth, path: &[&str], mean: Duration) {
+    let micros = mean.as_micros() as u64;
+    let time = RNG.with(|rng| rng.borrow_mut().micros(micros / 2, micros * 3 / 2));
     let start = Instant::now();
     spin(time);
     truth.tree("tasks", path, start.elapsed());
