@@ -7,7 +7,7 @@ mod support;
 use serde_json::Value;
 use std::ffi::OsStr;
 use support::native::*;
-use support::programs::run;
+use support::programs::{self, run};
 use support::*;
 
 /// Seconds each target runs.
@@ -43,11 +43,7 @@ fn assert_tree_matches(report: &Value, truth: &Value, feature: &str) -> Vec<Stri
             (path, ms.as_f64().unwrap())
         })
         .collect();
-    let found = report["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == feature)
+    let found = programs::feature(report, feature)
         .unwrap_or_else(|| panic!("no {feature} feature: {report:#}"));
     let nodes = found["tree"]
         .as_array()
@@ -149,11 +145,7 @@ fn nested_marks_from_c_get_their_tree() {
 /// points of the report's total.
 fn assert_backtracking_matches(report: &Value, truth: &Value, feature: &str) {
     let truth_total = truth["total_ms"].as_f64().unwrap();
-    let found = report["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == feature)
+    let found = programs::feature(report, feature)
         .unwrap_or_else(|| panic!("no {feature} feature: {report:#}"));
     let branches = found["backtracking"]
         .as_array()
@@ -221,11 +213,7 @@ fn boundary_checks_cost_on_their_edges() {
     let checks = truth["features"]["contracts"]["instances"]
         .as_object()
         .unwrap();
-    let edges = report["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == "contracts")
+    let edges = programs::feature(&report, "contracts")
         .and_then(|f| f["boundaries"].as_array())
         .unwrap_or_else(|| panic!("no boundaries: {report:#}"));
     let mut table = String::new();
@@ -287,11 +275,7 @@ fn boundary_checks_from_c_cost_on_their_edges() {
     let checks = truth["features"]["contracts"]["instances"]
         .as_object()
         .unwrap();
-    let instances = report["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == "contracts")
+    let instances = programs::feature(&report, "contracts")
         .unwrap_or_else(|| panic!("no contracts: {report:#}"))["instances"]
         .as_array()
         .unwrap();

@@ -57,12 +57,7 @@ fn with_dot(graphs: &[(&str, &[Edge])], label: &dyn Fn(&Edge) -> String) -> Opti
             .collect();
         format!("\"{escaped}\"")
     };
-    let widest = graphs
-        .iter()
-        .flat_map(|(_, edges)| edges.iter().map(|e| e.ns))
-        .max()
-        .unwrap_or(1)
-        .max(1);
+    let width = stroke_widths(graphs);
     let mut dot = String::from("digraph boundaries {\n  rankdir=TB;\n  node [shape=box, style=rounded, fontname=\"sans-serif\"];\n  edge [fontname=\"sans-serif\", fontsize=10, fontcolor=\"#003366\", color=\"#55667788\"];\n");
     for (index, (feature, edges)) in graphs.iter().enumerate() {
         let _ = writeln!(
@@ -82,7 +77,7 @@ fn with_dot(graphs: &[(&str, &[Edge])], label: &dyn Fn(&Edge) -> String) -> Opti
                 node(&edge.from),
                 node(&edge.to),
                 quote(&label(edge)),
-                1.0 + 4.0 * edge.ns as f64 / widest as f64
+                width(edge, 5.0)
             );
         }
         dot.push_str("  }\n");
@@ -105,12 +100,7 @@ fn with_dot(graphs: &[(&str, &[Edge])], label: &dyn Fn(&Edge) -> String) -> Opti
 fn drawn(graphs: &[(&str, &[Edge])], label: &dyn Fn(&Edge) -> String, total_ns: u64) -> String {
     const SIZE: f64 = 640.0;
     const RADIUS: f64 = 220.0;
-    let widest = graphs
-        .iter()
-        .flat_map(|(_, edges)| edges.iter().map(|e| e.ns))
-        .max()
-        .unwrap_or(1)
-        .max(1);
+    let width = stroke_widths(graphs);
     let height = SIZE * graphs.len() as f64;
     let mut svg = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{SIZE}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerUnits=\"userSpaceOnUse\" markerWidth=\"14\" markerHeight=\"14\" orient=\"auto-start-reverse\"><path d=\"M 0 0 L 10 5 L 0 10 z\" fill=\"#567\"/></marker></defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
@@ -147,7 +137,7 @@ fn drawn(graphs: &[(&str, &[Edge])], label: &dyn Fn(&Edge) -> String, total_ns: 
             let (dx, dy) = (x2 - x1, y2 - y1);
             let length = (dx * dx + dy * dy).sqrt().max(1.0);
             let (ux, uy) = (dx / length, dy / length);
-            let width = 1.0 + 7.0 * edge.ns as f64 / widest as f64;
+            let width = width(edge, 8.0);
             let _ = writeln!(
                 svg,
                 "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#89a\" stroke-width=\"{width:.1}\" marker-end=\"url(#arrow)\"/>",
@@ -187,6 +177,17 @@ fn drawn(graphs: &[(&str, &[Edge])], label: &dyn Fn(&Edge) -> String, total_ns: 
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+/// An edge's stroke width, 1 for no time up to `max` for the most expensive edge of all graphs.
+fn stroke_widths(graphs: &[(&str, &[Edge])]) -> impl Fn(&Edge, f64) -> f64 {
+    let widest = graphs
+        .iter()
+        .flat_map(|(_, edges)| edges.iter().map(|e| e.ns))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    move |edge, max| 1.0 + (max - 1.0) * edge.ns as f64 / widest as f64
 }
 
 /// `text` escaped for XML, control characters replaced.
