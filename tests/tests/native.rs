@@ -323,39 +323,58 @@ fn blocked_thread_sampled_without_a_stop(backend: &str) {
     let meta = &profile["meta"];
     let blocked = meta["native_blocked"].as_u64().unwrap();
     let skipped = meta["native_blocked_skipped"].as_u64().unwrap();
-    // About 1 tick in 3 finds the thread asleep; a few are skipped (see NativeSampler::blocked_stack).
+    // About 1 tick in 3 finds the thread asleep; some are skipped (see NativeSampler::blocked_stack).
     // With perf, whose records of the thread's switches give its time off the CPU exactly, a
     // blocked stack is read once per sleep found at a tick, which come every 10 ms (200 here),
     // and a read skipped (the thread last ran on fsprof's CPU, one in two on two CPUs) is
-    // tried again at the next tick if the sleep lasts.
-    let (least, skips) = if backend == "perf" { (30, 1) } else { (300, 4) };
-    assert!(blocked > least && skipped < blocked / skips, "{meta}");
+    // tried again at the next tick if the sleep lasts. Idle, perf reads more than 30 and skips
+    // fewer, ptrace more than 600 and skips one in 20; on a machine whose two CPUs are kept busy
+    // by two other loops (the thread, woken, waits for a CPU: "it ran meanwhile"), perf read 18
+    // to 30 and skipped 13 to 25, ptrace 319 to 468 and skipped 42 to 193. The bounds hold in both.
+    let (least, most_skipped) = if backend == "perf" {
+        (10, blocked * 2)
+    } else {
+        (150, blocked)
+    };
+    assert!(blocked > least && skipped < most_skipped, "{meta}");
     if backend == "perf" {
         // Stopped only to learn the sizes of the standard library's frame-pointer frames on its
         // way to the sleep (see unwind.rs), the first time it is found there.
         assert!(meta["native_stops"].as_u64().unwrap() <= 3, "{meta}");
     }
-    // Of the samples under the mark with a stack (the skipped ones have none), nearly all are in
-    // the sleep, their stacks whole: from the program's main down to the sleep, the mark between.
+    // Of the samples under the mark with a stack (the skipped ones have none), most are in the
+    // sleep, and those in the sleep have whole stacks: from the program's main down to
+    // clock_nanosleep, the mark between. The rest is the program's own bookkeeping inside the
+    // mark (its truth), sampled on the CPU: under 5% idle, 8 to 10% with two busy loops beside.
     let stacks = folded(&out);
     let under_io = |(frames, _): &&(Vec<String>, u64)| {
         frames.iter().any(|f| f == "[io] read") && frames[0] != "[no native stack]"
     };
-    let io: u64 = stacks.iter().filter(under_io).map(|(_, us)| us).sum();
-    let asleep: u64 = stacks
-        .iter()
-        .filter(under_io)
-        .filter(|(frames, _)| {
-            let at = frames.iter().position(|f| f == "[io] read").unwrap();
-            let main = frames.iter().position(|f| f == "fsprof_target::main");
-            main.is_some_and(|main| main < at)
-                && frames[at..].iter().any(|f| f.contains("clock_nanosleep"))
-        })
-        .map(|(_, us)| us)
-        .sum();
+    let whole = |frames: &[String]| {
+        let at = frames.iter().position(|f| f == "[io] read").unwrap();
+        let main = frames.iter().position(|f| f == "fsprof_target::main");
+        main.is_some_and(|main| main < at)
+            && frames[at..].iter().any(|f| f.contains("clock_nanosleep"))
+    };
+    let sum = |keep: &dyn Fn(&[String]) -> bool| -> u64 {
+        stacks
+            .iter()
+            .filter(under_io)
+            .filter(|(frames, _)| keep(frames))
+            .map(|(_, us)| us)
+            .sum()
+    };
+    let io = sum(&|_| true);
+    let in_sleep = sum(&|frames| {
+        frames
+            .iter()
+            .any(|f| f.starts_with("std::thread::") && f.ends_with("::sleep"))
+    });
+    let asleep = sum(&whole);
     assert!(
-        io > 0 && asleep * 10 >= io * 9,
-        "{asleep} of {io} µs under [io] with a stack are in clock_nanosleep under main: {stacks:?}"
+        io > 0 && asleep * 4 >= io * 3 && asleep * 10 >= in_sleep * 9,
+        "{asleep} of {io} µs under [io] with a stack ({in_sleep} in thread::sleep) are in \
+         clock_nanosleep under main: {stacks:?}"
     );
 }
 
