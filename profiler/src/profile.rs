@@ -580,6 +580,16 @@ impl ProfileBuilder {
         }
     }
 
+    /// Counts `ns` more of a sample group's time as active, at most its time not active yet:
+    /// time first added as blocked that turned out to be a wait for a CPU after a wake-up.
+    pub fn add_active(&mut self, thread: u32, stack: u32, native: Option<u32>, ns: u64) {
+        let image = self.images.len().saturating_sub(1) as u32;
+        if let Some(&index) = self.sample_ids.get(&(thread, stack, native, image)) {
+            let group = &mut self.samples[index];
+            group.active_ns += ns.min(group.wall_ns.saturating_sub(group.active_ns));
+        }
+    }
+
     /// Adds a sample of the current image (see [`ProfileBuilder::image`]).
     pub fn add_sample(
         &mut self,

@@ -353,6 +353,7 @@ impl Sampler {
             // Its running time is in perf's samples, its time off the CPU in its switches.
             self.refresh_blocked(tid, own_tid, running);
             self.add_off_cpu(tid, thread, Some(known_until), false);
+            self.add_wakeups(tid, thread, false);
             return;
         }
         let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);

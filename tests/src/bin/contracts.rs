@@ -6,7 +6,10 @@
 //! checks the client's whole input once at the boundary instead of each element on its own (the
 //! fix the boundary view suggests): the same guarantee, fewer checks.
 //!
-//!   contracts SECONDS --truth FILE [--check-once]
+//!   contracts SECONDS --truth FILE [--check-once] [--equal-steps]
+//!
+//! With `--equal-steps`, every piece of work takes its mean exactly: a loop of equal steps of a
+//! few µs, which kept in step with the perf backend's sampling grid before that grid moved.
 //!
 //! The truth: the `contracts` feature's instances (`VALUE (FROM -> TO)`), the time of each check
 //! as the checks measured it, and `extra.matrices_per_s`, for the case study's speedup.
@@ -22,16 +25,17 @@ static CONTRACTS: Feature = Feature::new("contracts");
 const ELEMENTS: usize = 64;
 
 thread_local! {
-    /// Varies each piece of work around its mean (half to one and a half times it): a loop of
-    /// equal steps keeps in step with the perf backend's sampling grid (a fixed loop of 8, 3 and
-    /// 6 µs read `positive?` 5 points low at 250 Hz and 12 high at 1000 Hz; an open defect).
-    static RNG: RefCell<Rng> = RefCell::new(Rng::new(13));
+    /// Varies each piece of work around its mean (half to one and a half times it), unless
+    /// `--equal-steps` (then `None`).
+    static RNG: RefCell<Option<Rng>> = const { RefCell::new(None) };
 }
 
 /// Spins for about `mean` (see [`RNG`]).
 fn work(mean: Duration) {
     let micros = mean.as_micros() as u64;
-    spin(RNG.with(|rng| rng.borrow_mut().micros(micros / 2, micros * 3 / 2)));
+    let varied = RNG
+        .with(|rng| (rng.borrow_mut().as_mut()).map(|rng| rng.micros(micros / 2, micros * 3 / 2)));
+    spin(varied.unwrap_or(mean));
 }
 
 /// Runs one check: about `mean` of checking, on the edge `from -> to`, credited to `value`.
@@ -84,11 +88,14 @@ fn build_matrix(truth: &Truth, elements: &[u64], check_once: bool) -> u64 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 || args[2] != "--truth" {
-        eprintln!("usage: contracts SECONDS --truth FILE [--check-once]");
+        eprintln!("usage: contracts SECONDS --truth FILE [--check-once] [--equal-steps]");
         std::process::exit(2);
     }
     let run_for = Duration::from_secs_f64(args[1].parse().expect("SECONDS"));
     let check_once = args[4..].iter().any(|a| a == "--check-once");
+    if !args[4..].iter().any(|a| a == "--equal-steps") {
+        RNG.with(|rng| *rng.borrow_mut() = Some(Rng::new(13)));
+    }
     let truth = Truth::default();
     let elements: Vec<u64> = (1..=ELEMENTS as u64).collect();
     let start = Instant::now();

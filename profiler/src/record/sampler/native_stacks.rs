@@ -192,7 +192,12 @@ impl Sampler {
             match (follows, &state.followed) {
                 (true, None) => {
                     let cpu_ns = cpu_ns.unwrap_or(0);
-                    state.followed = Some(off_cpu::Followed::new(self.clock.ticks(), cpu_ns));
+                    let run_delay = process::sched_times(self.pid, tid).map(|t| t.wait_ns);
+                    state.followed = Some(off_cpu::Followed::new(
+                        self.clock.ticks(),
+                        cpu_ns,
+                        run_delay,
+                    ));
                     // Its event was enabled only now: if it has left its CPU since this tick
                     // found it running, the kernel recorded no departure (see `seed_blocked`).
                     if let Ok(Some(false)) = state.status.is_running() {

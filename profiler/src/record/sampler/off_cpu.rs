@@ -10,6 +10,15 @@
 //! the end of recording, with its latest marks. So a tick adds nothing of its own for a
 //! thread followed this way, and none of its time is estimated.
 //!
+//! A departure that blocked ends with a wake-up, after which the thread may wait for a CPU
+//! before it runs (on a busy machine, milliseconds): that wait is active time, but the switches
+//! do not tell it apart from the block. The kernel's total of the thread's waits for a CPU
+//! (`schedstat`), read every few ticks, does: its growth, less the preempted stretches already
+//! counted as active, is shared among the blocked stretches that ended since the previous read
+//! and moved from their blocked time to their active time. Without it, the workers of
+//! `coordinator.c` read 3.7 points high beside one busy loop (their wake-ups, and the
+//! coordinator's, left out of the program's time).
+//!
 //! A sample stands for the CPU time before it, not for the time between two ticks: shared out
 //! among the samples of each tick's interval, the time of an interval without a sample (a
 //! thread that ran a little between two sleeps) went to the marks it left its CPU with, and a
@@ -20,6 +29,12 @@ use super::native_stacks::snapshot_records;
 use super::*;
 use crate::native::perf::Switch;
 use crate::record::clock::monotonic_ns;
+use crate::target::process;
+
+/// A thread's scheduling totals are read at most this often (for its wake-ups' waits).
+const WAKEUP_READ_NS: u64 = 20_000_000;
+/// Blocked stretches remembered between two reads; the waits of more go to these.
+const MAX_WOKEN: usize = 64;
 
 /// A thread whose switches are followed.
 pub(super) struct Followed {
@@ -32,6 +47,20 @@ pub(super) struct Followed {
     latest: Option<u32>,
     /// Its CPU time (task-clock count) up to which its running time is added.
     credited_ns: u64,
+    wakeups: Wakeups,
+}
+
+/// The waits for a CPU that follow a thread's wake-ups, not yet added.
+struct Wakeups {
+    /// The kernel's total of the thread's waits for a CPU, when last read, and when.
+    run_delay_ns: Option<u64>,
+    read_at: u64,
+    /// That total's growth not yet accounted for, less the preempted stretches added as
+    /// active (negative while one added up to a tick has not reached the total yet: the
+    /// kernel counts a wait when it ends).
+    balance: i64,
+    /// The blocked stretches that ended since the read (their marks and native stack).
+    woken: Vec<(u32, Option<u32>)>,
 }
 
 /// A stretch off the CPU not yet added.
@@ -51,12 +80,19 @@ struct OffCpu {
 impl Followed {
     /// Following a thread from tick `tick` on, running then, with `cpu_ns` of CPU time so far
     /// (counted by the tick).
-    pub(super) fn new(tick: u64, cpu_ns: u64) -> Followed {
+    /// Its waits for a CPU so far are `run_delay_ns` (`schedstat`, if the kernel keeps it).
+    pub(super) fn new(tick: u64, cpu_ns: u64, run_delay_ns: Option<u64>) -> Followed {
         Followed {
             since_tick: tick,
             off: None,
             latest: None,
             credited_ns: cpu_ns,
+            wakeups: Wakeups {
+                run_delay_ns,
+                read_at: monotonic_ns(),
+                balance: 0,
+                woken: Vec::new(),
+            },
         }
     }
 }
@@ -171,10 +207,48 @@ impl Sampler {
         if close {
             followed.off = None;
         }
+        let wakeups = &mut followed.wakeups;
+        if preempted {
+            wakeups.balance = wakeups.balance.saturating_sub_unsigned(ns);
+        } else if close && wakeups.woken.len() < MAX_WOKEN {
+            wakeups.woken.push((stack, native));
+        }
         if ns > 0 {
             let active_ns = if preempted { ns } else { 0 };
             self.builder
                 .add_sample(thread, stack, native, ns, active_ns);
+        }
+    }
+
+    /// Thread `tid`'s waits for a CPU after its wake-ups since the previous read of its
+    /// scheduling totals (at most every [`WAKEUP_READ_NS`] unless `now`), shared evenly among
+    /// the blocked stretches that ended since, each moved from its blocked time to its active
+    /// time (see the module's header).
+    pub(super) fn add_wakeups(&mut self, tid: u32, thread: u32, now: bool) {
+        let pid = self.pid;
+        let time = monotonic_ns();
+        let Some(wakeups) = self.followed_mut(tid).map(|f| &mut f.wakeups) else {
+            return;
+        };
+        if wakeups.woken.is_empty() || (!now && time < wakeups.read_at + WAKEUP_READ_NS) {
+            return;
+        }
+        let (Some(previous), Some(times)) = (wakeups.run_delay_ns, process::sched_times(pid, tid))
+        else {
+            return;
+        };
+        wakeups.read_at = time;
+        wakeups.run_delay_ns = Some(times.wait_ns);
+        let grown = times.wait_ns.saturating_sub(previous);
+        wakeups.balance = wakeups.balance.saturating_add_unsigned(grown);
+        let woken = std::mem::take(&mut wakeups.woken);
+        if wakeups.balance <= 0 {
+            return;
+        }
+        let share = wakeups.balance as u64 / woken.len() as u64;
+        wakeups.balance = 0;
+        for (stack, native) in woken {
+            self.builder.add_active(thread, stack, native, share);
         }
     }
 
@@ -245,6 +319,7 @@ impl Sampler {
             .map(|(tid, state)| (*tid, state.id))
             .collect();
         for (tid, thread) in followed {
+            self.add_wakeups(tid, thread, true);
             self.add_last_run(tid, thread);
             if let Some(state) = self.threads.states.get_mut(&tid) {
                 state.followed = None;
