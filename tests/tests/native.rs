@@ -16,7 +16,16 @@ use support::*;
 /// reaches a root (`_start` or the thread start routine), outermost first.
 fn check_chains(dir: &Path, truth: &Value) {
     let stacks = folded(&dir.join("out"));
-    let total: u64 = stacks.iter().map(|(_, us)| us).sum();
+    let all: u64 = stacks.iter().map(|(_, us)| us).sum();
+    // Samples without a stack are not unwinding failures: a blocked thread's read skipped (see
+    // `blocked_thread_sampled_without_a_stop`), or, with ptrace, a thread that did not stop in
+    // time, which a busy machine makes common (the Rust chain: 3 to 5% idle, 7 to 16% beside
+    // one busy loop; all of the stacks taken reached their root either way).
+    let without: u64 = (stacks.iter())
+        .filter(|(frames, _)| frames[0] == "[no native stack]")
+        .map(|(_, us)| us)
+        .sum();
+    let total = all - without;
     let rooted: u64 = stacks
         .iter()
         .filter(|(frames, _)| {
@@ -28,7 +37,7 @@ fn check_chains(dir: &Path, truth: &Value) {
         .map(|(_, us)| us)
         .sum();
     let mut summary = format!(
-        "stacks reaching their root: {:.1}% of {total} µs\n",
+        "stacks reaching their root: {:.1}% of {total} µs; {without} µs without a stack\n",
         rooted as f64 * 100.0 / total as f64
     );
     let mut failures = Vec::new();
@@ -74,8 +83,8 @@ fn check_chains(dir: &Path, truth: &Value) {
         "chains found in under 90% of their mark's time: {failures:?}\n{summary}"
     );
     assert!(
-        rooted * 100 >= total * 95,
-        "stacks reach their root in under 95% of the time:\n{summary}"
+        rooted * 100 >= total * 95 && without * 3 <= all,
+        "stacks reach their root in under 95% of the time, or a third has none:\n{summary}"
     );
 }
 
@@ -330,11 +339,12 @@ fn blocked_thread_sampled_without_a_stop(backend: &str) {
     // tried again at the next tick if the sleep lasts. Idle, perf reads more than 30 and skips
     // fewer, ptrace more than 600 and skips one in 20; on a machine whose two CPUs are kept busy
     // by two other loops (the thread, woken, waits for a CPU: "it ran meanwhile"), perf read 18
-    // to 30 and skipped 13 to 25, ptrace 319 to 468 and skipped 42 to 193. The bounds hold in both.
+    // to 30 and skipped 13 to 25, ptrace 290 to 468 and skipped 42 to 298 (290 and 298 beside one busy loop, in
+    // a whole run of the tests). The bounds hold in both.
     let (least, most_skipped) = if backend == "perf" {
         (10, blocked * 2)
     } else {
-        (150, blocked)
+        (150, blocked * 2)
     };
     assert!(blocked > least && skipped < most_skipped, "{meta}");
     if backend == "perf" {
