@@ -326,6 +326,12 @@ impl NativeSampler {
         self.perf.as_ref()?.cpu_ns(tid)
     }
 
+    /// When thread `tid` was born, if perf saw a sampled thread make it (see
+    /// [`PerfSampler::birth`]).
+    pub fn birth(&mut self, tid: u32) -> Option<u64> {
+        self.perf.as_mut()?.birth(tid)
+    }
+
     /// Threads perf stopped following off their CPU because they left it too often (see
     /// [`crate::native::perf::MAX_SWITCH_RATE`]).
     pub fn perf_too_fast(&self) -> usize {

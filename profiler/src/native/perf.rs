@@ -178,7 +178,13 @@ pub struct PerfSampler {
     pub unmatched: u64,
     /// Threads no longer followed off their CPU (see [`MAX_SWITCH_RATE`]).
     too_fast: std::collections::HashSet<u32>,
+    /// When threads made by sampled threads were born (CLOCK_MONOTONIC, ns), until asked for.
+    births: HashMap<u32, u64>,
 }
+
+/// Births remembered at most (those of threads that never ran long enough to be found, or of
+/// processes, are dropped when the map is full).
+const MAX_BIRTHS: usize = 4096;
 
 // SAFETY: `values` is owned by this struct (unmapped on drop) and only used through `&mut self`.
 unsafe impl Send for PerfSampler {}
@@ -225,6 +231,7 @@ impl PerfSampler {
             lost: 0,
             unmatched: 0,
             too_fast: Default::default(),
+            births: HashMap::new(),
         };
         load_program(sampler.map.as_raw_fd(), sampler.copies.fd(), 0, false)
             .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
@@ -255,6 +262,12 @@ impl PerfSampler {
     /// The sampling period, in CPU time.
     pub fn period(&self) -> std::time::Duration {
         std::time::Duration::from_nanos(self.period_ns)
+    }
+
+    /// When thread `tid` was born (CLOCK_MONOTONIC, ns), if a sampled thread made it and its
+    /// ring has been read since; asked once.
+    pub fn birth(&mut self, tid: u32) -> Option<u64> {
+        self.births.remove(&tid)
     }
 
     /// Whether `tid` is being sampled.
@@ -327,6 +340,7 @@ impl PerfSampler {
         let tolerance = (self.period_ns / TICKS_PER_SAMPLE / 2).min(MATCH_TOLERANCE_NS);
         let (mut lost, mut unmatched, mut samples) = (0u64, 0u64, 0u64);
         let departures = &mut thread.departures;
+        let births = &mut self.births;
         thread.ring.drain(head, |record| match parse(record) {
             Record::Sample(mut sample) => {
                 (sample.slots, sample.marks_known) =
@@ -356,6 +370,12 @@ impl PerfSampler {
                     slots,
                     marks_known,
                 }));
+            }
+            Record::Fork { tid, time } => {
+                if births.len() >= MAX_BIRTHS {
+                    births.clear();
+                }
+                births.insert(tid, time);
             }
             Record::Lost(count) => lost = lost.saturating_add(count),
             Record::Other => {}

@@ -1,6 +1,6 @@
 //! Opens the perf events the perf sampler (`perf.rs`) reads: per thread, a task-clock event
 //! that samples the thread every period of its CPU time (its time, count, registers and stack,
-//! and its switches in and out of its CPU), and a context-switch event whose every overflow runs
+//! its switches in and out of its CPU, and the threads it makes), and a context-switch event whose every overflow runs
 //! a program that copies the thread's slots as it leaves. It chooses the attributes and opens
 //! the events disabled; it does not map their rings, attach programs or enable them.
 
@@ -31,6 +31,9 @@ pub(super) fn open_event(tid: i32, period_ns: u64, follow: bool) -> Result<Owned
     attr.set_exclude_callchain_kernel(1);
     // The thread's switches in and out of its CPU, in the same ring, with their time.
     attr.set_context_switch(u64::from(follow));
+    // The threads it makes, with the time each was born (the sampler counts a new thread's
+    // time from then, not from the tick before it found it).
+    attr.set_task(1);
     attr.set_sample_id_all(1);
     open(attr, tid)
 }

@@ -124,14 +124,16 @@ pub(super) enum Record<'a> {
         out: bool,
         preempted: bool,
     },
+    /// The thread made thread or process `tid` at `time`.
+    Fork { tid: u32, time: u64 },
     /// Samples lost (the ring was full).
     Lost(u64),
     /// Anything else, or a malformed record.
     Other,
 }
 
-/// Decodes a `PERF_RECORD_SAMPLE` (TID, TIME, READ, REGS_USER, STACK_USER), or counts a
-/// `PERF_RECORD_LOST`. A sample without user registers (the thread was exiting) or a malformed
+/// Decodes a `PERF_RECORD_SAMPLE` (TID, TIME, READ, REGS_USER, STACK_USER), a
+/// `PERF_RECORD_SWITCH` or a `PERF_RECORD_FORK`, or counts a `PERF_RECORD_LOST`. A sample without user registers (the thread was exiting) or a malformed
 /// one is `Other`.
 pub(super) fn parse(record: &[u8]) -> Record<'_> {
     let word = |at: usize| -> Option<u64> {
@@ -154,6 +156,16 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
             out: misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT != 0,
             preempted: misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0,
         });
+    }
+    if kind == sys::bindings::PERF_RECORD_FORK {
+        // header (8), pid, ppid, tid, ptid (4 each), time (8)
+        let tid = record
+            .get(16..20)
+            .map(|b| u32::from_ne_bytes(b.try_into().expect("4")));
+        return match (tid, word(24)) {
+            (Some(tid), Some(time)) => Record::Fork { tid, time },
+            _ => Record::Other,
+        };
     }
     if kind != sys::bindings::PERF_RECORD_SAMPLE {
         return Record::Other;
@@ -342,6 +354,22 @@ mod tests {
 
     /// Arbitrary records, and valid ones mutated, are decoded or refused: never a panic, and a
     /// sample's stack never longer than its record.
+    #[test]
+    fn a_birth_is_decoded_and_a_short_one_refused() {
+        let mut record = vec![0u8; 32];
+        record[0..4].copy_from_slice(&sys::bindings::PERF_RECORD_FORK.to_ne_bytes());
+        record[16..20].copy_from_slice(&4242u32.to_ne_bytes()); // tid
+        record[24..32].copy_from_slice(&99u64.to_ne_bytes()); // time
+        assert!(matches!(
+            parse(&record),
+            Record::Fork {
+                tid: 4242,
+                time: 99
+            }
+        ));
+        assert!(matches!(parse(&record[..31]), Record::Other));
+    }
+
     #[test]
     fn arbitrary_records_are_decoded_or_refused() {
         let mut rng = fastrand::Rng::with_seed(14);

@@ -530,9 +530,11 @@ fn requests(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
         let spawning = Instant::now();
         let request = Arc::clone(&truth);
         thread::spawn(move || {
-            let born = Instant::now();
+            // The thread's time counts from its birth, not from when it first ran: on a busy
+            // machine a new thread can wait a millisecond for a CPU, which is active time
+            // (counted from just before the spawn, so its stack's mapping, some µs, counts too).
             timed(&request, &HANDLING, "request", || spin(work));
-            request.active(born.elapsed());
+            request.active(spawning.elapsed());
         });
         truth.active(spawning.elapsed());
         thread::sleep(rng.micros(5000, 8000)); // the spawner is idle outside marks
