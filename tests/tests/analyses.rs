@@ -127,6 +127,46 @@ fn async_tasks_count_for_themselves_and_under_the_task_that_spawned_them() {
     assert_eq!(order[0], "server", "{order:?}");
 }
 
+/// The echo server case study (process accounting): an actor per connection, spawned by the
+/// server, on loopback with two real clients, client A sending ten times client B's bytes. The
+/// tree gives each path its share within the bound of what the actors measured, and conn-A about
+/// ten times conn-B (within a fifth of the ratio the actors measured).
+#[test]
+fn an_echo_servers_connections_count_under_it_in_proportion_to_their_input() {
+    let _serial = serial();
+    let dir = profile_program(env!("CARGO_BIN_EXE_echo").as_ref(), &["--no-agent"]);
+    let report = report_json(dir.path());
+    let truth = truth(dir.path());
+    let order = assert_tree_matches(&report, &truth, "tasks");
+    assert_eq!(order[0], "server", "{order:?}");
+    let tree = programs::feature(&report, "tasks").unwrap()["tree"].clone();
+    let reported = |name: &str| {
+        (tree.as_array().unwrap().iter())
+            .find(|node| node["path"] == serde_json::json!(["server", name]))
+            .map_or(0.0, |node| node["total_ms"].as_f64().unwrap())
+    };
+    let measured = |name: &str| {
+        truth["trees"]["tasks"][format!("server > {name}")]
+            .as_f64()
+            .unwrap()
+    };
+    let (got, want) = (
+        reported("conn-A") / reported("conn-B"),
+        measured("conn-A") / measured("conn-B"),
+    );
+    let bytes =
+        truth["extra"]["bytes A"].as_f64().unwrap() / truth["extra"]["bytes B"].as_f64().unwrap();
+    eprintln!("conn-A / conn-B: {got:.2} reported, {want:.2} measured, {bytes:.2} in bytes");
+    assert!(
+        (7.0..13.0).contains(&want),
+        "the actors measured {want:.2} for {bytes:.2} in bytes"
+    );
+    assert!(
+        (got - want).abs() < want / 5.0,
+        "{got:.2} reported, {want:.2} measured"
+    );
+}
+
 /// The same tree from C (`fsprof_mark` with name payloads, `fsprof_unmark`), the program linked
 /// with the agent and profiled with its built-in features on.
 #[test]
