@@ -79,6 +79,11 @@ enum Cmd {
         /// the report's time view; marks are blue). Not with --format.
         #[arg(long, value_name = "OUT.svg", conflicts_with = "format")]
         flamegraph: Option<PathBuf>,
+        /// Write the boundary graph (the checks marked with mark_boundary, by edge between
+        /// components) to this SVG file instead of printing a report, as `boundaries.svg` was
+        /// drawn when recording. Not with --format or --flamegraph.
+        #[arg(long, value_name = "OUT.svg", conflicts_with_all = ["format", "flamegraph", "features_only"])]
+        boundaries: Option<PathBuf>,
         /// Only this thread's samples (its name, or its id), in any format.
         #[arg(long, value_name = "NAME|TID")]
         thread: Option<String>,
@@ -201,6 +206,8 @@ pub struct ReportOptions {
     pub features_only: bool,
     /// Write a flamegraph SVG here instead of printing.
     pub flamegraph: Option<PathBuf>,
+    /// Write the boundary graph's SVG here instead of printing.
+    pub boundaries: Option<PathBuf>,
     /// Only the samples of the thread of this name or id.
     pub thread: Option<String>,
 }
@@ -258,6 +265,7 @@ impl Cli {
                 idle,
                 features_only,
                 flamegraph,
+                boundaries,
                 thread,
             } => {
                 if features_only && flamegraph.is_none() && format != Format::Folded {
@@ -273,6 +281,7 @@ impl Cli {
                         idle,
                         features_only,
                         flamegraph,
+                        boundaries,
                         thread,
                     },
                 }

@@ -20,7 +20,7 @@ pub mod symbolize;
 pub mod target;
 
 use analysis::TimeView;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use cli::{Format, ReportOptions};
 use std::path::Path;
 
@@ -38,8 +38,8 @@ pub(crate) fn text_report(profile: &profile::Profile, view: TimeView) -> String 
     )
 }
 
-/// `fsprof report`: renders a saved profile. Returns the text for stdout; with a flamegraph, writes
-/// the SVG file and returns nothing to print.
+/// `fsprof report`: renders a saved profile. Returns the text for stdout; with a flamegraph or the
+/// boundary graph, writes the SVG file and returns nothing to print.
 pub fn report(path: &Path, options: &ReportOptions) -> Result<String> {
     let mut profile = profile::Profile::load(path)?;
     if let Some(which) = &options.thread {
@@ -50,6 +50,17 @@ pub fn report(path: &Path, options: &ReportOptions) -> Result<String> {
     } else {
         TimeView::Active
     };
+    if let Some(out) = &options.boundaries {
+        let Some(svg) = render::boundary_graph::svg(&analysis::analyse(&profile, view)) else {
+            anyhow::bail!(
+                "{} has no boundary checks (marks made with mark_boundary or fsprof_mark_boundary): there is no graph to draw",
+                path.display()
+            );
+        };
+        std::fs::write(out, svg).with_context(|| format!("cannot write {}", out.display()))?;
+        eprintln!("fsprof: wrote {}", out.display());
+        return Ok(String::new());
+    }
     if let Some(svg) = &options.flamegraph {
         let folded = render::folded::fold(&profile, view, options.features_only);
         render::flamegraph::write_file(&folded, svg)?;

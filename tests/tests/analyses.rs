@@ -300,6 +300,37 @@ fn boundary_checks_cost_on_their_edges() {
     for name in ["client", "matrix", "vector", "positive?"] {
         assert!(svg.contains(name), "{name} not in boundaries.svg");
     }
+    // `fsprof report --boundaries` redraws it from the saved profile, the same picture.
+    let redrawn = dir.path().join("again.svg");
+    let status = std::process::Command::new(fsprof())
+        .arg("report")
+        .arg(dir.path())
+        .arg("--boundaries")
+        .arg(&redrawn)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(std::fs::read_to_string(&redrawn).unwrap(), svg);
+}
+
+/// A profile without boundary checks has no graph to redraw: `fsprof report --boundaries`
+/// says so and fails.
+#[test]
+fn no_boundary_graph_without_boundary_checks() {
+    let _serial = serial();
+    let dir = tempdir();
+    run_target(dir.path(), "tree", 0.3, &[]);
+    let output = std::process::Command::new(fsprof())
+        .arg("report")
+        .arg(dir.path())
+        .args(["--boundaries", "/dev/null"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("has no boundary checks"),
+        "{stderr}"
+    );
 }
 
 /// The same boundary checks from C (`fsprof_mark_boundary`), linked with the agent, built-ins
