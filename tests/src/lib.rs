@@ -105,6 +105,18 @@ pub fn thread_runnable_time() -> Duration {
     Duration::from_nanos(ns)
 }
 
+/// A tokio runtime with two workers and its sockets, each worker adding its runnable time to
+/// `truth`'s total as it stops (when the runtime is dropped).
+pub fn runtime_counted_in(truth: &std::sync::Arc<Truth>) -> tokio::runtime::Runtime {
+    let on_stop = std::sync::Arc::clone(truth);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_io()
+        .on_thread_stop(move || on_stop.active(thread_runnable_time()))
+        .build()
+        .unwrap()
+}
+
 /// Keeps the CPU busy for `time`.
 pub fn spin(time: Duration) {
     let end = Instant::now() + time;

@@ -15,7 +15,7 @@
 //! running or waiting for a CPU.
 
 use fsprof_shim::Feature;
-use fsprof_tests::{thread_runnable_time, Rng, Truth};
+use fsprof_tests::{runtime_counted_in, thread_runnable_time, Rng, Truth};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -40,13 +40,7 @@ fn main() {
     }
     let run_for = Duration::from_secs_f64(args[1].parse().expect("SECONDS"));
     let truth = Arc::new(Truth::default());
-    let on_stop = Arc::clone(&truth);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_io()
-        .on_thread_stop(move || on_stop.active(thread_runnable_time()))
-        .build()
-        .unwrap();
+    let runtime = runtime_counted_in(&truth);
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();

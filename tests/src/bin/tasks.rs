@@ -11,7 +11,7 @@
 //! scheduling included, which is outside every mark).
 
 use fsprof_shim::Feature;
-use fsprof_tests::{spin, thread_runnable_time, Rng, Truth};
+use fsprof_tests::{runtime_counted_in, spin, thread_runnable_time, Rng, Truth};
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,12 +56,7 @@ fn main() {
     }
     let run_for = Duration::from_secs_f64(args[1].parse().expect("SECONDS"));
     let truth = Arc::new(Truth::default());
-    let on_stop = Arc::clone(&truth);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .on_thread_stop(move || on_stop.active(thread_runnable_time()))
-        .build()
-        .unwrap();
+    let runtime = runtime_counted_in(&truth);
     let deadline = Instant::now() + run_for;
     let server_truth = Arc::clone(&truth);
     runtime.block_on(async move {
