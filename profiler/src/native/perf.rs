@@ -77,14 +77,17 @@ pub(super) const VALUE_JITTER: usize = VALUE_SCRATCH + SLOTS * SCRATCH_SIZE;
 pub(super) const VALUE_SIZE: usize = VALUE_JITTER + 8;
 
 /// The task-clock timer ticks this many times per sampling period, and the program keeps the
-/// tick at a random place in each period, dropping the others (jittered sampling). Samples a
-/// fixed period apart keep in step with a loop whose CPU time is near that period (or a multiple
-/// or simple fraction of it): a loop of exactly 1 ms of CPU read 0.6 to 3.1 points off at
-/// 1000 Hz, and a period drawn once per thread only moved the trouble to other loops (`pool`,
-/// 900 us: 6.5 to 8.2 points off in 3 of 4 runs). A sample at a random place in each period
-/// keeps in step with nothing, and stays about one period from the next. The dropped ticks cost
-/// an interrupt and a few BPF instructions each.
-pub(super) const TICKS_PER_SAMPLE: u64 = 4;
+/// tick at a random place in each period, dropping the others (jittered sampling). One: every
+/// tick is a sample, and what keeps samples out of step with a loop is [`rephase`], which
+/// restarts the ticks at random every few ms. Four ticks a period (kept from 0817dca to
+/// 27873a6) kept samples out of step without rephasing, but biased a loop of equal steps of a
+/// few µs: a sample stands for the CPU time since the previous one, which is longer for a tick
+/// late in its period than for an early one, and where four ticks span a whole number of the
+/// loop's cycles each place in the period samples the same place in the loop (`contracts
+/// --equal-steps` at 1000 Hz, `positive?` +0.1 to +4.6 points, mean +2.2, with rephasing; -0.4
+/// to +1.9 with one tick a period and rephasing; `sleepy` and `pool` within 1.7 either way,
+/// BENCHMARKS.md). The program's skipping (`bpf.rs`) stays for a value above one.
+pub(super) const TICKS_PER_SAMPLE: u64 = 1;
 
 /// The CPU time between two of perf's samples of a thread at `rate_hz`: a twentieth less than
 /// `1 / rate_hz`, so that the timer's ticks are no round number of microseconds apart (237.5 us
@@ -546,9 +549,9 @@ pub enum WatchError {
 /// half times it), from its next tick on, which then comes that long after now (or after the
 /// thread's next return to a CPU). Called whenever the thread ran since the sampler's previous
 /// read (a few ms apart), it moves the grid of ticks, which otherwise stays fixed in the
-/// thread's CPU time: keeping a random tick of four (see [`TICKS_PER_SAMPLE`]) does not move
-/// the grid, and a loop whose CPU time is near a multiple of the tick length kept in step with
-/// it (`contracts`, checks of 8, 3 and 6 us in a fixed loop: 5 points low at 250 Hz, 12 high at
+/// thread's CPU time: keeping a random tick of several (see [`TICKS_PER_SAMPLE`]) does not
+/// move the grid, and a loop whose CPU time is near a multiple of the tick length kept in step
+/// with it (`contracts`, checks of 8, 3 and 6 us in a fixed loop: 5 points low at 250 Hz, 12 high at
 /// 1000 Hz; `blocking`'s `work` 9% high beside a busy loop). Starting again from a random place
 /// every few ms, the grid is systematic sampling with a random start, which has no bias. The
 /// kernel asks the thread's CPU to restart the timer if the thread is running (an
