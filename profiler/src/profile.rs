@@ -23,8 +23,11 @@
 //!  "samples": [{"thread": 0, "stack": 0, "native": 0, "count": 10,
 //!               "wall_ns": 10000000, "active_ns": 9000000}],
 //!                                                   // "image": N when not the first image
-//!  "images": [{"name": "sh"}, {"name": "python3"}]} // the programs run, in order (each exec
+//!  "images": [{"name": "sh"}, {"name": "python3"}], // the programs run, in order (each exec
 //!                                                   // starts one); absent in older profiles
+//!  "later_branches": [{"feature": 2, "payload": 7}]} // alternatives the program tried after
+//!                                                   // earlier branches failed, seen in its
+//!                                                   // histories (see `Profile::later_branches`)
 //! ```
 //! A reader refuses other `format`s and newer `version`s; fields may be added within a version.
 //! Version 1 had no native stacks (`--no-native` profiles still have none).
@@ -77,6 +80,23 @@ pub struct Profile {
     /// profiles from before 2026-11-25 (one image).
     #[serde(default)]
     pub images: Vec<Image>,
+    /// Later branches of alternatives (`mark_alternative` with a branch above 0) that the
+    /// program pushed at an offset where an alternative of a sample had an earlier branch: read
+    /// from the threads' histories of their latest later branches, whether or not a sample saw
+    /// them, so that the backtracking analysis knows which sampled branches failed even when
+    /// the branch tried after them was too short to be sampled. Empty in older profiles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub later_branches: Vec<LaterBranch>,
+}
+
+/// A later branch (see [`Profile::later_branches`]): its feature and its payload (an
+/// alternative's, whose detail gives the choice, the branch and the offset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LaterBranch {
+    /// Index into [`Profile::features`].
+    pub feature: u32,
+    /// Index into [`Profile::payloads`].
+    pub payload: u32,
 }
 
 /// A program image the process ran (see [`Profile::images`]).
@@ -145,6 +165,14 @@ pub struct ReadingMeta {
     pub threads_without_slot: u64,
     /// Mark stack capacity of the region.
     pub mark_capacity: u32,
+    /// Later branches of alternatives read from the threads' histories (each tells that the
+    /// earlier branches at its offset failed; see [`Profile::later_branches`]).
+    #[serde(default)]
+    pub later_branches: u64,
+    /// Later branches written over in a history before fsprof read them: more than the history
+    /// holds were pushed between two reads, and the backtracking view may miss their waste.
+    #[serde(default)]
+    pub later_branches_lost: u64,
 }
 
 /// How the sampler ticked: its scheduling, and its ticks late, stretched or slow.
@@ -510,6 +538,7 @@ pub struct ProfileBuilder {
     native_stacks: Vec<RawNativeStack>,
     native_ids: HashMap<RawNativeStack, u32>,
     images: Vec<Image>,
+    later_branches: std::collections::HashSet<LaterBranch>,
 }
 
 /// A native stack as recorded, before symbolization: like [`NativeStack`] with addresses instead of
@@ -565,6 +594,11 @@ impl ProfileBuilder {
         self.threads.push(Thread { tid, name: name() });
         self.thread_ids.insert(tid, id);
         id
+    }
+
+    /// Adds a later branch (see [`Profile::later_branches`]).
+    pub fn later_branch(&mut self, branch: LaterBranch) {
+        self.later_branches.insert(branch);
     }
 
     /// The id of a native stack.
@@ -691,6 +725,14 @@ impl ProfileBuilder {
             .map(|id| *first.entry(&self.payloads[id as usize]).or_insert(id))
             .collect();
         let mut stacks = self.stacks;
+        let mut later_branches: Vec<LaterBranch> = (self.later_branches.into_iter())
+            .map(|b| LaterBranch {
+                payload: remap[b.payload as usize],
+                ..b
+            })
+            .collect();
+        later_branches.sort_unstable_by_key(|b| (b.feature, b.payload));
+        later_branches.dedup();
         if remap.iter().enumerate().any(|(id, to)| id as u32 != *to) {
             for stack in &mut stacks {
                 for frame in &mut stack.frames {
@@ -712,6 +754,7 @@ impl ProfileBuilder {
             native_frames: frames,
             native_stacks,
             images: self.images,
+            later_branches,
         }
     }
 }

@@ -24,8 +24,11 @@
 //! ```text
 //! offset 0              RegionHeader (HEADER_SIZE bytes, zero padded)
 //! offset HEADER_SIZE    Slot[slot_count], each SLOT_SIZE bytes
-//! Slot:  seq u32 | tid u32 | depth u32 | reserved u32 | Record[MARK_CAPACITY] (64-byte aligned)
+//! Slot:  seq u32 | tid u32 | depth u32 | reserved u32 | Record[MARK_CAPACITY] | History
+//!        (64-byte aligned)
 //! Record: feature u64 | payload u64 | meta u64 | position u64 | sp u64 | tag u64 | extra u64[2]
+//! History: written u64 | padding to 64 bytes | Entry[HISTORY_CAPACITY]
+//! Entry: feature u64 | payload u64 | branch u32 (high) and length u32 (low) | offset u64
 //! ```
 //! * `RegionHeader::slots_used` is a high-water mark: slots at or above it were never claimed.
 //! * A slot with `tid == 0` is free. Otherwise it belongs to thread `tid` (a kernel thread id).
@@ -46,8 +49,16 @@
 //!   address of the `from` component's name and `extra[0]` the `to` component's; `extra[1]` holds
 //!   their lengths, `from` in its high 32 bits and `to` in its low 32 bits.
 //!
+//! * `History` remembers the thread's latest pushes of a [`KIND_ALTERNATIVE`] record whose branch
+//!   (`extra[0]`) is not 0: a parser trying a later branch, which tells that the earlier branches
+//!   at that offset failed, however briefly the later one runs. Each entry holds the record's
+//!   feature, choice (payload and length), branch and offset. Entry `n` (counted from 0 over
+//!   the slot's life) is written at `entries[n % HISTORY_CAPACITY]`, inside the push's `seq`
+//!   bracket, and then `written` becomes `n + 1` (release ordering).
+//!
 //! Version 3 (2026-11-26) added `extra` (records of 64 bytes, 48 before) and the two kinds that
-//! use it. The six words every push writes stay within one cache line for every record.
+//! use it. The six words every push writes stay within one cache line for every record. Version
+//! 4 (2026-11-26) added `History`.
 //!
 //! # Consistency protocol (a sequence lock per slot)
 //! Only the owning thread writes its slot. A push (and a claim or release) makes `seq` odd, writes,
@@ -61,6 +72,10 @@
 //! ([`copy_slot`] implements this for a reader that mapped the region; a reader using
 //! `process_vm_readv` compares all three state words instead, which is stricter.)
 //!
+//! The history is read on its own: load `written` (w1), copy the entries wanted, load `written`
+//! again (w2). Entry `i` is intact if `i < w1` and `i + HISTORY_CAPACITY > w2` (entry
+//! `i + HISTORY_CAPACITY`, written over it, had not begun); [`history_range`] says which.
+//!
 //! Everything a reader takes from a region is untrusted input: check the header against these
 //! constants, clamp `depth`, and bound every string it follows.
 
@@ -72,19 +87,28 @@ pub const REGION_NAME: &str = "fsprof-region";
 /// First eight bytes of every region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FSPROFRG");
 /// Incremented on any layout change; a reader refuses a region of another version.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Size of the header area in front of the slots.
 pub const HEADER_SIZE: usize = 4096;
 /// Number of thread slots per region.
 pub const SLOT_COUNT: usize = 1024;
 /// Number of mark records per slot; deeper marks are counted in `depth` but not written.
 pub const MARK_CAPACITY: usize = 64;
+/// Number of later branches each slot remembers (see `History` in the layout).
+pub const HISTORY_CAPACITY: usize = 128;
 /// Size of one slot.
 pub const SLOT_SIZE: usize = size_of::<Slot>();
 /// Size of one mark record.
 pub const RECORD_SIZE: usize = size_of::<Record>();
 /// Offset of the first record inside a slot.
 pub const RECORDS_OFFSET: usize = offset_of!(Slot, records);
+/// Offset of the history inside a slot: its `written` word, then its entries at
+/// [`HISTORY_ENTRIES_OFFSET`] from it.
+pub const HISTORY_OFFSET: usize = offset_of!(Slot, history);
+/// Offset of the history's first entry from the history's start.
+pub const HISTORY_ENTRIES_OFFSET: usize = offset_of!(History, entries);
+/// Size of a slot's history.
+pub const HISTORY_SIZE: usize = size_of::<History>();
 /// Bytes a reader copies to learn a slot's state: `seq`, `tid`, `depth`, reserved.
 pub const SLOT_STATE_SIZE: usize = 16;
 /// Total size of a region.
@@ -149,7 +173,29 @@ pub struct Slot {
     /// push and pop at depth 0 touch one line of the region (what a built-in mark around a
     /// system call costs is mostly lines touched).
     pub(crate) records: [Record; MARK_CAPACITY],
+    /// After the records: written only by pushes of later branches.
+    pub(crate) history: History,
 }
+
+/// A slot's latest later branches (see the layout).
+#[repr(C, align(64))]
+pub struct History {
+    pub(crate) written: AtomicU64,
+    _padding: [u64; 7],
+    pub(crate) entries: [Entry; HISTORY_CAPACITY],
+}
+
+/// A later branch in a history (see the layout).
+#[repr(C)]
+pub struct Entry {
+    pub(crate) feature: AtomicU64,
+    pub(crate) payload: AtomicU64,
+    pub(crate) meta: AtomicU64,
+    pub(crate) position: AtomicU64,
+}
+
+/// Size of one history entry.
+pub const ENTRY_SIZE: usize = size_of::<Entry>();
 
 /// One mark or antimark.
 #[repr(C)]
@@ -166,6 +212,7 @@ pub struct Record {
 const _: () = assert!(size_of::<RegionHeader>() <= HEADER_SIZE);
 const _: () = assert!(RECORDS_OFFSET == 16);
 const _: () = assert!(RECORD_SIZE == 64);
+const _: () = assert!(HISTORY_ENTRIES_OFFSET == 64);
 
 /// A decoded region header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -352,6 +399,114 @@ pub fn record_address(slot_address: u64, index: usize) -> u64 {
     slot_address + (RECORDS_OFFSET + index * RECORD_SIZE) as u64
 }
 
+/// Address of a slot's history (its `written` word) in the slot at `slot_address`.
+pub fn history_address(slot_address: u64) -> u64 {
+    slot_address + HISTORY_OFFSET as u64
+}
+
+/// Which history entries to keep from a copy (see the protocol above): `written` read before the
+/// copy (`w1`) and after it (`w2`), and the first entry not yet taken (`since`). Returns the
+/// entries to keep, and how many after `since` were written over before they could be read.
+pub fn history_range(w1: u64, w2: u64, since: u64) -> (core::ops::Range<u64>, u64) {
+    let oldest_intact = w2.saturating_add(1).saturating_sub(HISTORY_CAPACITY as u64);
+    let start = since.max(oldest_intact);
+    let lost = start.saturating_sub(since).min(w1.saturating_sub(since));
+    (start..w1.max(start), lost)
+}
+
+/// Copies the history entries of slot `index` from `since` on (a region mapped in the reading
+/// process) into `out`, oldest first; returns `written` (the next `since`) and how many entries
+/// were written over before they could be read.
+///
+/// # Safety
+/// As for [`copy_slot`].
+pub unsafe fn copy_history(
+    region: *const u8,
+    index: usize,
+    since: u64,
+    out: &mut Vec<RecordView>,
+) -> (u64, u64) {
+    use core::sync::atomic::{fence, Ordering::*};
+    let slot = &*(region.add(HEADER_SIZE + index * SLOT_SIZE) as *const Slot);
+    let history = &slot.history;
+    let w1 = history.written.load(Acquire);
+    if w1 == since {
+        return (w1, 0);
+    }
+    let first = since.max(w1.saturating_sub(HISTORY_CAPACITY as u64));
+    let mut copied = [None; HISTORY_CAPACITY];
+    for n in first..w1 {
+        let entry = &history.entries[(n % HISTORY_CAPACITY as u64) as usize];
+        let words = [&entry.feature, &entry.payload, &entry.meta, &entry.position];
+        copied[(n % HISTORY_CAPACITY as u64) as usize] = Some(words.map(|word| word.load(Relaxed)));
+    }
+    fence(Acquire);
+    let w2 = history.written.load(Relaxed);
+    let (keep, lost) = history_range(w1, w2, since);
+    for n in keep {
+        if let Some(words) = copied[(n % HISTORY_CAPACITY as u64) as usize] {
+            out.push(entry_view(words));
+        }
+    }
+    (w1, lost)
+}
+
+/// Decodes a copied history (`HISTORY_SIZE` bytes from [`history_address`]) from `since` on into
+/// `out`, oldest first; `w2` is `written` read again after the copy. Returns `written` as copied
+/// (the next `since`) and how many entries were written over before they could be read; `None` if
+/// `bytes` is too short.
+pub fn parse_history(
+    bytes: &[u8],
+    w2: u64,
+    since: u64,
+    out: &mut Vec<RecordView>,
+) -> Option<(u64, u64)> {
+    if bytes.len() < HISTORY_SIZE {
+        return None;
+    }
+    let w1 = u64_at(bytes, offset_of!(History, written));
+    let (keep, lost) = history_range(w1, w2, since);
+    for n in keep {
+        let at = HISTORY_ENTRIES_OFFSET + (n % HISTORY_CAPACITY as u64) as usize * ENTRY_SIZE;
+        let word = |i: usize| u64_at(bytes, at + 8 * i);
+        out.push(entry_view([word(0), word(1), word(2), word(3)]));
+    }
+    Some((w1, lost))
+}
+
+/// The record of an alternative that a history entry's words stand for.
+fn entry_view([feature, payload, meta, position]: [u64; 4]) -> RecordView {
+    RecordView {
+        feature,
+        kind: KIND_ALTERNATIVE,
+        payload,
+        payload_len: meta as u32,
+        line: (position >> 32) as u32,
+        column: position as u32,
+        sp: 0,
+        position,
+        extra: [meta >> 32, 0],
+    }
+}
+
+/// A record read in place, field by field.
+fn view_of(record: &Record) -> RecordView {
+    use core::sync::atomic::Ordering::Relaxed;
+    let meta = record.meta.load(Relaxed);
+    let position = record.position.load(Relaxed);
+    RecordView {
+        feature: record.feature.load(Relaxed),
+        kind: (meta >> 32) as u32,
+        payload: record.payload.load(Relaxed),
+        payload_len: meta as u32,
+        line: (position >> 32) as u32,
+        column: position as u32,
+        sp: record.sp.load(Relaxed),
+        position,
+        extra: [record.extra[0].load(Relaxed), record.extra[1].load(Relaxed)],
+    }
+}
+
 /// A slot that changed while it was being copied; copy it again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Busy;
@@ -417,19 +572,7 @@ pub unsafe fn copy_slot(
     let depth = slot.depth.load(Relaxed);
     records.clear();
     for record in slot.records.iter().take(depth as usize) {
-        let meta = record.meta.load(Relaxed);
-        let position = record.position.load(Relaxed);
-        records.push(RecordView {
-            feature: record.feature.load(Relaxed),
-            kind: (meta >> 32) as u32,
-            payload: record.payload.load(Relaxed),
-            payload_len: meta as u32,
-            line: (position >> 32) as u32,
-            column: position as u32,
-            sp: record.sp.load(Relaxed),
-            position,
-            extra: [record.extra[0].load(Relaxed), record.extra[1].load(Relaxed)],
-        });
+        records.push(view_of(record));
     }
     fence(Acquire);
     if slot.seq.load(Relaxed) != seq || slot.tid.load(Relaxed) != tid {

@@ -8,7 +8,7 @@
 //! stores on memory only this thread writes: no allocation, no lock, no syscall. On x86-64 the
 //! release fences compile to nothing.
 
-use crate::abi::{Record, Slot};
+use crate::abi::{self, Record, Slot};
 use crate::region::{bump, claim};
 use crate::thread_state::{self, ThreadState};
 use core::ptr::null_mut;
@@ -417,6 +417,7 @@ fn push_unless_busy(state: &ThreadState, record: RecordWords) -> Pushed {
     if let Some(place) = slot.records.get(depth as usize) {
         write_record(place, record);
     }
+    remember_later_branch(slot, record);
     slot.depth.store(depth.saturating_add(1), Relaxed);
     fence(Release);
     bump(&slot.seq); // even: done
@@ -468,6 +469,30 @@ fn on_alternate_stack() -> bool {
 /// A record's words as a push writes them: feature, payload, meta, position, sp, tag, and the
 /// two extra words of the kinds that have them (none: left as they were, unread).
 type RecordWords = (u64, u64, u64, u64, u64, u64, Option<[u64; 2]>);
+
+/// Adds `record` to the slot's history if it is an alternative's later branch (see `abi.rs`):
+/// inside the push's `seq` bracket, so that a signal handler's push cannot interleave with it.
+/// For every other kind (constant at each call site) this is nothing.
+#[inline(always)]
+fn remember_later_branch(slot: &Slot, record: RecordWords) {
+    let (_, _, meta, _, _, _, extra) = record;
+    let later = matches!(extra, Some([branch, _]) if branch != 0);
+    if meta >> 32 != abi::KIND_ALTERNATIVE as u64 || !later {
+        return;
+    }
+    let (feature, payload, meta, position, _, _, extra) = record;
+    let branch = extra.map_or(0, |[branch, _]| branch);
+    let history = &slot.history;
+    let written = history.written.load(Relaxed);
+    let entry = &history.entries[(written % abi::HISTORY_CAPACITY as u64) as usize];
+    entry.feature.store(feature, Relaxed);
+    entry.payload.store(payload, Relaxed);
+    entry
+        .meta
+        .store(branch << 32 | (meta & u64::from(u32::MAX)), Relaxed);
+    entry.position.store(position, Relaxed);
+    history.written.store(written.wrapping_add(1), Release);
+}
 
 #[inline(always)]
 fn write_record(record: &Record, words: RecordWords) {

@@ -359,3 +359,64 @@ fn a_slot_released_mid_push_is_clean_for_its_next_owner() {
     // (Another test's thread may own the slot by now: its `seq` is even all the same.)
     assert_eq!(slot_state(index).seq % 2, 0);
 }
+
+/// The index of the calling thread's slot.
+fn my_slot() -> usize {
+    let bytes = region_bytes();
+    let header = abi::parse_header(bytes).unwrap();
+    let tid = unsafe { gettid() } as u32;
+    (0..header.slots_used as usize)
+        .find(|index| {
+            let slot = &bytes[abi::HEADER_SIZE + index * abi::SLOT_SIZE..][..abi::SLOT_SIZE];
+            abi::parse_slot_state(slot).unwrap().tid == tid
+        })
+        .expect("this thread has a slot")
+}
+
+#[test]
+fn later_branches_are_remembered_and_read_back_in_order_and_overwritten_ones_counted() {
+    let _m = A.mark(); // a slot first
+    let slot = my_slot();
+    let region = region_bytes().as_ptr();
+    let mut out = Vec::new();
+    // SAFETY: this process's region, mapped for its life; slot < SLOT_COUNT.
+    let (start, _) = unsafe { abi::copy_history(region, slot, 0, &mut out) };
+    // Branch 0 is a first try: not remembered. Later branches are, with their place.
+    for offset in 0..3u64 {
+        drop(A.mark_alternative("item", 0, offset));
+        drop(A.mark_alternative("item", 1 + offset as u32, offset));
+    }
+    drop(B.mark_with("other"));
+    out.clear();
+    // SAFETY: as above.
+    let (written, lost) = unsafe { abi::copy_history(region, slot, start, &mut out) };
+    assert_eq!((written, lost), (start + 3, 0));
+    let places: Vec<_> = out
+        .iter()
+        .map(|r| (r.kind, r.position, r.extra[0]))
+        .collect();
+    assert_eq!(places, [(5, 0, 1), (5, 1, 2), (5, 2, 3)]);
+    assert!(out
+        .iter()
+        .all(|r| r.feature == &A as *const Feature as u64 && r.payload_len == 4));
+    // More than the history holds between two reads: the oldest are lost, and counted.
+    let extra = abi::HISTORY_CAPACITY as u64 + 10;
+    for offset in 0..extra {
+        drop(A.mark_alternative("item", 1, 100 + offset));
+    }
+    out.clear();
+    // SAFETY: as above.
+    let (next, lost) = unsafe { abi::copy_history(region, slot, written, &mut out) };
+    assert_eq!((next, lost), (written + extra, 11));
+    assert_eq!(out.len(), abi::HISTORY_CAPACITY - 1);
+    assert_eq!(out.last().map(|r| r.position), Some(100 + extra - 1));
+    // The same through the bytes a remote reader copies.
+    let bytes = &region_bytes()[abi::HEADER_SIZE + slot * abi::SLOT_SIZE + abi::HISTORY_OFFSET..]
+        [..abi::HISTORY_SIZE];
+    let mut parsed = Vec::new();
+    assert_eq!(
+        abi::parse_history(bytes, next, written, &mut parsed),
+        Some((next, 11))
+    );
+    assert_eq!(parsed, out);
+}

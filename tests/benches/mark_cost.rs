@@ -55,6 +55,16 @@ fn mark_with_name(n: u64) {
     }
 }
 
+/// A first branch: only the mark.
+#[inline(never)]
+fn mark_first_alternative(n: u64) {
+    for i in 0..n {
+        black_box(i);
+        let _m = PARSE.mark_alternative("item", 0, i);
+    }
+}
+
+/// A later branch: the mark, and an entry in the thread's history of later branches.
 #[inline(never)]
 fn mark_alternative(n: u64) {
     for i in 0..n {
@@ -151,7 +161,18 @@ fn main() {
         case("empty loop (baseline)", 20_000_000, 0, empty_loop),
         case("mark() push+pop", 10_000_000, 1, mark_location),
         case("mark_with(\"..\") push+pop", 10_000_000, 1, mark_with_name),
-        case("mark_alternative push+pop", 10_000_000, 1, mark_alternative),
+        case(
+            "mark_alternative, branch 0, push+pop",
+            10_000_000,
+            1,
+            mark_first_alternative,
+        ),
+        case(
+            "mark_alternative, branch 1 (history), push+pop",
+            10_000_000,
+            1,
+            mark_alternative,
+        ),
         case("mark_boundary push+pop", 10_000_000, 1, mark_boundary),
         case(
             "nested: 2 marks + 1 antimark",

@@ -4,17 +4,20 @@
 //!
 //! A parser with ordered choice tries branch `b + 1` of a choice point at an input offset only
 //! after branch `b` failed there. So an alternative (choice, branch, offset) is wasted when any
-//! sample shows a later branch of the same choice at the same offset. Its time is that of every
+//! sample shows a later branch of the same choice at the same offset, or the profile's
+//! `later_branches` (read from the threads' histories of later branches pushed, sampled or not)
+//! hold one. Its time is that of every
 //! counted sample with it among the feature's marks (everything the branch did, the choices
 //! nested in it included), with the feature analysis's rule and weights (the innermost frame of
 //! the feature is a mark, not an antimark; [`group_weights`]).
 //!
-//! What it cannot see: a wasted visit is counted only when a sample falls inside it and another
-//! falls inside a later branch at the same offset, so at rate R a visit shorter than 1/R is seen
-//! with a probability of about its length times R, and only if the later branch is sampled too
-//! (the two halves are independent). Repeated over many offsets, the totals stay unbiased for
-//! waste whose later branches run at least a sampling interval in all; a later branch that always
-//! succeeds at once hides the waste before it (see README.md).
+//! What it cannot see: a wasted visit is counted only when a sample falls inside it, so at rate R
+//! a visit shorter than 1/R is seen with a probability of about its length times R (repeated
+//! over many offsets, the totals stay unbiased). That it failed is known from the later branch,
+//! sampled or in a history: a history holds a thread's latest `HISTORY_CAPACITY` later branches,
+//! read at every tick, so a parser that tries more than that many between two ticks (about
+//! 10 ms apart with the perf backend) loses some, and the waste before them is not counted: the
+//! report's notes say how many were lost (see README.md).
 //!
 //! Numbers only; renderers format them. Not here: the time of instances (features.rs).
 
@@ -51,6 +54,12 @@ pub fn backtracking(profile: &Profile, view: TimeView) -> HashMap<u32, Vec<Branc
     };
     // The latest branch seen per (feature, choice, offset).
     let mut latest: HashMap<(u32, &str, u64), u32> = HashMap::new();
+    for later in &profile.later_branches {
+        if let Some((choice, branch, offset)) = alternative(Some(later.payload)) {
+            let entry = latest.entry((later.feature, choice, offset)).or_default();
+            *entry = (*entry).max(branch);
+        }
+    }
     for (group, &ns) in profile.samples.iter().zip(&weights) {
         if ns == 0 {
             continue;
@@ -116,7 +125,7 @@ pub fn backtracking(profile: &Profile, view: TimeView) -> HashMap<u32, Vec<Branc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{Frame, Meta, Payload, ProfileBuilder, Stack};
+    use crate::profile::{Frame, LaterBranch, Meta, Payload, ProfileBuilder, Stack};
     use crate::target::names::PayloadKind;
 
     /// An alternative (choice, branch, offset), or `None` for an antimark.
@@ -124,25 +133,43 @@ mod tests {
 
     /// A profile of feature 0 ("parse") whose samples are (alternatives outermost first, ms).
     fn profile(samples: &[(&[Alternative], u64)]) -> Profile {
+        profile_with_later(samples, &[])
+    }
+
+    /// The payload of an alternative.
+    fn alternative(b: &mut ProfileBuilder, (choice, branch, offset): (&str, u32, u64)) -> u32 {
+        b.payload(Payload {
+            kind: PayloadKind::Alternative,
+            text: format!("{choice}, branch {branch}"),
+            detail: Some(Detail::Alternative {
+                choice: choice.into(),
+                branch,
+                offset,
+            }),
+        })
+    }
+
+    /// [`profile`], with later branches read from histories.
+    fn profile_with_later(
+        samples: &[(&[Alternative], u64)],
+        later: &[(&str, u32, u64)],
+    ) -> Profile {
         let mut b = ProfileBuilder::new();
         assert_eq!(b.feature("parse".into()), 0);
         let thread = b.thread(1, || "main".into());
+        for place in later {
+            let payload = alternative(&mut b, *place);
+            b.later_branch(LaterBranch {
+                feature: 0,
+                payload,
+            });
+        }
         for (alternatives, ms) in samples {
             let frames = alternatives
                 .iter()
-                .map(|alternative| Frame {
+                .map(|place| Frame {
                     feature: 0,
-                    payload: alternative.map(|(choice, branch, offset)| {
-                        b.payload(Payload {
-                            kind: PayloadKind::Alternative,
-                            text: format!("{choice}, branch {branch}"),
-                            detail: Some(Detail::Alternative {
-                                choice: choice.into(),
-                                branch,
-                                offset,
-                            }),
-                        })
-                    }),
+                    payload: place.map(|place| alternative(&mut b, place)),
                     builtin: false,
                 })
                 .collect();
@@ -185,6 +212,23 @@ mod tests {
                 cost("item", 1, 0, 5),
                 cost("item", 2, 0, 2),
             ]
+        );
+    }
+
+    #[test]
+    fn a_later_branch_no_sample_saw_still_tells_the_branch_before_it_failed() {
+        let p = profile_with_later(
+            &[
+                (&[Some(("item", 0, 10))], 30), // its branch 1 ran too briefly to be sampled
+                (&[Some(("item", 0, 20))], 40), // succeeded: nothing later at 20
+                (&[Some(("item", 1, 30))], 5),
+            ],
+            &[("item", 1, 10), ("other", 1, 20)],
+        );
+        let found = backtracking(&p, TimeView::Active);
+        assert_eq!(
+            found[&0],
+            vec![cost("item", 0, 30, 70), cost("item", 1, 0, 5)]
         );
     }
 }

@@ -3,8 +3,9 @@
 //! features (descriptors in the agent) are told apart from the program's own; call-site
 //! instances (the agent's, `fsprof_mark(feature, NULL)`) are resolved to the program's call site
 //! and kept for naming after recording. A corrupt region cannot make this grow without bound:
-//! past `MAX_DISTINCT` addresses further ones are lumped together. It does not decide what a
-//! sample is: the sampler hands it the records of one mark stack at a time.
+//! past `MAX_DISTINCT` addresses further ones are lumped together. It remembers where the
+//! alternatives it interned were, for the later branches that tell they failed. It does not
+//! decide what a sample is: the sampler hands it the records of one mark stack at a time.
 
 use crate::profile::{Frame, Payload, ProfileBuilder};
 use crate::symbolize::call_sites::{CallSites, Callers};
@@ -13,7 +14,7 @@ use crate::target::remote::Remote;
 use crate::target::static_data::WithModules;
 use fsprof_shim::abi::{self, RecordView};
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Distinct feature or payload addresses resolved before further ones are lumped together: a
 /// corrupt region must not make fsprof read and keep unbounded numbers of strings.
@@ -38,9 +39,14 @@ pub struct Target<'a> {
 /// kinds that write them) the extra words.
 type PayloadKey = (u32, u64, u32, u64, [u64; 2]);
 
+/// What tells an alternative's place apart: feature, choice (address and length), offset.
+type AlternativePlace = (u64, u64, u32, u64);
+
 /// What marks point to, interned.
 pub struct Interner {
     feature_ids: HashMap<u64, u32>,
+    /// The places of the alternatives interned (see [`Interner::sampled_place`]).
+    alternatives: HashSet<AlternativePlace>,
     payload_ids: HashMap<PayloadKey, Option<u32>>,
     /// Names of features whose descriptors are the agent's (built in), in order of discovery.
     builtin_features: Vec<String>,
@@ -56,6 +62,7 @@ impl Default for Interner {
     fn default() -> Self {
         Interner {
             feature_ids: HashMap::new(),
+            alternatives: HashSet::new(),
             payload_ids: HashMap::new(),
             builtin_features: Vec::new(),
             builtin_descriptors: Vec::new(),
@@ -74,6 +81,7 @@ impl Interner {
     /// Forgets cached strings: after an `exec` the same addresses may hold other strings.
     pub fn forget(&mut self) {
         self.feature_ids.clear();
+        self.alternatives.clear();
         self.payload_ids.clear();
         self.builtin_descriptors.clear();
         self.call_sites.forget_image();
@@ -86,6 +94,11 @@ impl Interner {
         builder: &mut ProfileBuilder,
         records: &[RecordView],
     ) -> Vec<Frame> {
+        for record in records {
+            if record.kind == abi::KIND_ALTERNATIVE && self.alternatives.len() < MAX_DISTINCT {
+                self.alternatives.insert(place(record));
+            }
+        }
         records
             .iter()
             .map(|record| Frame {
@@ -94,6 +107,12 @@ impl Interner {
                 builtin: self.builtin_descriptors.contains(&record.feature),
             })
             .collect()
+    }
+
+    /// Whether an alternative was interned (a sample saw it) at the place of `record` (its
+    /// feature, choice and offset), whatever its branch.
+    pub fn sampled_place(&self, record: &RecordView) -> bool {
+        record.kind == abi::KIND_ALTERNATIVE && self.alternatives.contains(&place(record))
     }
 
     /// Replaces the payload of each call-site mark of `records` by the program's call site,
@@ -207,4 +226,13 @@ impl Interner {
         self.payload_ids.insert(key, id);
         id
     }
+}
+
+fn place(record: &RecordView) -> AlternativePlace {
+    (
+        record.feature,
+        record.payload,
+        record.payload_len,
+        record.position,
+    )
 }

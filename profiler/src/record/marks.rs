@@ -1,14 +1,14 @@
 //! The mark reader: the target's regions (found by the scanner, forgotten once unmapped) and,
 //! at each tick, every thread's marks copied from them, with what the copies could not settle:
 //! threads whose slot could not be copied, and threads whose slots in several regions may not
-//! describe one instant. It counts what the report's metadata says of the reading. It does not
+//! describe one instant; and the later branches of alternatives the slots' histories gained. It counts what the report's metadata says of the reading. It does not
 //! sample: the sampler asks it for a thread's marks and decides what they stand for.
 
 use crate::native::perf::SLOTS;
 use crate::profile::Meta;
 use crate::record::scanner::Scanner;
 use crate::target::region::{ReadStats, RegionReader, ThreadMarks};
-use fsprof_shim::abi;
+use fsprof_shim::abi::{self, RecordView};
 use std::time::Duration;
 
 /// The regions and this tick's marks.
@@ -24,6 +24,10 @@ pub struct MarkReader {
     marks: Vec<ThreadMarks>,
     /// Threads (own ids) whose slot could not be copied this tick.
     unreadable: Vec<u32>,
+    /// The later branches the slots' histories gained since the previous tick.
+    later_branches: Vec<RecordView>,
+    /// Whether a history lost entries since the previous tick (more were pushed than it holds).
+    history_overflowed: bool,
     /// Threads (own ids) whose copies from several regions disagree at this tick.
     unsettled: Vec<u32>,
     /// Set when a region could not be read this tick: every thread's time is carried over.
@@ -53,6 +57,8 @@ impl MarkReader {
             threads_without_slot: 0,
             marks: Vec::new(),
             unreadable: Vec::new(),
+            later_branches: Vec::new(),
+            history_overflowed: false,
             unsettled: Vec::new(),
             incomplete: false,
             read_ns: 0,
@@ -124,6 +130,12 @@ impl MarkReader {
             }
         });
         self.threads_without_slot = without_slot;
+        self.later_branches.clear();
+        let lost = self.stats.later_branches_lost;
+        for region in &mut self.regions {
+            region.read_history(&mut self.later_branches, &mut self.stats);
+        }
+        self.history_overflowed = self.stats.later_branches_lost > lost;
         // Sorted by thread (stable: regions keep their order), for `of`'s lookups.
         self.marks.sort_by_key(|marks| marks.tid);
         self.unsettled.clear();
@@ -152,6 +164,17 @@ impl MarkReader {
             .take_while(|m| m.tid == own_tid)
             .count();
         &self.marks[first..first + count]
+    }
+
+    /// The later branches of alternatives that the program's threads pushed since the previous
+    /// tick (from the slots' histories: see `fsprof_shim::abi`), whether or not a sample saw them.
+    pub fn later_branches(&self) -> &[RecordView] {
+        &self.later_branches
+    }
+
+    /// Whether a history lost entries since the previous tick: ticks must come faster.
+    pub fn history_overflowed(&self) -> bool {
+        self.history_overflowed
     }
 
     /// The slot `old` was copied from, copied again now.
@@ -199,6 +222,8 @@ impl MarkReader {
         meta.reading.torn_dropped = self.stats.dropped;
         meta.reading.marks_unsettled = self.stats.unsettled;
         meta.reading.threads_without_slot = self.threads_without_slot;
+        meta.reading.later_branches = self.stats.later_branches;
+        meta.reading.later_branches_lost = self.stats.later_branches_lost;
     }
 
     /// Finds the threads whose slots in several regions (the program's shim, the agent's) may

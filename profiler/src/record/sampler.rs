@@ -246,6 +246,7 @@ impl Sampler {
         for index in 0..self.tids.len() {
             self.sample_thread(self.tids[index], now, first, tick);
         }
+        self.take_later_branches(now);
         self.forget_gone(tick);
         self.clock.end(now);
         true
@@ -762,6 +763,7 @@ impl Sampler {
 }
 
 mod admit;
+mod later_branches;
 mod native_stacks;
 mod off_cpu;
 mod weight;

@@ -436,6 +436,17 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
             meta.reading.threads_without_slot
         ));
     }
+    if meta.reading.later_branches_lost > 0 {
+        let (lost, read) = (
+            meta.reading.later_branches_lost,
+            meta.reading.later_branches,
+        );
+        notes.push(format!(
+            "{lost} of {} later branches the parser tried were written over before fsprof read them (a thread keeps its latest {}): the backtracking view misses the waste before them; a higher --rate reads them more often",
+            lost + read,
+            fsprof_shim::abi::HISTORY_CAPACITY
+        ));
+    }
     if meta.reading.torn_dropped > 0 {
         notes.push(format!(
             "{} thread samples were skipped because the thread was changing its marks on every retry; their time went to the thread's next sample",

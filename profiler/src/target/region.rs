@@ -62,6 +62,10 @@ pub struct ReadStats {
     pub retries: u64,
     /// Slots given up on for one sample after all retries.
     pub dropped: u64,
+    /// Later branches taken from the slots' histories.
+    pub later_branches: u64,
+    /// Later branches written over in a history before they could be read.
+    pub later_branches_lost: u64,
     /// Thread samples whose copies from several regions may not be of one instant, kept for
     /// want of a perf sample.
     pub unsettled: u64,
@@ -110,6 +114,11 @@ pub struct RegionReader {
     nonce: u64,
     /// Threads that could not get a slot, as last read.
     pub threads_without_slot: u64,
+    /// Slots claimed so far, as last read.
+    slots_used: u32,
+    /// Per slot, the first history entry not yet taken; empty before the first read of the
+    /// histories (whose older entries are taken then, none counted lost).
+    history_taken: Vec<u64>,
 }
 
 impl RegionReader {
@@ -135,6 +144,8 @@ impl RegionReader {
             address,
             nonce: header.nonce,
             threads_without_slot: header.threads_without_slot,
+            slots_used: 0,
+            history_taken: Vec::new(),
         })
     }
 
@@ -173,6 +184,7 @@ impl RegionReader {
                 // mapped for as long as `self` lives.
                 let header = unsafe { abi::header_at(map.as_ptr()) };
                 self.threads_without_slot = header.threads_without_slot;
+                self.slots_used = header.slots_used;
                 read_mapped(map, header.slots_used, out, unreadable, stats);
                 Ok(())
             }
@@ -186,6 +198,7 @@ impl RegionReader {
                     return Err(RegionError::Incompatible(header));
                 }
                 self.threads_without_slot = header.threads_without_slot;
+                self.slots_used = header.slots_used;
                 read_remote(
                     &self.remote,
                     self.address,
@@ -201,6 +214,38 @@ impl RegionReader {
 }
 
 impl RegionReader {
+    /// Appends the later branches written to the slots' histories since the previous call (see
+    /// `fsprof_shim::abi`), of the slots claimed at the last [`RegionReader::read`], whoever owns
+    /// them now (a thread that exited since keeps its entries), oldest first per slot.
+    pub fn read_history(&mut self, out: &mut Vec<RecordView>, stats: &mut ReadStats) {
+        let used = (self.slots_used as usize).min(SLOT_COUNT);
+        let (first, before) = (self.history_taken.is_empty(), out.len());
+        if self.history_taken.len() < used {
+            self.history_taken.resize(used, 0);
+        }
+        for index in 0..used {
+            let since = self.history_taken[index];
+            let (written, lost) = match &self.backing {
+                // SAFETY: see `RegionReader::read`; index < SLOT_COUNT.
+                Backing::Mapped(map, _) => unsafe {
+                    abi::copy_history(map.as_ptr(), index, since, out)
+                },
+                Backing::Remote => {
+                    let slot = abi::slot_address(self.address, index);
+                    match read_history_remote(&self.remote, slot, since, out) {
+                        Some(read) => read,
+                        None => continue,
+                    }
+                }
+            };
+            self.history_taken[index] = written;
+            if !first {
+                stats.later_branches_lost += lost;
+            }
+        }
+        stats.later_branches += (out.len() - before) as u64;
+    }
+
     /// Copies one slot again (a thread's, while it is stopped: its marks then match its native
     /// stack). `None` if the slot changed owner, or could not be copied consistently (a thread
     /// stopped in the middle of a push).
@@ -389,6 +434,28 @@ fn read_remote(
     Ok(())
 }
 
+/// The history of the slot at `slot` from `since` on (see [`RegionReader::read_history`]): its
+/// `written` word first, and the whole history only when it moved. `None` if unreadable.
+fn read_history_remote(
+    remote: &Remote,
+    slot: u64,
+    since: u64,
+    out: &mut Vec<RecordView>,
+) -> Option<(u64, u64)> {
+    let address = abi::history_address(slot);
+    let mut written = [0u8; 8];
+    remote.read(address, &mut written).ok()?;
+    if u64::from_ne_bytes(written) == since {
+        return Some((since, 0));
+    }
+    let mut bytes = vec![0u8; abi::HISTORY_SIZE];
+    let mut again = [0u8; 8];
+    remote
+        .read_many(&mut [(address, &mut bytes[..]), (address, &mut again[..])])
+        .ok()?;
+    abi::parse_history(&bytes, u64::from_ne_bytes(again), since, out)
+}
+
 /// Copies the records `state` describes and the state words again; `None` if they changed.
 fn copy_remote(remote: &Remote, slot: u64, state: SlotState) -> Result<Option<ThreadMarks>, Errno> {
     let recorded = (state.depth as usize).min(MARK_CAPACITY);
@@ -421,18 +488,19 @@ fn copy_remote(remote: &Remote, slot: u64, state: SlotState) -> Result<Option<Th
 mod tests {
     use super::*;
 
-    /// A region of arbitrary bytes (every slot's state, depth and records random, some slots
-    /// mid-write), read as fsprof reads a target's, through `process_vm_readv` and through the
-    /// mapped path's slot copy: every thread's records stay within the capacity, nothing panics.
+    /// A region of arbitrary bytes (every slot's state, depth, records and history random, some
+    /// slots mid-write), read as fsprof reads a target's, through `process_vm_readv` and through
+    /// the mapped path's copies: every thread's records, and every history read, stay within
+    /// their capacity, nothing panics.
     #[test]
     fn arbitrary_regions_are_read_within_bounds() {
         let mut rng = fastrand::Rng::with_seed(16);
         let mut region = vec![0u64; abi::REGION_SIZE / 8];
         let remote = Remote::new(std::process::id());
         let (mut out, mut unreadable, mut stats) = (Vec::new(), Vec::new(), ReadStats::default());
-        let mut records = Vec::new();
+        let (mut records, mut history) = (Vec::new(), Vec::new());
         let cases = crate::fuzz::cases(200);
-        let mut marks = 0usize;
+        let (mut marks, mut histories) = (0usize, 0usize);
         for _ in 0..cases {
             let words = region.len();
             for _ in 0..rng.usize(1..4096) {
@@ -469,10 +537,24 @@ mod tests {
             if unsafe { abi::copy_slot(region.as_ptr().cast(), index, &mut records) }.is_ok() {
                 assert!(records.len() <= MARK_CAPACITY);
             }
+            let since = if rng.bool() {
+                rng.u64(..)
+            } else {
+                rng.u64(..300)
+            };
+            let slot = abi::slot_address(address, index);
+            history.clear();
+            read_history_remote(&remote, slot, since, &mut history);
+            assert!(history.len() <= abi::HISTORY_CAPACITY);
+            histories += history.len();
+            history.clear();
+            // SAFETY: as above.
+            unsafe { abi::copy_history(region.as_ptr().cast(), index, since, &mut history) };
+            assert!(history.len() <= abi::HISTORY_CAPACITY);
         }
         assert!(
-            marks > 0,
-            "no slot ever read as holding marks: {cases} cases"
+            marks > 0 && histories > 0,
+            "no slot ever read as holding marks ({marks}) or a history ({histories}): {cases} cases"
         );
     }
 }
