@@ -60,13 +60,16 @@ enum Cmd {
         /// Process id of the target.
         pid: u32,
     },
-    /// Re-render a saved profile: the report, folded stacks, or a flamegraph.
+    /// Re-render a saved profile: the report, folded stacks, pprof, or a flamegraph.
     Report {
         /// An output directory, or the profile.json in it.
         path: PathBuf,
-        /// Output format, printed to stdout.
+        /// Output format, printed to stdout (or written to --output).
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// Write the --format output to this file instead of stdout.
+        #[arg(short, long, value_name = "FILE", conflicts_with_all = ["flamegraph", "boundaries"])]
+        output: Option<PathBuf>,
         /// Count all thread time, idle included (whatever the recording used). Also sets what
         /// folded counts and flamegraph widths measure.
         #[arg(long)]
@@ -145,6 +148,11 @@ pub enum Format {
     /// COUNT the stack's time in microseconds (rounded; the report's time view, see --idle).
     /// Mark frames read `[feature] payload`.
     Folded,
+    /// A gzipped pprof profile (`profile.proto`), for `go tool pprof`, Pyroscope or Parca: the
+    /// combined stacks (marks as frames), sample counts and time in ns, and `feature` and
+    /// `instance` labels on each sample (`go tool pprof -tagfocus=feature=output FILE`). Binary:
+    /// redirect stdout or use --output.
+    Pprof,
 }
 
 fn parse_rate(text: &str) -> Result<f64, String> {
@@ -200,6 +208,8 @@ pub enum Command {
 pub struct ReportOptions {
     /// Output format (ignored with `flamegraph`).
     pub format: Format,
+    /// Write the format's output to this file instead of stdout.
+    pub output: Option<PathBuf>,
     /// Force the all-time view.
     pub idle: bool,
     /// Folded stacks or flamegraph of the marks alone.
@@ -262,6 +272,7 @@ impl Cli {
             Cmd::Report {
                 path,
                 format,
+                output,
                 idle,
                 features_only,
                 flamegraph,
@@ -278,6 +289,7 @@ impl Cli {
                     path,
                     options: ReportOptions {
                         format,
+                        output,
                         idle,
                         features_only,
                         flamegraph,
@@ -390,5 +402,12 @@ mod tests {
         assert!(report(&["--features-only"]).is_err());
         assert!(report(&["--format", "json", "--features-only"]).is_err());
         assert!(report(&["--format", "text", "--flamegraph", "x.svg"]).is_err());
+        let pprof = report(&["--format", "pprof", "-o", "app.pb.gz"]).unwrap();
+        assert_eq!(
+            (pprof.format, pprof.output),
+            (Format::Pprof, Some(PathBuf::from("app.pb.gz")))
+        );
+        assert!(report(&["-o", "x", "--flamegraph", "x.svg"]).is_err());
+        assert!(report(&["-o", "x", "--boundaries", "x.svg"]).is_err());
     }
 }

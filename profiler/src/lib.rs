@@ -38,9 +38,9 @@ pub(crate) fn text_report(profile: &profile::Profile, view: TimeView) -> String 
     )
 }
 
-/// `fsprof report`: renders a saved profile. Returns the text for stdout; with a flamegraph or the
-/// boundary graph, writes the SVG file and returns nothing to print.
-pub fn report(path: &Path, options: &ReportOptions) -> Result<String> {
+/// `fsprof report`: renders a saved profile. Returns the bytes for stdout; with a flamegraph, the
+/// boundary graph or `--output`, writes the file and returns nothing to print.
+pub fn report(path: &Path, options: &ReportOptions) -> Result<Vec<u8>> {
     let mut profile = profile::Profile::load(path)?;
     if let Some(which) = &options.thread {
         analysis::keep_thread(&mut profile, which).map_err(anyhow::Error::msg)?;
@@ -59,17 +59,20 @@ pub fn report(path: &Path, options: &ReportOptions) -> Result<String> {
         };
         std::fs::write(out, svg).with_context(|| format!("cannot write {}", out.display()))?;
         eprintln!("fsprof: wrote {}", out.display());
-        return Ok(String::new());
+        return Ok(Vec::new());
     }
     if let Some(svg) = &options.flamegraph {
         let folded = render::folded::fold(&profile, view, options.features_only);
         render::flamegraph::write_file(&folded, svg)?;
         eprintln!("fsprof: wrote {}", svg.display());
-        return Ok(String::new());
+        return Ok(Vec::new());
     }
-    Ok(match options.format {
-        Format::Folded => render::folded::fold(&profile, view, options.features_only).text(),
-        Format::Text => text_report(&profile, view),
+    let bytes = match options.format {
+        Format::Folded => render::folded::fold(&profile, view, options.features_only)
+            .text()
+            .into_bytes(),
+        Format::Text => text_report(&profile, view).into_bytes(),
+        Format::Pprof => render::pprof::encode(&profile, view),
         Format::Json => {
             let report = analysis::analyse(&profile, view);
             let mut value = render::json::render(&report, &profile.meta);
@@ -83,7 +86,13 @@ pub fn report(path: &Path, options: &ReportOptions) -> Result<String> {
                 .collect();
             let mut json = serde_json::to_string_pretty(&value)?;
             json.push('\n');
-            json
+            json.into_bytes()
         }
-    })
+    };
+    let Some(out) = &options.output else {
+        return Ok(bytes);
+    };
+    std::fs::write(out, bytes).with_context(|| format!("cannot write {}", out.display()))?;
+    eprintln!("fsprof: wrote {}", out.display());
+    Ok(Vec::new())
 }

@@ -2,7 +2,7 @@
 //! one-line message and an exit code. Nothing else lives here.
 
 use fsprof::cli::{Cli, Command};
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -28,11 +28,20 @@ fn main() -> ExitCode {
             fsprof::record::session::attach(pid, &options).map(|()| 0)
         }
         Command::Report { path, options } => {
-            fsprof::report(&path, &options).and_then(|text| print(&text))
+            if options.format == fsprof::cli::Format::Pprof
+                && options.output.is_none()
+                && std::io::stdout().is_terminal()
+            {
+                Err(anyhow::anyhow!(
+                    "a pprof profile is binary: redirect stdout to a file (`> app.pb.gz`) or pass `-o app.pb.gz`"
+                ))
+            } else {
+                fsprof::report(&path, &options).and_then(|bytes| write(&bytes))
+            }
         }
         Command::Agent => fsprof::record::agent::library()
-            .and_then(|path| print(&format!("{}\n", path.display()))),
-        Command::Print(text) => print(&text),
+            .and_then(|path| write(format!("{}\n", path.display()).as_bytes())),
+        Command::Print(text) => write(text.as_bytes()),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -48,9 +57,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// Writes `text` to stdout; a closed pipe (`| head`) is not an error.
-fn print(text: &str) -> anyhow::Result<u8> {
-    match std::io::stdout().write_all(text.as_bytes()) {
+/// Writes `bytes` to stdout; a closed pipe (`| head`) is not an error.
+fn write(bytes: &[u8]) -> anyhow::Result<u8> {
+    match std::io::stdout().write_all(bytes) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
         other => other.map(|()| 0).map_err(Into::into),
     }

@@ -1,12 +1,9 @@
 //! The feature analysis (the paper's section 14.3): how much time each feature, and each instance of
 //! it, costs.
 //!
-//! For each feature separately, a sample counts toward the feature when the innermost frame with
-//! that feature in the sample's mark stack is a mark, not an antimark; its time goes to that mark's
-//! payload (the feature instance). Features are independent: nested features both count a sample.
-//! One exception: a built-in mark (the agent's, around a libc call) nested in the program's own
-//! mark of the same feature counts for the program's mark (a `write` under the program's
-//! `output` mark is that mark's cost), unless the program's innermost frame of it is an antimark.
+//! Which marks a sample counts for is `attribution.rs`'s rule (per feature its innermost frame,
+//! when a mark; features are independent: nested features both count a sample; a `write` under
+//! the program's `output` mark is that mark's cost).
 //!
 //! Which time a sample stands for is the [`TimeView`]; [`group_weights`] gives it for every sample
 //! group (the folded stacks and flamegraphs count with it). In the default view, blocked time
@@ -21,9 +18,10 @@
 //! user sees which use of a feature costs. This module computes numbers only; the renderers turn
 //! them into text, JSON or flamegraphs.
 
-use crate::profile::{Frame, Profile, SampleGroup, Stack};
+use super::attribution::{attribute, innermost_marks, inside_own_mark};
+use crate::profile::{Profile, SampleGroup};
 use crate::symbolize::runtime_code;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// Instances per feature (the most expensive) that get their call paths.
 pub const PATH_INSTANCES: usize = 5;
@@ -327,35 +325,6 @@ pub fn analyse(profile: &Profile, view: TimeView) -> FeatureReport {
     report
 }
 
-/// Fills `attributed` with the frames sample group `index`'s mark stack `stack` counts for: per
-/// feature its innermost frame, if a mark (not an antimark), as (feature, payload, the frame's
-/// index; a built-in mark inside the program's own mark of the same feature counts for that
-/// one). Marks each feature `seen`; `visited_in` remembers the group that last visited it.
-fn attribute(
-    stack: &Stack,
-    index: usize,
-    seen: &mut [bool],
-    visited_in: &mut [usize],
-    attributed: &mut Vec<(u32, u32, usize)>,
-) {
-    attributed.clear();
-    for (at, frame) in stack.frames.iter().enumerate().rev() {
-        let feature = frame.feature as usize;
-        seen[feature] = true;
-        if std::mem::replace(&mut visited_in[feature], index) == index {
-            continue;
-        }
-        if let Some(payload) = frame.payload {
-            let (payload, at) = if frame.builtin {
-                program_mark_around(&stack.frames[..at], frame.feature).unwrap_or((payload, at))
-            } else {
-                (payload, at)
-            };
-            attributed.push((frame.feature, payload, at));
-        }
-    }
-}
-
 /// Adds `ns` of `group` to the time sampled with a native stack, and to the agent's own time
 /// when the stack's innermost frame is in the agent.
 fn count_native(report: &mut FeatureReport, profile: &Profile, group: &SampleGroup, ns: u64) {
@@ -409,18 +378,6 @@ fn image_times(profile: &Profile, view: TimeView) -> Vec<ImageTime> {
     times
 }
 
-/// The program's own mark that a built-in mark of `feature` is nested in, if any: the innermost
-/// frame of `feature` in `outer` that is not built in, when it is a mark (its payload and
-/// index). A program that marks its own output has a `write` inside counted by its mark.
-fn program_mark_around(outer: &[Frame], feature: u32) -> Option<(u32, usize)> {
-    let (at, frame) = outer
-        .iter()
-        .enumerate()
-        .rev()
-        .find(|(_, frame)| frame.feature == feature && !frame.builtin)?;
-    Some((frame.payload?, at))
-}
-
 /// The call path of the mark at index `mark` of the mark stack `group`'s native stack was placed
 /// with: the function names of the innermost [`PATH_FRAMES`] native frames before it, less the
 /// runtime's frames innermost (libc, Rust's standard library), and whether frames are left out.
@@ -455,21 +412,6 @@ fn call_path<'a>(profile: &'a Profile, group: &SampleGroup, mark: usize) -> (Vec
         .map(|frame| profile.native_frames[*frame as usize].function.as_str())
         .collect();
     (functions, first > 0 || native.truncated || before == 0)
-}
-
-/// The instances a mark stack counts for: each feature's innermost frame, when it is a mark
-/// (feature, payload, index in the stack).
-fn innermost_marks(stack: &Stack) -> Vec<(u32, u32, usize)> {
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
-    for (at, frame) in stack.frames.iter().enumerate().rev() {
-        if seen.insert(frame.feature) {
-            if let Some(payload) = frame.payload {
-                out.push((frame.feature, payload, at));
-            }
-        }
-    }
-    out
 }
 
 /// Time and samples per call path (functions, cut) of one instance.
@@ -513,18 +455,6 @@ pub fn group_weights(profile: &Profile, view: TimeView) -> Vec<u64> {
             _ => group.wall_ns,
         })
         .collect()
-}
-
-/// Whether some feature's innermost frame in the stack is one of the program's own marks (not
-/// an antimark, not built in), or a built-in mark nested in the program's own mark of the same
-/// feature (which counts for that mark): the rule [`analyse`] applies.
-fn inside_own_mark(stack: &Stack) -> bool {
-    let mut seen = HashSet::new();
-    stack.frames.iter().enumerate().rev().any(|(at, frame)| {
-        seen.insert(frame.feature)
-            && frame.payload.is_some()
-            && (!frame.builtin || program_mark_around(&stack.frames[..at], frame.feature).is_some())
-    })
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! (boundaries), gathered per feature by `structure.rs`; further analyses go beside them, one
 //! file each.
 
+mod attribution;
 mod backtracking;
 mod boundaries;
 mod features;
@@ -13,6 +14,7 @@ mod structure;
 mod threads;
 mod tree;
 
+pub use attribution::counted_marks;
 pub use backtracking::BranchCost;
 pub use boundaries::Edge;
 pub use functions::{functions, FunctionCost, FunctionReport};
