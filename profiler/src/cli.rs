@@ -91,6 +91,24 @@ enum Cmd {
         #[arg(long, value_name = "NAME|TID")]
         thread: Option<String>,
     },
+    /// Compare two saved profiles (the same program at two input sizes, before and after a
+    /// change): each feature's and instance's time in A and in B, the change and the ratio.
+    Diff {
+        /// The first profile (an output directory, or the profile.json in it).
+        a: PathBuf,
+        /// The second profile.
+        b: PathBuf,
+        /// Output format, printed to stdout.
+        #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
+        format: DiffFormat,
+        /// Also write a differential flamegraph SVG here: B's stacks, coloured by their change
+        /// from A (red grew, blue shrank, A scaled to B's total).
+        #[arg(long, value_name = "OUT.svg")]
+        flamegraph: Option<PathBuf>,
+        /// Count all thread time, idle included, in both (also when either was recorded so).
+        #[arg(long)]
+        idle: bool,
+    },
     /// Print the path of the agent library that `run` preloads, for a program you start
     /// yourself and attach to: `LD_PRELOAD=$(fsprof agent) ./app & fsprof attach $!`.
     Agent,
@@ -155,6 +173,16 @@ pub enum Format {
     Pprof,
 }
 
+/// Output formats of `fsprof diff`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DiffFormat {
+    /// A table: per feature and instance, ms and % in A and B, B - A and B/A.
+    Text,
+    /// JSON: `{"a", "b", "features": [{"name", "a_ms", "b_ms", "a_percent", "b_percent",
+    /// "ratio", "instances": [{"payload", ...}]}]}`.
+    Json,
+}
+
 fn parse_rate(text: &str) -> Result<f64, String> {
     let rate: f64 = text.parse().map_err(|_| format!("not a number: {text}"))?;
     if !(1.0..=20_000.0).contains(&rate) {
@@ -197,10 +225,28 @@ pub enum Command {
         /// What to render.
         options: ReportOptions,
     },
+    /// `fsprof diff`.
+    Diff {
+        /// The two profiles (directories or files).
+        paths: [PathBuf; 2],
+        /// What to render.
+        options: DiffOptions,
+    },
     /// `fsprof agent`.
     Agent,
     /// `fsprof completions` and `fsprof manpage`: text generated from this command line.
     Print(String),
+}
+
+/// What `fsprof diff` renders.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiffOptions {
+    /// Output format.
+    pub format: DiffFormat,
+    /// Also write the differential flamegraph here.
+    pub flamegraph: Option<PathBuf>,
+    /// Force the all-time view.
+    pub idle: bool,
 }
 
 /// What `fsprof report` renders.
@@ -298,6 +344,20 @@ impl Cli {
                     },
                 }
             }
+            Cmd::Diff {
+                a,
+                b,
+                format,
+                flamegraph,
+                idle,
+            } => Command::Diff {
+                paths: [a, b],
+                options: DiffOptions {
+                    format,
+                    flamegraph,
+                    idle,
+                },
+            },
             Cmd::Agent => Command::Agent,
             Cmd::Completions { shell } => Command::Print(completions(shell)),
             Cmd::Manpage => Command::Print(manpage()),
@@ -387,6 +447,25 @@ mod tests {
             Command::Report { options, .. } => Ok(options),
             _ => panic!(),
         }
+    }
+
+    #[test]
+    fn diff_takes_two_profiles_a_format_and_a_flamegraph() {
+        let cli = Cli::try_parse_from(["fsprof", "diff", "a", "b", "--format", "json"]).unwrap();
+        let Ok(Command::Diff { paths, options }) = cli.into_command() else {
+            panic!()
+        };
+        assert_eq!(paths, [PathBuf::from("a"), PathBuf::from("b")]);
+        assert_eq!(
+            options,
+            DiffOptions {
+                format: DiffFormat::Json,
+                flamegraph: None,
+                idle: false
+            }
+        );
+        assert!(Cli::try_parse_from(["fsprof", "diff", "a"]).is_err());
+        assert!(Cli::try_parse_from(["fsprof", "diff", "a", "b", "--format", "pprof"]).is_err());
     }
 
     #[test]

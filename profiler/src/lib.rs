@@ -21,8 +21,8 @@ pub mod target;
 
 use analysis::TimeView;
 use anyhow::{Context, Result};
-use cli::{Format, ReportOptions};
-use std::path::Path;
+use cli::{DiffFormat, DiffOptions, Format, ReportOptions};
+use std::path::{Path, PathBuf};
 
 /// The text report of `profile` in `view`: the feature tables, then the function view.
 pub(crate) fn text_report(profile: &profile::Profile, view: TimeView) -> String {
@@ -36,6 +36,44 @@ pub(crate) fn text_report(profile: &profile::Profile, view: TimeView) -> String 
         &profile.meta,
         profile.threads.len(),
     )
+}
+
+/// `fsprof diff`: two saved profiles side by side. Returns the bytes for stdout; also writes the
+/// differential flamegraph if asked.
+pub fn diff(paths: &[PathBuf; 2], options: &DiffOptions) -> Result<Vec<u8>> {
+    let profiles = [
+        profile::Profile::load(&paths[0])?,
+        profile::Profile::load(&paths[1])?,
+    ];
+    let view = if options.idle || profiles.iter().any(|p| p.meta.count_idle) {
+        TimeView::All
+    } else {
+        TimeView::Active
+    };
+    let reports = profiles.each_ref().map(|p| analysis::analyse(p, view));
+    let diff = analysis::diff(&reports[0], &reports[1]);
+    if let Some(svg) = &options.flamegraph {
+        let [a, b] = profiles
+            .each_ref()
+            .map(|p| render::folded::fold(p, view, false));
+        render::flamegraph::write_differential(&a, &b, svg)?;
+        eprintln!("fsprof: wrote {}", svg.display());
+    }
+    let path_texts = paths.each_ref().map(|p| p.display().to_string());
+    let sides = || {
+        [0, 1].map(|i| render::diff::Side {
+            path: &path_texts[i],
+            command: &profiles[i].meta.command,
+        })
+    };
+    Ok(match options.format {
+        DiffFormat::Text => render::diff::text(&diff, sides(), view.describe()).into_bytes(),
+        DiffFormat::Json => {
+            let mut json = serde_json::to_string_pretty(&render::diff::json(&diff, sides()))?;
+            json.push('\n');
+            json.into_bytes()
+        }
+    })
 }
 
 /// `fsprof report`: renders a saved profile. Returns the bytes for stdout; with a flamegraph, the

@@ -39,6 +39,9 @@ fn main() -> ExitCode {
                 fsprof::report(&path, &options).and_then(|bytes| write(&bytes))
             }
         }
+        Command::Diff { paths, options } => {
+            fsprof::diff(&paths, &options).and_then(|bytes| write(&bytes))
+        }
         Command::Agent => fsprof::record::agent::library()
             .and_then(|path| write(format!("{}\n", path.display()).as_bytes())),
         Command::Print(text) => write(text.as_bytes()),

@@ -1,7 +1,7 @@
 //! fsprof's profiles in other tools' hands: `fsprof report --format pprof`, read by Go's own
 //! `go tool pprof` (Debian's `golang-go`; `.ci/run` installs it), must show the report's total,
 //! each feature's time through its `feature` label and each instance's through its `instance`
-//! label.
+//! label; `fsprof diff` of one program at two sizes must show how each instance grew.
 
 mod support;
 
@@ -125,4 +125,84 @@ fn a_pprof_profile_shows_in_go_tool_pprof_what_the_report_says_by_feature_and_in
         first["instances"][0]["payload"].as_str().unwrap()
     );
     assert!(text.contains(&mark), "no {mark} frame in:\n{text}");
+}
+
+/// `fsprof diff` of one program at size x and 2x (the Chez seed's use): the instance whose work
+/// grows with the square of its input shows at about 4x, the linear one at about 2x, each
+/// within 15% of the ratio the program measured; the JSON has the fields, and the
+/// differential flamegraph is drawn.
+#[test]
+fn a_diff_of_one_program_at_two_sizes_shows_which_instance_grows_faster() {
+    let _serial = serial();
+    let dir = tempdir();
+    let growth = fsprof().with_file_name("growth");
+    for n in ["60", "120"] {
+        let status = Command::new(fsprof())
+            .args(["run", "--no-agent", "--rate", "1000", "-o"])
+            .arg(dir.path().join(n))
+            .arg("--")
+            .arg(&growth)
+            .args([n, "--truth"])
+            .arg(dir.path().join(format!("{n}.json")))
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let svg = dir.path().join("diff.svg");
+    let output = Command::new(fsprof())
+        .arg("diff")
+        .args([dir.path().join("60"), dir.path().join("120")])
+        .args(["--format", "json", "--flamegraph"])
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let diff: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let truths: Vec<Value> = ["60", "120"]
+        .iter()
+        .map(|n| {
+            serde_json::from_str(
+                &std::fs::read_to_string(dir.path().join(format!("{n}.json"))).unwrap(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let work = diff["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "work")
+        .unwrap_or_else(|| panic!("no work feature: {diff:#}"));
+    for field in ["a_ms", "b_ms", "a_percent", "b_percent"] {
+        assert!(work[field].is_f64(), "{field}: {work:#}");
+    }
+    let mut checked = String::new();
+    for (instance, expected) in [("linear", 2.0), ("quadratic", 4.0)] {
+        let found = work["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["payload"] == instance)
+            .unwrap_or_else(|| panic!("no {instance}: {work:#}"));
+        let ratio = found["ratio"].as_f64().unwrap();
+        let measured = |t: &Value| {
+            t["features"]["work"]["instances"][instance]
+                .as_f64()
+                .unwrap()
+        };
+        let truth = measured(&truths[1]) / measured(&truths[0]);
+        checked +=
+            &format!("{instance}: x{ratio:.2} (measured x{truth:.2}, expected x{expected})\n");
+        assert!((ratio / truth - 1.0).abs() < 0.15, "{checked}");
+        assert!((truth / expected - 1.0).abs() < 0.10, "{checked}");
+        let (a, b) = (
+            found["a_ms"].as_f64().unwrap(),
+            found["b_ms"].as_f64().unwrap(),
+        );
+        assert!((b / a / ratio - 1.0).abs() < 1e-9, "{found:#}");
+    }
+    eprintln!("{checked}");
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(svg.contains("fsprof diff") && svg.contains("[work] quadratic"));
 }

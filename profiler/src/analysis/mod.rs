@@ -8,6 +8,7 @@
 mod attribution;
 mod backtracking;
 mod boundaries;
+mod diff;
 mod features;
 mod functions;
 mod structure;
@@ -17,6 +18,7 @@ mod tree;
 pub use attribution::counted_marks;
 pub use backtracking::BranchCost;
 pub use boundaries::Edge;
+pub use diff::{diff, ratio, Diff, FeatureDiff, InstanceDiff};
 pub use functions::{functions, FunctionCost, FunctionReport};
 pub use structure::Structure;
 pub use threads::{keep_thread, thread_times, ThreadTime};

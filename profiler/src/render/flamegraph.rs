@@ -8,7 +8,8 @@
 //! profile recorded without native stacks (marks alone too).
 //!
 //! A profile without counted time gives a small SVG that says so, never an error. This module
-//! draws what [`folded`](super::folded) computed and nothing else.
+//! draws what [`folded`](super::folded) computed and nothing else: also, for `fsprof diff`, the
+//! differential flamegraph of two profiles' folded stacks.
 
 use super::folded::{Folded, FrameKind};
 use crate::analysis::TimeView;
@@ -96,6 +97,36 @@ pub fn render(folded: &Folded, mut out: impl Write) -> Result<()> {
 pub fn write_file(folded: &Folded, path: &std::path::Path) -> Result<()> {
     let mut svg = Vec::new();
     render(folded, &mut svg)?;
+    std::fs::write(path, svg).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Writes the differential flamegraph of `a` and `b` (`fsprof diff --flamegraph`): B's stacks
+/// with B's widths, each frame coloured by how its time changed from A (red: grew, blue:
+/// shrank), A's counts scaled to B's total first, so that a frame keeping its share stays white.
+pub fn write_differential(a: &Folded, b: &Folded, path: &std::path::Path) -> Result<()> {
+    let (before, after) = (a.text(), b.text());
+    let mut lines = Vec::new();
+    let normalize = inferno::differential::Options {
+        normalize: true,
+        strip_hex: false,
+    };
+    inferno::differential::from_readers(normalize, before.as_bytes(), after.as_bytes(), &mut lines)
+        .context("comparing the folded stacks")?;
+    let lines = String::from_utf8_lossy(&lines);
+    let mut options = Options::default();
+    options.deterministic = true;
+    options.title = "fsprof diff: B's stacks, coloured by their change from A".to_owned();
+    options.subtitle =
+        Some("width: µs in B; red grew, blue shrank (A scaled to B's total)".to_owned());
+    options.count_name = "µs".to_owned();
+    options.name_type = "Frame:".to_owned();
+    let mut svg = Vec::new();
+    if lines.trim().is_empty() {
+        write_empty(b, &mut svg)?;
+    } else {
+        flamegraph::from_lines(&mut options, lines.lines(), &mut svg)
+            .context("drawing the differential flamegraph")?;
+    }
     std::fs::write(path, svg).with_context(|| format!("cannot write {}", path.display()))
 }
 

@@ -1,11 +1,13 @@
 //! Renderers: turn what the analyses computed into text for people (`text`, with the function
 //! view's part in `functions`), JSON for programs (`json`), collapsed stacks (`folded`),
 //! flamegraph SVGs (`flamegraph`) and pprof profiles (`pprof`), the last three from the samples'
-//! combined stacks (`stacks`), and the boundary graph's SVG (`boundary_graph`). They format; the
+//! combined stacks (`stacks`), the boundary graph's SVG (`boundary_graph`), and two profiles
+//! side by side (`diff`). They format; the
 //! numbers come from [`analysis`](crate::analysis) (folded stacks and pprof samples only merge
 //! and carry the sample groups' weights it gives).
 
 pub mod boundary_graph;
+pub mod diff;
 pub mod flamegraph;
 pub mod folded;
 pub mod functions;
