@@ -206,3 +206,25 @@ fn a_diff_of_one_program_at_two_sizes_shows_which_instance_grows_faster() {
     let svg = std::fs::read_to_string(svg).unwrap();
     assert!(svg.contains("fsprof diff") && svg.contains("[work] quadratic"));
 }
+
+/// A program instrumented with `tracing` spans alone, subscribed with `fsprof_tracing::layer()`:
+/// each span name is a feature, each span's call site (or its `page` field) an instance, with
+/// the time the program measured around its spans, within the usual bound.
+#[test]
+fn tracing_spans_are_features_with_the_time_the_program_measured() {
+    let _serial = serial();
+    let dir = tempdir();
+    let status = Command::new(fsprof())
+        .args(["run", "--no-agent", "--rate", ACCURACY_RATE, "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(fsprof().with_file_name("spans"))
+        .args(["3", "--truth"])
+        .arg(dir.path().join("truth.json"))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let report = report_json(dir.path());
+    assert_shares_match(&report, &truth(dir.path()));
+}
