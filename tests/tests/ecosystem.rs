@@ -228,3 +228,49 @@ fn tracing_spans_are_features_with_the_time_the_program_measured() {
     let report = report_json(dir.path());
     assert_shares_match(&report, &truth(dir.path()));
 }
+
+/// A real crate's spans: the `h2` crate from crates.io opens `tracing` spans in its connection
+/// code, and `tests/examples/h2_spans.rs` (an HTTP/2 server and client on loopback, no marks of
+/// their own, only the layer) gets them as features, named after the spans, their instances the
+/// call sites in h2's source.
+#[test]
+fn a_crates_own_tracing_spans_become_features() {
+    let _serial = serial();
+    let dir = tempdir();
+    let example = fsprof().parent().unwrap().join("examples/h2_spans");
+    let output = Command::new(fsprof())
+        .args(["run", "--no-agent", "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(&example)
+        .arg("2")
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (`cargo test --workspace` builds it)",
+                example.display()
+            )
+        });
+    assert!(output.status.success(), "{output:?}");
+    let report = report_json(dir.path());
+    let feature = |name: &str| {
+        report["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} feature: {report:#}"))
+            .clone()
+    };
+    let connection = feature("Connection");
+    let site = connection["instances"][0]["payload"].as_str().unwrap();
+    assert!(
+        site.starts_with("h2-0.4.") && site.contains("/src/proto/connection.rs:"),
+        "{connection:#}"
+    );
+    assert!(
+        connection["percent"].as_f64().unwrap() > 5.0,
+        "{connection:#}"
+    );
+    feature("FramedWrite::flush");
+}

@@ -11,7 +11,8 @@
 //! });
 //! ```
 //!
-//! The feature is the span's name; the instance its call site (`file:line` from its metadata),
+//! The feature is the span's name; the instance its call site (`file:line` from its metadata, a
+//! crates.io dependency's file as `h2-0.4.20/src/...`),
 //! or, with [`FsprofLayer::with_instance_field`], the value of one of its fields (`conn = 42`),
 //! recorded when the span is made or later. A span's mark is pushed when it is entered and popped
 //! when it exits (an `Instrumented` future's span around each poll), on the thread that entered
@@ -100,7 +101,7 @@ impl FsprofLayer {
             *(features.entry(metadata.name()))
                 .or_insert_with(|| Box::leak(Box::new(Feature::new(metadata.name()))))
         };
-        let instance = match (metadata.file(), metadata.line()) {
+        let instance = match (metadata.file().map(short_path), metadata.line()) {
             (Some(file), Some(line)) => fsprof_shim::intern(&format!("{file}:{line}")),
             (Some(file), None) => fsprof_shim::intern(file),
             _ => fsprof_shim::intern(metadata.target()),
@@ -124,6 +125,16 @@ impl FsprofLayer {
         let interned = fsprof_shim::intern(&value);
         values.insert(value, interned);
         interned
+    }
+}
+
+/// A source path without the cargo registry's directories: a dependency's file from crates.io
+/// as `h2-0.4.20/src/proto/connection.rs`, not under `~/.cargo/registry/src/index.crates.io-…/`.
+fn short_path(file: &str) -> &str {
+    const REGISTRY: &str = "/registry/src/";
+    match file.find(REGISTRY).map(|at| &file[at + REGISTRY.len()..]) {
+        Some(rest) => rest.split_once('/').map_or(rest, |(_, path)| path),
+        None => file,
     }
 }
 
@@ -237,6 +248,13 @@ mod tests {
             drop(i);
             assert_eq!(fsprof_shim::depth(), base);
         });
+    }
+
+    #[test]
+    fn call_sites_in_the_cargo_registry_are_named_from_the_crate() {
+        let file = "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/h2-0.4.20/src/a.rs";
+        assert_eq!(short_path(file), "h2-0.4.20/src/a.rs");
+        assert_eq!(short_path("src/main.rs"), "src/main.rs");
     }
 
     #[test]
