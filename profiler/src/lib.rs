@@ -111,6 +111,11 @@ pub fn report(path: &Path, options: &ReportOptions) -> Result<Vec<u8>> {
             .into_bytes(),
         Format::Text => text_report(&profile, view).into_bytes(),
         Format::Pprof => render::pprof::encode(&profile, view),
+        Format::Speedscope => {
+            let mut json = serde_json::to_string(&render::speedscope::render(&profile, view))?;
+            json.push('\n');
+            json.into_bytes()
+        }
         Format::Json => {
             let report = analysis::analyse(&profile, view);
             let mut value = render::json::render(&report, &profile.meta);

@@ -274,3 +274,81 @@ fn a_crates_own_tracing_spans_become_features() {
     );
     feature("FramedWrite::flush");
 }
+
+/// `fsprof report --format speedscope` is valid against the schema the `speedscope` npm package
+/// ships (`tests/data/`, checked with Python's `jsonschema`, Debian's `python3-jsonschema`),
+/// has one profile per thread with time, and its weights add up to the report's total.
+#[test]
+fn a_speedscope_file_follows_speedscopes_schema_and_adds_up_to_the_report() {
+    let _serial = serial();
+    let validator = Command::new("python3")
+        .args(["-c", "import jsonschema"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !validator {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3's jsonschema is not installed: apt-get install python3-jsonschema"
+        );
+        eprintln!("python3-jsonschema is not installed: the speedscope schema is not checked");
+        return;
+    }
+    let dir = tempdir();
+    run_target_with_agent(dir.path(), "pair", 2.0);
+    let file = dir.path().join("profile.speedscope.json");
+    let status = Command::new(fsprof())
+        .arg("report")
+        .arg(dir.path())
+        .args(["--format", "speedscope", "-o"])
+        .arg(&file)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let schema =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("data/speedscope-file-format-schema.json");
+    // Valid, and the validator is not blind: the same file without its frames is refused.
+    let validate = |drop_shared: bool| {
+        let script = "import json, sys, jsonschema\n\
+                      doc = json.load(open(sys.argv[2]))\n\
+                      if sys.argv[3] == '1': del doc['shared']\n\
+                      jsonschema.validate(doc, json.load(open(sys.argv[1])))";
+        Command::new("python3")
+            .args(["-c", script])
+            .arg(&schema)
+            .arg(&file)
+            .arg(if drop_shared { "1" } else { "0" })
+            .output()
+            .unwrap()
+    };
+    let valid = validate(false);
+    assert!(
+        valid.status.success(),
+        "{}",
+        String::from_utf8_lossy(&valid.stderr)
+    );
+    assert!(!validate(true).status.success());
+    let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let report = report_json(dir.path());
+    let profiles = doc["profiles"].as_array().unwrap();
+    assert!(
+        profiles.len() >= 2,
+        "one profile per thread with time: {profiles:#?}"
+    );
+    let weights: f64 = (profiles.iter())
+        .flat_map(|p| p["weights"].as_array().unwrap())
+        .map(|w| w.as_f64().unwrap())
+        .sum();
+    let total_ms = report["total_ms"].as_f64().unwrap();
+    assert!(
+        (weights / 1e6 - total_ms).abs() < 0.01,
+        "{weights} ns, report {total_ms} ms"
+    );
+    let frames = doc["shared"]["frames"].as_array().unwrap();
+    let mark = format!("[{}]", report["features"][0]["name"].as_str().unwrap());
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["name"].as_str().unwrap().starts_with(&mark)),
+        "no {mark} frame"
+    );
+}

@@ -29,10 +29,7 @@ use crate::profile::Profile;
 use crate::render::stacks::{self, StackFrame};
 use std::collections::{BTreeMap, HashMap};
 
-/// The frame of samples without marks, in the features-only view.
-pub const NO_FEATURE: &str = "[no feature]";
-/// The first frame of samples without a native stack, in a profile that has native stacks.
-pub const NO_NATIVE_STACK: &str = "[no native stack]";
+pub use stacks::{NO_FEATURE, NO_NATIVE_STACK};
 
 /// What a frame of a folded stack stands for (flamegraphs colour them apart).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,17 +126,10 @@ pub fn fold(profile: &Profile, view: TimeView, marks_only: bool) -> Folded {
                 kinds.entry(label).or_insert(kind);
             }
         };
-        let frames = stacks::combined(profile, group, marks_only);
-        if !marks_only && has_native && group.native.is_none() {
-            push(NO_NATIVE_STACK, FrameKind::Placeholder);
-        }
-        if frames.is_empty() {
-            push(NO_FEATURE, FrameKind::Placeholder);
-        }
-        for frame in &frames {
+        for frame in &stacks::drawn(profile, group, marks_only) {
             let kind = match frame {
                 StackFrame::Native(_) => FrameKind::Native,
-                StackFrame::Truncated => FrameKind::Placeholder,
+                StackFrame::Truncated | StackFrame::Placeholder(_) => FrameKind::Placeholder,
                 StackFrame::Mark { .. } | StackFrame::MarksTruncated => FrameKind::Mark,
             };
             push(&frame.label(), kind);

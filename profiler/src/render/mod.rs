@@ -1,10 +1,10 @@
 //! Renderers: turn what the analyses computed into text for people (`text`, with the function
 //! view's part in `functions`), JSON for programs (`json`), collapsed stacks (`folded`),
-//! flamegraph SVGs (`flamegraph`) and pprof profiles (`pprof`), the last three from the samples'
-//! combined stacks (`stacks`), the boundary graph's SVG (`boundary_graph`), and two profiles
-//! side by side (`diff`). They format; the
-//! numbers come from [`analysis`](crate::analysis) (folded stacks and pprof samples only merge
-//! and carry the sample groups' weights it gives).
+//! flamegraph SVGs (`flamegraph`), pprof profiles (`pprof`) and speedscope files (`speedscope`),
+//! the last four from the samples' combined stacks (`stacks`), the boundary graph's SVG
+//! (`boundary_graph`), and two profiles side by side (`diff`). They format; the numbers come from
+//! [`analysis`](crate::analysis) (folded stacks, pprof and speedscope samples only merge and
+//! carry the sample groups' weights it gives).
 
 pub mod boundary_graph;
 pub mod diff;
@@ -13,5 +13,6 @@ pub mod folded;
 pub mod functions;
 pub mod json;
 pub mod pprof;
+pub mod speedscope;
 pub mod stacks;
 pub mod text;

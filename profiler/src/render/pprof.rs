@@ -17,7 +17,6 @@
 
 use crate::analysis::{counted_marks, group_weights, TimeView};
 use crate::profile::Profile;
-use crate::render::folded::{NO_FEATURE, NO_NATIVE_STACK};
 use crate::render::stacks::{self, StackFrame};
 use std::collections::HashMap;
 
@@ -206,7 +205,6 @@ pub fn encode(profile: &Profile, view: TimeView) -> Vec<u8> {
     let (samples, count) = (tables.string("samples"), tables.string("count"));
     let (time, nanoseconds) = (tables.string("time"), tables.string("nanoseconds"));
     let (feature_key, instance_key) = (tables.string("feature"), tables.string("instance"));
-    let has_native = !profile.native_stacks.is_empty();
     let mut labels_of: HashMap<u32, Vec<proto::Label>> = HashMap::new();
     for (group, ns) in profile.samples.iter().zip(group_weights(profile, view)) {
         if ns == 0 {
@@ -214,16 +212,7 @@ pub fn encode(profile: &Profile, view: TimeView) -> Vec<u8> {
         }
         let mut keys: Vec<LocationKey> = Vec::new();
         let mut after_physical = false;
-        let placeholder =
-            |tables: &mut Tables, label: &str| (0, vec![(tables.function(label, None), 0)]);
-        if has_native && group.native.is_none() {
-            keys.push(placeholder(&mut tables, NO_NATIVE_STACK));
-        }
-        let frames = stacks::combined(profile, group, false);
-        if frames.is_empty() {
-            keys.push(placeholder(&mut tables, NO_FEATURE));
-        }
-        for frame in &frames {
+        for frame in &stacks::drawn(profile, group, false) {
             match frame {
                 StackFrame::Native(native) => {
                     let function = tables.function(&native.function, native.file.as_deref());
@@ -238,7 +227,7 @@ pub fn encode(profile: &Profile, view: TimeView) -> Vec<u8> {
                     after_physical = true;
                 }
                 other => {
-                    keys.push(placeholder(&mut tables, &other.label()));
+                    keys.push((0, vec![(tables.function(&other.label(), None), 0)]));
                     after_physical = false;
                 }
             }

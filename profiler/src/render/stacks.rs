@@ -20,7 +20,14 @@ pub enum StackFrame<'a> {
     },
     /// The mark stack was deeper than recorded: marks are missing here (innermost end).
     MarksTruncated,
+    /// Stands for what a sample lacks (see [`drawn`]): [`NO_NATIVE_STACK`] or [`NO_FEATURE`].
+    Placeholder(&'static str),
 }
+
+/// The frame of samples without marks, in the features-only view.
+pub const NO_FEATURE: &str = "[no feature]";
+/// The first frame of samples without a native stack, in a profile that has native stacks.
+pub const NO_NATIVE_STACK: &str = "[no native stack]";
 
 impl StackFrame<'_> {
     /// The frame's text in folded stacks and flamegraphs: the function name for native frames,
@@ -38,6 +45,7 @@ impl StackFrame<'_> {
                 payload: None,
             } => format!("[{feature}] antimark"),
             StackFrame::MarksTruncated => "[more marks]".to_owned(),
+            StackFrame::Placeholder(text) => (*text).to_owned(),
         }
     }
 
@@ -45,6 +53,24 @@ impl StackFrame<'_> {
     pub fn is_mark(&self) -> bool {
         matches!(self, StackFrame::Mark { .. } | StackFrame::MarksTruncated)
     }
+}
+
+/// The frames drawn for a sample group (folded stacks, flamegraphs, pprof, speedscope): its
+/// [`combined`] stack, after a [`NO_NATIVE_STACK`] frame when the profile has native stacks and
+/// the group none (unless `marks_only`), and a [`NO_FEATURE`] frame for a group without frames.
+pub fn drawn<'a>(
+    profile: &'a Profile,
+    group: &SampleGroup,
+    marks_only: bool,
+) -> Vec<StackFrame<'a>> {
+    let mut frames = combined(profile, group, marks_only);
+    if frames.is_empty() {
+        frames.push(StackFrame::Placeholder(NO_FEATURE));
+    }
+    if !marks_only && !profile.native_stacks.is_empty() && group.native.is_none() {
+        frames.insert(0, StackFrame::Placeholder(NO_NATIVE_STACK));
+    }
+    frames
 }
 
 /// The combined stack of a sample group, root first. With `marks_only`, or when the group has no
