@@ -25,6 +25,8 @@
 //!                                                   // "image": N when not the first image
 //!  "images": [{"name": "sh"}, {"name": "python3"}], // the programs run, in order (each exec
 //!                                                   // starts one); absent in older profiles
+//!  "modules": [{"name": "libc.so.6", "path": "/usr/lib/x86_64-linux-gnu/libc.so.6",
+//!               "build_id": "a1b2..."}],           // the files native frames were found in
 //!  "later_branches": [{"feature": 2, "payload": 7}]} // alternatives the program tried after
 //!                                                   // earlier branches failed, seen in its
 //!                                                   // histories (see `Profile::later_branches`)
@@ -87,6 +89,23 @@ pub struct Profile {
     /// the branch tried after them was too short to be sampled. Empty in older profiles.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub later_branches: Vec<LaterBranch>,
+    /// The files the native frames were symbolized from (a frame's `module` is a `name`), with
+    /// their build ids, for tools that match profiles to binaries (pprof's mappings). Empty in
+    /// profiles from before 2026-11-26 and in those without native stacks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modules: Vec<ModuleFile>,
+}
+
+/// A file native frames were found in (see [`Profile::modules`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleFile {
+    /// Its file name, as frames' `module` give it (`[vdso]` for the vdso).
+    pub name: String,
+    /// Its path in the target's file system (may no longer exist).
+    pub path: String,
+    /// Its GNU build id in hex, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_id: Option<String>,
 }
 
 /// A later branch (see [`Profile::later_branches`]): its feature and its payload (an
@@ -755,6 +774,7 @@ impl ProfileBuilder {
             native_stacks,
             images: self.images,
             later_branches,
+            modules: Vec::new(),
         }
     }
 }

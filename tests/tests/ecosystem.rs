@@ -125,6 +125,25 @@ fn a_pprof_profile_shows_in_go_tool_pprof_what_the_report_says_by_feature_and_in
         first["instances"][0]["payload"].as_str().unwrap()
     );
     assert!(text.contains(&mark), "no {mark} frame in:\n{text}");
+    // The program's mapping carries its build id, as `readelf -n` reads it from the file.
+    let notes = Command::new("readelf")
+        .arg("-n")
+        .arg(target())
+        .output()
+        .unwrap();
+    let notes = String::from_utf8_lossy(&notes.stdout);
+    let build_id = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("no build id in {}: {notes}", target()));
+    let raw = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let raw = String::from_utf8_lossy(&raw.stdout);
+    let mapping = format!("{} {build_id}", target());
+    assert!(raw.contains(&mapping), "no mapping {mapping} in:\n{raw}");
 }
 
 /// `fsprof diff` of one program at size x and 2x (the Chez seed's use): the instance whose work

@@ -758,6 +758,7 @@ impl Sampler {
             .builder
             .finish(meta, |address| symbolizer.symbolize(address));
         profile.meta.notes.extend(symbolizer.unnamed_note());
+        profile.modules = symbolizer.modules_used();
         profile
     }
 }

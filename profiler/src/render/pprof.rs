@@ -8,11 +8,11 @@
 //! rule: a feature's innermost frame is a mark, not an antimark) and `instance` once per such
 //! mark, as `[feature] payload` like its frame. `go tool pprof -tagfocus=feature=output` thus
 //! shows the report's `output` time. A native frame and the frames inlined into it share one
-//! location (inlined lines first, as pprof orders them); each module is a mapping named after
-//! its file. Mark frames have no mapping.
+//! location (inlined lines first, as pprof orders them); each module is a mapping with its path
+//! and build id (the profile's `modules`). Mark frames have no mapping.
 //!
-//! Not here: addresses and build ids (fsprof symbolizes while recording and keeps names, files
-//! and lines, not addresses), or reading pprof files. The messages are those of pprof's published
+//! Not here: addresses (fsprof symbolizes while recording and keeps names, files and lines, not
+//! addresses), or reading pprof files. The messages are those of pprof's published
 //! `proto/profile.proto`, written as prost derives.
 
 use crate::analysis::{counted_marks, group_weights, TimeView};
@@ -82,6 +82,8 @@ mod proto {
         pub id: u64,
         #[prost(int64, tag = "5")]
         pub filename: i64,
+        #[prost(int64, tag = "6")]
+        pub build_id: i64,
         #[prost(bool, tag = "7")]
         pub has_functions: bool,
         #[prost(bool, tag = "8")]
@@ -134,6 +136,8 @@ struct Tables {
     string_ids: HashMap<String, i64>,
     functions: HashMap<(i64, i64), u64>,
     mappings: HashMap<i64, u64>,
+    /// Per module name: its path and build id (from the profile's modules).
+    files: HashMap<String, (String, Option<String>)>,
     locations: HashMap<LocationKey, u64>,
     out: proto::Profile,
 }
@@ -165,13 +169,17 @@ impl Tables {
     }
 
     fn mapping(&mut self, module: &str) -> u64 {
-        let filename = self.string(module);
+        let key = self.string(module);
         let next = self.mappings.len() as u64 + 1;
-        let id = *self.mappings.entry(filename).or_insert(next);
+        let id = *self.mappings.entry(key).or_insert(next);
         if id == next {
+            let (path, build_id) = self.files.get(module).cloned().unwrap_or_default();
+            let filename = self.string(if path.is_empty() { module } else { &path });
+            let build_id = self.string(build_id.as_deref().unwrap_or(""));
             self.out.mapping.push(proto::Mapping {
                 id,
                 filename,
+                build_id,
                 has_functions: true,
                 has_filenames: true,
                 has_line_numbers: true,
@@ -202,6 +210,10 @@ impl Tables {
 pub fn encode(profile: &Profile, view: TimeView) -> Vec<u8> {
     let mut tables = Tables::default();
     tables.string("");
+    for module in profile.modules.iter().rev() {
+        let file = (module.path.clone(), module.build_id.clone());
+        tables.files.insert(module.name.clone(), file);
+    }
     let (samples, count) = (tables.string("samples"), tables.string("count"));
     let (time, nanoseconds) = (tables.string("time"), tables.string("nanoseconds"));
     let (feature_key, instance_key) = (tables.string("feature"), tables.string("instance"));

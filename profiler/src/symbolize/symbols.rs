@@ -31,7 +31,7 @@
 use super::debug_files::{find_debug_file, find_sup_file};
 use super::demangle::{bounded, demangle, is_cpp, is_mangled, MAX_MANGLED};
 use super::function_ranges::FunctionRanges;
-use crate::profile::NativeFrame;
+use crate::profile::{ModuleFile, NativeFrame};
 use crate::target::modules::{Image, Module};
 use addr2line::gimli;
 use object::{
@@ -161,6 +161,21 @@ impl Symbolizer {
 }
 
 impl Symbolizer {
+    /// The modules some address was looked up in, for the profile: name, path and build id.
+    pub fn modules_used(&self) -> Vec<ModuleFile> {
+        (self.modules.iter())
+            .filter_map(|entry| {
+                let parsed = entry.parsed.as_ref()?;
+                Some(ModuleFile {
+                    name: entry.module.name.clone(),
+                    path: entry.module.path.clone(),
+                    build_id: (parsed.build_id.as_ref())
+                        .map(|id| id.iter().map(|byte| format!("{byte:02x}")).collect()),
+                })
+            })
+            .collect()
+    }
+
     /// A note naming the modules some addresses of which had no symbol (a stripped binary, say),
     /// and how to get their symbols; `None` if every address had a name.
     pub fn unnamed_note(&self) -> Option<String> {
@@ -180,6 +195,8 @@ impl Symbolizer {
 /// its unwind tables once an address needs them.
 #[derive(Default)]
 struct Parsed {
+    /// The module's build id (GNU note), if it has one.
+    build_id: Option<Vec<u8>>,
     dwarf: Option<Dwarf>,
     symbols: Symbols,
     ranges: std::cell::OnceCell<FunctionRanges>,
@@ -233,6 +250,7 @@ impl Parsed {
             .map(|section| section.address()..section.address().saturating_add(section.size()))
             .collect();
         Parsed {
+            build_id: super::debug_files::build_id(&object).map(<[u8]>::to_vec),
             dwarf,
             symbols,
             ranges: Default::default(),
