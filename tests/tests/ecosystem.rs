@@ -371,3 +371,42 @@ fn a_speedscope_file_follows_speedscopes_schema_and_adds_up_to_the_report() {
         "no {mark} frame"
     );
 }
+
+/// While recording on a terminal (a pseudo-terminal from util-linux's `script`), fsprof draws a
+/// status line on stderr once a second (elapsed time, samples, threads, the top features so
+/// far) and clears it before the report; with stderr not a terminal, there is none.
+#[test]
+fn a_status_line_shows_progress_on_a_terminal_and_nowhere_else() {
+    let _serial = serial();
+    let dir = tempdir();
+    let command = format!(
+        "{} run --no-agent -o {} -- {} mixed 2.5 --truth {}",
+        fsprof().display(),
+        dir.path().join("tty").display(),
+        target(),
+        dir.path().join("truth.json").display()
+    );
+    let output = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .unwrap_or_else(|e| panic!("script (util-linux's bsdutils): {e}"));
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let clear = "\r\x1b[2K";
+    let first = text
+        .find(&format!("{clear}fsprof: 1 s · "))
+        .unwrap_or_else(|| panic!("no status line: {text:?}"));
+    let line = &text[first + clear.len()..];
+    let line = &line[..line.find('\r').unwrap_or(line.len())];
+    assert!(
+        line.contains(" samples · 1 thread · validation "),
+        "{line:?}"
+    );
+    // Cleared before the report.
+    let last_status = text.rfind(" · ").unwrap();
+    let last_clear = text.rfind(clear).unwrap();
+    let summary = text.find(" samples of 1 thread").expect("the report");
+    assert!(last_status < last_clear && last_clear < summary, "{text:?}");
+    let piped = run_target(dir.path(), "mixed", 1.5, &[]);
+    assert!(!String::from_utf8_lossy(&piped.stderr).contains("\x1b["));
+}

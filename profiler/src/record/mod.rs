@@ -13,3 +13,4 @@ pub mod sampler;
 pub mod scanner;
 pub mod schedule;
 pub mod session;
+pub mod status;

@@ -182,6 +182,11 @@ impl Sampler {
         &mut self.clock
     }
 
+    /// The profile so far and the number of threads followed (for the status line).
+    pub(super) fn progress(&self) -> (&ProfileBuilder, usize) {
+        (&self.builder, self.threads.states.len())
+    }
+
     /// Says how the sampler's thread is scheduled (for the report).
     pub(super) fn set_priority(&mut self, priority: &'static str) {
         self.tally.priority = priority;

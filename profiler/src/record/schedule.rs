@@ -2,8 +2,9 @@
 //! to 1.5 times the mean period the tick clock asks for, so that periodic behaviour in the target
 //! cannot alias with the sampling), with the sampler's thread raised to real-time priority where
 //! the system allows it, until the target exits, the caller stops it or the duration elapses;
-//! Ctrl-Z suspends fsprof without leaving the target stuck. What a tick reads is the sampler's
-//! business (`sampler.rs`), how often the next comes the clock's (`clock.rs`).
+//! Ctrl-Z suspends fsprof without leaving the target stuck; a status line shows progress on a
+//! terminal (`status.rs`). What a tick reads is the sampler's business (`sampler.rs`), how often
+//! the next comes the clock's (`clock.rs`).
 
 use crate::record::sampler::Sampler;
 use crate::target::process;
@@ -98,6 +99,7 @@ fn sample_until_stopped(
     let start = Instant::now();
     let mut next = start;
     let mut current = period;
+    let mut status = crate::record::status::Status::new();
     // Fault injection for tests: a panic in the middle of recording, to prove that the target is
     // released (detached, running) when fsprof fails.
     let panic_after: Option<u64> = std::env::var("FSPROF_TEST_PANIC_AFTER_TICKS")
@@ -110,6 +112,7 @@ fn sample_until_stopped(
                 .then_some(End::Duration)
         });
         if let Some(end) = end {
+            status.clear();
             // A last tick takes what perf sampled since the previous one: recording ends now.
             sampler.tick();
             return end;
@@ -129,11 +132,14 @@ fn sample_until_stopped(
         }
         let cpu_before = thread_cpu_time();
         if !sampler.tick() {
+            status.clear();
             return End::TargetExited("the program exited".to_owned());
         }
         // The tick's CPU time, not its wall time: a tick that was preempted or stopped must not
         // make the next wait longer.
         let cost = thread_cpu_time().saturating_sub(cpu_before);
+        let (builder, threads) = sampler.progress();
+        status.update(builder, threads);
         let now = Instant::now();
         current = sampler.tick_period(period);
         next += current.mul_f64(0.5 + fastrand::f64());
