@@ -53,6 +53,21 @@ enum Cmd {
         )]
         program: Vec<OsString>,
     },
+    /// A live view of the features and their instances while a program runs, refreshed every
+    /// second (like `py-spy top`): `fsprof top PID`, or `fsprof top -- PROGRAM [ARGS]`. `q` stops;
+    /// no file is written.
+    Top {
+        #[command(flatten)]
+        record: RecordArgs,
+        /// With a program: do not preload the fsprof agent (see `run --no-agent`).
+        #[arg(long)]
+        no_agent: bool,
+        /// Process id of a running target.
+        pid: Option<u32>,
+        /// Or the program to launch and its arguments (after `--`).
+        #[arg(last = true, value_name = "PROGRAM [ARGS]...")]
+        program: Vec<OsString>,
+    },
     /// Profile a running process until Ctrl-C, --duration, or its exit; it keeps running.
     Attach {
         #[command(flatten)]
@@ -282,6 +297,7 @@ impl From<RecordArgs> for RecordOptions {
             backend: args.backend,
             agent: false,
             debug_dirs: args.debug_dir,
+            top: None,
         }
     }
 }
@@ -314,6 +330,32 @@ impl Cli {
                     ..record.into()
                 },
             },
+            Cmd::Top {
+                record,
+                no_agent,
+                pid,
+                program,
+            } => {
+                if record.output.is_some() {
+                    return Err(
+                        "fsprof top writes no files: -o goes with run and attach".to_owned()
+                    );
+                }
+                let options = RecordOptions {
+                    agent: !no_agent,
+                    top: Some(String::new()),
+                    ..record.into()
+                };
+                match (pid, program.is_empty()) {
+                    (Some(pid), true) => Command::Attach { pid, options },
+                    (None, false) => Command::Run { program, options },
+                    _ => {
+                        return Err(
+                            "fsprof top takes a PID, or a program after --, not both".to_owned()
+                        )
+                    }
+                }
+            }
             Cmd::Attach { record, pid } => Command::Attach {
                 pid,
                 options: record.into(),

@@ -410,3 +410,83 @@ fn a_status_line_shows_progress_on_a_terminal_and_nowhere_else() {
     let piped = run_target(dir.path(), "mixed", 1.5, &[]);
     assert!(!String::from_utf8_lossy(&piped.stderr).contains("\x1b["));
 }
+
+/// A tmux server of its own, killed when dropped.
+struct Tmux(String);
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> String {
+        let output = Command::new("tmux")
+            .args(["-L", &self.0])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("tmux: {e} (apt-get install tmux)"));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// The pane's text, polled until `done` holds for it or `limit` passes.
+    fn wait_for(&self, limit: std::time::Duration, done: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let pane = self.run(&["capture-pane", "-p", "-t", "top"]);
+            if done(&pane) || std::time::Instant::now() > deadline {
+                return pane;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        self.run(&["kill-server"]);
+    }
+}
+
+/// `fsprof top -- PROGRAM` in a real terminal (tmux): a live table of the features and their
+/// instances, with the shares of the last second and of all time, a header with the program
+/// and its pid; `q` gives the terminal back, and fsprof exits with the program's code once it
+/// ends.
+#[test]
+fn fsprof_top_shows_the_features_live_and_q_gives_the_terminal_back() {
+    let _serial = serial();
+    let dir = tempdir();
+    let exit = dir.path().join("exit");
+    let tmux = Tmux(format!("fsprof-test-{}", std::process::id()));
+    let command = format!(
+        "{} top --no-agent -- {} mixed 5 --truth {}; echo EXIT=$? > {}; sleep 60",
+        fsprof().display(),
+        target(),
+        dir.path().join("truth.json").display(),
+        exit.display()
+    );
+    let size = ["-x", "120", "-y", "30"];
+    tmux.run(&[&["new-session", "-d", "-s", "top"][..], &size, &[&command]].concat());
+    let wanted = [
+        "fsprof top: fsprof-target (pid ",
+        "now %",
+        "validation",
+        "  rule-a",
+        "output",
+    ];
+    let pane = tmux.wait_for(std::time::Duration::from_secs(15), |pane| {
+        wanted.iter().all(|w| pane.contains(w))
+    });
+    assert!(wanted.iter().all(|w| pane.contains(w)), "{pane}");
+    // Rows: "  41.0     44.5       0.90  validation": shares between 0 and 100.
+    let validation = pane.lines().find(|l| l.ends_with("validation")).unwrap();
+    let numbers: Vec<f64> = validation
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(
+        numbers.len() == 3 && numbers[..2].iter().all(|p| (1.0..=100.0).contains(p)),
+        "{validation}"
+    );
+    tmux.run(&["send-keys", "-t", "top", "q"]);
+    let pane = tmux.wait_for(std::time::Duration::from_secs(15), |_| exit.exists());
+    let code = std::fs::read_to_string(&exit).unwrap_or_default();
+    assert_eq!(code.trim(), "EXIT=0", "{pane}");
+    assert!(!pane.contains("now %"), "the table is still shown: {pane}");
+    assert!(pane.contains("fsprof: waiting for the program"), "{pane}");
+}

@@ -83,7 +83,7 @@ pub(super) fn innermost_marks(stack: &Stack) -> Vec<(u32, u32, usize)> {
 /// Whether some feature's innermost frame in the stack is one of the program's own marks (not
 /// an antimark, not built in), or a built-in mark nested in the program's own mark of the same
 /// feature (which counts for that mark): the rule `analyse` applies.
-pub(super) fn inside_own_mark(stack: &Stack) -> bool {
+pub fn inside_own_mark(stack: &Stack) -> bool {
     let mut seen = HashSet::new();
     stack.frames.iter().enumerate().rev().any(|(at, frame)| {
         seen.insert(frame.feature)

@@ -15,7 +15,7 @@ mod structure;
 mod threads;
 mod tree;
 
-pub use attribution::counted_marks;
+pub use attribution::{counted_marks, inside_own_mark};
 pub use backtracking::BranchCost;
 pub use boundaries::Edge;
 pub use diff::{diff, ratio, Diff, FeatureDiff, InstanceDiff};

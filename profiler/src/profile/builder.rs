@@ -83,6 +83,13 @@ impl ProfileBuilder {
         (self.samples.iter()).map(|group| (&self.stacks[group.stack as usize], group))
     }
 
+    /// The display text of payload `id` (empty if unknown).
+    pub fn payload_text(&self, id: u32) -> &str {
+        self.payloads
+            .get(id as usize)
+            .map_or("", |p| p.text.as_str())
+    }
+
     /// The name of feature `id` (empty if unknown).
     pub fn feature_name(&self, id: u32) -> &str {
         self.features.get(id as usize).map_or("", String::as_str)

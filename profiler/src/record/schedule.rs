@@ -7,6 +7,8 @@
 //! the next comes the clock's (`clock.rs`).
 
 use crate::record::sampler::Sampler;
+use crate::record::status::Status;
+use crate::record::top::Top;
 use crate::target::process;
 use std::time::{Duration, Instant};
 
@@ -41,6 +43,44 @@ pub struct Schedule {
     pub duration: Option<Duration>,
     /// Set by SIGTSTP (Ctrl-Z): fsprof is to suspend itself, see [`suspend`].
     pub suspend: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// `fsprof top`: the live view's title (else the status line shows progress).
+    pub top: Option<String>,
+}
+
+/// What shows progress while recording.
+enum Live {
+    Status(Status),
+    Top(Box<Top>),
+}
+
+impl Live {
+    /// `fsprof top`'s view if `top` has a title and stdout is a terminal, else the status line.
+    fn new(top: Option<String>) -> Live {
+        match top.and_then(|title| Top::new(title).ok()) {
+            Some(top) => Live::Top(Box::new(top)),
+            None => Live::Status(Status::new()),
+        }
+    }
+
+    /// After each tick; false when the user asked to stop (in `fsprof top`).
+    fn update(&mut self, sampler: &Sampler) -> bool {
+        let (builder, threads) = sampler.progress();
+        match self {
+            Live::Status(status) => {
+                status.update(builder, threads);
+                true
+            }
+            Live::Top(top) => top.update(builder, threads),
+        }
+    }
+
+    /// When recording stops.
+    fn clear(&mut self) {
+        match self {
+            Live::Status(status) => status.clear(),
+            Live::Top(top) => top.restore(),
+        }
+    }
 }
 
 /// Gives the sampler priority over the target's threads where the system allows it, and says how
@@ -99,7 +139,7 @@ fn sample_until_stopped(
     let start = Instant::now();
     let mut next = start;
     let mut current = period;
-    let mut status = crate::record::status::Status::new();
+    let mut live = Live::new(schedule.top.clone());
     // Fault injection for tests: a panic in the middle of recording, to prove that the target is
     // released (detached, running) when fsprof fails.
     let panic_after: Option<u64> = std::env::var("FSPROF_TEST_PANIC_AFTER_TICKS")
@@ -112,7 +152,7 @@ fn sample_until_stopped(
                 .then_some(End::Duration)
         });
         if let Some(end) = end {
-            status.clear();
+            live.clear();
             // A last tick takes what perf sampled since the previous one: recording ends now.
             sampler.tick();
             return end;
@@ -132,14 +172,17 @@ fn sample_until_stopped(
         }
         let cpu_before = thread_cpu_time();
         if !sampler.tick() {
-            status.clear();
+            live.clear();
             return End::TargetExited("the program exited".to_owned());
         }
         // The tick's CPU time, not its wall time: a tick that was preempted or stopped must not
         // make the next wait longer.
         let cost = thread_cpu_time().saturating_sub(cpu_before);
-        let (builder, threads) = sampler.progress();
-        status.update(builder, threads);
+        if !live.update(sampler) {
+            live.clear();
+            sampler.tick();
+            return End::Interrupted;
+        }
         let now = Instant::now();
         current = sampler.tick_period(period);
         next += current.mul_f64(0.5 + fastrand::f64());

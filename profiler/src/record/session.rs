@@ -13,6 +13,7 @@ use crate::record::agent;
 use crate::record::sampler::{Sampler, SamplerOptions};
 use crate::record::schedule::{self, End, Schedule};
 use crate::render;
+use crate::target::names;
 use crate::target::process;
 use crate::target::remote::Remote;
 use anyhow::{bail, Context, Result};
@@ -65,6 +66,8 @@ pub struct RecordOptions {
     pub agent: bool,
     /// Where to look for separate debug files first (then `/usr/lib/debug`).
     pub debug_dirs: Vec<PathBuf>,
+    /// `fsprof top`: show the live view (this title) and write no output.
+    pub top: Option<String>,
 }
 
 impl RecordOptions {
@@ -81,8 +84,15 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         bail!("no program given: fsprof run -- PROGRAM [ARGS...]")
     };
     check_backend(options)?;
+    check_top(options)?;
     let signals = Signals::install()?;
-    let dir = prepare_output(options.output.as_deref(), &program_name(name))?;
+    let dir = match options.top {
+        None => Some(prepare_output(
+            options.output.as_deref(),
+            &program_name(name),
+        )?),
+        Some(_) => None,
+    };
     let preload = if options.agent {
         agent::preload(name)
     } else {
@@ -94,8 +104,8 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     let mut child = match spawn(name, args, preload.library()) {
         Ok(child) => child,
         Err(error) => {
-            if options.output.is_none() {
-                let _ = std::fs::remove_dir(&dir); // ours, and still empty
+            if let (None, Some(dir)) = (&options.output, &dir) {
+                let _ = std::fs::remove_dir(dir); // ours, and still empty
             }
             return Err(error);
         }
@@ -106,7 +116,8 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
 
     let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
     let mut status: Option<ExitStatus> = None;
-    let mut end = schedule::record(&mut sampler, schedule(options, &signals), |sampler| {
+    let schedule = schedule(options, &signals, &program_name(name), pid);
+    let mut end = schedule::record(&mut sampler, schedule, |sampler| {
         if signals.any() {
             return Some(End::Interrupted);
         }
@@ -149,7 +160,9 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     if let Some(note) = preload.note() {
         profile.meta.notes.push(note);
     }
-    write_outputs(&dir, profile)?;
+    if let Some(dir) = &dir {
+        write_outputs(dir, profile)?;
+    }
 
     if let Some(status) = status {
         return Ok(exit_code(status));
@@ -170,6 +183,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
 pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     check_attachable(pid)?;
     check_backend(options)?;
+    check_top(options)?;
     let signals = Signals::install()?;
     let descriptors = process::raise_open_file_limit();
     let command = process::command_line(pid);
@@ -177,16 +191,21 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         .first()
         .map(|c| program_name(c.as_ref()))
         .unwrap_or_else(|| pid.to_string());
-    let dir = prepare_output(options.output.as_deref(), &name)?;
-
-    eprintln!(
-        "fsprof: recording process {pid} ({name}) at {} Hz into {}; Ctrl-C to stop",
-        options.rate_hz,
-        dir.display()
-    );
+    let dir = match options.top {
+        None => Some(prepare_output(options.output.as_deref(), &name)?),
+        Some(_) => None,
+    };
+    if let Some(dir) = &dir {
+        eprintln!(
+            "fsprof: recording process {pid} ({name}) at {} Hz into {}; Ctrl-C to stop",
+            options.rate_hz,
+            dir.display()
+        );
+    }
     let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
     let mut next_check = Instant::now();
-    let end = schedule::record(&mut sampler, schedule(options, &signals), |_| {
+    let schedule = schedule(options, &signals, &name, pid);
+    let end = schedule::record(&mut sampler, schedule, |_| {
         if signals.any() {
             return Some(End::Interrupted);
         }
@@ -201,7 +220,20 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     });
     crate::record::privilege::drop_all(); // no kernel object is made after recording
     let meta = meta("attach", command, pid, options, &end);
-    write_outputs(&dir, sampler.finish(meta))
+    let profile = sampler.finish(meta);
+    match &dir {
+        Some(dir) => write_outputs(dir, profile),
+        None => Ok(()),
+    }
+}
+
+/// For `fsprof top`, fails unless stdout is a terminal, before anything is started.
+fn check_top(options: &RecordOptions) -> Result<()> {
+    use std::io::IsTerminal;
+    if options.top.is_some() && !std::io::stdout().is_terminal() {
+        bail!("fsprof top needs a terminal on stdout; to record without one, use fsprof run or fsprof attach");
+    }
+    Ok(())
 }
 
 /// Fails with a clear message unless `pid` is a live process whose memory we may read.
@@ -375,11 +407,13 @@ fn check_backend(options: &RecordOptions) -> Result<()> {
     Ok(())
 }
 
-fn schedule(options: &RecordOptions, signals: &Signals) -> Schedule {
+/// The loop's schedule for recording program `name`, process `pid`.
+fn schedule(options: &RecordOptions, signals: &Signals, name: &str, pid: u32) -> Schedule {
     Schedule {
         rate_hz: options.rate_hz,
         duration: options.duration,
         suspend: Arc::clone(&signals.suspend),
+        top: (options.top.as_ref()).map(|_| format!("{} (pid {pid})", names::clean(name))),
     }
 }
 

@@ -3,11 +3,11 @@
 //! (`fsprof: 12 s · 3021 samples · 4 threads · output 54% · parsing 21%`), cleared when
 //! recording stops. Nothing when stderr is not a terminal, or with `FSPROF_NO_STATUS=1`.
 //!
-//! It reads the profile being built (the report's attribution rule, the active time of each
-//! sample group, blocked time inside the program's own marks included); it does not change it.
+//! It reads the profile being built (`progress.rs`); it does not change it. `top.rs` is the
+//! full-screen view of the same (`fsprof top`).
 
-use crate::analysis::counted_marks;
 use crate::profile::ProfileBuilder;
+use crate::record::progress::Progress;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -78,35 +78,16 @@ impl Drop for Status {
 
 /// The line's text, features named while they fit in `width` columns.
 fn line(builder: &ProfileBuilder, threads: usize, elapsed: Duration, width: usize) -> String {
-    let (mut samples, mut total) = (0u64, 0u64);
-    let mut by_feature: Vec<u64> = Vec::new();
-    for (stack, group) in builder.groups() {
-        samples += group.count;
-        let marks = counted_marks(stack);
-        let ns = if marks.is_empty() {
-            group.active_ns
-        } else {
-            group.wall_ns
-        };
-        total += ns;
-        for (feature, _) in marks {
-            let at = feature as usize;
-            if by_feature.len() <= at {
-                by_feature.resize(at + 1, 0);
-            }
-            by_feature[at] += ns;
-        }
-    }
-    let mut top: Vec<(usize, u64)> = by_feature.into_iter().enumerate().collect();
-    top.sort_by_key(|(_, ns)| std::cmp::Reverse(*ns));
+    let progress = Progress::of(builder);
     let mut line = format!(
-        "fsprof: {:.0} s · {samples} samples · {threads} thread{}",
+        "fsprof: {:.0} s · {} samples · {threads} thread{}",
         elapsed.as_secs_f64(),
+        progress.samples,
         if threads == 1 { "" } else { "s" }
     );
-    for (feature, ns) in top.into_iter().take(TOP).filter(|(_, ns)| *ns > 0) {
-        let name = crate::target::names::clean(builder.feature_name(feature as u32));
-        let part = format!(" · {name} {:.0}%", ns as f64 * 100.0 / total.max(1) as f64);
+    for (feature, ns) in progress.top_features().into_iter().take(TOP) {
+        let name = crate::target::names::clean(builder.feature_name(feature));
+        let part = format!(" · {name} {:.0}%", progress.percent(ns));
         if line.chars().count() + part.chars().count() > width {
             break;
         }
