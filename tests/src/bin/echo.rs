@@ -9,10 +9,11 @@
 //!
 //!   echo SECONDS --truth FILE
 //!
-//! The truth: under `trees.tasks`, the self time of each path as the tasks measured it (an
-//! actor's, from the moment a read returns data to the end of its echo; the server's, handling
-//! each new connection), `extra.bytes A` and `extra.bytes B`; as total, every thread's time
-//! running or waiting for a CPU.
+//! The truth: under `trees.tasks`, the self time of each path as the tasks measured it (the wall
+//! time of each of their polls, timed around the poll inside the mark's wrapper: what a task
+//! costs is the time it is polled, reads, writes and polls that find nothing to do included),
+//! `extra.bytes A` and `extra.bytes B`; as total, every thread's time running or waiting for a
+//! CPU.
 
 use fsprof_shim::Feature;
 use fsprof_tests::{runtime_counted_in, thread_runnable_time, Rng, Truth};
@@ -59,7 +60,9 @@ fn main() {
         .collect();
     let server_truth = Arc::clone(&truth);
     runtime.block_on(async move {
-        tokio::spawn(TASKS.instrument("server", server(listener, server_truth)))
+        let server = server(listener, Arc::clone(&server_truth));
+        let server = timed_polls(server, server_truth, &["server"]);
+        tokio::spawn(TASKS.instrument("server", server))
             .await
             .unwrap()
     });
@@ -79,11 +82,13 @@ async fn server(listener: tokio::net::TcpListener, truth: Arc<Truth>) {
         let (mut socket, _) = listener.accept().await.unwrap();
         let mut hello = [0u8];
         socket.read_exact(&mut hello).await.unwrap();
-        let start = Instant::now();
-        let name = if hello[0] == b'A' { "conn-A" } else { "conn-B" };
-        let actor = actor(socket, Arc::clone(&truth), name);
+        let (name, path): (_, &'static [&'static str]) = if hello[0] == b'A' {
+            ("conn-A", &["server", "conn-A"])
+        } else {
+            ("conn-B", &["server", "conn-B"])
+        };
+        let actor = timed_polls(actor(socket), Arc::clone(&truth), path);
         actors.push(tokio::spawn(TASKS.instrument(name, actor)));
-        truth.tree("tasks", &["server"], start.elapsed());
     }
     for actor in actors {
         actor.await.unwrap();
@@ -92,18 +97,31 @@ async fn server(listener: tokio::net::TcpListener, truth: Arc<Truth>) {
 
 /// One connection's actor: transforms each chunk it reads and echoes it, until the client
 /// closes its side.
-async fn actor(mut socket: tokio::net::TcpStream, truth: Arc<Truth>, name: &'static str) {
+async fn actor(mut socket: tokio::net::TcpStream) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         let n = socket.read(&mut buffer).await.unwrap();
         if n == 0 {
             return;
         }
-        let start = Instant::now();
         transform(&mut buffer[..n]);
         socket.write_all(&buffer[..n]).await.unwrap();
-        truth.tree("tasks", &["server", name], start.elapsed());
     }
+}
+
+/// `future`, the wall time of each of its polls added to the truth's tree at `path`.
+fn timed_polls<F: std::future::Future>(
+    future: F,
+    truth: Arc<Truth>,
+    path: &'static [&'static str],
+) -> impl std::future::Future<Output = F::Output> {
+    let mut future = Box::pin(future);
+    std::future::poll_fn(move |cx| {
+        let start = Instant::now();
+        let poll = future.as_mut().poll(cx);
+        truth.tree("tasks", path, start.elapsed());
+        poll
+    })
 }
 
 /// The actor's work: a cost per byte.
