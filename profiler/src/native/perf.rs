@@ -89,6 +89,7 @@ pub(super) const VALUE_SIZE: usize = VALUE_JITTER + 8;
 ///   the echo server's `conn-B` actor (polls of about 0.3 ms, each after a wake-up, 8.4% of the
 ///   time) read 0.55 to 1.5 points low in 10 runs at 1000 Hz, failing its 2.5-point tree bound
 ///   through `conn-A` in 3 of them; with two ticks -0.3 to +0.1, with four -0.3 to +0.3.
+///
 /// BENCHMARKS.md, issue 18's section, has the runs.
 pub(super) const TICKS_PER_SAMPLE: u64 = 2;
 
