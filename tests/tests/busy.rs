@@ -93,6 +93,8 @@ fn several_threads_get_their_measured_shares_on_a_busy_machine() {
 /// 0.3 ms, a few percent of the instance, which read from -3.2 to +4.0%), on a quiet machine
 /// and on a busy one. So is the time of the agent's built-in features inside them (`sleep` in
 /// the sleeps, `waiting` in the channel), which are blocked time outside any mark of their own.
+/// 6 s each: in 3 s runs beside busy loops `wait/short` (about 400 ms) read from -4.4 to +4.9%
+/// about once in eight runs, a tail whose cause is not known (see BENCHMARKS.md).
 #[test]
 fn blocked_time_inside_marks_is_what_the_program_measured() {
     let _serial = serial();
@@ -102,7 +104,7 @@ fn blocked_time_inside_marks_is_what_the_program_measured() {
     for busy in [0, cpus() + 2] {
         let _load = Load::start(busy);
         let dir = tempdir();
-        run_target_with_agent(dir.path(), "blocking", 3.0);
+        run_target_with_agent(dir.path(), "blocking", 6.0);
         let (report, truth) = (report_json(dir.path()), truth(dir.path()));
         let measured = |name: &str, instance: &str| {
             truth["features"][name]["instances"][instance]
