@@ -374,24 +374,30 @@ fn a_speedscope_file_follows_speedscopes_schema_and_adds_up_to_the_report() {
 
 /// While recording on a terminal (a pseudo-terminal from util-linux's `script`), fsprof draws a
 /// status line on stderr once a second (elapsed time, samples, threads, the top features so
-/// far) and clears it before the report; with stderr not a terminal, there is none.
+/// far) and clears it before the report, when the program's output does not go to that
+/// terminal; when it does, or with stderr not a terminal, there is none.
 #[test]
 fn a_status_line_shows_progress_on_a_terminal_and_nowhere_else() {
     let _serial = serial();
     let dir = tempdir();
-    let command = format!(
-        "{} run --no-agent -o {} -- {} mixed 2.5 --truth {}",
-        fsprof().display(),
-        dir.path().join("tty").display(),
-        target(),
-        dir.path().join("truth.json").display()
-    );
-    let output = Command::new("script")
-        .args(["-qec", &command, "/dev/null"])
-        .output()
-        .unwrap_or_else(|e| panic!("script (util-linux's bsdutils): {e}"));
-    assert!(output.status.success(), "{output:?}");
-    let text = String::from_utf8_lossy(&output.stdout);
+    let in_terminal = |redirect: &str| {
+        let command = format!(
+            "{} run --no-agent -o {} -- {} mixed 2.5 --truth {} {redirect}",
+            fsprof().display(),
+            dir.path().join(format!("tty{}", redirect.len())).display(),
+            target(),
+            dir.path().join("truth.json").display()
+        );
+        let output = Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .output()
+            .unwrap_or_else(|e| panic!("script (util-linux's bsdutils): {e}"));
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    // The program writes to the terminal: no line over its output.
+    assert!(!in_terminal("").contains("\x1b[2K"));
+    let text = in_terminal("> /dev/null");
     let clear = "\r\x1b[2K";
     let first = text
         .find(&format!("{clear}fsprof: 1 s · "))

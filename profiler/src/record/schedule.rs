@@ -45,6 +45,8 @@ pub struct Schedule {
     pub suspend: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// `fsprof top`: the live view's title (else the status line shows progress).
     pub top: Option<String>,
+    /// Whether the status line may be drawn (not over a launched program's terminal output).
+    pub status: bool,
 }
 
 /// What shows progress while recording.
@@ -54,11 +56,12 @@ enum Live {
 }
 
 impl Live {
-    /// `fsprof top`'s view if `top` has a title and stdout is a terminal, else the status line.
-    fn new(top: Option<String>) -> Live {
+    /// `fsprof top`'s view if `top` has a title and stdout is a terminal, else the status line
+    /// (drawn only if `status`).
+    fn new(top: Option<String>, status: bool) -> Live {
         match top.and_then(|title| Top::new(title).ok()) {
             Some(top) => Live::Top(Box::new(top)),
-            None => Live::Status(Status::new()),
+            None => Live::Status(Status::new(status)),
         }
     }
 
@@ -139,7 +142,7 @@ fn sample_until_stopped(
     let start = Instant::now();
     let mut next = start;
     let mut current = period;
-    let mut live = Live::new(schedule.top.clone());
+    let mut live = Live::new(schedule.top.clone(), schedule.status);
     // Fault injection for tests: a panic in the middle of recording, to prove that the target is
     // released (detached, running) when fsprof fails.
     let panic_after: Option<u64> = std::env::var("FSPROF_TEST_PANIC_AFTER_TICKS")

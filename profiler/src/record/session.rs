@@ -116,7 +116,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
 
     let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
     let mut status: Option<ExitStatus> = None;
-    let schedule = schedule(options, &signals, &program_name(name), pid);
+    let schedule = schedule(options, &signals, (&program_name(name), pid), true);
     let mut end = schedule::record(&mut sampler, schedule, |sampler| {
         if signals.any() {
             return Some(End::Interrupted);
@@ -204,7 +204,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     }
     let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
     let mut next_check = Instant::now();
-    let schedule = schedule(options, &signals, &name, pid);
+    let schedule = schedule(options, &signals, (&name, pid), false);
     let end = schedule::record(&mut sampler, schedule, |_| {
         if signals.any() {
             return Some(End::Interrupted);
@@ -407,9 +407,17 @@ fn check_backend(options: &RecordOptions) -> Result<()> {
     Ok(())
 }
 
-/// The loop's schedule for recording program `name`, process `pid`.
-fn schedule(options: &RecordOptions, signals: &Signals, name: &str, pid: u32) -> Schedule {
+/// The loop's schedule for recording program `name`, process `pid`; `launched`: `run`'s
+/// program, which writes to fsprof's terminal unless its stdout is redirected.
+fn schedule(
+    options: &RecordOptions,
+    signals: &Signals,
+    (name, pid): (&str, u32),
+    launched: bool,
+) -> Schedule {
+    use std::io::IsTerminal;
     Schedule {
+        status: !launched || !std::io::stdout().is_terminal(),
         rate_hz: options.rate_hz,
         duration: options.duration,
         suspend: Arc::clone(&signals.suspend),

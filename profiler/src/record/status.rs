@@ -1,7 +1,9 @@
 //! The status line while recording: once a second, on stderr when it is a terminal, how long
 //! fsprof has recorded, its samples and threads, and the features with the most time so far
 //! (`fsprof: 12 s · 3021 samples · 4 threads · output 54% · parsing 21%`), cleared when
-//! recording stops. Nothing when stderr is not a terminal, or with `FSPROF_NO_STATUS=1`.
+//! recording stops. Nothing when stderr is not a terminal, with `FSPROF_NO_STATUS=1`, or when
+//! the caller says not (`run` of a program whose output goes to the terminal: the line would
+//! be drawn over it).
 //!
 //! It reads the profile being built (`progress.rs`); it does not change it. `top.rs` is the
 //! full-screen view of the same (`fsprof top`).
@@ -25,11 +27,13 @@ pub struct Status {
 }
 
 impl Status {
-    /// A status line for a recording starting now; enabled when stderr is a terminal.
-    pub fn new() -> Status {
+    /// A status line for a recording starting now; enabled if `wanted` and stderr is a
+    /// terminal.
+    pub fn new(wanted: bool) -> Status {
         let start = Instant::now();
         Status {
-            enabled: std::io::stderr().is_terminal()
+            enabled: wanted
+                && std::io::stderr().is_terminal()
                 && std::env::var_os("FSPROF_NO_STATUS").is_none_or(|v| v != "1"),
             start,
             next: start + EVERY,
@@ -61,12 +65,6 @@ impl Status {
             let _ = stderr.flush();
             self.shown = false;
         }
-    }
-}
-
-impl Default for Status {
-    fn default() -> Status {
-        Status::new()
     }
 }
 
