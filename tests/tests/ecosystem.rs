@@ -57,6 +57,20 @@ fn pprof_ms(file: &Path, filter: Option<String>) -> (f64, f64) {
     }
 }
 
+/// `fsprof report DIR --format FORMAT -o DIR/NAME`; returns the file's path.
+fn report_file(dir: &Path, format: &str, name: &str) -> std::path::PathBuf {
+    let file = dir.join(name);
+    let status = Command::new(fsprof())
+        .arg("report")
+        .arg(dir)
+        .args(["--format", format, "-o"])
+        .arg(&file)
+        .status()
+        .unwrap();
+    assert!(status.success(), "fsprof report --format {format} failed");
+    file
+}
+
 /// `text` as a Go regular expression matching exactly it.
 fn exactly(text: &str) -> String {
     let mut out = String::from("^");
@@ -78,15 +92,7 @@ fn a_pprof_profile_shows_in_go_tool_pprof_what_the_report_says_by_feature_and_in
     }
     let dir = tempdir();
     run_target_with_agent(dir.path(), "mixed", 2.0);
-    let file = dir.path().join("profile.pb.gz");
-    let status = Command::new(fsprof())
-        .arg("report")
-        .arg(dir.path())
-        .args(["--format", "pprof", "-o"])
-        .arg(&file)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let file = report_file(dir.path(), "pprof", "profile.pb.gz");
     let report = report_json(dir.path());
     let close = |a: f64, b: f64| (a - b).abs() <= 0.02 + b * 1e-6;
     let (_, all) = pprof_ms(&file, None);
@@ -314,15 +320,7 @@ fn a_speedscope_file_follows_speedscopes_schema_and_adds_up_to_the_report() {
     }
     let dir = tempdir();
     run_target_with_agent(dir.path(), "pair", 2.0);
-    let file = dir.path().join("profile.speedscope.json");
-    let status = Command::new(fsprof())
-        .arg("report")
-        .arg(dir.path())
-        .args(["--format", "speedscope", "-o"])
-        .arg(&file)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let file = report_file(dir.path(), "speedscope", "profile.speedscope.json");
     let schema =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("data/speedscope-file-format-schema.json");
     // Valid, and the validator is not blind: the same file without its frames is refused.
