@@ -372,7 +372,34 @@ pub mod raw {
 
     /// A mark pushed by [`push_call_site_unless_nested`].
     #[derive(Clone, Copy)]
+    #[repr(transparent)]
     pub struct CallSiteMark(stack::Placed);
+
+    /// What assembly needs to pop a [`CallSiteMark`] itself, as [`CallSiteMark::pop`] does, in
+    /// a few instructions and no call (the agent's trampolines, after a system call, where a
+    /// call and its return cost about a nanosecond): given the mark's words in memory,
+    /// ```text
+    /// if THREAD_STATE[STATE_SLOT] == mark[MARK_SLOT]                      (a 64-bit compare)
+    ///     && slot[SLOT_DEPTH] == mark[MARK_INDEX] + 1 { slot[SLOT_DEPTH] = mark[MARK_INDEX] }
+    /// ```
+    /// (32-bit loads and store; `slot` is the mark's slot pointer; a plain store is a release on
+    /// x86-64). `THREAD_STATE` is the calling module's initial-exec thread-local block: a `sym`
+    /// operand, reached as `fs:[0] + [rip + sym@GOTTPOFF]`.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    pub mod assembly_pop {
+        use crate::{abi::Slot, stack::Placed, thread_state::ThreadState};
+        use core::mem::offset_of;
+
+        pub use crate::thread_state::BLOCK as THREAD_STATE;
+        /// Offset of the thread's slot pointer in `THREAD_STATE`.
+        pub const STATE_SLOT: usize = offset_of!(ThreadState, slot);
+        /// Offset of the slot pointer in a [`super::CallSiteMark`].
+        pub const MARK_SLOT: usize = offset_of!(Placed, slot);
+        /// Offset of the mark's index (32 bits) in a [`super::CallSiteMark`].
+        pub const MARK_INDEX: usize = offset_of!(Placed, index);
+        /// Offset of the depth (32 bits) in a slot.
+        pub const SLOT_DEPTH: usize = offset_of!(Slot, depth);
+    }
 
     impl CallSiteMark {
         /// Pops this mark if it is still the calling thread's innermost one (else does nothing).

@@ -261,11 +261,13 @@ pub enum NotPushed {
     Skipped,
 }
 
-/// Where [`push_unless_nested`] pushed a mark: its thread's slot and the mark's index.
+/// Where [`push_unless_nested`] pushed a mark: its thread's slot and the mark's index. `repr(C)`:
+/// the agent's trampolines pop it in assembly (see `raw::assembly_pop`).
 #[derive(Clone, Copy)]
+#[repr(C)]
 pub(crate) struct Placed {
-    slot: *mut Slot,
-    index: u32,
+    pub(crate) slot: *mut Slot,
+    pub(crate) index: u32,
 }
 
 /// Pops the mark [`push_unless_nested`] placed, if it is still the calling thread's innermost

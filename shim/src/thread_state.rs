@@ -52,6 +52,9 @@ pub(crate) fn with<R>(f: impl FnOnce(&ThreadState) -> R) -> Option<R> {
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub use imp::BLOCK;
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod imp {
     use super::ThreadState;
 
@@ -85,6 +88,14 @@ mod imp {
         ".popsection",
         size = const core::mem::size_of::<ThreadState>(),
     );
+
+    extern "C" {
+        /// The block, for a `sym` operand of assembly that reaches it itself (the agent's
+        /// trampolines: see `raw::assembly_pop`).
+        /// Declared as a word: only its address is used.
+        #[link_name = block!()]
+        pub static BLOCK: u64;
+    }
 
     #[inline(always)]
     pub(super) fn with<R>(f: impl FnOnce(&ThreadState) -> R) -> Option<R> {

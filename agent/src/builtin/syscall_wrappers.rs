@@ -39,8 +39,9 @@ use super::{enter_fast, Caller, Entry, Real, HOT};
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use fsprof_shim::raw::CallSiteMark;
 
-/// What the trampoline keeps in its frame between [`enter`] and [`leave`] (24 bytes there).
-pub(super) type Token = Option<CallSiteMark>;
+/// What the trampoline keeps in its frame between [`enter`] and [`leave`] (24 bytes there):
+/// the mark, written by [`enter`] when it marks, and read only then.
+pub(super) type Token = core::mem::MaybeUninit<CallSiteMark>;
 
 const _: () = assert!(core::mem::size_of::<Token>() <= 24);
 const _: () = assert!(core::mem::align_of::<Token>() <= 8);
@@ -100,7 +101,7 @@ pub(super) unsafe extern "C" fn enter(
     if address != 0 {
         match enter_fast(feature, caller, false) {
             Entry::Marked(marked) => {
-                token.write(Some(marked.keep()));
+                token.write(core::mem::MaybeUninit::new(marked.keep()));
                 return Entered {
                     real: address,
                     marked: 1,
@@ -130,7 +131,7 @@ unsafe fn enter_slow(
     let address = real.get();
     match super::enter(feature, caller, false) {
         Some(marked) => {
-            token.write(Some(marked.keep()));
+            token.write(core::mem::MaybeUninit::new(marked.keep()));
             Entered {
                 real: address,
                 marked: 1,
@@ -149,9 +150,7 @@ unsafe fn enter_slow(
 /// # Safety
 /// `token` is the one [`enter`] wrote, on the same thread.
 pub(super) unsafe extern "C" fn leave(token: *const Token) {
-    if let Some(mark) = *token {
-        mark.pop();
-    }
+    (*token).assume_init().pop();
 }
 
 /// Chooses the trampolines' return form (see the module's documentation); called by the
@@ -317,16 +316,17 @@ macro_rules! interpose_syscall {
                 "call r11",
                 "24:",
                 ".cfi_remember_state",
-                "push rax",
-                ".cfi_adjust_cfa_offset 8",
-                "sub rsp, 8",
-                ".cfi_adjust_cfa_offset 8",
-                "lea rdi, [rsp + 16]",
-                "call {leave}",
-                "add rsp, 8",
-                ".cfi_adjust_cfa_offset -8",
-                "pop rax",
-                ".cfi_adjust_cfa_offset -8",
+                // Pops the mark as `leave` would, without calling it (`raw::assembly_pop`).
+                "mov r10, qword ptr [rip + {state}@GOTTPOFF]",
+                "mov rcx, qword ptr fs:[r10 + {state_slot}]",
+                "cmp rcx, qword ptr [rsp + {mark_slot}]",
+                "jne 29f",
+                "mov edx, dword ptr [rsp + {mark_index}]",
+                "lea r10d, [rdx + 1]",
+                "cmp dword ptr [rcx + {slot_depth}], r10d",
+                "jne 29f",
+                "mov dword ptr [rcx + {slot_depth}], edx",
+                "29:",
                 "add rsp, 24",
                 ".cfi_adjust_cfa_offset -24",
                 "test byte ptr [rip + {hot} + {jump_offset}], 1",
@@ -378,6 +378,11 @@ macro_rules! interpose_syscall {
                 jump_offset = const core::mem::offset_of!(Hot, return_by_jump),
                 enter = sym syscall_wrappers::enter,
                 leave = sym syscall_wrappers::leave,
+                state = sym fsprof_shim::raw::assembly_pop::THREAD_STATE,
+                state_slot = const fsprof_shim::raw::assembly_pop::STATE_SLOT,
+                mark_slot = const fsprof_shim::raw::assembly_pop::MARK_SLOT,
+                mark_index = const fsprof_shim::raw::assembly_pop::MARK_INDEX,
+                slot_depth = const fsprof_shim::raw::assembly_pop::SLOT_DEPTH,
                 resume = sym syscall_wrappers::_Unwind_Resume,
             )
         }
