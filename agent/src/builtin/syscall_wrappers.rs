@@ -17,7 +17,8 @@
 //! 3. marked, it calls the real function. Where returns are mispredicted after system calls it
 //!    instead pushes the return address itself and jumps, so that the real function's `ret`
 //!    pops the caller's entry of the return stack buffer (mispredicted, as without the agent);
-//! 4. after the real function it calls [`leave`] (a new, predicted call) to pop the mark, and
+//! 4. after the real function it pops the mark itself, in a few instructions and no call
+//!    (`fsprof_shim::raw::assembly_pop`: calling [`leave`] there cost about 1.5 ns more), and
 //!    returns to the caller: with `ret`, or, where returns are mispredicted, with `pop; jmp`,
 //!    which the indirect-branch predictor predicts. The return stack buffer stays balanced
 //!    either way: a CPU whose buffer survives system calls (most Intel ones) keeps the `call`
@@ -51,7 +52,7 @@ const _: () = assert!(core::mem::align_of::<Token>() <= 8);
 pub(super) struct Entered {
     /// The real function's address.
     real: usize,
-    /// Nonzero when a mark was pushed (its token written): the trampoline must call [`leave`].
+    /// Nonzero when a mark was pushed (its token written): the trampoline must pop it.
     marked: usize,
 }
 
@@ -144,8 +145,8 @@ unsafe fn enter_slow(
     }
 }
 
-/// Called by a trampoline after the real function (also when the call unwinds): pops the mark
-/// [`enter`] pushed.
+/// Called by a trampoline's landing pad when the real function unwinds (a cancelled thread):
+/// pops the mark [`enter`] pushed. (After a return the trampoline pops it inline, the same way.)
 ///
 /// # Safety
 /// `token` is the one [`enter`] wrote, on the same thread.
@@ -253,12 +254,13 @@ pub(super) use restore_registers;
 /// The frame, from the entry stack pointer E (where the caller's return address is): the token
 /// at E-24..E; while `enter` runs, the saved registers below it and, for an odd count, a word of
 /// padding (calls need rsp 16-aligned: it is E-88 (7 registers) or E-56 (4) before `enter`'s
-/// call, E-24 before the real function's, E-40 before `leave`'s). Labels: 22 the start, 23..24
-/// the real call (the landing pad's range), 25 the landing pad, 26 marked, 27 the call form, 28
-/// the jump form's return, 30..31 the LSDA's call-site table.
+/// call, E-24 before the real function's, E-40 before the landing pad's call of `leave`).
+/// Labels: 22 the start, 23..24 the real call (the landing pad's range), 25 the landing pad, 26
+/// marked, 27 the call form, 28 the jump form's return, 29 after the inline pop, 30..31 the
+/// LSDA's call-site table.
 ///
-/// Only for functions whose arguments are all in registers and whose result is in `rax`
-/// (`leave` may change `rdx` and the vector registers).
+/// Only for functions whose arguments are all in registers and whose result is in `rax` (the
+/// inline pop changes `rcx`, `rdx` and `r10`).
 macro_rules! interpose_syscall {
     (list $list:ident; registers $registers:tt; $($feature:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
         /// The real functions of this group, resolved by the constructor.
