@@ -45,6 +45,11 @@ enum Cmd {
         /// $XDG_CACHE_HOME/fsprof, ~/.cache/fsprof by default; `fsprof agent` prints its path).
         #[arg(long)]
         no_agent: bool,
+        /// Record the program's process alone. By default `run` also records every process the
+        /// program starts (fork, exec, posix_spawn: a shell script's commands, `make -j`'s
+        /// compilers), each with its own sampler, and reports them per process and together.
+        #[arg(long)]
+        no_follow: bool,
         /// The program and its arguments (after `--`).
         #[arg(
             required = true,
@@ -74,6 +79,10 @@ enum Cmd {
         record: RecordArgs,
         /// Process id of the target.
         pid: u32,
+        /// Also record the process's children, those running now and those it starts, each
+        /// with its own sampler (reported per process and together).
+        #[arg(long)]
+        children: bool,
     },
     /// Re-render a saved profile: the report, folded stacks, pprof, or a flamegraph.
     Report {
@@ -105,6 +114,10 @@ enum Cmd {
         /// Only this thread's samples (its name, or its id), in any format.
         #[arg(long, value_name = "NAME|TID")]
         thread: Option<String>,
+        /// Only this process's samples (its id, or its program's name), in any format: for a
+        /// recording that followed the program's children (see the report's Processes table).
+        #[arg(long, value_name = "PID|PROGRAM")]
+        process: Option<String>,
     },
     /// Compare two saved profiles (the same program at two input sizes, before and after a
     /// change): each feature's and instance's time in A and in B, the change and the ratio.
@@ -284,6 +297,8 @@ pub struct ReportOptions {
     pub boundaries: Option<PathBuf>,
     /// Only the samples of the thread of this name or id.
     pub thread: Option<String>,
+    /// Only the samples of the process of this id or program.
+    pub process: Option<String>,
 }
 
 impl From<RecordArgs> for RecordOptions {
@@ -298,6 +313,7 @@ impl From<RecordArgs> for RecordOptions {
             agent: false,
             debug_dirs: args.debug_dir,
             top: None,
+            follow: false,
         }
     }
 }
@@ -322,11 +338,13 @@ impl Cli {
             Cmd::Run {
                 record,
                 no_agent,
+                no_follow,
                 program,
             } => Command::Run {
                 program,
                 options: RecordOptions {
                     agent: !no_agent,
+                    follow: !no_follow,
                     ..record.into()
                 },
             },
@@ -356,9 +374,16 @@ impl Cli {
                     }
                 }
             }
-            Cmd::Attach { record, pid } => Command::Attach {
+            Cmd::Attach {
+                record,
                 pid,
-                options: record.into(),
+                children,
+            } => Command::Attach {
+                pid,
+                options: RecordOptions {
+                    follow: children,
+                    ..record.into()
+                },
             },
             Cmd::Report {
                 path,
@@ -369,6 +394,7 @@ impl Cli {
                 flamegraph,
                 boundaries,
                 thread,
+                process,
             } => {
                 if features_only && flamegraph.is_none() && format != Format::Folded {
                     return Err(
@@ -386,6 +412,7 @@ impl Cli {
                         flamegraph,
                         boundaries,
                         thread,
+                        process,
                     },
                 }
             }

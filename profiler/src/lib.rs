@@ -29,10 +29,11 @@ pub(crate) fn text_report(profile: &profile::Profile, view: TimeView) -> String 
     let report = analysis::analyse(profile, view);
     let functions = analysis::functions(profile, view);
     let threads = analysis::thread_times(profile, view);
+    let processes = analysis::process_times(profile, view);
     render::text::render(
         &report,
         &functions,
-        &threads,
+        (&threads, &processes),
         &profile.meta,
         profile.threads.len(),
     )
@@ -80,6 +81,9 @@ pub fn diff(paths: &[PathBuf; 2], options: &DiffOptions) -> Result<Vec<u8>> {
 /// boundary graph or `--output`, writes the file and returns nothing to print.
 pub fn report(path: &Path, options: &ReportOptions) -> Result<Vec<u8>> {
     let mut profile = profile::Profile::load(path)?;
+    if let Some(which) = &options.process {
+        analysis::keep_process(&mut profile, which).map_err(anyhow::Error::msg)?;
+    }
     if let Some(which) = &options.thread {
         analysis::keep_thread(&mut profile, which).map_err(anyhow::Error::msg)?;
     }
@@ -125,6 +129,13 @@ pub fn report(path: &Path, options: &ReportOptions) -> Result<Vec<u8>> {
                 .map(|t| {
                     serde_json::json!({"name": t.name, "tid": t.tid, "ms": t.ns as f64 / 1e6,
                                        "percent": report.percent(t.ns)})
+                })
+                .collect();
+            value["processes"] = analysis::process_times(&profile, view)
+                .iter()
+                .map(|p| {
+                    serde_json::json!({"pid": p.pid, "parent": p.parent, "command": p.command,
+                                       "ms": p.ns as f64 / 1e6, "percent": report.percent(p.ns)})
                 })
                 .collect();
             let mut json = serde_json::to_string_pretty(&value)?;

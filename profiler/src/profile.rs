@@ -95,10 +95,27 @@ pub struct Profile {
     /// profiles from before 2026-11-26 and in those without native stacks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub modules: Vec<ModuleFile>,
+    /// The processes recorded, the program first, when `run` followed its children (or `attach
+    /// --children` a process's): a thread's and an image's `process` index this. Empty when
+    /// one process was recorded (the one `meta.pid` names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<Process>,
+}
+
+/// A process of a recording that followed a program's children (see [`Profile::processes`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Process {
+    /// Its id.
+    pub pid: u32,
+    /// The id of the process it was found as a child of; absent for the program itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u32>,
+    /// Its command line when recording began (after any `exec` the program it was running).
+    pub command: Vec<String>,
 }
 
 /// A file native frames were found in (see [`Profile::modules`]).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ModuleFile {
     /// Its file name, as frames' `module` give it (`[vdso]` for the vdso).
     pub name: String,
@@ -124,6 +141,9 @@ pub struct LaterBranch {
 pub struct Image {
     /// The process's name while it ran (`/proc/PID/comm`).
     pub name: String,
+    /// Index into [`Profile::processes`]: the process that ran it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub process: u32,
 }
 
 /// How and when a profile was recorded. In the saved file its parts are one object (their
@@ -375,6 +395,9 @@ pub struct Thread {
     pub tid: u32,
     /// Name when first seen.
     pub name: String,
+    /// Index into [`Profile::processes`]: the process it belongs to.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub process: u32,
 }
 
 /// Samples of one thread with one mark stack.
@@ -404,6 +427,17 @@ fn is_zero(value: &u32) -> bool {
 }
 
 impl Profile {
+    /// Whether image `image` is the last its process ran (true for an image not in the table:
+    /// older profiles have none).
+    pub fn is_last_image(&self, image: u32) -> bool {
+        let Some(this) = self.images.get(image as usize) else {
+            return true;
+        };
+        !self.images[image as usize + 1..]
+            .iter()
+            .any(|later| later.process == this.process)
+    }
+
     /// For each payload id, the instance it counts for: the first payload with the same text
     /// (alternatives tried at different offsets are one instance).
     pub fn instance_ids(&self) -> Vec<u32> {
@@ -543,4 +577,6 @@ impl Profile {
 }
 
 mod builder;
+mod merge;
 pub use builder::{ProfileBuilder, RawNativeStack};
+pub use merge::merge;

@@ -210,7 +210,9 @@ fn own_feature_against_truth(name: &str, feature_name: &str) -> (Value, Value) {
     let build = tempdir();
     let program = build_c_with_agent(build.path(), name);
     let (dir, _) = run_built(&program.exe, "3", &[], &[]);
-    let report = report_json(dir.path());
+    // The program's process alone: its truth is its own (`full_pipe`'s reader is a child).
+    let pid = report_json(dir.path())["meta"]["pid"].to_string();
+    let report = report_json_with(dir.path(), &["--process", &pid]);
     let truth = truth(dir.path());
     let expected = truth["features"][feature_name]["ms"].as_f64().unwrap() * 100.0
         / truth["total_ms"].as_f64().unwrap();
@@ -488,7 +490,7 @@ fn a_stack_from_before_an_exec_is_never_shown_after_it() {
     for _ in 0..3 {
         let dir = tempdir();
         let output = Command::new(fsprof())
-            .args(["run", "--rate", ACCURACY_RATE, "-o"])
+            .args(["run", "--no-follow", "--rate", ACCURACY_RATE, "-o"])
             .arg(dir.path())
             .args([
                 "--",

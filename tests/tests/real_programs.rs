@@ -88,7 +88,10 @@ fn python_against_truth(program: &[&std::ffi::OsStr]) -> (tempfile::TempDir, Str
     let mut command = program.to_vec();
     command.extend([script.as_os_str(), "3".as_ref(), truth_path.as_os_str()]);
     let stderr = run(dir.path(), &[], &[], &command);
-    let report = report_json(dir.path());
+    // The program's process: the script's truth is its own, not that of the processes the
+    // wrapper and the script start (a wrapper's subshell waiting for its `sleep`).
+    let pid = report_json(dir.path())["meta"]["pid"].to_string();
+    let report = report_json_with(dir.path(), &["--process", &pid]);
     let truth = truth(dir.path());
     let expected = truth["features"]["output"]["ms"].as_f64().unwrap() * 100.0
         / truth["total_ms"].as_f64().unwrap();

@@ -347,12 +347,14 @@ fn count_native(report: &mut FeatureReport, profile: &Profile, group: &SampleGro
 /// Whether `group`'s program image counts in `view`: in the default view, only the last image a
 /// process ran (a wrapper script's time before it `exec`s the program is reported apart).
 fn counts_image(profile: &Profile, view: TimeView, group: &SampleGroup) -> bool {
-    view == TimeView::All || group.image as usize + 1 >= profile.images.len()
+    view == TimeView::All || profile.is_last_image(group.image)
 }
 
-/// The time of each program image, when there were several.
+/// The time of each program image the program's process ran (not its children's), when there
+/// were several.
 fn image_times(profile: &Profile, view: TimeView) -> Vec<ImageTime> {
-    if profile.images.len() < 2 {
+    let own = |image: &crate::profile::Image| image.process == 0;
+    if profile.images.iter().filter(|image| own(image)).count() < 2 {
         return Vec::new();
     }
     let mut times: Vec<ImageTime> = profile
@@ -372,6 +374,11 @@ fn image_times(profile: &Profile, view: TimeView) -> Vec<ImageTime> {
             time.counted = counts_image(profile, view, group);
         }
     }
+    let mut index = 0;
+    times.retain(|_| {
+        index += 1;
+        own(&profile.images[index - 1])
+    });
     if let Some(last) = times.last_mut() {
         last.counted = true;
     }

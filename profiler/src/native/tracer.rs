@@ -30,6 +30,16 @@ const STOP_TIMEOUT: Duration = Duration::from_micros(500);
 const DETACH_TIMEOUT: Duration = Duration::from_millis(500);
 /// Rounds of detaching threads that did not stop in time.
 const DETACH_ROUNDS: usize = 3;
+/// Tracers alive in fsprof (one per process recorded, each on its own thread: see
+/// `record/tree.rs`). Each waits only for its own thread's tracees (`__WNOTHREAD`), but SIGCHLD
+/// goes to the process, and one tracer's wait may take the signal another's tracee raised: with
+/// more than one tracer, waits for SIGCHLD are cut short ([`SHARED_WAIT`], [`SHARED_SLEEP`]) so
+/// that a stop whose signal went elsewhere is seen soon all the same.
+static TRACERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Longest wait for a sampled thread's SIGCHLD when several tracers are alive.
+const SHARED_WAIT: Duration = Duration::from_micros(50);
+/// Longest sleep between ticks without looking at events when several tracers are alive.
+const SHARED_SLEEP: Duration = Duration::from_millis(1);
 
 #[derive(Default)]
 struct Traced {
@@ -100,6 +110,7 @@ impl Tracer {
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
             old
         };
+        TRACERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Tracer {
             pid,
             threads: HashMap::new(),
@@ -140,7 +151,13 @@ impl Tracer {
         loop {
             let mut status = 0;
             // SAFETY: waitpid with a valid status pointer.
-            let tid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) };
+            let tid = unsafe {
+                libc::waitpid(
+                    -1,
+                    &mut status,
+                    libc::__WALL | libc::__WNOTHREAD | libc::WNOHANG,
+                )
+            };
             if tid <= 0 {
                 return;
             }
@@ -158,9 +175,10 @@ impl Tracer {
         }
     }
 
-    /// Sleeps until a tracee changes state (then [`Tracer::poll`] has work) or `timeout` passes.
+    /// Sleeps until a tracee changes state (then [`Tracer::poll`] has work) or `timeout` passes
+    /// (or, with other tracers alive, [`SHARED_SLEEP`]).
     pub fn wait_for_event(&self, timeout: Duration) {
-        wait_for_sigchld(timeout);
+        wait_for_sigchld(timeout, SHARED_SLEEP);
     }
 
     /// Handles one event of a thread outside a sample.
@@ -245,7 +263,13 @@ impl Tracer {
             loop {
                 let mut status = 0;
                 // SAFETY: waitpid with a valid status pointer.
-                let got = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) };
+                let got = unsafe {
+                    libc::waitpid(
+                        -1,
+                        &mut status,
+                        libc::__WALL | libc::__WNOTHREAD | libc::WNOHANG,
+                    )
+                };
                 if got == tid as libc::pid_t {
                     return Some(status);
                 }
@@ -262,7 +286,7 @@ impl Tracer {
             if now >= deadline {
                 return None;
             }
-            wait_for_sigchld(deadline - now);
+            wait_for_sigchld(deadline - now, SHARED_WAIT);
         }
     }
 
@@ -324,6 +348,7 @@ impl Tracer {
 impl Drop for Tracer {
     fn drop(&mut self) {
         self.detach_all();
+        TRACERS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: restores the mask saved in `new`.
         unsafe {
             libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut());
@@ -371,8 +396,14 @@ fn registers(tid: u32) -> Option<Registers> {
     }
 }
 
-/// Sleeps until a SIGCHLD arrives (a tracee changed state) or `timeout` passes.
-fn wait_for_sigchld(timeout: Duration) {
+/// Sleeps until a SIGCHLD arrives (a tracee changed state) or `timeout` passes; no longer than
+/// `shared` while other tracers are alive (see [`TRACERS`]).
+fn wait_for_sigchld(timeout: Duration, shared: Duration) {
+    let timeout = if TRACERS.load(std::sync::atomic::Ordering::Relaxed) > 1 {
+        timeout.min(shared)
+    } else {
+        timeout
+    };
     // SAFETY: sigtimedwait with valid set and timespec; SIGCHLD is blocked in this thread.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();

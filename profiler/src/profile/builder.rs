@@ -73,7 +73,11 @@ impl ProfileBuilder {
             return *id;
         }
         let id = self.threads.len() as u32;
-        self.threads.push(Thread { tid, name: name() });
+        self.threads.push(Thread {
+            tid,
+            name: name(),
+            process: 0,
+        });
         self.thread_ids.insert(tid, id);
         id
     }
@@ -109,7 +113,7 @@ impl ProfileBuilder {
     /// image; each later one follows an `exec`).
     pub fn image(&mut self, name: String) {
         if self.images.len() < u16::MAX as usize {
-            self.images.push(Image { name });
+            self.images.push(Image { name, process: 0 });
         }
     }
 
@@ -255,6 +259,7 @@ impl ProfileBuilder {
             images: self.images,
             later_branches,
             modules: Vec::new(),
+            processes: Vec::new(),
         }
     }
 }

@@ -16,3 +16,4 @@ pub mod schedule;
 pub mod session;
 pub mod status;
 pub mod top;
+pub mod tree;

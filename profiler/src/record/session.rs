@@ -12,6 +12,7 @@ use crate::profile::{Meta, Profile};
 use crate::record::agent;
 use crate::record::sampler::{Sampler, SamplerOptions};
 use crate::record::schedule::{self, End, Schedule};
+use crate::record::tree::{self, Tree};
 use crate::render;
 use crate::target::names;
 use crate::target::process;
@@ -68,6 +69,9 @@ pub struct RecordOptions {
     pub debug_dirs: Vec<PathBuf>,
     /// `fsprof top`: show the live view (this title) and write no output.
     pub top: Option<String>,
+    /// Record the program's child processes too (`run` unless `--no-follow`; `attach
+    /// --children`).
+    pub follow: bool,
 }
 
 impl RecordOptions {
@@ -115,11 +119,15 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     let descriptors = process::raise_open_file_limit();
 
     let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
+    let mut tree = follow(pid, descriptors, options, "run");
     let mut status: Option<ExitStatus> = None;
     let schedule = schedule(options, &signals, (&program_name(name), pid), true);
     let mut end = schedule::record(&mut sampler, schedule, |sampler| {
         if signals.any() {
             return Some(End::Interrupted);
+        }
+        if let Some(tree) = &mut tree {
+            tree.poll();
         }
         if options.native {
             // The program is traced: only the tracer may wait for it (a wait here could take a
@@ -136,6 +144,9 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
             _ => None,
         }
     });
+    if let Some(tree) = &tree {
+        tree.stop();
+    }
     if status.is_none() {
         status = sampler.exit_status(); // collected while detaching
     }
@@ -152,11 +163,14 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         );
     }
 
-    let command = program
+    let command: Vec<String> = program
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let mut profile = sampler.finish(meta("run", command, pid, options, &end));
+    let mut profile = sampler.finish(meta("run", command.clone(), pid, options, &end));
+    if let Some(tree) = tree {
+        profile = tree.finish(profile, command);
+    }
     if let Some(note) = preload.note() {
         profile.meta.notes.push(note);
     }
@@ -203,11 +217,15 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         );
     }
     let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
+    let mut tree = follow(pid, descriptors, options, "attach");
     let mut next_check = Instant::now();
     let schedule = schedule(options, &signals, (&name, pid), false);
     let end = schedule::record(&mut sampler, schedule, |_| {
         if signals.any() {
             return Some(End::Interrupted);
+        }
+        if let Some(tree) = &mut tree {
+            tree.poll();
         }
         // A zombie still lists its threads; look at its state now and then.
         if Instant::now() >= next_check {
@@ -218,9 +236,15 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         }
         None
     });
+    if let Some(tree) = &tree {
+        tree.stop();
+    }
     crate::record::privilege::drop_all(); // no kernel object is made after recording
-    let meta = meta("attach", command, pid, options, &end);
-    let profile = sampler.finish(meta);
+    let meta = meta("attach", command.clone(), pid, options, &end);
+    let mut profile = sampler.finish(meta);
+    if let Some(tree) = tree {
+        profile = tree.finish(profile, command);
+    }
     match &dir {
         Some(dir) => write_outputs(dir, profile),
         None => Ok(()),
@@ -383,6 +407,21 @@ impl Signals {
     fn any(&self) -> bool {
         self.interrupted.load(Ordering::Relaxed) || self.terminated.load(Ordering::Relaxed)
     }
+}
+
+/// The follower of `pid`'s children when the options ask for one (not in `fsprof top`).
+fn follow(pid: u32, descriptors: usize, options: &RecordOptions, mode: &str) -> Option<Tree> {
+    if !options.follow || options.top.is_some() {
+        return None;
+    }
+    let sampling = tree::Sampling {
+        options: sampler_options(options),
+        rate_hz: options.rate_hz,
+        // The program's sampler keeps most: a child seldom has as many threads.
+        descriptors: descriptors / 8,
+        meta: meta(mode, Vec::new(), 0, options, &End::Interrupted),
+    };
+    Some(Tree::new(pid, sampling))
 }
 
 fn sampler_options(options: &RecordOptions) -> SamplerOptions {

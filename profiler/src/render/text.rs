@@ -29,7 +29,8 @@
 //! parent (see `analysis/tree.rs`), indented by depth.
 
 use crate::analysis::{
-    BranchCost, CallPath, Edge, FeatureReport, FunctionReport, ThreadTime, TimeView, TreeNode,
+    BranchCost, CallPath, Edge, FeatureReport, FunctionReport, ProcessTime, ThreadTime, TimeView,
+    TreeNode,
 };
 use crate::profile::Meta;
 use std::fmt::Write;
@@ -124,11 +125,12 @@ fn describe_images(report: &FeatureReport) -> Option<String> {
 pub fn render(
     report: &FeatureReport,
     functions: &FunctionReport,
-    thread_times: &[ThreadTime],
+    (thread_times, processes): (&[ThreadTime], &[ProcessTime]),
     meta: &Meta,
     threads: usize,
 ) -> String {
-    let mut out = header(report, meta, threads);
+    let mut out = header(report, meta, (threads, processes.len()));
+    process_table(&mut out, report, processes);
     feature_tables(&mut out, report);
     super::functions::text(&mut out, functions, report.features.is_empty());
     thread_table(&mut out, report, thread_times);
@@ -140,6 +142,41 @@ pub fn render(
         }
     }
     out
+}
+
+/// How the time counted divides between processes, when the recording followed the program's
+/// children: the twenty with the most.
+fn process_table(out: &mut String, report: &FeatureReport, processes: &[ProcessTime]) {
+    if processes.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Processes: {} (the program and its children; the tables below add them up; `fsprof report --process PID|PROGRAM` shows one):",
+        processes.len()
+    );
+    for process in processes.iter().take(20) {
+        let command: String = process.command.chars().take(100).collect();
+        let parent = match process.parent {
+            Some(parent) => format!(", child of {parent}"),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:5.1}%  {:>7} ms  pid {}{parent}: {command}",
+            report.percent(process.ns),
+            ms(process.ns),
+            process.pid,
+        );
+    }
+    if processes.len() > 20 {
+        let _ = writeln!(
+            out,
+            "  ({} more processes with less time)",
+            processes.len() - 20
+        );
+    }
+    let _ = writeln!(out);
 }
 
 /// How the time counted divides between threads, when more than one has some: the ten with
@@ -173,12 +210,16 @@ fn thread_table(out: &mut String, report: &FeatureReport, threads: &[ThreadTime]
 }
 
 /// The lines above the tables: what was recorded, how time is counted, and why there is no table.
-fn header(report: &FeatureReport, meta: &Meta, threads: usize) -> String {
+fn header(report: &FeatureReport, meta: &Meta, (threads, processes): (usize, usize)) -> String {
     let mut out = String::new();
     let program = meta.command.first().map(String::as_str).unwrap_or("?");
+    let processes = match processes {
+        0 | 1 => String::new(),
+        n => format!(" in {n} processes"),
+    };
     let _ = writeln!(
         out,
-        "fsprof: {} sample{} of {} thread{} of {program} (pid {}) over {:.2} s at {} Hz; {}",
+        "fsprof: {} sample{} of {} thread{}{processes} of {program} (pid {}) over {:.2} s at {} Hz; {}",
         report.samples,
         if report.samples == 1 { "" } else { "s" },
         threads,
@@ -558,7 +599,7 @@ mod tests {
         let text = render(
             &analyse(&p, TimeView::Active),
             &FunctionReport::default(),
-            &[],
+            (&[], &[]),
             &p.meta,
             1,
         );
@@ -575,7 +616,7 @@ mod tests {
         let text = render(
             &analyse(&plain, TimeView::Active),
             &FunctionReport::default(),
-            &[],
+            (&[], &[]),
             &plain.meta,
             1,
         );

@@ -52,6 +52,47 @@ pub fn command_line(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Most children [`children`] returns for one process (what `/proc` says is the target's word:
+/// bounded).
+pub const MAX_CHILDREN: usize = 4096;
+
+/// The ids of `pid`'s child processes, from each of its threads' `children` file (a process made
+/// by any thread). Empty when the process is gone; `None` when the kernel has no such files
+/// (built without `CONFIG_PROC_CHILDREN`).
+pub fn children(pid: u32) -> Option<Vec<u32>> {
+    let mut tids = Vec::new();
+    if threads(pid, &mut tids).is_err() {
+        return Some(Vec::new());
+    }
+    let mut found = Vec::new();
+    for tid in tids {
+        let file = proc_dir(pid).join(format!("task/{tid}/children"));
+        match fs::read_to_string(&file) {
+            Ok(text) => {
+                let room = MAX_CHILDREN - found.len();
+                found.extend(
+                    text.split_ascii_whitespace()
+                        .filter_map(|id| id.parse::<u32>().ok())
+                        .take(room),
+                );
+            }
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    && tid == pid
+                    && proc_dir(pid).join("task").exists()
+                    && !file.exists()
+                    && proc_dir(pid).join("task").join(tid.to_string()).exists() =>
+            {
+                return None
+            }
+            Err(_) => {}
+        }
+    }
+    found.sort_unstable();
+    found.dedup();
+    Some(found)
+}
+
 /// The thread ids of `pid`. Fails when the process is gone.
 pub fn threads(pid: u32, into: &mut Vec<u32>) -> io::Result<()> {
     into.clear();

@@ -1,0 +1,249 @@
+//! One profile from the profiles of a process tree (`fsprof run` following a program's
+//! children): the tables joined (equal features, payloads, stacks and frames become one), each
+//! thread and program image tagged with its process, the counters of the recordings added up.
+//! Not here: recording the processes (`record/tree.rs`) or reporting per process (`analysis`).
+
+use super::*;
+use std::hash::Hash;
+
+/// The profile of a process tree: `root` (the program, recorded as `root_process`) and each
+/// child's profile with its process, in the order found.
+pub fn merge(
+    mut root: Profile,
+    root_process: Process,
+    children: Vec<(Process, Profile)>,
+) -> Profile {
+    let mut merged = Joined::default();
+    let mut notes = std::mem::take(&mut root.meta.notes);
+    let mut meta = root.meta.clone();
+    merged.add(root, 0);
+    let mut processes = vec![root_process];
+    for (process, profile) in children {
+        let index = processes.len() as u32;
+        let name = process.command.first().cloned().unwrap_or_default();
+        for note in &profile.meta.notes {
+            notes.push(format!("process {} ({name}): {note}", process.pid));
+        }
+        add_counters(&mut meta, &profile.meta);
+        for feature in &profile.meta.builtin_features {
+            if !meta.builtin_features.contains(feature) {
+                meta.builtin_features.push(feature.clone());
+            }
+        }
+        merged.add(profile, index);
+        processes.push(process);
+    }
+    meta.notes = notes;
+    Profile {
+        format: FORMAT.to_owned(),
+        version: VERSION,
+        meta,
+        features: merged.features.values,
+        payloads: merged.payloads.values,
+        stacks: merged.stacks.values,
+        threads: merged.threads,
+        samples: merged.samples,
+        native_frames: merged.native_frames.values,
+        native_stacks: merged.native_stacks.values,
+        images: merged.images,
+        later_branches: merged.later_branches.values,
+        modules: merged.modules.values,
+        processes,
+    }
+}
+
+/// A table whose equal values share one index.
+struct Interned<T> {
+    values: Vec<T>,
+    ids: HashMap<T, u32>,
+}
+
+impl<T> Default for Interned<T> {
+    fn default() -> Self {
+        Interned {
+            values: Vec::new(),
+            ids: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Clone + Eq + Hash> Interned<T> {
+    fn id(&mut self, value: T) -> u32 {
+        if let Some(id) = self.ids.get(&value) {
+            return *id;
+        }
+        let id = self.values.len() as u32;
+        self.values.push(value.clone());
+        self.ids.insert(value, id);
+        id
+    }
+}
+
+#[derive(Default)]
+struct Joined {
+    features: Interned<String>,
+    payloads: Interned<Payload>,
+    stacks: Interned<Stack>,
+    threads: Vec<Thread>,
+    samples: Vec<SampleGroup>,
+    native_frames: Interned<NativeFrame>,
+    native_stacks: Interned<NativeStack>,
+    images: Vec<Image>,
+    later_branches: Interned<LaterBranch>,
+    modules: Interned<ModuleFile>,
+}
+
+impl Joined {
+    /// Adds `profile`'s tables and samples, its threads and images as process `process`'s.
+    fn add(&mut self, profile: Profile, process: u32) {
+        let features: Vec<u32> = profile
+            .features
+            .into_iter()
+            .map(|name| self.features.id(name))
+            .collect();
+        let payloads: Vec<u32> = profile
+            .payloads
+            .into_iter()
+            .map(|payload| self.payloads.id(payload))
+            .collect();
+        let stacks: Vec<u32> = profile
+            .stacks
+            .into_iter()
+            .map(|mut stack| {
+                for frame in &mut stack.frames {
+                    frame.feature = features[frame.feature as usize];
+                    frame.payload = frame.payload.map(|p| payloads[p as usize]);
+                }
+                self.stacks.id(stack)
+            })
+            .collect();
+        let frames: Vec<u32> = profile
+            .native_frames
+            .into_iter()
+            .map(|frame| self.native_frames.id(frame))
+            .collect();
+        let natives: Vec<u32> = profile
+            .native_stacks
+            .into_iter()
+            .map(|mut native| {
+                native
+                    .frames
+                    .iter_mut()
+                    .for_each(|f| *f = frames[*f as usize]);
+                native.marks = native.marks.map(|m| stacks[m as usize]);
+                self.native_stacks.id(native)
+            })
+            .collect();
+        let thread_base = self.threads.len() as u32;
+        self.threads.extend(
+            profile
+                .threads
+                .into_iter()
+                .map(|thread| Thread { process, ..thread }),
+        );
+        let image_base = self.images.len() as u32;
+        let mut images = profile.images;
+        if images.is_empty() {
+            // Older profiles: one image, unnamed.
+            images.push(Image {
+                name: String::new(),
+                process,
+            });
+        }
+        self.images
+            .extend(images.into_iter().map(|image| Image { process, ..image }));
+        self.samples
+            .extend(profile.samples.into_iter().map(|group| SampleGroup {
+                thread: thread_base + group.thread,
+                stack: stacks[group.stack as usize],
+                native: group.native.map(|n| natives[n as usize]),
+                image: image_base + group.image,
+                ..group
+            }));
+        for branch in profile.later_branches {
+            self.later_branches.id(LaterBranch {
+                feature: features[branch.feature as usize],
+                payload: payloads[branch.payload as usize],
+            });
+        }
+        for module in profile.modules {
+            self.modules.id(module);
+        }
+    }
+}
+
+/// Adds the counters of a child's recording to the tree's (the rates, priority and pause
+/// quantiles stay the program's).
+fn add_counters(meta: &mut Meta, child: &Meta) {
+    let (r, c) = (&mut meta.reading, &child.reading);
+    r.regions += c.regions;
+    r.torn_retries += c.torn_retries;
+    r.torn_dropped += c.torn_dropped;
+    r.marks_unsettled += c.marks_unsettled;
+    r.threads_without_slot += c.threads_without_slot;
+    r.later_branches += c.later_branches;
+    r.later_branches_lost += c.later_branches_lost;
+    let (n, c) = (&mut meta.native_stacks, &child.native_stacks);
+    n.perf_lost += c.perf_lost;
+    n.perf_unmatched += c.perf_unmatched;
+    n.native_captured += c.native_captured;
+    n.native_complete += c.native_complete;
+    n.native_not_stopped += c.native_not_stopped;
+    n.native_moved += c.native_moved;
+    n.native_late += c.native_late;
+    n.native_blocked += c.native_blocked;
+    n.native_blocked_skipped += c.native_blocked_skipped;
+    n.native_stops += c.native_stops;
+    let (s, c) = (&mut meta.sampling, &child.sampling);
+    s.late_ticks += c.late_ticks;
+    s.stretched_ticks += c.stretched_ticks;
+    s.slow_ticks += c.slow_ticks;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::folded::tests::{build, S};
+
+    fn process(pid: u32, parent: Option<u32>) -> Process {
+        Process {
+            pid,
+            parent,
+            command: vec![format!("p{pid}")],
+        }
+    }
+
+    #[test]
+    fn a_trees_profiles_join_with_each_thread_in_its_process() {
+        let s = |marks: Vec<(&'static str, Option<&'static str>)>, tid, us| S {
+            marks,
+            native: None,
+            tid,
+            wall_us: us,
+            active_us: us,
+        };
+        let root = build(&[s(vec![("output", Some("a.rs:1"))], 1, 300)]);
+        let child = build(&[
+            s(vec![("parse", Some("b.rs:2"))], 2, 500),
+            s(vec![("output", Some("a.rs:1"))], 2, 200),
+        ]);
+        let merged = merge(root, process(1, None), vec![(process(2, Some(1)), child)]);
+        merged.check().unwrap();
+        assert_eq!(merged.features.len(), 2, "{:?}", merged.features);
+        assert_eq!(merged.processes.len(), 2);
+        assert_eq!(merged.threads[1].process, 1);
+        assert_eq!(
+            merged.images.iter().map(|i| i.process).collect::<Vec<_>>(),
+            [0, 1]
+        );
+        // The same (feature, payload) in both processes is one stack.
+        let output: Vec<u32> = merged
+            .samples
+            .iter()
+            .filter(|g| g.wall_ns != 500_000)
+            .map(|g| g.stack)
+            .collect();
+        assert_eq!(output.len(), 2);
+        assert_eq!(output[0], output[1]);
+    }
+}

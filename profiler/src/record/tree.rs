@@ -1,0 +1,220 @@
+//! Following a program's children (`fsprof run`, unless `--no-follow`; `fsprof attach
+//! --children`): the program's descendants are looked for every few milliseconds in `/proc`
+//! (each thread's `children` file), and each one found is recorded by a sampler of its own, on a
+//! thread of its own, until it exits or recording stops; then the profiles are merged into the
+//! program's (`profile/merge.rs`).
+//!
+//! A thread per process keeps each sampler as it is for one process: its ptrace stops are its
+//! thread's own (ptrace ties a tracee to the thread that attached, and the tracers wait with
+//! `__WNOTHREAD`), its clock and its priority too. Children that live only between two looks
+//! (a few milliseconds) are missed, as is the part of a child's life before it is found; a
+//! child whose parent exited before it was found is not found (it is no longer a descendant).
+//! Not here: what a sampler records (`sampler.rs`), or the report per process (`analysis`).
+
+use crate::profile::{self, Meta, Process, Profile};
+use crate::record::sampler::{Sampler, SamplerOptions};
+use crate::record::schedule::{self, End, Schedule};
+use crate::target::process;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the tree is looked at for new processes.
+const SCAN_INTERVAL: Duration = Duration::from_millis(5);
+/// Most processes followed in one recording (each costs a thread and its sampler).
+pub const MAX_FOLLOWED: usize = 256;
+
+/// The processes followed besides the program.
+pub struct Tree {
+    root: u32,
+    /// Every process followed or found (the program's id included): never followed twice.
+    known: HashSet<u32>,
+    /// Processes whose children are looked for (those found, while they live).
+    parents: Vec<u32>,
+    followers: Vec<Follower>,
+    stop: Arc<AtomicBool>,
+    next_scan: Instant,
+    sampling: Sampling,
+    /// Processes found but not followed (over [`MAX_FOLLOWED`]).
+    not_followed: usize,
+    /// The kernel has no `children` files: nothing can be followed.
+    unsupported: bool,
+}
+
+/// What each follower samples with.
+#[derive(Clone)]
+pub struct Sampling {
+    /// The sampler's options.
+    pub options: SamplerOptions,
+    /// Mean samples per second.
+    pub rate_hz: f64,
+    /// File descriptors each follower's sampler may keep open.
+    pub descriptors: usize,
+    /// The metadata every follower's profile starts from (mode, rate, view).
+    pub meta: Meta,
+}
+
+struct Follower {
+    pid: u32,
+    parent: u32,
+    handle: JoinHandle<(Vec<String>, Profile)>,
+}
+
+impl Tree {
+    /// Follows the descendants of process `root` from now on (those it has already included).
+    pub fn new(root: u32, sampling: Sampling) -> Tree {
+        Tree {
+            root,
+            known: HashSet::from([root]),
+            parents: vec![root],
+            followers: Vec::new(),
+            stop: Arc::default(),
+            next_scan: Instant::now(),
+            sampling,
+            not_followed: 0,
+            unsupported: false,
+        }
+    }
+
+    /// Looks for new processes if it is time (called after each of the program's ticks).
+    pub fn poll(&mut self) {
+        let now = Instant::now();
+        if now < self.next_scan || self.unsupported {
+            return;
+        }
+        self.next_scan = now + SCAN_INTERVAL;
+        let mut index = 0;
+        while index < self.parents.len() {
+            let parent = self.parents[index];
+            let Some(children) = process::children(parent) else {
+                self.unsupported = true;
+                return;
+            };
+            if children.is_empty() && parent != self.root && !process::proc_dir(parent).exists() {
+                self.parents.swap_remove(index);
+                continue;
+            }
+            for child in children {
+                if self.known.insert(child) {
+                    self.follow(child, parent);
+                }
+            }
+            index += 1;
+        }
+    }
+
+    fn follow(&mut self, pid: u32, parent: u32) {
+        if self.followers.len() >= MAX_FOLLOWED {
+            self.not_followed += 1;
+            return;
+        }
+        self.parents.push(pid);
+        let sampling = self.sampling.clone();
+        let stop = Arc::clone(&self.stop);
+        let spawned = std::thread::Builder::new()
+            .name(format!("fsprof {pid}"))
+            .spawn(move || record(pid, sampling, &stop));
+        match spawned {
+            Ok(handle) => self.followers.push(Follower {
+                pid,
+                parent,
+                handle,
+            }),
+            Err(_) => self.not_followed += 1,
+        }
+    }
+
+    /// Tells every follower to stop recording (they detach and finish their profiles).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// The program's profile `root` merged with the followers' (unchanged when no child was
+    /// recorded); `command` is the program's command line.
+    pub fn finish(self, root: Profile, command: Vec<String>) -> Profile {
+        self.stop();
+        let mut children = Vec::new();
+        let mut lost = 0;
+        for follower in self.followers {
+            match follower.handle.join() {
+                Ok((command, profile)) => children.push((
+                    Process {
+                        pid: follower.pid,
+                        parent: Some(follower.parent),
+                        command,
+                    },
+                    profile,
+                )),
+                Err(_) => lost += 1,
+            }
+        }
+        let mut notes = Vec::new();
+        if self.unsupported {
+            notes.push("the program's children were not followed: this kernel has no /proc/PID/task/TID/children files (CONFIG_PROC_CHILDREN)".to_owned());
+        }
+        if self.not_followed > 0 {
+            notes.push(format!(
+                "{} child processes were not recorded (at most {MAX_FOLLOWED} are followed)",
+                self.not_followed
+            ));
+        }
+        if lost > 0 {
+            notes.push(format!(
+                "the recordings of {lost} child processes failed and are left out"
+            ));
+        }
+        let mut merged = if children.is_empty() {
+            root
+        } else {
+            let program = Process {
+                pid: self.root,
+                parent: None,
+                command,
+            };
+            profile::merge(root, program, children)
+        };
+        merged.meta.notes.extend(notes);
+        merged
+    }
+}
+
+/// A follower's thread: records process `pid` until it exits or `stop` is set; returns its
+/// latest command line and its profile.
+fn record(pid: u32, sampling: Sampling, stop: &AtomicBool) -> (Vec<String>, Profile) {
+    let mut command = process::command_line(pid);
+    let mut sampler = Sampler::new(pid, sampling.descriptors, sampling.options);
+    let schedule = Schedule {
+        rate_hz: sampling.rate_hz,
+        duration: None,
+        suspend: Arc::default(),
+        top: None,
+        status: false,
+    };
+    let mut next_check = Instant::now();
+    let end = schedule::record(&mut sampler, schedule, |_| {
+        if stop.load(Ordering::Relaxed) {
+            return Some(End::Interrupted);
+        }
+        // After an exec the command line is the new program's; a zombie lists its threads.
+        if Instant::now() >= next_check {
+            next_check = Instant::now() + Duration::from_millis(50);
+            let now = process::command_line(pid);
+            if !now.is_empty() {
+                command = now;
+            }
+            if !process::is_alive(pid) {
+                return Some(End::TargetExited("the process exited".to_owned()));
+            }
+        }
+        None
+    });
+    let meta = Meta {
+        command: command.clone(),
+        pid,
+        end: end.describe(),
+        ..sampling.meta
+    };
+    (command, sampler.finish(meta))
+}

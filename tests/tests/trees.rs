@@ -1,0 +1,189 @@
+//! Whole process trees: `fsprof run` of a shell script that starts marked programs (two at
+//! once, then a third) must record each of them, report each against the truth it measured
+//! itself (`fsprof report --process PID`) and all of them together against the sum of their
+//! truths; `--no-follow` must record the script alone.
+
+mod support;
+
+use serde_json::{json, Map, Value};
+use std::path::Path;
+use std::process::Command;
+use support::*;
+
+/// A script that runs `fsprof-target` three times: `mixed` and `requests` at once, then
+/// `pair`; each writes its truth beside the script (`mixed.json`, ...).
+fn script(dir: &Path) -> std::path::PathBuf {
+    let target = target();
+    let truth = |name: &str| dir.join(format!("{name}.json")).display().to_string();
+    let text = format!(
+        "#!/bin/sh\n\
+         {target} mixed 2 --truth {mixed} &\n\
+         {target} requests 2 --truth {requests}\n\
+         wait\n\
+         {target} pair 1.5 --truth {pair}\n",
+        mixed = truth("mixed"),
+        requests = truth("requests"),
+        pair = truth("pair"),
+    );
+    let path = dir.join("tree.sh");
+    std::fs::write(&path, text).unwrap();
+    Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+    path
+}
+
+/// `fsprof run --no-agent --rate ACCURACY_RATE -o DIR/out [extra] -- DIR/tree.sh`.
+fn record(dir: &Path, extra: &[&str]) -> std::path::PathBuf {
+    let out = dir.join(format!("out{}", extra.len()));
+    let output = Command::new(fsprof())
+        .args(["run", "--no-agent", "--rate", ACCURACY_RATE, "-o"])
+        .arg(&out)
+        .args(extra)
+        .arg("--")
+        .arg(script(dir))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "fsprof run failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    out
+}
+
+/// The sum of several truths: each feature's and instance's time, and the total.
+fn sum_of(truths: &[Value]) -> Value {
+    let mut total = 0.0;
+    let mut features = Map::new();
+    for truth in truths {
+        total += truth["total_ms"].as_f64().unwrap();
+        for (name, feature) in truth["features"].as_object().unwrap() {
+            let entry = features
+                .entry(name.clone())
+                .or_insert_with(|| json!({"ms": 0.0, "instances": {}}));
+            entry["ms"] = json!(entry["ms"].as_f64().unwrap() + feature["ms"].as_f64().unwrap());
+            for (payload, ms) in feature["instances"].as_object().unwrap() {
+                let before = entry["instances"][payload].as_f64().unwrap_or(0.0);
+                entry["instances"][payload] = json!(before + ms.as_f64().unwrap());
+            }
+        }
+    }
+    json!({"total_ms": total, "features": features})
+}
+
+#[test]
+fn a_scripts_children_are_each_reported_against_their_truth_and_together() {
+    let _serial = serial();
+    let dir = tempdir();
+    let out = record(dir.path(), &[]);
+    let report = report_json(&out);
+    let processes = report["processes"].as_array().unwrap();
+    let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
+    assert_eq!(
+        processes.len(),
+        4,
+        "the script and its three programs:\n{text}"
+    );
+    let script_pid = report["meta"]["pid"].as_u64().unwrap();
+    let mut truths = Vec::new();
+    for scenario in ["mixed", "requests", "pair"] {
+        let process = processes
+            .iter()
+            .find(|p| {
+                p["command"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!(" {scenario} "))
+            })
+            .unwrap_or_else(|| panic!("no process ran {scenario}:\n{text}"));
+        assert_eq!(process["parent"].as_u64(), Some(script_pid), "{process}");
+        let pid = process["pid"].as_u64().unwrap().to_string();
+        let truth: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(format!("{scenario}.json"))).unwrap(),
+        )
+        .unwrap();
+        eprintln!("{scenario} (pid {pid}):");
+        assert_shares_match(&report_json_with(&out, &["--process", &pid]), &truth);
+        truths.push(truth);
+    }
+    eprintln!("all together:");
+    assert_shares_match(&report, &sum_of(&truths));
+    assert!(text.contains("Processes: 4"), "{text}");
+}
+
+#[test]
+fn no_follow_records_the_script_alone() {
+    let _serial = serial();
+    let dir = tempdir();
+    let out = record(dir.path(), &["--no-follow"]);
+    let report = report_json(&out);
+    assert_eq!(report["processes"].as_array().map(Vec::len), Some(0));
+    assert!(
+        report["features"].as_array().unwrap().is_empty(),
+        "the script marks nothing: {}",
+        report["features"]
+    );
+    // Each program ran and measured itself all the same.
+    for scenario in ["mixed", "requests", "pair"] {
+        assert!(dir.path().join(format!("{scenario}.json")).exists());
+    }
+}
+
+/// `fsprof attach --children` of a running script records the program it started: its window's
+/// shares match the program's whole-run truth (its mix is stationary), and the script and the
+/// program are left running, untraced.
+#[test]
+fn attach_children_records_a_running_scripts_program() {
+    let _serial = serial();
+    let dir = tempdir();
+    let ready = dir.path().join("ready");
+    let truth_path = dir.path().join("mixed.json");
+    let text = format!(
+        "#!/bin/sh\n{} mixed 6 --truth {} --ready {} &\nwait\n",
+        target(),
+        truth_path.display(),
+        ready.display()
+    );
+    let path = dir.path().join("waiting.sh");
+    std::fs::write(&path, text).unwrap();
+    Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+    let mut script = Guarded(Command::new(&path).spawn().unwrap());
+    let program: u32 = wait_for_file(&ready, std::time::Duration::from_secs(10))
+        .trim()
+        .parse()
+        .unwrap();
+    let out = dir.path().join("out");
+    let status = Command::new(fsprof())
+        .args([
+            "attach",
+            "--children",
+            "--rate",
+            ACCURACY_RATE,
+            "--duration",
+            "2",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(script.pid().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for pid in [script.pid(), program] {
+        let (state, tracer) = state_and_tracer(pid);
+        assert!(matches!(state, 'R' | 'S'), "{pid} left in state {state}");
+        assert_eq!(tracer, 0, "{pid} left traced");
+    }
+    let report = report_json(&out);
+    let processes = report["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 2, "{processes:?}");
+    assert_eq!(processes[0]["pid"].as_u64(), Some(program as u64));
+    assert!(
+        script
+            .wait_with_deadline(std::time::Duration::from_secs(20))
+            .success(),
+        "the script did not finish normally"
+    );
+    let own = report_json_with(&out, &["--process", &program.to_string()]);
+    let truth: Value = serde_json::from_str(&std::fs::read_to_string(truth_path).unwrap()).unwrap();
+    assert_shares_match(&own, &truth);
+    assert_shares_match(&report, &truth); // the script itself only waits
+}
