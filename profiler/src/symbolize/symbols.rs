@@ -4,7 +4,8 @@
 //! A module's ELF file is parsed lazily, on the first lookup in it, from the bytes fsprof kept
 //! open ([`Module::image`]), never by opening its path again (the file may have been deleted or
 //! replaced by another build since); the path only serves to find separate debug files next to
-//! it. Sources, best first:
+//! it. What is parsed is shared by every symbolizer of the session (the processes of a tree run
+//! the same files). Sources, best first:
 //!
 //! 1. DWARF line tables and inlined functions, from the file itself or, when it has none, from a
 //!    separate debug file: by build id (`<debugdir>/.build-id/xx/yyyy.debug`), then by
@@ -38,8 +39,10 @@ use object::{
     CompressionFormat, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind,
 };
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Where distributions install separate debug files.
 const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
@@ -63,7 +66,41 @@ pub struct Symbolizer {
 struct Entry {
     module: Module,
     /// `None` until the first lookup in the module.
-    parsed: Option<Parsed>,
+    parsed: Option<Arc<Mutex<Parsed>>>,
+}
+
+/// The parsed files of every symbolizer of this fsprof (shared by the processes of a tree,
+/// which run the same programs and libraries: a `make -j` runs `cc1` dozens of times), by the
+/// file's identity (inode, path, length) and the debug directories searched. Each is parsed
+/// once, by the first symbolizer that needs it (the others wait for it).
+type Shared = HashMap<(u64, String, usize, Vec<PathBuf>), Arc<OnceLock<Arc<Mutex<Parsed>>>>>;
+
+/// The parsed files of `module` (see [`Shared`]); the vdso's, which has no file, its own.
+fn parsed(module: &Module, debug_dirs: &[PathBuf]) -> Arc<Mutex<Parsed>> {
+    static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
+    let parse = || {
+        let parsed = catch_unwind(AssertUnwindSafe(|| Parsed::new(module, debug_dirs)));
+        Arc::new(Mutex::new(parsed.unwrap_or_default()))
+    };
+    if module.inode == 0 {
+        return parse();
+    }
+    let key = (
+        module.inode,
+        module.path.clone(),
+        module.image.len(),
+        debug_dirs.to_vec(),
+    );
+    let once = {
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(
+            shared
+                .get_or_insert_with(HashMap::new)
+                .entry(key)
+                .or_default(),
+        )
+    };
+    Arc::clone(once.get_or_init(parse))
 }
 
 impl Symbolizer {
@@ -129,9 +166,10 @@ impl Symbolizer {
         };
         let module = &entry.module;
         let debug_dirs = &self.debug_dirs;
-        let parsed = entry.parsed.get_or_insert_with(|| {
-            catch_unwind(AssertUnwindSafe(|| Parsed::new(module, debug_dirs))).unwrap_or_default()
-        });
+        let parsed = entry
+            .parsed
+            .get_or_insert_with(|| parsed(module, debug_dirs));
+        let mut parsed = parsed.lock().unwrap_or_else(|e| e.into_inner());
         // The address the ELF file states (its SVMA): what DWARF and symbol tables use.
         let svma = address.wrapping_sub(module.bias);
         match catch_unwind(AssertUnwindSafe(|| parsed.frames(module, svma))) {
@@ -166,6 +204,7 @@ impl Symbolizer {
         (self.modules.iter())
             .filter_map(|entry| {
                 let parsed = entry.parsed.as_ref()?;
+                let parsed = parsed.lock().unwrap_or_else(|e| e.into_inner());
                 Some(ModuleFile {
                     name: entry.module.name.clone(),
                     path: entry.module.path.clone(),
