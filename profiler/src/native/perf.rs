@@ -23,7 +23,7 @@ use crate::native::bpf::{create_map, load_program, BPF_MAP_TYPE_ARRAY};
 use crate::native::perf_events::{open_event, open_switch_event};
 use crate::native::ring::{parse, parse_copy, CopyRing, Record, Ring, SlotCopy};
 use crate::native::unwind::{Registers, StackView};
-use fsprof_shim::abi::SLOT_SIZE;
+use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE};
 use nix::errno::Errno;
 use nix::libc;
 use perf_event_open_sys as sys;
@@ -70,7 +70,10 @@ const COPIES_MAX: usize = 32 * 1024 * 1024;
 pub(super) const VALUE_ADDRESSES: usize = 0;
 pub(super) const VALUE_SCRATCH: usize = 8 * SLOTS;
 pub(super) const COPY_HEADER: usize = 32;
-pub(super) const SCRATCH_SIZE: usize = COPY_HEADER + SLOT_SIZE;
+/// Room for what the program copies of a slot: its state and its records, not the history of
+/// later branches after them (read apart, see `region.rs`). With the history the map was three
+/// times larger (13 MB), and making it took several milliseconds per process recorded.
+pub(super) const SCRATCH_SIZE: usize = COPY_HEADER + RECORDS_OFFSET + MARK_CAPACITY * RECORD_SIZE;
 /// Then the program's sampling state (see [`TICKS_PER_SAMPLE`]): the timer ticks still to skip
 /// before the next sample (u32), and the place of the latest sample in its period (u32).
 pub(super) const VALUE_JITTER: usize = VALUE_SCRATCH + SLOTS * SCRATCH_SIZE;
@@ -697,7 +700,7 @@ fn value_at(values: *mut u8, index: u32) -> *mut u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fsprof_shim::abi::{RECORDS_OFFSET, RECORD_SIZE};
+    use fsprof_shim::abi::SLOT_SIZE;
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::sync::Arc;
 

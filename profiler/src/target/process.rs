@@ -39,6 +39,19 @@ fn state_from_stat(stat: &str) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
+/// The size of `pid`'s address space (`/proc/PID/stat`'s `vsize`): it changes with every
+/// mapping made or removed, so a scanner can skip reading the whole map while it stays.
+pub fn address_space_size(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(proc_dir(pid).join("stat")).ok()?;
+    // After the command name: state is field 3, vsize field 23.
+    stat.rsplit_once(')')?
+        .1
+        .split_ascii_whitespace()
+        .nth(20)?
+        .parse()
+        .ok()
+}
+
 /// The command line of `pid`, for the report (empty if unreadable).
 pub fn command_line(pid: u32) -> Vec<String> {
     fs::read(proc_dir(pid).join("cmdline"))
