@@ -50,8 +50,10 @@ pub const FILE_NAME: &str = "profile.json";
 /// Most frames a stack may have (a thread records at most a few regions' capacity of marks).
 pub const MAX_STACK_FRAMES: usize = 1024;
 /// Most native (physical) frames unwound per sample; inlined frames may add to them when
-/// symbolized.
-pub const MAX_NATIVE_FRAMES: usize = 1024;
+/// symbolized. Real recursion goes thousands deep (a recursive evaluator, a compiler's
+/// expression walker): it was 1,024, which cut most stacks of a 2,400-deep recursion. A stack is
+/// kept once however many samples share it, and a frame is a 4-byte index in the profile.
+pub const MAX_NATIVE_FRAMES: usize = 16 * 1024;
 
 /// A recorded profile.
 #[derive(Clone, Debug, Serialize, Deserialize)]

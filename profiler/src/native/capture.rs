@@ -26,8 +26,9 @@ use fsprof_shim::abi::RecordView;
 use std::time::{Duration, Instant};
 
 /// Most of a stack copied per sample, from the stack pointer up: deeper stacks are cut (and marked
-/// as such).
-pub const MAX_STACK_COPY: usize = 512 * 1024;
+/// as such). Only the part in use is copied (from the stack pointer to the mapping's end), so a
+/// shallow stack costs what it did; 8 MiB is the usual main thread's whole stack.
+pub const MAX_STACK_COPY: usize = 8 * 1024 * 1024;
 /// Longest interval between two reads of the memory map while addresses fall outside it. The
 /// interval starts at 1 ms and doubles while reads find nothing new: a program starting up maps
 /// its libraries within milliseconds, a program that jumps to code without a file (a JIT) must

@@ -1,0 +1,123 @@
+//! Deep recursion, for the tests of whole native stacks: `deep SCENARIO SECONDS --truth FILE`.
+//!
+//! Each descent recurses to a random depth from 400 to 2,400 frames (each frame holds a
+//! 160-byte buffer: about 200 bytes of stack, so up to about 480 KiB), marks `leaf` at the
+//! bottom and works there for 0.2 to 1 ms, then returns.
+//! * `leaves`: descents one after the other, each leaf's mark with the instance `leaf`;
+//! * `roots`: the descents run under `left_root` or `right_root`, which take turns every 20 to
+//!   40 ms; each leaf's mark says which (`left`, `right`). A stack completed from the wrong
+//!   phase would draw a leaf under the other root.
+//!
+//! The truth: the thread's whole time (it is always busy), and the leaves' time per instance.
+
+use fsprof_shim::Feature;
+use fsprof_tests::Truth;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+static LEAF: Feature = Feature::new("leaf");
+
+/// A small random number generator (xorshift), seeded: runs are alike.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+
+    fn depth(&mut self) -> u32 {
+        400 + self.below(2001) as u32
+    }
+
+    fn work(&mut self) -> Duration {
+        Duration::from_micros(200 + self.below(801))
+    }
+}
+
+fn spin(time: Duration) {
+    let until = Instant::now() + time;
+    while Instant::now() < until {
+        black_box(0);
+    }
+}
+
+/// Recurses `depth` frames, then marks `leaf` with `side` and works for `work`.
+#[inline(never)]
+fn descend(depth: u32, work: Duration, truth: &Truth, side: &'static str) -> u64 {
+    let mut pad = [depth as u8; 160];
+    black_box(&mut pad);
+    if depth == 0 {
+        let start = Instant::now();
+        {
+            let _m = LEAF.mark_with(side);
+            spin(work);
+        }
+        truth.feature("leaf", side, start.elapsed());
+        return pad[0] as u64;
+    }
+    let below = descend(depth - 1, work, truth, side);
+    black_box(pad[(depth % 160) as usize] as u64 + below)
+}
+
+#[inline(never)]
+fn left_root(until: Instant, rng: &mut Rng, truth: &Truth) -> u64 {
+    let mut sum = black_box(1);
+    while Instant::now() < until {
+        sum += descend(rng.depth(), rng.work(), truth, "left");
+    }
+    sum
+}
+
+#[inline(never)]
+fn right_root(until: Instant, rng: &mut Rng, truth: &Truth) -> u64 {
+    let mut sum = black_box(2);
+    while Instant::now() < until {
+        sum += descend(rng.depth(), rng.work(), truth, "right");
+    }
+    sum
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let usage = "usage: deep (leaves|roots) SECONDS --truth FILE";
+    let scenario = args.next().expect(usage);
+    let seconds: f64 = args.next().and_then(|s| s.parse().ok()).expect(usage);
+    let truth_path = match (args.next().as_deref(), args.next()) {
+        (Some("--truth"), Some(path)) => path,
+        _ => panic!("{usage}"),
+    };
+    let truth = Truth::default();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(seconds);
+    let mut sum = 0;
+    match scenario.as_str() {
+        "leaves" => {
+            while Instant::now() < end {
+                sum += descend(rng.depth(), rng.work(), &truth, "leaf");
+            }
+        }
+        "roots" => {
+            let mut left = true;
+            while Instant::now() < end {
+                let phase = Duration::from_millis(20 + rng.below(21));
+                let until = (Instant::now() + phase).min(end);
+                sum += if left {
+                    left_root(until, &mut rng, &truth)
+                } else {
+                    right_root(until, &mut rng, &truth)
+                };
+                left = !left;
+            }
+        }
+        _ => panic!("{usage}"),
+    }
+    black_box(sum);
+    truth.active(start.elapsed());
+    let tmp = format!("{truth_path}.tmp");
+    std::fs::write(&tmp, truth.to_json().to_string()).unwrap();
+    std::fs::rename(tmp, truth_path).unwrap();
+}
