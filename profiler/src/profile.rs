@@ -281,6 +281,10 @@ pub struct NativeMeta {
     /// Times a thread was stopped (ptrace) to take its native stack.
     #[serde(default)]
     pub native_stops: u64,
+    /// Of `native_complete`: perf samples of deep stacks completed beyond the copy of the top of
+    /// the stack, from an image of the thread's outer stack (`native/complete.rs`).
+    #[serde(default)]
+    pub native_completed: u64,
     /// Median time a sampled thread stayed stopped, microseconds.
     #[serde(default)]
     pub pause_p50_us: u64,

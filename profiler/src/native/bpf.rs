@@ -4,8 +4,8 @@
 //! `perf.rs` attaches, `ring.rs` reads.
 
 use crate::native::perf::{
-    COPY_HEADER, DEPTH_OFFSET, SCRATCH_SIZE, SLOTS, TICKS_PER_SAMPLE, VALUE_ADDRESSES,
-    VALUE_JITTER, VALUE_SCRATCH,
+    ANCHORS, ANCHOR_RECORD_SIZE, COPY_HEADER, DEPTH_OFFSET, SCRATCH_SIZE, SLOTS, TICKS_PER_SAMPLE,
+    VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_ANCHOR_RECORD, VALUE_JITTER, VALUE_SCRATCH,
 };
 use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE, SLOT_STATE_SIZE};
 use nix::errno::Errno;
@@ -252,8 +252,55 @@ fn program(map: RawFd, copies: RawFd, index: u32, at_switch: bool) -> Vec<Insn> 
             insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
         ]);
     }
+    if !at_switch {
+        anchors(&mut p, copies, index);
+    }
     p.extend([insn(MOV64_IMM, 0, 0, 0, result), insn(EXIT, 0, 0, 0, 0)]);
     p
+}
+
+/// At a sample: the anchors' record (see `perf::ANCHORS`) in the value's scratch, the time
+/// (`r7`), `index` and slot number SLOTS, then each anchor's address and the word read there (0
+/// when it has none or the read fails), put in the ring `copies`. `r6` is the value.
+fn anchors(p: &mut Vec<Insn>, copies: RawFd, index: u32) {
+    let record = VALUE_ANCHOR_RECORD as i16;
+    // No record at all while the thread has no anchors (most threads: shallow stacks).
+    p.extend([
+        insn(LDX_DW, 3, 6, VALUE_ANCHORS as i16, 0),
+        insn(JEQ_IMM, 3, 0, 0, 0), // patched below
+    ]);
+    let skip = p.len() - 1;
+    p.extend([
+        insn(STX_DW, 6, 7, record, 0),
+        insn(ST_W, 6, 0, record + 8, index as i32),
+        insn(ST_W, 6, 0, record + 12, SLOTS as i32),
+        insn(ST_DW, 6, 0, record + 16, 0),
+        insn(ST_DW, 6, 0, record + 24, 0),
+    ]);
+    for anchor in 0..ANCHORS {
+        let address = (VALUE_ANCHORS + 8 * anchor) as i16;
+        let pair = record + (COPY_HEADER + 16 * anchor) as i16;
+        p.extend([
+            insn(LDX_DW, 3, 6, address, 0),
+            insn(STX_DW, 6, 3, pair, 0),
+            insn(ST_DW, 6, 0, pair + 8, 0),
+            insn(JEQ_IMM, 3, 0, 4, 0), // no anchor
+            insn(MOV64_REG, 1, 6, 0, 0),
+            insn(ADD64_IMM, 1, 0, 0, i32::from(pair) + 8),
+            insn(MOV64_IMM, 2, 0, 0, 8),
+            insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+        ]);
+    }
+    p.extend([
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 6, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(record)),
+        insn(MOV64_IMM, 3, 0, 0, ANCHOR_RECORD_SIZE as i32),
+        insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
+        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
+    ]);
+    p[skip].off = (p.len() - skip - 1) as i16;
 }
 
 /// Loads [`program`] for the thread whose map value is `index`.

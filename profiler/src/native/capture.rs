@@ -15,7 +15,8 @@
 //! at most every [`MAPS_REFRESH`]) and every module seen, for symbolization after recording.
 //! Symbolization itself is not done here.
 
-use crate::native::perf::{PerfSampler, Switch, Taken, WatchError, SLOTS};
+use crate::native::complete::Completer;
+use crate::native::perf::{PerfSample, PerfSampler, Switch, Taken, WatchError, ANCHORS, SLOTS};
 use crate::native::tracer::{Pauses, Tracer};
 use crate::native::unwind::{Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame};
 use crate::profile::RawNativeStack;
@@ -27,8 +28,9 @@ use std::time::{Duration, Instant};
 
 /// Most of a stack copied per sample, from the stack pointer up: deeper stacks are cut (and marked
 /// as such). Only the part in use is copied (from the stack pointer to the mapping's end), so a
-/// shallow stack costs what it did; 8 MiB is the usual main thread's whole stack.
-pub const MAX_STACK_COPY: usize = 8 * 1024 * 1024;
+/// shallow stack costs what it did. One read's bound (`remote::MAX_READ`): a 5,000-frame
+/// recursion of 200-byte frames.
+pub const MAX_STACK_COPY: usize = crate::target::remote::MAX_READ;
 /// Longest interval between two reads of the memory map while addresses fall outside it. The
 /// interval starts at 1 ms and doubles while reads find nothing new: a program starting up maps
 /// its libraries within milliseconds, a program that jumps to code without a file (a JIT) must
@@ -100,6 +102,8 @@ pub struct NativeSampler {
     unwound: Unwound,
     late: Vec<(u32, Captured)>,
     perf: Option<PerfSampler>,
+    /// Perf samples of deep stacks completed beyond the copy (`complete.rs`).
+    pub completer: Completer,
     /// Why perf is not used, when it was wanted.
     pub perf_refused: Option<String>,
     /// Counters.
@@ -133,6 +137,7 @@ impl NativeSampler {
             unwound: Unwound::default(),
             late: Vec::new(),
             perf,
+            completer: Completer::default(),
             perf_refused,
             stats: NativeStats::default(),
             attach_error: None,
@@ -276,10 +281,16 @@ impl NativeSampler {
             }
         }
         let mut taken = Vec::new();
+        let mut anchors = None;
         perf.take(tid, |item| match item {
             Taken::Sample(sample) => {
                 self.stats.perf_captured += 1;
-                let captured = self.unwind(tid, sample.regs, sample.stack);
+                let mut captured = self.unwind(tid, sample.regs, sample.stack);
+                if !captured.complete {
+                    let (completed, new_anchors) = self.complete(tid, &sample, &captured);
+                    captured = completed.unwrap_or(captured);
+                    anchors = new_anchors.or(anchors);
+                }
                 taken.push(PerfTaken::Sample {
                     captured: self.counted(captured),
                     slots: sample.marks_known.then_some(sample.slots),
@@ -288,6 +299,9 @@ impl NativeSampler {
             }
             Taken::Switch(switch) => taken.push(PerfTaken::Switch(switch)),
         });
+        if let Some(anchors) = anchors {
+            perf.set_anchors(tid, anchors);
+        }
         if let Err(why) = crate::record::privilege::still_traceable(self.pid) {
             // It ran a program its user may not trace (one with file capabilities): what perf
             // took may be of that program, and is dropped unused, and perf with it.
@@ -365,6 +379,34 @@ impl NativeSampler {
         if let Some(perf) = &mut self.perf {
             perf.forget(tid);
         }
+        self.completer.forget(tid);
+    }
+
+    /// A perf sample's stack that unwinding through its copy left `cut`, completed from an image
+    /// of the thread's outer stack if one agrees with it (`complete.rs`); and new anchors.
+    fn complete(
+        &mut self,
+        tid: u32,
+        sample: &PerfSample<'_>,
+        cut: &Captured,
+    ) -> (Option<Captured>, Option<[u64; ANCHORS]>) {
+        let regs = sample.regs;
+        let Some(top) = (self.maps.iter())
+            .find(|m| m.range.contains(&regs.sp))
+            .map(|m| m.range.end)
+        else {
+            return (None, None);
+        };
+        let mut completer = std::mem::take(&mut self.completer);
+        let result = completer.complete(tid, (sample.stack, cut, &sample.anchors), top, |view| {
+            self.unwinder.unwind(regs, view, &mut self.unwound);
+            Captured {
+                frames: self.unwound.frames.clone(),
+                complete: self.unwound.complete,
+            }
+        });
+        self.completer = completer;
+        result
     }
 
     /// Unwinds `stack`, whose registers are `regs`, re-reading the memory map (through `tid`)

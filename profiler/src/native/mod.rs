@@ -4,6 +4,7 @@
 
 pub mod bpf;
 pub mod capture;
+pub mod complete;
 pub mod perf;
 mod perf_events;
 pub mod ring;

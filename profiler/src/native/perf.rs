@@ -21,7 +21,7 @@
 
 use crate::native::bpf::{create_map, load_program, BPF_MAP_TYPE_ARRAY};
 use crate::native::perf_events::{open_event, open_switch_event};
-use crate::native::ring::{parse, parse_copy, CopyRing, Record, Ring, SlotCopy};
+use crate::native::ring::{match_copies, parse, read_copies, CopyRing, Record, Ring, SlotCopy};
 use crate::native::unwind::{Registers, StackView};
 use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE};
 use nix::errno::Errno;
@@ -77,7 +77,19 @@ pub(super) const SCRATCH_SIZE: usize = COPY_HEADER + RECORDS_OFFSET + MARK_CAPAC
 /// Then the program's sampling state (see [`TICKS_PER_SAMPLE`]): the timer ticks still to skip
 /// before the next sample (u32), and the place of the latest sample in its period (u32).
 pub(super) const VALUE_JITTER: usize = VALUE_SCRATCH + SLOTS * SCRATCH_SIZE;
-pub(super) const VALUE_SIZE: usize = VALUE_JITTER + 8;
+/// Then the anchors (see [`ANCHORS`]): their addresses (set by fsprof, 0 for none), and the
+/// record the program builds of them at each sample (a copy header, then an address and the
+/// word read there, per anchor), put in the ring like a slot's copy with slot number [`SLOTS`].
+pub(super) const VALUE_ANCHORS: usize = VALUE_JITTER + 8;
+pub(super) const VALUE_ANCHOR_RECORD: usize = VALUE_ANCHORS + 8 * ANCHORS;
+pub(super) const ANCHOR_RECORD_SIZE: usize = COPY_HEADER + 16 * ANCHORS;
+pub(super) const VALUE_SIZE: usize = VALUE_ANCHOR_RECORD + ANCHOR_RECORD_SIZE;
+/// Stack words the program reads at each sample besides the top of the stack: where fsprof
+/// completes a deep stack beyond the 16 KiB the kernel copies with an image of the thread's
+/// outer stack read later, the words at a few of that image's return-address slots, as they
+/// were at the sample, tell whether the image was still the thread's stack then
+/// (`native/complete.rs`).
+pub const ANCHORS: usize = 8;
 
 /// The task-clock timer ticks this many times per sampling period, and the program keeps the
 /// tick at a random place in each period, dropping the others (jittered sampling); [`rephase`]
@@ -132,6 +144,8 @@ pub struct PerfSample<'a> {
     pub slots: [Option<Vec<u8>>; SLOTS],
     /// Whether `slots` are this sample's (else its marks are unknown: a copy failed, or was lost).
     pub marks_known: bool,
+    /// The anchors read at the sample: (address, word there), for the addresses set then.
+    pub anchors: Vec<(u64, u64)>,
 }
 
 /// What a thread's ring gave, oldest first.
@@ -330,6 +344,24 @@ impl PerfSampler {
         Ok(())
     }
 
+    /// Sets the stack addresses whose words the program reads at each sample of `tid` from now
+    /// on (0: none); see [`ANCHORS`].
+    pub fn set_anchors(&mut self, tid: u32, anchors: [u64; ANCHORS]) {
+        let Some(thread) = self.threads.get(&tid) else {
+            return;
+        };
+        let value = value_at(self.values, thread.index);
+        for (i, address) in anchors.iter().enumerate() {
+            // SAFETY: `value` points at this thread's map value, VALUE_SIZE bytes, 8-aligned.
+            unsafe {
+                value
+                    .add(VALUE_ANCHORS + 8 * i)
+                    .cast::<u64>()
+                    .write_volatile(*address)
+            };
+        }
+    }
+
     /// Hands `each` the samples `tid` took and its switches since the previous call, oldest
     /// first. Each sample's slots are the copies the program made at its instant: the program
     /// runs, and puts its copies in the shared ring, before the kernel writes the sample, so
@@ -356,8 +388,9 @@ impl PerfSampler {
         let births = &mut self.births;
         thread.ring.drain(head, |record| match parse(record) {
             Record::Sample(mut sample) => {
-                (sample.slots, sample.marks_known) =
-                    match_copies(waiting, sample.time, [tolerance, tolerance]);
+                let matched = match_copies(waiting, sample.time, [tolerance, tolerance]);
+                (sample.slots, sample.marks_known, sample.anchors) =
+                    (matched.slots, matched.known, matched.anchors);
                 unmatched += u64::from(!sample.marks_known);
                 samples += 1;
                 each(Taken::Sample(sample));
@@ -372,7 +405,8 @@ impl PerfSampler {
                 // copies made before it are its.
                 *departures += u64::from(out);
                 let (slots, marks_known) = if out {
-                    match_copies(switch_waiting, time, [MATCH_TOLERANCE_NS, 0])
+                    let matched = match_copies(switch_waiting, time, [MATCH_TOLERANCE_NS, 0]);
+                    (matched.slots, matched.known)
                 } else {
                     Default::default()
                 };
@@ -576,61 +610,6 @@ fn rephase(event: &OwnedFd, tick_ns: u64) {
             std::ptr::from_mut(&mut period),
         )
     };
-}
-
-/// Moves the shared ring's copies to their threads' queues, those made at samples to the first
-/// and those made at switches to the second (bounded: a queue longer than its thread's ring
-/// could ever need loses its oldest).
-fn read_copies(copies: &mut CopyRing, waiting: [&mut [VecDeque<SlotCopy>]; 2], bound: usize) {
-    let [at_samples, at_switches] = waiting;
-    copies.drain(|record| {
-        let Some((index, copy)) = parse_copy(record) else {
-            return;
-        };
-        let waiting = if copy.at_switch {
-            &mut *at_switches
-        } else {
-            &mut *at_samples
-        };
-        if let Some(queue) = waiting.get_mut(index as usize) {
-            if queue.len() >= bound {
-                queue.pop_front();
-            }
-            queue.push_back(copy);
-        }
-    });
-}
-
-/// The slots copied at `time` (a sample's or a switch's) from its thread's queue, and whether
-/// they are known (every slot copied): copies made at most `within[0]` ns before `time` and
-/// `within[1]` after; drops older copies (their samples were lost or not written).
-fn match_copies(
-    waiting: &mut VecDeque<SlotCopy>,
-    time: u64,
-    within: [u64; 2],
-) -> ([Option<Vec<u8>>; SLOTS], bool) {
-    while waiting
-        .front()
-        .is_some_and(|c| c.time.saturating_add(within[0]) < time)
-    {
-        waiting.pop_front();
-    }
-    let mut slots: [Option<Vec<u8>>; SLOTS] = Default::default();
-    let mut found = [false; SLOTS];
-    let mut ok = true;
-    while let Some(copy) = waiting.front() {
-        if copy.time > time.saturating_add(within[1]) {
-            break;
-        }
-        let copy = waiting.pop_front().expect("front");
-        found[copy.slot] = true;
-        ok &= copy.ok;
-        if copy.address != 0 && copy.ok {
-            slots[copy.slot] = Some(copy.bytes);
-        }
-    }
-    let known = ok && found.iter().all(|f| *f);
-    (if known { slots } else { Default::default() }, known)
 }
 
 /// Attaches `program` to `event`.

@@ -1,15 +1,16 @@
 //! The rings perf and BPF fill, read from fsprof's side: a thread's sample ring (registers and
-//! the top of its stack per sample) and the ring of slot copies the BPF program writes, with the
-//! decoding of their records. Every size read from a ring is bounded before use; nothing here
+//! the top of its stack per sample) and the ring of slot copies (and anchors) the BPF program
+//! writes, with the decoding of their records and the matching of copies to their samples. Every size read from a ring is bounded before use; nothing here
 //! opens events or loads programs (`perf.rs`, `bpf.rs`).
 
 use crate::native::bpf::{create_map, BPF_MAP_TYPE_RINGBUF};
-use crate::native::perf::{map_shared, PerfSample, COPY_HEADER, SLOTS};
+use crate::native::perf::{map_shared, PerfSample, ANCHORS, COPY_HEADER, SLOTS};
 use crate::native::unwind::{Registers, StackView};
 use fsprof_shim::abi::SLOT_SIZE;
 use nix::errno::Errno;
 use nix::libc;
 use perf_event_open_sys as sys;
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, Ordering};
 
@@ -195,12 +196,10 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
             sp,
             bp: Some(bp),
         },
-        stack: StackView {
-            start: sp,
-            bytes: &bytes[..dynamic.min(size)],
-        },
+        stack: StackView::new(sp, &bytes[..dynamic.min(size)]),
         slots: Default::default(),
         marks_known: false,
+        anchors: Vec::new(),
     })
 }
 
@@ -216,7 +215,8 @@ pub(super) fn parse_copy(record: &[u8]) -> Option<(u32, SlotCopy)> {
         (index_and_slot >> 32) as u8 as usize,
         index_and_slot >> 40 & 1 == 1,
     );
-    if slot >= SLOTS || index_and_slot >> 41 != 0 {
+    // Slot number SLOTS: the anchors' record (see `perf::ANCHORS`).
+    if slot > SLOTS || index_and_slot >> 41 != 0 {
         return None;
     }
     let address = word(16)?;
@@ -319,6 +319,98 @@ impl Drop for CopyRing {
             libc::munmap(self.producer.cast(), self.page + 2 * self.size);
         }
     }
+}
+
+/// Moves the shared ring's copies to their threads' queues, those made at samples to the first
+/// and those made at switches to the second (bounded: a queue longer than its thread's ring
+/// could ever need loses its oldest).
+pub(super) fn read_copies(
+    copies: &mut CopyRing,
+    waiting: [&mut [VecDeque<SlotCopy>]; 2],
+    bound: usize,
+) {
+    let [at_samples, at_switches] = waiting;
+    copies.drain(|record| {
+        let Some((index, copy)) = parse_copy(record) else {
+            return;
+        };
+        let waiting = if copy.at_switch {
+            &mut *at_switches
+        } else {
+            &mut *at_samples
+        };
+        if let Some(queue) = waiting.get_mut(index as usize) {
+            if queue.len() >= bound {
+                queue.pop_front();
+            }
+            queue.push_back(copy);
+        }
+    });
+}
+
+/// What was copied at a sample or a switch (see [`match_copies`]).
+#[derive(Default)]
+pub(super) struct Matched {
+    /// Each slot's bytes (all `None` unless `known`).
+    pub(super) slots: [Option<Vec<u8>>; SLOTS],
+    /// Every slot was copied.
+    pub(super) known: bool,
+    /// The anchors read then, (address, word), if the thread had some.
+    pub(super) anchors: Vec<(u64, u64)>,
+}
+
+/// What was copied at `time` (a sample's or a switch's), from its thread's queue: copies made
+/// at most `within[0]` ns before `time` and `within[1]` after; drops older copies (their
+/// samples were lost or not written).
+pub(super) fn match_copies(
+    waiting: &mut VecDeque<SlotCopy>,
+    time: u64,
+    within: [u64; 2],
+) -> Matched {
+    while waiting
+        .front()
+        .is_some_and(|c| c.time.saturating_add(within[0]) < time)
+    {
+        waiting.pop_front();
+    }
+    let mut slots: [Option<Vec<u8>>; SLOTS] = Default::default();
+    let mut found = [false; SLOTS];
+    let mut ok = true;
+    let mut anchors = Vec::new();
+    while let Some(copy) = waiting.front() {
+        if copy.time > time.saturating_add(within[1]) {
+            break;
+        }
+        let copy = waiting.pop_front().expect("front");
+        if copy.slot == SLOTS {
+            anchors = parse_anchors(&copy.bytes);
+            continue;
+        }
+        found[copy.slot] = true;
+        ok &= copy.ok;
+        if copy.address != 0 && copy.ok {
+            slots[copy.slot] = Some(copy.bytes);
+        }
+    }
+    let known = ok && found.iter().all(|f| *f);
+    Matched {
+        slots: if known { slots } else { Default::default() },
+        known,
+        anchors,
+    }
+}
+
+/// The (address, word) pairs of an anchors' record (after its header), those with an address.
+fn parse_anchors(bytes: &[u8]) -> Vec<(u64, u64)> {
+    bytes
+        .chunks_exact(16)
+        .take(ANCHORS)
+        .map(|pair| {
+            let word = |at: usize| u64::from_ne_bytes(pair[at..at + 8].try_into().expect("8"));
+            (word(0), word(8))
+        })
+        .filter(|(address, _)| *address != 0)
+        .collect()
 }
 
 #[cfg(test)]

@@ -52,10 +52,7 @@ pub struct StackCopy {
 impl StackCopy {
     /// The copy, borrowed.
     pub fn view(&self) -> StackView<'_> {
-        StackView {
-            start: self.start,
-            bytes: &self.bytes,
-        }
+        StackView::new(self.start, &self.bytes)
     }
 }
 
@@ -66,17 +63,38 @@ pub struct StackView<'a> {
     pub start: u64,
     /// The copied bytes.
     pub bytes: &'a [u8],
+    /// Where `bytes` end, further bytes of the stack from elsewhere (an image of the thread's
+    /// outer stack, see `complete.rs`): their address and the bytes; empty for none.
+    pub outer: (u64, &'a [u8]),
 }
 
-impl StackView<'_> {
-    fn read_u64(&self, address: u64) -> Result<u64, ()> {
-        let offset = address.checked_sub(self.start).ok_or(())? as usize;
-        let bytes = self
-            .bytes
-            .get(offset..offset.checked_add(8).ok_or(())?)
-            .ok_or(())?;
-        Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+impl<'a> StackView<'a> {
+    /// A view of `bytes`, copied from address `start`, and nothing beyond.
+    pub fn new(start: u64, bytes: &'a [u8]) -> StackView<'a> {
+        StackView {
+            start,
+            bytes,
+            outer: (0, &[]),
+        }
     }
+
+    /// The address after the last byte of the copy itself.
+    pub fn end(&self) -> u64 {
+        self.start.saturating_add(self.bytes.len() as u64)
+    }
+
+    fn read_u64(&self, address: u64) -> Result<u64, ()> {
+        read_word(self.start, self.bytes, address)
+            .or_else(|| read_word(self.outer.0, self.outer.1, address))
+            .ok_or(())
+    }
+}
+
+/// The word at `address` in `bytes`, which were copied from `start`.
+pub fn read_word(start: u64, bytes: &[u8], address: u64) -> Option<u64> {
+    let offset = address.checked_sub(start)? as usize;
+    let bytes = bytes.get(offset..offset.checked_add(8)?)?;
+    Some(u64::from_le_bytes(bytes.try_into().ok()?))
 }
 
 /// One unwound frame.

@@ -194,6 +194,7 @@ fn add_counters(meta: &mut Meta, child: &Meta) {
     n.native_blocked += c.native_blocked;
     n.native_blocked_skipped += c.native_blocked_skipped;
     n.native_stops += c.native_stops;
+    n.native_completed += c.native_completed;
     let (s, c) = (&mut meta.sampling, &child.sampling);
     s.late_ticks += c.late_ticks;
     s.stretched_ticks += c.stretched_ticks;

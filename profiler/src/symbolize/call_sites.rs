@@ -366,10 +366,7 @@ impl CallSites {
         if !unchanged() && word(0) != Some(ret) {
             return None; // the call is over and its frame reused
         }
-        let view = StackView {
-            start: sp,
-            bytes: stack,
-        };
+        let view = StackView::new(sp, stack);
         let mut unwound = std::mem::take(&mut self.unwound);
         self.unwinder
             .unwind_from_call(ret, sp, bp, view, &mut unwound);

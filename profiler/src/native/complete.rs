@@ -1,0 +1,238 @@
+//! Completing perf samples of deep stacks. The kernel copies 16 KiB of a thread's stack per
+//! sample; a deeper stack's unwinding stops where the copy ends. The outer part of a deep stack
+//! changes rarely (a recursion's frames are laid out the same way at every descent), so the
+//! rest is taken from an *image*: the thread's outer stack read live (`process_vm_readv`, the
+//! thread runs on), kept per thread and read again when it no longer fits.
+//!
+//! An image is used for a sample only when it agrees with what the sample itself saw:
+//! * the seam: the return-address slots of the sample's last frames within 4 KiB of the copy's
+//!   end hold the same words in the image (a different call path, or the same one shifted,
+//!   puts other words there);
+//! * the anchors: at each sample the BPF program also reads the words at a few return-address
+//!   slots of the thread's outer frames, as they were at that instant (`perf::ANCHORS`: one slot
+//!   per distinct return address, nearest the copy first, chosen from the latest image); every
+//!   one of them must hold the same word in the image. A thread that went back up and down
+//!   another way (`left_root` then `right_root`) has another return address in some slot.
+//!
+//! Then the sample's stack is unwound through the copy and on through the image; if it reaches
+//! the root, that is the sample's stack. It can still be wrong where the thread's stack changed
+//! between the seam and the root, at no anchor, and came back to the same words at the seam and
+//! at every anchor. A sample taken before the thread had anchors is not completed (its image
+//! gives the anchors). Not here: the unwinding (`unwind.rs`), the copies (`perf.rs`).
+
+use crate::native::capture::{Captured, MAX_STACK_COPY};
+use crate::native::perf::ANCHORS;
+use crate::native::unwind::{read_word, StackView};
+use crate::target::remote::Remote;
+use std::collections::HashMap;
+
+/// How far below the copy's end an image starts: the seam's slots are compared there.
+const SEAM: u64 = 4096;
+/// Most seam slots compared.
+const SEAM_SLOTS: usize = 8;
+/// Most threads with images kept.
+const MAX_THREADS: usize = 64;
+/// Most images kept per thread (each is up to [`MAX_STACK_COPY`]), the latest used first: a
+/// program that takes turns between a few ways down to its deep part (two phases) has an image
+/// of each, and the samples fsprof reads a few milliseconds after they were taken, some from
+/// before a turn, find theirs.
+const IMAGES_PER_THREAD: usize = 4;
+
+/// The images of the threads' outer stacks, and what became of the samples they were tried on.
+#[derive(Default)]
+pub struct Completer {
+    images: HashMap<u32, Vec<Image>>,
+    /// Samples completed from an image.
+    pub completed: u64,
+    /// Samples cut by the copy and left so: no image agreed with them.
+    pub not_completed: u64,
+}
+
+/// An image of a thread's stack from `start` up, read live.
+struct Image {
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+impl Image {
+    fn word(&self, address: u64) -> Option<u64> {
+        read_word(self.start, &self.bytes, address)
+    }
+}
+
+impl Completer {
+    /// For a sample of `tid` whose unwinding through `copy` stopped short (`cut`): its stack
+    /// completed from an image that agrees with the sample (see the module's documentation), if
+    /// one does; `unwind` unwinds the sample through a view. `anchors` are the words the
+    /// program read at the sample; `top` is the end of the thread's stack mapping. Also returns
+    /// new anchors for the thread when an image was read (to set for its next samples).
+    pub fn complete(
+        &mut self,
+        tid: u32,
+        (copy, cut, anchors): (StackView<'_>, &Captured, &[(u64, u64)]),
+        top: u64,
+        mut unwind: impl FnMut(StackView<'_>) -> Captured,
+    ) -> (Option<Captured>, Option<[u64; ANCHORS]>) {
+        let end = copy.end();
+        if end >= top || copy.bytes.is_empty() {
+            return (None, None); // the copy was not what cut it
+        }
+        let seam = seam(copy, cut);
+        let start = end.saturating_sub(SEAM).max(copy.start);
+        // A new image starts at the sample's stack pointer: it also serves samples up to the
+        // copy's size deeper.
+        let agrees = |image: &Image| {
+            !seam.is_empty()
+                && !anchors.is_empty()
+                && image.start <= start
+                && seam.iter().all(|(at, word)| image.word(*at) == Some(*word))
+                && anchors.iter().all(|(at, word)| {
+                    if *at >= end {
+                        image.word(*at) == Some(*word)
+                    } else {
+                        // In the copy: the sample's own word; below the stack pointer: not
+                        // part of the stack then.
+                        read_word(copy.start, copy.bytes, *at).is_none_or(|w| w == *word)
+                    }
+                })
+        };
+        let kept = self.images.entry(tid).or_default();
+        if let Some(at) = kept.iter().position(&agrees) {
+            let captured = unwind(view(copy, &kept[at]));
+            if captured.complete {
+                let image = kept.remove(at);
+                kept.insert(0, image);
+                self.completed += 1;
+                return (Some(captured), None);
+            }
+        }
+        let Some(image) = read_image(tid, copy.start, top) else {
+            self.not_completed += 1;
+            return (None, None);
+        };
+        let captured = unwind(view(copy, &image));
+        let anchors_now = captured.complete.then(|| choose_anchors(&captured, end));
+        let completed = captured.complete && agrees(&image);
+        if self.images.len() > MAX_THREADS {
+            self.images.retain(|t, _| *t == tid);
+        }
+        let kept = self.images.entry(tid).or_default();
+        kept.insert(0, image);
+        kept.truncate(IMAGES_PER_THREAD);
+        if completed {
+            self.completed += 1;
+            return (Some(captured), anchors_now);
+        }
+        self.not_completed += 1;
+        (None, anchors_now)
+    }
+
+    /// Forgets a thread that exited.
+    pub fn forget(&mut self, tid: u32) {
+        self.images.remove(&tid);
+    }
+}
+
+/// The copy, then the image beyond it.
+fn view<'a>(copy: StackView<'a>, image: &'a Image) -> StackView<'a> {
+    StackView {
+        outer: (image.start, &image.bytes),
+        ..copy
+    }
+}
+
+/// The return-address slots (and the words in them) of `cut`'s frames within [`SEAM`] of the
+/// copy's end, the outermost [`SEAM_SLOTS`].
+fn seam(copy: StackView<'_>, cut: &Captured) -> Vec<(u64, u64)> {
+    let end = copy.end();
+    let mut slots: Vec<(u64, u64)> = (cut.frames.iter())
+        .filter(|frame| frame.cfa != u64::MAX)
+        .map(|frame| frame.cfa.wrapping_sub(8))
+        .filter(|slot| *slot >= end.saturating_sub(SEAM) && *slot < end)
+        .filter_map(|slot| Some((slot, read_word(copy.start, copy.bytes, slot)?)))
+        .collect();
+    let keep = slots.len().saturating_sub(SEAM_SLOTS);
+    slots.drain(..keep);
+    slots
+}
+
+/// The thread's stack from `start` to `top` (at most [`MAX_STACK_COPY`]), read now.
+fn read_image(tid: u32, start: u64, top: u64) -> Option<Image> {
+    let len = (top.saturating_sub(start) as usize).min(MAX_STACK_COPY);
+    let mut bytes = vec![0; len];
+    let got = Remote::new(tid).read_partial(start, &mut bytes).ok()?;
+    bytes.truncate(got);
+    (got > 0).then_some(Image { start, bytes })
+}
+
+/// Return-address slots of a complete stack's frames beyond the copy's end `end`, one per
+/// distinct return address, nearest the copy first (a recursion's thousand frames hold one
+/// return address: one anchor for them, and the rest for the frames that lead to it, where two
+/// phases of a program differ); then, if there are fewer, the outermost slots left.
+fn choose_anchors(captured: &Captured, end: u64) -> [u64; ANCHORS] {
+    let frames = &captured.frames;
+    // Frame i's slot holds the return address into frame i + 1 (whose lookup address is that
+    // return address minus one).
+    let slots: Vec<(u64, u64)> = (0..frames.len().saturating_sub(1))
+        .filter(|i| frames[*i].cfa != u64::MAX && frames[*i].cfa.wrapping_sub(8) >= end)
+        .map(|i| (frames[i].cfa - 8, frames[i + 1].address))
+        .collect();
+    let mut chosen = Vec::with_capacity(ANCHORS);
+    let mut seen = std::collections::HashSet::new();
+    for (slot, returns_to) in &slots {
+        if chosen.len() < ANCHORS && seen.insert(*returns_to) {
+            chosen.push(*slot);
+        }
+    }
+    for (slot, _) in slots.iter().rev() {
+        if chosen.len() < ANCHORS && !chosen.contains(slot) {
+            chosen.push(*slot);
+        }
+    }
+    let mut anchors = [0u64; ANCHORS];
+    anchors[..chosen.len()].copy_from_slice(&chosen);
+    anchors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native::unwind::UnwoundFrame;
+
+    fn frame(address: u64, cfa: u64) -> UnwoundFrame {
+        UnwoundFrame { address, cfa }
+    }
+
+    #[test]
+    fn anchors_go_to_distinct_return_addresses_nearest_the_copy_first() {
+        // A recursion (frames 0 to 11 return into 7), then frames returning into 20 .. 25,
+        // every 0x100 from 0x1000; the copy ends at 0x1400.
+        let mut frames: Vec<UnwoundFrame> = (0..12).map(|i| frame(7, 0x1000 + 0x100 * i)).collect();
+        frames.extend((0..6).map(|i| frame(20 + i, 0x1c00 + 0x100 * i)));
+        frames.push(frame(99, u64::MAX));
+        let captured = Captured {
+            frames,
+            complete: true,
+        };
+        let anchors = choose_anchors(&captured, 0x1400);
+        // One slot for the recursion's return address (7, the first beyond the copy: 0x14f8),
+        // then one per frame above it, then the outermost left.
+        assert_eq!(anchors[0], 0x14f8);
+        assert_eq!(
+            &anchors[1..8],
+            &[0x1af8, 0x1bf8, 0x1cf8, 0x1df8, 0x1ef8, 0x1ff8, 0x20f8]
+        );
+    }
+
+    #[test]
+    fn the_seam_is_the_slots_of_the_last_frames_in_the_copy() {
+        let bytes: Vec<u8> = (0..0x2000u64 / 8).flat_map(|w| w.to_le_bytes()).collect();
+        let copy = StackView::new(0x10000, &bytes);
+        let cut = Captured {
+            frames: vec![frame(1, 0x10800), frame(2, 0x11800), frame(3, u64::MAX)],
+            complete: false,
+        };
+        // The copy ends at 0x12000: only the slot at 0x117f8 is within 4 KiB of its end.
+        assert_eq!(seam(copy, &cut), vec![(0x117f8, (0x117f8 - 0x10000) / 8)]);
+    }
+}
