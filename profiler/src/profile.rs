@@ -584,5 +584,6 @@ impl Profile {
 
 mod builder;
 mod merge;
+mod native_table;
 pub use builder::{ProfileBuilder, RawNativeStack};
 pub use merge::merge;

@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 
 /// Most of a stack copied per sample, from the stack pointer up: deeper stacks are cut (and marked
 /// as such). Only the part in use is copied (from the stack pointer to the mapping's end), so a
-/// shallow stack costs what it did. One read's bound (`remote::MAX_READ`): a 5,000-frame
-/// recursion of 200-byte frames.
-pub const MAX_STACK_COPY: usize = crate::target::remote::MAX_READ;
+/// shallow stack costs what it did; 8 MiB is a main thread's usual whole stack (a 40,000-frame
+/// recursion of 200-byte frames).
+pub const MAX_STACK_COPY: usize = 8 * 1024 * 1024;
 /// Longest interval between two reads of the memory map while addresses fall outside it. The
 /// interval starts at 1 ms and doubles while reads find nothing new: a program starting up maps
 /// its libraries within milliseconds, a program that jumps to code without a file (a JIT) must
@@ -521,7 +521,7 @@ fn copy_stack(remote: Remote, maps: &[Mapping], regs: Registers, copy: &mut Stac
     let len = (end.saturating_sub(regs.sp) as usize).min(MAX_STACK_COPY);
     copy.start = regs.sp;
     copy.bytes.resize(len, 0);
-    let got = remote.read_partial(regs.sp, &mut copy.bytes).unwrap_or(0);
+    let got = remote.read_long(regs.sp, &mut copy.bytes).unwrap_or(0);
     copy.bytes.truncate(got);
 }
 

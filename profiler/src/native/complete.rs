@@ -160,7 +160,7 @@ fn seam(copy: StackView<'_>, cut: &Captured) -> Vec<(u64, u64)> {
 fn read_image(tid: u32, start: u64, top: u64) -> Option<Image> {
     let len = (top.saturating_sub(start) as usize).min(MAX_STACK_COPY);
     let mut bytes = vec![0; len];
-    let got = Remote::new(tid).read_partial(start, &mut bytes).ok()?;
+    let got = Remote::new(tid).read_long(start, &mut bytes).ok()?;
     bytes.truncate(got);
     (got > 0).then_some(Image { start, bytes })
 }

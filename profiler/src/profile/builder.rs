@@ -2,6 +2,7 @@
 //! one sample at a time and finished (native stacks symbolized, payloads that became equal
 //! merged) into the saved form. Not here: the saved format itself (`profile.rs`).
 
+use super::native_table::{self, NativeTable};
 use super::*;
 
 /// Builds a [`Profile`] while recording: interns names, payloads, stacks and threads.
@@ -17,8 +18,7 @@ pub struct ProfileBuilder {
     thread_ids: HashMap<u32, u32>,
     samples: Vec<SampleGroup>,
     sample_ids: HashMap<(u32, u32, Option<u32>, u32), usize>,
-    native_stacks: Vec<RawNativeStack>,
-    native_ids: HashMap<RawNativeStack, u32>,
+    native_stacks: NativeTable,
     images: Vec<Image>,
     later_branches: std::collections::HashSet<LaterBranch>,
 }
@@ -106,7 +106,7 @@ impl ProfileBuilder {
 
     /// The id of a native stack.
     pub fn native_stack(&mut self, stack: RawNativeStack) -> u32 {
-        intern(&mut self.native_stacks, &mut self.native_ids, stack)
+        self.native_stacks.id(stack)
     }
 
     /// From now on the process runs the program image `name` (the first call names the first
@@ -161,25 +161,32 @@ impl ProfileBuilder {
 
     /// The distinct addresses of all native stacks, for symbolization.
     pub fn native_addresses(&self) -> Vec<u64> {
-        let mut addresses: Vec<u64> = self
-            .native_stacks
-            .iter()
-            .flat_map(|s| s.addresses.iter().copied())
-            .collect();
+        let mut addresses = self.native_stacks.addresses().to_vec();
         addresses.sort_unstable();
-        addresses.dedup();
         addresses
     }
 
     /// The finished profile. `symbolize` gives the frames at each address of
     /// [`ProfileBuilder::native_addresses`], outermost first (more than one when functions were
     /// inlined there; at least one).
-    pub fn finish(self, meta: Meta, mut symbolize: impl FnMut(u64) -> Vec<NativeFrame>) -> Profile {
+    pub fn finish(
+        self,
+        mut meta: Meta,
+        mut symbolize: impl FnMut(u64) -> Vec<NativeFrame>,
+    ) -> Profile {
         let mut frames = Vec::new();
         let mut frame_ids = HashMap::new();
         let mut expanded: HashMap<u64, Vec<u32>> = HashMap::new();
-        let mut native_stacks = Vec::with_capacity(self.native_stacks.len());
-        for raw in self.native_stacks {
+        if self.native_stacks.cut > 0 {
+            meta.notes.push(format!(
+                "{} native stacks were cut to their innermost {} frames: the profile keeps at most {} M frames of native stacks in all",
+                self.native_stacks.cut,
+                native_table::CUT_TO,
+                native_table::FRAME_BUDGET >> 20
+            ));
+        }
+        let mut native_stacks = Vec::new();
+        for raw in self.native_stacks.into_stacks() {
             let mut stack = NativeStack {
                 frames: Vec::with_capacity(raw.addresses.len()),
                 marks_at: Vec::with_capacity(raw.marks_at.len()),

@@ -43,6 +43,26 @@ impl Remote {
         process_vm_readv(self.pid, &mut [IoSliceMut::new(&mut buf[..len])], &remote)
     }
 
+    /// Like [`Remote::read_partial`] for a buffer longer than one read ([`MAX_READ`]): reads
+    /// one after the other until `buf` is full or one comes back short; returns how many bytes
+    /// were read.
+    pub fn read_long(&self, address: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let mut got = 0;
+        while got < buf.len() {
+            let wanted = (buf.len() - got).min(MAX_READ);
+            let n = match self.read_partial(address.saturating_add(got as u64), &mut buf[got..]) {
+                Ok(n) => n,
+                Err(_) if got > 0 => break,
+                Err(errno) => return Err(errno),
+            };
+            got += n;
+            if n < wanted {
+                break;
+            }
+        }
+        Ok(got)
+    }
+
     /// Fills every buffer from its address, in order, in as few system calls as possible.
     /// Fails unless every byte was read.
     pub fn read_many(&self, parts: &mut [(u64, &mut [u8])]) -> Result<(), Errno> {

@@ -6,7 +6,8 @@
 //! * `leaves`: descents one after the other, each leaf's mark with the instance `leaf`;
 //! * `roots`: the descents run under `left_root` or `right_root`, which take turns every 20 to
 //!   40 ms; each leaf's mark says which (`left`, `right`). A stack completed from the wrong
-//!   phase would draw a leaf under the other root.
+//!   phase would draw a leaf under the other root;
+//! * `tenk`: as `leaves`, 9,000 to 10,000 frames deep (about 2 MiB of stack).
 //!
 //! The truth: the thread's whole time (it is always busy), and the leaves' time per instance.
 
@@ -16,6 +17,10 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 static LEAF: Feature = Feature::new("leaf");
+
+/// The depths of `leaves` and `roots`, and of `tenk`.
+const DEPTHS: (u32, u32) = (400, 2_400);
+const TEN_THOUSAND: (u32, u32) = (9_000, 10_000);
 
 /// A small random number generator (xorshift), seeded: runs are alike.
 struct Rng(u64);
@@ -28,8 +33,8 @@ impl Rng {
         self.0 % n
     }
 
-    fn depth(&mut self) -> u32 {
-        400 + self.below(2001) as u32
+    fn depth(&mut self, (shallowest, deepest): (u32, u32)) -> u32 {
+        shallowest + self.below(u64::from(deepest - shallowest) + 1) as u32
     }
 
     fn work(&mut self) -> Duration {
@@ -66,7 +71,7 @@ fn descend(depth: u32, work: Duration, truth: &Truth, side: &'static str) -> u64
 fn left_root(until: Instant, rng: &mut Rng, truth: &Truth) -> u64 {
     let mut sum = black_box(1);
     while Instant::now() < until {
-        sum += descend(rng.depth(), rng.work(), truth, "left");
+        sum += descend(rng.depth(DEPTHS), rng.work(), truth, "left");
     }
     sum
 }
@@ -75,14 +80,14 @@ fn left_root(until: Instant, rng: &mut Rng, truth: &Truth) -> u64 {
 fn right_root(until: Instant, rng: &mut Rng, truth: &Truth) -> u64 {
     let mut sum = black_box(2);
     while Instant::now() < until {
-        sum += descend(rng.depth(), rng.work(), truth, "right");
+        sum += descend(rng.depth(DEPTHS), rng.work(), truth, "right");
     }
     sum
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: deep (leaves|roots) SECONDS --truth FILE";
+    let usage = "usage: deep (leaves|roots|tenk) SECONDS --truth FILE";
     let scenario = args.next().expect(usage);
     let seconds: f64 = args.next().and_then(|s| s.parse().ok()).expect(usage);
     let truth_path = match (args.next().as_deref(), args.next()) {
@@ -95,9 +100,14 @@ fn main() {
     let end = start + Duration::from_secs_f64(seconds);
     let mut sum = 0;
     match scenario.as_str() {
-        "leaves" => {
+        "leaves" | "tenk" => {
+            let depths = if scenario == "tenk" {
+                TEN_THOUSAND
+            } else {
+                DEPTHS
+            };
             while Instant::now() < end {
-                sum += descend(rng.depth(), rng.work(), &truth, "leaf");
+                sum += descend(rng.depth(depths), rng.work(), &truth, "leaf");
             }
         }
         "roots" => {
