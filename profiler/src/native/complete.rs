@@ -5,9 +5,10 @@
 //! thread runs on), kept per thread and read again when it no longer fits.
 //!
 //! An image is used for a sample only when it agrees with what the sample itself saw:
-//! * the seam: the return-address slots of the sample's last frames within 4 KiB of the copy's
-//!   end hold the same words in the image (a different call path, or the same one shifted,
-//!   puts other words there);
+//! * the seam: the return-address slots of the sample's two outermost frames in the copy hold
+//!   the same words in the image (a different call path, or the same one shifted, puts other
+//!   words there; comparing eight slots instead of two completed half as many of rustc's
+//!   stacks, whose middle changes fast, with no gain on the tests);
 //! * the anchors: at each sample the BPF program also reads the words at a few return-address
 //!   slots of the thread's outer frames, as they were at that instant (`perf::ANCHORS`: one slot
 //!   per distinct return address, nearest the copy first, chosen from the latest image); every
@@ -26,10 +27,8 @@ use crate::native::unwind::{read_word, StackView};
 use crate::target::remote::Remote;
 use std::collections::HashMap;
 
-/// How far below the copy's end an image starts: the seam's slots are compared there.
-const SEAM: u64 = 4096;
-/// Most seam slots compared.
-const SEAM_SLOTS: usize = 8;
+/// Seam slots compared.
+const SEAM_SLOTS: usize = 2;
 /// Most threads with images kept.
 const MAX_THREADS: usize = 64;
 /// Most images kept per thread (each is up to [`MAX_STACK_COPY`]), the latest used first: a
@@ -78,7 +77,8 @@ impl Completer {
             return (None, None); // the copy was not what cut it
         }
         let seam = seam(copy, cut);
-        let start = end.saturating_sub(SEAM).max(copy.start);
+        // An image must hold the seam's slots.
+        let start = seam.first().map_or(end, |(slot, _)| *slot);
         // A new image starts at the sample's stack pointer: it also serves samples up to the
         // copy's size deeper.
         let agrees = |image: &Image| {
@@ -141,14 +141,14 @@ fn view<'a>(copy: StackView<'a>, image: &'a Image) -> StackView<'a> {
     }
 }
 
-/// The return-address slots (and the words in them) of `cut`'s frames within [`SEAM`] of the
-/// copy's end, the outermost [`SEAM_SLOTS`].
+/// The return-address slots (and the words in them) of `cut`'s frames in the copy, the
+/// outermost [`SEAM_SLOTS`] (nearest the seam).
 fn seam(copy: StackView<'_>, cut: &Captured) -> Vec<(u64, u64)> {
     let end = copy.end();
     let mut slots: Vec<(u64, u64)> = (cut.frames.iter())
         .filter(|frame| frame.cfa != u64::MAX)
         .map(|frame| frame.cfa.wrapping_sub(8))
-        .filter(|slot| *slot >= end.saturating_sub(SEAM) && *slot < end)
+        .filter(|slot| *slot >= copy.start && *slot < end)
         .filter_map(|slot| Some((slot, read_word(copy.start, copy.bytes, slot)?)))
         .collect();
     let keep = slots.len().saturating_sub(SEAM_SLOTS);
@@ -225,14 +225,15 @@ mod tests {
     }
 
     #[test]
-    fn the_seam_is_the_slots_of_the_last_frames_in_the_copy() {
+    fn the_seam_is_the_return_address_slots_of_the_frames_in_the_copy() {
         let bytes: Vec<u8> = (0..0x2000u64 / 8).flat_map(|w| w.to_le_bytes()).collect();
         let copy = StackView::new(0x10000, &bytes);
         let cut = Captured {
             frames: vec![frame(1, 0x10800), frame(2, 0x11800), frame(3, u64::MAX)],
             complete: false,
         };
-        // The copy ends at 0x12000: only the slot at 0x117f8 is within 4 KiB of its end.
-        assert_eq!(seam(copy, &cut), vec![(0x117f8, (0x117f8 - 0x10000) / 8)]);
+        // Both frames' slots are in the copy (0x10000 .. 0x12000); the root has none.
+        let word = |slot: u64| (slot, (slot - 0x10000) / 8);
+        assert_eq!(seam(copy, &cut), vec![word(0x107f8), word(0x117f8)]);
     }
 }
