@@ -1,5 +1,5 @@
 //! Whole native stacks of deep programs: `deep leaves` recurses 400 to 2,400 frames deep (up to
-//! about 480 KiB of stack) and marks its leaves; the leaves' time must be drawn under the
+//! about 480 KiB of stack; `deep tenk`, 9,000 to 10,000) and marks its leaves; the leaves' time must be drawn under the
 //! program's `main`, not under `[stack truncated]`, with either backend (perf copies 16 KiB of
 //! stack per sample; the rest comes from an image of the thread's outer stack, checked against
 //! the sample: `native/complete.rs`). `deep roots` runs the same recursion under `left_root` and
@@ -156,4 +156,21 @@ fn leaves_under_two_roots_in_turns_are_drawn_under_their_own_root_with_perf() {
 fn leaves_under_two_roots_in_turns_are_drawn_under_their_own_root_with_ptrace() {
     let _serial = serial();
     two_roots("ptrace");
+}
+
+#[test]
+fn stacks_of_ten_thousand_frames_are_kept_whole() {
+    let _serial = serial();
+    let mut backends = vec!["ptrace"];
+    if perf_backend_available() {
+        backends.push("perf");
+    }
+    for backend in backends {
+        let dir = tempdir();
+        record(dir.path(), "tenk", &["--backend", backend]);
+        let (share, deepest) = leaves_under_main(dir.path());
+        eprintln!("{backend}: {share:.1}% under main; deepest stack {deepest} frames");
+        assert!(share >= 95.0, "{backend}: {share:.1}% under main");
+        assert!(deepest > 9_000, "{backend}: deepest stack {deepest} frames");
+    }
 }
