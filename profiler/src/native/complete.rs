@@ -29,8 +29,8 @@ use std::collections::HashMap;
 
 /// Seam slots compared.
 const SEAM_SLOTS: usize = 2;
-/// Most threads with images kept.
-const MAX_THREADS: usize = 64;
+/// Most bytes of images kept over all threads; past it, only the thread at hand keeps its own.
+const MAX_IMAGE_BYTES: usize = 64 << 20;
 /// Most images kept per thread (each is up to [`MAX_STACK_COPY`]), the latest used first: a
 /// program that takes turns between a few ways down to its deep part (two phases) has an image
 /// of each, and the samples fsprof reads a few milliseconds after they were taken, some from
@@ -113,7 +113,10 @@ impl Completer {
         let captured = unwind(view(copy, &image));
         let anchors_now = captured.complete.then(|| choose_anchors(&captured, end));
         let completed = captured.complete && agrees(&image);
-        if self.images.len() > MAX_THREADS {
+        let kept_bytes: usize = (self.images.values().flatten())
+            .map(|image| image.bytes.len())
+            .sum();
+        if kept_bytes + image.bytes.len() > MAX_IMAGE_BYTES {
             self.images.retain(|t, _| *t == tid);
         }
         let kept = self.images.entry(tid).or_default();
