@@ -108,6 +108,10 @@ fn a_scripts_children_are_each_reported_against_their_truth_and_together() {
     eprintln!("all together:");
     assert_shares_match(&report, &sum_of(&truths));
     assert!(text.contains("Processes: 4"), "{text}");
+    // Flamegraphs and folded stacks start each stack with its process.
+    for (frames, _) in folded(&out) {
+        assert!(frames[0].starts_with("[pid "), "{frames:?}");
+    }
 }
 
 #[test]

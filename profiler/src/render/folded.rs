@@ -129,7 +129,9 @@ pub fn fold(profile: &Profile, view: TimeView, marks_only: bool) -> Folded {
         for frame in &stacks::drawn(profile, group, marks_only) {
             let kind = match frame {
                 StackFrame::Native(_) => FrameKind::Native,
-                StackFrame::Truncated | StackFrame::Placeholder(_) => FrameKind::Placeholder,
+                StackFrame::Truncated | StackFrame::Placeholder(_) | StackFrame::Process(_) => {
+                    FrameKind::Placeholder
+                }
                 StackFrame::Mark { .. } | StackFrame::MarksTruncated => FrameKind::Mark,
             };
             push(&frame.label(), kind);

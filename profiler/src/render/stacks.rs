@@ -2,7 +2,7 @@
 //! between the native frames where it was pushed. The folded output and both flamegraphs are made
 //! of these; nothing here counts time or renders anything.
 
-use crate::profile::{NativeFrame, Profile, SampleGroup};
+use crate::profile::{NativeFrame, Process, Profile, SampleGroup};
 
 /// One frame of a combined stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +22,8 @@ pub enum StackFrame<'a> {
     MarksTruncated,
     /// Stands for what a sample lacks (see [`drawn`]): [`NO_NATIVE_STACK`] or [`NO_FEATURE`].
     Placeholder(&'static str),
+    /// The process the sample's thread belongs to, at the root of a recording of several.
+    Process(&'a Process),
 }
 
 /// The frame of samples without marks, in the features-only view.
@@ -46,6 +48,11 @@ impl StackFrame<'_> {
             } => format!("[{feature}] antimark"),
             StackFrame::MarksTruncated => "[more marks]".to_owned(),
             StackFrame::Placeholder(text) => (*text).to_owned(),
+            StackFrame::Process(process) => {
+                let command = process.command.first().map_or("", String::as_str);
+                let program = command.rsplit('/').next().unwrap_or(command);
+                format!("[pid {}] {program}", process.pid)
+            }
         }
     }
 
@@ -57,7 +64,8 @@ impl StackFrame<'_> {
 
 /// The frames drawn for a sample group (folded stacks, flamegraphs, pprof, speedscope): its
 /// [`combined`] stack, after a [`NO_NATIVE_STACK`] frame when the profile has native stacks and
-/// the group none (unless `marks_only`), and a [`NO_FEATURE`] frame for a group without frames.
+/// the group none (unless `marks_only`), and a [`NO_FEATURE`] frame for a group without frames;
+/// in a recording of several processes, after its process's frame (`[pid 4242] cc1`).
 pub fn drawn<'a>(
     profile: &'a Profile,
     group: &SampleGroup,
@@ -69,6 +77,12 @@ pub fn drawn<'a>(
     }
     if !marks_only && !profile.native_stacks.is_empty() && group.native.is_none() {
         frames.insert(0, StackFrame::Placeholder(NO_NATIVE_STACK));
+    }
+    if profile.processes.len() > 1 {
+        let thread = profile.threads.get(group.thread as usize);
+        if let Some(process) = thread.and_then(|t| profile.processes.get(t.process as usize)) {
+            frames.insert(0, StackFrame::Process(process));
+        }
     }
     frames
 }
