@@ -112,8 +112,16 @@ pub struct Process {
     /// The id of the process it was found as a child of; absent for the program itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<u32>,
-    /// Its command line when recording began (after any `exec` the program it was running).
+    /// Its command line as last seen while it was recorded (after an `exec`, the new program's).
     pub command: Vec<String>,
+}
+
+impl Process {
+    /// Its program's name: the command's first word without its directory.
+    pub fn program(&self) -> &str {
+        let first = self.command.first().map_or("", String::as_str);
+        first.rsplit('/').next().unwrap_or(first)
+    }
 }
 
 /// A file native frames were found in (see [`Profile::modules`]).

@@ -2,6 +2,7 @@
 //! children, and the selection of one process's samples (`fsprof report --process PID|NAME`).
 //! It does not render.
 
+use super::threads::{first_twenty, keep_threads};
 use super::{group_weights, TimeView};
 use crate::profile::Profile;
 
@@ -61,36 +62,20 @@ pub fn keep_process(profile: &mut Profile, which: &str) -> Result<(), String> {
             ))
         };
     }
-    let program = |command: &[String]| {
-        let first = command.first().map(String::as_str).unwrap_or("");
-        first.rsplit('/').next().unwrap_or(first).to_owned()
-    };
-    let chosen: Vec<bool> = profile
-        .processes
-        .iter()
-        .map(|p| Some(p.pid) == pid || program(&p.command) == which)
+    let chosen: Vec<bool> = (profile.processes.iter())
+        .map(|p| Some(p.pid) == pid || p.program() == which)
         .collect();
     if !chosen.contains(&true) {
-        let mut known: Vec<String> = profile
-            .processes
-            .iter()
-            .take(20)
-            .map(|p| format!("{} ({})", program(&p.command), p.pid))
-            .collect();
-        if profile.processes.len() > 20 {
-            known.push(format!("and {} more", profile.processes.len() - 20));
-        }
+        let known = (profile.processes.iter()).map(|p| format!("{} ({})", p.program(), p.pid));
         return Err(format!(
             "no process has id or program {which:?} in this profile; its processes: {}",
-            known.join(", ")
+            first_twenty(known)
         ));
     }
     let threads: Vec<bool> = (profile.threads.iter())
         .map(|t| chosen.get(t.process as usize).copied().unwrap_or(false))
         .collect();
-    profile
-        .samples
-        .retain(|group| threads.get(group.thread as usize).copied().unwrap_or(false));
+    keep_threads(profile, &threads);
     Ok(())
 }
 

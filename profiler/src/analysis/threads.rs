@@ -48,24 +48,31 @@ pub fn keep_thread(profile: &mut Profile, which: &str) -> Result<(), String> {
         .map(|thread| thread.name == which || Some(thread.tid) == tid)
         .collect();
     if !chosen.contains(&true) {
-        let mut known: Vec<String> = profile
-            .threads
-            .iter()
-            .take(20)
-            .map(|thread| format!("{} ({})", thread.name, thread.tid))
-            .collect();
-        if profile.threads.len() > 20 {
-            known.push(format!("and {} more", profile.threads.len() - 20));
-        }
+        let known = (profile.threads.iter()).map(|t| format!("{} ({})", t.name, t.tid));
         return Err(format!(
             "no thread is named or numbered {which:?} in this profile; its threads: {}",
-            known.join(", ")
+            first_twenty(known)
         ));
     }
+    keep_threads(profile, &chosen);
+    Ok(())
+}
+
+/// Keeps only the samples of the threads `chosen` marks.
+pub(super) fn keep_threads(profile: &mut Profile, chosen: &[bool]) {
     profile
         .samples
         .retain(|group| chosen.get(group.thread as usize).copied().unwrap_or(false));
-    Ok(())
+}
+
+/// The first twenty of `items` joined, and how many more there are, for an error.
+pub(super) fn first_twenty(items: impl ExactSizeIterator<Item = String>) -> String {
+    let more = items.len().saturating_sub(20);
+    let mut listed: Vec<String> = items.take(20).collect();
+    if more > 0 {
+        listed.push(format!("and {more} more"));
+    }
+    listed.join(", ")
 }
 
 #[cfg(test)]

@@ -48,11 +48,7 @@ impl StackFrame<'_> {
             } => format!("[{feature}] antimark"),
             StackFrame::MarksTruncated => "[more marks]".to_owned(),
             StackFrame::Placeholder(text) => (*text).to_owned(),
-            StackFrame::Process(process) => {
-                let command = process.command.first().map_or("", String::as_str);
-                let program = command.rsplit('/').next().unwrap_or(command);
-                format!("[pid {}] {program}", process.pid)
-            }
+            StackFrame::Process(process) => format!("[pid {}] {}", process.pid, process.program()),
         }
     }
 
