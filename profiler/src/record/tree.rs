@@ -39,6 +39,8 @@ pub struct Tree {
     sampling: Sampling,
     /// Processes found but not followed (over [`MAX_FOLLOWED`]).
     not_followed: usize,
+    /// Processes found that this fsprof's user may not trace.
+    refused: usize,
     /// The kernel has no `children` files: nothing can be followed.
     unsupported: bool,
 }
@@ -74,6 +76,7 @@ impl Tree {
             next_scan: Instant::now(),
             sampling,
             not_followed: 0,
+            refused: 0,
             unsupported: false,
         }
     }
@@ -108,6 +111,12 @@ impl Tree {
     fn follow(&mut self, pid: u32, parent: u32) {
         if self.followers.len() >= MAX_FOLLOWED {
             self.not_followed += 1;
+            return;
+        }
+        // A capable fsprof records only what its user may trace (a set-user-id child, say, it
+        // may not): see `privilege.rs`.
+        if crate::record::privilege::may_trace(pid).is_err() {
+            self.refused += 1;
             return;
         }
         self.parents.push(pid);
@@ -158,6 +167,12 @@ impl Tree {
             notes.push(format!(
                 "{} child processes were not recorded (at most {MAX_FOLLOWED} are followed)",
                 self.not_followed
+            ));
+        }
+        if self.refused > 0 {
+            notes.push(format!(
+                "{} child processes were not recorded: this fsprof's user may not trace them (set-user-id programs, say)",
+                self.refused
             ));
         }
         if lost > 0 {
