@@ -464,3 +464,57 @@ fn capable_copies_write_their_files_as_their_user() {
         }
     }
 }
+
+/// `fsprof run` of the user's script that starts the user's program and a set-user-id-root
+/// one: every copy records the user's program, not the set-user-id one, and says so.
+#[test]
+fn capable_copies_follow_only_the_children_their_user_may_trace() {
+    let _serial = serial();
+    let Some(house) = House::new() else { return };
+    let setuid = house.path("fsprof-target-setuid");
+    std::fs::copy(house.path("fsprof-target"), &setuid).unwrap();
+    std::fs::set_permissions(&setuid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let script = house.path("children.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n{} mixed 1.5 &\n{} mixed 1.5\nwait\n",
+            setuid.display(),
+            house.path("fsprof-target").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for privilege in ALL {
+        let out = house.work(&format!("{privilege:?}-children"));
+        let output = house.fsprof(
+            privilege,
+            &[
+                "run",
+                "--no-agent",
+                "-o",
+                out.to_str().unwrap(),
+                "--",
+                script.to_str().unwrap(),
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{privilege:?}: {stderr}");
+        let report = report_json(&out);
+        let commands: Vec<&str> = (report["processes"].as_array().unwrap().iter())
+            .map(|p| p["command"].as_str().unwrap())
+            .collect();
+        assert!(
+            commands.iter().any(|c| c.contains("/fsprof-target mixed")),
+            "{privilege:?}: the user's program was not recorded: {commands:?}"
+        );
+        assert!(
+            !commands.iter().any(|c| c.contains("fsprof-target-setuid")),
+            "{privilege:?}: the set-user-id program was recorded: {commands:?}"
+        );
+        assert!(
+            stderr.contains("may not trace them"),
+            "{privilege:?}: {stderr}"
+        );
+    }
+}
