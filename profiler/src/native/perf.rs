@@ -46,6 +46,9 @@ pub const MAX_SWITCH_RATE: u64 = 20_000;
 const SWITCH_WINDOW_NS: u64 = 200_000_000;
 /// Threads sampled this way at once; further threads fall back to ptrace.
 pub const MAX_THREADS: u32 = 1024;
+/// Threads sampled by perf in a child process that `run` follows (`record/tree.rs`): a child
+/// seldom has many, and a smaller map is quicker to make for each (more are stopped by ptrace).
+pub const CHILD_THREADS: u32 = 64;
 /// Data pages of a thread's ring while few threads are sampled: room for about 60 samples of
 /// [`STACK_DUMP`] bytes (1 MiB with 4 KiB pages), so that the sampler need wake only every few
 /// tens of periods.
@@ -185,7 +188,7 @@ struct Thread {
 /// The perf side of a sampler: one event per sampled thread.
 pub struct PerfSampler {
     map: OwnedFd,
-    /// `MAX_THREADS` map values, mapped into fsprof.
+    /// `capacity` map values, mapped into fsprof.
     values: *mut u8,
     copies: CopyRing,
     /// Slot copies read from `copies` and not yet matched, per map value index: made at
@@ -194,6 +197,8 @@ pub struct PerfSampler {
     switch_waiting: Vec<VecDeque<SlotCopy>>,
     threads: HashMap<u32, Thread>,
     free: Vec<u32>,
+    /// Threads it can sample at once (map values), at most [`MAX_THREADS`].
+    capacity: u32,
     page: usize,
     period_ns: u64,
     /// Samples the kernel could not write (a thread's ring was full).
@@ -219,11 +224,12 @@ impl PerfSampler {
     /// Creates the maps and checks that this process may load the program and open events that
     /// sample every `period_ns` of a thread's CPU time. The error says what the kernel refused
     /// and what to do.
-    pub fn new(period_ns: u64) -> Result<PerfSampler, String> {
-        crate::record::privilege::with_perf(|| PerfSampler::create(period_ns))
+    pub fn new(period_ns: u64, capacity: u32) -> Result<PerfSampler, String> {
+        crate::record::privilege::with_perf(|| PerfSampler::create(period_ns, capacity))
     }
 
-    fn create(period_ns: u64) -> Result<PerfSampler, String> {
+    fn create(period_ns: u64, capacity: u32) -> Result<PerfSampler, String> {
+        let capacity = capacity.clamp(1, MAX_THREADS);
         if let Some(why) = crate::record::privilege::perf_withheld() {
             return Err(why.to_owned());
         }
@@ -231,7 +237,7 @@ impl PerfSampler {
             return Err("the perf backend is x86-64 only".to_owned());
         }
         let needs = "the perf backend needs root, or CAP_BPF and CAP_PERFMON";
-        let map = create_map(BPF_MAP_TYPE_ARRAY, 4, VALUE_SIZE as u32, MAX_THREADS)
+        let map = create_map(BPF_MAP_TYPE_ARRAY, 4, VALUE_SIZE as u32, capacity)
             .map_err(|e| format!("cannot create a BPF map ({}): {needs}", e.desc()))?;
         let page = page_size();
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -240,7 +246,7 @@ impl PerfSampler {
             (cpus * COPIES_PER_CPU).min(COPIES_MAX).next_power_of_two(),
         )
         .map_err(|e| format!("cannot create a BPF ring buffer ({}): {needs}", e.desc()))?;
-        let len = values_len(page);
+        let len = values_len(page, capacity);
         // The BPF array was created mmapable.
         let values = map_shared(&map, len, true, 0)
             .map_err(|e| format!("cannot map the BPF map ({})", e.desc()))?;
@@ -248,10 +254,11 @@ impl PerfSampler {
             map,
             values,
             copies,
-            waiting: (0..MAX_THREADS).map(|_| VecDeque::new()).collect(),
-            switch_waiting: (0..MAX_THREADS).map(|_| VecDeque::new()).collect(),
+            waiting: (0..capacity).map(|_| VecDeque::new()).collect(),
+            switch_waiting: (0..capacity).map(|_| VecDeque::new()).collect(),
             threads: HashMap::new(),
-            free: (0..MAX_THREADS).rev().collect(),
+            free: (0..capacity).rev().collect(),
+            capacity,
             page,
             period_ns: period_ns.max(10_000 * TICKS_PER_SAMPLE),
             lost: 0,
@@ -629,7 +636,7 @@ impl Drop for PerfSampler {
     fn drop(&mut self) {
         self.threads.clear();
         // SAFETY: unmaps what `new` mapped.
-        unsafe { libc::munmap(self.values.cast(), values_len(self.page)) };
+        unsafe { libc::munmap(self.values.cast(), values_len(self.page, self.capacity)) };
     }
 }
 
@@ -667,12 +674,13 @@ pub(super) fn page_size() -> usize {
     (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
 }
 
-fn values_len(page: usize) -> usize {
-    (MAX_THREADS as usize * VALUE_SIZE).div_ceil(page) * page
+fn values_len(page: usize, capacity: u32) -> usize {
+    (capacity as usize * VALUE_SIZE).div_ceil(page) * page
 }
 
 fn value_at(values: *mut u8, index: u32) -> *mut u8 {
-    // SAFETY: index < MAX_THREADS, so the value lies inside the mapping.
+    // SAFETY: index < the sampler's capacity (an index comes from its free list), so the value
+    // lies inside the mapping.
     unsafe { values.add(index as usize * VALUE_SIZE) }
 }
 
@@ -687,7 +695,7 @@ mod tests {
     /// together) must come back from the sample exactly as it was at the sample's instant.
     #[test]
     fn a_running_thread_is_sampled_with_its_slot_at_the_same_instant() {
-        let mut perf = match PerfSampler::new(1_000_000) {
+        let mut perf = match PerfSampler::new(1_000_000, MAX_THREADS) {
             Ok(perf) => perf,
             // Only root is sure to have perf events and BPF; elsewhere this backend is off.
             Err(why) if unsafe { libc::geteuid() } != 0 => {

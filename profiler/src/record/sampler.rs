@@ -100,6 +100,9 @@ pub struct SamplerOptions {
     pub count_idle: bool,
     /// Where to look for separate debug files first (then `/usr/lib/debug`).
     pub debug_dirs: Vec<std::path::PathBuf>,
+    /// Threads perf samples at once, at most `perf::MAX_THREADS` (the rest by ptrace); 0 for
+    /// that many.
+    pub perf_threads: u32,
 }
 
 /// The threads being sampled.
@@ -150,6 +153,10 @@ impl Sampler {
     /// A sampler for process `pid` that may keep `descriptor_budget` files open. Nothing is read
     /// until the first [`Sampler::tick`].
     pub fn new(pid: u32, descriptor_budget: usize, options: SamplerOptions) -> Sampler {
+        let perf_threads = match options.perf_threads {
+            0 => crate::native::perf::MAX_THREADS,
+            n => n,
+        };
         Sampler {
             pid,
             remote: Remote::new(pid),
@@ -171,7 +178,7 @@ impl Sampler {
             records: Vec::new(),
             native: options
                 .native
-                .then(|| NativeSampler::new(pid, options.perf)),
+                .then(|| NativeSampler::new(pid, options.perf.map(|p| (p, perf_threads)))),
             options,
             image_token: None,
         }

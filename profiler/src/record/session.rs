@@ -415,7 +415,10 @@ fn follow(pid: u32, descriptors: usize, options: &RecordOptions, mode: &str) -> 
         return None;
     }
     let sampling = tree::Sampling {
-        options: sampler_options(options),
+        options: SamplerOptions {
+            perf_threads: crate::native::perf::CHILD_THREADS,
+            ..sampler_options(options)
+        },
         rate_hz: options.rate_hz,
         // The program's sampler keeps most: a child seldom has as many threads.
         descriptors: descriptors / 8,
@@ -433,13 +436,14 @@ fn sampler_options(options: &RecordOptions) -> SamplerOptions {
             .then(|| crate::native::perf::sampling_period(options.rate_hz)),
         count_idle: options.count_idle,
         debug_dirs: options.debug_dirs.clone(),
+        perf_threads: 0,
     }
 }
 
 /// Fails, before anything is started, when perf was asked for explicitly and is refused.
 fn check_backend(options: &RecordOptions) -> Result<()> {
     if options.native && options.backend == Backend::Perf {
-        if let Err(why) = crate::native::perf::PerfSampler::new(1_000_000) {
+        if let Err(why) = crate::native::perf::PerfSampler::new(1_000_000, 1) {
             bail!("--backend perf: {why} (or use --backend ptrace)");
         }
     }
