@@ -337,15 +337,7 @@ impl PerfSampler {
         let value = value_at(self.values, self.threads[&tid].index);
         let thread = self.threads.get_mut(&tid).expect("inserted");
         if thread.addresses != addresses {
-            for (i, address) in addresses.iter().enumerate() {
-                // SAFETY: `value` points at this thread's map value, VALUE_SIZE bytes, 8-aligned.
-                unsafe {
-                    value
-                        .add(VALUE_ADDRESSES + 8 * i)
-                        .cast::<u64>()
-                        .write_volatile(*address)
-                };
-            }
+            write_words(value, VALUE_ADDRESSES, &addresses);
             thread.addresses = addresses;
         }
         Ok(())
@@ -357,16 +349,7 @@ impl PerfSampler {
         let Some(thread) = self.threads.get(&tid) else {
             return;
         };
-        let value = value_at(self.values, thread.index);
-        for (i, address) in anchors.iter().enumerate() {
-            // SAFETY: `value` points at this thread's map value, VALUE_SIZE bytes, 8-aligned.
-            unsafe {
-                value
-                    .add(VALUE_ANCHORS + 8 * i)
-                    .cast::<u64>()
-                    .write_volatile(*address)
-            };
-        }
+        write_words(value_at(self.values, thread.index), VALUE_ANCHORS, &anchors);
     }
 
     /// Hands `each` the samples `tid` took and its switches since the previous call, oldest
@@ -676,6 +659,22 @@ pub(super) fn page_size() -> usize {
 
 fn values_len(page: usize, capacity: u32) -> usize {
     (capacity as usize * VALUE_SIZE).div_ceil(page) * page
+}
+
+/// Writes `words` into the map value at `value` from byte `offset` (volatile: the BPF program
+/// reads them at any time).
+fn write_words(value: *mut u8, offset: usize, words: &[u64]) {
+    debug_assert!(offset + 8 * words.len() <= VALUE_SIZE && offset.is_multiple_of(8));
+    for (i, word) in words.iter().enumerate() {
+        // SAFETY: `value` is a thread's map value (`value_at`), VALUE_SIZE bytes, 8-aligned, and
+        // the words lie inside it (the callers' offsets are the layout's).
+        unsafe {
+            value
+                .add(offset + 8 * i)
+                .cast::<u64>()
+                .write_volatile(*word)
+        };
+    }
 }
 
 fn value_at(values: *mut u8, index: u32) -> *mut u8 {
