@@ -195,6 +195,14 @@ impl Unwinder {
         self.sizes = FrameSizes::default();
     }
 
+    /// Drops the cached unwind rules: after a frame's unwinding missed a word of the stack,
+    /// framehop may have cached its frame-pointer fallback for the frame's address in place of
+    /// the frame's real rule (it does so when evaluating the rule itself failed), which would
+    /// unwind that function wrongly from then on; the cache cannot drop one address.
+    fn forget_fallbacks(&mut self) {
+        self.cache = CacheX86_64::new();
+    }
+
     /// Whether `address` is in a known module.
     pub fn knows(&self, address: u64) -> bool {
         self.modules.iter().any(|m| m.range.contains(&address))
@@ -244,19 +252,30 @@ impl Unwinder {
     ) {
         out.frames.clear();
         out.complete = false;
-        let mut read = |address: u64| stack.read_u64(address);
+        // A word the view lacks ends the walk there, even where framehop unwound the frame
+        // anyway: it falls back to the frame pointer when its DWARF evaluation could not read
+        // (a frame too large for its cached rules), and caches that rule for the address, to
+        // use it again on a stack that holds the word (see `forget_fallbacks`).
+        let missed = std::cell::Cell::new(false);
+        let mut read = |address: u64| {
+            let word = stack.read_u64(address);
+            missed.set(missed.get() || word.is_err());
+            word
+        };
         while out.frames.len() < MAX_NATIVE_FRAMES {
             let lookup = match address {
                 FrameAddress::InstructionPointer(ip) => ip,
                 FrameAddress::ReturnAddress(ra) => u64::from(ra) - 1,
             };
             let before = unwind_regs;
+            missed.set(false);
             let mut result =
                 self.unwinder
                     .unwind_frame(address, &mut unwind_regs, &mut self.cache, &mut read);
             if !bp_known && result.is_err() {
                 if let Some(size) = self.sizes.get(lookup) {
                     unwind_regs = before;
+                    missed.set(false);
                     let bp = before.sp().saturating_add(size).saturating_sub(16);
                     unwind_regs.set_bp(bp);
                     result = self.unwinder.unwind_frame(
@@ -273,6 +292,12 @@ impl Unwinder {
                     self.sizes.learn(lookup, unwind_regs.sp() - before.sp());
                 } else if !bp_known && unwind_regs.bp() != UNKNOWN_BP {
                     bp_known = true; // restored from the stack by this frame's rule
+                }
+            }
+            if missed.get() {
+                self.forget_fallbacks();
+                if result.is_ok() {
+                    result = Err(framehop::Error::CouldNotReadStack(0));
                 }
             }
             match result {
