@@ -5,7 +5,10 @@
 //! the sample: `native/complete.rs`). `deep roots` runs the same recursion under `left_root` and
 //! `right_root` in turns: each leaf must be drawn under its own root, each root's share of the
 //! leaves as the program measured it. (A completion that does not check the image against the sample drew 93
-//! to 97% of the leaves under one root.)
+//! to 97% of the leaves under one root.) And no stack may be spliced: a recursion with a leaf's
+//! frames in its middle, as an image read after the thread had moved on gives (a third of the
+//! leaves' time before the turn rule of `complete.rs`). The target runs in a frame of 600 KiB,
+//! as rustc's driver does.
 
 mod support;
 
@@ -35,9 +38,10 @@ fn record(dir: &Path, scenario: &str, extra: &[&str]) {
 }
 
 /// Of the time of the stacks with a `[leaf]` mark: the share whose stack goes down from the
-/// program's `main` (unwound to the root), and the deepest stack seen, in frames.
+/// program's `main` (unwound to the root), and the deepest stack seen, in frames. Asserts that
+/// none of them is spliced: `deep::descend`'s frames are one run, with nothing in between.
 fn leaves_under_main(dir: &Path) -> (f64, usize) {
-    let (mut under_main, mut all, mut deepest) = (0, 0, 0);
+    let (mut under_main, mut all, mut deepest, mut spliced) = (0, 0, 0, 0);
     for (frames, us) in folded(dir) {
         if !frames.iter().any(|f| f.starts_with("[leaf]")) {
             continue;
@@ -49,8 +53,21 @@ fn leaves_under_main(dir: &Path) -> (f64, usize) {
         {
             under_main += us;
         }
+        let descents: Vec<usize> = (0..frames.len())
+            .filter(|i| frames[*i] == "deep::descend")
+            .collect();
+        if let (Some(first), Some(last)) = (descents.first(), descents.last()) {
+            if last - first + 1 != descents.len() {
+                spliced += us;
+            }
+        }
     }
     assert!(all > 0, "no leaf time in {}", dir.display());
+    let spliced = spliced as f64 * 100.0 / all as f64;
+    assert!(
+        spliced < 0.5,
+        "{spliced:.2}% of the leaves' time on spliced stacks"
+    );
     (under_main as f64 * 100.0 / all as f64, deepest)
 }
 
@@ -134,6 +151,7 @@ fn roots(dir: &Path) -> Vec<(&'static str, f64, f64, f64)> {
 fn two_roots(backend: &str) {
     let dir = tempdir();
     record(dir.path(), "roots", &["--backend", backend]);
+    leaves_under_main(dir.path()); // none spliced
     for (side, right, wrong, expected) in roots(dir.path()) {
         eprintln!("{backend} {side}: {right:.2}% of the leaves under its root, {wrong:.2}% under the other, truth {expected:.2}%");
         assert!(

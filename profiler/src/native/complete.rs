@@ -7,19 +7,32 @@
 //! An image is used for a sample only when it agrees with what the sample itself saw:
 //! * the seam: the return-address slots of the sample's two outermost frames in the copy hold
 //!   the same words in the image (a different call path, or the same one shifted, puts other
-//!   words there; comparing eight slots instead of two completed half as many of rustc's
-//!   stacks, whose middle changes fast, with no gain on the tests);
+//!   words there);
 //! * the anchors: at each sample the BPF program also reads the words at a few return-address
 //!   slots of the thread's outer frames, as they were at that instant (`perf::ANCHORS`: one slot
-//!   per distinct return address, nearest the copy first, chosen from the latest image); every
-//!   one of them must hold the same word in the image. A thread that went back up and down
-//!   another way (`left_root` then `right_root`) has another return address in some slot.
+//!   per distinct return address, nearest the copy first, chosen from an image); every one of
+//!   them must hold the same word in the image. A thread that went back up and down another
+//!   way (`left_root` then `right_root`) has another return address in some slot;
+//! * the turn: the first slot beyond the copy where the completed stack turns (holds another
+//!   return address than the slot before it: a recursion turns once, into its caller) must be
+//!   one of the anchors. An image is read after its sample, while the thread runs on: where the
+//!   thread had gone back up meanwhile, the image holds dead stack, older frames that still
+//!   look like a stack, and where it went down again, live frames of another descent. A stack
+//!   unwound through both is spliced (a recursion with a leaf's frames in its middle; in the
+//!   `deep` test target, a third of the leaves' time before this rule); the splice is a turn,
+//!   and the word the sample read there says what the frame really was;
+//! * the chain: an image is kept with the slots of the stack first unwound through it (its
+//!   sample's copy laid over it), and another sample may continue on it only from one of those
+//!   slots, with the same return address: from there on its stack is the chain's.
 //!
 //! Then the sample's stack is unwound through the copy and on through the image; if it reaches
 //! the root, that is the sample's stack. It can still be wrong where the thread's stack changed
-//! between the seam and the root, at no anchor, and came back to the same words at the seam and
+//! beyond the turn, at no anchor, and came back to the same words at the seam, at the turn and
 //! at every anchor. A sample taken before the thread had anchors is not completed (its image
-//! gives the anchors). Not here: the unwinding (`unwind.rs`), the copies (`perf.rs`).
+//! gives the anchors). Completing rustc's samples is limited by the turn: the middle of its
+//! stack changes between samples, so the first turn beyond a sample's copy is an anchor only
+//! when an earlier sample's copy ended at the same frame. Not here: the unwinding
+//! (`unwind.rs`), the copies (`perf.rs`).
 
 use crate::native::capture::{Captured, MAX_STACK_COPY};
 use crate::native::perf::ANCHORS;
@@ -32,10 +45,11 @@ const SEAM_SLOTS: usize = 2;
 /// Most bytes of images kept over all threads; past it, only the thread at hand keeps its own.
 const MAX_IMAGE_BYTES: usize = 64 << 20;
 /// Most images kept per thread (each is up to [`MAX_STACK_COPY`]), the latest used first: a
-/// program that takes turns between a few ways down to its deep part (two phases) has an image
+/// program that takes turns between a few ways down to its deep part (two phases) has images
 /// of each, and the samples fsprof reads a few milliseconds after they were taken, some from
-/// before a turn, find theirs.
-const IMAGES_PER_THREAD: usize = 4;
+/// before a turn, find theirs; a recursion of random depths has chains ending at many depths
+/// (with 4, the two-roots test completed 90 to 97% of its samples; with 16, 97 to 99%).
+const IMAGES_PER_THREAD: usize = 16;
 
 /// The images of the threads' outer stacks, and what became of the samples they were tried on.
 #[derive(Default)]
@@ -47,10 +61,13 @@ pub struct Completer {
     pub not_completed: u64,
 }
 
-/// An image of a thread's stack from `start` up, read live.
+/// An image of a thread's stack from `start` up: the copy of the sample it was read for, then
+/// the stack beyond, read live; and its chain: the return-address slots (and the addresses they
+/// return to) of that sample's stack unwound through it.
 struct Image {
     start: u64,
     bytes: Vec<u8>,
+    chain: std::collections::HashSet<(u64, u64)>,
 }
 
 impl Image {
@@ -97,22 +114,40 @@ impl Completer {
                 })
         };
         let kept = self.images.entry(tid).or_default();
-        if let Some(at) = kept.iter().position(&agrees) {
+        for at in 0..kept.len() {
+            if !agrees(&kept[at]) {
+                continue;
+            }
             let captured = unwind(view(copy, &kept[at]));
-            if captured.complete {
+            if captured.complete
+                && joins(&captured, end, &kept[at].chain)
+                && anchored_at_the_turn(&captured, end, anchors)
+            {
                 let image = kept.remove(at);
                 kept.insert(0, image);
                 self.completed += 1;
                 return (Some(captured), None);
             }
         }
-        let Some(image) = read_image(tid, copy.start, top) else {
+        let Some(mut image) = read_image(tid, copy.start, top) else {
             self.not_completed += 1;
             return (None, None);
         };
         let captured = unwind(view(copy, &image));
-        let anchors_now = captured.complete.then(|| choose_anchors(&captured, end));
-        let completed = captured.complete && agrees(&image);
+        if !captured.complete {
+            self.not_completed += 1;
+            return (None, None);
+        }
+        let completed = agrees(&image) && anchored_at_the_turn(&captured, end, anchors);
+        // Kept with the sample's copy in place of what the thread holds there now: the chain
+        // is what the unwinding read.
+        let copied = copy.bytes.len().min(image.bytes.len());
+        image.bytes[..copied].copy_from_slice(&copy.bytes[..copied]);
+        image.chain = return_slots(&captured).collect();
+        // New anchors only when the thread's did not serve this sample: otherwise a shallow
+        // sample (cut only by a large frame near the root) would replace the anchors that the
+        // deep ones need with some that lie above their turn.
+        let anchors_now = (!completed).then(|| choose_anchors(&captured, end));
         let kept_bytes: usize = (self.images.values().flatten())
             .map(|image| image.bytes.len())
             .sum();
@@ -124,7 +159,7 @@ impl Completer {
         kept.truncate(IMAGES_PER_THREAD);
         if completed {
             self.completed += 1;
-            return (Some(captured), anchors_now);
+            return (Some(captured), None);
         }
         self.not_completed += 1;
         (None, anchors_now)
@@ -134,6 +169,28 @@ impl Completer {
     pub fn forget(&mut self, tid: u32) {
         self.images.remove(&tid);
     }
+}
+
+/// The return-address slots of a stack's frames (innermost first), each with the address it
+/// returns to (frame i's slot holds the return address into frame i + 1, whose lookup address
+/// is that return address minus one).
+fn return_slots(captured: &Captured) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let frames = &captured.frames;
+    (0..frames.len().saturating_sub(1))
+        .filter(|i| frames[*i].cfa != u64::MAX)
+        .map(|i| (frames[i].cfa - 8, frames[i + 1].address))
+}
+
+/// Whether the stack's first turn beyond the copy's end `end` (its first return-address slot
+/// there holding another return address than the slot before it) is one of `anchors`.
+fn anchored_at_the_turn(captured: &Captured, end: u64, anchors: &[(u64, u64)]) -> bool {
+    let mut before = None;
+    let turn = return_slots(captured).find(|(slot, returns_to)| {
+        let turns = *slot >= end && before != Some(*returns_to);
+        before = Some(*returns_to);
+        turns
+    });
+    turn.is_none_or(|(turn, _)| anchors.iter().any(|(at, _)| *at == turn))
 }
 
 /// The copy, then the image beyond it.
@@ -165,7 +222,19 @@ fn read_image(tid: u32, start: u64, top: u64) -> Option<Image> {
     let mut bytes = vec![0; len];
     let got = Remote::new(tid).read_long(start, &mut bytes).ok()?;
     bytes.truncate(got);
-    (got > 0).then_some(Image { start, bytes })
+    (got > 0).then_some(Image {
+        start,
+        bytes,
+        chain: Default::default(),
+    })
+}
+
+/// Whether the stack's first return-address slot beyond the copy's end `end` is on `chain`
+/// (with the same return address): from there on, unwinding the image follows the chain.
+fn joins(captured: &Captured, end: u64, chain: &std::collections::HashSet<(u64, u64)>) -> bool {
+    return_slots(captured)
+        .find(|(slot, _)| *slot >= end)
+        .is_some_and(|first| chain.contains(&first))
 }
 
 /// Return-address slots of a complete stack's frames beyond the copy's end `end`, one per
@@ -173,12 +242,8 @@ fn read_image(tid: u32, start: u64, top: u64) -> Option<Image> {
 /// return address: one anchor for them, and the rest for the frames that lead to it, where two
 /// phases of a program differ); then, if there are fewer, the outermost slots left.
 fn choose_anchors(captured: &Captured, end: u64) -> [u64; ANCHORS] {
-    let frames = &captured.frames;
-    // Frame i's slot holds the return address into frame i + 1 (whose lookup address is that
-    // return address minus one).
-    let slots: Vec<(u64, u64)> = (0..frames.len().saturating_sub(1))
-        .filter(|i| frames[*i].cfa != u64::MAX && frames[*i].cfa.wrapping_sub(8) >= end)
-        .map(|i| (frames[i].cfa - 8, frames[i + 1].address))
+    let slots: Vec<(u64, u64)> = return_slots(captured)
+        .filter(|(slot, _)| *slot >= end)
         .collect();
     let mut chosen = Vec::with_capacity(ANCHORS);
     let mut seen = std::collections::HashSet::new();
@@ -225,6 +290,50 @@ mod tests {
             &anchors[1..8],
             &[0x1af8, 0x1bf8, 0x1cf8, 0x1df8, 0x1ef8, 0x1ff8, 0x20f8]
         );
+    }
+
+    #[test]
+    fn the_first_turn_beyond_the_copy_must_be_anchored() {
+        // A recursion (slots at 0x10f8 .. 0x1af8 return into 7), its caller (slot 0x1bf8
+        // returns into 20), the root; the copy ends at 0x1400.
+        let mut frames: Vec<UnwoundFrame> = (0..12).map(|i| frame(7, 0x1000 + 0x100 * i)).collect();
+        frames.extend([frame(20, 0x1c00), frame(99, u64::MAX)]);
+        let whole = Captured {
+            frames,
+            complete: true,
+        };
+        // The recursion's slots do not turn; its caller's does.
+        assert!(anchored_at_the_turn(&whole, 0x1400, &[(0x1af8, 20)]));
+        assert!(!anchored_at_the_turn(
+            &whole,
+            0x1400,
+            &[(0x14f8, 7), (0x1bf8, 99)]
+        ));
+        // A spliced stack: a leaf's frame (returning into 30) in the recursion's middle turns
+        // twice; the first turn, at 0x15f8, must be anchored.
+        let mut spliced = whole.clone();
+        spliced.frames[7].address = 30;
+        assert!(!anchored_at_the_turn(&spliced, 0x1400, &[(0x1af8, 20)]));
+        assert!(anchored_at_the_turn(&spliced, 0x1400, &[(0x15f8, 7)]));
+    }
+
+    #[test]
+    fn a_sample_continues_on_a_chain_only_from_one_of_its_slots() {
+        let frames = vec![
+            frame(7, 0x1100),
+            frame(7, 0x1200),
+            frame(20, 0x1300),
+            frame(99, u64::MAX),
+        ];
+        let captured = Captured {
+            frames,
+            complete: true,
+        };
+        let chain: std::collections::HashSet<(u64, u64)> = [(0x11f8, 20), (0x12f8, 99)].into();
+        // The first slot beyond 0x1180 is 0x11f8, returning into 20.
+        assert!(joins(&captured, 0x1180, &chain));
+        let other: std::collections::HashSet<(u64, u64)> = [(0x11f8, 21), (0x12f8, 99)].into();
+        assert!(!joins(&captured, 0x1180, &other));
     }
 
     #[test]
