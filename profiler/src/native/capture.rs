@@ -258,6 +258,13 @@ impl NativeSampler {
         Some((self.counted(captured), result))
     }
 
+    /// Whether some thread's anchors were set (`complete.rs`) since the previous call: its
+    /// samples until then could not be completed, and the sooner they are read, the more
+    /// images read for them are still its stack.
+    pub fn anchors_set(&mut self) -> bool {
+        std::mem::take(&mut self.completer.anchors_chosen)
+    }
+
     /// Whether running threads are sampled with perf.
     pub fn uses_perf(&self) -> bool {
         self.perf.is_some()

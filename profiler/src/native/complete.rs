@@ -49,7 +49,7 @@ const MAX_IMAGE_BYTES: usize = 64 << 20;
 /// of each, and the samples fsprof reads a few milliseconds after they were taken, some from
 /// before a turn, find theirs; a recursion of random depths has chains ending at many depths
 /// (with 4, the two-roots test completed 90 to 97% of its samples; with 16, 97 to 99%).
-const IMAGES_PER_THREAD: usize = 16;
+const IMAGES_PER_THREAD: usize = 32;
 
 /// The images of the threads' outer stacks, and what became of the samples they were tried on.
 #[derive(Default)]
@@ -59,6 +59,8 @@ pub struct Completer {
     pub completed: u64,
     /// Samples cut by the copy and left so: no image agreed with them.
     pub not_completed: u64,
+    /// Whether new anchors were chosen for some thread since this was last reset.
+    pub anchors_chosen: bool,
 }
 
 /// An image of a thread's stack from `start` up: the copy of the sample it was read for, then
@@ -157,11 +159,17 @@ impl Completer {
         let kept = self.images.entry(tid).or_default();
         kept.insert(0, image);
         kept.truncate(IMAGES_PER_THREAD);
+        // And the thread at hand keeps no more than the bound either (32 images of 8 MiB).
+        while kept.len() > 1 && kept.iter().map(|i| i.bytes.len()).sum::<usize>() > MAX_IMAGE_BYTES
+        {
+            kept.pop();
+        }
         if completed {
             self.completed += 1;
             return (Some(captured), None);
         }
         self.not_completed += 1;
+        self.anchors_chosen |= anchors_now.is_some();
         (None, anchors_now)
     }
 

@@ -14,7 +14,7 @@
 //! threads to sample (the sampler). Everything read from a ring or a map came from the target's
 //! memory or the kernel's copy of it and is bounded before use.
 //!
-//! The BPF program (`bpf.rs`) is hand-assembled (about seventy instructions): the BPF toolchains in the Rust
+//! The BPF program (`bpf.rs`) is hand-assembled (about seventy instructions, and eight per anchor): the BPF toolchains in the Rust
 //! ecosystem (aya, libbpf-rs) need a separate compiler for the program, which a profiler built
 //! with `cargo build` cannot assume. It needs `CAP_BPF` and `CAP_PERFMON` (or root); where the
 //! kernel refuses, [`PerfSampler::new`] says why and the sampler falls back to ptrace.
@@ -91,8 +91,12 @@ pub(super) const VALUE_SIZE: usize = VALUE_ANCHOR_RECORD + ANCHOR_RECORD_SIZE;
 /// completes a deep stack beyond the 16 KiB the kernel copies with an image of the thread's
 /// outer stack read later, the words at a few of that image's return-address slots, as they
 /// were at the sample, tell whether the image was still the thread's stack then
-/// (`native/complete.rs`).
-pub const ANCHORS: usize = 8;
+/// (`native/complete.rs`). The first slot beyond a sample's copy where its stack turns must be
+/// one of them, so more anchors complete more of a stack whose middle changes: rustc -O had 48
+/// to 55% of its perf stacks unwound to the root with 8, 55 to 57% with 16, 59 to 64% with 32
+/// (`tests/benches/deep-rustc.sh`). A read costs the sampled thread tens of ns, and only a
+/// thread whose stack was completed has anchors.
+pub const ANCHORS: usize = 32;
 
 /// The task-clock timer ticks this many times per sampling period, and the program keeps the
 /// tick at a random place in each period, dropping the others (jittered sampling); [`rephase`]

@@ -34,6 +34,10 @@ use std::time::{Duration, Instant};
 const FAST_HOLD: Duration = Duration::from_millis(250);
 /// How long ticks stay at the full rate after one found a thread born since the previous.
 const BIRTH_HOLD: Duration = Duration::from_millis(50);
+/// How long ticks stay fast after a thread's anchors were set (`native/complete.rs`): its deep
+/// samples taken before them could not be completed, and a sample read sooner finds more of its
+/// image still its stack.
+const ANCHORS_HOLD: Duration = Duration::from_millis(50);
 
 struct ThreadState {
     status: ThreadStatus,

@@ -98,6 +98,10 @@ impl Sampler {
         }
         let addresses = self.reader.slot_addresses(self.reader.of(own_tid))?;
         let taken = native.perf_samples(tid, addresses)?;
+        if native.anchors_set() {
+            // Deep stacks that images complete: read them soon (`native/complete.rs`).
+            self.clock.hold_fast(Instant::now() + ANCHORS_HOLD);
+        }
         let follows = native.follows_switches(tid);
         let followed = self.followed_off_cpu(tid);
         let add = add || followed;
