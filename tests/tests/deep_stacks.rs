@@ -19,8 +19,8 @@ use support::*;
 
 /// `fsprof run --no-agent --rate ACCURACY_RATE -o DIR [extra] -- deep SCENARIO SECONDS`: 3 s
 /// for `roots` (perf completes less in a thread's first few hundred ms, while its images
-/// accumulate: about 2% of a 2 s run, all in a few phases, which moved a root's share by up to
-/// 2.9 points in one run of five), 2 s otherwise.
+/// accumulate, and the first phase is always `left`: in 2 s runs the left root's share read 2.9
+/// points low in one run of five), 2 s otherwise.
 fn record(dir: &Path, scenario: &str, extra: &[&str]) {
     let seconds = if scenario == "roots" { "3" } else { "2" };
     let deep = Path::new(&fsprof()).with_file_name("deep");
