@@ -289,16 +289,28 @@ pub struct NativeMeta {
     /// Times a thread was stopped (ptrace) to take its native stack.
     #[serde(default)]
     pub native_stops: u64,
-    /// Of `native_complete`: perf samples of deep stacks completed beyond the copy of the top of
-    /// the stack, from an image of the thread's outer stack (`native/complete.rs`).
-    #[serde(default)]
-    pub native_completed: u64,
+    /// Of `native_complete`: perf samples of deep stacks unwound beyond the copy of the top of
+    /// the stack, and how.
+    #[serde(flatten)]
+    pub beyond: BeyondCopy,
     /// Median time a sampled thread stayed stopped, microseconds.
     #[serde(default)]
     pub pause_p50_us: u64,
     /// 99th percentile of the time a sampled thread stayed stopped, microseconds.
     #[serde(default)]
     pub pause_p99_us: u64,
+}
+
+/// Perf samples of deep stacks unwound beyond the kernel's copy of the top of the stack (in
+/// the profile, as fields of [`NativeMeta`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BeyondCopy {
+    /// Through the words the BPF program read at the sample (`native/walk.rs`).
+    #[serde(default)]
+    pub native_walked: u64,
+    /// Through an image of the thread's outer stack, read while it ran (`native/complete.rs`).
+    #[serde(default)]
+    pub native_completed: u64,
 }
 
 /// An instance payload.

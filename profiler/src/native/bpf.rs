@@ -7,21 +7,25 @@ use crate::native::perf::{
     ANCHORS, ANCHOR_RECORD_SIZE, COPY_HEADER, DEPTH_OFFSET, SCRATCH_SIZE, SLOTS, TICKS_PER_SAMPLE,
     VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_ANCHOR_RECORD, VALUE_JITTER, VALUE_SCRATCH,
 };
+use crate::native::walk::CONTEXT;
 use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE, SLOT_STATE_SIZE};
 use nix::errno::Errno;
 use nix::libc;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 const BPF_MAP_CREATE: u32 = 0;
+const BPF_MAP_UPDATE_ELEM: u32 = 2;
 const BPF_PROG_LOAD: u32 = 5;
+pub(super) const BPF_MAP_TYPE_HASH: u32 = 1;
 pub(super) const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub(super) const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
 const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
 
-fn bpf<T>(command: u32, attr: &mut T) -> Result<OwnedFd, Errno> {
+fn bpf_call<T>(command: u32, attr: &mut T) -> Result<libc::c_long, Errno> {
     // SAFETY: `attr` is a valid, zero-padded attribute block of the size passed.
-    let fd = unsafe {
+    let result = unsafe {
         libc::syscall(
             libc::SYS_bpf,
             command as libc::c_long,
@@ -29,11 +33,38 @@ fn bpf<T>(command: u32, attr: &mut T) -> Result<OwnedFd, Errno> {
             std::mem::size_of::<T>(),
         )
     };
-    if fd < 0 {
+    if result < 0 {
         return Err(Errno::last());
     }
+    Ok(result)
+}
+
+/// A command that makes a descriptor.
+fn bpf<T>(command: u32, attr: &mut T) -> Result<OwnedFd, Errno> {
+    let fd = bpf_call(command, attr)?;
     // SAFETY: a new descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MapUpdate {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// Sets `key` to `value` in the map `map` (8-byte keys and values).
+pub(super) fn update_elem(map: RawFd, key: u64, value: u64) -> Result<(), Errno> {
+    let mut attr = MapUpdate {
+        map_fd: map as u32,
+        key: std::ptr::addr_of!(key) as u64,
+        value: std::ptr::addr_of!(value) as u64,
+        ..Default::default()
+    };
+    bpf_call(BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
 }
 
 #[repr(C)]
@@ -91,14 +122,14 @@ pub(super) fn create_map(
 /// One BPF instruction.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct Insn {
+pub(super) struct Insn {
     code: u8,
     regs: u8,
-    off: i16,
+    pub(super) off: i16,
     imm: i32,
 }
 
-fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+pub(super) fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
     Insn {
         code,
         regs: dst | (src << 4),
@@ -108,33 +139,33 @@ fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
 }
 
 // Opcodes used below (linux/bpf.h, bpf_common.h).
-const ST_W: u8 = 0x62; // *(u32 *)(dst + off) = imm
-const ST_DW: u8 = 0x7a; // *(u64 *)(dst + off) = imm
-const STX_DW: u8 = 0x7b; // *(u64 *)(dst + off) = src
-const LDX_DW: u8 = 0x79; // dst = *(u64 *)(src + off)
-const LDX_W: u8 = 0x61; // dst = *(u32 *)(src + off)
-const STX_W: u8 = 0x63; // *(u32 *)(dst + off) = src
-const ADD64_REG: u8 = 0x0f;
-const SUB64_REG: u8 = 0x1f;
-const AND64_IMM: u8 = 0x57;
-const LD_IMM64: u8 = 0x18;
-const MOV64_REG: u8 = 0xbf;
-const MOV64_IMM: u8 = 0xb7;
-const ADD64_IMM: u8 = 0x07;
-const MUL64_IMM: u8 = 0x27;
-const JEQ_IMM: u8 = 0x15;
-const JNE_IMM: u8 = 0x55;
-const JLE_IMM: u8 = 0xb5;
-const CALL: u8 = 0x85;
-const EXIT: u8 = 0x95;
-const PSEUDO_MAP_FD: u8 = 1;
-const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
+pub(super) const ST_W: u8 = 0x62; // *(u32 *)(dst + off) = imm
+pub(super) const ST_DW: u8 = 0x7a; // *(u64 *)(dst + off) = imm
+pub(super) const STX_DW: u8 = 0x7b; // *(u64 *)(dst + off) = src
+pub(super) const LDX_DW: u8 = 0x79; // dst = *(u64 *)(src + off)
+pub(super) const LDX_W: u8 = 0x61; // dst = *(u32 *)(src + off)
+pub(super) const STX_W: u8 = 0x63; // *(u32 *)(dst + off) = src
+pub(super) const ADD64_REG: u8 = 0x0f;
+pub(super) const SUB64_REG: u8 = 0x1f;
+pub(super) const AND64_IMM: u8 = 0x57;
+pub(super) const LD_IMM64: u8 = 0x18;
+pub(super) const MOV64_REG: u8 = 0xbf;
+pub(super) const MOV64_IMM: u8 = 0xb7;
+pub(super) const ADD64_IMM: u8 = 0x07;
+pub(super) const MUL64_IMM: u8 = 0x27;
+pub(super) const JEQ_IMM: u8 = 0x15;
+pub(super) const JNE_IMM: u8 = 0x55;
+pub(super) const JLE_IMM: u8 = 0xb5;
+pub(super) const CALL: u8 = 0x85;
+pub(super) const EXIT: u8 = 0x95;
+pub(super) const PSEUDO_MAP_FD: u8 = 1;
+pub(super) const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
 const HELPER_KTIME_GET_NS: i32 = 5;
 const HELPER_GET_PRANDOM_U32: i32 = 7;
-const HELPER_PROBE_READ_USER: i32 = 112;
-const HELPER_RINGBUF_OUTPUT: i32 = 130;
+pub(super) const HELPER_PROBE_READ_USER: i32 = 112;
+pub(super) const HELPER_RINGBUF_OUTPUT: i32 = 130;
 /// `bpf_ringbuf_output` flag: wake nobody (fsprof reads the ring on its own schedule).
-const RB_NO_WAKEUP: i32 = 1;
+pub(super) const RB_NO_WAKEUP: i32 = 1;
 
 /// The program for the thread whose map value is `index`: takes the time, then for each slot
 /// builds a copy record in the value's scratch area (the time, `index`, the slot's number and
@@ -146,10 +177,17 @@ const RB_NO_WAKEUP: i32 = 1;
 /// context-switch event (`at_switch`: the thread is leaving its CPU), 0: the event writes nothing
 /// of its own, and its copies say so (bit 8 of the slot's number), to be told apart from the
 /// samples' own.
-fn program(map: RawFd, copies: RawFd, index: u32, at_switch: bool) -> Vec<Insn> {
+fn program(
+    map: RawFd,
+    copies: RawFd,
+    walk: Option<[RawFd; 3]>,
+    index: u32,
+    at_switch: bool,
+) -> Vec<Insn> {
     let kind = i32::from(at_switch) << 8;
     let result = i32::from(!at_switch);
     let mut p = vec![
+        insn(STX_DW, 10, 1, CONTEXT, 0), // the context, for the walk
         insn(ST_W, 10, 0, -4, index as i32),
         insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, map),
         insn(0, 0, 0, 0, 0),
@@ -254,6 +292,9 @@ fn program(map: RawFd, copies: RawFd, index: u32, at_switch: bool) -> Vec<Insn> 
     }
     if !at_switch {
         anchors(&mut p, copies, index);
+        if let Some(maps) = walk {
+            crate::native::walk::walk(&mut p, maps, copies, index);
+        }
     }
     p.extend([insn(MOV64_IMM, 0, 0, 0, result), insn(EXIT, 0, 0, 0, 0)]);
     p
@@ -303,14 +344,29 @@ fn anchors(p: &mut Vec<Insn>, copies: RawFd, index: u32) {
     p[skip].off = (p.len() - skip - 1) as i16;
 }
 
-/// Loads [`program`] for the thread whose map value is `index`.
+/// Whether the kernel refused the walk (`walk.rs`): its loops need Linux 6.9. The programs
+/// are then loaded without it.
+static WALK_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Loads [`program`] for the thread whose map value is `index`, with the walk if the kernel
+/// takes it.
 pub(super) fn load_program(
     map: RawFd,
     copies: RawFd,
+    rules: [RawFd; 3],
     index: u32,
     at_switch: bool,
 ) -> Result<OwnedFd, String> {
-    let insns = program(map, copies, index, at_switch);
+    let walk = (!at_switch && !WALK_REFUSED.load(Ordering::Relaxed)).then_some(rules);
+    let loaded = load(program(map, copies, walk, index, at_switch));
+    if loaded.is_err() && walk.is_some() {
+        WALK_REFUSED.store(true, Ordering::Relaxed);
+        return load(program(map, copies, None, index, at_switch));
+    }
+    loaded
+}
+
+fn load(insns: Vec<Insn>) -> Result<OwnedFd, String> {
     let license = c"GPL"; // probe_read_user is a GPL-only helper
     let mut log = vec![0u8; 4096];
     let mut attr = ProgLoad {
@@ -323,7 +379,7 @@ pub(super) fn load_program(
     };
     match bpf(BPF_PROG_LOAD, &mut attr) {
         Ok(fd) => Ok(fd),
-        Err(Errno::EACCES | Errno::EINVAL) => {
+        Err(Errno::EACCES | Errno::EINVAL | Errno::EFAULT) => {
             // Load again with the verifier's log, to say why.
             attr.log_level = 1;
             attr.log_size = log.len() as u32;
@@ -343,4 +399,38 @@ pub(super) fn load_program(
         }
         Err(e) => Err(e.desc().to_owned()),
     }
+}
+
+/// Maps `len` bytes of `fd` from `offset`, shared, readable (and writable if `write`).
+pub(super) fn map_shared(
+    fd: &OwnedFd,
+    len: usize,
+    write: bool,
+    offset: usize,
+) -> Result<*mut u8, Errno> {
+    let protection = if write {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
+    };
+    // SAFETY: a new mapping chosen by the kernel; the result is checked.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            protection,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            offset as libc::off_t,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(Errno::last());
+    }
+    Ok(base.cast())
+}
+
+pub(super) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
 }

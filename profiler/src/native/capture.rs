@@ -76,6 +76,14 @@ pub struct NativeStats {
     pub blocked: u64,
     /// Thread samples of blocked threads left without a stack rather than stopped.
     pub blocked_skipped: u64,
+    /// Perf samples unwound to the root beyond the copy through the words the BPF walk read
+    /// at the sample (`walk.rs`).
+    pub walked: u64,
+}
+
+/// Whether unwinding `captured` read a return address beyond `end` (the copy's end).
+fn beyond(captured: &Captured, end: u64) -> bool {
+    (captured.frames.iter()).any(|frame| frame.cfa != u64::MAX && frame.cfa.wrapping_sub(8) >= end)
 }
 
 /// What [`NativeSampler::blocked_stack`] could do.
@@ -258,10 +266,11 @@ impl NativeSampler {
         Some((self.counted(captured), result))
     }
 
-    /// Whether some thread's anchors were set (`complete.rs`) since the previous call: its
-    /// samples until then could not be completed, and the sooner they are read, the more
-    /// images read for them are still its stack.
-    pub fn anchors_set(&mut self) -> bool {
+    /// Whether some thread's anchors were set (`complete.rs`), or rules learnt for the walk
+    /// (`walk.rs`), since the previous call: samples until then could not be completed, and the
+    /// sooner they are read, the more images read for them are still the thread's stack and
+    /// the sooner the walk knows the frames.
+    pub fn learnt(&mut self) -> bool {
         std::mem::take(&mut self.completer.anchors_chosen)
     }
 
@@ -290,14 +299,28 @@ impl NativeSampler {
         }
         let mut taken = Vec::new();
         let mut anchors = None;
+        let (walks, mut cut, mut returns) = (perf.walks(), false, Vec::new());
         perf.take(tid, |item| match item {
             Taken::Sample(sample) => {
                 self.stats.perf_captured += 1;
-                let mut captured = self.unwind(tid, sample.regs, sample.stack);
+                let stack = StackView {
+                    instant: &sample.instant,
+                    ..sample.stack
+                };
+                let mut captured = self.unwind(tid, sample.regs, stack);
+                if captured.complete && beyond(&captured, stack.end()) {
+                    self.stats.walked += 1;
+                }
                 if !captured.complete {
-                    let (completed, new_anchors) = self.complete(tid, &sample, &captured);
+                    cut |= stack.end() < self.stack_top(sample.regs.sp);
+                    let learn = Some(&mut returns);
+                    let (completed, new_anchors) = self.complete(tid, &sample, &captured, learn);
                     captured = completed.unwrap_or(captured);
                     anchors = new_anchors.or(anchors);
+                }
+                if walks || !captured.complete {
+                    let frames = captured.frames.iter().skip(1);
+                    returns.extend(frames.map(|frame| frame.address.wrapping_add(1)));
                 }
                 taken.push(PerfTaken::Sample {
                     captured: self.counted(captured),
@@ -309,6 +332,18 @@ impl NativeSampler {
         });
         if let Some(anchors) = anchors {
             perf.set_anchors(tid, anchors);
+        }
+        if cut {
+            perf.walk();
+        }
+        perf.rules().read_functions(self.unwinder.modules());
+        perf.rules().poll();
+        for return_address in returns {
+            if !perf.rules().knows(return_address) {
+                let rule = self.unwinder.frame_rule(return_address);
+                self.completer.anchors_chosen |= rule.is_some();
+                perf.rules().learn(return_address, rule);
+            }
         }
         if let Err(why) = crate::record::privilege::still_traceable(self.pid) {
             // It ran a program its user may not trace (one with file capabilities): what perf
@@ -397,17 +432,26 @@ impl NativeSampler {
         tid: u32,
         sample: &PerfSample<'_>,
         cut: &Captured,
+        returns: Option<&mut Vec<u64>>,
     ) -> (Option<Captured>, Option<[u64; ANCHORS]>) {
         let regs = sample.regs;
-        let Some(top) = (self.maps.iter())
-            .find(|m| m.range.contains(&regs.sp))
-            .map(|m| m.range.end)
-        else {
+        let top = self.stack_top(regs.sp);
+        if top == 0 {
             return (None, None);
+        }
+        let stack = StackView {
+            instant: &sample.instant,
+            ..sample.stack
         };
         let mut completer = std::mem::take(&mut self.completer);
-        let result = completer.complete(tid, (sample.stack, cut, &sample.anchors), top, |view| {
+        let mut returns = returns;
+        let result = completer.complete(tid, (stack, cut, &sample.anchors), top, |view| {
             self.unwinder.unwind(regs, view, &mut self.unwound);
+            // The frames of an image, used or not, are the thread's: the walk learns them.
+            if let Some(returns) = returns.as_mut() {
+                let frames = self.unwound.frames.iter().skip(1);
+                returns.extend(frames.map(|frame| frame.address.wrapping_add(1)));
+            }
             Captured {
                 frames: self.unwound.frames.clone(),
                 complete: self.unwound.complete,
@@ -415,6 +459,13 @@ impl NativeSampler {
         });
         self.completer = completer;
         result
+    }
+
+    /// The end of the mapping that holds `sp` (a thread's stack), 0 if none.
+    fn stack_top(&self, sp: u64) -> u64 {
+        (self.maps.iter())
+            .find(|m| m.range.contains(&sp))
+            .map_or(0, |m| m.range.end)
     }
 
     /// Unwinds `stack`, whose registers are `regs`, re-reading the memory map (through `tid`)

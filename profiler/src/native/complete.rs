@@ -123,8 +123,8 @@ impl Completer {
             }
             let captured = unwind(view(copy, &kept[at]));
             if captured.complete
-                && joins(&captured, end, &kept[at].chain)
-                && anchored_at_the_turn(&captured, end, anchors)
+                && joins(&captured, (end, copy.instant), &kept[at].chain)
+                && anchored_at_the_turn(&captured, (end, copy.instant), anchors)
             {
                 let image = kept.remove(at);
                 kept.insert(0, image);
@@ -141,7 +141,8 @@ impl Completer {
             self.not_completed += 1;
             return (None, None);
         }
-        let completed = agrees(&image) && anchored_at_the_turn(&captured, end, anchors);
+        let completed =
+            agrees(&image) && anchored_at_the_turn(&captured, (end, copy.instant), anchors);
         // Kept with the sample's copy in place of what the thread holds there now: the chain
         // is what the unwinding read.
         let copied = copy.bytes.len().min(image.bytes.len());
@@ -190,16 +191,27 @@ fn return_slots(captured: &Captured) -> impl Iterator<Item = (u64, u64)> + '_ {
         .map(|i| (frames[i].cfa - 8, frames[i + 1].address))
 }
 
-/// Whether the stack's first turn beyond the copy's end `end` (its first return-address slot
-/// there holding another return address than the slot before it) is one of `anchors`.
-fn anchored_at_the_turn(captured: &Captured, end: u64, anchors: &[(u64, u64)]) -> bool {
+/// Whether the stack's first turn beyond what the sample saw (its first return-address slot
+/// beyond the copy's end `end` and not among the words the walk read at the sample, `seen`,
+/// holding another return address than the slot before it) is one of `anchors`.
+fn anchored_at_the_turn(
+    captured: &Captured,
+    (end, seen): (u64, &[(u64, u64)]),
+    anchors: &[(u64, u64)],
+) -> bool {
     let mut before = None;
     let turn = return_slots(captured).find(|(slot, returns_to)| {
-        let turns = *slot >= end && before != Some(*returns_to);
+        let turns = !saw(*slot, end, seen) && before != Some(*returns_to);
         before = Some(*returns_to);
         turns
     });
     turn.is_none_or(|(turn, _)| anchors.iter().any(|(at, _)| *at == turn))
+}
+
+/// Whether the sample saw the word at `slot`: in its copy (which ends at `end`), or read by
+/// the walk (`seen`, by address).
+fn saw(slot: u64, end: u64, seen: &[(u64, u64)]) -> bool {
+    slot < end || seen.binary_search_by_key(&slot, |(at, _)| *at).is_ok()
 }
 
 /// The copy, then the image beyond it.
@@ -238,12 +250,17 @@ fn read_image(tid: u32, start: u64, top: u64) -> Option<Image> {
     })
 }
 
-/// Whether the stack's first return-address slot beyond the copy's end `end` is on `chain`
-/// (with the same return address): from there on, unwinding the image follows the chain.
-fn joins(captured: &Captured, end: u64, chain: &std::collections::HashSet<(u64, u64)>) -> bool {
+/// Whether the stack's first return-address slot beyond what the sample saw (see [`saw`]) is
+/// on `chain` (with the same return address): from there on, unwinding the image follows the
+/// chain. A stack the sample saw whole joins any.
+fn joins(
+    captured: &Captured,
+    (end, seen): (u64, &[(u64, u64)]),
+    chain: &std::collections::HashSet<(u64, u64)>,
+) -> bool {
     return_slots(captured)
-        .find(|(slot, _)| *slot >= end)
-        .is_some_and(|first| chain.contains(&first))
+        .find(|(slot, _)| !saw(*slot, end, seen))
+        .is_none_or(|first| chain.contains(&first))
 }
 
 /// Return-address slots of a complete stack's frames beyond the copy's end `end`, one per
@@ -312,18 +329,30 @@ mod tests {
             complete: true,
         };
         // The recursion's slots do not turn; its caller's does.
-        assert!(anchored_at_the_turn(&whole, 0x1400, &[(0x1af8, 20)]));
+        assert!(anchored_at_the_turn(&whole, (0x1400, &[]), &[(0x1af8, 20)]));
         assert!(!anchored_at_the_turn(
             &whole,
-            0x1400,
+            (0x1400, &[]),
             &[(0x14f8, 7), (0x1bf8, 99)]
         ));
+        // The walk read the recursion's slots and the caller's at the sample: the turn is
+        // beyond them, at the root's (none).
+        let walked: Vec<(u64, u64)> = (0x14f8..=0x1bf8).step_by(0x100).map(|a| (a, 7)).collect();
+        assert!(anchored_at_the_turn(&whole, (0x1400, &walked), &[]));
         // A spliced stack: a leaf's frame (returning into 30) in the recursion's middle turns
         // twice; the first turn, at 0x15f8, must be anchored.
         let mut spliced = whole.clone();
         spliced.frames[7].address = 30;
-        assert!(!anchored_at_the_turn(&spliced, 0x1400, &[(0x1af8, 20)]));
-        assert!(anchored_at_the_turn(&spliced, 0x1400, &[(0x15f8, 7)]));
+        assert!(!anchored_at_the_turn(
+            &spliced,
+            (0x1400, &[]),
+            &[(0x1af8, 20)]
+        ));
+        assert!(anchored_at_the_turn(
+            &spliced,
+            (0x1400, &[]),
+            &[(0x15f8, 7)]
+        ));
     }
 
     #[test]
@@ -340,9 +369,19 @@ mod tests {
         };
         let chain: std::collections::HashSet<(u64, u64)> = [(0x11f8, 20), (0x12f8, 99)].into();
         // The first slot beyond 0x1180 is 0x11f8, returning into 20.
-        assert!(joins(&captured, 0x1180, &chain));
+        assert!(joins(&captured, (0x1180, &[]), &chain));
         let other: std::collections::HashSet<(u64, u64)> = [(0x11f8, 21), (0x12f8, 99)].into();
-        assert!(!joins(&captured, 0x1180, &other));
+        assert!(!joins(&captured, (0x1180, &[]), &other));
+        // Unless the walk read that slot at the sample: then the first slot beyond it (the
+        // root's) is the one to join on.
+        assert!(joins(&captured, (0x1180, &[(0x11f8, 20)]), &other));
+        let elsewhere: std::collections::HashSet<(u64, u64)> = [(0x12f8, 98)].into();
+        assert!(!joins(&captured, (0x1180, &[(0x11f8, 20)]), &elsewhere));
+        assert!(joins(
+            &captured,
+            (0x1180, &[(0x11f8, 20), (0x12f8, 99)]),
+            &elsewhere
+        ));
     }
 
     #[test]

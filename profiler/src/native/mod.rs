@@ -5,8 +5,11 @@
 pub mod bpf;
 pub mod capture;
 pub mod complete;
+pub mod functions;
 pub mod perf;
 mod perf_events;
 pub mod ring;
+pub mod rules;
 pub mod tracer;
 pub mod unwind;
+pub mod walk;

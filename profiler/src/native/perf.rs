@@ -14,14 +14,14 @@
 //! threads to sample (the sampler). Everything read from a ring or a map came from the target's
 //! memory or the kernel's copy of it and is bounded before use.
 //!
-//! The BPF program (`bpf.rs`) is hand-assembled (about seventy instructions, and eight per anchor): the BPF toolchains in the Rust
-//! ecosystem (aya, libbpf-rs) need a separate compiler for the program, which a profiler built
-//! with `cargo build` cannot assume. It needs `CAP_BPF` and `CAP_PERFMON` (or root); where the
-//! kernel refuses, [`PerfSampler::new`] says why and the sampler falls back to ptrace.
+//! The BPF program (`bpf.rs`, `walk.rs`) is hand-assembled: Rust's BPF toolchains (aya,
+//! libbpf-rs) need a separate compiler, which `cargo build` cannot assume. It needs `CAP_BPF`
+//! and `CAP_PERFMON` (or root); where refused, [`PerfSampler::new`] says why (ptrace then).
 
-use crate::native::bpf::{create_map, load_program, BPF_MAP_TYPE_ARRAY};
+use crate::native::bpf::{create_map, load_program, map_shared, page_size, BPF_MAP_TYPE_ARRAY};
 use crate::native::perf_events::{open_event, open_switch_event};
 use crate::native::ring::{match_copies, parse, read_copies, CopyRing, Record, Ring, SlotCopy};
+use crate::native::rules::Rules;
 use crate::native::unwind::{Registers, StackView};
 use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE};
 use nix::errno::Errno;
@@ -86,16 +86,15 @@ pub(super) const VALUE_JITTER: usize = VALUE_SCRATCH + SLOTS * SCRATCH_SIZE;
 pub(super) const VALUE_ANCHORS: usize = VALUE_JITTER + 8;
 pub(super) const VALUE_ANCHOR_RECORD: usize = VALUE_ANCHORS + 8 * ANCHORS;
 pub(super) const ANCHOR_RECORD_SIZE: usize = COPY_HEADER + 16 * ANCHORS;
-pub(super) const VALUE_SIZE: usize = VALUE_ANCHOR_RECORD + ANCHOR_RECORD_SIZE;
-/// Stack words the program reads at each sample besides the top of the stack: where fsprof
-/// completes a deep stack beyond the 16 KiB the kernel copies with an image of the thread's
-/// outer stack read later, the words at a few of that image's return-address slots, as they
-/// were at the sample, tell whether the image was still the thread's stack then
-/// (`native/complete.rs`). The first slot beyond a sample's copy where its stack turns must be
-/// one of them, so more anchors complete more of a stack whose middle changes: rustc -O had 48
-/// to 55% of its perf stacks unwound to the root with 8, 55 to 57% with 16, 59 to 64% with 32
-/// (`tests/benches/deep-rustc.sh`). A read costs the sampled thread tens of ns, and only a
-/// thread whose stack was completed has anchors.
+/// Then the walk's part (`walk.rs`).
+pub(super) const VALUE_WALK: usize = VALUE_ANCHOR_RECORD + ANCHOR_RECORD_SIZE;
+pub(super) const VALUE_SIZE: usize = crate::native::walk::WALK_END;
+/// Stack words the program reads at each sample besides the top of the stack, for threads
+/// that have some: where fsprof completes a deep stack with an image of the thread's outer
+/// stack read later (beyond what the walk read, `walk.rs`: a recursion of thousands of
+/// frames), the words at a few of that image's return-address slots, as they were at the
+/// sample, tell whether the image was still the thread's stack then (`native/complete.rs`).
+/// A read costs the sampled thread tens of ns.
 pub const ANCHORS: usize = 32;
 
 /// The task-clock timer ticks this many times per sampling period, and the program keeps the
@@ -153,6 +152,9 @@ pub struct PerfSample<'a> {
     pub marks_known: bool,
     /// The anchors read at the sample: (address, word there), for the addresses set then.
     pub anchors: Vec<(u64, u64)>,
+    /// The words the walk read beyond the copy at the sample (`walk.rs`): (address, word),
+    /// by address.
+    pub instant: Vec<(u64, u64)>,
 }
 
 /// What a thread's ring gave, oldest first.
@@ -213,8 +215,9 @@ pub struct PerfSampler {
     too_fast: std::collections::HashSet<u32>,
     /// When threads made by sampled threads were born (CLOCK_MONOTONIC, ns), until asked for.
     births: HashMap<u32, u64>,
-    /// The programs loaded, per map value index: copying at samples, and at departures.
-    programs: [Vec<Option<OwnedFd>>; 2],
+    /// The programs loaded, per map value index (copying at samples, and at departures), and
+    /// the rules their walks follow.
+    programs: ([Vec<Option<OwnedFd>>; 2], Rules),
 }
 
 /// Births remembered at most (those of threads that never ran long enough to be found, or of
@@ -269,10 +272,21 @@ impl PerfSampler {
             unmatched: 0,
             too_fast: Default::default(),
             births: HashMap::new(),
-            programs: Default::default(),
+            programs: (
+                Default::default(),
+                Rules::new(capacity <= CHILD_THREADS)
+                    .map_err(|e| format!("cannot create a BPF map ({}): {needs}", e.desc()))?,
+            ),
         };
-        load_program(sampler.map.as_raw_fd(), sampler.copies.fd(), 0, false)
-            .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
+        let rules = sampler.programs.1.fds();
+        load_program(
+            sampler.map.as_raw_fd(),
+            sampler.copies.fd(),
+            rules,
+            0,
+            false,
+        )
+        .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
         open_event(me, sampler.period_ns, true).map_err(|e| {
@@ -356,6 +370,27 @@ impl PerfSampler {
         write_words(value_at(self.values, thread.index), VALUE_ANCHORS, &anchors);
     }
 
+    /// Has the programs walk the stacks of the process's threads at their samples from now on
+    /// (see `walk.rs`): one of them was deeper than the copy.
+    pub fn walk(&mut self) {
+        if std::mem::replace(&mut self.programs.1.on, true) {
+            return;
+        }
+        for thread in self.threads.values() {
+            write_words(value_at(self.values, thread.index), VALUE_WALK, &[1]);
+        }
+    }
+
+    /// Whether the programs walk the stacks.
+    pub fn walks(&self) -> bool {
+        self.programs.1.on
+    }
+
+    /// The rules the walks follow, to learn more.
+    pub fn rules(&mut self) -> &mut Rules {
+        &mut self.programs.1
+    }
+
     /// Hands `each` the samples `tid` took and its switches since the previous call, oldest
     /// first. Each sample's slots are the copies the program made at its instant: the program
     /// runs, and puts its copies in the shared ring, before the kernel writes the sample, so
@@ -383,11 +418,11 @@ impl PerfSampler {
         thread.ring.drain(head, |record| match parse(record) {
             Record::Sample(mut sample) => {
                 let matched = match_copies(waiting, sample.time, [tolerance, tolerance]);
-                (sample.slots, sample.marks_known, sample.anchors) =
-                    (matched.slots, matched.known, matched.anchors);
+                (sample.slots, sample.marks_known) = (matched.slots, matched.known);
+                (sample.anchors, sample.instant) = (matched.anchors, matched.instant);
                 unmatched += u64::from(!sample.marks_known);
                 samples += 1;
-                each(Taken::Sample(sample));
+                each(Taken::Sample(*sample));
             }
             Record::Switch {
                 time,
@@ -509,13 +544,15 @@ impl PerfSampler {
     /// new thread spent running before perf counted it: twice per thread, 0.6 ms of the 0.9 ms
     /// between the tick that found it and its event's enabling (`requests`, strace -T).
     fn program(&mut self, index: u32, switch: bool) -> Result<OwnedFd, Errno> {
-        let cache = &mut self.programs[usize::from(switch)];
+        let rules = self.programs.1.fds();
+        let cache = &mut self.programs.0[usize::from(switch)];
         if cache.len() <= index as usize {
             cache.resize_with(index as usize + 1, || None);
         }
         if cache[index as usize].is_none() {
-            let loaded = load_program(self.map.as_raw_fd(), self.copies.fd(), index, switch)
-                .map_err(|_| Errno::EPERM)?;
+            let (map, copies) = (self.map.as_raw_fd(), self.copies.fd());
+            let loaded =
+                load_program(map, copies, rules, index, switch).map_err(|_| Errno::EPERM)?;
             cache[index as usize] = Some(loaded);
         }
         let program = cache[index as usize].as_ref().expect("loaded");
@@ -526,6 +563,10 @@ impl PerfSampler {
 
     fn open_unchecked(&mut self, tid: u32) -> Result<Thread, Errno> {
         let index = self.free.pop().ok_or(Errno::EMFILE)?;
+        // No anchors from the value's previous thread.
+        let value = value_at(self.values, index);
+        write_words(value, VALUE_ANCHORS, &[0; ANCHORS]);
+        write_words(value, VALUE_WALK, &[u64::from(self.programs.1.on)]);
         self.waiting[index as usize].clear();
         self.switch_waiting[index as usize].clear();
         let pages = if self.threads.len() >= LARGE_RINGS {
@@ -625,40 +666,6 @@ impl Drop for PerfSampler {
         // SAFETY: unmaps what `new` mapped.
         unsafe { libc::munmap(self.values.cast(), values_len(self.page, self.capacity)) };
     }
-}
-
-/// Maps `len` bytes of `fd` from `offset`, shared, readable (and writable if `write`).
-pub(super) fn map_shared(
-    fd: &OwnedFd,
-    len: usize,
-    write: bool,
-    offset: usize,
-) -> Result<*mut u8, Errno> {
-    let protection = if write {
-        libc::PROT_READ | libc::PROT_WRITE
-    } else {
-        libc::PROT_READ
-    };
-    // SAFETY: a new mapping chosen by the kernel; the result is checked.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            protection,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            offset as libc::off_t,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(Errno::last());
-    }
-    Ok(base.cast())
-}
-
-pub(super) fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
 }
 
 fn values_len(page: usize, capacity: u32) -> usize {

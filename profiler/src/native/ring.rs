@@ -3,9 +3,11 @@
 //! writes, with the decoding of their records and the matching of copies to their samples. Every size read from a ring is bounded before use; nothing here
 //! opens events or loads programs (`perf.rs`, `bpf.rs`).
 
+use crate::native::bpf::map_shared;
 use crate::native::bpf::{create_map, BPF_MAP_TYPE_RINGBUF};
-use crate::native::perf::{map_shared, PerfSample, ANCHORS, COPY_HEADER, SLOTS};
+use crate::native::perf::{PerfSample, ANCHORS, COPY_HEADER, SLOTS};
 use crate::native::unwind::{Registers, StackView};
+use crate::native::walk::{WALK_PAIRS, WALK_RECORD_SIZE};
 use fsprof_shim::abi::SLOT_SIZE;
 use nix::errno::Errno;
 use nix::libc;
@@ -116,8 +118,8 @@ fn copy_out(data: *const u8, size: usize, at: u64, out: &mut [u8]) {
 
 /// What a ring record was.
 pub(super) enum Record<'a> {
-    /// A sample (its slots not yet matched).
-    Sample(PerfSample<'a>),
+    /// A sample (its slots not yet matched), boxed: it is the largest.
+    Sample(Box<PerfSample<'a>>),
     /// The thread left its CPU (`out`, and `preempted` if it stayed runnable) or came back to
     /// one, at `time`.
     Switch {
@@ -188,7 +190,7 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
         return Record::Other;
     }
     let dynamic = word(72 + size).unwrap_or(0) as usize;
-    Record::Sample(PerfSample {
+    Record::Sample(Box::new(PerfSample {
         time,
         cpu_ns,
         regs: Registers {
@@ -200,7 +202,8 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
         slots: Default::default(),
         marks_known: false,
         anchors: Vec::new(),
-    })
+        instant: Vec::new(),
+    }))
 }
 
 /// Decodes one slot copy from the shared ring: the value index it came from and the copy.
@@ -215,14 +218,15 @@ pub(super) fn parse_copy(record: &[u8]) -> Option<(u32, SlotCopy)> {
         (index_and_slot >> 32) as u8 as usize,
         index_and_slot >> 40 & 1 == 1,
     );
-    // Slot number SLOTS: the anchors' record (see `perf::ANCHORS`).
-    if slot > SLOTS || index_and_slot >> 41 != 0 {
+    // Slot number SLOTS: the anchors' record (see `perf::ANCHORS`); SLOTS + 1: the walk's
+    // (`walk.rs`).
+    if slot > SLOTS + 1 || index_and_slot >> 41 != 0 {
         return None;
     }
     let address = word(16)?;
     let ok = word(24)? == 0;
     let bytes = record.get(COPY_HEADER..)?;
-    let bytes = bytes[..bytes.len().min(SLOT_SIZE)].to_vec();
+    let bytes = bytes[..bytes.len().min(SLOT_SIZE.max(WALK_RECORD_SIZE))].to_vec();
     Some((
         index,
         SlotCopy {
@@ -357,6 +361,8 @@ pub(super) struct Matched {
     pub(super) known: bool,
     /// The anchors read then, (address, word), if the thread had some.
     pub(super) anchors: Vec<(u64, u64)>,
+    /// The words the walk read then (`walk.rs`), by address.
+    pub(super) instant: Vec<(u64, u64)>,
 }
 
 /// What was copied at `time` (a sample's or a switch's), from its thread's queue: copies made
@@ -376,14 +382,20 @@ pub(super) fn match_copies(
     let mut slots: [Option<Vec<u8>>; SLOTS] = Default::default();
     let mut found = [false; SLOTS];
     let mut ok = true;
-    let mut anchors = Vec::new();
+    let (mut anchors, mut instant) = (Vec::new(), Vec::new());
     while let Some(copy) = waiting.front() {
         if copy.time > time.saturating_add(within[1]) {
             break;
         }
         let copy = waiting.pop_front().expect("front");
         if copy.slot == SLOTS {
-            anchors = parse_anchors(&copy.bytes);
+            anchors = parse_pairs(&copy.bytes, ANCHORS);
+            continue;
+        }
+        if copy.slot == SLOTS + 1 {
+            instant = parse_pairs(&copy.bytes, WALK_PAIRS);
+            instant.sort_unstable();
+            instant.dedup_by_key(|(address, _)| *address);
             continue;
         }
         found[copy.slot] = true;
@@ -397,14 +409,16 @@ pub(super) fn match_copies(
         slots: if known { slots } else { Default::default() },
         known,
         anchors,
+        instant,
     }
 }
 
-/// The (address, word) pairs of an anchors' record (after its header), those with an address.
-fn parse_anchors(bytes: &[u8]) -> Vec<(u64, u64)> {
+/// The (address, word) pairs of an anchors' or a walk's record (after its header), at most
+/// `most`, those with an address.
+fn parse_pairs(bytes: &[u8], most: usize) -> Vec<(u64, u64)> {
     bytes
         .chunks_exact(16)
-        .take(ANCHORS)
+        .take(most)
         .map(|pair| {
             let word = |at: usize| u64::from_ne_bytes(pair[at..at + 8].try_into().expect("8"));
             (word(0), word(8))

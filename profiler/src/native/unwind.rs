@@ -63,8 +63,12 @@ pub struct StackView<'a> {
     pub start: u64,
     /// The copied bytes.
     pub bytes: &'a [u8],
+    /// Words read at the same instant as `bytes` beyond them (by the walk, `walk.rs`):
+    /// (address, word), by address.
+    pub instant: &'a [(u64, u64)],
     /// Where `bytes` end, further bytes of the stack from elsewhere (an image of the thread's
-    /// outer stack, see `complete.rs`): their address and the bytes; empty for none.
+    /// outer stack, see `complete.rs`): their address and the bytes; empty for none. The
+    /// copy's bytes and the instant's words come first.
     pub outer: (u64, &'a [u8]),
 }
 
@@ -74,6 +78,7 @@ impl<'a> StackView<'a> {
         StackView {
             start,
             bytes,
+            instant: &[],
             outer: (0, &[]),
         }
     }
@@ -85,6 +90,10 @@ impl<'a> StackView<'a> {
 
     fn read_u64(&self, address: u64) -> Result<u64, ()> {
         read_word(self.start, self.bytes, address)
+            .or_else(|| {
+                let at = self.instant.binary_search_by_key(&address, |(a, _)| *a);
+                at.ok().map(|at| self.instant[at].1)
+            })
             .or_else(|| read_word(self.outer.0, self.outer.1, address))
             .ok_or(())
     }
@@ -115,6 +124,24 @@ pub struct Unwound {
     /// Whether unwinding reached the thread's root (the unwind information said the stack ends);
     /// otherwise it stopped early (unreadable memory, missing unwind data, the depth bound).
     pub complete: bool,
+}
+
+/// How a caller's frame is unwound from the return address its callee returns to, in the
+/// few forms the BPF walk follows (`walk.rs`): its CFA is the stack pointer (after the return)
+/// or the frame pointer plus `cfa`; the caller's rbp was saved at `bp_saved` from the CFA, or
+/// is unchanged (0); the return address is at the CFA minus 8.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameRule {
+    StackPointer {
+        cfa: u32,
+        bp_saved: i16,
+    },
+    FramePointer {
+        cfa: u32,
+        bp_saved: i16,
+    },
+    /// The stack ends there.
+    Root,
 }
 
 /// A slice of a module's image, as framehop wants section data.
@@ -201,6 +228,49 @@ impl Unwinder {
     /// unwind that function wrongly from then on; the cache cannot drop one address.
     fn forget_fallbacks(&mut self) {
         self.cache = CacheX86_64::new();
+    }
+
+    /// The rule of the frame that `return_address` returns into, as framehop unwinds it: found
+    /// by unwinding that one frame over a made-up stack whose every word says where it lies.
+    /// `None` for a rule in another form, or none.
+    pub fn frame_rule(&mut self, return_address: u64) -> Option<FrameRule> {
+        const SP: u64 = 0x1000_0000_0000;
+        const BP: u64 = 0x2000_0000_0000;
+        const TAG: u64 = 1 << 63;
+        if !self.knows(return_address.wrapping_sub(1)) {
+            return None; // framehop would fall back to the frame pointer
+        }
+        let address = FrameAddress::from_return_address(return_address)?;
+        let mut regs = UnwindRegsX86_64::new(return_address, SP, BP);
+        let mut read = |at: u64| Ok(at | TAG);
+        let next = self
+            .unwinder
+            .unwind_frame(address, &mut regs, &mut self.cache, &mut read)
+            .ok()?;
+        let Some(next) = next else {
+            return Some(FrameRule::Root);
+        };
+        let cfa = regs.sp();
+        if next != cfa.wrapping_sub(8) | TAG {
+            return None;
+        }
+        let bp_saved = match regs.bp() {
+            BP => 0,
+            bp if bp & TAG != 0 => i16::try_from((bp & !TAG).wrapping_sub(cfa) as i64)
+                .ok()
+                .filter(|o| *o != 0)?,
+            _ => return None,
+        };
+        let small = |offset: u64| u32::try_from(offset).ok().filter(|o| *o < 1 << 30);
+        if (SP..BP).contains(&cfa) {
+            Some(FrameRule::StackPointer {
+                cfa: small(cfa - SP)?,
+                bp_saved,
+            })
+        } else {
+            let cfa = small(cfa.checked_sub(BP)?)?;
+            Some(FrameRule::FramePointer { cfa, bp_saved })
+        }
     }
 
     /// Whether `address` is in a known module.

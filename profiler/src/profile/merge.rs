@@ -194,7 +194,8 @@ fn add_counters(meta: &mut Meta, child: &Meta) {
     n.native_blocked += c.native_blocked;
     n.native_blocked_skipped += c.native_blocked_skipped;
     n.native_stops += c.native_stops;
-    n.native_completed += c.native_completed;
+    n.beyond.native_completed += c.beyond.native_completed;
+    n.beyond.native_walked += c.beyond.native_walked;
     let (s, c) = (&mut meta.sampling, &child.sampling);
     s.late_ticks += c.late_ticks;
     s.stretched_ticks += c.stretched_ticks;

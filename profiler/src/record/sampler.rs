@@ -735,7 +735,8 @@ impl Sampler {
                 meta.native_stacks.perf_unmatched,
             ) = native.perf_losses();
             meta.native_stacks.native_stops = native.pauses().count();
-            meta.native_stacks.native_completed = native.completer.completed;
+            meta.native_stacks.beyond.native_completed = native.completer.completed;
+            meta.native_stacks.beyond.native_walked = stats.walked;
             meta.native_stacks.pause_p50_us = native.pauses().quantile(0.5).as_micros() as u64;
             meta.native_stacks.pause_p99_us = native.pauses().quantile(0.99).as_micros() as u64;
             if let Some(errno) = native.attach_error {

@@ -573,11 +573,14 @@ fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
                 meta.native_stacks.native_complete as f64 * 100.0 / meta.native_stacks.native_captured as f64
             ));
         }
-        let completed = meta.native_stacks.native_completed;
-        if completed > 0 {
+        let beyond = &meta.native_stacks.beyond;
+        if beyond.native_walked + beyond.native_completed > 0 {
             notes.push(format!(
-                "{completed} of the {} native stacks reached the root beyond the 16 KiB perf copies of the top of the stack, through an image of the thread's outer stack read while it ran, checked against words of its stack read at each sample (README: Native stacks)",
-                meta.native_stacks.native_complete
+                "{} of the {} native stacks reached the root beyond the 16 KiB perf copies of the top of the stack: {} through words of the stack the BPF program read along it at each sample, {} through an image of the thread's outer stack read while it ran, checked against words read at each sample (README: Native stacks)",
+                beyond.native_walked + beyond.native_completed,
+                meta.native_stacks.native_complete,
+                beyond.native_walked,
+                beyond.native_completed,
             ));
         }
     }

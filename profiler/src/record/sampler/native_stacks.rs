@@ -98,8 +98,9 @@ impl Sampler {
         }
         let addresses = self.reader.slot_addresses(self.reader.of(own_tid))?;
         let taken = native.perf_samples(tid, addresses)?;
-        if native.anchors_set() {
-            // Deep stacks that images complete: read them soon (`native/complete.rs`).
+        if native.learnt() {
+            // Deep stacks that images complete, or that the walk follows: read them soon
+            // (`native/complete.rs`, `native/walk.rs`).
             self.clock.hold_fast(Instant::now() + ANCHORS_HOLD);
         }
         let follows = native.follows_switches(tid);

@@ -1,0 +1,234 @@
+//! What the BPF walk (`walk.rs`) knows of a process's code, in maps its programs read: the
+//! rules of return addresses learnt by the unwinder (a hash map, and a bitmap of them for the
+//! walk's scan), and the functions' table, each function's start and its body's rule
+//! (`functions.rs`), read on threads of their own when the modules are known. It only keeps
+//! the maps; the walk is `walk.rs`, the rules' forms `unwind.rs` ([`FrameRule`]).
+
+use crate::native::bpf::map_shared;
+use crate::native::bpf::{create_map, update_elem, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH};
+use crate::native::unwind::FrameRule;
+use crate::native::walk::bit;
+use crate::target::modules::Module;
+use nix::errno::Errno;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+/// Bits of the bitmap of learnt return addresses, which the scan looks at before the rules.
+pub const BITMAP_BITS: usize = 1 << 20;
+/// Return addresses whose rules are kept, per process.
+pub const MAX_RULES: u32 = 1 << 15;
+
+/// The kinds of [`FrameRule`] in the map's values.
+pub(super) const KIND_SP: i32 = 1;
+pub(super) const KIND_BP: i32 = 2;
+pub(super) const KIND_ROOT: i32 = 3;
+
+/// A rule as the program reads it: the CFA's offset (u32), then where rbp was saved relative
+/// to the CFA (i16, 0 for not saved), then the kind (u8).
+fn encode(rule: FrameRule) -> u64 {
+    let (kind, cfa, saved) = match rule {
+        FrameRule::StackPointer { cfa, bp_saved } => (KIND_SP, cfa, bp_saved),
+        FrameRule::FramePointer { cfa, bp_saved } => (KIND_BP, cfa, bp_saved),
+        FrameRule::Root => (KIND_ROOT, 0, 0),
+    };
+    u64::from(cfa) | u64::from(saved as u16) << 32 | (kind as u64) << 48
+}
+
+/// The rules of a process's return addresses, as the programs read them: a hash map, and a
+/// bitmap of them (by [`bit`]) mapped into fsprof.
+pub struct Rules {
+    map: OwnedFd,
+    bitmap: OwnedFd,
+    bits: *mut u64,
+    /// The functions' table (see `functions.rs`): entry 0 holds their number, then each
+    /// function's start and its body's rule, by start.
+    functions: OwnedFd,
+    table: *mut u64,
+    /// Entries the table has room for (besides entry 0).
+    capacity: usize,
+    /// The functions of modules being read, on threads of their own, and the modules asked
+    /// for (by start).
+    read: Channel,
+    asked: std::collections::HashSet<u64>,
+    /// Bumped when the table starts again (after an exec).
+    generation: u64,
+    /// Whether to read functions before the walk is on (see [`Rules::read_functions`]).
+    eager: bool,
+    /// The functions in the table, by start.
+    entries: Vec<(u64, Option<FrameRule>)>,
+    known: std::collections::HashSet<u64>,
+    /// Whether the programs walk (see `PerfSampler::walk`).
+    pub(super) on: bool,
+}
+
+// SAFETY: `bits` is owned by this struct (unmapped on drop) and only written through `&mut self`.
+unsafe impl Send for Rules {}
+
+const BITMAP_BYTES: usize = BITMAP_BITS / 8;
+
+/// What the threads reading functions send: the table's generation they read for, and the
+/// functions of a module.
+type Functions = (u64, Vec<(u64, Option<FrameRule>)>);
+type Channel = (
+    std::sync::mpsc::Sender<Functions>,
+    std::sync::mpsc::Receiver<Functions>,
+);
+/// Functions in the table at most (rustc's driver has 107 000, its LLVM 160 000): 8 MiB.
+pub const FUNCTIONS: usize = (1 << 19) - 1;
+
+impl Rules {
+    /// The rules of a process: with room for [`FUNCTIONS`] functions, read before the walk is
+    /// on (see [`Rules::read_functions`]); for a `child` process (a tree's compilers), an
+    /// eighth of that, read once it walks.
+    pub(super) fn new(child: bool) -> Result<Rules, Errno> {
+        let (capacity, eager) = if child {
+            (FUNCTIONS / 8, false)
+        } else {
+            (FUNCTIONS, true)
+        };
+        let map = create_map(BPF_MAP_TYPE_HASH, 8, 8, MAX_RULES)?;
+        let bitmap = create_map(BPF_MAP_TYPE_ARRAY, 4, 8, (BITMAP_BITS / 64) as u32)?;
+        let bits = map_shared(&bitmap, BITMAP_BYTES, true, 0)?.cast();
+        let functions = create_map(BPF_MAP_TYPE_ARRAY, 4, 16, capacity as u32 + 1)?;
+        let table = map_shared(&functions, 16 * (capacity + 1), true, 0)?.cast();
+        Ok(Rules {
+            map,
+            bitmap,
+            bits,
+            functions,
+            table,
+            capacity,
+            read: std::sync::mpsc::channel(),
+            asked: Default::default(),
+            generation: 0,
+            eager,
+            entries: Vec::new(),
+            known: Default::default(),
+            on: false,
+        })
+    }
+
+    /// The descriptors of the rules' map, the bitmap and the functions' table.
+    pub(super) fn fds(&self) -> [RawFd; 3] {
+        [
+            self.map.as_raw_fd(),
+            self.bitmap.as_raw_fd(),
+            self.functions.as_raw_fd(),
+        ]
+    }
+
+    /// Room in the functions' table.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Reads the functions of those of `modules` not read yet into the table, on a thread of
+    /// its own (rustc's driver takes 30 ms, read by four threads): one module after the
+    /// other, the largest first, each put in the table when read (see [`Rules::poll`]). Called
+    /// as soon as the modules are known for the process `run` started (a deep stack needs the
+    /// table from its first sample), and once the walk is on for others (a tree's compilers
+    /// each would read theirs for nothing). After an `exec` (a module read is gone), the
+    /// table starts again.
+    pub fn read_functions(&mut self, modules: &[Module]) {
+        if !self.on && !self.eager {
+            return;
+        }
+        let gone =
+            (self.asked.iter()).any(|start| !modules.iter().any(|m| m.range.start == *start));
+        if gone {
+            self.asked.clear();
+            self.entries.clear();
+            self.set_functions(&[]);
+            self.generation += 1;
+        }
+        let mut new: Vec<Module> = (modules.iter())
+            .filter(|m| self.asked.insert(m.range.start))
+            .cloned()
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        new.sort_by_key(|m| std::cmp::Reverse(m.range.end - m.range.start));
+        let (send, generation, most) = (self.read.0.clone(), self.generation, self.capacity);
+        let _ = std::thread::Builder::new()
+            .name("fsprof-functions".to_owned())
+            .spawn(move || {
+                for module in &new {
+                    let functions = crate::native::functions::functions(module, most);
+                    if send.send((generation, functions)).is_err() {
+                        return;
+                    }
+                }
+            });
+    }
+
+    /// Puts the functions read by [`Rules::read_functions`] since the previous call in the
+    /// table.
+    pub fn poll(&mut self) {
+        let mut more = false;
+        while let Ok((generation, functions)) = self.read.1.try_recv() {
+            if generation != self.generation {
+                continue; // the modules of the program before an exec
+            }
+            let room = self.capacity.saturating_sub(self.entries.len());
+            self.entries.extend(functions.into_iter().take(room));
+            more = true;
+        }
+        if more {
+            let mut entries = std::mem::take(&mut self.entries);
+            entries.sort_unstable_by_key(|(start, _)| *start);
+            self.set_functions(&entries);
+            self.entries = entries;
+        }
+    }
+
+    /// Gives the functions' table (by start, at most [`Rules::capacity`]).
+    fn set_functions(&mut self, functions: &[(u64, Option<FrameRule>)]) {
+        let count = functions.len().min(self.capacity);
+        // SAFETY: entries 0 ..= capacity, two words each, inside the mapping; volatile: the
+        // programs read it at any time (a walk that reads it half written reads the wrong
+        // words, which the unwinder does not take).
+        unsafe {
+            self.table.write_volatile(0);
+            for (i, (start, rule)) in functions[..count].iter().enumerate() {
+                let entry = self.table.add(2 * (i + 1));
+                entry.write_volatile(*start);
+                entry.add(1).write_volatile(rule.map_or(0, encode));
+            }
+            self.table.write_volatile(count as u64);
+        }
+    }
+
+    /// Whether the rule at `return_address` was given (or found to be none).
+    pub fn knows(&self, return_address: u64) -> bool {
+        self.known.contains(&return_address)
+    }
+
+    /// Gives the rule at `return_address` (`None`: it has none the walk can follow).
+    pub fn learn(&mut self, return_address: u64, rule: Option<FrameRule>) {
+        if self.known.len() >= MAX_RULES as usize || !self.known.insert(return_address) {
+            return;
+        }
+        let Some(rule) = rule else {
+            return;
+        };
+        if update_elem(self.map.as_raw_fd(), return_address, encode(rule)).is_ok() {
+            let (index, bit) = bit(return_address);
+            // SAFETY: `index` < BITMAP_BITS / 64, inside the mapping; volatile: the programs
+            // read it at any time.
+            unsafe {
+                let word = self.bits.add(index);
+                word.write_volatile(word.read_volatile() | 1 << bit);
+            }
+        }
+    }
+}
+
+impl Drop for Rules {
+    fn drop(&mut self) {
+        // SAFETY: unmaps what `new` mapped.
+        unsafe {
+            nix::libc::munmap(self.bits.cast(), BITMAP_BYTES);
+            nix::libc::munmap(self.table.cast(), 16 * (self.capacity + 1));
+        }
+    }
+}

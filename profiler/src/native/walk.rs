@@ -1,0 +1,671 @@
+//! The walk: at each sample of a thread whose stack is deeper than the kernel's copy (16 KiB),
+//! the BPF program unwinds the thread's stack itself, far enough, and keeps the words it read
+//! beyond the copy at the sample's instant: each frame's return-address slot, and the slot its
+//! frame pointer was saved in. fsprof then unwinds the sample through the copy and these words
+//! (`StackView::instant`) with the same unwinder as ever (framehop): the walk only guesses which
+//! words will be wanted, and nothing it guessed is trusted. Where it guessed wrong, the
+//! unwinder misses a word and the sample goes on to `complete.rs`; no stack is made of words
+//! that were not the thread's at that instant.
+//!
+//! Each frame's rule (`rules.rs`): the one the unwinder learnt for that return address, else
+//! the rule of the body of the function it is in (`functions.rs`, a binary search of the
+//! functions' table), taken only if the word it points at is a return address too, else a few
+//! CFAs beyond it are tried (a call made with more pushed), and two small ones (a prologue).
+//! The walk starts at the instruction pointer, as if called from there; failing that (the
+//! innermost function not in the table, the frame not yet set up), from learnt return
+//! addresses found among the words at the end of the copy, then at the stack pointer (a stale
+//! one, left by an earlier call, makes a walk that soon reads a word that is no return
+//! address: the next is tried). It stops at the root, or after [`WALK_FRAMES`] frames, or
+//! [`WALK_PAIRS`] words beyond the copy: a recursion of thousands of frames is left to
+//! `complete.rs` beyond them. Its loops use `may_goto` (Linux 6.9); an older kernel loads the
+//! program without the walk (`bpf.rs`).
+//!
+//! This module: the walk's layout in a thread's map value and its instructions. Not here: what
+//! it knows (`rules.rs`), loading and attaching (`bpf.rs`, `perf.rs`), the ring (`ring.rs`).
+
+use crate::native::bpf::{
+    insn, Insn, ADD64_IMM, ADD64_REG, AND64_IMM, CALL, HELPER_MAP_LOOKUP_ELEM,
+    HELPER_PROBE_READ_USER, HELPER_RINGBUF_OUTPUT, JEQ_IMM, JNE_IMM, LDX_DW, LDX_W, LD_IMM64,
+    MOV64_IMM, MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, STX_DW, STX_W, ST_DW, ST_W,
+};
+use crate::native::perf::{COPY_HEADER, SLOTS, STACK_DUMP, VALUE_WALK};
+use crate::native::rules::{BITMAP_BITS, KIND_BP, KIND_ROOT, KIND_SP};
+use std::os::fd::RawFd;
+
+/// Frames walked at most per sample (those in the copy included): rustc's stacks have up to
+/// 75 (median 30).
+pub const WALK_FRAMES: i32 = 192;
+/// Words read beyond the copy kept at most per sample (a frame's return address, and its
+/// saved frame pointer if it saved one).
+pub const WALK_PAIRS: usize = 128;
+/// Words looked at for return addresses to start from, at the end of the copy and from the
+/// stack pointer.
+pub const SCAN_WORDS: usize = 256;
+
+// The walk's part of a thread's map value, from `VALUE_WALK`: whether to walk (set by fsprof),
+// the walk's state (the program's registers do not survive its helper calls), then the record
+// it puts in the ring (a copy header with slot number SLOTS + 1, then (address, word) pairs),
+// then room for a window of words scanned.
+const ON: usize = VALUE_WALK;
+const SLOT: usize = ON + 8; // the current frame's callee's return-address slot
+const RA: usize = ON + 16; // the word there: where the frame is
+const BP: usize = ON + 24; // the frame's rbp, or 0 if unknown
+const COUNT: usize = ON + 32; // pairs in the record
+const END: usize = ON + 40; // where the kernel's copy ends
+const WORD: usize = ON + 48; // a word just read
+const AT: usize = ON + 56; // where it was read
+const FIRST_BP: usize = ON + 64; // rbp at the sample
+const NEXT: usize = ON + 72; // the next word of the window to look up
+const FRAMES: usize = ON + 80; // frames walked
+const ROOT: usize = ON + 88; // whether a walk reached the root
+const IP: usize = ON + 96; // the instruction pointer at the sample
+const PC: usize = ON + 104; // the address whose function is looked up
+const LOW: usize = ON + 112; // the search: the first entry that may be it
+const HIGH: usize = ON + 120; // the entry after the last that may be it
+const MIDDLE: usize = ON + 128;
+const BASE: usize = ON + 136; // the CFA by the frame's rule
+const SAVED: usize = ON + 144; // where the rule saved rbp, from the CFA (0: not saved)
+const TRY: usize = ON + 152; // CFAs tried (see TRIES)
+const NEW_BP: usize = ON + 160; // rbp as the frame saved it
+pub(super) const WALK_RECORD: usize = ON + 168;
+pub(super) const WALK_RECORD_SIZE: usize = COPY_HEADER + 16 * WALK_PAIRS;
+const PAIRS: usize = WALK_RECORD + COPY_HEADER;
+/// Then the words of a window scanned for return addresses.
+const SCAN: usize = WALK_RECORD + WALK_RECORD_SIZE;
+pub(super) const WALK_END: usize = SCAN + 8 * SCAN_WORDS;
+const _: () = assert!(WALK_END < i16::MAX as usize);
+const _: () = assert!(SCAN_WORDS.is_power_of_two() && BITMAP_BITS.is_power_of_two());
+
+/// Offsets on the program's stack: the key for rule lookups, the saved context, the index and
+/// bit for bitmap lookups, the stack pointer.
+const KEY: i16 = -16;
+pub(super) const CONTEXT: i16 = -24;
+const INDEX: i16 = -32;
+const BIT: i16 = -40;
+const STACK_POINTER: i16 = -48;
+const WINDOW: i16 = -56;
+/// Offsets in `struct pt_regs` (x86-64), the start of a perf event program's context.
+const PT_BP: i16 = 32;
+const PT_IP: i16 = 128;
+const PT_CS: i16 = 136;
+const PT_SP: i16 = 152;
+const PT_SS: i16 = 160;
+const PT_REGS_SIZE: i32 = 168;
+/// The size (and alignment) of a thread's kernel stack, x86-64 without KASAN.
+const KERNEL_STACK: i32 = 16 * 1024;
+/// The user code and stack segments on x86-64 (`__USER_CS`, `__USER_DS`).
+const USER_CS: i32 = 0x33;
+const USER_SS: i32 = 0x2b;
+const HELPER_PROBE_READ_KERNEL: i32 = 113;
+
+const LDX_B: u8 = 0x71;
+const LDX_H: u8 = 0x69;
+const LSH64_IMM: u8 = 0x67;
+const ARSH64_IMM: u8 = 0xc7;
+const JA: u8 = 0x05;
+/// Jumps when the kernel's budget of loop iterations is spent (Linux 6.9): loops whose
+/// counters live in memory then verify in a few passes (the states converge), where a
+/// counted loop is verified once per iteration, and a walk's branches pile up past the
+/// verifier's bound.
+const MAY_GOTO: u8 = 0xe5;
+const RSH64_IMM: u8 = 0x77;
+const RSH64_REG: u8 = 0x7f;
+const XOR64_REG: u8 = 0xaf;
+const JGE_IMM: u8 = 0x35;
+const JGT_IMM: u8 = 0x25;
+const JLT_REG: u8 = 0xad;
+const JLE_REG: u8 = 0xbd;
+const JGE_REG: u8 = 0x3d;
+const JGT_REG: u8 = 0x2d;
+
+/// Appends the walk to a sampling program (see the module's documentation): `r6` is the
+/// thread's map value, `r7` the sample's time; the context was saved at [`CONTEXT`].
+pub(super) fn walk(p: &mut Vec<Insn>, maps: [RawFd; 3], copies: RawFd, index: u32) {
+    let mut to_end = Vec::new();
+    // Only for threads that want it.
+    p.extend([insn(LDX_DW, 1, 6, ON as i16, 0), insn(JEQ_IMM, 1, 0, 0, 0)]);
+    to_end.push(p.len() - 1);
+    registers(p, &mut to_end);
+    p.extend([
+        insn(STX_DW, 6, 2, FIRST_BP as i16, 0),
+        insn(STX_DW, 10, 9, STACK_POINTER, 0),
+        insn(ADD64_IMM, 9, 0, 0, STACK_DUMP as i32),
+        insn(STX_DW, 6, 9, END as i16, 0),
+        insn(ST_DW, 6, 0, COUNT as i16, 0),
+        insn(ST_DW, 6, 0, ROOT as i16, 0),
+    ]);
+    // From the innermost frame, by its function's body rule (as if it had been called from
+    // the instruction after the one it is at, its return address in the slot below the stack
+    // pointer).
+    let mut to_out = Vec::new();
+    p.extend([
+        insn(LDX_DW, 1, 10, STACK_POINTER, 0),
+        insn(ADD64_IMM, 1, 0, 0, -8),
+        insn(STX_DW, 6, 1, SLOT as i16, 0),
+        insn(LDX_DW, 1, 6, IP as i16, 0),
+        insn(ADD64_IMM, 1, 0, 0, 1),
+        insn(STX_DW, 6, 1, RA as i16, 0),
+        insn(LDX_DW, 1, 6, FIRST_BP as i16, 0),
+        insn(STX_DW, 6, 1, BP as i16, 0),
+    ]);
+    let mut failed = Vec::new();
+    follow(p, maps, &mut failed);
+    p.extend([
+        insn(LDX_DW, 1, 6, ROOT as i16, 0),
+        insn(JNE_IMM, 1, 0, 0, 0),
+    ]);
+    to_out.push(p.len() - 1);
+    // Else from return addresses found among the words at the end of the copy first (the
+    // fewest frames to walk), then among those from the stack pointer. None where the end of
+    // the copy cannot be read: the copy held the whole stack (most threads).
+    let mut next = Vec::new();
+    p.extend([
+        insn(LDX_DW, 9, 6, END as i16, 0),
+        insn(ADD64_IMM, 9, 0, 0, -8 * SCAN_WORDS as i32),
+    ]);
+    window(p, maps, AT_THE_END, [&mut to_out, &mut next, &mut to_end]);
+    patch(p, &next);
+    p.push(insn(LDX_DW, 9, 10, STACK_POINTER, 0));
+    let mut none = Vec::new();
+    window(p, maps, AT_THE_TOP, [&mut to_out, &mut none, &mut to_end]);
+    patch(p, &none);
+    patch(p, &to_out);
+    output(p, copies, index, &mut to_end);
+    patch(p, &to_end);
+}
+
+/// Walk attempts from the words at the end of the copy, and from the stack pointer: a word
+/// that is a return address may be a stale one, left by an earlier call in a local's room,
+/// whose walk soon reads a word that is none; then the next is tried.
+const AT_THE_END: usize = 6;
+const AT_THE_TOP: usize = 3;
+
+/// Reads the [`SCAN_WORDS`] words from the address in `r9` and tries up to `attempts` of them
+/// that are learnt return addresses, in order, as the walk's start: jumps to `to_out` after
+/// the first walk that kept words, to `to_none` when none did, to `to_unreadable` if the
+/// words cannot be read.
+fn window(p: &mut Vec<Insn>, maps: [RawFd; 3], attempts: usize, to: [&mut Vec<usize>; 3]) {
+    let [to_out, to_none, to_unreadable] = to;
+    p.extend([
+        insn(MOV64_REG, 1, 6, 0, 0),
+        insn(ADD64_IMM, 1, 0, 0, SCAN as i32),
+        insn(MOV64_IMM, 2, 0, 0, (SCAN_WORDS * 8) as i32),
+        insn(MOV64_REG, 3, 9, 0, 0),
+        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+        insn(JNE_IMM, 0, 0, 0, 0),
+    ]);
+    to_unreadable.push(p.len() - 1);
+    p.push(insn(ST_DW, 6, 0, NEXT as i16, 0));
+    for _ in 0..attempts {
+        let mut found = Vec::new();
+        scan(p, maps, [&mut found, to_none]);
+        patch(p, &found);
+        let mut failed = Vec::new();
+        p.extend([
+            insn(LDX_DW, 1, 6, FIRST_BP as i16, 0),
+            insn(STX_DW, 6, 1, BP as i16, 0),
+        ]);
+        follow(p, maps, &mut failed);
+        patch(p, &failed);
+        // At the root: out; else the next attempt (keeping the words read: all of them are
+        // the stack's at the sample, whichever the unwinder will need).
+        p.extend([
+            insn(LDX_DW, 1, 6, ROOT as i16, 0),
+            insn(JNE_IMM, 1, 0, 0, 0),
+        ]);
+        to_out.push(p.len() - 1);
+    }
+    p.push(insn(JA, 0, 0, 0, 0));
+    to_none.push(p.len() - 1);
+}
+
+/// Looks up the words of the window (read at SCAN, from the address in `r9`) from the NEXT
+/// one, in the bitmap, then the rules: at the first that is a learnt return address, sets
+/// SLOT, RA and NEXT (the one after it) and jumps to `to_found`; if none, to `to_none`. Uses
+/// `r8`.
+fn scan(p: &mut Vec<Insn>, maps: [RawFd; 3], to: [&mut Vec<usize>; 2]) {
+    let [rules, bitmap, _] = maps;
+    let [to_found, to_none] = to;
+    let top = p.len();
+    let mut to_top = Vec::new();
+    p.extend([
+        insn(MAY_GOTO, 0, 0, 0, 0),
+        insn(LDX_DW, 8, 6, NEXT as i16, 0),
+        insn(JGE_IMM, 8, 0, 0, SCAN_WORDS as i32),
+        insn(MOV64_REG, 1, 8, 0, 0),
+        insn(LSH64_IMM, 1, 0, 0, 3),
+        insn(MOV64_REG, 2, 6, 0, 0),
+        insn(ADD64_REG, 2, 1, 0, 0),
+        insn(LDX_DW, 3, 2, SCAN as i16, 0), // r3: the word
+        insn(ADD64_IMM, 8, 0, 0, 1),
+        insn(STX_DW, 6, 8, NEXT as i16, 0),
+        insn(STX_DW, 10, 3, KEY, 0),
+        // Its bit: BITMAP_BITS of them, by a hash of the word (see `bit`).
+        insn(MOV64_REG, 4, 3, 0, 0),
+        insn(RSH64_IMM, 4, 0, 0, 17),
+        insn(XOR64_REG, 4, 3, 0, 0),
+        insn(MOV64_REG, 5, 4, 0, 0),
+        insn(AND64_IMM, 5, 0, 0, 63),
+        insn(STX_DW, 10, 5, BIT, 0),
+        insn(RSH64_IMM, 4, 0, 0, 6),
+        insn(AND64_IMM, 4, 0, 0, (BITMAP_BITS / 64 - 1) as i32),
+        insn(STX_W, 10, 4, INDEX, 0),
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, bitmap),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 10, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(INDEX)),
+        insn(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM),
+        insn(JEQ_IMM, 0, 0, 0, 0),
+    ]);
+    to_top.push(p.len() - 1);
+    p.extend([
+        insn(LDX_DW, 3, 0, 0, 0),
+        insn(LDX_DW, 5, 10, BIT, 0),
+        insn(RSH64_REG, 3, 5, 0, 0),
+        insn(AND64_IMM, 3, 0, 0, 1),
+        insn(JEQ_IMM, 3, 0, 0, 0),
+    ]);
+    to_top.push(p.len() - 1);
+    lookup(p, rules);
+    p.push(insn(JEQ_IMM, 0, 0, 0, 0));
+    to_top.push(p.len() - 1);
+    p.extend([
+        insn(LDX_DW, 1, 10, KEY, 0),
+        insn(STX_DW, 6, 1, RA as i16, 0),
+        insn(LDX_DW, 1, 6, NEXT as i16, 0),
+        insn(ADD64_IMM, 1, 0, 0, -1),
+        insn(LSH64_IMM, 1, 0, 0, 3),
+        insn(ADD64_REG, 1, 9, 0, 0),
+        insn(STX_DW, 6, 1, SLOT as i16, 0),
+        insn(JA, 0, 0, 0, 0),
+    ]);
+    to_found.push(p.len() - 1);
+    let back = p.len();
+    p.push(insn(JA, 0, 0, (top as i64 - back as i64 - 1) as i16, 0));
+    for at in to_top {
+        p[at].off = (back - at - 1) as i16;
+    }
+    p.push(insn(JA, 0, 0, 0, 0));
+    to_none.push(p.len() - 1);
+    let none = p.len() - 1;
+    p[top].off = (none - top - 1) as i16;
+    p[top + 2].off = (none - top - 3) as i16;
+}
+
+/// The walk from SLOT and RA, with rbp as in BP, keeping the words read beyond the
+/// copy (COUNT of them); ends at a frame it cannot follow (jumping to `to_failed`), or after
+/// [`WALK_FRAMES`]. Uses `r9`.
+fn follow(p: &mut Vec<Insn>, maps: [RawFd; 3], to_failed: &mut Vec<usize>) {
+    p.extend([
+        insn(STX_DW, 10, 9, WINDOW, 0),
+        insn(ST_DW, 6, 0, FRAMES as i16, 0),
+    ]);
+    let to_out = to_failed;
+    let top = p.len();
+    p.extend([
+        insn(MAY_GOTO, 0, 0, 0, 0),
+        insn(LDX_DW, 1, 6, FRAMES as i16, 0),
+        insn(JGE_IMM, 1, 0, 0, WALK_FRAMES),
+        insn(ADD64_IMM, 1, 0, 0, 1),
+        insn(STX_DW, 6, 1, FRAMES as i16, 0),
+        insn(LDX_DW, 1, 6, RA as i16, 0),
+        insn(STX_DW, 10, 1, KEY, 0),
+    ]);
+    to_out.push(top);
+    to_out.push(top + 2);
+    rule_of(p, maps, to_out);
+    p.extend([
+        insn(LDX_B, 2, 0, 6, 0), // r2: the kind
+        insn(LDX_W, 3, 0, 0, 0), // r3: the CFA's offset
+        insn(LDX_H, 4, 0, 4, 0), // r4: where rbp was saved, from the CFA
+        insn(LSH64_IMM, 4, 0, 0, 48),
+        insn(ARSH64_IMM, 4, 0, 0, 48),
+        insn(JEQ_IMM, 2, 0, 7, KIND_SP),
+        insn(JEQ_IMM, 2, 0, 3, KIND_BP),
+        insn(JNE_IMM, 2, 0, 0, KIND_ROOT), // unknown
+        insn(ST_DW, 6, 0, ROOT as i16, 1),
+    ]);
+    to_out.push(p.len() - 2);
+    p.push(insn(JA, 0, 0, 0, 0));
+    to_out.push(p.len() - 1);
+    p.extend([insn(LDX_DW, 1, 6, BP as i16, 0), insn(JEQ_IMM, 1, 0, 0, 0)]);
+    to_out.push(p.len() - 1);
+    p.extend([
+        insn(JA, 0, 0, 2, 0),
+        insn(LDX_DW, 1, 6, SLOT as i16, 0), // the stack pointer: after the callee returned
+        insn(ADD64_IMM, 1, 0, 0, 8),
+        insn(ADD64_REG, 1, 3, 0, 0), // r1: the CFA
+        insn(STX_DW, 6, 1, BASE as i16, 0),
+        insn(STX_DW, 6, 4, SAVED as i16, 0),
+        insn(ST_DW, 6, 0, TRY as i16, 0),
+    ]);
+    // The CFA the rule gives, else a few others (see TRIES), until the word below it is a
+    // return address.
+    let retry = p.len();
+    p.extend([
+        insn(MAY_GOTO, 0, 0, 0, 0),
+        insn(LDX_DW, 1, 6, TRY as i16, 0),
+        insn(JGE_IMM, 1, 0, 0, TRIES.len() as i32),
+    ]);
+    to_out.push(retry);
+    to_out.push(retry + 2);
+    p.extend([
+        insn(ADD64_IMM, 1, 0, 0, 1),
+        insn(STX_DW, 6, 1, TRY as i16, 0),
+        insn(LDX_DW, 2, 6, BASE as i16, 0),
+    ]);
+    for (at, try_) in TRIES.iter().enumerate().skip(1) {
+        match *try_ {
+            Try::Beyond(more) => p.extend([
+                insn(JNE_IMM, 1, 0, 1, at as i32 + 1),
+                insn(ADD64_IMM, 2, 0, 0, more),
+            ]),
+            Try::Small(cfa) => p.extend([
+                insn(JNE_IMM, 1, 0, 2, at as i32 + 1),
+                insn(LDX_DW, 2, 6, SLOT as i16, 0),
+                insn(ADD64_IMM, 2, 0, 0, 8 + cfa),
+            ]),
+        }
+    }
+    let mut to_retry = Vec::new();
+    p.extend([
+        insn(MOV64_REG, 1, 2, 0, 0),
+        insn(LDX_DW, 2, 6, SLOT as i16, 0),
+        insn(JLE_REG, 1, 2, 0, 0), // not above the callee's: garbage
+    ]);
+    to_retry.push(p.len() - 1);
+    p.extend([
+        insn(MOV64_REG, 9, 1, 0, 0), // r9: the CFA
+        insn(LDX_DW, 4, 6, SAVED as i16, 0),
+        insn(JEQ_IMM, 4, 0, 0, 0), // rbp not saved: unchanged
+    ]);
+    let bp_kept = p.len() - 1;
+    p.push(insn(ADD64_REG, 1, 4, 0, 0));
+    read(p, &mut to_retry);
+    p.extend([
+        insn(LDX_DW, 1, 6, WORD as i16, 0),
+        insn(STX_DW, 6, 1, NEW_BP as i16, 0),
+    ]);
+    keep(p);
+    patch(p, &[bp_kept]);
+    p.extend([insn(MOV64_REG, 1, 9, 0, 0), insn(ADD64_IMM, 1, 0, 0, -8)]);
+    read(p, &mut to_retry);
+    keep(p);
+    // A return address: one with a rule.
+    p.extend([
+        insn(LDX_DW, 1, 6, WORD as i16, 0),
+        insn(STX_DW, 10, 1, KEY, 0),
+    ]);
+    rule_of(p, maps, &mut to_retry);
+    p.push(insn(JA, 0, 0, 1, 0));
+    let back = p.len();
+    p.push(insn(JA, 0, 0, 0, 0));
+    for at in to_retry {
+        p[at].off = (back - at - 1) as i16;
+    }
+    p[back].off = (retry as i64 - back as i64 - 1) as i16;
+    // Taken: the frame's caller is there.
+    p.extend([
+        insn(LDX_DW, 1, 6, SAVED as i16, 0),
+        insn(JEQ_IMM, 1, 0, 2, 0),
+        insn(LDX_DW, 1, 6, NEW_BP as i16, 0),
+        insn(STX_DW, 6, 1, BP as i16, 0),
+        insn(MOV64_REG, 1, 9, 0, 0),
+        insn(ADD64_IMM, 1, 0, 0, -8),
+        insn(STX_DW, 6, 1, SLOT as i16, 0),
+        insn(LDX_DW, 1, 10, KEY, 0),
+        insn(STX_DW, 6, 1, RA as i16, 0),
+    ]);
+    let back = p.len();
+    p.push(insn(JA, 0, 0, (top as i64 - back as i64 - 1) as i16, 0));
+    patch(p, to_out);
+    to_out.clear();
+    p.push(insn(LDX_DW, 9, 10, WINDOW, 0));
+}
+
+/// A CFA tried after the rule's: beyond it by so many bytes (a call made with more pushed than
+/// the function's body has: arguments, alignment), or a small one (a sample in a prologue).
+#[derive(Clone, Copy)]
+enum Try {
+    Beyond(i32),
+    Small(i32),
+}
+
+/// The CFAs tried for a frame whose rule is not learnt but its function's body's (the first:
+/// the rule's own), as a stack scan of the words just beyond would, each taken only if the
+/// word below it is a return address: rustc's mismatches were 16 to 48 bytes more at calls,
+/// and 8 or 16 in total at the innermost frame's prologue.
+const TRIES: [Try; 11] = [
+    Try::Beyond(0),
+    Try::Beyond(16),
+    Try::Beyond(32),
+    Try::Beyond(8),
+    Try::Beyond(24),
+    Try::Beyond(48),
+    Try::Beyond(40),
+    Try::Beyond(56),
+    Try::Beyond(64),
+    Try::Small(8),
+    Try::Small(16),
+];
+
+/// Puts the record in the ring: a copy header, then COUNT pairs.
+fn output(p: &mut Vec<Insn>, copies: RawFd, index: u32, to_end: &mut Vec<usize>) {
+    p.extend([
+        insn(LDX_DW, 3, 6, COUNT as i16, 0),
+        insn(JEQ_IMM, 3, 0, 0, 0),
+    ]);
+    to_end.push(p.len() - 1);
+    p.push(insn(JGT_IMM, 3, 0, 0, WALK_PAIRS as i32));
+    to_end.push(p.len() - 1);
+    let record = WALK_RECORD as i16;
+    p.extend([
+        insn(STX_DW, 6, 7, record, 0),
+        insn(ST_W, 6, 0, record + 8, index as i32),
+        insn(ST_W, 6, 0, record + 12, SLOTS as i32 + 1),
+        insn(ST_DW, 6, 0, record + 16, 0),
+        insn(ST_DW, 6, 0, record + 24, 0),
+        insn(LSH64_IMM, 3, 0, 0, 4),
+        insn(ADD64_IMM, 3, 0, 0, COPY_HEADER as i32),
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 6, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, WALK_RECORD as i32),
+        insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
+        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
+    ]);
+}
+
+/// `r9` = the user stack pointer at the sample, `r2` = its rbp; jumps out (`to_end`) if there
+/// are none. In user code they are the interrupted registers; in the kernel (a system call, a
+/// page fault), the user registers saved at the top of the thread's kernel stack, 16 KiB
+/// aligned on x86-64, if they look like user registers (user code and stack segments).
+fn registers(p: &mut Vec<Insn>, to_end: &mut Vec<usize>) {
+    p.extend([
+        insn(LDX_DW, 1, 10, CONTEXT, 0),
+        insn(LDX_DW, 2, 1, PT_CS, 0),
+        insn(AND64_IMM, 2, 0, 0, 3), // the privilege level
+        insn(JEQ_IMM, 2, 0, 5, 0),
+        insn(LDX_DW, 9, 1, PT_SP, 0),
+        insn(LDX_DW, 2, 1, PT_IP, 0),
+        insn(STX_DW, 6, 2, IP as i16, 0),
+        insn(LDX_DW, 2, 1, PT_BP, 0),
+        insn(JA, 0, 0, 0, 0),
+    ]);
+    let user = p.len() - 1;
+    let regs = SCAN as i32;
+    p.extend([
+        insn(LDX_DW, 3, 1, PT_SP, 0),
+        insn(AND64_IMM, 3, 0, 0, -KERNEL_STACK),
+        insn(ADD64_IMM, 3, 0, 0, KERNEL_STACK - PT_REGS_SIZE),
+        insn(MOV64_REG, 1, 6, 0, 0),
+        insn(ADD64_IMM, 1, 0, 0, regs),
+        insn(MOV64_IMM, 2, 0, 0, PT_REGS_SIZE),
+        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
+        insn(JNE_IMM, 0, 0, 0, 0),
+    ]);
+    to_end.push(p.len() - 1);
+    p.extend([
+        insn(LDX_DW, 2, 6, (regs + i32::from(PT_CS)) as i16, 0),
+        insn(JNE_IMM, 2, 0, 0, USER_CS),
+    ]);
+    to_end.push(p.len() - 1);
+    p.extend([
+        insn(LDX_DW, 2, 6, (regs + i32::from(PT_SS)) as i16, 0),
+        insn(JNE_IMM, 2, 0, 0, USER_SS),
+    ]);
+    to_end.push(p.len() - 1);
+    p.extend([
+        insn(LDX_DW, 9, 6, (regs + i32::from(PT_SP)) as i16, 0),
+        insn(LDX_DW, 2, 6, (regs + i32::from(PT_IP)) as i16, 0),
+        insn(STX_DW, 6, 2, IP as i16, 0),
+        insn(LDX_DW, 2, 6, (regs + i32::from(PT_BP)) as i16, 0),
+    ]);
+    patch(p, &[user]);
+}
+
+/// The bit of the bitmap that stands for `word`: its index, and the bit in that u64.
+pub(super) fn bit(word: u64) -> (usize, u32) {
+    let hash = word ^ (word >> 17);
+    (
+        ((hash >> 6) as usize) & (BITMAP_BITS / 64 - 1),
+        (hash & 63) as u32,
+    )
+}
+
+/// `r0` = a pointer to the rule of the return address at [`KEY`] (as the program reads a
+/// rule: see [`encode`]): the one learnt, else its function's body rule; jumps to `to_none`
+/// without one.
+fn rule_of(p: &mut Vec<Insn>, maps: [RawFd; 3], to_none: &mut Vec<usize>) {
+    let [rules, _, functions] = maps;
+    lookup(p, rules);
+    p.push(insn(JNE_IMM, 0, 0, 0, 0));
+    let learnt = p.len() - 1;
+    p.extend([
+        insn(LDX_DW, 1, 10, KEY, 0),
+        insn(ADD64_IMM, 1, 0, 0, -1),
+        insn(STX_DW, 6, 1, PC as i16, 0),
+    ]);
+    find(p, functions, to_none);
+    p.push(insn(ADD64_IMM, 0, 0, 0, 8));
+    patch(p, &[learnt]);
+    // None for a function the walk cannot follow, or past the end of a module's code.
+    p.extend([insn(LDX_B, 1, 0, 6, 0), insn(JEQ_IMM, 1, 0, 0, 0)]);
+    to_none.push(p.len() - 1);
+}
+
+/// `r0` = the entry of the functions' table for the function at PC (the last that starts at
+/// or before it), by binary search; jumps to `to_none` without one.
+fn find(p: &mut Vec<Insn>, functions: RawFd, to_none: &mut Vec<usize>) {
+    let entry = |p: &mut Vec<Insn>, to_none: &mut Vec<usize>| {
+        p.extend([
+            insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, functions),
+            insn(0, 0, 0, 0, 0),
+            insn(MOV64_REG, 2, 10, 0, 0),
+            insn(ADD64_IMM, 2, 0, 0, i32::from(INDEX)),
+            insn(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM),
+            insn(JEQ_IMM, 0, 0, 0, 0),
+        ]);
+        to_none.push(p.len() - 1);
+    };
+    p.push(insn(ST_W, 10, 0, INDEX, 0));
+    entry(p, to_none);
+    p.extend([insn(LDX_DW, 1, 0, 0, 0), insn(JEQ_IMM, 1, 0, 0, 0)]);
+    to_none.push(p.len() - 1);
+    p.extend([
+        insn(ADD64_IMM, 1, 0, 0, 1),
+        insn(STX_DW, 6, 1, HIGH as i16, 0),
+        insn(ST_DW, 6, 0, LOW as i16, 1),
+    ]);
+    let top = p.len();
+    p.extend([
+        insn(MAY_GOTO, 0, 0, 0, 0),
+        insn(LDX_DW, 1, 6, LOW as i16, 0),
+        insn(LDX_DW, 2, 6, HIGH as i16, 0),
+        insn(JGE_REG, 1, 2, 0, 0),
+        insn(ADD64_REG, 1, 2, 0, 0),
+        insn(RSH64_IMM, 1, 0, 0, 1),
+        insn(STX_DW, 6, 1, MIDDLE as i16, 0),
+        insn(STX_W, 10, 1, INDEX, 0),
+    ]);
+    to_none.push(top);
+    let done = top + 3;
+    entry(p, to_none);
+    p.extend([
+        insn(LDX_DW, 4, 0, 0, 0),
+        insn(LDX_DW, 5, 6, PC as i16, 0),
+        insn(LDX_DW, 1, 6, MIDDLE as i16, 0),
+        insn(JGT_REG, 4, 5, 3, 0), // starts after it: before the middle
+        insn(ADD64_IMM, 1, 0, 0, 1),
+        insn(STX_DW, 6, 1, LOW as i16, 0),
+        insn(JA, 0, 0, 1, 0),
+        insn(STX_DW, 6, 1, HIGH as i16, 0),
+    ]);
+    let back = p.len();
+    p.push(insn(JA, 0, 0, (top as i64 - back as i64 - 1) as i16, 0));
+    p[done].off = (p.len() - done - 1) as i16;
+    p.extend([
+        insn(LDX_DW, 1, 6, LOW as i16, 0),
+        insn(ADD64_IMM, 1, 0, 0, -1),
+        insn(JEQ_IMM, 1, 0, 0, 0),
+    ]);
+    to_none.push(p.len() - 1);
+    p.push(insn(STX_W, 10, 1, INDEX, 0));
+    entry(p, to_none);
+}
+
+/// `r0` = the rule of the word at the program's [`KEY`], or 0.
+fn lookup(p: &mut Vec<Insn>, rules: RawFd) {
+    p.extend([
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, rules),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 10, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(KEY)),
+        insn(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM),
+    ]);
+}
+
+/// Reads the word at the address in `r1` into WORD (and the address into AT); a failed read
+/// jumps out (added to `to_out`).
+fn read(p: &mut Vec<Insn>, to_out: &mut Vec<usize>) {
+    p.extend([
+        insn(STX_DW, 6, 1, AT as i16, 0),
+        insn(MOV64_REG, 3, 1, 0, 0),
+        insn(MOV64_REG, 1, 6, 0, 0),
+        insn(ADD64_IMM, 1, 0, 0, WORD as i32),
+        insn(MOV64_IMM, 2, 0, 0, 8),
+        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+        insn(JNE_IMM, 0, 0, 0, 0),
+    ]);
+    to_out.push(p.len() - 1);
+}
+
+/// Puts (AT, WORD) in the record if AT lies beyond the copy and there is room.
+fn keep(p: &mut Vec<Insn>) {
+    let start = p.len();
+    p.extend([
+        insn(LDX_DW, 1, 6, AT as i16, 0),
+        insn(LDX_DW, 2, 6, END as i16, 0),
+        insn(JLT_REG, 1, 2, 0, 0), // in the copy
+        insn(LDX_DW, 3, 6, COUNT as i16, 0),
+        insn(JGE_IMM, 3, 0, 0, WALK_PAIRS as i32), // full
+        insn(MOV64_REG, 4, 3, 0, 0),
+        insn(ADD64_IMM, 4, 0, 0, 1),
+        insn(STX_DW, 6, 4, COUNT as i16, 0),
+        insn(LSH64_IMM, 3, 0, 0, 4),
+        insn(MOV64_REG, 5, 6, 0, 0),
+        insn(ADD64_REG, 5, 3, 0, 0),
+        insn(STX_DW, 5, 1, PAIRS as i16, 0),
+        insn(LDX_DW, 2, 6, WORD as i16, 0),
+        insn(STX_DW, 5, 2, PAIRS as i16 + 8, 0),
+    ]);
+    patch(p, &[start + 2, start + 4]);
+}
+
+/// Points the jumps at `from` to the next instruction.
+fn patch(p: &mut [Insn], from: &[usize]) {
+    let here = p.len();
+    for at in from {
+        p[*at].off = (here - at - 1) as i16;
+    }
+}
