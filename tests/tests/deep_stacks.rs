@@ -202,3 +202,67 @@ fn stacks_of_ten_thousand_frames_are_kept_whole() {
         assert!(deepest > 9_000, "{backend}: deepest stack {deepest} frames");
     }
 }
+
+/// `deep paths` with `backend`: a compiler's way down, another at every descent (40 to 90
+/// levels of four functions, 30 to 80 KiB of stack), so that with perf no image of an earlier
+/// stack is this one beyond the 16 KiB copy: the BPF program's walk at the sample has to
+/// reach the root (`native/walk.rs`). At least 95% of the leaves' time is drawn under `main`,
+/// and each leaf under its own descent: the two outermost levels' functions are the ones its
+/// mark names.
+fn paths(backend: &str) {
+    let dir = tempdir();
+    record(dir.path(), "paths", &["--backend", backend]);
+    let (mut all, mut under_main, mut wrong) = (0u64, 0u64, 0u64);
+    for (frames, us) in folded(dir.path()) {
+        let Some(mark) = frames.iter().find_map(|f| f.strip_prefix("[leaf] ")) else {
+            continue;
+        };
+        all += us;
+        let whole = frames.iter().any(|f| f == "deep::main")
+            && !frames.iter().any(|f| f.contains("[stack truncated]"));
+        if !whole {
+            continue;
+        }
+        under_main += us;
+        // Root first: the outermost levels come first.
+        let outer: String = (frames.iter())
+            .filter_map(|f| f.strip_prefix("deep::step_"))
+            .take(2)
+            .collect();
+        if outer != mark {
+            wrong += us;
+        }
+    }
+    assert!(all > 0, "no leaf time");
+    let share = |us: u64| us as f64 * 100.0 / all as f64;
+    eprintln!(
+        "{backend}: {:.1}% of the leaves' time under main, {:.2}% under another descent",
+        share(under_main),
+        share(wrong)
+    );
+    assert!(
+        share(under_main) >= 95.0,
+        "{:.1}% under main",
+        share(under_main)
+    );
+    assert!(
+        share(wrong) < 0.5,
+        "{:.2}% under another descent",
+        share(wrong)
+    );
+}
+
+#[test]
+fn a_compilers_changing_ways_down_are_unwound_to_main_with_perf() {
+    let _serial = serial();
+    if !perf_backend_available() {
+        return; // not as root here: the perf backend is off (perf_backend_available says why)
+    }
+    paths("perf");
+}
+
+#[test]
+fn a_compilers_changing_ways_down_are_unwound_to_main_with_ptrace() {
+    let _serial = serial();
+    paths("ptrace");
+}

@@ -152,6 +152,8 @@ impl Rules {
         let _ = std::thread::Builder::new()
             .name("fsprof-functions".to_owned())
             .spawn(move || {
+                // It reads files only (and its helpers inherit this).
+                crate::record::privilege::drop_all();
                 for module in &new {
                     let functions = crate::native::functions::functions(module, most);
                     if send.send((generation, functions)).is_err() {

@@ -37,7 +37,7 @@ use std::os::fd::RawFd;
 pub const WALK_FRAMES: i32 = 192;
 /// Words read beyond the copy kept at most per sample (a frame's return address, and its
 /// saved frame pointer if it saved one).
-pub const WALK_PAIRS: usize = 128;
+pub const WALK_PAIRS: usize = 256;
 /// Words looked at for return addresses to start from, at the end of the copy and from the
 /// stack pointer.
 pub const SCAN_WORDS: usize = 256;

@@ -7,7 +7,12 @@
 //! * `roots`: the descents run under `left_root` or `right_root`, which take turns every 20 to
 //!   40 ms; each leaf's mark says which (`left`, `right`). A stack completed from the wrong
 //!   phase would draw a leaf under the other root;
-//! * `tenk`: as `leaves`, 9,000 to 10,000 frames deep (about 2 MiB of stack).
+//! * `tenk`: as `leaves`, 9,000 to 10,000 frames deep (about 2 MiB of stack);
+//! * `paths`: as a compiler's passes do, each descent goes down another way: 40 to 90 levels,
+//!   each one of four functions (`step_a` to `step_d`, frames of 256 to 1,536 bytes: 30 to 80
+//!   KiB of stack) chosen at random, so that no earlier stack is this one beyond the top 16 KiB;
+//!   the leaf's mark names the two outermost levels (`ab`: `step_a` then `step_b`), which a
+//!   stack drawn from the wrong descent would not match.
 //!
 //! Every scenario runs in a frame of 600 KiB, as rustc's driver does (its `run_compiler`
 //! closure holds 527 KiB): a frame that large is unwound by framehop's slower path (its cached
@@ -101,7 +106,7 @@ fn in_a_large_frame(body: impl FnOnce() -> u64) -> u64 {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: deep (leaves|roots|tenk) SECONDS --truth FILE";
+    let usage = "usage: deep (leaves|roots|tenk|paths) SECONDS --truth FILE";
     let scenario = args.next().expect(usage);
     let seconds: f64 = args.next().and_then(|s| s.parse().ok()).expect(usage);
     let truth_path = match (args.next().as_deref(), args.next()) {
@@ -147,7 +152,78 @@ fn run(scenario: &str, end: Instant, rng: &mut Rng, truth: &Truth) -> u64 {
                 left = !left;
             }
         }
+        "paths" => {
+            while Instant::now() < end {
+                let levels = 40 + rng.below(51) as u32;
+                let outer = [rng.below(4) as usize, rng.below(4) as usize];
+                let leaf = Leaf {
+                    work: rng.work(),
+                    name: PATHS[outer[0] * 4 + outer[1]],
+                    outer,
+                    levels,
+                    truth,
+                };
+                sum += go(levels, rng, &leaf);
+            }
+        }
         _ => panic!("unknown scenario {scenario}"),
     }
     sum
 }
+
+/// `paths`: the leaf's mark, by the two outermost levels' functions.
+const PATHS: [&str; 16] = [
+    "aa", "ab", "ac", "ad", "ba", "bb", "bc", "bd", "ca", "cb", "cc", "cd", "da", "db", "dc", "dd",
+];
+
+/// A descent of `paths`: its depth, its two outermost levels, its leaf's work and mark.
+struct Leaf<'a> {
+    work: Duration,
+    name: &'static str,
+    outer: [usize; 2],
+    levels: u32,
+    truth: &'a Truth,
+}
+
+/// The next level down (`depth` levels left): at the two outermost, the descent's own
+/// functions; below, one at random; at the bottom, the leaf.
+#[inline(always)]
+fn go(depth: u32, rng: &mut Rng, leaf: &Leaf) -> u64 {
+    if depth == 0 {
+        let start = Instant::now();
+        {
+            let _m = LEAF.mark_with(leaf.name);
+            spin(leaf.work);
+        }
+        leaf.truth.feature("leaf", leaf.name, start.elapsed());
+        return 1;
+    }
+    let level = (leaf.levels - depth) as usize;
+    let choice = match level {
+        0 | 1 => leaf.outer[level],
+        _ => rng.below(4) as usize,
+    };
+    match choice {
+        0 => step_a(depth - 1, rng, leaf),
+        1 => step_b(depth - 1, rng, leaf),
+        2 => step_c(depth - 1, rng, leaf),
+        _ => step_d(depth - 1, rng, leaf),
+    }
+}
+
+macro_rules! step {
+    ($name:ident, $bytes:expr) => {
+        #[inline(never)]
+        fn $name(depth: u32, rng: &mut Rng, leaf: &Leaf) -> u64 {
+            let mut pad = [depth as u8; $bytes];
+            black_box(&mut pad);
+            let below = go(depth, rng, leaf);
+            black_box(pad[(depth as usize) % $bytes] as u64 + below)
+        }
+    };
+}
+
+step!(step_a, 256);
+step!(step_b, 640);
+step!(step_c, 1024);
+step!(step_d, 1536);
