@@ -2,7 +2,8 @@
 # A deep program nobody here wrote: rustc -O compiling a generated 40-function crate (nested
 # expressions, so its parser, type checker and code generator recurse), under fsprof run with
 # each backend; prints the share of native stacks unwound to the thread's root, and how many of
-# them perf completed from an image of the outer stack (native/complete.rs). For BENCHMARKS.md.
+# them perf unwound through the words the BPF walk read at the sample (native/walk.rs) or
+# completed from an image of the outer stack (native/complete.rs). For BENCHMARKS.md.
 # Run from the workspace root after `cargo build --release --workspace`.
 # Usage: tests/benches/deep-rustc.sh [RUNS]
 set -euo pipefail
@@ -31,6 +32,7 @@ import json, sys
 meta = json.load(open(sys.argv[1]))["meta"]
 captured, complete = meta["native_captured"], meta["native_complete"]
 print(f"{sys.argv[2]:6} {complete}/{captured} stacks to the root ({100 * complete / max(captured, 1):.1f}%), "
+      f"{meta.get('native_walked', 0)} through the walk's words, "
       f"{meta.get('native_completed', 0)} completed from an image, {meta['duration_ns'] / 1e9:.2f} s")
 EOF_PY
   done

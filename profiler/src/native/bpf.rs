@@ -12,12 +12,13 @@ use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE, SLOT_STATE_SI
 use nix::errno::Errno;
 use nix::libc;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 const BPF_MAP_CREATE: u32 = 0;
 const BPF_MAP_UPDATE_ELEM: u32 = 2;
 const BPF_PROG_LOAD: u32 = 5;
 pub(super) const BPF_MAP_TYPE_HASH: u32 = 1;
+pub(super) const BPF_MAP_TYPE_PROG_ARRAY: u32 = 3;
+pub(super) const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 pub(super) const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub(super) const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
@@ -177,13 +178,7 @@ pub(super) const RB_NO_WAKEUP: i32 = 1;
 /// context-switch event (`at_switch`: the thread is leaving its CPU), 0: the event writes nothing
 /// of its own, and its copies say so (bit 8 of the slot's number), to be told apart from the
 /// samples' own.
-fn program(
-    map: RawFd,
-    copies: RawFd,
-    walk: Option<[RawFd; 3]>,
-    index: u32,
-    at_switch: bool,
-) -> Vec<Insn> {
+fn program(map: RawFd, copies: RawFd, walk: [RawFd; 2], index: u32, at_switch: bool) -> Vec<Insn> {
     let kind = i32::from(at_switch) << 8;
     let result = i32::from(!at_switch);
     let mut p = vec![
@@ -292,9 +287,7 @@ fn program(
     }
     if !at_switch {
         anchors(&mut p, copies, index);
-        if let Some(maps) = walk {
-            crate::native::walk::walk(&mut p, maps, copies, index);
-        }
+        crate::native::walk::hand_over(&mut p, walk, index);
     }
     p.extend([insn(MOV64_IMM, 0, 0, 0, result), insn(EXIT, 0, 0, 0, 0)]);
     p
@@ -344,26 +337,22 @@ fn anchors(p: &mut Vec<Insn>, copies: RawFd, index: u32) {
     p[skip].off = (p.len() - skip - 1) as i16;
 }
 
-/// Whether the kernel refused the walk (`walk.rs`): its loops need Linux 6.9. The programs
-/// are then loaded without it.
-static WALK_REFUSED: AtomicBool = AtomicBool::new(false);
-
-/// Loads [`program`] for the thread whose map value is `index`, with the walk if the kernel
-/// takes it.
+/// Loads [`program`] for the thread whose map value is `index`; `walk`: the scratch and the
+/// program array of its hand-over to the walk (`walk.rs`).
 pub(super) fn load_program(
     map: RawFd,
     copies: RawFd,
-    rules: [RawFd; 3],
+    walk: [RawFd; 2],
     index: u32,
     at_switch: bool,
 ) -> Result<OwnedFd, String> {
-    let walk = (!at_switch && !WALK_REFUSED.load(Ordering::Relaxed)).then_some(rules);
-    let loaded = load(program(map, copies, walk, index, at_switch));
-    if loaded.is_err() && walk.is_some() {
-        WALK_REFUSED.store(true, Ordering::Relaxed);
-        return load(program(map, copies, None, index, at_switch));
-    }
-    loaded
+    load(program(map, copies, walk, index, at_switch))
+}
+
+/// Loads the walk (`walk.rs`), which the threads' programs tail-call; `maps`: the rules, the
+/// bitmap, the functions' table, the scratch. Its loops need Linux 6.9 (`may_goto`).
+pub(super) fn load_walk(maps: [RawFd; 4], copies: RawFd) -> Result<OwnedFd, String> {
+    load(crate::native::walk::program(maps, copies))
 }
 
 fn load(insns: Vec<Insn>) -> Result<OwnedFd, String> {

@@ -88,7 +88,7 @@ pub(super) const VALUE_ANCHOR_RECORD: usize = VALUE_ANCHORS + 8 * ANCHORS;
 pub(super) const ANCHOR_RECORD_SIZE: usize = COPY_HEADER + 16 * ANCHORS;
 /// Then the walk's part (`walk.rs`).
 pub(super) const VALUE_WALK: usize = VALUE_ANCHOR_RECORD + ANCHOR_RECORD_SIZE;
-pub(super) const VALUE_SIZE: usize = crate::native::walk::WALK_END;
+pub(super) const VALUE_SIZE: usize = VALUE_WALK + 8;
 /// Stack words the program reads at each sample besides the top of the stack, for threads
 /// that have some: where fsprof completes a deep stack with an image of the thread's outer
 /// stack read later (beyond what the walk read, `walk.rs`: a recursion of thousands of
@@ -278,7 +278,7 @@ impl PerfSampler {
                     .map_err(|e| format!("cannot create a BPF map ({}): {needs}", e.desc()))?,
             ),
         };
-        let rules = sampler.programs.1.fds();
+        let rules = sampler.programs.1.hand_over();
         load_program(
             sampler.map.as_raw_fd(),
             sampler.copies.fd(),
@@ -373,9 +373,10 @@ impl PerfSampler {
     /// Has the programs walk the stacks of the process's threads at their samples from now on
     /// (see `walk.rs`): one of them was deeper than the copy.
     pub fn walk(&mut self) {
-        if std::mem::replace(&mut self.programs.1.on, true) {
+        if self.programs.1.on || !self.programs.1.start_walk(self.copies.fd()) {
             return;
         }
+        self.programs.1.on = true;
         for thread in self.threads.values() {
             write_words(value_at(self.values, thread.index), VALUE_WALK, &[1]);
         }
@@ -544,7 +545,7 @@ impl PerfSampler {
     /// new thread spent running before perf counted it: twice per thread, 0.6 ms of the 0.9 ms
     /// between the tick that found it and its event's enabling (`requests`, strace -T).
     fn program(&mut self, index: u32, switch: bool) -> Result<OwnedFd, Errno> {
-        let rules = self.programs.1.fds();
+        let rules = self.programs.1.hand_over();
         let cache = &mut self.programs.0[usize::from(switch)];
         if cache.len() <= index as usize {
             cache.resize_with(index as usize + 1, || None);

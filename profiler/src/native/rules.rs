@@ -5,9 +5,12 @@
 //! the maps; the walk is `walk.rs`, the rules' forms `unwind.rs` ([`FrameRule`]).
 
 use crate::native::bpf::map_shared;
-use crate::native::bpf::{create_map, update_elem, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH};
+use crate::native::bpf::{
+    create_map, update_elem, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_PERCPU_ARRAY,
+    BPF_MAP_TYPE_PROG_ARRAY,
+};
 use crate::native::unwind::FrameRule;
-use crate::native::walk::bit;
+use crate::native::walk::{bit, SCRATCH_SIZE};
 use crate::target::modules::Module;
 use nix::errno::Errno;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -43,21 +46,36 @@ pub struct Rules {
     /// function's start and its body's rule, by start.
     functions: OwnedFd,
     table: *mut u64,
+    /// Each CPU's scratch for the walk (its state, its record, a window of words): per CPU,
+    /// not per thread (a thread's map value would be 6 KiB larger, 1024 of them).
+    scratch: OwnedFd,
+    /// The program array the threads' programs tail-call the walk through, and the walk once
+    /// loaded (see [`Rules::start_walk`]).
+    programs: OwnedFd,
+    walk: Option<OwnedFd>,
     /// Entries the table has room for (besides entry 0).
     capacity: usize,
+    /// The functions' table as read so far.
+    reading: Reading,
+    known: std::collections::HashSet<u64>,
+    /// Whether the programs walk (see `PerfSampler::walk`), and whether the kernel refused the
+    /// walk.
+    pub(super) on: bool,
+    refused: bool,
+}
+
+/// The functions' table as read so far (see [`Rules::read_functions`]).
+struct Reading {
     /// The functions of modules being read, on threads of their own, and the modules asked
     /// for (by start).
-    read: Channel,
+    channel: Channel,
     asked: std::collections::HashSet<u64>,
     /// Bumped when the table starts again (after an exec).
     generation: u64,
-    /// Whether to read functions before the walk is on (see [`Rules::read_functions`]).
+    /// Whether to read functions before the walk is on.
     eager: bool,
     /// The functions in the table, by start.
     entries: Vec<(u64, Option<FrameRule>)>,
-    known: std::collections::HashSet<u64>,
-    /// Whether the programs walk (see `PerfSampler::walk`).
-    pub(super) on: bool,
 }
 
 // SAFETY: `bits` is owned by this struct (unmapped on drop) and only written through `&mut self`.
@@ -90,30 +108,53 @@ impl Rules {
         let bits = map_shared(&bitmap, BITMAP_BYTES, true, 0)?.cast();
         let functions = create_map(BPF_MAP_TYPE_ARRAY, 4, 16, capacity as u32 + 1)?;
         let table = map_shared(&functions, 16 * (capacity + 1), true, 0)?.cast();
+        let scratch = create_map(BPF_MAP_TYPE_PERCPU_ARRAY, 4, SCRATCH_SIZE as u32, 1)?;
+        let programs = create_map(BPF_MAP_TYPE_PROG_ARRAY, 4, 4, 1)?;
         Ok(Rules {
+            scratch,
+            programs,
+            walk: None,
             map,
             bitmap,
             bits,
             functions,
             table,
             capacity,
-            read: std::sync::mpsc::channel(),
-            asked: Default::default(),
-            generation: 0,
-            eager,
-            entries: Vec::new(),
+            reading: Reading {
+                channel: std::sync::mpsc::channel(),
+                asked: Default::default(),
+                generation: 0,
+                eager,
+                entries: Vec::new(),
+            },
             known: Default::default(),
             on: false,
+            refused: false,
         })
     }
 
-    /// The descriptors of the rules' map, the bitmap and the functions' table.
-    pub(super) fn fds(&self) -> [RawFd; 3] {
-        [
-            self.map.as_raw_fd(),
-            self.bitmap.as_raw_fd(),
-            self.functions.as_raw_fd(),
-        ]
+    /// The descriptors of the scratch and the program array, for the threads' programs.
+    pub(super) fn hand_over(&self) -> [RawFd; 2] {
+        [self.scratch.as_raw_fd(), self.programs.as_raw_fd()]
+    }
+
+    /// Loads the walk and puts it where the threads' programs call it (`copies`: the ring its
+    /// records go to), once; whether it walks. The kernel's verifier takes some 15 ms, so it
+    /// is done when a stack first needs it (and fails on kernels before 6.9: no walk then).
+    pub(super) fn start_walk(&mut self, copies: RawFd) -> bool {
+        if self.walk.is_none() && !self.refused {
+            let maps = [&self.map, &self.bitmap, &self.functions, &self.scratch];
+            match crate::native::bpf::load_walk(maps.map(|m| m.as_raw_fd()), copies) {
+                Ok(walk)
+                    if update_elem(self.programs.as_raw_fd(), 0, walk.as_raw_fd() as u64)
+                        .is_ok() =>
+                {
+                    self.walk = Some(walk);
+                }
+                _ => self.refused = true,
+            }
+        }
+        self.walk.is_some()
     }
 
     /// Room in the functions' table.
@@ -129,26 +170,30 @@ impl Rules {
     /// each would read theirs for nothing). After an `exec` (a module read is gone), the
     /// table starts again.
     pub fn read_functions(&mut self, modules: &[Module]) {
-        if !self.on && !self.eager {
+        if !self.on && !self.reading.eager {
             return;
         }
-        let gone =
-            (self.asked.iter()).any(|start| !modules.iter().any(|m| m.range.start == *start));
+        let gone = (self.reading.asked.iter())
+            .any(|start| !modules.iter().any(|m| m.range.start == *start));
         if gone {
-            self.asked.clear();
-            self.entries.clear();
+            self.reading.asked.clear();
+            self.reading.entries.clear();
             self.set_functions(&[]);
-            self.generation += 1;
+            self.reading.generation += 1;
         }
         let mut new: Vec<Module> = (modules.iter())
-            .filter(|m| self.asked.insert(m.range.start))
+            .filter(|m| self.reading.asked.insert(m.range.start))
             .cloned()
             .collect();
         if new.is_empty() {
             return;
         }
         new.sort_by_key(|m| std::cmp::Reverse(m.range.end - m.range.start));
-        let (send, generation, most) = (self.read.0.clone(), self.generation, self.capacity);
+        let (send, generation, most) = (
+            self.reading.channel.0.clone(),
+            self.reading.generation,
+            self.capacity,
+        );
         let _ = std::thread::Builder::new()
             .name("fsprof-functions".to_owned())
             .spawn(move || {
@@ -167,19 +212,21 @@ impl Rules {
     /// table.
     pub fn poll(&mut self) {
         let mut more = false;
-        while let Ok((generation, functions)) = self.read.1.try_recv() {
-            if generation != self.generation {
+        while let Ok((generation, functions)) = self.reading.channel.1.try_recv() {
+            if generation != self.reading.generation {
                 continue; // the modules of the program before an exec
             }
-            let room = self.capacity.saturating_sub(self.entries.len());
-            self.entries.extend(functions.into_iter().take(room));
+            let room = self.capacity.saturating_sub(self.reading.entries.len());
+            self.reading
+                .entries
+                .extend(functions.into_iter().take(room));
             more = true;
         }
         if more {
-            let mut entries = std::mem::take(&mut self.entries);
+            let mut entries = std::mem::take(&mut self.reading.entries);
             entries.sort_unstable_by_key(|(start, _)| *start);
             self.set_functions(&entries);
-            self.entries = entries;
+            self.reading.entries = entries;
         }
     }
 

@@ -17,8 +17,10 @@
 //! one, left by an earlier call, makes a walk that soon reads a word that is no return
 //! address: the next is tried). It stops at the root, or after [`WALK_FRAMES`] frames, or
 //! [`WALK_PAIRS`] words beyond the copy: a recursion of thousands of frames is left to
-//! `complete.rs` beyond them. Its loops use `may_goto` (Linux 6.9); an older kernel loads the
-//! program without the walk (`bpf.rs`).
+//! `complete.rs` beyond them. The walk is a program of its own, which the threads' sampling
+//! programs tail-call (the kernel verifies its loops in some 15 ms: once per process, when a
+//! stack first needs it); its loops use `may_goto` (Linux 6.9): an older kernel refuses it,
+//! and samples are completed from images alone (`complete.rs`).
 //!
 //! This module: the walk's layout in a thread's map value and its instructions. Not here: what
 //! it knows (`rules.rs`), loading and attaching (`bpf.rs`, `perf.rs`), the ring (`ring.rs`).
@@ -42,38 +44,42 @@ pub const WALK_PAIRS: usize = 256;
 /// stack pointer.
 pub const SCAN_WORDS: usize = 256;
 
-// The walk's part of a thread's map value, from `VALUE_WALK`: whether to walk (set by fsprof),
-// the walk's state (the program's registers do not survive its helper calls), then the record
-// it puts in the ring (a copy header with slot number SLOTS + 1, then (address, word) pairs),
-// then room for a window of words scanned.
+// The walk's part of a thread's map value, at `VALUE_WALK`: whether to walk (set by fsprof).
+// Then, in the CPU's scratch (a per-CPU map: the program runs on one CPU, uninterrupted), the
+// walk's state (the program's registers do not survive its helper calls), the record it puts
+// in the ring (a copy header with slot number SLOTS + 1, then (address, word) pairs), and room
+// for a window of words scanned.
 const ON: usize = VALUE_WALK;
-const SLOT: usize = ON + 8; // the current frame's callee's return-address slot
-const RA: usize = ON + 16; // the word there: where the frame is
-const BP: usize = ON + 24; // the frame's rbp, or 0 if unknown
-const COUNT: usize = ON + 32; // pairs in the record
-const END: usize = ON + 40; // where the kernel's copy ends
-const WORD: usize = ON + 48; // a word just read
-const AT: usize = ON + 56; // where it was read
-const FIRST_BP: usize = ON + 64; // rbp at the sample
-const NEXT: usize = ON + 72; // the next word of the window to look up
-const FRAMES: usize = ON + 80; // frames walked
-const ROOT: usize = ON + 88; // whether a walk reached the root
-const IP: usize = ON + 96; // the instruction pointer at the sample
-const PC: usize = ON + 104; // the address whose function is looked up
-const LOW: usize = ON + 112; // the search: the first entry that may be it
-const HIGH: usize = ON + 120; // the entry after the last that may be it
-const MIDDLE: usize = ON + 128;
-const BASE: usize = ON + 136; // the CFA by the frame's rule
-const SAVED: usize = ON + 144; // where the rule saved rbp, from the CFA (0: not saved)
-const TRY: usize = ON + 152; // CFAs tried (see TRIES)
-const NEW_BP: usize = ON + 160; // rbp as the frame saved it
-pub(super) const WALK_RECORD: usize = ON + 168;
+const SLOT: usize = 0; // the current frame's callee's return-address slot
+const RA: usize = 8; // the word there: where the frame is
+const BP: usize = 16; // the frame's rbp, or 0 if unknown
+const COUNT: usize = 24; // pairs in the record
+const END: usize = 32; // where the kernel's copy ends
+const WORD: usize = 40; // a word just read
+const AT: usize = 48; // where it was read
+const FIRST_BP: usize = 56; // rbp at the sample
+const NEXT: usize = 64; // the next word of the window to look up
+const FRAMES: usize = 72; // frames walked
+const ROOT: usize = 80; // whether a walk reached the root
+const IP: usize = 88; // the instruction pointer at the sample
+const PC: usize = 96; // the address whose function is looked up
+const LOW: usize = 104; // the search: the first entry that may be it
+const HIGH: usize = 112; // the entry after the last that may be it
+const MIDDLE: usize = 120;
+const BASE: usize = 128; // the CFA by the frame's rule
+const SAVED: usize = 136; // where the rule saved rbp, from the CFA (0: not saved)
+const TRY: usize = 144; // CFAs tried (see TRIES)
+const NEW_BP: usize = 152; // rbp as the frame saved it
+const TIME: usize = 160; // the sample's time (from the sampling program)
+const THREAD: usize = 168; // the thread's map value index (from the sampling program)
+pub(super) const WALK_RECORD: usize = 176;
 pub(super) const WALK_RECORD_SIZE: usize = COPY_HEADER + 16 * WALK_PAIRS;
 const PAIRS: usize = WALK_RECORD + COPY_HEADER;
 /// Then the words of a window scanned for return addresses.
 const SCAN: usize = WALK_RECORD + WALK_RECORD_SIZE;
-pub(super) const WALK_END: usize = SCAN + 8 * SCAN_WORDS;
-const _: () = assert!(WALK_END < i16::MAX as usize);
+/// The size of the scratch.
+pub(super) const SCRATCH_SIZE: usize = SCAN + 8 * SCAN_WORDS;
+const _: () = assert!(SCRATCH_SIZE < i16::MAX as usize);
 const _: () = assert!(SCAN_WORDS.is_power_of_two() && BITMAP_BITS.is_power_of_two());
 
 /// Offsets on the program's stack: the key for rule lookups, the saved context, the index and
@@ -103,6 +109,8 @@ const LDX_H: u8 = 0x69;
 const LSH64_IMM: u8 = 0x67;
 const ARSH64_IMM: u8 = 0xc7;
 const JA: u8 = 0x05;
+const EXIT: u8 = 0x95;
+const HELPER_TAIL_CALL: i32 = 12;
 /// Jumps when the kernel's budget of loop iterations is spent (Linux 6.9): loops whose
 /// counters live in memory then verify in a few passes (the states converge), where a
 /// counted loop is verified once per iteration, and a walk's branches pile up past the
@@ -118,14 +126,66 @@ const JLE_REG: u8 = 0xbd;
 const JGE_REG: u8 = 0x3d;
 const JGT_REG: u8 = 0x2d;
 
-/// Appends the walk to a sampling program (see the module's documentation): `r6` is the
-/// thread's map value, `r7` the sample's time; the context was saved at [`CONTEXT`].
-pub(super) fn walk(p: &mut Vec<Insn>, maps: [RawFd; 3], copies: RawFd, index: u32) {
-    let mut to_end = Vec::new();
-    // Only for threads that want it.
+/// The hand-over at the end of a thread's sampling program (`r6` its map value, `r7` the
+/// sample's time): for a thread that walks, the time and the thread's `index` go in the CPU's
+/// scratch, and the program tail-calls the walk (`maps`: the scratch, the program array),
+/// which ends the sample's program (returning 1, as it does). Without the walk loaded (the
+/// process walks no stack), the call falls through.
+pub(super) fn hand_over(p: &mut Vec<Insn>, maps: [RawFd; 2], index: u32) {
+    let [scratch, programs] = maps;
+    let mut skip = Vec::new();
     p.extend([insn(LDX_DW, 1, 6, ON as i16, 0), insn(JEQ_IMM, 1, 0, 0, 0)]);
-    to_end.push(p.len() - 1);
-    registers(p, &mut to_end);
+    skip.push(p.len() - 1);
+    scratch_of(p, scratch, &mut skip);
+    p.extend([
+        insn(STX_DW, 0, 7, TIME as i16, 0),
+        insn(ST_DW, 0, 0, THREAD as i16, index as i32),
+        insn(LDX_DW, 1, 10, CONTEXT, 0),
+        insn(LD_IMM64, 2, PSEUDO_MAP_FD, 0, programs),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_IMM, 3, 0, 0, 0),
+        insn(CALL, 0, 0, 0, HELPER_TAIL_CALL),
+    ]);
+    patch(p, &skip);
+}
+
+/// `r0` = this CPU's scratch; jumps to `to_none` without it.
+fn scratch_of(p: &mut Vec<Insn>, scratch: RawFd, to_none: &mut Vec<usize>) {
+    p.extend([
+        insn(ST_W, 10, 0, INDEX, 0),
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, scratch),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 10, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(INDEX)),
+        insn(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM),
+        insn(JEQ_IMM, 0, 0, 0, 0),
+    ]);
+    to_none.push(p.len() - 1);
+}
+
+/// The walk, a program of its own (its loops take the kernel's verifier some 15 ms: once per
+/// process, not per thread), tail-called by [`hand_over`] (see the module's documentation).
+/// `maps`: the rules, the bitmap, the functions' table, the scratch; `copies`: the ring.
+pub(super) fn program(maps: [RawFd; 4], copies: RawFd) -> Vec<Insn> {
+    let mut p = vec![insn(STX_DW, 10, 1, CONTEXT, 0)];
+    let mut to_end = Vec::new();
+    let [rules, bitmap, functions, scratch] = maps;
+    let maps = [rules, bitmap, functions];
+    scratch_of(&mut p, scratch, &mut to_end);
+    p.extend([
+        insn(MOV64_REG, 6, 0, 0, 0), // r6: the scratch
+        insn(LDX_DW, 7, 6, TIME as i16, 0),
+    ]);
+    walk(&mut p, maps, copies, &mut to_end);
+    patch(&mut p, &to_end);
+    p.extend([insn(MOV64_IMM, 0, 0, 0, 1), insn(EXIT, 0, 0, 0, 0)]);
+    p
+}
+
+/// The walk's instructions: `r6` is the scratch, `r7` the sample's time; ends jumping to
+/// `to_end`, or at its end.
+fn walk(p: &mut Vec<Insn>, maps: [RawFd; 3], copies: RawFd, to_end: &mut Vec<usize>) {
+    registers(p, to_end);
     p.extend([
         insn(STX_DW, 6, 2, FIRST_BP as i16, 0),
         insn(STX_DW, 10, 9, STACK_POINTER, 0),
@@ -163,15 +223,14 @@ pub(super) fn walk(p: &mut Vec<Insn>, maps: [RawFd; 3], copies: RawFd, index: u3
         insn(LDX_DW, 9, 6, END as i16, 0),
         insn(ADD64_IMM, 9, 0, 0, -8 * SCAN_WORDS as i32),
     ]);
-    window(p, maps, AT_THE_END, [&mut to_out, &mut next, &mut to_end]);
+    window(p, maps, AT_THE_END, [&mut to_out, &mut next, to_end]);
     patch(p, &next);
     p.push(insn(LDX_DW, 9, 10, STACK_POINTER, 0));
     let mut none = Vec::new();
-    window(p, maps, AT_THE_TOP, [&mut to_out, &mut none, &mut to_end]);
+    window(p, maps, AT_THE_TOP, [&mut to_out, &mut none, to_end]);
     patch(p, &none);
     patch(p, &to_out);
-    output(p, copies, index, &mut to_end);
-    patch(p, &to_end);
+    output(p, copies, to_end);
 }
 
 /// Walk attempts from the words at the end of the copy, and from the stack pointer: a word
@@ -450,7 +509,7 @@ const TRIES: [Try; 11] = [
 ];
 
 /// Puts the record in the ring: a copy header, then COUNT pairs.
-fn output(p: &mut Vec<Insn>, copies: RawFd, index: u32, to_end: &mut Vec<usize>) {
+fn output(p: &mut Vec<Insn>, copies: RawFd, to_end: &mut Vec<usize>) {
     p.extend([
         insn(LDX_DW, 3, 6, COUNT as i16, 0),
         insn(JEQ_IMM, 3, 0, 0, 0),
@@ -461,7 +520,8 @@ fn output(p: &mut Vec<Insn>, copies: RawFd, index: u32, to_end: &mut Vec<usize>)
     let record = WALK_RECORD as i16;
     p.extend([
         insn(STX_DW, 6, 7, record, 0),
-        insn(ST_W, 6, 0, record + 8, index as i32),
+        insn(LDX_DW, 1, 6, THREAD as i16, 0),
+        insn(STX_W, 6, 1, record + 8, 0),
         insn(ST_W, 6, 0, record + 12, SLOTS as i32 + 1),
         insn(ST_DW, 6, 0, record + 16, 0),
         insn(ST_DW, 6, 0, record + 24, 0),
