@@ -29,10 +29,12 @@
 //! the root, that is the sample's stack. It can still be wrong where the thread's stack changed
 //! beyond the turn, at no anchor, and came back to the same words at the seam, at the turn and
 //! at every anchor. A sample taken before the thread had anchors is not completed (its image
-//! gives the anchors). Completing rustc's samples is limited by the turn: the middle of its
-//! stack changes between samples, so the first turn beyond a sample's copy is an anchor only
-//! when an earlier sample's copy ended at the same frame. Not here: the unwinding
-//! (`unwind.rs`), the copies (`perf.rs`).
+//! gives the anchors). The words the BPF walk read at the sample (`walk.rs`) count as the
+//! sample's own, as the copy does: the seam is in the copy, the turn and the join are beyond
+//! what the sample saw, and they take precedence over the image's. A stack whose middle changes
+//! between samples (rustc's) is completed by the walk, rarely here: the first turn beyond a
+//! sample's copy is an anchor only when an earlier sample's copy ended at the same frame. Not
+//! here: the unwinding (`unwind.rs`), the copies (`perf.rs`).
 
 use crate::native::capture::{Captured, MAX_STACK_COPY};
 use crate::native::perf::ANCHORS;
