@@ -8,7 +8,7 @@
 //! wrong, only not completed.
 //!
 //! Parses with gimli (the reader framehop uses); it does not unwind, and holds nothing: the
-//! table is written into a BPF map by `walk.rs`.
+//! table is written into a BPF map by `rules.rs`.
 
 use crate::native::unwind::FrameRule;
 use crate::target::modules::Module;

@@ -1,8 +1,9 @@
 //! What the BPF walk (`walk.rs`) knows of a process's code, in maps its programs read: the
 //! rules of return addresses learnt by the unwinder (a hash map, and a bitmap of them for the
 //! walk's scan), and the functions' table, each function's start and its body's rule
-//! (`functions.rs`), read on threads of their own when the modules are known. It only keeps
-//! the maps; the walk is `walk.rs`, the rules' forms `unwind.rs` ([`FrameRule`]).
+//! (`functions.rs`), read on threads of their own when the modules are known; and the walk's
+//! program, loaded when first needed. The walk's instructions are `walk.rs`, the rules' forms
+//! `unwind.rs` ([`FrameRule`]).
 
 use crate::native::bpf::map_shared;
 use crate::native::bpf::{

@@ -1,5 +1,5 @@
-//! The walk: at each sample of a thread whose stack is deeper than the kernel's copy (16 KiB),
-//! the BPF program unwinds the thread's stack itself, far enough, and keeps the words it read
+//! The walk: once a process had a stack deeper than the kernel's copy (16 KiB), at each sample
+//! of its threads whose copy does not hold the whole stack, the BPF program unwinds the thread's stack itself, far enough, and keeps the words it read
 //! beyond the copy at the sample's instant: each frame's return-address slot, and the slot its
 //! frame pointer was saved in. fsprof then unwinds the sample through the copy and these words
 //! (`StackView::instant`) with the same unwinder as ever (framehop): the walk only guesses which
@@ -15,9 +15,10 @@
 //! innermost function not in the table, the frame not yet set up), from learnt return
 //! addresses found among the words at the end of the copy, then at the stack pointer (a stale
 //! one, left by an earlier call, makes a walk that soon reads a word that is no return
-//! address: the next is tried). It stops at the root, or after [`WALK_FRAMES`] frames, or
-//! [`WALK_PAIRS`] words beyond the copy: a recursion of thousands of frames is left to
-//! `complete.rs` beyond them. The walk is a program of its own, which the threads' sampling
+//! address: the next is tried). Each attempt stops at the root (then the walk ends), or after
+//! [`WALK_FRAMES`] frames; at most [`WALK_PAIRS`] words beyond the copy are kept: a recursion
+//! of thousands of frames is left to `complete.rs` beyond them. (Not yet: ending the walk when
+//! an attempt hit either bound; a deep recursion now runs every attempt.) The walk is a program of its own, which the threads' sampling
 //! programs tail-call (the kernel verifies its loops in some 15 ms: once per process, when a
 //! stack first needs it); its loops use `may_goto` (Linux 6.9): an older kernel refuses it,
 //! and samples are completed from images alone (`complete.rs`).
@@ -34,7 +35,7 @@ use crate::native::perf::{COPY_HEADER, SLOTS, STACK_DUMP, VALUE_WALK};
 use crate::native::rules::{BITMAP_BITS, KIND_BP, KIND_ROOT, KIND_SP};
 use std::os::fd::RawFd;
 
-/// Frames walked at most per sample (those in the copy included): rustc's stacks have up to
+/// Frames walked at most per attempt (those in the copy included): rustc's stacks have up to
 /// 75 (median 30).
 pub const WALK_FRAMES: i32 = 192;
 /// Words read beyond the copy kept at most per sample (a frame's return address, and its
@@ -241,7 +242,7 @@ const AT_THE_TOP: usize = 3;
 
 /// Reads the [`SCAN_WORDS`] words from the address in `r9` and tries up to `attempts` of them
 /// that are learnt return addresses, in order, as the walk's start: jumps to `to_out` after
-/// the first walk that kept words, to `to_none` when none did, to `to_unreadable` if the
+/// the first walk that reached the root, to `to_none` when none did, to `to_unreadable` if the
 /// words cannot be read.
 fn window(p: &mut Vec<Insn>, maps: [RawFd; 3], attempts: usize, to: [&mut Vec<usize>; 3]) {
     let [to_out, to_none, to_unreadable] = to;
@@ -490,10 +491,10 @@ enum Try {
     Small(i32),
 }
 
-/// The CFAs tried for a frame whose rule is not learnt but its function's body's (the first:
-/// the rule's own), as a stack scan of the words just beyond would, each taken only if the
-/// word below it is a return address: rustc's mismatches were 16 to 48 bytes more at calls,
-/// and 8 or 16 in total at the innermost frame's prologue.
+/// The CFAs tried for a frame (the first: its rule's own; the others matter where the rule is
+/// its function's body's, not learnt), as a stack scan of the words just beyond would, each
+/// taken only if the word below it is a return address: rustc's mismatches were 16 to 48 bytes
+/// more at calls, and 8 or 16 in total at the innermost frame's prologue.
 const TRIES: [Try; 11] = [
     Try::Beyond(0),
     Try::Beyond(16),
