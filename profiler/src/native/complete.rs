@@ -145,10 +145,22 @@ impl Completer {
         }
         let completed =
             agrees(&image) && anchored_at_the_turn(&captured, (end, copy.instant), anchors);
-        // Kept with the sample's copy in place of what the thread holds there now: the chain
-        // is what the unwinding read.
+        // Kept with the sample's copy, and the words the walk read at the sample, in place of
+        // what the thread holds there now: the chain is what the unwinding read (a chain
+        // taken from the walk's words over stale bytes would lead a later sample off it).
         let copied = copy.bytes.len().min(image.bytes.len());
         image.bytes[..copied].copy_from_slice(&copy.bytes[..copied]);
+        for (at, word) in copy.instant {
+            let Some(offset) = at.checked_sub(image.start).map(|o| o as usize) else {
+                continue;
+            };
+            if let Some(bytes) = offset
+                .checked_add(8)
+                .and_then(|end| image.bytes.get_mut(offset..end))
+            {
+                bytes.copy_from_slice(&word.to_le_bytes());
+            }
+        }
         image.chain = return_slots(&captured).collect();
         // New anchors only when the thread's did not serve this sample: otherwise a shallow
         // sample (cut only by a large frame near the root) would replace the anchors that the

@@ -15,10 +15,9 @@
 //! innermost function not in the table, the frame not yet set up), from learnt return
 //! addresses found among the words at the end of the copy, then at the stack pointer (a stale
 //! one, left by an earlier call, makes a walk that soon reads a word that is no return
-//! address: the next is tried). Each attempt stops at the root (then the walk ends), or after
-//! [`WALK_FRAMES`] frames; at most [`WALK_PAIRS`] words beyond the copy are kept: a recursion
-//! of thousands of frames is left to `complete.rs` beyond them. (Not yet: ending the walk when
-//! an attempt hit either bound; a deep recursion now runs every attempt.) The walk is a program of its own, which the threads' sampling
+//! address: the next is tried). The walk ends at the root, or after [`WALK_FRAMES`] frames of
+//! one attempt, or [`WALK_PAIRS`] words beyond the copy: a recursion of thousands of frames is
+//! left to `complete.rs` beyond them. The walk is a program of its own, which the threads' sampling
 //! programs tail-call (the kernel verifies its loops in some 15 ms: once per process, when a
 //! stack first needs it); its loops use `may_goto` (Linux 6.9): an older kernel refuses it,
 //! and samples are completed from images alone (`complete.rs`).
@@ -242,7 +241,7 @@ const AT_THE_TOP: usize = 3;
 
 /// Reads the [`SCAN_WORDS`] words from the address in `r9` and tries up to `attempts` of them
 /// that are learnt return addresses, in order, as the walk's start: jumps to `to_out` after
-/// the first walk that reached the root, to `to_none` when none did, to `to_unreadable` if the
+/// the first walk that reached the root or a bound, to `to_none` when none did, to `to_unreadable` if the
 /// words cannot be read.
 fn window(p: &mut Vec<Insn>, maps: [RawFd; 3], attempts: usize, to: [&mut Vec<usize>; 3]) {
     let [to_out, to_none, to_unreadable] = to;
@@ -267,13 +266,18 @@ fn window(p: &mut Vec<Insn>, maps: [RawFd; 3], attempts: usize, to: [&mut Vec<us
         ]);
         follow(p, maps, &mut failed);
         patch(p, &failed);
-        // At the root: out; else the next attempt (keeping the words read: all of them are
-        // the stack's at the sample, whichever the unwinder will need).
+        // At the root, or at a bound (the frames walked, the words kept: a deep recursion):
+        // out; else the next attempt (keeping the words read: all of them are the stack's at
+        // the sample, whichever the unwinder will need).
         p.extend([
             insn(LDX_DW, 1, 6, ROOT as i16, 0),
             insn(JNE_IMM, 1, 0, 0, 0),
+            insn(LDX_DW, 1, 6, FRAMES as i16, 0),
+            insn(JGE_IMM, 1, 0, 0, WALK_FRAMES),
+            insn(LDX_DW, 1, 6, COUNT as i16, 0),
+            insn(JGE_IMM, 1, 0, 0, WALK_PAIRS as i32),
         ]);
-        to_out.push(p.len() - 1);
+        to_out.extend([p.len() - 5, p.len() - 3, p.len() - 1]);
     }
     p.push(insn(JA, 0, 0, 0, 0));
     to_none.push(p.len() - 1);
