@@ -110,6 +110,77 @@ fn a_2400_frame_recursion_is_unwound_to_main_with_perf() {
     );
 }
 
+/// Busy loops on every CPU of the machine, in threads of the test, until dropped: the target
+/// then waits for a CPU, and fsprof counts its time preempted (`record/sampler/off_cpu.rs`).
+struct BusyLoops {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl BusyLoops {
+    fn start() -> BusyLoops {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let threads = (0..cpus)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        BusyLoops { stop, threads }
+    }
+}
+
+impl Drop for BusyLoops {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// With perf, `deep leaves` beside a busy loop on every CPU: the time the recursion waits for a
+/// CPU is drawn on its latest sample's stack only where its marks are those of that sample,
+/// pushed at the same stack addresses; else without a native stack. (Placed by the marks alone,
+/// a leaf pushed at another depth was drawn in the middle of the sample's recursion: 8 to 20% of
+/// the leaves' time on spliced stacks.) Of the leaves' time with a native stack, 95% is drawn
+/// under `main`.
+#[test]
+fn a_recursion_waiting_for_a_cpu_is_never_drawn_spliced_with_perf() {
+    let _serial = serial();
+    if !perf_backend_available() {
+        return; // not as root here: the perf backend is off (perf_backend_available says why)
+    }
+    let dir = tempdir();
+    {
+        let _busy = BusyLoops::start();
+        record(dir.path(), "leaves", &["--backend", "perf"]);
+    }
+    let (share, _) = leaves_under_main(dir.path()); // none spliced
+    let (mut with_stack, mut under_main) = (0u64, 0u64);
+    for (frames, us) in folded(dir.path()) {
+        if frames[0] == "[no native stack]" || !frames.iter().any(|f| f.starts_with("[leaf]")) {
+            continue;
+        }
+        with_stack += us;
+        if frames.iter().any(|f| f == "deep::main")
+            && !frames.iter().any(|f| f.contains("[stack truncated]"))
+        {
+            under_main += us;
+        }
+    }
+    let of_stacks = under_main as f64 * 100.0 / with_stack.max(1) as f64;
+    eprintln!(
+        "beside busy loops: {share:.1}% of the leaves' time under main; of their time with a native stack, {of_stacks:.1}%"
+    );
+    assert!(of_stacks >= 95.0, "{of_stacks:.1}% under main");
+}
+
 /// Per side: the share of the leaves' time with a native stack drawn under its own root, the
 /// share under the other root, and the truth's share of that side in all leaf time. (Samples
 /// without a native stack, which ptrace leaves when the marks moved before the stop, are not in

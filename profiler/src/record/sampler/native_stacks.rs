@@ -4,6 +4,7 @@
 //! stop. Which is used, and when a thread's previous stack still stands, is decided here; what
 //! a sample weighs is `Sampler::sample_thread`'s business.
 
+use super::off_cpu::LatestSample;
 use super::*;
 
 impl Sampler {
@@ -110,14 +111,19 @@ impl Sampler {
         let mut covered = 0u64;
         let mut latest = None;
         // The latest sample's stack and marks, for the time off the CPU that follows it.
-        let mut before_switch: Option<(Captured, u32)> = match self.threads.states.get(&tid) {
+        let mut before_switch: Option<LatestSample> = match self.threads.states.get(&tid) {
             Some(ThreadState {
                 last_perf: Some(Native::Perf(captured, records, truncated)),
                 ..
             }) => {
                 let (captured, records, truncated) =
                     (captured.clone(), records.clone(), *truncated);
-                Some((captured, self.intern_records(records, truncated)))
+                let stack = self.intern_records(records, truncated);
+                Some(LatestSample {
+                    captured,
+                    records: self.records.clone(),
+                    stack,
+                })
             }
             _ => None,
         };
@@ -165,7 +171,11 @@ impl Sampler {
                         .add_sample(thread, stack, native, wall_ns, active_ns);
                 }
             }
-            before_switch = Some((captured.clone(), stack));
+            before_switch = Some(LatestSample {
+                captured: captured.clone(),
+                records: self.records.clone(),
+                stack,
+            });
             latest = Some(Some(Native::Perf(
                 captured,
                 self.records.clone(),
