@@ -318,8 +318,13 @@ fn push_at(sp: u64) -> crate::stack::Pushed {
     )
 }
 
+/// Held by the tests that leave a push halfway: one of them checks that a slot released so is
+/// clean, and another's thread, given the same slot meanwhile, would have left it odd again.
+static HALFWAY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn a_push_left_halfway_is_closed_by_a_jump_past_it_or_a_later_push_above_it() {
+    let _halfway = HALFWAY.lock().unwrap_or_else(|e| e.into_inner());
     std::thread::spawn(|| {
         let _first = A.mark(); // claims the slot
         let base = depth();
@@ -350,13 +355,15 @@ fn a_push_left_halfway_is_closed_by_a_jump_past_it_or_a_later_push_above_it() {
 
 #[test]
 fn a_slot_released_mid_push_is_clean_for_its_next_owner() {
+    let _halfway = HALFWAY.lock().unwrap_or_else(|e| e.into_inner());
     let index = std::thread::spawn(|| {
         let _first = A.mark();
         leave_a_push_halfway(0x7000_0000_0000)
     })
     .join()
     .unwrap();
-    // (Another test's thread may own the slot by now: its `seq` is even all the same.)
+    // (Another test's thread may own the slot by now: its `seq` is even all the same, as no
+    // other test leaves a push halfway meanwhile.)
     assert_eq!(slot_state(index).seq % 2, 0);
 }
 
