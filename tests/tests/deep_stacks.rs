@@ -43,6 +43,12 @@ fn record(dir: &Path, scenario: &str, extra: &[&str]) {
     );
 }
 
+/// Whether a folded stack goes down from the program's `main`, unwound to the root.
+fn whole(frames: &[String]) -> bool {
+    frames.iter().any(|f| f == "deep::main")
+        && !frames.iter().any(|f| f.contains("[stack truncated]"))
+}
+
 /// Of the time of the stacks with a `[leaf]` mark: the share whose stack goes down from the
 /// program's `main` (unwound to the root), and the deepest stack seen, in frames. Asserts that
 /// none of them is spliced: `deep::descend`'s frames are one run, with nothing in between.
@@ -54,9 +60,7 @@ fn leaves_under_main(dir: &Path) -> (f64, usize) {
         }
         all += us;
         deepest = deepest.max(frames.len());
-        if frames.iter().any(|f| f == "deep::main")
-            && !frames.iter().any(|f| f.contains("[stack truncated]"))
-        {
+        if whole(&frames) {
             under_main += us;
         }
         let descents: Vec<usize> = (0..frames.len())
@@ -168,9 +172,7 @@ fn a_recursion_waiting_for_a_cpu_is_never_drawn_spliced_with_perf() {
             continue;
         }
         with_stack += us;
-        if frames.iter().any(|f| f == "deep::main")
-            && !frames.iter().any(|f| f.contains("[stack truncated]"))
-        {
+        if whole(&frames) {
             under_main += us;
         }
     }
@@ -291,9 +293,7 @@ fn paths(backend: &str) {
             continue;
         };
         all += us;
-        let whole = frames.iter().any(|f| f == "deep::main")
-            && !frames.iter().any(|f| f.contains("[stack truncated]"));
-        if !whole {
+        if !whole(&frames) {
             continue;
         }
         under_main += us;

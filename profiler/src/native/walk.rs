@@ -46,8 +46,8 @@ pub const WALK_PAIRS: usize = 256;
 /// stack pointer.
 pub const SCAN_WORDS: usize = 256;
 /// Bytes of stack the walk reads at once: a read costs about as much for 8 bytes as for 2 KiB
-/// (a deep recursion's walk, two reads of 8 bytes per frame, cost 65 us per sample for 192
-/// frames: about 150 ns a read), and the next frames' words are mostly just above.
+/// (`deep leaves`, 192 frames walked a word at a time: 41 us per run of the program, 11 us read
+/// 2 KiB at a time; BENCHMARKS.md), and the next frames' words are mostly just above.
 const READ_BYTES: i32 = 2048;
 
 // The walk's part of a thread's map value, at `VALUE_WALK`: whether to walk (set by fsprof).
