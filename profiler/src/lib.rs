@@ -9,6 +9,7 @@
 //! stacks and draw flamegraphs. [`cli`] is the command line.
 
 pub mod analysis;
+pub(crate) mod cache;
 pub mod cli;
 #[cfg(test)]
 mod fuzz;

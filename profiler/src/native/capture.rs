@@ -340,9 +340,7 @@ impl NativeSampler {
         if let Some(anchors) = anchors {
             perf.set_anchors(tid, anchors);
         }
-        if cut {
-            perf.walk();
-        }
+        perf.walk(cut);
         perf.rules().read_functions(self.unwinder.modules());
         perf.rules().poll();
         for return_address in returns {

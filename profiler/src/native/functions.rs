@@ -10,6 +10,7 @@
 //! Parses with gimli (the reader framehop uses); it does not unwind, and holds nothing: the
 //! table is written into a BPF map by `rules.rs`.
 
+use crate::native::functions_cache::{self, CACHED_FROM};
 use crate::native::unwind::FrameRule;
 use crate::target::modules::Module;
 use gimli::{
@@ -34,7 +35,8 @@ const FDES_PER_THREAD: usize = 32_000;
 
 /// Appends the functions of `module` with an FDE in its `.eh_frame` (until `out` has `most`):
 /// those `.eh_frame_hdr` lists, read by several threads when they are many, else those
-/// `.eh_frame` holds, in order.
+/// `.eh_frame` holds, in order. A large module's, listed by its `.eh_frame_hdr`, is kept on
+/// disk (`functions_cache.rs`) and taken from there when it was.
 fn module_functions(module: &Module, out: &mut Vec<(u64, Option<FrameRule>)>, most: usize) {
     use object::{Object, ObjectSection};
     let Ok(file) = object::File::parse(&*module.image) else {
@@ -51,31 +53,108 @@ fn module_functions(module: &Module, out: &mut Vec<(u64, Option<FrameRule>)>, mo
     if let Some(text) = file.section_by_name(".text") {
         bases = bases.set_text(text.address());
     }
-    let header = file.section_by_name(".eh_frame_hdr").and_then(|header| {
-        let bases = bases.clone().set_eh_frame_hdr(header.address());
-        let parsed = gimli::EhFrameHdr::new(header.data().ok()?, LittleEndian)
+    let header = (file.section_by_name(".eh_frame_hdr"))
+        .and_then(|header| Some((header.address(), header.data().ok()?)));
+    let key = header.map(|(address, bytes)| {
+        let addresses = [section.address(), data.len() as u64, address];
+        let addresses: Vec<u8> = addresses.iter().flat_map(|a| a.to_le_bytes()).collect();
+        functions_cache::key(&[&addresses, bytes])
+    });
+    if let Some(table) = key.and_then(|key| functions_cache::load(key, most)) {
+        let biased =
+            (table.into_iter()).map(|(start, rule)| (start.wrapping_add(module.bias), rule));
+        out.extend(biased.filter(|(start, _)| module.range.contains(start)));
+        return;
+    }
+    let offsets = header.and_then(|(address, bytes)| {
+        let bases = bases.clone().set_eh_frame_hdr(address);
+        let parsed = gimli::EhFrameHdr::new(bytes, LittleEndian)
             .parse(&bases, 8)
             .ok()?;
         let table = parsed.table()?;
         let mut offsets = Vec::new();
         let mut entries = table.iter(&bases);
         while let Ok(Some((_, fde))) = entries.next() {
-            if offsets.len() >= most {
+            if offsets.len() > most {
                 break;
             }
             offsets.push(table.pointer_to_offset(fde).ok()?);
         }
         Some(offsets)
     });
-    let read = |offsets: &mut dyn Iterator<Item = Option<gimli::EhFrameOffset>>| {
+    let reader = Reader {
+        eh_frame,
+        bases,
+        bias: module.bias,
+    };
+    match offsets {
+        Some(offsets) => {
+            let whole = reader.read_listed(&offsets, out) && offsets.len() <= most;
+            if let Some(key) = key.filter(|_| whole && out.len() >= CACHED_FROM) {
+                let unbiased =
+                    (out.iter()).map(|(start, rule)| (start.wrapping_sub(module.bias), *rule));
+                functions_cache::store(key, &unbiased.collect::<Vec<_>>());
+            }
+        }
+        None => {
+            // Every FDE in the section, in order (no header to find them by).
+            let mut entries = reader.eh_frame.entries(&reader.bases);
+            let mut offsets = std::iter::from_fn(|| loop {
+                match entries.next() {
+                    Ok(Some(CieOrFde::Fde(partial))) => {
+                        return Some(gimli::EhFrameOffset(partial.offset()))
+                    }
+                    Ok(Some(CieOrFde::Cie(_))) => continue,
+                    _ => return None,
+                }
+            });
+            out.extend(reader.read(&mut offsets.by_ref().take(most)));
+        }
+    }
+    out.truncate(most);
+}
+
+/// Reads FDEs of one module's `.eh_frame` into functions.
+struct Reader<'a> {
+    eh_frame: EhFrame<Slice<'a>>,
+    bases: BaseAddresses,
+    bias: u64,
+}
+
+impl Reader<'_> {
+    /// The functions of the FDEs at `offsets`, those that parse, by several threads when they
+    /// are many; whether every thread finished.
+    fn read_listed(
+        &self,
+        offsets: &[gimli::EhFrameOffset],
+        out: &mut Vec<(u64, Option<FrameRule>)>,
+    ) -> bool {
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = (offsets.chunks(FDES_PER_THREAD))
+                .map(|chunk| scope.spawn(|| self.read(&mut chunk.iter().copied())))
+                .collect();
+            let mut whole = true;
+            for thread in threads {
+                match thread.join() {
+                    Ok(found) => out.extend(found),
+                    Err(_) => whole = false,
+                }
+            }
+            whole
+        })
+    }
+
+    /// The functions of the FDEs at `offsets`, those that parse.
+    fn read(
+        &self,
+        offsets: &mut dyn Iterator<Item = gimli::EhFrameOffset>,
+    ) -> Vec<(u64, Option<FrameRule>)> {
+        let (eh_frame, bases) = (&self.eh_frame, &self.bases);
         let mut found = Vec::new();
         let mut context = Box::new(UnwindContext::new());
         let mut cies = std::collections::HashMap::new();
         for offset in offsets {
-            let fde = match offset {
-                Some(offset) => eh_frame.partial_fde_from_offset(&bases, offset),
-                None => break,
-            };
+            let fde = eh_frame.partial_fde_from_offset(bases, offset);
             let Ok(fde) = fde.and_then(|partial| {
                 // The CIEs, parsed once each (most FDEs share a few).
                 partial.parse(|_, bases, offset| {
@@ -90,40 +169,12 @@ fn module_functions(module: &Module, out: &mut Vec<(u64, Option<FrameRule>)>, mo
                 continue;
             };
             if fde.len() > 0 {
-                let rule = body_rule(&eh_frame, &bases, &mut context, &fde);
-                found.push((fde.initial_address().wrapping_add(module.bias), rule));
+                let rule = body_rule(eh_frame, bases, &mut context, &fde);
+                found.push((fde.initial_address().wrapping_add(self.bias), rule));
             }
         }
         found
-    };
-    match header {
-        Some(offsets) => {
-            let chunks: Vec<&[gimli::EhFrameOffset]> = offsets.chunks(FDES_PER_THREAD).collect();
-            std::thread::scope(|scope| {
-                let threads: Vec<_> = (chunks.iter())
-                    .map(|chunk| scope.spawn(|| read(&mut chunk.iter().map(|o| Some(*o)))))
-                    .collect();
-                for thread in threads {
-                    out.extend(thread.join().unwrap_or_default());
-                }
-            });
-        }
-        None => {
-            // Every FDE in the section, in order (no header to find them by).
-            let mut entries = eh_frame.entries(&bases);
-            let mut offsets = std::iter::from_fn(|| loop {
-                match entries.next() {
-                    Ok(Some(CieOrFde::Fde(partial))) => {
-                        return Some(Some(gimli::EhFrameOffset(partial.offset())))
-                    }
-                    Ok(Some(CieOrFde::Cie(_))) => continue,
-                    _ => return None,
-                }
-            });
-            out.extend(read(&mut offsets));
-        }
     }
-    out.truncate(most);
 }
 
 type Slice<'a> = gimli::EndianSlice<'a, LittleEndian>;

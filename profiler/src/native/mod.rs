@@ -6,6 +6,7 @@ pub mod bpf;
 pub mod capture;
 pub mod complete;
 pub mod functions;
+mod functions_cache;
 pub mod perf;
 mod perf_events;
 pub mod ring;

@@ -257,7 +257,7 @@ impl PerfSampler {
         // The BPF array was created mmapable.
         let values = map_shared(&map, len, true, 0)
             .map_err(|e| format!("cannot map the BPF map ({})", e.desc()))?;
-        let sampler = PerfSampler {
+        let mut sampler = PerfSampler {
             map,
             values,
             copies,
@@ -287,6 +287,9 @@ impl PerfSampler {
             false,
         )
         .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
+        if sampler.programs.1.eager() {
+            sampler.programs.1.prepare_walk(sampler.copies.fd());
+        }
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
         open_event(me, sampler.period_ns, true).map_err(|e| {
@@ -370,10 +373,17 @@ impl PerfSampler {
         write_words(value_at(self.values, thread.index), VALUE_ANCHORS, &anchors);
     }
 
-    /// Has the programs walk the stacks of the process's threads at their samples from now on
-    /// (see `walk.rs`): one of them was deeper than the copy.
-    pub fn walk(&mut self) {
-        if self.programs.1.on || !self.programs.1.start_walk(self.copies.fd()) {
+    /// Has the programs walk the stacks of the process's threads at their samples (see
+    /// `walk.rs`) from when the walk is loaded: asked for once a stack was `deeper` than the
+    /// copy, and turned on by a later call once loaded.
+    pub fn walk(&mut self, deeper: bool) {
+        let rules = &mut self.programs.1;
+        rules.wanted |= deeper;
+        if rules.on || !rules.wanted {
+            return;
+        }
+        rules.prepare_walk(self.copies.fd());
+        if !rules.walk_ready() {
             return;
         }
         self.programs.1.on = true;

@@ -15,6 +15,9 @@ use crate::native::walk::{bit, SCRATCH_SIZE};
 use crate::target::modules::Module;
 use nix::errno::Errno;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
 
 /// Bits of the bitmap of learnt return addresses, which the scan looks at before the rules.
 pub const BITMAP_BITS: usize = 1 << 20;
@@ -27,14 +30,26 @@ pub(super) const KIND_BP: i32 = 2;
 pub(super) const KIND_ROOT: i32 = 3;
 
 /// A rule as the program reads it: the CFA's offset (u32), then where rbp was saved relative
-/// to the CFA (i16, 0 for not saved), then the kind (u8).
-fn encode(rule: FrameRule) -> u64 {
+/// to the CFA (i16, 0 for not saved), then the kind (u8). Never 0.
+pub(super) fn encode(rule: FrameRule) -> u64 {
     let (kind, cfa, saved) = match rule {
         FrameRule::StackPointer { cfa, bp_saved } => (KIND_SP, cfa, bp_saved),
         FrameRule::FramePointer { cfa, bp_saved } => (KIND_BP, cfa, bp_saved),
         FrameRule::Root => (KIND_ROOT, 0, 0),
     };
     u64::from(cfa) | u64::from(saved as u16) << 32 | (kind as u64) << 48
+}
+
+/// The rule [`encode`] made `word` from; `None` if it made none (`word` read from a file).
+pub(super) fn decode(word: u64) -> Option<FrameRule> {
+    let (cfa, bp_saved) = ((word & 0xffff_ffff) as u32, (word >> 32) as u16 as i16);
+    let rule = match (word >> 48) as i32 {
+        KIND_SP => FrameRule::StackPointer { cfa, bp_saved },
+        KIND_BP => FrameRule::FramePointer { cfa, bp_saved },
+        KIND_ROOT => FrameRule::Root,
+        _ => return None,
+    };
+    (encode(rule) == word && cfa < 1 << 30).then_some(rule)
 }
 
 /// The rules of a process's return addresses, as the programs read them: a hash map, and a
@@ -50,19 +65,30 @@ pub struct Rules {
     /// Each CPU's scratch for the walk (its state, its record, a window of words): per CPU,
     /// not per thread (a thread's map value would be 6 KiB larger, 1024 of them).
     scratch: OwnedFd,
-    /// The program array the threads' programs tail-call the walk through, and the walk once
-    /// loaded (see [`Rules::start_walk`]).
+    /// The program array the threads' programs tail-call the walk through, and the walk's
+    /// program (see [`Rules::start_walk`]).
     programs: OwnedFd,
-    walk: Option<OwnedFd>,
+    walk: Walk,
     /// Entries the table has room for (besides entry 0).
     capacity: usize,
     /// The functions' table as read so far.
     reading: Reading,
     known: std::collections::HashSet<u64>,
-    /// Whether the programs walk (see `PerfSampler::walk`), and whether the kernel refused the
-    /// walk.
+    /// Whether a stack was deeper than its copy (the walk is turned on once loaded), and
+    /// whether the programs walk (see `PerfSampler::walk`).
+    pub(super) wanted: bool,
     pub(super) on: bool,
-    refused: bool,
+}
+
+/// The walk's program: loaded on a thread of its own once asked for (the kernel's verifier
+/// takes 15 to 20 ms, which the sampling loop would otherwise spend not reading samples).
+enum Walk {
+    NotAsked,
+    Loading(Receiver<Result<OwnedFd, String>>),
+    /// Loaded, and in the program array (which holds it).
+    Loaded,
+    /// The kernel refused it (before 6.9: no `may_goto`).
+    Refused,
 }
 
 /// The functions' table as read so far (see [`Rules::read_functions`]).
@@ -71,8 +97,9 @@ struct Reading {
     /// for (by start).
     channel: Channel,
     asked: std::collections::HashSet<u64>,
-    /// Bumped when the table starts again (after an exec).
-    generation: u64,
+    /// Bumped when the table starts again (after an exec); shared with the reading threads,
+    /// which stop reading for an earlier one.
+    generation: Arc<AtomicU64>,
     /// Whether to read functions before the walk is on.
     eager: bool,
     /// The functions in the table, by start.
@@ -114,7 +141,7 @@ impl Rules {
         Ok(Rules {
             scratch,
             programs,
-            walk: None,
+            walk: Walk::NotAsked,
             map,
             bitmap,
             bits,
@@ -124,13 +151,13 @@ impl Rules {
             reading: Reading {
                 channel: std::sync::mpsc::channel(),
                 asked: Default::default(),
-                generation: 0,
+                generation: Default::default(),
                 eager,
                 entries: Vec::new(),
             },
             known: Default::default(),
+            wanted: false,
             on: false,
-            refused: false,
         })
     }
 
@@ -139,23 +166,66 @@ impl Rules {
         [self.scratch.as_raw_fd(), self.programs.as_raw_fd()]
     }
 
-    /// Loads the walk and puts it where the threads' programs call it (`copies`: the ring its
-    /// records go to), once; whether it walks. The kernel's verifier takes some 15 ms, so it
-    /// is done when a stack first needs it (and fails on kernels before 6.9: no walk then).
-    pub(super) fn start_walk(&mut self, copies: RawFd) -> bool {
-        if self.walk.is_none() && !self.refused {
-            let maps = [&self.map, &self.bitmap, &self.functions, &self.scratch];
-            match crate::native::bpf::load_walk(maps.map(|m| m.as_raw_fd()), copies) {
-                Ok(walk)
+    /// Starts loading the walk (`copies`: the ring its records go to) on a thread of its own,
+    /// if not yet done: the kernel's verifier takes 15 to 20 ms of CPU, more on a busy machine,
+    /// and a deep program's samples until the walk is on stop short (rustc's first 40 to 90 ms
+    /// when it was loaded at the first deep stack). Started when the process's functions are
+    /// read (see [`Rules::read_functions`]) and for others at their first deep stack; the
+    /// kernel refuses it before Linux 6.9 (no walk then).
+    pub(super) fn prepare_walk(&mut self, copies: RawFd) {
+        if let Walk::NotAsked = self.walk {
+            self.walk = self.load_walk(copies);
+        }
+    }
+
+    /// Whether the walk is loaded and put where the threads' programs call it.
+    pub(super) fn walk_ready(&mut self) -> bool {
+        if let Walk::Loading(loaded) = &self.walk {
+            self.walk = match loaded.try_recv() {
+                Err(TryRecvError::Empty) => return false,
+                Ok(Ok(walk))
                     if update_elem(self.programs.as_raw_fd(), 0, walk.as_raw_fd() as u64)
                         .is_ok() =>
                 {
-                    self.walk = Some(walk);
+                    Walk::Loaded
                 }
-                _ => self.refused = true,
-            }
+                _ => Walk::Refused,
+            };
         }
-        self.walk.is_some()
+        matches!(self.walk, Walk::Loaded)
+    }
+
+    /// Whether the functions are read before the walk is on (for the process `run` started or
+    /// `attach` named).
+    pub(super) fn eager(&self) -> bool {
+        self.reading.eager
+    }
+
+    /// Starts loading the walk on a thread of its own, with its own descriptors of the maps (the
+    /// rules may be dropped meanwhile).
+    fn load_walk(&self, copies: RawFd) -> Walk {
+        // SAFETY: `copies` is the caller's open descriptor, only duplicated here.
+        let copies = unsafe { std::os::fd::BorrowedFd::borrow_raw(copies) };
+        let fds = [&self.map, &self.bitmap, &self.functions, &self.scratch]
+            .map(|fd| fd.try_clone().ok())
+            .into_iter()
+            .chain([copies.try_clone_to_owned().ok()])
+            .collect::<Option<Vec<OwnedFd>>>();
+        let Some(fds) = fds else {
+            return Walk::Refused;
+        };
+        let (send, loaded) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("fsprof-walk".to_owned())
+            .spawn(move || {
+                let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+                let maps = [raw[0], raw[1], raw[2], raw[3]];
+                let _ = send.send(crate::native::bpf::load_walk(maps, raw[4]));
+            });
+        match spawned {
+            Ok(_) => Walk::Loading(loaded),
+            Err(_) => Walk::Refused,
+        }
     }
 
     /// Room in the functions' table.
@@ -180,7 +250,7 @@ impl Rules {
             self.reading.asked.clear();
             self.reading.entries.clear();
             self.set_functions(&[]);
-            self.reading.generation += 1;
+            self.reading.generation.fetch_add(1, Ordering::Relaxed);
         }
         let mut new: Vec<Module> = (modules.iter())
             .filter(|m| self.reading.asked.insert(m.range.start))
@@ -190,17 +260,21 @@ impl Rules {
             return;
         }
         new.sort_by_key(|m| std::cmp::Reverse(m.range.end - m.range.start));
-        let (send, generation, most) = (
+        let (send, current, most) = (
             self.reading.channel.0.clone(),
-            self.reading.generation,
+            self.reading.generation.clone(),
             self.capacity,
         );
+        let generation = current.load(Ordering::Relaxed);
         let _ = std::thread::Builder::new()
             .name("fsprof-functions".to_owned())
             .spawn(move || {
                 // It reads files only (and its helpers inherit this).
                 crate::record::privilege::drop_all();
                 for module in &new {
+                    if current.load(Ordering::Relaxed) != generation {
+                        return; // the program called exec: these modules are gone
+                    }
                     let functions = crate::native::functions::functions(module, most);
                     if send.send((generation, functions)).is_err() {
                         return;
@@ -214,7 +288,7 @@ impl Rules {
     pub fn poll(&mut self) {
         let mut more = false;
         while let Ok((generation, functions)) = self.reading.channel.1.try_recv() {
-            if generation != self.reading.generation {
+            if generation != self.reading.generation.load(Ordering::Relaxed) {
                 continue; // the modules of the program before an exec
             }
             let room = self.capacity.saturating_sub(self.reading.entries.len());
