@@ -4,10 +4,14 @@
 # each backend; prints the share of native stacks unwound to the thread's root, and how many of
 # them perf unwound through the words the BPF walk read at the sample (native/walk.rs) or
 # completed from an image of the outer stack (native/complete.rs). For BENCHMARKS.md.
+# Large modules' functions' tables are kept in fsprof's cache directory (native/functions_cache.rs),
+# so every run after the first reads rustc's from there; with `cold`, each run gets an empty
+# cache directory of its own (XDG_CACHE_HOME), as a first run has.
 # Run from the workspace root after `cargo build --release --workspace`.
-# Usage: tests/benches/deep-rustc.sh [RUNS]
+# Usage: tests/benches/deep-rustc.sh [RUNS] [cold]
 set -euo pipefail
 runs=${1:-3}
+cold=${2:-}
 fsprof=$PWD/target/release/fsprof
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -24,7 +28,8 @@ with open("generated.rs", "w") as out:
 EOF_PY
 for backend in perf ptrace; do
   for run in $(seq "$runs"); do
-    rm -rf "out-$backend"
+    rm -rf "out-$backend" cache
+    if [ "$cold" = cold ]; then mkdir cache && export XDG_CACHE_HOME=$PWD/cache; fi
     "$fsprof" run --no-agent --backend "$backend" --rate 1000 -o "out-$backend" -- \
       rustc -O --crate-type lib --emit=obj -o /dev/null generated.rs > /dev/null 2>&1
     python3 - "out-$backend/profile.json" "$backend" <<'EOF_PY'

@@ -374,21 +374,13 @@ impl PerfSampler {
     }
 
     /// Has the programs walk the stacks of the process's threads at their samples (see
-    /// `walk.rs`) from when the walk is loaded: asked for once a stack was `deeper` than the
-    /// copy, and turned on by a later call once loaded.
+    /// `walk.rs`) once the walk is loaded: asked for once a stack was `deeper` than the copy,
+    /// and turned on by a later call once loaded.
     pub fn walk(&mut self, deeper: bool) {
-        let rules = &mut self.programs.1;
-        rules.wanted |= deeper;
-        if rules.on || !rules.wanted {
-            return;
-        }
-        rules.prepare_walk(self.copies.fd());
-        if !rules.walk_ready() {
-            return;
-        }
-        self.programs.1.on = true;
-        for thread in self.threads.values() {
-            write_words(value_at(self.values, thread.index), VALUE_WALK, &[1]);
+        if self.programs.1.turn_on(deeper, self.copies.fd()) {
+            for thread in self.threads.values() {
+                write_words(value_at(self.values, thread.index), VALUE_WALK, &[1]);
+            }
         }
     }
 

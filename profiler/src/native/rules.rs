@@ -76,7 +76,7 @@ pub struct Rules {
     known: std::collections::HashSet<u64>,
     /// Whether a stack was deeper than its copy (the walk is turned on once loaded), and
     /// whether the programs walk (see `PerfSampler::walk`).
-    pub(super) wanted: bool,
+    wanted: bool,
     pub(super) on: bool,
 }
 
@@ -178,8 +178,20 @@ impl Rules {
         }
     }
 
+    /// Turns the walk on once it is wanted (a stack was `deeper` than its copy, now or before)
+    /// and loaded (`copies`: the ring its records go to); whether this call did.
+    pub(super) fn turn_on(&mut self, deeper: bool, copies: RawFd) -> bool {
+        self.wanted |= deeper;
+        if self.on || !self.wanted {
+            return false;
+        }
+        self.prepare_walk(copies);
+        self.on = self.walk_ready();
+        self.on
+    }
+
     /// Whether the walk is loaded and put where the threads' programs call it.
-    pub(super) fn walk_ready(&mut self) -> bool {
+    fn walk_ready(&mut self) -> bool {
         if let Walk::Loading(loaded) = &self.walk {
             self.walk = match loaded.try_recv() {
                 Err(TryRecvError::Empty) => return false,
