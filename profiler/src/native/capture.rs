@@ -234,10 +234,8 @@ impl NativeSampler {
         }
         // Threads that exited are reaped first: an `exec` waits, holding the lock that
         // PTRACE_SEIZE takes, until its other threads are gone, and a traced one is gone only
-        // once fsprof reaps it; a seize that waits for that lock meanwhile never returns, and
-        // the program never gets through its `exec` (seen once with rustup's rustc, which
-        // execs with a second thread). A thread that exits between this and the seize can
-        // still do that: the window is narrowed, not closed.
+        // once fsprof reaps it. A thread that exits between this and the seize is reaped by
+        // the seize's watcher (`seize.rs`), 20 ms later.
         self.poll();
         match self.tracer.seize(tid) {
             Ok(()) => true,

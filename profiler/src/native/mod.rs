@@ -11,6 +11,7 @@ pub mod perf;
 mod perf_events;
 pub mod ring;
 pub mod rules;
+mod seize;
 pub mod tracer;
 pub mod unwind;
 pub mod walk;

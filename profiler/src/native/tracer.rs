@@ -125,11 +125,14 @@ impl Tracer {
         self.threads.contains_key(&tid)
     }
 
-    /// Attaches to thread `tid` without stopping it.
+    /// Attaches to thread `tid` without stopping it (never waiting on an exec that waits on
+    /// fsprof: see `seize.rs`).
     pub fn seize(&mut self, tid: u32) -> Result<(), Errno> {
-        // SAFETY: ptrace with no pointers.
-        let result = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid as libc::pid_t, 0, 0) };
-        Errno::result(result)?;
+        let (result, reaped) = crate::native::seize::seize(self.pid, tid);
+        for gone in reaped {
+            self.threads.remove(&gone);
+        }
+        result?;
         self.threads.insert(tid, Traced::default());
         Ok(())
     }

@@ -1,0 +1,192 @@
+//! `PTRACE_SEIZE` that cannot deadlock with the target's `exec`.
+//!
+//! A thread calling `execve` waits, holding its process's `cred_guard_mutex`, until every other
+//! thread of its process is gone, and a traced thread that exited is gone only once its tracer
+//! reaps it. `PTRACE_SEIZE` takes that same mutex. So when fsprof seizes any thread of a process
+//! that is in `exec` while a thread it traces there has exited unreaped, the seize waits for the
+//! exec, the exec for fsprof to reap, and fsprof is in the seize: the program hangs for good (seen
+//! once with rustup's rustc, which execs with a second thread). So a seize is watched: once it has
+//! waited [`GRACE`], a watcher thread reaps the process's threads that exited (any thread of the
+//! tracer's process may reap its tracees; only exits, `WEXITED`, and never the leader, whose exit
+//! is the program's), the exec goes on, and so does the seize; its caller is told which threads
+//! were reaped, to forget them.
+//!
+//! Not here: the rest of ptrace (`tracer.rs`).
+
+use nix::errno::Errno;
+use nix::libc;
+use std::sync::{Condvar, Mutex, Once};
+use std::time::{Duration, Instant};
+
+/// How long a seize may wait before the watcher reaps exited threads (a seize returns in
+/// microseconds, or once an exec that is not waiting on fsprof is through).
+pub const GRACE: Duration = Duration::from_millis(20);
+
+/// A seize in progress.
+struct Seizing {
+    id: u64,
+    pid: u32,
+    /// When the watcher is to look at it (again).
+    due: Instant,
+    /// Threads the watcher reaped for it.
+    reaped: Vec<u32>,
+}
+
+static SEIZING: Mutex<(u64, Vec<Seizing>)> = Mutex::new((0, Vec::new()));
+static WAKE: Condvar = Condvar::new();
+static WATCHER: Once = Once::new();
+
+/// Seizes thread `tid` of process `pid` (see the module header); also returns the threads of
+/// `pid` the watcher reaped meanwhile (they exited; the caller no longer traces them).
+pub fn seize(pid: u32, tid: u32) -> (Result<(), Errno>, Vec<u32>) {
+    WATCHER.call_once(|| {
+        let _ = std::thread::Builder::new()
+            .name("fsprof-seize".to_owned())
+            .spawn(watch);
+    });
+    let id = {
+        let mut seizing = lock();
+        seizing.0 += 1;
+        let id = seizing.0;
+        let due = Instant::now() + GRACE;
+        let reaped = Vec::new();
+        seizing.1.push(Seizing {
+            id,
+            pid,
+            due,
+            reaped,
+        });
+        id
+    };
+    WAKE.notify_all();
+    // SAFETY: ptrace with no pointers.
+    let result = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid as libc::pid_t, 0, 0) };
+    let mut seizing = lock();
+    let reaped = match seizing.1.iter().position(|s| s.id == id) {
+        Some(index) => seizing.1.swap_remove(index).reaped,
+        None => Vec::new(),
+    };
+    (Errno::result(result).map(drop), reaped)
+}
+
+fn lock() -> std::sync::MutexGuard<'static, (u64, Vec<Seizing>)> {
+    SEIZING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The watcher: sleeps until a seize is due, reaps for it, looks again a [`GRACE`] later.
+fn watch() {
+    crate::record::privilege::drop_all(); // it reads /proc and reaps its own tracees only
+    let mut seizing = lock();
+    loop {
+        let now = Instant::now();
+        let Some(due) = seizing.1.iter().map(|s| s.due).min() else {
+            seizing = WAKE.wait(seizing).unwrap_or_else(|e| e.into_inner());
+            continue;
+        };
+        if due > now {
+            seizing = (WAKE.wait_timeout(seizing, due - now))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            continue;
+        }
+        for waiting in seizing.1.iter_mut().filter(|s| s.due <= now) {
+            waiting.reaped.extend(reap_exited(waiting.pid));
+            waiting.due = now + GRACE;
+        }
+    }
+}
+
+/// Reaps the threads of process `pid` (but its leader) that exited and that this process
+/// traces; returns them.
+fn reap_exited(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let tids = tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok());
+    let mut reaped = Vec::new();
+    for tid in tids.filter(|tid| *tid != pid) {
+        // SAFETY: waitid with a valid siginfo; WEXITED only: a stop is left for the tracer.
+        let exited = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let flags = libc::WEXITED | libc::WNOHANG | libc::__WALL;
+            libc::waitid(libc::P_PID, tid, &mut info, flags) == 0 && info.si_pid() == tid as i32
+        };
+        if exited {
+            reaped.push(tid);
+        }
+    }
+    reaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, Write};
+
+    /// The state letter of thread `tid` of `pid` (`/proc/PID/task/TID/stat`), if it is there.
+    fn state(pid: u32, tid: u32) -> Option<char> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.trim_start().chars().next()
+    }
+
+    /// The deadlock, made on purpose: a traced thread exits unreaped while its process execs,
+    /// and then another of its threads is seized. Without the watcher the seize never returns
+    /// (the test then fails at its deadline, killing the program to free itself).
+    #[test]
+    fn a_seize_during_an_exec_waiting_for_a_traced_thread_returns() {
+        let script = "import os, sys, threading\n\
+                      t = threading.Thread(target=lambda: sys.stdin.read(1))\n\
+                      t.start()\n\
+                      print(t.native_id, flush=True)\n\
+                      t.join()\n\
+                      os.execv('/bin/sleep', ['sleep', '30'])\n";
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let pid = child.id();
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        let thread: u32 = line.trim().parse().unwrap();
+        let (done, result) = std::sync::mpsc::channel();
+        let mut stdin = child.stdin.take().unwrap();
+        let tracer = std::thread::spawn(move || {
+            // The tracer: seizes the thread, lets it exit, and does not reap it.
+            // SAFETY: ptrace with no pointers.
+            let seized = unsafe { libc::ptrace(libc::PTRACE_SEIZE, thread as i32, 0, 0) };
+            assert_eq!(seized, 0, "{}", Errno::last());
+            stdin.write_all(b"x").unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let in_exec = || {
+                let syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall"));
+                let execve = format!("{} ", libc::SYS_execve);
+                state(pid, thread) == Some('Z') && syscall.is_ok_and(|s| s.starts_with(&execve))
+            };
+            while !in_exec() {
+                assert!(
+                    Instant::now() < deadline,
+                    "the program never reached its exec"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let started = Instant::now();
+            let (result, reaped) = seize(pid, pid);
+            done.send((result, reaped, started.elapsed())).unwrap();
+            // SAFETY: ptrace with no pointers (fails harmlessly if not attached).
+            unsafe { libc::ptrace(libc::PTRACE_DETACH, pid as i32, 0, 0) };
+        });
+        let outcome = result.recv_timeout(Duration::from_secs(10));
+        let _ = child.kill();
+        let _ = tracer.join(); // its end detaches the program, if it is still attached
+        let _ = child.wait();
+        let (result, reaped, took) = outcome.expect("the seize never returned: deadlocked");
+        assert_eq!(reaped, vec![thread]);
+        assert!(result.is_ok(), "{result:?}");
+        assert!(took >= GRACE, "{took:?}: it did not wait for the exec");
+    }
+}
