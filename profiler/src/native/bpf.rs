@@ -15,6 +15,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 const BPF_MAP_CREATE: u32 = 0;
 const BPF_MAP_UPDATE_ELEM: u32 = 2;
+const BPF_MAP_DELETE_ELEM: u32 = 3;
 const BPF_PROG_LOAD: u32 = 5;
 pub(super) const BPF_MAP_TYPE_HASH: u32 = 1;
 pub(super) const BPF_MAP_TYPE_PROG_ARRAY: u32 = 3;
@@ -66,6 +67,16 @@ pub(super) fn update_elem(map: RawFd, key: u64, value: u64) -> Result<(), Errno>
         ..Default::default()
     };
     bpf_call(BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
+}
+
+/// Removes `key` from the hash map `map` (8-byte keys).
+pub(super) fn delete_elem(map: RawFd, key: u64) -> Result<(), Errno> {
+    let mut attr = MapUpdate {
+        map_fd: map as u32,
+        key: std::ptr::addr_of!(key) as u64,
+        ..Default::default()
+    };
+    bpf_call(BPF_MAP_DELETE_ELEM, &mut attr).map(|_| ())
 }
 
 #[repr(C)]

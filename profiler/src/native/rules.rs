@@ -7,8 +7,8 @@
 
 use crate::native::bpf::map_shared;
 use crate::native::bpf::{
-    create_map, update_elem, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_PERCPU_ARRAY,
-    BPF_MAP_TYPE_PROG_ARRAY,
+    create_map, delete_elem, update_elem, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH,
+    BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_PROG_ARRAY,
 };
 use crate::native::unwind::FrameRule;
 use crate::native::walk::{bit, SCRATCH_SIZE};
@@ -251,7 +251,7 @@ impl Rules {
     /// as soon as the modules are known for the process `run` started (a deep stack needs the
     /// table from its first sample), and once the walk is on for others (a tree's compilers
     /// each would read theirs for nothing). After an `exec` (a module read is gone), the
-    /// table starts again.
+    /// table starts again, and so do the rules learnt.
     pub fn read_functions(&mut self, modules: &[Module]) {
         if !self.on && !self.reading.eager {
             return;
@@ -263,6 +263,7 @@ impl Rules {
             self.reading.entries.clear();
             self.set_functions(&[]);
             self.reading.generation.fetch_add(1, Ordering::Relaxed);
+            self.forget_rules();
         }
         let mut new: Vec<Module> = (modules.iter())
             .filter(|m| self.reading.asked.insert(m.range.start))
@@ -334,8 +335,12 @@ impl Rules {
         }
     }
 
-    /// Whether the rule at `return_address` was given (or found to be none).
+    /// Whether the rule at `return_address` was given (or found to be none), or no more
+    /// rules can be ([`MAX_RULES`]: nothing to look up for it).
     pub fn knows(&self, return_address: u64) -> bool {
+        if self.known.len() >= MAX_RULES as usize {
+            return true;
+        }
         self.known.contains(&return_address)
     }
 
@@ -355,6 +360,17 @@ impl Rules {
                 let word = self.bits.add(index);
                 word.write_volatile(word.read_volatile() | 1 << bit);
             }
+        }
+    }
+
+    /// Forgets the rules learnt (after an exec, their return addresses are the old program's).
+    fn forget_rules(&mut self) {
+        for return_address in self.known.drain() {
+            let _ = delete_elem(self.map.as_raw_fd(), return_address);
+        }
+        for index in 0..BITMAP_BITS / 64 {
+            // SAFETY: inside the mapping; volatile: the programs read it at any time.
+            unsafe { self.bits.add(index).write_volatile(0) };
         }
     }
 }
