@@ -122,10 +122,8 @@ pub struct NativeSampler {
 
 impl NativeSampler {
     /// A native sampler for process `pid` (its memory map is read at once), sampling running
-    /// threads with perf every `perf` of their CPU time, if given and the kernel allows it.
-    pub fn new(pid: u32, perf: Option<(Duration, u32)>) -> NativeSampler {
-        let perf =
-            perf.map(|(period, threads)| PerfSampler::new(period.as_nanos() as u64, threads));
+    /// threads with `perf` (a perf sampler, or why there is none), if given.
+    pub fn new(pid: u32, perf: Option<Result<PerfSampler, String>>) -> NativeSampler {
         let (perf, perf_refused) = match perf {
             Some(Ok(sampler)) => (Some(sampler), None),
             Some(Err(why)) => (None, Some(why)),

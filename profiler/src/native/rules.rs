@@ -16,8 +16,9 @@ use crate::target::modules::Module;
 use nix::errno::Errno;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Bits of the bitmap of learnt return addresses, which the scan looks at before the rules.
 pub const BITMAP_BITS: usize = 1 << 20;
@@ -186,15 +187,18 @@ impl Rules {
             return false;
         }
         self.prepare_walk(copies);
-        self.on = self.walk_ready();
+        self.on = self.walk_ready(Duration::ZERO);
         self.on
     }
 
-    /// Whether the walk is loaded and put where the threads' programs call it.
-    fn walk_ready(&mut self) -> bool {
+    /// Whether the walk is loaded and put where the threads' programs call it, waiting up to
+    /// `wait` for it if it is being loaded (`fsprof run` makes the perf sampler, and waits,
+    /// before it starts the program: the verifier then has a CPU, and the walk is there for
+    /// the program's first sample).
+    pub fn walk_ready(&mut self, wait: Duration) -> bool {
         if let Walk::Loading(loaded) = &self.walk {
-            self.walk = match loaded.try_recv() {
-                Err(TryRecvError::Empty) => return false,
+            self.walk = match loaded.recv_timeout(wait) {
+                Err(RecvTimeoutError::Timeout) => return false,
                 Ok(Ok(walk))
                     if update_elem(self.programs.as_raw_fd(), 0, walk.as_raw_fd() as u64)
                         .is_ok() =>

@@ -17,7 +17,7 @@
 //! is alive; nothing else is resolved in the loop.
 
 use crate::native::capture::{self, Captured, NativeSampler, PerfTaken};
-use crate::native::perf::SLOTS;
+use crate::native::perf::{PerfSampler, SLOTS};
 use crate::native::unwind::UnwoundFrame;
 use crate::profile::{Meta, Profile, ProfileBuilder, Stack, MAX_STACK_FRAMES};
 use crate::record::clock::TickClock;
@@ -109,6 +109,17 @@ pub struct SamplerOptions {
     pub perf_threads: u32,
 }
 
+impl SamplerOptions {
+    /// The perf sampler these options ask for (or why there is none), if any: made before the
+    /// program starts by `fsprof run` (see `Rules::walk_ready`).
+    pub fn perf_sampler(&self) -> Option<Result<PerfSampler, String>> {
+        let period = self.perf.filter(|_| self.native)?;
+        let threads = (self.perf_threads > 0).then_some(self.perf_threads);
+        let threads = threads.unwrap_or(crate::native::perf::MAX_THREADS);
+        Some(PerfSampler::new(period.as_nanos() as u64, threads))
+    }
+}
+
 /// The threads being sampled.
 struct Threads {
     states: HashMap<u32, ThreadState>,
@@ -154,13 +165,15 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// A sampler for process `pid` that may keep `descriptor_budget` files open. Nothing is read
-    /// until the first [`Sampler::tick`].
-    pub fn new(pid: u32, descriptor_budget: usize, options: SamplerOptions) -> Sampler {
-        let perf_threads = match options.perf_threads {
-            0 => crate::native::perf::MAX_THREADS,
-            n => n,
-        };
+    /// A sampler for process `pid` that may keep `descriptor_budget` files open, with the
+    /// perf sampler `perf` (see [`SamplerOptions::perf_sampler`]). Nothing is read until the
+    /// first [`Sampler::tick`].
+    pub fn new(
+        pid: u32,
+        descriptor_budget: usize,
+        options: SamplerOptions,
+        perf: Option<Result<PerfSampler, String>>,
+    ) -> Sampler {
         Sampler {
             pid,
             remote: Remote::new(pid),
@@ -180,9 +193,7 @@ impl Sampler {
             },
             tids: Vec::new(),
             records: Vec::new(),
-            native: options
-                .native
-                .then(|| NativeSampler::new(pid, options.perf.map(|p| (p, perf_threads)))),
+            native: options.native.then(|| NativeSampler::new(pid, perf)),
             options,
             image_token: None,
         }

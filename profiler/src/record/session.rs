@@ -105,6 +105,15 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     if let Some(note) = preload.note() {
         eprintln!("fsprof: {note}");
     }
+    // The perf sampler before the program: the kernel verifies the stack walk's program (15 to
+    // 20 ms of CPU, see `native/rules.rs`) while the program is not yet competing for the CPU,
+    // and a deep program's first samples have it (rustc's first 40 to 90 ms stopped short when
+    // it was verified beside the compiler).
+    let sampling = sampler_options(options);
+    let mut perf = sampling.perf_sampler();
+    if let Some(Ok(perf)) = &mut perf {
+        perf.rules().walk_ready(WALK_WAIT);
+    }
     let mut child = match spawn(name, args, preload.library()) {
         Ok(child) => child,
         Err(error) => {
@@ -118,7 +127,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     // Raised only now, so that the program does not inherit fsprof's higher limit.
     let descriptors = process::raise_open_file_limit();
 
-    let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
+    let mut sampler = Sampler::new(pid, descriptors, sampling, perf);
     let mut tree = follow(pid, descriptors, options, "run");
     let mut status: Option<ExitStatus> = None;
     let schedule = schedule(options, &signals, (&program_name(name), pid), true);
@@ -216,7 +225,9 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
             dir.display()
         );
     }
-    let mut sampler = Sampler::new(pid, descriptors, sampler_options(options));
+    let sampling = sampler_options(options);
+    let perf = sampling.perf_sampler();
+    let mut sampler = Sampler::new(pid, descriptors, sampling, perf);
     let mut tree = follow(pid, descriptors, options, "attach");
     let mut next_check = Instant::now();
     let schedule = schedule(options, &signals, (&name, pid), false);
@@ -439,6 +450,10 @@ fn sampler_options(options: &RecordOptions) -> SamplerOptions {
         perf_threads: 0,
     }
 }
+
+/// Longest wait for the stack walk's program before `run` starts the program (it takes 15 ms
+/// on an idle machine).
+const WALK_WAIT: Duration = Duration::from_millis(100);
 
 /// Fails, before anything is started, when perf was asked for explicitly and is refused.
 fn check_backend(options: &RecordOptions) -> Result<()> {

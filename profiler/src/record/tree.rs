@@ -199,7 +199,8 @@ impl Tree {
 /// latest command line and its profile.
 fn record(pid: u32, sampling: Sampling, stop: &AtomicBool) -> (Vec<String>, Profile) {
     let mut command = process::command_line(pid);
-    let mut sampler = Sampler::new(pid, sampling.descriptors, sampling.options);
+    let perf = sampling.options.perf_sampler();
+    let mut sampler = Sampler::new(pid, sampling.descriptors, sampling.options, perf);
     let schedule = Schedule {
         rate_hz: sampling.rate_hz,
         duration: None,
