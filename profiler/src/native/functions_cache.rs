@@ -9,13 +9,14 @@
 //! `.eh_frame`, hashed (FNV-1a). Addresses are the file's (before the module's load bias). A
 //! table that is not its module's (two modules with one name, a file changed in place, a
 //! damaged file) can only make the walk read the wrong words, which the unwinder does not
-//! take: stacks stop short, none is wrong. A file read is untrusted all the same: its size is
-//! bounded, every rule checked, and a file that fails is read again from the module.
+//! take: stacks stop short, none is wrong. A file read is untrusted all the same: only one of
+//! this user's, in a directory only this user may write, is read; its size is bounded, every
+//! rule checked, and a file that fails is read again from the module.
 //!
 //! Kept in `functions/` in fsprof's cache directory (`cache.rs`), at most [`FILES`] tables,
 //! the least recently used removed first. Not here: reading the tables (`functions.rs`).
 
-use crate::cache::{fnv1a, make_private_dir, write_atomically, FNV_PRIME, FNV_START};
+use crate::cache::{check_owned, fnv1a, make_private_dir, write_atomically, FNV_PRIME, FNV_START};
 use crate::native::rules::{decode, encode};
 use crate::native::unwind::FrameRule;
 use std::path::{Path, PathBuf};
@@ -56,6 +57,8 @@ pub fn load(key: u64, most: usize) -> Option<Vec<(u64, Option<FrameRule>)>> {
 fn load_from(dir: &Path, key: u64, most: usize) -> Option<Vec<(u64, Option<FrameRule>)>> {
     use std::io::Read;
     let path = dir.join(name(key));
+    // Only this user's, as the agent's copy (`cache.rs`).
+    check_owned(dir).and_then(|()| check_owned(&path)).ok()?;
     let file = std::fs::File::open(&path).ok()?;
     let size = file.metadata().ok()?.len();
     if size > 16 * (most as u64 + 1) || size % 16 != 0 {
