@@ -203,6 +203,12 @@ mod tests {
                 std::fs::write(&file, bytes).unwrap();
                 assert_eq!(load_from(dir, key, 100), None);
             }
+            // Whole, but others may write it: not read.
+            std::fs::write(&file, &whole).unwrap();
+            assert!(load_from(dir, key, 100).is_some());
+            let writable = std::os::unix::fs::PermissionsExt::from_mode(0o666);
+            std::fs::set_permissions(&file, writable).unwrap();
+            assert_eq!(load_from(dir, key, 100), None);
         });
     }
 
