@@ -67,7 +67,8 @@ pub fn check_owned(path: &Path) -> Result<(), String> {
 }
 
 /// Writes `bytes` to `file` (mode `mode`) through a temporary file in the same directory
-/// renamed into place: a reader sees the old file or the whole new one.
+/// renamed into place: a reader sees the old file or the whole new one. Not synced to disk
+/// (after a crash the file may be short or empty; both users check what they read).
 pub fn write_atomically(file: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
     let name = file.file_name().unwrap_or_default().to_string_lossy();
     // The thread too: two threads of one fsprof may write at once.
@@ -79,10 +80,7 @@ pub fn write_atomically(file: &Path, bytes: &[u8], mode: u32) -> Result<(), Stri
         .create_new(true)
         .mode(mode)
         .open(&temporary)
-        .and_then(|mut out| {
-            out.write_all(bytes)?;
-            out.sync_all()
-        })
+        .and_then(|mut out| out.write_all(bytes))
         .and_then(|()| fs::rename(&temporary, file));
     if let Err(e) = written {
         let _ = fs::remove_file(&temporary);

@@ -6,7 +6,9 @@
 //!
 //! A table is named by what it is made from: its module's `.eh_frame_hdr` (every function's
 //! start and where its description is), the addresses and sizes of that section and of
-//! `.eh_frame`, hashed (FNV-1a). Addresses are the file's (before the module's load bias). A
+//! `.eh_frame`, and fsprof's version (which reads the rules), hashed (FNV-1a's steps, a word at
+//! a time). Not `.eh_frame`'s bytes (6 MB for rustc's driver). Addresses are the file's
+//! (before the module's load bias). A
 //! table that is not its module's (two modules with one name, a file changed in place, a
 //! damaged file) can only make the walk read the wrong words, which the unwinder does not
 //! take: stacks stop short, none is wrong. A file read is untrusted all the same: only one of
@@ -14,11 +16,13 @@
 //! rule checked, and a file that fails is read again from the module.
 //!
 //! Kept in `functions/` in fsprof's cache directory (`cache.rs`), at most [`FILES`] tables,
-//! the least recently used removed first. Not here: reading the tables (`functions.rs`).
+//! the least recently used removed first; none when the directory the cache is in (`$HOME`,
+//! `$XDG_CACHE_HOME`) is another user's (root run with a user's environment). Not here: reading the tables (`functions.rs`).
 
 use crate::cache::{check_owned, fnv1a, make_private_dir, write_atomically, FNV_PRIME, FNV_START};
 use crate::native::rules::{decode, encode};
 use crate::native::unwind::FrameRule;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Functions from which a module's table is kept (fewer are read in a millisecond or two).
@@ -33,7 +37,8 @@ const MAGIC: &[u8; 8] = b"fsprfn01";
 /// The name of a module's table: `parts` (its sections' addresses, sizes and bytes), hashed
 /// by FNV-1a a word at a time (rustc's driver's `.eh_frame_hdr` is 0.85 MB).
 pub fn key(parts: &[&[u8]]) -> u64 {
-    (parts.iter()).fold(FNV_START, |hash, part| {
+    let version: &[u8] = env!("CARGO_PKG_VERSION").as_bytes();
+    (std::iter::once(&version).chain(parts)).fold(FNV_START, |hash, part| {
         let words = part.chunks_exact(8);
         let rest = words.remainder();
         let hash = words.fold(
@@ -57,11 +62,17 @@ pub fn load(key: u64, most: usize) -> Option<Vec<(u64, Option<FrameRule>)>> {
 fn load_from(dir: &Path, key: u64, most: usize) -> Option<Vec<(u64, Option<FrameRule>)>> {
     use std::io::Read;
     let path = dir.join(name(key));
-    // Only this user's, as the agent's copy (`cache.rs`).
-    check_owned(dir).and_then(|()| check_owned(&path)).ok()?;
-    let file = std::fs::File::open(&path).ok()?;
-    let size = file.metadata().ok()?.len();
-    if size > 16 * (most as u64 + 1) || size % 16 != 0 {
+    // Only this user's, as the agent's copy (`cache.rs`): a plain file (not followed if a
+    // link, nor waited on if a pipe) that no other user may write.
+    check_owned(dir).ok()?;
+    let file = (std::fs::OpenOptions::new().read(true))
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(&path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    let mine = meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o022 == 0;
+    let size = meta.len();
+    if !meta.is_file() || !mine || size > 16 * (most as u64 + 1) || size % 16 != 0 {
         return None;
     }
     let mut bytes = Vec::with_capacity(size as usize);
@@ -126,9 +137,17 @@ fn store_in(dir: &Path, key: u64, table: &[(u64, Option<FrameRule>)]) {
     }
 }
 
-/// Where the tables are kept.
+/// Where the tables are kept; none if the nearest existing directory above fsprof's cache
+/// directory is not this user's (nothing is made in another user's home).
 fn dir() -> Result<PathBuf, String> {
-    Ok(crate::cache::dir()?.join("functions"))
+    let fsprof = crate::cache::dir()?;
+    let holder = (fsprof.ancestors().skip(1))
+        .find_map(|dir| std::fs::metadata(dir).ok())
+        .ok_or("no directory")?;
+    if holder.uid() != nix::unistd::geteuid().as_raw() {
+        return Err("the cache directory is in another user's".to_owned());
+    }
+    Ok(fsprof.join("functions"))
 }
 
 /// The file name of the table named `key`.

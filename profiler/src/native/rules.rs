@@ -67,7 +67,7 @@ pub struct Rules {
     /// not per thread (a thread's map value would be 6 KiB larger, 1024 of them).
     scratch: OwnedFd,
     /// The program array the threads' programs tail-call the walk through, and the walk's
-    /// program (see [`Rules::start_walk`]).
+    /// program (see [`Rules::prepare_walk`]).
     programs: OwnedFd,
     walk: Walk,
     /// Entries the table has room for (besides entry 0).
@@ -95,9 +95,9 @@ enum Walk {
 /// The functions' table as read so far (see [`Rules::read_functions`]).
 struct Reading {
     /// The functions of modules being read, on threads of their own, and the modules asked
-    /// for (by start).
+    /// for (their ranges, by start).
     channel: Channel,
-    asked: std::collections::HashSet<u64>,
+    asked: std::collections::HashMap<u64, u64>,
     /// Bumped when the table starts again (after an exec); shared with the reading threads,
     /// which stop reading for an earlier one.
     generation: Arc<AtomicU64>,
@@ -170,9 +170,9 @@ impl Rules {
     /// Starts loading the walk (`copies`: the ring its records go to) on a thread of its own,
     /// if not yet done: the kernel's verifier takes 15 to 20 ms of CPU, more on a busy machine,
     /// and a deep program's samples until the walk is on stop short (rustc's first 40 to 90 ms
-    /// when it was loaded at the first deep stack). Started when the process's functions are
-    /// read (see [`Rules::read_functions`]) and for others at their first deep stack; the
-    /// kernel refuses it before Linux 6.9 (no walk then).
+    /// when it was loaded at the first deep stack). Started when the perf sampler is made for
+    /// the process `run` starts or `attach` names, and for others at their first deep stack;
+    /// the kernel refuses it before Linux 6.9 (no walk then).
     pub(super) fn prepare_walk(&mut self, copies: RawFd) {
         if let Walk::NotAsked = self.walk {
             self.walk = self.load_walk(copies);
@@ -236,7 +236,9 @@ impl Rules {
             .spawn(move || {
                 let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
                 let maps = [raw[0], raw[1], raw[2], raw[3]];
-                let _ = send.send(crate::native::bpf::load_walk(maps, raw[4]));
+                // With fsprof's BPF privilege raised for the load (this thread's own set).
+                let load = || crate::native::bpf::load_walk(maps, raw[4]);
+                let _ = send.send(crate::record::privilege::with_perf(load));
             });
         match spawned {
             Ok(_) => Walk::Loading(loaded),
@@ -260,17 +262,19 @@ impl Rules {
         if !self.on && !self.reading.eager {
             return;
         }
-        let gone = (self.reading.asked.iter())
-            .any(|start| !modules.iter().any(|m| m.range.start == *start));
-        if gone {
+        let gone: Vec<std::ops::Range<u64>> = (self.reading.asked.iter())
+            .filter(|(start, _)| !modules.iter().any(|m| m.range.start == **start))
+            .map(|(start, end)| *start..*end)
+            .collect();
+        if !gone.is_empty() {
             self.reading.asked.clear();
             self.reading.entries.clear();
             self.set_functions(&[]);
             self.reading.generation.fetch_add(1, Ordering::Relaxed);
-            self.forget_rules();
+            self.forget_rules(&gone);
         }
         let mut new: Vec<Module> = (modules.iter())
-            .filter(|m| self.reading.asked.insert(m.range.start))
+            .filter(|m| (self.reading.asked.insert(m.range.start, m.range.end)).is_none())
             .cloned()
             .collect();
         if new.is_empty() {
@@ -367,14 +371,26 @@ impl Rules {
         }
     }
 
-    /// Forgets the rules learnt (after an exec, their return addresses are the old program's).
-    fn forget_rules(&mut self) {
-        for return_address in self.known.drain() {
-            let _ = delete_elem(self.map.as_raw_fd(), return_address);
+    /// Forgets the rules learnt in the modules `gone` (unloaded, or an exec's old program: the
+    /// addresses may be another code's now), and makes the bitmap again from the others (two
+    /// addresses may share a bit).
+    fn forget_rules(&mut self, gone: &[std::ops::Range<u64>]) {
+        let map = self.map.as_raw_fd();
+        self.known.retain(|address| {
+            let keep = !gone.iter().any(|range| range.contains(address));
+            if !keep {
+                let _ = delete_elem(map, *address);
+            }
+            keep
+        });
+        let mut bits = vec![0u64; BITMAP_BITS / 64];
+        for address in &self.known {
+            let (index, bit) = bit(*address);
+            bits[index] |= 1 << bit;
         }
-        for index in 0..BITMAP_BITS / 64 {
+        for (index, word) in bits.into_iter().enumerate() {
             // SAFETY: inside the mapping; volatile: the programs read it at any time.
-            unsafe { self.bits.add(index).write_volatile(0) };
+            unsafe { self.bits.add(index).write_volatile(word) };
         }
     }
 }

@@ -7,9 +7,10 @@
 //! exec, the exec for fsprof to reap, and fsprof is in the seize: the program hangs for good (seen
 //! once with rustup's rustc, which execs with a second thread). So a seize is watched: once it has
 //! waited [`GRACE`], a watcher thread reaps the process's threads that exited (any thread of the
-//! tracer's process may reap its tracees; only exits, `WEXITED`, and never the leader, whose exit
-//! is the program's), the exec goes on, and so does the seize; its caller is told which threads
-//! were reaped, to forget them.
+//! tracer's process may reap its tracees; never the leader, whose exit is the program's), the
+//! exec goes on, and so does the seize; its caller is told which threads were reaped, to forget
+//! them. A tracee's ptrace stops are reported to any wait, whatever its flags: the watcher looks
+//! first without taking (`WNOWAIT`) and takes only an exit, so a stop stays the tracer's.
 //!
 //! Not here: the rest of ptrace (`tracer.rs`).
 
@@ -107,17 +108,26 @@ fn reap_exited(pid: u32) -> Vec<u32> {
         .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok());
     let mut reaped = Vec::new();
     for tid in tids.filter(|tid| *tid != pid) {
-        // SAFETY: waitid with a valid siginfo; WEXITED only: a stop is left for the tracer.
-        let exited = unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let flags = libc::WEXITED | libc::WNOHANG | libc::__WALL;
-            libc::waitid(libc::P_PID, tid, &mut info, flags) == 0 && info.si_pid() == tid as i32
-        };
-        if exited {
+        let flags = libc::WEXITED | libc::WNOHANG | libc::__WALL;
+        // An exit stays until taken: looked at, then taken if it is one.
+        if exited(tid, flags | libc::WNOWAIT) && exited(tid, flags) {
             reaped.push(tid);
         }
     }
     reaped
+}
+
+/// Whether `waitid(P_PID, tid, flags)` reports thread `tid`'s exit (not a stop, not nothing).
+fn exited(tid: u32, flags: i32) -> bool {
+    // SAFETY: waitid with a valid siginfo.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let reported = libc::waitid(libc::P_PID, tid, &mut info, flags) == 0;
+        let code = info.si_code;
+        reported
+            && info.si_pid() == tid as i32
+            && matches!(code, libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED)
+    }
 }
 
 #[cfg(test)]
@@ -129,6 +139,47 @@ mod tests {
     fn state(pid: u32, tid: u32) -> Option<char> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
         stat.rsplit_once(')')?.1.trim_start().chars().next()
+    }
+
+    /// A thread in a ptrace stop is not taken for an exited one: its stop stays the tracer's.
+    #[test]
+    fn the_watcher_leaves_a_stop_to_the_tracer() {
+        let script = "import sys, threading\n\
+                      t = threading.Thread(target=lambda: sys.stdin.read(1))\n\
+                      t.start()\n\
+                      print(t.native_id, flush=True)\n\
+                      t.join()\n";
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let pid = child.id();
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        let thread: i32 = line.trim().parse().unwrap();
+        // SAFETY: ptrace and waitpid with valid arguments.
+        unsafe {
+            assert_eq!(libc::ptrace(libc::PTRACE_SEIZE, thread, 0, 0), 0);
+            assert_eq!(libc::ptrace(libc::PTRACE_INTERRUPT, thread, 0, 0), 0);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while state(pid, thread as u32) != Some('t') {
+            assert!(Instant::now() < deadline, "the thread never stopped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(reap_exited(pid), Vec::<u32>::new());
+        let mut status = 0;
+        // SAFETY: as above.
+        let stopped = unsafe { libc::waitpid(thread, &mut status, libc::__WALL | libc::WNOHANG) };
+        assert_eq!(stopped, thread, "the stop was taken");
+        assert!(libc::WIFSTOPPED(status));
+        // SAFETY: as above (it is stopped: detach lets it go).
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, thread, 0, 0) };
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     /// The deadlock, made on purpose: a traced thread exits unreaped while its process execs,
