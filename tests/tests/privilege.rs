@@ -56,6 +56,7 @@ impl House {
             (fsprof(), "fsprof-plain"),
             (native::agent_library(), "libfsprof_agent.so"),
             (PathBuf::from(target()), "fsprof-target"),
+            (fsprof().with_file_name("deep"), "deep"),
         ] {
             std::fs::copy(from, house.path(name)).unwrap();
             open(&house.path(name));
@@ -308,6 +309,48 @@ fn capable_copies_profile_their_users_own_process_with_perf() {
                 file.display()
             );
         }
+    }
+}
+
+/// The BPF walk of deep stacks (`native/walk.rs`) is loaded with the privilege it needs, on
+/// its own thread: `deep paths` (another way down at each descent, beyond perf's copy of the
+/// stack's top) reaches `main` through it, or not at all (0% before that thread raised it).
+#[test]
+fn capable_copies_walk_deep_stacks() {
+    let _serial = serial();
+    let Some(house) = House::new() else { return };
+    for privilege in [Privilege::FileCaps, Privilege::SetuidRoot] {
+        let out = house.work(&format!("deep-{privilege:?}"));
+        let truth = house.work("deep-truth.json");
+        let deep = house.path("deep");
+        let output = house.fsprof(
+            privilege,
+            &[
+                "run",
+                "--no-agent",
+                "--rate",
+                "1000",
+                "-o",
+                out.to_str().unwrap(),
+                "--",
+            ]
+            .into_iter()
+            .chain([deep.to_str().unwrap(), "paths", "2", "--truth"])
+            .chain([truth.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{privilege:?}: {stderr}");
+        let meta = &report_json(&out)["meta"];
+        assert_eq!(meta["native_backend"], "perf", "{privilege:?}: {stderr}");
+        let walked = meta["native_walked"].as_u64().unwrap_or(0);
+        let captured = meta["native_captured"].as_u64().unwrap_or(0).max(1);
+        let share = walked as f64 * 100.0 / captured as f64;
+        eprintln!("{privilege:?}: {share:.1}% of the native stacks reached main through the walk");
+        assert!(
+            share >= 80.0,
+            "{privilege:?}: {share:.1}% through the walk: {stderr}"
+        );
     }
 }
 
