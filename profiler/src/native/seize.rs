@@ -141,25 +141,34 @@ mod tests {
         stat.rsplit_once(')')?.1.trim_start().chars().next()
     }
 
-    /// A thread in a ptrace stop is not taken for an exited one: its stop stays the tracer's.
-    #[test]
-    fn the_watcher_leaves_a_stop_to_the_tracer() {
-        let script = "import sys, threading\n\
-                      t = threading.Thread(target=lambda: sys.stdin.read(1))\n\
-                      t.start()\n\
-                      print(t.native_id, flush=True)\n\
-                      t.join()\n";
+    /// python3 with a second thread that reads one byte of its standard input and ends, then
+    /// `after` (Python lines run once that thread is joined); the program and that thread's id.
+    fn python_with_a_thread(after: &str) -> (std::process::Child, u32) {
+        let script = format!(
+            "import os, sys, threading\n\
+             t = threading.Thread(target=lambda: sys.stdin.read(1))\n\
+             t.start()\n\
+             print(t.native_id, flush=True)\n\
+             t.join()\n{after}"
+        );
         let mut child = std::process::Command::new("python3")
-            .args(["-c", script])
+            .args(["-c", &script])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("python3");
-        let pid = child.id();
         let mut line = String::new();
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
         out.read_line(&mut line).unwrap();
-        let thread: i32 = line.trim().parse().unwrap();
+        let thread = line.trim().parse().unwrap();
+        (child, thread)
+    }
+
+    /// A thread in a ptrace stop is not taken for an exited one: its stop stays the tracer's.
+    #[test]
+    fn the_watcher_leaves_a_stop_to_the_tracer() {
+        let (mut child, thread) = python_with_a_thread("");
+        let (pid, thread) = (child.id(), thread as i32);
         // SAFETY: ptrace and waitpid with valid arguments.
         unsafe {
             assert_eq!(libc::ptrace(libc::PTRACE_SEIZE, thread, 0, 0), 0);
@@ -187,23 +196,8 @@ mod tests {
     /// (the test then fails at its deadline, killing the program to free itself).
     #[test]
     fn a_seize_during_an_exec_waiting_for_a_traced_thread_returns() {
-        let script = "import os, sys, threading\n\
-                      t = threading.Thread(target=lambda: sys.stdin.read(1))\n\
-                      t.start()\n\
-                      print(t.native_id, flush=True)\n\
-                      t.join()\n\
-                      os.execv('/bin/sleep', ['sleep', '30'])\n";
-        let mut child = std::process::Command::new("python3")
-            .args(["-c", script])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3");
+        let (mut child, thread) = python_with_a_thread("os.execv('/bin/sleep', ['sleep', '30'])\n");
         let pid = child.id();
-        let mut line = String::new();
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        out.read_line(&mut line).unwrap();
-        let thread: u32 = line.trim().parse().unwrap();
         let (done, result) = std::sync::mpsc::channel();
         let mut stdin = child.stdin.take().unwrap();
         let tracer = std::thread::spawn(move || {
