@@ -555,9 +555,91 @@ fn capable_copies_follow_only_the_children_their_user_may_trace() {
             !commands.iter().any(|c| c.contains("fsprof-target-setuid")),
             "{privilege:?}: the set-user-id program was recorded: {commands:?}"
         );
-        assert!(
-            stderr.contains("may not trace them"),
-            "{privilege:?}: {stderr}"
+        assert!(stderr.contains("may not trace"), "{privilege:?}: {stderr}");
+    }
+}
+
+/// The exec raced on purpose: the user's script runs a set-user-id-root program thirty times in
+/// a row, each time from a child that execs it after its fork, at once the first time and a
+/// little later each time (so that followers find the child as the script, before, during or
+/// after its exec), beside the user's own program. Every
+/// copy records the user's program and never the set-user-id one, and the set-user-id program
+/// keeps its privilege every time: each run's truth file is written by root (a tracer that held
+/// it across the exec would have had the kernel run it as the user).
+#[test]
+fn capable_copies_stop_recording_a_child_at_its_set_user_id_exec() {
+    let _serial = serial();
+    let Some(house) = House::new() else { return };
+    let setuid = house.path("fsprof-target-setuid");
+    std::fs::copy(house.path("fsprof-target"), &setuid).unwrap();
+    std::fs::set_permissions(&setuid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    const RUNS: usize = 30;
+    for privilege in ALL {
+        let runs = house.work(&format!("{privilege:?}-runs"));
+        std::fs::create_dir(&runs).unwrap();
+        std::os::unix::fs::chown(&runs, Some(USER), Some(USER)).unwrap();
+        let script = house.path(&format!("race-{privilege:?}.sh"));
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n\
+                 i=0\n\
+                 while [ $i -lt {RUNS} ]; do\n\
+                 (j=0; while [ $j -lt $((i * 40)) ]; do j=$((j+1)); done; exec {setuid} mixed 0.03 --truth {runs}/$i.json)\n\
+                 i=$((i+1)); done &\n\
+                 {plain} mixed 1.5\n\
+                 wait\n",
+                setuid = setuid.display(),
+                runs = runs.display(),
+                plain = house.path("fsprof-target").display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = house.work(&format!("{privilege:?}-race"));
+        let output = house.fsprof(
+            privilege,
+            &[
+                "run",
+                "--no-agent",
+                "-o",
+                out.to_str().unwrap(),
+                "--",
+                script.to_str().unwrap(),
+            ],
         );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{privilege:?}: {stderr}");
+        let report = report_json(&out);
+        let commands: Vec<&str> = (report["processes"].as_array().unwrap().iter())
+            .map(|p| p["command"].as_str().unwrap())
+            .collect();
+        let notes: Vec<&str> = (stderr.lines())
+            .filter(|l| l.contains("child processes were"))
+            .collect();
+        eprintln!(
+            "{privilege:?}: {} processes recorded; {notes:?}",
+            commands.len()
+        );
+        assert!(
+            commands.iter().any(|c| c.contains("/fsprof-target mixed")),
+            "{privilege:?}: the user's program was not recorded: {commands:?}"
+        );
+        assert!(
+            !commands.iter().any(|c| c.contains("fsprof-target-setuid")),
+            "{privilege:?}: the set-user-id program was recorded: {commands:?}"
+        );
+        for run in 0..RUNS {
+            let truth = runs.join(format!("{run}.json"));
+            assert!(
+                truth.exists(),
+                "{privilege:?}: run {run} left no truth: {stderr}"
+            );
+            assert_eq!(
+                owner(&truth),
+                0,
+                "{privilege:?}: run {run} of the set-user-id program ran without its privilege"
+            );
+        }
     }
 }

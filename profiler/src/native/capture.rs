@@ -225,7 +225,8 @@ impl NativeSampler {
         }
     }
 
-    /// Attaches to `tid` if not yet done; whether it is attached.
+    /// Attaches to `tid` for a sample ([`NativeSampler::capture`] detaches it), if not yet
+    /// done; whether it is attached.
     pub fn attach(&mut self, tid: u32) -> bool {
         if self.tracer.is_attached(tid) {
             return true;
@@ -237,6 +238,7 @@ impl NativeSampler {
         self.poll();
         match self.tracer.seize(tid) {
             Ok(()) => true,
+            Err(nix::errno::Errno::ESRCH) => false, // it exited
             Err(errno) => {
                 self.stats.attach_failures += 1;
                 self.attach_error.get_or_insert(errno);

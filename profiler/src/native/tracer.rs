@@ -1,16 +1,23 @@
 //! Stopping target threads for an instant: ptrace, one thread at a time.
 //!
-//! Each thread is *seized* once (`PTRACE_SEIZE`, which neither stops it nor changes its signals)
-//! and stays attached for the session. To sample it the tracer interrupts it, waits for the stop,
-//! hands its registers to the caller (who copies what must describe the same instant: the top of
-//! the stack, the mark slot), and lets it run again. While attached, every signal sent to the
-//! target passes through us: it is re-injected at once, and job-control stops are left in place
-//! (`PTRACE_LISTEN`).
+//! A thread is traced only for its sample: it is *seized* (`PTRACE_SEIZE`, which neither stops
+//! it nor changes its signals), interrupted, its registers handed to the caller (who copies what
+//! must describe the same instant: the top of the stack, the mark slot) while it is stopped, and
+//! detached, which lets it run again. A thread that does not stop in time stays attached until
+//! its stop comes ([`Tracer::poll`]). While attached, a signal sent to the thread passes through
+//! us and is re-injected at once; a job-control stop is left in place (a thread detached in one
+//! stays stopped).
+//!
+//! Why not stay attached for the session (one system call less per sample): a traced thread
+//! that `exec`s a set-user-id or file-capability program runs it without its privilege, unless
+//! its tracer holds `CAP_SYS_PTRACE` (a capable fsprof holds none, nor does a user's): `sudo` in
+//! a recorded build would fail. Between samples nothing of the program is traced: its signals,
+//! its `exec`s and its exits are its own.
 //!
 //! The target is never left stopped or traced: [`Tracer::detach_all`] (also run on drop, so on
-//! errors and panics) stops each thread once more only to detach it, passing on any signal that
-//! was being delivered; if fsprof is killed outright, the kernel detaches everything. This module
-//! knows nothing of marks or unwinding.
+//! errors and panics) stops each thread still attached once more only to detach it, passing on
+//! any signal that was being delivered; if fsprof is killed outright, the kernel detaches
+//! everything. This module knows nothing of marks or unwinding.
 
 use crate::native::unwind::Registers;
 use nix::errno::Errno;
@@ -120,13 +127,13 @@ impl Tracer {
         }
     }
 
-    /// Whether thread `tid` is attached.
+    /// Whether thread `tid` is attached (seized for a sample that has not ended yet).
     pub fn is_attached(&self, tid: u32) -> bool {
         self.threads.contains_key(&tid)
     }
 
-    /// Attaches to thread `tid` without stopping it (never waiting on an exec that waits on
-    /// fsprof: see `seize.rs`).
+    /// Attaches to thread `tid` without stopping it, for one sample (never waiting on an exec
+    /// that waits on fsprof: see `seize.rs`).
     pub fn seize(&mut self, tid: u32) -> Result<(), Errno> {
         let (result, reaped) = crate::native::seize::seize(self.pid, tid);
         for gone in reaped {
@@ -147,9 +154,9 @@ impl Tracer {
         &self.pauses
     }
 
-    /// Handles every pending event without blocking: signals are passed on, job-control stops
-    /// listened to, exited threads forgotten, and the stops of earlier samples that did not stop
-    /// in time handed to `late` (with the thread's registers, while it is stopped) and resumed.
+    /// Handles every pending event without blocking: signals are passed on, exited threads
+    /// forgotten, and the stops of earlier samples that did not stop in time handed to `late`
+    /// (with the thread's registers, while it is stopped) and detached.
     pub fn poll(&mut self, mut late: impl FnMut(u32, Registers)) {
         loop {
             let mut status = 0;
@@ -200,16 +207,11 @@ impl Tracer {
         let signal = libc::WSTOPSIG(status);
         let event = status >> 16;
         if event == libc::PTRACE_EVENT_STOP {
-            // Any trap stop consumes a pending interrupt (a group stop included).
-            if let Some(thread) = self.threads.get_mut(&tid) {
-                thread.interrupt_pending = false;
-            }
-            if is_job_stop(signal) {
-                // A group stop (SIGSTOP, Ctrl-Z): leave the thread stopped, as without us.
-                ptrace(libc::PTRACE_LISTEN, tid, 0);
-            } else {
-                ptrace(libc::PTRACE_CONT, tid, 0);
-            }
+            // Any trap stop consumes a pending interrupt (a group stop included): the thread is
+            // let go. Detached in a group stop (SIGSTOP, Ctrl-Z), it stays stopped, as without
+            // us.
+            ptrace(libc::PTRACE_DETACH, tid, 0);
+            self.threads.remove(&tid);
         } else if event == 0 {
             // Signal-delivery stop: deliver the signal as if we were not here.
             ptrace(libc::PTRACE_CONT, tid, signal as usize);
@@ -218,9 +220,10 @@ impl Tracer {
         }
     }
 
-    /// Stops thread `tid`, calls `copy` with its registers while it is stopped, and lets it run
-    /// again. `None` if it could not be stopped in time (it stays marked, and is resumed when its
-    /// stop arrives), is in a job-control stop, or is gone.
+    /// Stops thread `tid` (seized by [`Tracer::seize`]), calls `copy` with its registers while it
+    /// is stopped, and detaches it, which lets it run again. `None` if it could not be stopped in
+    /// time (it stays attached, and is detached when its stop arrives), is in a job-control stop
+    /// (detached, it stays in it), or is gone.
     pub fn sample<R>(&mut self, tid: u32, copy: impl FnOnce(Registers) -> R) -> Option<R> {
         let thread = self.threads.get_mut(&tid)?;
         if thread.interrupt_pending {
@@ -252,7 +255,8 @@ impl Tracer {
                 continue;
             }
             let result = registers(tid).map(copy);
-            ptrace(libc::PTRACE_CONT, tid, 0);
+            ptrace(libc::PTRACE_DETACH, tid, 0);
+            self.threads.remove(&tid);
             self.pauses.add(started.elapsed());
             return result;
         }

@@ -162,6 +162,8 @@ pub struct Sampler {
     options: SamplerOptions,
     /// The process's current program image, as [`ThreadStatus::image_token`] tells it.
     image_token: Option<u64>,
+    /// Whether fsprof's user may still trace the process, decided again at each `exec`.
+    gate: exec_gate::ExecGate,
 }
 
 impl Sampler {
@@ -196,6 +198,7 @@ impl Sampler {
             native: options.native.then(|| NativeSampler::new(pid, perf)),
             options,
             image_token: None,
+            gate: exec_gate::ExecGate::new(pid),
         }
     }
 
@@ -235,8 +238,18 @@ impl Sampler {
         }
     }
 
-    /// Takes one sample of every thread. Returns `false` when the target is gone.
+    /// Why recording stopped early, if it did: the process ran a program this fsprof's user may
+    /// not trace (see `exec_gate.rs`).
+    pub fn refused(&self) -> Option<&str> {
+        self.gate.refused()
+    }
+
+    /// Takes one sample of every thread. Returns `false` when the target is gone, or may no
+    /// longer be read ([`Sampler::refused`]).
     pub fn tick(&mut self) -> bool {
+        if !self.gate.pass() {
+            return false;
+        }
         self.take_late_stacks();
         if self.clock.before_first() {
             // Attached to a program that has marked already: its regions count from the start.
@@ -793,6 +806,7 @@ impl Sampler {
 }
 
 mod admit;
+mod exec_gate;
 mod later_branches;
 mod native_stacks;
 mod off_cpu;

@@ -21,6 +21,9 @@ pub enum End {
     Interrupted,
     /// `--duration` elapsed.
     Duration,
+    /// The target ran a program this fsprof's user may not trace (the text says why): it runs
+    /// on, unrecorded from then on.
+    Refused(String),
 }
 
 impl End {
@@ -30,6 +33,9 @@ impl End {
             End::TargetExited(how) => how.clone(),
             End::Interrupted => "recording was interrupted (Ctrl-C, SIGTERM or SIGHUP)".to_owned(),
             End::Duration => "the requested duration elapsed".to_owned(),
+            End::Refused(why) => format!(
+                "recording stopped when the process ran a program this fsprof's user may not trace ({why}); what was recorded before stays"
+            ),
         }
     }
 }
@@ -176,7 +182,10 @@ fn sample_until_stopped(
         let cpu_before = thread_cpu_time();
         if !sampler.tick() {
             live.clear();
-            return End::TargetExited("the program exited".to_owned());
+            return match sampler.refused() {
+                Some(why) => End::Refused(why.to_owned()),
+                None => End::TargetExited("the program exited".to_owned()),
+            };
         }
         // The tick's CPU time, not its wall time: a tick that was preempted or stopped must not
         // make the next wait longer.

@@ -61,7 +61,16 @@ pub struct Sampling {
 struct Follower {
     pid: u32,
     parent: u32,
-    handle: JoinHandle<(Vec<String>, Profile)>,
+    handle: JoinHandle<Followed>,
+}
+
+/// What a follower recorded of its process.
+struct Followed {
+    /// Its latest command line that its recording covers.
+    command: Vec<String>,
+    profile: Profile,
+    /// Recording stopped when it ran a program this fsprof's user may not trace.
+    refused: bool,
 }
 
 impl Tree {
@@ -114,7 +123,9 @@ impl Tree {
             return;
         }
         // A capable fsprof records only what its user may trace (a set-user-id child, say, it
-        // may not): see `privilege.rs`.
+        // may not): see `privilege.rs`. Its command line is read first, so that it is one of
+        // a program that passed (one run since is checked by the follower's sampler).
+        let command = process::command_line(pid);
         if crate::record::privilege::may_trace(pid).is_err() {
             self.refused += 1;
             return;
@@ -124,7 +135,7 @@ impl Tree {
         let stop = Arc::clone(&self.stop);
         let spawned = std::thread::Builder::new()
             .name(format!("fsprof {pid}"))
-            .spawn(move || record(pid, sampling, &stop));
+            .spawn(move || record(pid, command, sampling, &stop));
         match spawned {
             Ok(handle) => self.followers.push(Follower {
                 pid,
@@ -145,17 +156,20 @@ impl Tree {
     pub fn finish(self, root: Profile, command: Vec<String>) -> Profile {
         self.stop();
         let mut children = Vec::new();
-        let mut lost = 0;
+        let (mut lost, mut refused_at_exec) = (0, 0);
         for follower in self.followers {
             match follower.handle.join() {
-                Ok((command, profile)) => children.push((
-                    Process {
-                        pid: follower.pid,
-                        parent: Some(follower.parent),
-                        command,
-                    },
-                    profile,
-                )),
+                Ok(followed) => {
+                    refused_at_exec += usize::from(followed.refused);
+                    children.push((
+                        Process {
+                            pid: follower.pid,
+                            parent: Some(follower.parent),
+                            command: followed.command,
+                        },
+                        followed.profile,
+                    ))
+                }
                 Err(_) => lost += 1,
             }
         }
@@ -173,6 +187,11 @@ impl Tree {
             notes.push(format!(
                 "{} child processes were not recorded: this fsprof's user may not trace them (set-user-id programs, say)",
                 self.refused
+            ));
+        }
+        if refused_at_exec > 0 {
+            notes.push(format!(
+                "{refused_at_exec} child processes were recorded only until they ran a program this fsprof's user may not trace (a set-user-id program, say); what they did before that stays"
             ));
         }
         if lost > 0 {
@@ -195,10 +214,9 @@ impl Tree {
     }
 }
 
-/// A follower's thread: records process `pid` until it exits or `stop` is set; returns its
-/// latest command line and its profile.
-fn record(pid: u32, sampling: Sampling, stop: &AtomicBool) -> (Vec<String>, Profile) {
-    let mut command = process::command_line(pid);
+/// A follower's thread: records process `pid` (whose command line was `command`) until it
+/// exits, `stop` is set or it runs a program this fsprof's user may not trace.
+fn record(pid: u32, mut command: Vec<String>, sampling: Sampling, stop: &AtomicBool) -> Followed {
     let perf = sampling.options.perf_sampler();
     let mut sampler = Sampler::new(pid, sampling.descriptors, sampling.options, perf);
     let schedule = Schedule {
@@ -213,11 +231,13 @@ fn record(pid: u32, sampling: Sampling, stop: &AtomicBool) -> (Vec<String>, Prof
         if stop.load(Ordering::Relaxed) {
             return Some(End::Interrupted);
         }
-        // After an exec the command line is the new program's; a zombie lists its threads.
+        // After an exec the command line is the new program's, taken only if this fsprof's
+        // user may trace it (checked after the read: a program run since is checked too); a
+        // zombie lists its threads.
         if Instant::now() >= next_check {
             next_check = Instant::now() + Duration::from_millis(50);
             let now = process::command_line(pid);
-            if !now.is_empty() {
+            if !now.is_empty() && crate::record::privilege::may_trace(pid).is_ok() {
                 command = now;
             }
             if !process::is_alive(pid) {
@@ -232,5 +252,9 @@ fn record(pid: u32, sampling: Sampling, stop: &AtomicBool) -> (Vec<String>, Prof
         end: end.describe(),
         ..sampling.meta
     };
-    (command, sampler.finish(meta))
+    Followed {
+        command,
+        profile: sampler.finish(meta),
+        refused: matches!(end, End::Refused(_)),
+    }
 }
