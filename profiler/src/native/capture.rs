@@ -231,6 +231,12 @@ impl NativeSampler {
         if self.tracer.is_attached(tid) {
             return true;
         }
+        // Not a thread in the middle of an `exec`: traced there, it would run a set-user-id
+        // program without its privilege (see `tracer.rs`). One on a CPU cannot be told apart;
+        // the stop comes when it returns to its program, the new one if it was in an `exec`.
+        if process::in_exec(self.pid, tid) {
+            return false;
+        }
         // Threads that exited are reaped first: an `exec` waits, holding the lock that
         // PTRACE_SEIZE takes, until its other threads are gone, and a traced one is gone only
         // once fsprof reaps it. A thread that exits between this and the seize is reaped by

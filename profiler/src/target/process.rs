@@ -253,6 +253,24 @@ pub fn blocked_registers(pid: u32, tid: u32) -> Option<(u64, u64)> {
     parse_syscall(&text)
 }
 
+/// Whether thread `tid` of `pid` is off its CPU inside `execve` or `execveat` (from
+/// `/proc/PID/task/TID/syscall`; a thread on a CPU says only `running`).
+pub fn in_exec(pid: u32, tid: u32) -> bool {
+    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")) else {
+        return false;
+    };
+    is_exec_syscall(&text)
+}
+
+/// Whether a `/proc/PID/task/TID/syscall` text is of a thread in `execve` or `execveat`.
+fn is_exec_syscall(text: &str) -> bool {
+    const EXECS: [i64; 2] = [nix::libc::SYS_execve, nix::libc::SYS_execveat];
+    let number = text.split_ascii_whitespace().next();
+    number
+        .and_then(|n| n.parse::<i64>().ok())
+        .is_some_and(|n| EXECS.contains(&n))
+}
+
 /// Whether fsprof's process group is orphaned as far as fsprof can tell: its parent is not in
 /// another process group of the same session (as a shell that could resume a stopped job is).
 pub fn own_group_is_orphaned() -> bool {
@@ -454,6 +472,16 @@ pub fn wait_share(before: Option<SchedTimes>, now: Option<SchedTimes>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_in_exec_is_told_by_its_syscall_file() {
+        assert!(is_exec_syscall("59 0x55d0 0x7ffc 0x7ffc 0x0 0x0 0x0 0x7ffd1b0 0x7fe3a7e\n"));
+        assert!(is_exec_syscall("322 0x3 0x55d0 0x7ffc 0x7ffc 0x0 0x0 0x7ffd1b0 0x7fe3a7e\n"));
+        assert!(!is_exec_syscall("230 0x1 0x0 0x7ffc 0x0 0x0 0x0 0x7ffd1b0 0x7fe3a7e\n"));
+        assert!(!is_exec_syscall("running\n"));
+        assert!(!is_exec_syscall("-1 0x7ffd1b0 0x7fe3a7e\n"));
+        assert!(!in_exec(std::process::id(), std::process::id()));
+    }
 
     #[test]
     fn blocked_registers_come_from_the_syscall_file() {
