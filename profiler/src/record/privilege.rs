@@ -266,7 +266,36 @@ pub fn may_trace(tid: u32) -> Result<(), Refusal> {
     let status = std::fs::read_to_string(&path).map_err(|_| Refusal::Gone)?;
     let owner = std::fs::metadata(&path).map_err(|_| Refusal::Gone)?.uid();
     check_status(&status, owner, *uid, *gid).map_err(Refusal::Rule)?;
-    kernel_allows(tid)
+    kernel_allows(tid)?;
+    privileged_program(tid).map_or(Ok(()), |why| Err(Refusal::Rule(why)))
+}
+
+/// Why the program thread `tid` runs is a privileged one (set-user-id, set-group-id, or with
+/// file capabilities), if it is: one that runs as its user all the same lost its privilege at
+/// its `exec` (a tracer held the thread then, the file system is mounted `nosuid`, or
+/// `no_new_privs` was set), and is not recorded either: a capable fsprof never reads a
+/// privileged program.
+fn privileged_program(tid: u32) -> Option<String> {
+    let exe = format!("/proc/{tid}/exe");
+    let mode = std::fs::metadata(&exe).ok()?.mode();
+    let (setuid, setgid, group_x) = (0o4000, 0o2000, 0o010);
+    let what = if mode & setuid != 0 {
+        "set-user-id"
+    } else if mode & setgid != 0 && mode & group_x != 0 {
+        "set-group-id"
+    } else {
+        let name = c"security.capability";
+        let path = std::ffi::CString::new(exe).ok()?;
+        // SAFETY: a size query (no buffer) on valid C strings.
+        let size = unsafe { nix::libc::getxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+        if size <= 0 {
+            return None;
+        }
+        "file-capability"
+    };
+    Some(format!(
+        "it runs a {what} program, which the kernel ran without its privilege (a tracer held it at its exec, a nosuid mount or no_new_privs)"
+    ))
 }
 
 /// `kcmp(tid, tid, KCMP_VM)`: the kernel checks that the caller may read `tid` (ptrace read mode,
