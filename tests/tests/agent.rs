@@ -111,6 +111,7 @@ fn my_stack() -> (u32, Vec<RecordView>) {
 
 #[test]
 fn features_are_interned_and_null_or_bad_names_are_handled() {
+    let _shared = shared();
     let parsing = feature("parsing");
     assert!(!parsing.is_null());
     assert_eq!(feature("parsing"), parsing);
@@ -129,6 +130,7 @@ fn features_are_interned_and_null_or_bad_names_are_handled() {
 
 #[test]
 fn marks_nest_unmarks_pop_the_innermost_and_never_underflow() {
+    let _shared = shared();
     std::thread::spawn(|| {
         let (parsing, lexing) = (feature("parsing"), feature("lexing"));
         unmark(); // before this thread ever marked: nothing to pop
@@ -179,6 +181,7 @@ const PRELOADED: &str = "FSPROF_TEST_AGENT_PRELOADED";
 /// agent is preloaded, so this test runs itself again in a child with `LD_PRELOAD`.
 #[test]
 fn nested_builtin_calls_leave_the_marks_below_them_alone() {
+    let _shared = shared();
     if std::env::var_os(PRELOADED).is_some() {
         let outer = feature("outer");
         mark(outer, c"x");
@@ -227,6 +230,7 @@ fn nested_builtin_calls_leave_the_marks_below_them_alone() {
 /// again with the agent preloaded, as the test above does.
 #[test]
 fn calls_from_anywhere_stay_on_the_fast_path() {
+    let _shared = shared();
     const CHILD: &str = "FSPROF_TEST_SLOW_PATH_CHILD";
     if std::env::var_os(CHILD).is_some() {
         // SAFETY: looks up a function of the preloaded agent by its NUL-terminated name.
@@ -284,6 +288,7 @@ fn calls_from_anywhere_stay_on_the_fast_path() {
 /// every process load it (about 100 µs per start, BENCHMARKS.md).
 #[test]
 fn preloading_the_agent_maps_no_other_library() {
+    let _shared = shared();
     let libraries = |preload: bool| {
         let mut cat = Command::new("cat");
         cat.arg("/proc/self/maps").env_remove("LD_PRELOAD");
@@ -316,6 +321,7 @@ fn preloading_the_agent_maps_no_other_library() {
 
 #[test]
 fn each_thread_has_its_own_stack() {
+    let _shared = shared();
     let threads: Vec<_> = (0..4)
         .map(|n| {
             std::thread::spawn(move || {
@@ -368,6 +374,7 @@ fn call_recording_sp(
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn marks_record_the_callers_stack_pointer_and_call_site() {
+    let _shared = shared();
     std::thread::spawn(|| {
         let output = feature("output");
         let (sp, site) = call_recording_sp(agent().mark as *const c_void, output, c"x".as_ptr());

@@ -406,6 +406,7 @@ fn fails_with(args: &[&str], needle: &str) {
 
 #[test]
 fn errors_are_one_clear_line() {
+    let _shared = shared();
     let dir = tempdir();
     let out = dir.path().join("o");
     let out = out.to_str().unwrap();
@@ -434,6 +435,7 @@ fn errors_are_one_clear_line() {
 
 #[test]
 fn errors_when_attaching_to_a_process_we_may_not_read() {
+    let _shared = shared();
     // As root every process is readable; as another user, pid 1 (root's) is not.
     if unsafe { libc::geteuid() } == 0 {
         let nobody = Command::new("setpriv")

@@ -287,7 +287,8 @@ fn privileged_program(tid: u32) -> Option<String> {
         let name = c"security.capability";
         let path = std::ffi::CString::new(exe).ok()?;
         // SAFETY: a size query (no buffer) on valid C strings.
-        let size = unsafe { nix::libc::getxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+        let size =
+            unsafe { nix::libc::getxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
         if size <= 0 {
             return None;
         }
