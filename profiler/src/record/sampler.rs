@@ -163,7 +163,7 @@ pub struct Sampler {
     /// The process's current program image, as [`ThreadStatus::image_token`] tells it.
     image_token: Option<u64>,
     /// Whether fsprof's user may still trace the process, decided again at each `exec`.
-    gate: exec_gate::ExecGate,
+    gate: exec::ExecGate,
 }
 
 impl Sampler {
@@ -198,7 +198,7 @@ impl Sampler {
             native: options.native.then(|| NativeSampler::new(pid, perf)),
             options,
             image_token: None,
-            gate: exec_gate::ExecGate::new(pid),
+            gate: exec::ExecGate::new(pid),
         }
     }
 
@@ -239,7 +239,7 @@ impl Sampler {
     }
 
     /// Why recording stopped early, if it did: the process ran a program this fsprof's user may
-    /// not trace (see `exec_gate.rs`).
+    /// not trace (see `exec.rs`).
     pub fn refused(&self) -> Option<&str> {
         self.gate.refused()
     }
@@ -343,29 +343,8 @@ impl Sampler {
         };
         if tid == self.pid {
             let token = state.status.image_token();
-            if token.is_some() && token != self.image_token {
-                // The first image, or an `exec` since the previous tick: samples from now
-                // on are the new program's.
-                let exec = self.image_token.is_some();
-                self.image_token = token;
-                let pid = self.pid;
-                self.builder.image(process::thread_name(pid, pid));
-                if exec {
-                    // This tick's marks may be the old image's (its region was copied
-                    // before the exec was seen), and so may cached names: the thread's time
-                    // is carried to its next sample, as when marks are incomplete. So are the
-                    // samples perf took of it before the exec (the old program's marks and
-                    // stack, whose names the new memory no longer holds): dropped.
-                    self.forget_names();
-                    if let Some(native) = self.native.as_mut() {
-                        native.drop_perf_samples(tid);
-                    }
-                    if let Some(state) = self.threads.states.get_mut(&tid) {
-                        (state.last_perf, state.last_native) = (None, None);
-                        state.followed = None;
-                    }
-                    return;
-                }
+            if self.new_image(tid, token) {
+                return;
             }
         }
         let state = self.threads.states.get_mut(&tid).expect("sampled");
@@ -806,7 +785,7 @@ impl Sampler {
 }
 
 mod admit;
-mod exec_gate;
+mod exec;
 mod later_branches;
 mod native_stacks;
 mod off_cpu;

@@ -1,0 +1,115 @@
+//! What the sampler does at an `exec` of the process it records: the program image starts
+//! anew ([`Sampler::new_image`]), and a capable fsprof decides again whether its user may trace
+//! the process ([`ExecGate`], see `privilege.rs`): a program that turned set-user-id,
+//! set-group-id or capable by its `exec` is recorded no further. Whatever was recorded before
+//! the `exec` stays.
+//!
+//! The `exec` is seen by where the process's arguments start (`arg_start` in `/proc/PID/stat`):
+//! each `exec` builds a new stack, and the kernel shows 0 there for a process fsprof's user may
+//! not read (a set-user-id or file-capability program is not dumpable). So for the gate a new
+//! value, or 0 after a value, is an `exec` (or the process's end), and the first look is checked
+//! too (a child found between its `fork` and its `exec`, or in the middle of the `exec`, is
+//! checked once the `exec` completed). The gate runs at the start of every tick, before anything
+//! else is read from the process; in between, the kernel's own checks refuse what fsprof's user
+//! may not read (memory, maps, ptrace), and it removes the perf events of a program that is not
+//! dumpable.
+//!
+//! The gate checks nothing, and reads nothing, where fsprof holds no privilege beyond its
+//! user's (the kernel's checks are then the whole story). Not here: what is read at a tick
+//! (`sampler.rs`).
+
+use super::Sampler;
+use crate::record::privilege::{self, Refusal};
+use crate::target::process::ThreadStatus;
+
+/// The process's image as last checked.
+pub(super) struct ExecGate {
+    pid: u32,
+    /// The leader's stat, kept open (none once it cannot be opened: the process is gone).
+    status: Option<ThreadStatus>,
+    /// `arg_start` of the image last allowed; `None` before the first check (or while the
+    /// process shows 0, exiting).
+    allowed: Option<u64>,
+    /// Why recording stopped, once it did.
+    refused: Option<String>,
+}
+
+impl ExecGate {
+    /// A gate for process `pid`: open only where fsprof is elevated.
+    pub(super) fn new(pid: u32) -> ExecGate {
+        ExecGate {
+            pid,
+            status: privilege::elevated()
+                .then(|| ThreadStatus::open(pid, pid, true))
+                .flatten(),
+            allowed: None,
+            refused: None,
+        }
+    }
+
+    /// Whether the process may still be read: `false` (for good) once it ran a program fsprof's
+    /// user may not trace. A process that is gone passes (the tick finds it gone).
+    pub(super) fn pass(&mut self) -> bool {
+        if self.refused.is_some() {
+            return false;
+        }
+        let Some(status) = &mut self.status else {
+            return true;
+        };
+        if !matches!(status.is_running(), Ok(Some(_))) {
+            return true; // gone, or unreadable this time (the kernel still checks every read)
+        }
+        let token = status.image_token();
+        if token.is_some() && token == self.allowed {
+            return true;
+        }
+        match privilege::may_trace(self.pid) {
+            Ok(()) => {
+                self.allowed = token;
+                true
+            }
+            Err(Refusal::Gone) => true,
+            Err(Refusal::Rule(why)) => {
+                self.refused = Some(why);
+                false
+            }
+        }
+    }
+
+    /// Why recording stopped, if it did.
+    pub(super) fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
+    }
+}
+
+impl Sampler {
+    /// Called with the leader `tid`'s `arg_start` (`token`) at each of its samples: at the first
+    /// image, or an `exec` since the previous tick, samples from now on are the new program's.
+    /// `true` when this sample of the leader is to be skipped (an `exec`).
+    pub(super) fn new_image(&mut self, tid: u32, token: Option<u64>) -> bool {
+        if token.is_none() || token == self.image_token {
+            return false;
+        }
+        let exec = self.image_token.is_some();
+        self.image_token = token;
+        let pid = self.pid;
+        self.builder
+            .image(crate::target::process::thread_name(pid, pid));
+        if !exec {
+            return false;
+        }
+        // This tick's marks may be the old image's (its region was copied before the exec was
+        // seen), and so may cached names: the thread's time is carried to its next sample, as
+        // when marks are incomplete. So are the samples perf took of it before the exec (the
+        // old program's marks and stack, whose names the new memory no longer holds): dropped.
+        self.forget_names();
+        if let Some(native) = self.native.as_mut() {
+            native.drop_perf_samples(tid);
+        }
+        if let Some(state) = self.threads.states.get_mut(&tid) {
+            (state.last_perf, state.last_native) = (None, None);
+            state.followed = None;
+        }
+        true
+    }
+}
