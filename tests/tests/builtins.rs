@@ -296,7 +296,7 @@ fn a_thread_cancelled_inside_read_is_out_of_input_while_it_unwinds() {
     let _serial = serial();
     for form in ["jump", "ret"] {
         eprintln!("FSPROF_AGENT_RETURN={form}");
-        let (dir, _) = run_c_program("cancel", "2", &[], &[("FSPROF_AGENT_RETURN", form)]);
+        let (dir, _) = run_c_program("cancel", "3", &[], &[("FSPROF_AGENT_RETURN", form)]);
         assert_feature_shares(&report_json(dir.path()), &truth(dir.path()), TOLERANCE);
     }
 }
@@ -308,7 +308,7 @@ fn a_thread_cancelled_inside_read_is_out_of_input_while_it_unwinds() {
 #[test]
 fn a_mark_left_by_siglongjmp_stops_at_the_next_call() {
     let _serial = serial();
-    let (dir, _) = run_c_program("longjmp", "2", &[], &[]);
+    let (dir, _) = run_c_program("longjmp", "3", &[], &[]);
     assert_feature_shares(&report_json(dir.path()), &truth(dir.path()), TOLERANCE);
 }
 

@@ -69,7 +69,7 @@ fn shares_under_load(scenario: &str) {
     let _load = Load::start(cpus() + 2);
     for run in 0..3 {
         let dir = tempdir();
-        run_target_with_agent(dir.path(), scenario, 3.0);
+        run_target_with_agent(dir.path(), scenario, 4.0);
         let report = report_json(dir.path());
         let worst = assert_shares_match(&report, &truth(dir.path()));
         eprintln!("{scenario}, run {run}: worst error {worst:.2} points");

@@ -228,7 +228,6 @@ fn assert_share(report: &Value, truth: &Value, feature: &str, instance: Option<&
 /// against 27% measured).
 #[test]
 fn a_siglongjmp_out_of_a_push_leaves_the_slot_working() {
-    let _shared = shared();
     jumps_leave_the_slots_working("interposed");
 }
 
@@ -238,7 +237,6 @@ fn a_siglongjmp_out_of_a_push_leaves_the_slot_working() {
 /// threads' marks were lost.
 #[test]
 fn a_push_left_halfway_by_an_unseen_jump_is_closed_by_the_next_one() {
-    let _shared = shared();
     jumps_leave_the_slots_working("behind");
 }
 

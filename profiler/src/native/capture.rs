@@ -226,22 +226,25 @@ impl NativeSampler {
     }
 
     /// Attaches to `tid` for a sample ([`NativeSampler::capture`] detaches it), if not yet
-    /// done; whether it is attached.
-    pub fn attach(&mut self, tid: u32) -> bool {
+    /// done; whether it is attached. `running`: the thread was running at the tick.
+    pub fn attach(&mut self, tid: u32, running: bool) -> bool {
         if self.tracer.is_attached(tid) {
             return true;
         }
-        // Not a thread in the middle of an `exec`: traced there, it would run a set-user-id
-        // program without its privilege (see `tracer.rs`). One on a CPU cannot be told apart;
-        // the stop comes when it returns to its program, the new one if it was in an `exec`.
-        if process::in_exec(self.pid, tid) {
+        // Not a thread off its CPU inside an `exec`: traced there, it would run a set-user-id
+        // program without its privilege (see `tracer.rs`). A running one cannot be told apart
+        // (the file says only `running`), and is not looked at: every microsecond between the
+        // tick's marks and the stop is a chance for them to move (the sample then has no stack).
+        if !running && process::in_exec(self.pid, tid) {
             return false;
         }
-        // Threads that exited are reaped first: an `exec` waits, holding the lock that
-        // PTRACE_SEIZE takes, until its other threads are gone, and a traced one is gone only
-        // once fsprof reaps it. A thread that exits between this and the seize is reaped by
-        // the seize's watcher (`seize.rs`), 20 ms later.
-        self.poll();
+        // Threads that exited are reaped first when the thread is off its CPU (an `exec` may
+        // be waiting, holding the lock that PTRACE_SEIZE takes, until its other threads are
+        // gone, and a traced one is gone only once fsprof reaps it). Any other that exits
+        // before the seize is reaped by the seize's watcher (`seize.rs`), 20 to 40 ms later.
+        if !running {
+            self.poll();
+        }
         match self.tracer.seize(tid) {
             Ok(()) => true,
             Err(nix::errno::Errno::ESRCH) => false, // it exited

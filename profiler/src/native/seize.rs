@@ -59,7 +59,8 @@ pub fn seize(pid: u32, tid: u32) -> (Result<(), Errno>, Vec<u32>) {
         });
         id
     };
-    WAKE.notify_all();
+    // The watcher is not woken (a seize per ptrace sample would wake it hundreds of times a
+    // second for nothing): it looks every GRACE, so a seize that waits is seen within two.
     // SAFETY: ptrace with no pointers.
     let result = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid as libc::pid_t, 0, 0) };
     let mut seizing = lock();
@@ -74,14 +75,17 @@ fn lock() -> std::sync::MutexGuard<'static, (u64, Vec<Seizing>)> {
     SEIZING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The watcher: sleeps until a seize is due, reaps for it, looks again a [`GRACE`] later.
+/// The watcher: looks every [`GRACE`] for a seize that is due, reaps for it, looks again a
+/// [`GRACE`] later.
 fn watch() {
     crate::record::privilege::drop_all(); // it reads /proc and reaps its own tracees only
     let mut seizing = lock();
     loop {
         let now = Instant::now();
         let Some(due) = seizing.1.iter().map(|s| s.due).min() else {
-            seizing = WAKE.wait(seizing).unwrap_or_else(|e| e.into_inner());
+            seizing = (WAKE.wait_timeout(seizing, GRACE))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
             continue;
         };
         if due > now {

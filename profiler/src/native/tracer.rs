@@ -8,11 +8,13 @@
 //! us and is re-injected at once; a job-control stop is left in place (a thread detached in one
 //! stays stopped).
 //!
-//! Why not stay attached for the session (one system call less per sample): a traced thread
-//! that `exec`s a set-user-id or file-capability program runs it without its privilege, unless
-//! its tracer holds `CAP_SYS_PTRACE` (a capable fsprof holds none, nor does a user's): `sudo` in
-//! a recorded build would fail. Between samples nothing of the program is traced: its signals,
-//! its `exec`s and its exits are its own.
+//! Why not stay attached for the session (one system call less per sample, and a shorter
+//! time between the tick's marks and the stop): a traced thread that `exec`s a set-user-id or
+//! file-capability program runs it without its privilege, unless its tracer holds
+//! `CAP_SYS_PTRACE` (a capable fsprof holds none, nor does a user's): `sudo` in a recorded build
+//! would fail. Between samples nothing of the program is traced: its signals, its `exec`s and
+//! its exits are its own. A tracer that holds `CAP_SYS_PTRACE` (root's fsprof) takes nothing
+//! from such a program, and stays attached once it has seized a thread ([`Tracer::new`]).
 //!
 //! The target is never left stopped or traced: [`Tracer::detach_all`] (also run on drop, so on
 //! errors and panics) stops each thread still attached once more only to detach it, passing on
@@ -97,6 +99,8 @@ impl Pauses {
 /// The ptrace side of a session with one target process.
 pub struct Tracer {
     pid: u32,
+    /// Threads stay attached between samples: the tracer holds `CAP_SYS_PTRACE`.
+    keep: bool,
     threads: HashMap<u32, Traced>,
     exit: Option<std::process::ExitStatus>,
     pauses: Pauses,
@@ -118,8 +122,15 @@ impl Tracer {
             old
         };
         TRACERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let keep = caps::has_cap(
+            None,
+            caps::CapSet::Effective,
+            caps::Capability::CAP_SYS_PTRACE,
+        )
+        .unwrap_or(false);
         Tracer {
             pid,
+            keep,
             threads: HashMap::new(),
             exit: None,
             pauses: Pauses::default(),
@@ -209,9 +220,18 @@ impl Tracer {
         if event == libc::PTRACE_EVENT_STOP {
             // Any trap stop consumes a pending interrupt (a group stop included): the thread is
             // let go. Detached in a group stop (SIGSTOP, Ctrl-Z), it stays stopped, as without
-            // us.
-            ptrace(libc::PTRACE_DETACH, tid, 0);
-            self.threads.remove(&tid);
+            // us; kept, it is listened to there.
+            if !self.keep {
+                ptrace(libc::PTRACE_DETACH, tid, 0);
+                self.threads.remove(&tid);
+            } else if let Some(thread) = self.threads.get_mut(&tid) {
+                thread.interrupt_pending = false;
+                let request = match is_job_stop(signal) {
+                    true => libc::PTRACE_LISTEN,
+                    false => libc::PTRACE_CONT,
+                };
+                ptrace(request, tid, 0);
+            }
         } else if event == 0 {
             // Signal-delivery stop: deliver the signal as if we were not here.
             ptrace(libc::PTRACE_CONT, tid, signal as usize);
@@ -221,7 +241,7 @@ impl Tracer {
     }
 
     /// Stops thread `tid` (seized by [`Tracer::seize`]), calls `copy` with its registers while it
-    /// is stopped, and detaches it, which lets it run again. `None` if it could not be stopped in
+    /// is stopped, and lets it run again (detached, unless kept). `None` if it could not be stopped in
     /// time (it stays attached, and is detached when its stop arrives), is in a job-control stop
     /// (detached, it stays in it), or is gone.
     pub fn sample<R>(&mut self, tid: u32, copy: impl FnOnce(Registers) -> R) -> Option<R> {
@@ -255,10 +275,19 @@ impl Tracer {
                 continue;
             }
             let result = registers(tid).map(copy);
-            ptrace(libc::PTRACE_DETACH, tid, 0);
-            self.threads.remove(&tid);
+            self.release(tid);
             self.pauses.add(started.elapsed());
             return result;
+        }
+    }
+
+    /// Lets thread `tid`, stopped for a sample, run again: detached, unless kept.
+    fn release(&mut self, tid: u32) {
+        if self.keep {
+            ptrace(libc::PTRACE_CONT, tid, 0);
+        } else {
+            ptrace(libc::PTRACE_DETACH, tid, 0);
+            self.threads.remove(&tid);
         }
     }
 

@@ -39,17 +39,63 @@ pub fn share_bound(truth_pct: f64, samples: u64, floor: f64) -> f64 {
 /// Taken by each end-to-end test that measures time, alone: the suite's own parallelism never
 /// loads the machine under a measurement (a 2-core machine oversubscribed by several busy
 /// targets at once reads shares points off). Other tests that run programs take [`shared`].
-pub fn serial() -> RwLockWriteGuard<'static, ()> {
-    LOCK.write().unwrap_or_else(|e| e.into_inner())
+/// Taken again by a thread that holds it, it gives nothing more; taken by a thread that holds it
+/// shared, it panics (that would wait for itself).
+pub fn serial() -> Held {
+    match HELD.get() {
+        Hold::Alone => Held::Again,
+        Hold::Shared => {
+            panic!("serial() taken by a test that holds shared(): it would wait for itself")
+        }
+        Hold::None => {
+            let guard = LOCK.write().unwrap_or_else(|e| e.into_inner());
+            HELD.set(Hold::Alone);
+            Held::Alone(guard)
+        }
+    }
 }
 
 /// Taken by end-to-end tests that run programs but measure no time: any number of them run
-/// together, never beside a [`serial`] one.
-pub fn shared() -> RwLockReadGuard<'static, ()> {
-    LOCK.read().unwrap_or_else(|e| e.into_inner())
+/// together, never beside a [`serial`] one. Taken by a thread that holds the lock either way,
+/// it gives nothing more.
+pub fn shared() -> Held {
+    if HELD.get() != Hold::None {
+        return Held::Again;
+    }
+    let guard = LOCK.read().unwrap_or_else(|e| e.into_inner());
+    HELD.set(Hold::Shared);
+    Held::Shared(guard)
 }
 
 static LOCK: RwLock<()> = RwLock::new(());
+
+/// How the calling thread holds [`LOCK`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    None,
+    Shared,
+    Alone,
+}
+
+thread_local! {
+    static HELD: std::cell::Cell<Hold> = const { std::cell::Cell::new(Hold::None) };
+}
+
+/// [`serial`]'s or [`shared`]'s hold on the lock, given back when dropped.
+pub enum Held {
+    Alone(RwLockWriteGuard<'static, ()>),
+    Shared(RwLockReadGuard<'static, ()>),
+    /// The thread held it already.
+    Again,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if !matches!(self, Held::Again) {
+            HELD.set(Hold::None);
+        }
+    }
+}
 
 /// The `fsprof` binary built by this `cargo test` (it sits next to the `deps` directory).
 pub fn fsprof() -> PathBuf {

@@ -16,9 +16,6 @@ impl Sampler {
         let Some(native) = self.native.as_mut() else {
             return Native::None;
         };
-        if !native.attach(tid) {
-            return Native::None;
-        }
         let Some(state) = self.threads.states.get_mut(&tid) else {
             return Native::None;
         };
@@ -266,6 +263,10 @@ impl Sampler {
         let Some(native) = self.native.as_mut() else {
             return Native::None;
         };
+        // Attached for this stop alone (`native/tracer.rs`).
+        if !native.attach(tid, running) {
+            return Native::None;
+        }
         let reader = &self.reader;
         let marks = reader.of(own_tid);
         let captured = native.capture(tid, || {
