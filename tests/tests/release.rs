@@ -26,6 +26,25 @@ fn threads(pid: u32) -> Vec<(u32, char, u32)> {
     out
 }
 
+/// Polls until fsprof (process `fsprof`) records `pid`: it traces a thread of it, or holds a
+/// perf event; fails after 10 s.
+fn wait_until_recording(fsprof: u32, pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let perf = || {
+        std::fs::read_dir(format!("/proc/{fsprof}/fd")).is_ok_and(|fds| {
+            fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+                .any(|link| link.to_string_lossy().contains("perf_event"))
+        })
+    };
+    while !perf() && !threads(pid).iter().any(|(_, _, tracer)| *tracer != 0) {
+        assert!(
+            Instant::now() < deadline,
+            "fsprof never recorded the target"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Polls until some thread of `pid` is traced, failing after 10 s.
 fn wait_until_traced(pid: u32) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -70,15 +89,20 @@ fn start_target(dir: &std::path::Path) -> Guarded {
     target
 }
 
+/// With the ptrace backend, so that fsprof traces the target (with perf, it stops a thread only
+/// for a blocked stack that needs it) and releasing it is tested.
+const PTRACE: [&str; 2] = ["--backend", "ptrace"];
+
 fn attach(pid: u32, dir: &std::path::Path, env: &[(&str, &str)]) -> Guarded {
-    Guarded(attach_command(pid, dir, env).spawn().unwrap())
+    Guarded(attach_command(pid, dir, env, &PTRACE).spawn().unwrap())
 }
 
-fn attach_command(pid: u32, dir: &std::path::Path, env: &[(&str, &str)]) -> Command {
+fn attach_command(pid: u32, dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> Command {
     let mut command = Command::new(fsprof());
     command
         .args(["attach", &pid.to_string(), "-o"])
         .arg(dir.join("out"))
+        .args(args)
         .stderr(Stdio::piped());
     for (key, value) in env {
         command.env(key, value);
@@ -142,7 +166,7 @@ fn sigterm_during_run_releases_the_program_it_leaves_running() {
     let ready = dir.path().join("ready");
     let mut fsprof = Guarded(
         Command::new(fsprof())
-            .args(["run", "-o"])
+            .args(["run", "--backend", "ptrace", "-o"])
             .arg(dir.path().join("out"))
             .args(["--", target(), "threads", "30", "--ready"])
             .arg(&ready)
@@ -192,8 +216,8 @@ fn a_program_stopped_and_continued_during_recording_runs_on() {
     let dir = tempdir();
     let target = start_target(dir.path());
     let pid = target.pid();
-    let mut fsprof = attach(pid, dir.path(), &[]);
-    wait_until_traced(pid);
+    let mut fsprof = Guarded(attach_command(pid, dir.path(), &[], &[]).spawn().unwrap());
+    wait_until_recording(fsprof.pid(), pid);
     // Job control passes through: SIGSTOP stops every thread (and fsprof keeps them stopped)...
     signal(pid, libc::SIGSTOP);
     wait_for_threads(
@@ -240,13 +264,13 @@ fn ctrl_z_and_fg_leave_the_program_running() {
     // In a process group of its own, as a shell runs a job (a job can be stopped and resumed).
     let mut fsprof = Guarded(
         std::os::unix::process::CommandExt::process_group(
-            &mut attach_command(pid, dir.path(), &[]),
+            &mut attach_command(pid, dir.path(), &[], &[]),
             0,
         )
         .spawn()
         .unwrap(),
     );
-    wait_until_traced(pid);
+    wait_until_recording(fsprof.pid(), pid);
     std::thread::sleep(Duration::from_millis(200));
     signal(pid, libc::SIGSTOP);
     signal(fsprof.pid(), libc::SIGTSTP);
@@ -300,7 +324,7 @@ fn after_duration_the_program_fsprof_waits_for_is_released() {
     let ready = dir.path().join("ready");
     let mut fsprof = Guarded(
         Command::new(fsprof())
-            .args(["run", "--duration", "1", "-o"])
+            .args(["run", "--backend", "ptrace", "--duration", "1", "-o"])
             .arg(dir.path().join("out"))
             .args(["--", target(), "threads", "30", "--ready"])
             .arg(&ready)
