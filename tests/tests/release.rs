@@ -1,6 +1,8 @@
 //! The target is sacred: whatever way recording ends (Ctrl-C, SIGTERM, a panic in fsprof, the end
 //! of --duration), every thread of the target is left running and untraced. Each test first
-//! waits until fsprof really traces the target (so it can fail), then ends the recording.
+//! waits until fsprof really traces the target (the ptrace backend; run as root, fsprof stays
+//! attached between stops) or, for job control, records it, so that it can fail; then ends the
+//! recording.
 
 mod support;
 

@@ -225,8 +225,8 @@ impl NativeSampler {
         }
     }
 
-    /// Attaches to `tid` for a sample ([`NativeSampler::capture`] detaches it), if not yet
-    /// done; whether it is attached. `running`: the thread was running at the tick.
+    /// Attaches to `tid` for a sample (which detaches it again, unless the tracer keeps its
+    /// threads: see `tracer.rs`), if not yet done; whether it is attached. `running`: the thread was running at the tick.
     pub fn attach(&mut self, tid: u32, running: bool) -> bool {
         if self.tracer.is_attached(tid) {
             return true;

@@ -267,21 +267,22 @@ pub fn may_trace(tid: u32) -> Result<(), Refusal> {
     let owner = std::fs::metadata(&path).map_err(|_| Refusal::Gone)?.uid();
     check_status(&status, owner, *uid, *gid).map_err(Refusal::Rule)?;
     kernel_allows(tid)?;
-    privileged_program(tid).map_or(Ok(()), |why| Err(Refusal::Rule(why)))
+    privileged_program(tid, *uid, *gid).map_or(Ok(()), |why| Err(Refusal::Rule(why)))
 }
 
-/// Why the program thread `tid` runs is a privileged one (set-user-id, set-group-id, or with
-/// file capabilities), if it is: one that runs as its user all the same lost its privilege at
+/// Why the program thread `tid` runs is a privileged one (set-user-id to another user than
+/// `uid`, set-group-id to another group than `gid`, or with file capabilities), if it is: one that runs as its user all the same lost its privilege at
 /// its `exec` (a tracer held the thread then, the file system is mounted `nosuid`, or
 /// `no_new_privs` was set), and is not recorded either: a capable fsprof never reads a
 /// privileged program.
-fn privileged_program(tid: u32) -> Option<String> {
+fn privileged_program(tid: u32, uid: u32, gid: u32) -> Option<String> {
     let exe = format!("/proc/{tid}/exe");
-    let mode = std::fs::metadata(&exe).ok()?.mode();
+    let file = std::fs::metadata(&exe).ok()?;
+    let mode = file.mode();
     let (setuid, setgid, group_x) = (0o4000, 0o2000, 0o010);
-    let what = if mode & setuid != 0 {
+    let what = if mode & setuid != 0 && file.uid() != uid {
         "set-user-id"
-    } else if mode & setgid != 0 && mode & group_x != 0 {
+    } else if mode & setgid != 0 && mode & group_x != 0 && file.gid() != gid {
         "set-group-id"
     } else {
         let name = c"security.capability";

@@ -34,7 +34,7 @@ impl End {
             End::Interrupted => "recording was interrupted (Ctrl-C, SIGTERM or SIGHUP)".to_owned(),
             End::Duration => "the requested duration elapsed".to_owned(),
             End::Refused(why) => format!(
-                "recording stopped when the process ran a program this fsprof's user may not trace ({why}); what was recorded before stays"
+                "recording stopped when this fsprof's user could no longer trace the process ({why}; it ran a privileged program, say); what was recorded before stays"
             ),
         }
     }
@@ -210,7 +210,8 @@ fn sample_until_stopped(
 }
 
 /// Ctrl-Z while recording: fsprof and the program both got SIGTSTP. The program's signal waits
-/// for its tracer (every signal to a traced thread does), so fsprof first lets its events through
+/// for its tracer where fsprof traces a thread (every signal to a traced thread does: between
+/// stops only a tracer with `CAP_SYS_PTRACE` stays attached), so fsprof first lets its events through
 /// (the program stops: a group stop, which fsprof listens to) and only then stops itself. On
 /// `fg` both get SIGCONT and run on. Stopping at once, as SIGTSTP's default would, left the
 /// program's SIGTSTP to be delivered after `fg`: the program stayed stopped.

@@ -360,7 +360,7 @@ fn wait_for_program(child: &mut Child, pid: u32, signals: &Signals, end: &End) -
             "fsprof: recording stopped after --duration; the program (pid {pid}) goes on, and fsprof will exit with its exit code"
         ),
         End::Refused(why) => eprintln!(
-            "fsprof: recording stopped: the program (pid {pid}) ran a program this fsprof's user may not trace ({why}); waiting for it to exit, Ctrl-C to stop waiting"
+            "fsprof: recording stopped: this fsprof's user can no longer trace the program (pid {pid}): {why}; waiting for it to exit, Ctrl-C to stop waiting"
         ),
         _ => eprintln!("fsprof: waiting for the program (pid {pid}) to exit; Ctrl-C again to stop waiting"),
     }

@@ -191,7 +191,7 @@ impl Tree {
         }
         if refused_at_exec > 0 {
             notes.push(format!(
-                "{refused_at_exec} child processes were recorded only until they ran a program this fsprof's user may not trace (a set-user-id program, say); what they did before that stays"
+                "{refused_at_exec} child processes were recorded only until this fsprof's user may not trace them any more (they ran a set-user-id program, say); what they did before that stays"
             ));
         }
         if lost > 0 {

@@ -14,6 +14,10 @@
 //! may not read (memory, maps, ptrace), and it removes the perf events of a program that is not
 //! dumpable.
 //!
+//! The same check refuses a process that made itself not dumpable (its `arg_start` reads 0
+//! too), as `attach` refuses one. A leader that exited while its threads run on (a zombie)
+//! shows 0 as well, and is checked at every tick.
+//!
 //! The gate checks nothing, and reads nothing, where fsprof holds no privilege beyond its
 //! user's (the kernel's checks are then the whole story). Not here: what is read at a tick
 //! (`sampler.rs`).
