@@ -508,6 +508,43 @@ fn capable_copies_write_their_files_as_their_user() {
     }
 }
 
+/// `fsprof run --no-agent -o OUT -- SCRIPT` as the user, through the copy that has `privilege`:
+/// asserts that it recorded the user's `fsprof-target` and no set-user-id copy of it (by their
+/// command lines); returns fsprof's stderr.
+fn run_script_recording_the_users_program_only(
+    house: &House,
+    privilege: Privilege,
+    script: &Path,
+    out: &Path,
+) -> String {
+    let output = house.fsprof(
+        privilege,
+        &[
+            "run",
+            "--no-agent",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            script.to_str().unwrap(),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{privilege:?}: {stderr}");
+    let report = report_json(out);
+    let commands: Vec<&str> = (report["processes"].as_array().unwrap().iter())
+        .map(|p| p["command"].as_str().unwrap())
+        .collect();
+    assert!(
+        commands.iter().any(|c| c.contains("/fsprof-target mixed")),
+        "{privilege:?}: the user's program was not recorded: {commands:?}"
+    );
+    assert!(
+        !commands.iter().any(|c| c.contains("fsprof-target-setuid")),
+        "{privilege:?}: the set-user-id program was recorded: {commands:?}"
+    );
+    stderr
+}
+
 /// `fsprof run` of the user's script that starts the user's program and a set-user-id-root
 /// one: every copy records the user's program, not the set-user-id one, and says so.
 #[test]
@@ -530,31 +567,7 @@ fn capable_copies_follow_only_the_children_their_user_may_trace() {
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     for privilege in ALL {
         let out = house.work(&format!("{privilege:?}-children"));
-        let output = house.fsprof(
-            privilege,
-            &[
-                "run",
-                "--no-agent",
-                "-o",
-                out.to_str().unwrap(),
-                "--",
-                script.to_str().unwrap(),
-            ],
-        );
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "{privilege:?}: {stderr}");
-        let report = report_json(&out);
-        let commands: Vec<&str> = (report["processes"].as_array().unwrap().iter())
-            .map(|p| p["command"].as_str().unwrap())
-            .collect();
-        assert!(
-            commands.iter().any(|c| c.contains("/fsprof-target mixed")),
-            "{privilege:?}: the user's program was not recorded: {commands:?}"
-        );
-        assert!(
-            !commands.iter().any(|c| c.contains("fsprof-target-setuid")),
-            "{privilege:?}: the set-user-id program was recorded: {commands:?}"
-        );
+        let stderr = run_script_recording_the_users_program_only(&house, privilege, &script, &out);
         assert!(stderr.contains("may not trace"), "{privilege:?}: {stderr}");
     }
 }
@@ -596,42 +609,15 @@ fn capable_copies_stop_recording_a_child_at_its_set_user_id_exec() {
         .unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let out = house.work(&format!("{privilege:?}-race"));
-        let output = house.fsprof(
-            privilege,
-            &[
-                "run",
-                "--no-agent",
-                "-o",
-                out.to_str().unwrap(),
-                "--",
-                script.to_str().unwrap(),
-            ],
-        );
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "{privilege:?}: {stderr}");
-        let report = report_json(&out);
-        let commands: Vec<&str> = (report["processes"].as_array().unwrap().iter())
-            .map(|p| p["command"].as_str().unwrap())
-            .collect();
+        let stderr = run_script_recording_the_users_program_only(&house, privilege, &script, &out);
         let notes: Vec<&str> = (stderr.lines())
             .filter(|l| l.contains("child processes were"))
             .collect();
-        eprintln!(
-            "{privilege:?}: {} processes recorded; {notes:?}",
-            commands.len()
-        );
-        assert!(
-            commands.iter().any(|c| c.contains("/fsprof-target mixed")),
-            "{privilege:?}: the user's program was not recorded: {commands:?}"
-        );
-        assert!(
-            !commands.iter().any(|c| c.contains("fsprof-target-setuid")),
-            "{privilege:?}: the set-user-id program was recorded: {commands:?}"
-        );
+        eprintln!("{privilege:?}: {notes:?}");
         // Each run ran: its truth file is there, written by root when the set-user-id program
         // kept its privilege. A run whose thread a ptrace sample held in the first part of its
         // exec (on a CPU, where fsprof cannot tell an exec) ran as the user: counted, not
-        // failed (README, "Privilege"), and not recorded either (asserted above).
+        // failed (README, "Permissions"), and not recorded either (asserted above).
         let mut unprivileged = 0;
         for run in 0..RUNS {
             let truth = runs.join(format!("{run}.json"));
