@@ -89,6 +89,14 @@ impl House {
         self.path("work").join(name)
     }
 
+    /// A set-user-id-root copy of the target program, `fsprof-target-setuid`.
+    fn setuid_target(&self) -> PathBuf {
+        let setuid = self.path("fsprof-target-setuid");
+        std::fs::copy(self.path("fsprof-target"), &setuid).unwrap();
+        std::fs::set_permissions(&setuid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        setuid
+    }
+
     /// The copy of fsprof that has `privilege`.
     fn copy(&self, privilege: Privilege) -> PathBuf {
         self.path(match privilege {
@@ -551,9 +559,7 @@ fn run_script_recording_the_users_program_only(
 fn capable_copies_follow_only_the_children_their_user_may_trace() {
     let _serial = serial();
     let Some(house) = House::new() else { return };
-    let setuid = house.path("fsprof-target-setuid");
-    std::fs::copy(house.path("fsprof-target"), &setuid).unwrap();
-    std::fs::set_permissions(&setuid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let setuid = house.setuid_target();
     let script = house.path("children.sh");
     std::fs::write(
         &script,
@@ -582,9 +588,7 @@ fn capable_copies_follow_only_the_children_their_user_may_trace() {
 fn capable_copies_stop_recording_a_child_at_its_set_user_id_exec() {
     let _serial = serial();
     let Some(house) = House::new() else { return };
-    let setuid = house.path("fsprof-target-setuid");
-    std::fs::copy(house.path("fsprof-target"), &setuid).unwrap();
-    std::fs::set_permissions(&setuid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let setuid = house.setuid_target();
     const RUNS: usize = 30;
     for privilege in ALL {
         let runs = house.work(&format!("{privilege:?}-runs"));
