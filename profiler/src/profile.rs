@@ -279,6 +279,11 @@ pub struct NativeMeta {
     /// one (its stack had not changed meanwhile).
     #[serde(default)]
     pub native_late: u64,
+    /// Time threads waited for a CPU (perf backend: preempted) with marks other than those of
+    /// their latest perf sample, which then gives no native stack (perf samples only running
+    /// threads), microseconds.
+    #[serde(default)]
+    pub native_preempted_unplaced_us: u64,
     /// Of `native_captured`: stacks of blocked threads taken without stopping them.
     #[serde(default)]
     pub native_blocked: u64,
@@ -286,13 +291,22 @@ pub struct NativeMeta {
     /// last ran on fsprof's CPU, or ran again meanwhile).
     #[serde(default)]
     pub native_blocked_skipped: u64,
-    /// Times a thread was stopped (ptrace) to take its native stack.
-    #[serde(default)]
-    pub native_stops: u64,
     /// Of `native_complete`: perf samples of deep stacks unwound beyond the copy of the top of
     /// the stack, and how.
     #[serde(flatten)]
     pub beyond: BeyondCopy,
+    /// The ptrace stops that took native stacks.
+    #[serde(flatten)]
+    pub stops: Stops,
+}
+
+/// The ptrace stops that took native stacks, and how long threads stayed stopped (in the
+/// profile, as fields of [`NativeMeta`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stops {
+    /// Times a thread was stopped (ptrace) to take its native stack.
+    #[serde(default)]
+    pub native_stops: u64,
     /// Median time a sampled thread stayed stopped, microseconds.
     #[serde(default)]
     pub pause_p50_us: u64,

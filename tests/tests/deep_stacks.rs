@@ -49,13 +49,13 @@ fn whole(frames: &[String]) -> bool {
         && !frames.iter().any(|f| f.contains("[stack truncated]"))
 }
 
-/// Of the time of the stacks with a `[leaf]` mark: the share whose stack goes down from the
+/// Of the time of the stacks with a `[leaf]` mark (and a native stack): the share whose stack goes down from the
 /// program's `main` (unwound to the root), and the deepest stack seen, in frames. Asserts that
 /// none of them is spliced: `deep::descend`'s frames are one run, with nothing in between.
 fn leaves_under_main(dir: &Path) -> (f64, usize) {
     let (mut under_main, mut all, mut deepest, mut spliced) = (0, 0, 0, 0);
     for (frames, us) in folded(dir) {
-        if !frames.iter().any(|f| f.starts_with("[leaf]")) {
+        if !frames.iter().any(|f| f.starts_with("[leaf]")) || frames[0] == NO_STACK {
             continue;
         }
         all += us;
@@ -78,7 +78,22 @@ fn leaves_under_main(dir: &Path) -> (f64, usize) {
         spliced < 0.5,
         "{spliced:.2}% of the leaves' time on spliced stacks"
     );
+    assert_few_without_stack(dir);
     (under_main as f64 * 100.0 / all as f64, deepest)
+}
+
+/// What the folded stacks start with where a sample has no native stack.
+const NO_STACK: &str = "[no native stack]";
+
+/// The time without a native stack, less the waits for a CPU that perf cannot place (beside a
+/// busy loop, 12 to 15% of `deep leaves`' time: see `unexplained_without_stack`), is at most
+/// 10% of the time: the shares above are of the stacks taken, this bounds what they leave out.
+fn assert_few_without_stack(dir: &Path) {
+    let (unexplained, total) = unexplained_without_stack(dir);
+    assert!(
+        unexplained * 10 <= total,
+        "{unexplained} of {total} µs without a native stack, not waiting for a CPU"
+    );
 }
 
 #[test]
@@ -166,21 +181,8 @@ fn a_recursion_waiting_for_a_cpu_is_never_drawn_spliced_with_perf() {
         record(dir.path(), "leaves", &["--backend", "perf"]);
     }
     let (share, _) = leaves_under_main(dir.path()); // none spliced
-    let (mut with_stack, mut under_main) = (0u64, 0u64);
-    for (frames, us) in folded(dir.path()) {
-        if frames[0] == "[no native stack]" || !frames.iter().any(|f| f.starts_with("[leaf]")) {
-            continue;
-        }
-        with_stack += us;
-        if whole(&frames) {
-            under_main += us;
-        }
-    }
-    let of_stacks = under_main as f64 * 100.0 / with_stack.max(1) as f64;
-    eprintln!(
-        "beside busy loops: {share:.1}% of the leaves' time under main; of their time with a native stack, {of_stacks:.1}%"
-    );
-    assert!(of_stacks >= 95.0, "{of_stacks:.1}% under main");
+    eprintln!("beside busy loops: of the leaves' time with a native stack, {share:.1}% under main");
+    assert!(share >= 95.0, "{share:.1}% under main");
 }
 
 /// Per side: the share of the leaves' time with a native stack drawn under its own root, the
@@ -193,7 +195,7 @@ fn roots(dir: &Path) -> Vec<(&'static str, f64, f64, f64)> {
     let truth_ms = |side: &str| instances[side].as_f64().unwrap();
     let stacks: Vec<(Vec<String>, u64)> = folded(dir)
         .into_iter()
-        .filter(|(frames, _)| frames[0] != "[no native stack]")
+        .filter(|(frames, _)| frames[0] != NO_STACK)
         .collect();
     let with_stack: u64 = (stacks.iter())
         .filter(|(frames, _)| frames.iter().any(|f| f.starts_with("[leaf]")))
@@ -281,7 +283,7 @@ fn stacks_of_ten_thousand_frames_are_kept_whole() {
 /// `deep paths` with `backend`: a compiler's way down, another at every descent (40 to 90
 /// levels of four functions, 30 to 80 KiB of stack), so that with perf no image of an earlier
 /// stack is this one beyond the 16 KiB copy: the BPF program's walk at the sample has to
-/// reach the root (`native/walk.rs`). At least 95% of the leaves' time is drawn under `main`,
+/// reach the root (`native/walk.rs`). At least 95% of the leaves' time with a native stack is drawn under `main`,
 /// and each leaf under its own descent: the two outermost levels' functions are the ones its
 /// mark names.
 fn paths(backend: &str) {
@@ -292,6 +294,9 @@ fn paths(backend: &str) {
         let Some(mark) = frames.iter().find_map(|f| f.strip_prefix("[leaf] ")) else {
             continue;
         };
+        if frames[0] == NO_STACK {
+            continue;
+        }
         all += us;
         if !whole(&frames) {
             continue;
@@ -307,6 +312,7 @@ fn paths(backend: &str) {
         }
     }
     assert!(all > 0, "no leaf time");
+    assert_few_without_stack(dir.path());
     let share = |us: u64| us as f64 * 100.0 / all as f64;
     eprintln!(
         "{backend}: {:.1}% of the leaves' time under main, {:.2}% under another descent",

@@ -191,9 +191,10 @@ fn add_counters(meta: &mut Meta, child: &Meta) {
     n.native_not_stopped += c.native_not_stopped;
     n.native_moved += c.native_moved;
     n.native_late += c.native_late;
+    n.native_preempted_unplaced_us += c.native_preempted_unplaced_us;
     n.native_blocked += c.native_blocked;
     n.native_blocked_skipped += c.native_blocked_skipped;
-    n.native_stops += c.native_stops;
+    n.stops.native_stops += c.stops.native_stops;
     n.beyond.native_completed += c.beyond.native_completed;
     n.beyond.native_walked += c.beyond.native_walked;
     let (s, c) = (&mut meta.sampling, &child.sampling);

@@ -8,6 +8,7 @@ pub mod clock;
 mod embedded_agent;
 pub mod interner;
 pub mod marks;
+pub mod priority;
 pub mod privilege;
 pub mod progress;
 pub mod sampler;

@@ -139,6 +139,9 @@ struct Tally {
     native_moved: u64,
     /// Thread samples whose stack came from a stop after the tick (the thread had no CPU).
     native_late: u64,
+    /// Time threads waited for a CPU after a departure whose place on their latest perf sample
+    /// was unknown (no native stack), ns.
+    preempted_unplaced_ns: u64,
 }
 
 /// Samples one target process.
@@ -731,17 +734,21 @@ impl Sampler {
             meta.native_stacks.native_not_stopped = stats.not_stopped;
             meta.native_stacks.native_moved = self.tally.native_moved;
             meta.native_stacks.native_late = self.tally.native_late;
+            meta.native_stacks.native_preempted_unplaced_us =
+                self.tally.preempted_unplaced_ns / 1_000;
             meta.native_stacks.native_blocked = stats.blocked;
             meta.native_stacks.native_blocked_skipped = stats.blocked_skipped;
             (
                 meta.native_stacks.perf_lost,
                 meta.native_stacks.perf_unmatched,
             ) = native.perf_losses();
-            meta.native_stacks.native_stops = native.pauses().count();
+            meta.native_stacks.stops.native_stops = native.pauses().count();
             meta.native_stacks.beyond.native_completed = native.completer.completed;
             meta.native_stacks.beyond.native_walked = stats.walked;
-            meta.native_stacks.pause_p50_us = native.pauses().quantile(0.5).as_micros() as u64;
-            meta.native_stacks.pause_p99_us = native.pauses().quantile(0.99).as_micros() as u64;
+            meta.native_stacks.stops.pause_p50_us =
+                native.pauses().quantile(0.5).as_micros() as u64;
+            meta.native_stacks.stops.pause_p99_us =
+                native.pauses().quantile(0.99).as_micros() as u64;
             if let Some(errno) = native.attach_error {
                 notes.push(format!(
                     "native stacks: {} thread(s) could not be attached ({}): their samples have marks only{}",

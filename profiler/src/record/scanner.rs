@@ -73,6 +73,13 @@ impl Scanner {
             .spawn({
                 let shared = Arc::clone(&shared);
                 move || {
+                    // At the sampler's priority: on a machine the target loads, a normally
+                    // scheduled scanner found the program's region late, and the marks of the
+                    // threads' waits until then were unknown (`queue`, 40 busy threads on two
+                    // CPUs: each thread's first 2 to 40 waits for a CPU, most of its first
+                    // second, read outside the mark it was in). Its scans are rare and short.
+                    // Raised before the privileges that allow it go.
+                    let _ = crate::record::priority::raise();
                     crate::record::privilege::drop_all(); // this thread reads /proc only
                     scan_until_stopped(pid, &shared)
                 }

@@ -1,11 +1,12 @@
 //! The recording loop: when the sampler ticks. Ticks come at jittered intervals (uniform from 0.5
 //! to 1.5 times the mean period the tick clock asks for, so that periodic behaviour in the target
 //! cannot alias with the sampling), with the sampler's thread raised to real-time priority where
-//! the system allows it, until the target exits, the caller stops it or the duration elapses;
+//! the system allows it (`priority.rs`), until the target exits, the caller stops it or the duration elapses;
 //! Ctrl-Z suspends fsprof without leaving the target stuck; a status line shows progress on a
 //! terminal (`status.rs`). What a tick reads is the sampler's business (`sampler.rs`), how often
 //! the next comes the clock's (`clock.rs`).
 
+use crate::record::priority;
 use crate::record::sampler::Sampler;
 use crate::record::status::Status;
 use crate::record::top::Top;
@@ -92,32 +93,6 @@ impl Live {
     }
 }
 
-/// Gives the sampler priority over the target's threads where the system allows it, and says how
-/// it is scheduled.
-///
-/// A sample must be taken when its timer says, not when a CPU happens to be free: on a busy
-/// machine a normally scheduled sampler runs when the target blocks, so its samples cluster at
-/// the moments the target sleeps inside a mark and overstate that feature (we measured 5 points on
-/// two cores with two other busy processes). Real-time scheduling (`SCHED_FIFO`, lowest priority,
-/// reset on fork so that programs we start never inherit it) removes the delay; failing that, a
-/// lower nice value shortens it. The sampler sleeps almost all the time, so this costs the
-/// machine nothing.
-fn raise_priority() -> (&'static str, i32) {
-    use nix::libc;
-    let param = libc::sched_param { sched_priority: 1 };
-    // SAFETY: plain system calls on this process with a valid parameter block.
-    unsafe {
-        let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
-        if libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) == 0 {
-            return ("real-time", nice);
-        }
-        if libc::setpriority(libc::PRIO_PROCESS, 0, nice - 10) == 0 {
-            return ("raised", nice);
-        }
-        ("normal", nice)
-    }
-}
-
 /// Samples until the target exits, `stop` returns a reason, or the duration elapses. Intervals are
 /// drawn uniformly from 0.5 to 1.5 times the mean period, so periodic behaviour in the target
 /// cannot alias with the sampling.
@@ -127,7 +102,7 @@ pub fn record(
     mut stop: impl FnMut(&Sampler) -> Option<End>,
 ) -> End {
     let period = Duration::from_secs_f64(1.0 / schedule.rate_hz);
-    let (priority, nice) = raise_priority();
+    let (priority, nice) = priority::raise();
     sampler.set_priority(priority);
     // With the default 50 µs timer slack our wake-ups would be batched with the target's own
     // timers; one nanosecond keeps the sampling times independent of the target's.
@@ -135,7 +110,7 @@ pub fn record(
     let end = sample_until_stopped(sampler, schedule, period, &mut stop);
     sampler.end_recording();
     sampler.stop_tracing();
-    lower_priority(priority, nice);
+    priority::lower(priority, nice);
     end
 }
 
@@ -231,23 +206,4 @@ pub fn suspend(sampler: &mut Sampler) {
 fn thread_cpu_time() -> Duration {
     use nix::time::{clock_gettime, ClockId};
     clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(Duration::ZERO, Duration::from)
-}
-
-/// Back to normal scheduling once recording is over (writing the profile needs no priority).
-fn lower_priority(raised: &str, nice: i32) {
-    use nix::libc;
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: plain system calls on this process with valid arguments. Keeping the reset-on-fork
-    // flag matters: an unprivileged process (real-time through RLIMIT_RTPRIO) may not clear it.
-    unsafe {
-        match raised {
-            "real-time" => {
-                libc::sched_setscheduler(0, libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK, &param);
-            }
-            "raised" => {
-                libc::setpriority(libc::PRIO_PROCESS, 0, nice);
-            }
-            _ => {}
-        }
-    }
 }

@@ -523,6 +523,9 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
     notes
 }
 
+/// Least time waiting for a CPU without a native stack, in ms, that the notes mention.
+const PREEMPTED_NOTE_MS: u64 = 10;
+
 /// The notes about native stacks: samples without one, and stacks not unwound to their root.
 fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
     let native_samples = meta.native_stacks.native_captured
@@ -563,6 +566,12 @@ fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
                 "{:.0}% of thread samples ({without} of {native_samples}) have no native stack (they count in the tables, not in flamegraph.svg): {}",
                 without as f64 * 100.0 / native_samples as f64,
                 causes.join(", ")
+            ));
+        }
+        let unplaced_ms = meta.native_stacks.native_preempted_unplaced_us / 1_000;
+        if unplaced_ms >= PREEMPTED_NOTE_MS {
+            notes.push(format!(
+                "{unplaced_ms} ms of waiting for a CPU (the thread preempted) have no native stack: perf samples only running threads, and the thread's marks had changed since its latest sample (on a busy machine; --backend ptrace stops the thread instead)"
             ));
         }
         if meta.native_stacks.native_captured > 0

@@ -572,22 +572,27 @@ fn deep(truth: &Truth, run_for: Duration) {
 
 /// 40 threads busy on a machine with fewer CPUs (three fifths of their CPU time in a mark), so
 /// that each waits for a CPU far longer than it runs. Each counts its time from its birth, run or
-/// waiting (schedstat), as fsprof counts it.
+/// waiting (schedstat), as fsprof counts it. The regions' lengths are random (200-400 µs in the
+/// mark, 100-300 µs out): a thread runs from one scheduler tick to another, and its `spin` ends
+/// at once when it comes back from a wait, so with fixed lengths that divide the tick (300 and
+/// 200 µs, ticks of 4 ms) each thread's waits all began at the same point of its loop, all in
+/// the mark or all out, and the mix of waits the test checks was a few dozen coin tosses.
 fn queue(truth: &Arc<Truth>, run_for: Duration, ready: impl FnOnce()) {
     let busy: Vec<_> = (0..40)
-        .map(|_| {
+        .map(|seed| {
             let truth = Arc::clone(truth);
             thread::spawn(move || {
+                let mut rng = Rng::new(seed + 1);
                 let start = Instant::now();
                 let mut inside = Duration::ZERO;
                 while start.elapsed() < run_for {
                     let began = Instant::now();
                     {
                         let _mark = VALIDATION.mark_with("rule-q");
-                        spin(Duration::from_micros(300));
+                        spin(rng.micros(200, 400));
                     }
                     inside += began.elapsed();
-                    spin(Duration::from_micros(200));
+                    spin(rng.micros(100, 300));
                 }
                 truth.feature("validation", "rule-q", inside);
                 truth.active(thread_runnable_time().max(start.elapsed()));

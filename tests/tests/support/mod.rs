@@ -383,6 +383,25 @@ pub fn folded(dir: &Path) -> Vec<(Vec<String>, u64)> {
     folded_with(dir, &[])
 }
 
+/// Of the time in [`folded`]'s stacks, in µs: the time without a native stack that the
+/// profile does not explain by a thread's waits for a CPU (perf backend: a preempted thread is
+/// not sampled, and its latest sample's stack stands only where its marks had not changed:
+/// `native_preempted_unplaced_us`), and the whole.
+pub fn unexplained_without_stack(dir: &Path) -> (u64, u64) {
+    let stacks = folded(dir);
+    let total = stacks.iter().map(|(_, us)| us).sum();
+    let without: u64 = (stacks.iter())
+        .filter(|(frames, _)| frames[0] == "[no native stack]")
+        .map(|(_, us)| us)
+        .sum();
+    let profile: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("profile.json")).unwrap()).unwrap();
+    let preempted = profile["meta"]["native_preempted_unplaced_us"]
+        .as_u64()
+        .unwrap_or(0);
+    (without.saturating_sub(preempted), total)
+}
+
 /// [`folded`] with more options of `fsprof report` (`--idle`).
 pub fn folded_with(dir: &Path, options: &[&str]) -> Vec<(Vec<String>, u64)> {
     let output = Command::new(fsprof())

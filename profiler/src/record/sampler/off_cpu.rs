@@ -229,6 +229,9 @@ impl Sampler {
         } else if close && wakeups.woken.len() < MAX_WOKEN {
             wakeups.woken.push((stack, native));
         }
+        if preempted && native.is_none() {
+            self.tally.preempted_unplaced_ns += ns;
+        }
         if ns > 0 {
             let active_ns = if preempted { ns } else { 0 };
             self.builder
