@@ -304,7 +304,12 @@ fn privileged_program(tid: u32, uid: u32, gid: u32) -> Option<String> {
 /// real credentials, security modules). Kernels without `kcmp` (no CONFIG_KCMP) leave the
 /// `/proc` checks alone.
 fn kernel_allows(tid: u32) -> Result<(), Refusal> {
-    const KCMP_VM: nix::libc::c_long = 0;
+    // `enum kcmp_type` (linux/kcmp.h): KCMP_FILE is 0, KCMP_VM 1. With 0 the call compared the
+    // thread's descriptor 0 with itself, which fails with EBADF where the thread has none (its
+    // file table already gone as it exits, or its standard input closed), and the user's own
+    // program was refused: a fresh-clone run's `capable_copies_walk_deep_stacks` ("the kernel
+    // does not let you read it (Bad file number ...)"; perf stopped, ptrace took over).
+    const KCMP_VM: nix::libc::c_long = 1;
     let tid = nix::libc::c_long::from(tid as i32);
     // SAFETY: kcmp takes integers only.
     let result = unsafe { nix::libc::syscall(nix::libc::SYS_kcmp, tid, tid, KCMP_VM, 0, 0) };
