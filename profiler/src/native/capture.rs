@@ -20,6 +20,7 @@ use crate::native::perf::{PerfSample, PerfSampler, Switch, Taken, WatchError, AN
 use crate::native::tracer::{Pauses, Tracer};
 use crate::native::unwind::{Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame};
 use crate::profile::RawNativeStack;
+use crate::record::privilege::Refusal;
 use crate::target::modules::{self, Mapping, Module};
 use crate::target::process;
 use crate::target::remote::Remote;
@@ -357,11 +358,20 @@ impl NativeSampler {
                 perf.rules().learn(return_address, rule);
             }
         }
-        if let Err(why) = crate::record::privilege::still_traceable(self.pid) {
-            // It ran a program its user may not trace (one with file capabilities): what perf
-            // took may be of that program, and is dropped unused, and perf with it.
-            self.stop_perf(tid, why);
-            return None;
+        match crate::record::privilege::still_traceable(self.pid) {
+            Ok(()) => {}
+            Err(Refusal::Unsettled(_)) => {
+                // In the middle of an exec: what perf took is dropped unused (of which program
+                // is not known yet); the gate decides at the next tick.
+                self.perf = Some(perf);
+                return None;
+            }
+            Err(why) => {
+                // It ran a program its user may not trace (one with file capabilities): what
+                // perf took may be of that program, and is dropped unused, and perf with it.
+                self.stop_perf(tid, why.to_string());
+                return None;
+            }
         }
         self.perf = Some(perf);
         Some(taken)

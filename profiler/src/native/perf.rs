@@ -23,6 +23,7 @@ use crate::native::perf_events::{open_event, open_switch_event};
 use crate::native::ring::{match_copies, parse, read_copies, CopyRing, Record, Ring, SlotCopy};
 use crate::native::rules::Rules;
 use crate::native::unwind::{Registers, StackView};
+use crate::record::privilege::Refusal;
 use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE};
 use nix::errno::Errno;
 use nix::libc;
@@ -508,14 +509,13 @@ impl PerfSampler {
     /// `perf_event_open` pass over the kernel's check that fsprof's user may trace the thread:
     /// the thread is checked before, and again once its event exists, which is enabled only
     /// then (its credentials may have changed in between, by a setuid `exec`, which removes the
-    /// events the thread had but not one opened after).
+    /// events the thread had but not one opened after); one in mid-`exec` waits a tick.
     fn open(&mut self, tid: u32) -> Result<Thread, WatchError> {
         let check = |tid| match crate::record::privilege::may_trace(tid) {
             Ok(()) => Ok(()),
-            Err(crate::record::privilege::Refusal::Gone) => Err(WatchError::Refused(Errno::ESRCH)),
-            Err(crate::record::privilege::Refusal::Rule(why)) => {
-                Err(WatchError::Foreign { tid, why })
-            }
+            Err(Refusal::Gone) => Err(WatchError::Refused(Errno::ESRCH)),
+            Err(Refusal::Unsettled(_)) => Err(WatchError::Refused(Errno::EAGAIN)),
+            Err(Refusal::Rule(why)) => Err(WatchError::Foreign { tid, why }),
         };
         check(tid)?;
         let thread = crate::record::privilege::with_perf(|| self.open_unchecked(tid))

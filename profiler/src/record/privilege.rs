@@ -240,13 +240,18 @@ pub enum Refusal {
     Gone,
     /// It breaks this rule.
     Rule(String),
+    /// It is not dumpable, though it runs as the user without capabilities: in the middle of an
+    /// `exec` (the kernel settles a new program's dumpability after the `exec` has closed its
+    /// descriptors, which is when `fsprof run`'s spawn returns), or it made itself so. Nothing
+    /// may be read from it now; looked at again later, it passes or stays refused.
+    Unsettled(String),
 }
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Refusal::Gone => f.write_str("it has exited"),
-            Refusal::Rule(why) => f.write_str(why),
+            Refusal::Rule(why) | Refusal::Unsettled(why) => f.write_str(why),
         }
     }
 }
@@ -265,7 +270,7 @@ pub fn may_trace(tid: u32) -> Result<(), Refusal> {
     let path = format!("/proc/{tid}/status");
     let status = std::fs::read_to_string(&path).map_err(|_| Refusal::Gone)?;
     let owner = std::fs::metadata(&path).map_err(|_| Refusal::Gone)?.uid();
-    check_status(&status, owner, *uid, *gid).map_err(Refusal::Rule)?;
+    check_status(&status, owner, *uid, *gid)?;
     kernel_allows(tid)?;
     privileged_program(tid, *uid, *gid).map_or(Ok(()), |why| Err(Refusal::Rule(why)))
 }
@@ -324,15 +329,15 @@ fn kernel_allows(tid: u32) -> Result<(), Refusal> {
 }
 
 /// [`may_trace`] for a process fsprof already records: `Ok` also when it is gone.
-pub fn still_traceable(pid: u32) -> Result<(), String> {
+pub fn still_traceable(pid: u32) -> Result<(), Refusal> {
     match may_trace(pid) {
         Ok(()) | Err(Refusal::Gone) => Ok(()),
-        Err(Refusal::Rule(why)) => Err(why),
+        Err(refusal) => Err(refusal),
     }
 }
 
 /// [`may_trace`]'s rules applied to a `/proc/TID/status` text and the owner of that file.
-fn check_status(status: &str, owner: u32, uid: u32, gid: u32) -> Result<(), String> {
+fn check_status(status: &str, owner: u32, uid: u32, gid: u32) -> Result<(), Refusal> {
     let ids = |key: &str| -> Option<[u32; 3]> {
         let line = status.lines().find(|l| l.starts_with(key))?;
         let mut fields = line[key.len()..]
@@ -340,18 +345,18 @@ fn check_status(status: &str, owner: u32, uid: u32, gid: u32) -> Result<(), Stri
             .map(|f| f.parse().ok());
         Some([fields.next()??, fields.next()??, fields.next()??])
     };
-    let unreadable = || "its /proc status cannot be parsed".to_owned();
+    let unreadable = || Refusal::Rule("its /proc status cannot be parsed".to_owned());
     let [real, effective, saved] = ids("Uid:").ok_or_else(unreadable)?;
     if [real, effective, saved] != [uid; 3] {
-        return Err(format!(
+        return Err(Refusal::Rule(format!(
             "it runs as another user (uids: real {real}, effective {effective}, saved {saved}; you are uid {uid})"
-        ));
+        )));
     }
     let [real, effective, saved] = ids("Gid:").ok_or_else(unreadable)?;
     if [real, effective, saved] != [gid; 3] {
-        return Err(format!(
+        return Err(Refusal::Rule(format!(
             "it runs with another group (gids: real {real}, effective {effective}, saved {saved}; yours is {gid})"
-        ));
+        )));
     }
     let permitted = status
         .lines()
@@ -359,9 +364,9 @@ fn check_status(status: &str, owner: u32, uid: u32, gid: u32) -> Result<(), Stri
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
         .ok_or_else(unreadable)?;
     if permitted != 0 {
-        return Err(format!(
+        return Err(Refusal::Rule(format!(
             "it holds capabilities (CapPrm {permitted:016x}), which you do not"
-        ));
+        )));
     }
     // An exited thread (a zombie leader whose other threads run on) has no memory left, and
     // its files are root's whatever it was.
@@ -370,10 +375,10 @@ fn check_status(status: &str, owner: u32, uid: u32, gid: u32) -> Result<(), Stri
         .find_map(|l| l.strip_prefix("State:"))
         .is_some_and(|state| matches!(state.trim().chars().next(), Some('Z' | 'X')));
     if owner != uid && !exited {
-        return Err(
+        return Err(Refusal::Unsettled(
             "it is not dumpable (it made itself so, or it runs a setuid or file-capability program), so its owner may not trace it either"
                 .to_owned(),
-        );
+        ));
     }
     Ok(())
 }
@@ -455,21 +460,26 @@ mod tests {
         let root = STATUS.replace("Uid:\t1000\t1000\t1000", "Uid:\t1000\t0\t1000");
         assert!(check_status(&root, 1000, 1000, 100)
             .unwrap_err()
+            .to_string()
             .contains("another user"));
         let saved = STATUS.replace("Uid:\t1000\t1000\t1000", "Uid:\t1000\t1000\t0");
         assert!(check_status(&saved, 1000, 1000, 100)
             .unwrap_err()
+            .to_string()
             .contains("saved 0"));
         let group = STATUS.replace("Gid:\t100\t100\t100", "Gid:\t100\t42\t100");
         assert!(check_status(&group, 1000, 1000, 100)
             .unwrap_err()
+            .to_string()
             .contains("another group"));
         let capable = STATUS.replace("CapPrm:\t0000000000000000", "CapPrm:\t0000000000002000");
         assert!(check_status(&capable, 1000, 1000, 100)
             .unwrap_err()
+            .to_string()
             .contains("capabilities"));
         assert!(check_status(STATUS, 0, 1000, 100)
             .unwrap_err()
+            .to_string()
             .contains("not dumpable"));
         assert!(check_status("Name:\tx\n", 1000, 1000, 100).is_err());
         let zombie = format!("State:\tZ (zombie)\n{STATUS}");

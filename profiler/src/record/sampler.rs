@@ -139,9 +139,8 @@ struct Tally {
     native_moved: u64,
     /// Thread samples whose stack came from a stop after the tick (the thread had no CPU).
     native_late: u64,
-    /// Time threads waited for a CPU after a departure whose place on their latest perf sample
-    /// was unknown (no native stack), ns.
-    preempted_unplaced_ns: u64,
+    /// Time threads waited for a CPU with no native stack (perf: marks changed since), ns.
+    unplaced_ns: u64,
 }
 
 /// Samples one target process.
@@ -247,11 +246,13 @@ impl Sampler {
         self.gate.refused()
     }
 
-    /// Takes one sample of every thread. Returns `false` when the target is gone, or may no
-    /// longer be read ([`Sampler::refused`]).
+    /// Takes one sample of every thread (none mid-`exec`). Returns `false` when the target is
+    /// gone, or may no longer be read ([`Sampler::refused`]).
     pub fn tick(&mut self) -> bool {
-        if !self.gate.pass() {
-            return false;
+        match self.gate.look() {
+            exec::Look::Read => {}
+            exec::Look::Skip => return true,
+            exec::Look::Refused => return false,
         }
         self.take_late_stacks();
         if self.clock.before_first() {
@@ -734,8 +735,7 @@ impl Sampler {
             meta.native_stacks.native_not_stopped = stats.not_stopped;
             meta.native_stacks.native_moved = self.tally.native_moved;
             meta.native_stacks.native_late = self.tally.native_late;
-            meta.native_stacks.native_preempted_unplaced_us =
-                self.tally.preempted_unplaced_ns / 1_000;
+            meta.native_stacks.native_preempted_unplaced_us = self.tally.unplaced_ns / 1_000;
             meta.native_stacks.native_blocked = stats.blocked;
             meta.native_stacks.native_blocked_skipped = stats.blocked_skipped;
             (

@@ -15,7 +15,7 @@ use crate::profile::{self, Meta, Process, Profile};
 use crate::record::sampler::{Sampler, SamplerOptions};
 use crate::record::schedule::{self, End, Schedule};
 use crate::target::process;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 
 /// How often the tree is looked at for new processes.
 const SCAN_INTERVAL: Duration = Duration::from_millis(5);
+/// How long a child may stay not dumpable while it runs as the user before it is refused (an
+/// `exec` settles it within microseconds).
+const MOST_UNSETTLED: Duration = Duration::from_millis(200);
 /// Most processes followed in one recording (each costs a thread and its sampler).
 pub const MAX_FOLLOWED: usize = 256;
 
@@ -31,6 +34,9 @@ pub struct Tree {
     root: u32,
     /// Every process followed or found (the program's id included): never followed twice.
     known: HashSet<u32>,
+    /// Children found not dumpable though they run as the user, and since when (see
+    /// `privilege::Refusal::Unsettled`): looked at again until [`MOST_UNSETTLED`] has passed.
+    unsettled: HashMap<u32, Instant>,
     /// Processes whose children are looked for (those found, while they live).
     parents: Vec<u32>,
     followers: Vec<Follower>,
@@ -79,6 +85,7 @@ impl Tree {
         Tree {
             root,
             known: HashSet::from([root]),
+            unsettled: HashMap::new(),
             parents: vec![root],
             followers: Vec::new(),
             stop: Arc::default(),
@@ -126,9 +133,20 @@ impl Tree {
         // may not): see `privilege.rs`. Its command line is read first, so that it is one of
         // a program that passed (one run since is checked by the follower's sampler).
         let command = process::command_line(pid);
-        if crate::record::privilege::may_trace(pid).is_err() {
-            self.refused += 1;
-            return;
+        match crate::record::privilege::may_trace(pid) {
+            Ok(()) => {}
+            Err(crate::record::privilege::Refusal::Unsettled(_))
+                if *self.unsettled.entry(pid).or_insert_with(Instant::now) + MOST_UNSETTLED
+                    > Instant::now() =>
+            {
+                // In the middle of an exec: found again at the next scan.
+                self.known.remove(&pid);
+                return;
+            }
+            Err(_) => {
+                self.refused += 1;
+                return;
+            }
         }
         self.parents.push(pid);
         let sampling = self.sampling.clone();

@@ -9,7 +9,10 @@
 //! not read (a set-user-id or file-capability program is not dumpable). So for the gate a new
 //! value, or 0 after a value, is an `exec` (or the process's end), and the first look is checked
 //! too (a child found between its `fork` and its `exec`, or in the middle of the `exec`, is
-//! checked once the `exec` completed). The gate runs at the start of every tick, before anything
+//! checked once the `exec` completed: a new program is not dumpable until its `exec` settles
+//! that, after `fsprof run`'s spawn has returned, and a process found so while it runs as the
+//! user is left unread at that tick and looked at again, for up to 200 ms; refused at once,
+//! it took `run`'s own program from a set-user-id-root copy in 2 of 6 runs). The gate runs at the start of every tick, before anything
 //! else is read from the process; in between, the kernel's own checks refuse what fsprof's user
 //! may not read (memory, maps, ptrace), and it removes the perf events of a program that is not
 //! dumpable.
@@ -25,6 +28,7 @@
 use super::Sampler;
 use crate::record::privilege::{self, Refusal};
 use crate::target::process::ThreadStatus;
+use std::time::{Duration, Instant};
 
 /// The process's image as last checked.
 pub(super) struct ExecGate {
@@ -36,7 +40,25 @@ pub(super) struct ExecGate {
     allowed: Option<u64>,
     /// Why recording stopped, once it did.
     refused: Option<String>,
+    /// Since when the process has been found not dumpable though it runs as the user (in the
+    /// middle of an `exec`, see [`Refusal::Unsettled`]), if it is.
+    unsettled_since: Option<Instant>,
 }
+
+/// What a tick may do with the process, as the gate found it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Look {
+    /// Read it.
+    Read,
+    /// Read nothing this time: it is in the middle of an `exec`.
+    Skip,
+    /// Read nothing more, ever.
+    Refused,
+}
+
+/// How long a process may stay not dumpable while it runs as the user before it is refused: an
+/// `exec` settles it within microseconds; a program that made itself not dumpable stays so.
+const MOST_UNSETTLED: Duration = Duration::from_millis(200);
 
 impl ExecGate {
     /// A gate for process `pid`: open only where fsprof is elevated.
@@ -48,34 +70,45 @@ impl ExecGate {
                 .flatten(),
             allowed: None,
             refused: None,
+            unsettled_since: None,
         }
     }
 
-    /// Whether the process may still be read: `false` (for good) once it ran a program fsprof's
-    /// user may not trace. A process that is gone passes (the tick finds it gone).
-    pub(super) fn pass(&mut self) -> bool {
+    /// Whether the process may be read now: never again once it ran a program fsprof's user may
+    /// not trace; not this time while it is in the middle of an `exec` (for at most
+    /// [`MOST_UNSETTLED`]). A process that is gone may be read (the tick finds it gone).
+    pub(super) fn look(&mut self) -> Look {
         if self.refused.is_some() {
-            return false;
+            return Look::Refused;
         }
         let Some(status) = &mut self.status else {
-            return true;
+            return Look::Read;
         };
         if !matches!(status.is_running(), Ok(Some(_))) {
-            return true; // gone, or unreadable this time (the kernel still checks every read)
+            return Look::Read; // gone, or unreadable this time (the kernel still checks every read)
         }
         let token = status.image_token();
         if token.is_some() && token == self.allowed {
-            return true;
+            return Look::Read;
         }
         match privilege::may_trace(self.pid) {
             Ok(()) => {
                 self.allowed = token;
-                true
+                self.unsettled_since = None;
+                Look::Read
             }
-            Err(Refusal::Gone) => true,
+            Err(Refusal::Gone) => Look::Read,
+            Err(Refusal::Unsettled(why)) => {
+                let since = *self.unsettled_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < MOST_UNSETTLED {
+                    return Look::Skip;
+                }
+                self.refused = Some(why);
+                Look::Refused
+            }
             Err(Refusal::Rule(why)) => {
                 self.refused = Some(why);
-                false
+                Look::Refused
             }
         }
     }

@@ -230,7 +230,7 @@ impl Sampler {
             wakeups.woken.push((stack, native));
         }
         if preempted && native.is_none() {
-            self.tally.preempted_unplaced_ns += ns;
+            self.tally.unplaced_ns += ns;
         }
         if ns > 0 {
             let active_ns = if preempted { ns } else { 0 };
