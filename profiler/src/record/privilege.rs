@@ -247,6 +247,10 @@ pub enum Refusal {
     Unsettled(String),
 }
 
+/// How long a process may stay [`Refusal::Unsettled`] before it is refused: an `exec` settles
+/// it within microseconds; a program that made itself not dumpable stays so.
+pub const MOST_UNSETTLED: std::time::Duration = std::time::Duration::from_millis(200);
+
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -23,9 +23,6 @@ use std::time::{Duration, Instant};
 
 /// How often the tree is looked at for new processes.
 const SCAN_INTERVAL: Duration = Duration::from_millis(5);
-/// How long a child may stay not dumpable while it runs as the user before it is refused (an
-/// `exec` settles it within microseconds).
-const MOST_UNSETTLED: Duration = Duration::from_millis(200);
 /// Most processes followed in one recording (each costs a thread and its sampler).
 pub const MAX_FOLLOWED: usize = 256;
 
@@ -35,7 +32,7 @@ pub struct Tree {
     /// Every process followed or found (the program's id included): never followed twice.
     known: HashSet<u32>,
     /// Children found not dumpable though they run as the user, and since when (see
-    /// `privilege::Refusal::Unsettled`): looked at again until [`MOST_UNSETTLED`] has passed.
+    /// `privilege::Refusal::Unsettled`): looked at again until `privilege::MOST_UNSETTLED` has passed.
     unsettled: HashMap<u32, Instant>,
     /// Processes whose children are looked for (those found, while they live).
     parents: Vec<u32>,
@@ -136,7 +133,8 @@ impl Tree {
         match crate::record::privilege::may_trace(pid) {
             Ok(()) => {}
             Err(crate::record::privilege::Refusal::Unsettled(_))
-                if *self.unsettled.entry(pid).or_insert_with(Instant::now) + MOST_UNSETTLED
+                if *self.unsettled.entry(pid).or_insert_with(Instant::now)
+                    + crate::record::privilege::MOST_UNSETTLED
                     > Instant::now() =>
             {
                 // In the middle of an exec: found again at the next scan.

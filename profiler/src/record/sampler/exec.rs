@@ -26,9 +26,9 @@
 //! (`sampler.rs`).
 
 use super::Sampler;
-use crate::record::privilege::{self, Refusal};
+use crate::record::privilege::{self, Refusal, MOST_UNSETTLED};
 use crate::target::process::ThreadStatus;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The process's image as last checked.
 pub(super) struct ExecGate {
@@ -55,10 +55,6 @@ pub(super) enum Look {
     /// Read nothing more, ever.
     Refused,
 }
-
-/// How long a process may stay not dumpable while it runs as the user before it is refused: an
-/// `exec` settles it within microseconds; a program that made itself not dumpable stays so.
-const MOST_UNSETTLED: Duration = Duration::from_millis(200);
 
 impl ExecGate {
     /// A gate for process `pid`: open only where fsprof is elevated.
