@@ -15,16 +15,12 @@ const SECS: f64 = 5.0;
 
 /// Runs `fsprof run [args] -- PROGRAM SECS --truth DIR/truth.json` into a new directory, which
 /// it returns (the profile and the program's truth are in it).
-fn profile_program(program: &OsStr, args: &[&str]) -> tempfile::TempDir {
+fn profile_program(program: &OsStr, args: &[&str]) -> support::TestDir {
     profile_program_with(program, args, &[])
 }
 
 /// [`profile_program`], with `program_args` after the program's truth file.
-fn profile_program_with(
-    program: &OsStr,
-    args: &[&str],
-    program_args: &[&str],
-) -> tempfile::TempDir {
+fn profile_program_with(program: &OsStr, args: &[&str], program_args: &[&str]) -> support::TestDir {
     let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     let secs = SECS.to_string();

@@ -21,7 +21,7 @@ fn run_c_program(
     secs: &str,
     args: &[&str],
     env: &[(&str, &str)],
-) -> (tempfile::TempDir, String) {
+) -> (support::TestDir, String) {
     let build = tempdir();
     let program = build_c_program(build.path(), name);
     run_built(&program, secs, args, env)
@@ -33,7 +33,7 @@ fn run_built(
     secs: &str,
     args: &[&str],
     env: &[(&str, &str)],
-) -> (tempfile::TempDir, String) {
+) -> (support::TestDir, String) {
     let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     let stderr = run(

@@ -16,7 +16,7 @@ use support::*;
 
 const SECS: f64 = 5.0;
 
-fn profile_and_compare(scenario: &str) -> (tempfile::TempDir, Value) {
+fn profile_and_compare(scenario: &str) -> (support::TestDir, Value) {
     let _serial = serial();
     let dir = tempdir();
     run_target(dir.path(), scenario, SECS, &[]);

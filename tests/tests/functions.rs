@@ -39,7 +39,7 @@ fn names(list: &Value) -> Vec<&str> {
 fn profile_functions(
     exe: &std::path::Path,
     options: &[&std::ffi::OsStr],
-) -> (tempfile::TempDir, Value, Value, String) {
+) -> (support::TestDir, Value, Value, String) {
     let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     let output = Command::new(fsprof())

@@ -36,7 +36,7 @@ const ALL: [Privilege; 3] = [
 /// A directory anyone may enter, holding the copies, the agent and the target program, and a
 /// working directory that belongs to [`USER`].
 struct House {
-    dir: tempfile::TempDir,
+    dir: support::TestDir,
 }
 
 impl House {

@@ -81,7 +81,7 @@ fn python_interpreter() -> &'static str {
 /// Runs `program` (python3, or a wrapper that ends by exec'ing it) on `timed_writes.py` under
 /// `fsprof run`, and compares the report's output and process shares with what the script
 /// measured. Returns the output directory and fsprof's stderr.
-fn python_against_truth(program: &[&std::ffi::OsStr]) -> (tempfile::TempDir, String) {
+fn python_against_truth(program: &[&std::ffi::OsStr]) -> (support::TestDir, String) {
     let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/timed_writes.py");

@@ -115,12 +115,33 @@ pub fn target() -> &'static str {
     env!("CARGO_BIN_EXE_fsprof-target")
 }
 
-/// A fresh temporary directory.
-pub fn tempdir() -> tempfile::TempDir {
-    tempfile::Builder::new()
+/// A fresh temporary directory, removed when dropped unless its test failed (see [`TestDir`]).
+pub fn tempdir() -> TestDir {
+    let dir = tempfile::Builder::new()
         .prefix("fsprof-e2e-")
         .tempdir()
-        .unwrap()
+        .unwrap();
+    TestDir(Some(dir))
+}
+
+/// A test's directory (its profiles, the target's truth): removed when the test passes, kept
+/// when it fails (dropped while the thread panics), its path printed with the failure, so that
+/// a rare failure seen once in a whole suite's run leaves its recording to look at.
+pub struct TestDir(Option<tempfile::TempDir>);
+
+impl TestDir {
+    pub fn path(&self) -> &Path {
+        self.0.as_ref().expect("kept only on drop").path()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if let (true, Some(dir)) = (std::thread::panicking(), self.0.take()) {
+            let kept = dir.keep();
+            eprintln!("the failed test's directory is kept: {}", kept.display());
+        }
+    }
 }
 
 /// A child process that is killed (and reaped) when dropped, so a failing test leaves nothing.
