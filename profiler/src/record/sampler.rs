@@ -347,7 +347,7 @@ impl Sampler {
         };
         if tid == self.pid {
             let token = state.status.image_token();
-            if self.new_image(tid, token) {
+            if self.new_image(tid, token, now) {
                 return;
             }
         }

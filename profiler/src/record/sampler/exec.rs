@@ -118,8 +118,9 @@ impl ExecGate {
 impl Sampler {
     /// Called with the leader `tid`'s `arg_start` (`token`) at each of its samples: at the first
     /// image, or an `exec` since the previous tick, samples from now on are the new program's.
-    /// `true` when this sample of the leader is to be skipped (an `exec`).
-    pub(super) fn new_image(&mut self, tid: u32, token: Option<u64>) -> bool {
+    /// `true` when this sample of the leader (at the tick taken at `now`) is to be skipped (an
+    /// `exec`).
+    pub(super) fn new_image(&mut self, tid: u32, token: Option<u64>, now: Instant) -> bool {
         if token.is_none() || token == self.image_token {
             return false;
         }
@@ -132,9 +133,16 @@ impl Sampler {
             return false;
         }
         // This tick's marks may be the old image's (its region was copied before the exec was
-        // seen), and so may cached names: the thread's time is carried to its next sample, as
-        // when marks are incomplete. So are the samples perf took of it before the exec (the
-        // old program's marks and stack, whose names the new memory no longer holds): dropped.
+        // seen), and so may cached names; perf's samples since the previous tick were copied
+        // from the old image's slot addresses. The thread's time since then has no known marks:
+        // dropped, with those samples, which leaves shares as they were. (Carried to its next
+        // sample, it made one sample of 125 to 160 ms, mostly running time read as blocked, in
+        // whatever instance that sample found: 3 points of a 3 s program exec'd by `sh` beside
+        // one busy loop, when the tick that met the new program's stacks spent 80 ms reading
+        // its debug information.)
+        if let Some(state) = self.threads.states.get_mut(&tid) {
+            state.last_time = now;
+        }
         self.forget_names();
         if let Some(native) = self.native.as_mut() {
             native.drop_perf_samples(tid);
