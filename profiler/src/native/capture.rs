@@ -41,11 +41,13 @@ pub const MAPS_REFRESH: Duration = Duration::from_millis(100);
 /// What perf gave of a thread (see [`NativeSampler::perf_samples`]), oldest first.
 pub enum PerfTaken {
     /// A sample of its CPU time: its stack, the raw bytes of its slots at that instant
-    /// (`None`: unknown), and the thread's CPU time then (ns since perf began to sample it).
+    /// (`None`: unknown), the thread's CPU time then (ns since perf began to sample it), and
+    /// when it was taken (CLOCK_MONOTONIC, ns).
     Sample {
         captured: Captured,
         slots: Option<[Option<Vec<u8>>; SLOTS]>,
         cpu_ns: u64,
+        time: u64,
     },
     /// It left its CPU, or came back to one.
     Switch(Switch),
@@ -341,6 +343,7 @@ impl NativeSampler {
                     captured: self.counted(captured),
                     slots: sample.marks_known.then_some(sample.slots),
                     cpu_ns: sample.cpu_ns,
+                    time: sample.time,
                 });
             }
             Taken::Switch(switch) => taken.push(PerfTaken::Switch(switch)),

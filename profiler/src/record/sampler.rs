@@ -67,9 +67,7 @@ struct ThreadState {
     /// Born since the previous tick (not seen at the first).
     born: bool,
     /// A tick's sample of the thread taken after perf began to watch it and before perf's first
-    /// sample of it, added with the marks and stack of the first perf sample whose marks are
-    /// known (the tick's marks stand for it only if the thread ends first): its call sites are
-    /// then found in a stack of the same instant, not in the live stack, which has moved on.
+    /// sample of it, added with that sample (see `Sampler::perf_samples`) or when it ends.
     before_perf: Option<PendingSample>,
     /// Its switches, where perf follows them (see `off_cpu.rs`).
     followed: Option<off_cpu::Followed>,
@@ -387,9 +385,10 @@ impl Sampler {
         };
         if self.followed_off_cpu(tid) {
             // Its running time is in perf's samples, its time off the CPU in its switches.
-            self.refresh_blocked(tid, own_tid, running);
+            self.refresh_off_cpu(tid, own_tid, running);
             self.add_off_cpu(tid, thread, Some(known_until), false);
             self.add_wakeups(tid, thread, false);
+            self.note_ticked(tid, own_tid);
             return;
         }
         let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);
@@ -503,7 +502,7 @@ impl Sampler {
                         state.before_perf = Some(PendingSample {
                             thread,
                             stack,
-                            records: Vec::new(),
+                            records: self.records.clone(),
                             weight,
                         });
                         return;

@@ -125,12 +125,13 @@ impl Sampler {
             _ => None,
         };
         for item in taken {
-            let (captured, slots, cpu_ns) = match item {
+            let (captured, slots, cpu_ns, time) = match item {
                 PerfTaken::Sample {
                     captured,
                     slots,
                     cpu_ns,
-                } => (captured, slots, cpu_ns),
+                    time,
+                } => (captured, slots, cpu_ns, time),
                 PerfTaken::Switch(switch) => {
                     if followed {
                         self.switch(tid, own_tid, thread, switch, before_switch.as_ref());
@@ -157,15 +158,13 @@ impl Sampler {
                 let placed = capture::place(&captured, &self.records);
                 let native = Some(self.builder.native_stack(placed));
                 if followed {
-                    self.keep_sample(tid, thread, stack, native, cpu_ns);
+                    self.keep_sample(tid, thread, stack, native, (cpu_ns, time));
                 } else if add {
                     self.builder
                         .add_sample(thread, stack, native, period, period);
                 }
                 if let Some(before) = before {
-                    let (wall_ns, active_ns) = (before.weight.wall_ns, before.weight.active_ns);
-                    self.builder
-                        .add_sample(thread, stack, native, wall_ns, active_ns);
+                    self.add_before_perf(before, stack, native);
                 }
             }
             before_switch = Some(LatestSample {
@@ -210,10 +209,10 @@ impl Sampler {
                         cpu_ns,
                         run_delay,
                     ));
-                    // Its event was enabled only now: if it has left its CPU since this tick
-                    // found it running, the kernel recorded no departure (see `seed_blocked`).
-                    if let Ok(Some(false)) = state.status.is_running() {
-                        self.seed_blocked(tid, own_tid);
+                    // Its event was enabled only now: if it is off its CPU, the kernel
+                    // recorded no departure (see `seed_off_cpu`).
+                    if let Ok(Some(running)) = state.status.is_running() {
+                        self.seed_off_cpu(tid, own_tid, running);
                     }
                 }
                 (false, Some(_)) => state.followed = None,
@@ -221,6 +220,24 @@ impl Sampler {
             }
         }
         watched.then_some(covered)
+    }
+
+    /// Adds the tick's sample taken before perf's first sample of its thread
+    /// (`ThreadState::before_perf`), with the stack `stack` and native stack `native` of that
+    /// first sample if its marks are the same (in `self.records`): its call sites are then
+    /// found in a stack of the same instant, not in the live stack, which has moved on.
+    /// Otherwise the tick's marks stand for it (with the sample's, threads of `requests` that
+    /// waited milliseconds for a CPU before they marked counted that wait in their mark).
+    fn add_before_perf(&mut self, before: PendingSample, stack: u32, native: Option<u32>) {
+        let (stack, native) = match same_marks(&before.records, &self.records) {
+            true => (stack, native),
+            false => (before.stack, None),
+        };
+        let Weight {
+            wall_ns, active_ns, ..
+        } = before.weight;
+        self.builder
+            .add_sample(before.thread, stack, native, wall_ns, active_ns);
     }
 
     /// The native stack of a blocked thread without stopping it, when its marks are still the
@@ -330,4 +347,11 @@ pub(super) fn snapshot_records(
         }
     }
     Some((records, truncated_depth))
+}
+
+/// Whether two copies of a thread's records are of the same marks (call sites aside, which one
+/// may have found and the other not yet).
+fn same_marks(a: &[RecordView], b: &[RecordView]) -> bool {
+    let key = |r: &RecordView| (r.feature, r.kind, r.payload, r.sp, r.position);
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| key(a) == key(b))
 }

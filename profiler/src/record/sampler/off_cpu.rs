@@ -50,12 +50,23 @@ pub(super) struct Followed {
     since_tick: u64,
     /// Where the thread is off its CPU now, if it is.
     off: Option<OffCpu>,
-    /// Its latest known marks (at a sample or a departure), for its running time after its
-    /// last sample.
-    latest: Option<u32>,
+    /// Its latest known marks at a sample or a departure (their stack, and when: CLOCK_MONOTONIC,
+    /// ns), for its running time after its last sample, unless a tick read it later.
+    latest: Option<(u32, u64)>,
+    /// The marks the latest tick read (see [`Sampler::note_ticked`]).
+    ticked: Option<Ticked>,
     /// Its CPU time (task-clock count) up to which its running time is added.
     credited_ns: u64,
     wakeups: Wakeups,
+}
+
+/// A followed thread's marks as the ticks read them.
+struct Ticked {
+    /// Its slots' `seq`s then, folded: the same at the next tick, its marks are the same.
+    generation: u64,
+    stack: u32,
+    /// When the latest tick that found them read them (CLOCK_MONOTONIC, ns).
+    read_ns: u64,
 }
 
 /// The waits for a CPU that follow a thread's wake-ups, not yet added.
@@ -78,9 +89,12 @@ struct OffCpu {
     /// When it left.
     left: u64,
     preempted: bool,
+    /// Seeded as following began, the thread runnable (see [`Sampler::seed_off_cpu`]): not
+    /// added until the thread's next switch, a return, tells that it was off its CPU.
+    tentative: bool,
     stack: u32,
     native: Option<u32>,
-    /// Its stack, read at a tick while it was blocked (see [`Sampler::refresh_blocked`]): it
+    /// Its stack, read at a tick while it was blocked (see [`Sampler::refresh_off_cpu`]): it
     /// stands until the thread runs again.
     captured: Option<Captured>,
 }
@@ -94,6 +108,7 @@ impl Followed {
             since_tick: tick,
             off: None,
             latest: None,
+            ticked: None,
             credited_ns: cpu_ns,
             wakeups: Wakeups {
                 run_delay_ns,
@@ -144,7 +159,7 @@ impl Sampler {
                 let stack = self.intern_records(records, truncated);
                 // Preempted, it was running the code of its latest sample (less than a period
                 // ago); blocked, it may have run on into a call that blocks, whose stack only a
-                // tick's read shows (see `refresh_blocked`).
+                // tick's read shows (see `refresh_off_cpu`).
                 // Only with the very marks of that sample, pushed at the same stack addresses:
                 // the same marks pushed again elsewhere (a recursion's leaf at another depth)
                 // would be placed on frames of the sample's stack that were not theirs, a
@@ -171,13 +186,14 @@ impl Sampler {
             (None, None) => return, // nothing to attribute it to: left out
         };
         if let Some(followed) = self.followed_mut(tid) {
-            followed.latest = Some(stack);
-            // A stretch seeded by `seed_blocked` has been added up to its `since`.
+            followed.latest = Some((stack, switch.time));
+            // A stretch seeded by `seed_off_cpu` has been added up to its `since` (a tentative one not at all).
             let since = followed.off.as_ref().map_or(0, |off| off.since);
             followed.off = Some(OffCpu {
                 since: switch.time.max(since),
                 left: switch.time,
                 preempted: switch.preempted,
+                tentative: false,
                 stack,
                 native,
                 captured: None,
@@ -185,21 +201,26 @@ impl Sampler {
         }
     }
 
-    /// Opens a stretch off the CPU, from now, for thread `tid` (own thread id `own_tid`), found
-    /// blocked just as following began: its event was enabled after the tick found it running,
-    /// and it left its CPU in between, so the kernel recorded no departure, and its block would
-    /// count as running time that never comes. New threads do that on their way to their first
-    /// blocking call: in `cancel.c` (a thread per round, blocked 20 ms in `read`), 1 to 7 of 50
-    /// threads had their `read` count 0.05 ms. The stretch has the marks this tick read (those it
-    /// left with are unknown), which the next tick's read replaces (see `refresh_blocked`).
-    pub(super) fn seed_blocked(&mut self, tid: u32, own_tid: u32) {
+    /// Opens a stretch off the CPU, from now, for thread `tid` (own thread id `own_tid`) as
+    /// following began, its event enabled after the tick found it runnable (`running`, on a CPU
+    /// or waiting for one) or blocked. Off its CPU then, the kernel records no departure, and its
+    /// time off would count as running time that never comes: new threads block on their way
+    /// to their first blocking call (in `cancel.c`, a thread per round blocked 20 ms in `read`,
+    /// 1 to 7 of 50 threads had their `read` count 0.05 ms), and beside busy ones wait for a CPU
+    /// (`requests`' threads of 3 to 6 ms: milliseconds each, 1 to 3 points of the program's time).
+    /// Runnable, it may as well be on a CPU: the stretch is *tentative*, added whole if the
+    /// thread's next switch is a return, dropped if it is a departure. It has the marks this
+    /// tick read (those it left with are unknown), which the next tick's read replaces (see
+    /// `refresh_off_cpu`).
+    pub(super) fn seed_off_cpu(&mut self, tid: u32, own_tid: u32, running: bool) {
         let stack = self.stack_of(own_tid, None);
         let now = monotonic_ns();
         if let Some(followed) = self.followed_mut(tid).filter(|f| f.off.is_none()) {
             followed.off = Some(OffCpu {
                 since: now,
                 left: now,
-                preempted: false,
+                preempted: running,
+                tentative: running,
                 stack,
                 native: None,
                 captured: None,
@@ -214,7 +235,7 @@ impl Sampler {
         let Some(followed) = self.followed_mut(tid) else {
             return;
         };
-        let Some(off) = followed.off.as_mut() else {
+        let Some(off) = followed.off.as_mut().filter(|off| close || !off.tentative) else {
             return;
         };
         let ns = until.saturating_sub(off.since);
@@ -271,19 +292,34 @@ impl Sampler {
         }
     }
 
-    /// At a tick, for a thread still blocked since it left its CPU before the tick read its
+    /// At a tick, for a thread still off its CPU since it left it before the tick read its
     /// marks: its marks as the tick read them, which are those it left with (it has not run
-    /// since), for the rest of the stretch, and its stack read once while it is blocked, if it
-    /// is inside a mark (or idle time counts). The copy made as it left may lack a slot that
-    /// fsprof did not know of yet (one claimed just before, or a new program's after an exec),
-    /// and its latest perf sample may be older than its block, or missing; the tick's reads
-    /// have neither flaw, and a later tick may know more slots than an earlier one.
-    pub(super) fn refresh_blocked(&mut self, tid: u32, own_tid: u32, running: bool) {
+    /// since), for the rest of the stretch, and, blocked, its stack read once while it is
+    /// blocked, if it is inside a mark (or idle time counts). The copy made as it left may lack
+    /// a slot that fsprof did not know of yet (one claimed just before, or a new program's after
+    /// an exec), and its latest perf sample may be older than its block, or missing; the tick's
+    /// reads have neither flaw, and a later tick may know more slots than an earlier one.
+    /// (Preempted, new threads of `requests` beside busy ones waited for a CPU milliseconds at a
+    /// time with no marks: they claimed their slot after the tick that began to follow them.)
+    pub(super) fn refresh_off_cpu(&mut self, tid: u32, own_tid: u32, running: bool) {
         let read_ns = self.reader.read_ns();
         let Some(off) = self.followed_mut(tid).and_then(|f| f.off.as_mut()) else {
             return;
         };
-        if running || off.preempted || off.left >= read_ns {
+        if off.left >= read_ns {
+            return;
+        }
+        if off.preempted {
+            // Its stack is its latest sample's, placed with the marks it left with: kept only
+            // while they stand.
+            let stack = self.stack_of(own_tid, None);
+            if let Some(off) = self.followed_mut(tid).and_then(|f| f.off.as_mut()) {
+                off.native = off.native.filter(|_| off.stack == stack);
+                off.stack = stack;
+            }
+            return;
+        }
+        if running {
             return;
         }
         let mut captured = off.captured.take();
@@ -307,21 +343,22 @@ impl Sampler {
         }
     }
 
-    /// Adds a perf sample of thread `tid` (sample thread `thread`), taken when the thread had
-    /// run `cpu_ns`, for its running time since the previous one. A sample whose marks are
-    /// unknown is not added: its time goes to the next.
+    /// Adds a perf sample of thread `tid` (sample thread `thread`), taken at `at.1` when the
+    /// thread had run `at.0`, for its running time since the previous one. A sample whose marks
+    /// are unknown is not added: its time goes to the next.
     pub(super) fn keep_sample(
         &mut self,
         tid: u32,
         thread: u32,
         stack: u32,
         native: Option<u32>,
-        cpu_ns: u64,
+        at: (u64, u64),
     ) {
         let Some(followed) = self.followed_mut(tid) else {
             return;
         };
-        followed.latest = Some(stack);
+        let (cpu_ns, time) = at;
+        followed.latest = Some((stack, time));
         let ns = cpu_ns.saturating_sub(followed.credited_ns);
         followed.credited_ns = followed.credited_ns.max(cpu_ns);
         if ns > 0 {
@@ -346,9 +383,40 @@ impl Sampler {
         }
     }
 
+    /// Keeps the marks this tick read of thread `tid` (own id `own_tid`), followed: those it
+    /// has latest, when they are later than its latest sample's and departure's, for its running
+    /// time after its last sample (see [`Sampler::add_last_run`]). Interned only when they
+    /// changed since the previous tick.
+    pub(super) fn note_ticked(&mut self, tid: u32, own_tid: u32) {
+        let read_ns = self.reader.read_ns();
+        let generation = (self.reader.of(own_tid).iter())
+            .fold(0u64, |g, m| g.rotate_left(32) ^ u64::from(m.seq));
+        let Some(followed) = self.followed_mut(tid) else {
+            return;
+        };
+        if let Some(ticked) = followed.ticked.as_mut() {
+            if ticked.generation == generation {
+                ticked.read_ns = read_ns;
+                return;
+            }
+        }
+        let stack = self.stack_of(own_tid, None);
+        if let Some(followed) = self.followed_mut(tid) {
+            followed.ticked = Some(Ticked {
+                generation,
+                stack,
+                read_ns,
+            });
+        }
+    }
+
     /// Adds thread `tid`'s running time since its last sample, with its latest marks: at its
     /// exit, or at the end of the profile (its CPU time then, which the kernel keeps until fsprof
-    /// closes the thread's event).
+    /// closes the thread's event). The latest are a tick's, where a tick read them after its
+    /// last sample and departure: short-lived threads (`requests`' 3 to 6 ms, 2 CPUs busy) ran
+    /// their last milliseconds after their last sample, and with that sample's marks 1 in 30
+    /// counted their whole request outside its mark (their one sample came before fsprof knew
+    /// their slot), and others counted their exit inside it, twice their request at times.
     pub(super) fn add_last_run(&mut self, tid: u32, thread: u32) {
         let Some(cpu_ns) = self.native.as_ref().and_then(|n| n.perf_cpu_ns(tid)) else {
             return;
@@ -358,7 +426,12 @@ impl Sampler {
         };
         let ns = cpu_ns.saturating_sub(followed.credited_ns);
         followed.credited_ns = followed.credited_ns.max(cpu_ns);
-        if let (Some(stack), true) = (followed.latest, ns > 0) {
+        let latest = match (followed.latest, &followed.ticked) {
+            (Some((_, at)), Some(ticked)) if ticked.read_ns > at => Some(ticked.stack),
+            (None, Some(ticked)) => Some(ticked.stack),
+            (latest, _) => latest.map(|(stack, _)| stack),
+        };
+        if let (Some(stack), true) = (latest, ns > 0) {
             self.builder.add_sample(thread, stack, None, ns, ns);
         }
     }
