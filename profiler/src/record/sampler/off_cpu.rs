@@ -187,7 +187,8 @@ impl Sampler {
         };
         if let Some(followed) = self.followed_mut(tid) {
             followed.latest = Some((stack, switch.time));
-            // A stretch seeded by `seed_off_cpu` has been added up to its `since` (a tentative one not at all).
+            // A stretch seeded by `seed_off_cpu` has been added up to its `since` (a tentative
+            // one not at all).
             let since = followed.off.as_ref().map_or(0, |off| off.since);
             followed.off = Some(OffCpu {
                 since: switch.time.max(since),
