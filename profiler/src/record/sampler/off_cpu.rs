@@ -17,7 +17,11 @@
 //! counted as active, is shared among the blocked stretches that ended since the previous read
 //! and moved from their blocked time to their active time. Without it, the workers of
 //! `coordinator.c` read 3.7 points high beside one busy loop (their wake-ups, and the
-//! coordinator's, left out of the program's time).
+//! coordinator's, left out of the program's time). Each stretch's share is at most the time
+//! from the latest instant the thread was known blocked (its departure, or a tick that found
+//! it so) to its return: the kernel's total also grows while a thread that blocked stays queued
+//! (EEVDF's delayed dequeue), and once put the whole 3 s `join` of `queue`'s main thread in its
+//! active time (1 run in 5 to 8 of `queue` beside nothing else).
 //!
 //! A sample stands for the CPU time before it, not for the time between two ticks: shared out
 //! among the samples of each tick's interval, the time of an interval without a sample (a
@@ -79,7 +83,8 @@ struct Wakeups {
     /// kernel counts a wait when it ends).
     balance: i64,
     /// The blocked stretches that ended since the read (their marks and native stack).
-    woken: Vec<(u32, Option<u32>)>,
+    /// Each with the longest its wait for a CPU may have been (see `OffCpu::blocked_seen`).
+    woken: Vec<(u32, Option<u32>, u64)>,
 }
 
 /// A stretch off the CPU not yet added.
@@ -88,6 +93,9 @@ struct OffCpu {
     since: u64,
     /// When it left.
     left: u64,
+    /// Blocked, the latest instant it was known blocked (its departure, or a tick that found
+    /// it so): a wait for a CPU after its wake-up came after that.
+    blocked_seen: u64,
     preempted: bool,
     /// Seeded as following began, the thread runnable (see [`Sampler::seed_off_cpu`]): not
     /// added until the thread's next switch, a return, tells that it was off its CPU.
@@ -193,6 +201,7 @@ impl Sampler {
             followed.off = Some(OffCpu {
                 since: switch.time.max(since),
                 left: switch.time,
+                blocked_seen: switch.time,
                 preempted: switch.preempted,
                 tentative: false,
                 stack,
@@ -220,6 +229,7 @@ impl Sampler {
             followed.off = Some(OffCpu {
                 since: now,
                 left: now,
+                blocked_seen: now,
                 preempted: running,
                 tentative: running,
                 stack,
@@ -241,6 +251,7 @@ impl Sampler {
         };
         let ns = until.saturating_sub(off.since);
         let (stack, native, preempted) = (off.stack, off.native, off.preempted);
+        let most_wait = until.saturating_sub(off.blocked_seen);
         off.since = off.since.max(until);
         if close {
             followed.off = None;
@@ -249,7 +260,7 @@ impl Sampler {
         if preempted {
             wakeups.balance = wakeups.balance.saturating_sub_unsigned(ns);
         } else if close && wakeups.woken.len() < MAX_WOKEN {
-            wakeups.woken.push((stack, native));
+            wakeups.woken.push((stack, native, most_wait));
         }
         if preempted && native.is_none() {
             self.tally.unplaced_ns += ns;
@@ -288,8 +299,9 @@ impl Sampler {
         }
         let share = wakeups.balance as u64 / woken.len() as u64;
         wakeups.balance = 0;
-        for (stack, native) in woken {
-            self.builder.add_active(thread, stack, native, share);
+        for (stack, native, most) in woken {
+            self.builder
+                .add_active(thread, stack, native, share.min(most));
         }
     }
 
@@ -309,6 +321,9 @@ impl Sampler {
         };
         if off.left >= read_ns {
             return;
+        }
+        if !running && !off.preempted {
+            off.blocked_seen = off.blocked_seen.max(read_ns);
         }
         if off.preempted {
             // Its stack is its latest sample's, placed with the marks it left with: kept only
