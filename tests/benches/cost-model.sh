@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# cost-model.sh: what fsprof costs a program, event by event (issue 39's cost model): one
+# sample, one context switch, one process, one thread, many threads. Each part runs a small
+# program of fixed work (sources in cost-model/) alone and under fsprof in several
+# configurations, interleaved in a new random order each round, and prints the program's own
+# elapsed time (it times itself), fsprof's and the program's CPU together, and, where it may
+# (root: kernel.bpf_stats_enabled), each BPF program's runs and nanoseconds per run.
+#
+# Parts (PARTS=, default all):
+#   samples    spin 2 threads of a hash loop: alone | default | r1000 (--rate 1000) | nonative
+#   switches   pingpong: two threads hand a byte through pipes 200k times (400k switches):
+#              alone | default | noagent | nonative | ptrace; and pyswitch (python3: 4 threads,
+#              two ping-pong pairs with json and hashing, ~20k switches/s): alone | default |
+#              noagent | nonative
+#   processes  forks: fork and exec /bin/true 500 times: alone | default | noagent | nofollow |
+#              nonative
+#   threads    births: 20000 short threads one after another: alone | default | noagent | nonative
+#   crowds     fsprof attach for 4 s to spin with 2, 16, 64 and 1000 threads (fsprof's own CPU,
+#              ticks, perf samples lost, threads with samples); fsprof run on spin 1000
+#   torch      a small PyTorch training loop under fsprof run, if python3 has torch
+#
+# Run from the workspace root after `cargo build --release --workspace` (needs gcc, python3;
+# root for the BPF figures):  tests/benches/cost-model.sh
+# Knobs: BIN (dir with fsprof; default target/release), ROUNDS (3), PARTS, WORK (temp dir).
+# The slowdowns are medians against the same run's `alone`: on a machine with as many cores
+# as the program has threads they show the work done on the program's own CPU (the kernel's,
+# for fsprof's events); on a smaller one fsprof's own CPU time competes with the program too.
+set -u
+cd "$(dirname "$0")/../.."
+BIN=$(realpath "${BIN:-target/release}")
+SRC=$(realpath tests/benches/cost-model)
+ROUNDS=${ROUNDS:-3}
+PARTS=${PARTS:-"samples switches processes threads crowds torch"}
+WORK=${WORK:-$(mktemp -d /tmp/cost-model.XXXXXX)}
+mkdir -p "$WORK"
+echo "work dir: $WORK; bin: $BIN"
+echo "machine: nproc $(nproc);$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); kernel $(uname -r); $(uptime)"
+for p in spin pingpong forks births bpfstat; do
+  gcc -O2 -g -pthread -o "$WORK/$p" "$SRC/$p.c" || exit 1
+done
+BPF=no
+if [ "$(id -u)" = 0 ] && sysctl -qw kernel.bpf_stats_enabled=1 2>/dev/null; then
+  BPF=yes
+  trap 'sysctl -qw kernel.bpf_stats_enabled=0' EXIT
+fi
+echo "BPF run times: $BPF"
+
+bpf_summary() { # the last line of each BPF program in $WORK/bpf
+  python3 - "$WORK/bpf" <<'PY'
+import sys
+last = {}
+for line in open(sys.argv[1]):
+    _, prog, _, runs, ns = line.split()
+    last[prog] = (int(runs), int(ns))
+rows = sorted(v for v in last.values() if v[0])
+if rows:
+    print("  bpf: %d programs ran, %.1f ms in all; runs/ns per run: %s" % (
+        len(rows), sum(ns for _, ns in rows) / 1e6, " ".join(f"{r}/{ns // r}" for r, ns in rows)))
+PY
+}
+meta() { # meta PROFILE_DIR: what the profile says of its own sampling
+  python3 - "$1" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1] + "/profile.json")); m = p["meta"]
+seen = {s["thread"] for s in p["samples"]}
+print(f"  threads {len(p['threads'])}, with samples {len(seen)}; ticks {m['ticks']} in {m['duration_ns'] / 1e9:.2f} s "
+      f"(late {m['late_ticks']}, stretched {m['stretched_ticks']}); perf samples lost {m.get('perf_lost', 0)}")
+PY
+}
+TIMEFORMAT='%R %U %S'
+one() { # one CONFIG COMMAND...: the command alone or under fsprof run
+  local config=$1 flags
+  shift
+  case $config in
+    alone) "$@" | grep -h elapsed; return ;;
+    default) flags= ;;
+    r1000) flags="--rate 1000" ;;
+    noagent) flags=--no-agent ;;
+    nonative) flags=--no-native ;;
+    nofollow) flags=--no-follow ;;
+    ptrace) flags="--backend ptrace" ;;
+  esac
+  local bp=
+  if [ $BPF = yes ]; then "$WORK/bpfstat" 0.1 > "$WORK/bpf" & bp=$!; fi
+  # shellcheck disable=SC2086
+  { time "$BIN/fsprof" run $flags -o "$WORK/p-$config" -- "$@" > "$WORK/out" 2> "$WORK/err"; } 2> "$WORK/time"
+  if [ -n "$bp" ]; then sleep 0.05; kill $bp; wait $bp 2>/dev/null; bpf_summary; fi
+  grep -h elapsed "$WORK/out"
+  read -r wall user sys < "$WORK/time"
+  echo "  fsprof and program: wall $wall s, CPU $(awk "BEGIN{print $user + $sys}") s"
+  grep -h "stopped following" "$WORK/err" | head -1
+}
+rounds() { # rounds NAME "CONFIGS" COMMAND...: ROUNDS rounds, then medians against alone
+  local name=$1 configs=$2
+  shift 2
+  echo "== $name: $*"
+  : > "$WORK/$name.tsv"
+  for r in $(seq "$ROUNDS"); do
+    for c in $(echo $configs | tr ' ' '\n' | shuf); do
+      echo "round $r $c"
+      one "$c" "$@" | tee "$WORK/one"
+      sed -n 's/.*elapsed=\([0-9.]*\).*/\1/p' "$WORK/one" | head -1 | sed "s/^/$c\t/" >> "$WORK/$name.tsv"
+    done
+  done
+  python3 - "$WORK/$name.tsv" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    config, value = line.split()
+    runs.setdefault(config, []).append(float(value))
+alone = statistics.median(runs["alone"])
+for config, values in sorted(runs.items()):
+    m = statistics.median(values)
+    print(f"  {config}: median {m:.3f} s ({min(values):.3f}-{max(values):.3f}), {100 * (m / alone - 1):+.1f}%")
+PY
+}
+
+for part in $PARTS; do
+  case $part in
+    samples) rounds spin2 "alone default r1000 nonative" "$WORK/spin" 2 500000000 ;;
+    switches)
+      rounds pingpong "alone default noagent nonative ptrace" "$WORK/pingpong" 200000
+      rounds pyswitch "alone default noagent nonative" python3 "$SRC/pyswitch.py" 40000 ;;
+    processes) rounds forks "alone default noagent nofollow nonative" "$WORK/forks" 500 ;;
+    threads) rounds births "alone default noagent nonative" "$WORK/births" 20000 ;;
+    crowds)
+      echo "== crowds: fsprof attach --duration 4 at the defaults"
+      cores=$(nproc)
+      for n in 2 16 64 1000; do
+        iters=$(python3 -c "print(int(340e6 * 8 * min($cores, $n) / $n))") # about 8 s of work
+        "$WORK/spin" "$n" "$iters" > /dev/null & pid=$!
+        sleep 0.5
+        { time "$BIN/fsprof" attach "$pid" --duration 4 -o "$WORK/att$n" > /dev/null 2> "$WORK/err"; } 2> "$WORK/time"
+        read -r wall user sys < "$WORK/time"
+        echo "spin $n threads: fsprof wall $wall s, CPU $(awk "BEGIN{print $user + $sys}") s"
+        meta "$WORK/att$n"
+        kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
+      done
+      echo "== crowds: fsprof run on spin 1000"
+      "$BIN/fsprof" run -o "$WORK/run1000" -- "$WORK/spin" 1000 $((340000000 * 5 * $(nproc) / 1000)) 2> "$WORK/err"
+      meta "$WORK/run1000" ;;
+    torch)
+      if python3 -c "import torch" 2> /dev/null; then
+        echo "== torch: a training loop nobody marked"
+        "$BIN/fsprof" run -o "$WORK/torch" -- python3 "$SRC/train.py" 8 > "$WORK/out" 2> "$WORK/err"
+        tail -1 "$WORK/out"
+        "$BIN/fsprof" report "$WORK/torch" | head -30
+        meta "$WORK/torch"
+      else
+        echo "== torch: skipped (python3 has no torch)"
+      fi ;;
+  esac
+done
