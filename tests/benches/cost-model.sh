@@ -18,6 +18,9 @@
 #   crowds     fsprof attach for 4 s to spin with 2, 16, 64 and 1000 threads (fsprof's own CPU,
 #              ticks, perf samples lost, threads with samples); fsprof run on spin 1000
 #   torch      a small PyTorch training loop under fsprof run, if python3 has torch
+#   self       where fsprof's own CPU goes: fsprof attached for 22 s to spin with 2 and 64
+#              threads at the defaults, itself profiled by a second fsprof at 1 kHz (its
+#              function view by self time); not in the default PARTS
 #
 # Run from the workspace root after `cargo build --release --workspace` (needs gcc, python3;
 # root for the BPF figures):  tests/benches/cost-model.sh
@@ -139,6 +142,17 @@ for part in $PARTS; do
       echo "== crowds: fsprof run on spin 1000"
       "$BIN/fsprof" run -o "$WORK/run1000" -- "$WORK/spin" 1000 $((340000000 * 5 * $(nproc) / 1000)) 2> "$WORK/err"
       meta "$WORK/run1000" ;;
+    self)
+      for n in 2 64; do
+        "$WORK/spin" "$n" $((340000000 * 30 * (n < $(nproc) ? n : $(nproc)) / n)) > /dev/null & pid=$!
+        sleep 0.3
+        "$BIN/fsprof" attach "$pid" --duration 22 -o "$WORK/inner$n" > /dev/null 2>&1 & inner=$!
+        sleep 3
+        "$BIN/fsprof" attach "$inner" --rate 1000 --duration 15 -o "$WORK/outer$n" > /dev/null 2>&1
+        echo "== self: fsprof on spin $n, its CPU so far $(awk '{print ($14 + $15) / 100}' /proc/$inner/stat) s"
+        "$BIN/fsprof" report "$WORK/outer$n" | sed -n '/Functions by self time/,/^$/p' | head -30
+        wait "$inner"; kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
+      done ;;
     torch)
       if python3 -c "import torch" 2> /dev/null; then
         echo "== torch: a training loop nobody marked"
