@@ -2,6 +2,7 @@
 //! rest of the crate never sees clap types.
 
 use crate::record::session::{Backend, RecordOptions};
+use crate::rules::RuleSet;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -118,7 +119,13 @@ enum Cmd {
         /// recording that followed the program's children (see the report's Processes table).
         #[arg(long, value_name = "PID|PROGRAM")]
         process: Option<String>,
+        #[command(flatten)]
+        rules: RuleArgs,
     },
+    /// Print the built-in feature rules (the catalog): each feature, what it is, and the
+    /// functions whose frames in a native stack put a sample in it. A rules file given with
+    /// --rules has this format.
+    Rules,
     /// Compare two saved profiles (the same program at two input sizes, before and after a
     /// change): each feature's and instance's time in A and in B, the change and the ratio.
     Diff {
@@ -136,6 +143,8 @@ enum Cmd {
         /// Count all thread time, idle included, in both (also when either was recorded so).
         #[arg(long)]
         idle: bool,
+        #[command(flatten)]
+        rules: RuleArgs,
     },
     /// Print the path of the agent library that `run` preloads, for a program you start
     /// yourself and attach to: `LD_PRELOAD=$(fsprof agent) ./app & fsprof attach $!`.
@@ -181,6 +190,44 @@ struct RecordArgs {
     /// debug link (DIR/<the module's directory>/<the name its .gnu_debuglink gives>). Repeatable.
     #[arg(long, value_name = "DIR")]
     debug_dir: Vec<PathBuf>,
+    #[command(flatten)]
+    rules: RuleArgs,
+}
+
+/// Feature rules: which frames of the native stacks are which feature (see `fsprof rules`).
+#[derive(Debug, Args)]
+struct RuleArgs {
+    /// A feature found in the native stacks: a sample is in it when its stack holds a frame of
+    /// one of the functions named, and its instance is the program's call site. Each pattern
+    /// is a function's path (`serde_json`, `regex::*Regex::new`: the paths below it match too)
+    /// or a C symbol (`printf`), without generic arguments, `*` for any characters, and
+    /// optionally its module first (`libc.so*!write`). A program's mark of the same name is the
+    /// same feature. Repeatable.
+    #[arg(long = "feature", value_name = "NAME=PATTERN[,PATTERN...]")]
+    features: Vec<String>,
+    /// Feature rules from a TOML file (the format `fsprof rules` prints). Repeatable.
+    #[arg(long = "rules", value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// Leave the built-in rules out: features come from the program's marks, the agent's and
+    /// the rules given.
+    #[arg(long)]
+    no_builtin_rules: bool,
+}
+
+impl RuleArgs {
+    fn into_rules(self) -> Result<RuleSet, String> {
+        let mut rules = match self.no_builtin_rules {
+            true => RuleSet::none(),
+            false => RuleSet::catalog(),
+        };
+        for path in &self.files {
+            rules.extend(crate::rules::from_file(path)?);
+        }
+        for spec in &self.features {
+            rules.rules.push(crate::rules::from_spec(spec)?);
+        }
+        Ok(rules)
+    }
 }
 
 /// Output formats of `fsprof report`.
@@ -278,6 +325,8 @@ pub struct DiffOptions {
     pub flamegraph: Option<PathBuf>,
     /// Force the all-time view.
     pub idle: bool,
+    /// The feature rules to apply to both profiles' native stacks.
+    pub rules: RuleSet,
 }
 
 /// What `fsprof report` renders.
@@ -299,11 +348,15 @@ pub struct ReportOptions {
     pub thread: Option<String>,
     /// Only the samples of the process of this id or program.
     pub process: Option<String>,
+    /// The feature rules to apply to the native stacks.
+    pub rules: RuleSet,
 }
 
-impl From<RecordArgs> for RecordOptions {
-    fn from(args: RecordArgs) -> RecordOptions {
-        RecordOptions {
+impl RecordArgs {
+    /// The recording options, or why the rules given cannot be used.
+    fn into_options(self) -> Result<RecordOptions, String> {
+        let args = self;
+        Ok(RecordOptions {
             output: args.output,
             rate_hz: args.rate,
             duration: args.duration,
@@ -314,7 +367,8 @@ impl From<RecordArgs> for RecordOptions {
             debug_dirs: args.debug_dir,
             top: None,
             follow: false,
-        }
+            rules: args.rules.into_rules()?,
+        })
     }
 }
 
@@ -345,7 +399,7 @@ impl Cli {
                 options: RecordOptions {
                     agent: !no_agent,
                     follow: !no_follow,
-                    ..record.into()
+                    ..record.into_options()?
                 },
             },
             Cmd::Top {
@@ -362,7 +416,7 @@ impl Cli {
                 let options = RecordOptions {
                     agent: !no_agent,
                     top: Some(String::new()),
-                    ..record.into()
+                    ..record.into_options()?
                 };
                 match (pid, program.is_empty()) {
                     (Some(pid), true) => Command::Attach { pid, options },
@@ -382,7 +436,7 @@ impl Cli {
                 pid,
                 options: RecordOptions {
                     follow: children,
-                    ..record.into()
+                    ..record.into_options()?
                 },
             },
             Cmd::Report {
@@ -395,6 +449,7 @@ impl Cli {
                 boundaries,
                 thread,
                 process,
+                rules,
             } => {
                 if features_only && flamegraph.is_none() && format != Format::Folded {
                     return Err(
@@ -413,6 +468,7 @@ impl Cli {
                         boundaries,
                         thread,
                         process,
+                        rules: rules.into_rules()?,
                     },
                 }
             }
@@ -422,15 +478,18 @@ impl Cli {
                 format,
                 flamegraph,
                 idle,
+                rules,
             } => Command::Diff {
                 paths: [a, b],
                 options: DiffOptions {
                     format,
                     flamegraph,
                     idle,
+                    rules: rules.into_rules()?,
                 },
             },
             Cmd::Agent => Command::Agent,
+            Cmd::Rules => Command::Print(crate::rules::catalog_text().to_owned()),
             Cmd::Completions { shell } => Command::Print(completions(shell)),
             Cmd::Manpage => Command::Print(manpage()),
         })
@@ -533,7 +592,8 @@ mod tests {
             DiffOptions {
                 format: DiffFormat::Json,
                 flamegraph: None,
-                idle: false
+                idle: false,
+                rules: RuleSet::catalog(),
             }
         );
         assert!(Cli::try_parse_from(["fsprof", "diff", "a"]).is_err());

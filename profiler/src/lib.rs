@@ -5,6 +5,7 @@
 //! copies them, through [`target`] (the process, its memory, regions, modules and strings),
 //! together with native stacks from [`native`] (perf, `/proc`, ptrace; unwinding), into a
 //! [`profile`] (the saved format); after recording, [`symbolize`] names the addresses; the
+//! [`rules`] find the language's and the libraries' features in the named native stacks; the
 //! [`analysis`] computes costs per feature and instance; the [`render`]ers print them, fold the
 //! stacks and draw flamegraphs. [`cli`] is the command line.
 
@@ -17,6 +18,7 @@ pub mod native;
 pub mod profile;
 pub mod record;
 pub mod render;
+pub mod rules;
 pub mod symbolize;
 pub mod target;
 
@@ -43,10 +45,15 @@ pub(crate) fn text_report(profile: &profile::Profile, view: TimeView) -> String 
 /// `fsprof diff`: two saved profiles side by side. Returns the bytes for stdout; also writes the
 /// differential flamegraph if asked.
 pub fn diff(paths: &[PathBuf; 2], options: &DiffOptions) -> Result<Vec<u8>> {
-    let profiles = [
+    let mut profiles = [
         profile::Profile::load(&paths[0])?,
         profile::Profile::load(&paths[1])?,
     ];
+    for profile in &mut profiles {
+        let mut rules = options.rules.clone();
+        rules.extend(rules::from_saved(&profile.meta.rules));
+        rules::apply(profile, &rules);
+    }
     let view = if options.idle || profiles.iter().any(|p| p.meta.count_idle) {
         TimeView::All
     } else {
@@ -82,6 +89,9 @@ pub fn diff(paths: &[PathBuf; 2], options: &DiffOptions) -> Result<Vec<u8>> {
 /// boundary graph or `--output`, writes the file and returns nothing to print.
 pub fn report(path: &Path, options: &ReportOptions) -> Result<Vec<u8>> {
     let mut profile = profile::Profile::load(path)?;
+    let mut rules = options.rules.clone();
+    rules.extend(rules::from_saved(&profile.meta.rules));
+    rules::apply(&mut profile, &rules);
     if let Some(which) = &options.process {
         analysis::keep_process(&mut profile, which).map_err(anyhow::Error::msg)?;
     }

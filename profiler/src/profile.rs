@@ -195,6 +195,10 @@ pub struct Meta {
     /// program; a program's own feature of the same name is reported together with it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub builtin_features: Vec<String>,
+    /// The feature rules given to `run` or `attach` (`--feature`, `--rules`), as
+    /// `NAME=PATTERN,...`: `fsprof report` applies them too. The built-in catalog is not here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
 }
 
 /// How the marks were read: regions, torn copies, threads without a slot.

@@ -372,12 +372,25 @@ fn rust_program_gets_its_own_lines_without_native_stacks() {
     rust_program_against_truth(&["--no-native"]);
 }
 
+/// Without the agent the built-in features still come, from the native stacks by the built-in
+/// rules; without those rules too, only the program's own marks are reported (here, none).
 #[test]
-fn no_agent_records_the_programs_own_marks_only() {
+fn without_the_agent_the_built_in_features_come_from_the_stacks() {
     let _serial = serial();
-    let (_dir, stderr) = run_c_program("builtins", "0.3", &["--no-agent"], &[]);
-    assert!(stderr.contains("No feature marks were seen"), "{stderr}");
-    assert!(!stderr.contains("built in"), "{stderr}");
+    let (dir, stderr) = run_c_program("builtins", "0.3", &["--no-agent"], &[]);
+    assert!(
+        stderr.contains("features found in the native stacks by rules"),
+        "{stderr}"
+    );
+    let plain = Command::new(fsprof())
+        .arg("report")
+        .arg(dir.path())
+        .arg("--no-builtin-rules")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&plain.stdout);
+    assert!(text.contains("No feature marks were seen"), "{text}");
+    assert!(!text.contains("built in"), "{text}");
 }
 
 #[test]

@@ -72,6 +72,8 @@ pub struct RecordOptions {
     /// Record the program's child processes too (`run` unless `--no-follow`; `attach
     /// --children`).
     pub follow: bool,
+    /// The feature rules the report applies to the native stacks (the catalog and the user's).
+    pub rules: crate::rules::RuleSet,
 }
 
 impl RecordOptions {
@@ -184,7 +186,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         profile.meta.notes.push(note);
     }
     if let Some(dir) = &dir {
-        write_outputs(dir, profile)?;
+        write_outputs(dir, profile, &options.rules)?;
     }
 
     if let Some(status) = status {
@@ -257,7 +259,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         profile = tree.finish(profile, command);
     }
     match &dir {
-        Some(dir) => write_outputs(dir, profile),
+        Some(dir) => write_outputs(dir, profile, &options.rules),
         None => Ok(()),
     }
 }
@@ -577,16 +579,19 @@ pub fn prepare_output(explicit: Option<&Path>, program: &str) -> Result<PathBuf>
 
 /// Saves the profile, the text report, the two flamegraphs and the boundary graph (if any), and
 /// prints the report to stderr.
-/// The profile is written first; a flamegraph that cannot be drawn or written is only warned
-/// about (`fsprof report --flamegraph` can redraw it).
-fn write_outputs(dir: &Path, profile: Profile) -> Result<()> {
+/// The profile is written first, as recorded (with the rules the user gave, for later reports:
+/// `fsprof report` applies rules itself); the rest with `rules` applied. A flamegraph that
+/// cannot be drawn or written is only warned about (`fsprof report --flamegraph` can redraw it).
+fn write_outputs(dir: &Path, mut profile: Profile, rules: &crate::rules::RuleSet) -> Result<()> {
     let view = if profile.meta.count_idle {
         TimeView::All
     } else {
         TimeView::Active
     };
-    let text = crate::text_report(&profile, view);
+    profile.meta.rules = crate::rules::saved(rules);
     let saved = profile.save(dir)?;
+    crate::rules::apply(&mut profile, rules);
+    let text = crate::text_report(&profile, view);
     let report_path = dir.join(REPORT_FILE);
     std::fs::write(&report_path, &text)
         .with_context(|| format!("cannot write {}", report_path.display()))?;

@@ -450,7 +450,7 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
         notes.insert(
             0,
             format!(
-                "built in: {} (marked by fsprof's agent around libc calls, each instance a call site in the program; --no-agent turns them off)",
+                "built in: {} (not the program's own marks: marked by fsprof's agent around libc calls, or found in the native stacks by rules; each instance a call site in the program; --no-agent and --no-builtin-rules turn them off)",
                 builtin.join(", ")
             ),
         );

@@ -1,0 +1,616 @@
+//! Applying rules to a profile: each sample group with a native stack gets, in its mark stack,
+//! a built-in mark of every feature whose rule matches a frame of that stack, placed at the
+//! outermost matching frame (`marks_at`), with the program's call site as its instance; and an
+//! antimark of the features it is in where the program's own code is called back from inside
+//! them (a comparator inside a sort), until a matching frame further in starts the feature again.
+//! The marks are built-in ones (`Frame::builtin`), as the agent's were: inside a program's own
+//! mark of the same feature they count for that mark, and blocked time inside them alone is
+//! kept apart, as for every built-in feature (`analysis::attribution`).
+//!
+//! Work is done once per distinct native frame (which rules match it, whose code it is), once
+//! per distinct native stack (where the marks go) and once per distinct pair of mark stack and
+//! native stack (the merged stacks). Samples without a native stack are left as they are. Not
+//! here: the patterns themselves (`pattern.rs`), counting (`analysis`).
+
+use super::pattern::FrameNames;
+use super::RuleSet;
+use crate::profile::{Frame, NativeFrame, NativeStack, Payload, Profile, Stack, MAX_STACK_FRAMES};
+use crate::symbolize::call_sites::{short_path, NOT_FOUND};
+use crate::symbolize::runtime_code;
+use crate::target::names::{self, PayloadKind};
+use std::collections::{HashMap, HashSet};
+
+/// Applies `rules` to `profile`'s samples (see the module's header); adds a note naming the
+/// features found this way, and counts them among the built-in features.
+pub fn apply(profile: &mut Profile, rules: &RuleSet) {
+    if rules.is_empty() || profile.native_stacks.is_empty() {
+        return;
+    }
+    let program = Program::of(&profile.native_frames);
+    let mut classes: Vec<Class> = (profile.native_frames.iter())
+        .map(|frame| Class::of(frame, rules, &program))
+        .collect();
+    if classes.iter().all(|class| class.features.is_empty()) {
+        return;
+    }
+    // Rules to features: only those of rules that matched a frame join the profile's features.
+    let mut ids: HashMap<u32, u32> = HashMap::new();
+    for class in &mut classes {
+        let mut features = Vec::with_capacity(class.features.len());
+        for &rule in &class.features {
+            let id = *ids
+                .entry(rule)
+                .or_insert_with(|| feature_id(profile, &rules.rules[rule as usize].feature));
+            if !features.contains(&id) {
+                features.push(id);
+            }
+        }
+        class.features = features;
+    }
+    let mut payloads = Payloads::of(profile);
+    let overlays: Vec<Vec<(u32, Frame)>> = (profile.native_stacks.iter())
+        .map(|native| {
+            overlay(
+                &native.frames,
+                &classes,
+                &profile.native_frames,
+                &mut payloads,
+            )
+        })
+        .collect();
+    payloads.finish(profile);
+
+    let mut merged = Merged::of(profile);
+    let mut samples = std::mem::take(&mut profile.samples);
+    let mut found: HashSet<u32> = HashSet::new();
+    for group in &mut samples {
+        let Some(native) = group.native else { continue };
+        let overlay = &overlays[native as usize];
+        if overlay.is_empty() {
+            continue;
+        }
+        found.extend(overlay.iter().map(|(_, frame)| frame.feature));
+        let (stack, native) = merged.pair(group.stack, native, overlay);
+        group.stack = stack;
+        group.native = Some(native);
+    }
+    profile.samples = samples;
+    merged.finish(profile);
+    note(profile, rules, &ids, &found);
+}
+
+/// The id of feature `name`, added if the profile has none of that name.
+fn feature_id(profile: &mut Profile, name: &str) -> u32 {
+    match profile.features.iter().position(|f| f == name) {
+        Some(id) => id as u32,
+        None => {
+            profile.features.push(name.to_owned());
+            (profile.features.len() - 1) as u32
+        }
+    }
+}
+
+/// Which code is the program's own, beyond the runtime's: the crates (first path segments) of
+/// the functions whose source file is outside Cargo's registry and the toolchain, and of the
+/// program's `main`.
+struct Program {
+    crates: HashSet<String>,
+}
+
+impl Program {
+    fn of(frames: &[NativeFrame]) -> Program {
+        let mut crates = HashSet::new();
+        for frame in frames {
+            if is_runtime(frame) {
+                continue;
+            }
+            let Some(krate) = crate_of(&frame.function) else {
+                continue;
+            };
+            let own_source = frame.file.as_deref().is_some_and(|f| !is_dependency(f));
+            let is_main = frame.function == format!("{krate}::main");
+            if own_source || is_main {
+                crates.insert(krate.to_owned());
+            }
+        }
+        Program { crates }
+    }
+
+    /// Whether `frame` (not the runtime's) is the program's own code.
+    fn owns(&self, frame: &NativeFrame) -> bool {
+        if let Some(file) = &frame.file {
+            return !is_dependency(file);
+        }
+        match crate_of(&frame.function) {
+            Some(krate) => self.crates.contains(krate),
+            // A C function, or code without a name: the program's, as for call sites.
+            None => true,
+        }
+    }
+}
+
+/// What a native frame is, for the rules.
+#[derive(Clone, Debug, Default)]
+struct Class {
+    /// The features (ids in the profile; first, of the rules) whose rules match it.
+    features: Vec<u32>,
+    /// The program's own code, unmatched: called from inside a feature, it is called back
+    /// (the feature's antimark).
+    own: bool,
+    /// Neither the runtime's nor matched: a call site (the program's, or a dependency's, as
+    /// the agent's call sites are).
+    call_site: bool,
+}
+
+impl Class {
+    fn of(frame: &NativeFrame, rules: &RuleSet, program: &Program) -> Class {
+        let names = FrameNames::new(&frame.function, frame.file.as_deref(), |path| {
+            path.split("::")
+                .next()
+                .is_some_and(|krate| program.crates.contains(krate))
+        });
+        let matched: Vec<u32> = (rules.rules.iter().enumerate())
+            .filter(|(_, rule)| {
+                rule.patterns
+                    .iter()
+                    .any(|p| p.matches(&names, &frame.module))
+            })
+            .map(|(index, _)| index as u32)
+            .collect();
+        let runtime = is_runtime(frame);
+        Class {
+            own: matched.is_empty() && !runtime && program.owns(frame),
+            call_site: matched.is_empty() && !runtime,
+            features: matched,
+        }
+    }
+}
+
+fn is_runtime(frame: &NativeFrame) -> bool {
+    runtime_code::is_runtime_module(&frame.module)
+        || runtime_code::is_runtime_function(&frame.function, frame.file.as_deref())
+}
+
+/// Whether a source file is a dependency's (Cargo's registry or git checkouts, vendored crates).
+fn is_dependency(file: &str) -> bool {
+    file.contains("/registry/src/") || file.contains("/git/checkouts/") || file.contains("/vendor/")
+}
+
+/// The crate (or C++ namespace) of a function: its path's first segment, if it has one.
+fn crate_of(function: &str) -> Option<&str> {
+    let name = function.trim_start_matches('<');
+    let end = name.find("::")?;
+    let head = &name[..end];
+    (!head.is_empty() && head.chars().all(|c| c.is_alphanumeric() || c == '_')).then_some(head)
+}
+
+/// Where the rules' marks go in one native stack (root first): (how many frames come before the
+/// mark, the mark), outermost first.
+fn overlay(
+    frames: &[u32],
+    classes: &[Class],
+    named: &[NativeFrame],
+    payloads: &mut Payloads,
+) -> Vec<(u32, Frame)> {
+    let mut out = Vec::new();
+    let mut active: Vec<u32> = Vec::new();
+    for (at, &frame) in frames.iter().enumerate() {
+        let class = &classes[frame as usize];
+        if class.features.is_empty() {
+            if class.own && !active.is_empty() {
+                // Called back: the features it is inside stop here.
+                for &feature in &active {
+                    out.push((at as u32, antimark(feature)));
+                }
+                active.clear();
+            }
+            continue;
+        }
+        for &feature in &class.features {
+            if active.contains(&feature) {
+                continue;
+            }
+            let site = frames[..at]
+                .iter()
+                .rev()
+                .find(|&&outer| classes[outer as usize].call_site);
+            let payload = match site {
+                Some(&outer) => payloads.call_site(&named[outer as usize]),
+                None => payloads.not_found(&named[frame as usize]),
+            };
+            out.push((
+                at as u32,
+                Frame {
+                    feature,
+                    payload: Some(payload),
+                    builtin: true,
+                },
+            ));
+            active.push(feature);
+        }
+    }
+    out
+}
+
+fn antimark(feature: u32) -> Frame {
+    Frame {
+        feature,
+        payload: None,
+        builtin: true,
+    }
+}
+
+/// The call-site payloads, by text: the profile's, and those added.
+struct Payloads {
+    ids: HashMap<String, u32>,
+    added: Vec<Payload>,
+    first_new: u32,
+}
+
+impl Payloads {
+    fn of(profile: &Profile) -> Payloads {
+        let ids = (profile.payloads.iter().enumerate())
+            .filter(|(_, p)| p.kind == PayloadKind::CallSite && p.detail.is_none())
+            .map(|(id, p)| (p.text.clone(), id as u32))
+            .collect();
+        Payloads {
+            ids,
+            added: Vec::new(),
+            first_new: profile.payloads.len() as u32,
+        }
+    }
+
+    /// The instance of a call made at `frame`: `function (file:line)`, as the agent's call
+    /// sites are named.
+    fn call_site(&mut self, frame: &NativeFrame) -> u32 {
+        let function = names::clean(&frame.function);
+        let text = match (&frame.file, frame.line) {
+            (Some(file), Some(line)) => {
+                format!("{function} ({}:{line})", names::clean(short_path(file)))
+            }
+            (Some(file), None) => format!("{function} ({})", names::clean(short_path(file))),
+            _ => function,
+        };
+        self.id(text)
+    }
+
+    /// The instance of a feature whose call site is not in the stack (it was not unwound that
+    /// far): named after the feature's outermost frame.
+    fn not_found(&mut self, frame: &NativeFrame) -> u32 {
+        let text = format!("{NOT_FOUND} {}", names::clean(&frame.function));
+        self.id(text)
+    }
+
+    fn id(&mut self, text: String) -> u32 {
+        if let Some(&id) = self.ids.get(&text) {
+            return id;
+        }
+        let id = self.first_new + self.added.len() as u32;
+        self.added.push(Payload {
+            kind: PayloadKind::CallSite,
+            text: text.clone(),
+            detail: None,
+        });
+        self.ids.insert(text, id);
+        id
+    }
+
+    fn finish(self, profile: &mut Profile) {
+        profile.payloads.extend(self.added);
+    }
+}
+
+/// The merged mark stacks and native stacks, interned with the profile's own.
+struct Merged {
+    stacks: Vec<Stack>,
+    stack_ids: HashMap<Stack, u32>,
+    natives: Vec<NativeStack>,
+    native_ids: HashMap<NativeStack, u32>,
+    pairs: HashMap<(u32, u32), (u32, u32)>,
+}
+
+impl Merged {
+    fn of(profile: &mut Profile) -> Merged {
+        let stacks = std::mem::take(&mut profile.stacks);
+        let natives = std::mem::take(&mut profile.native_stacks);
+        Merged {
+            stack_ids: (stacks.iter().cloned().enumerate())
+                .map(|(id, s)| (s, id as u32))
+                .collect(),
+            native_ids: (natives.iter().cloned().enumerate())
+                .map(|(id, s)| (s, id as u32))
+                .collect(),
+            stacks,
+            natives,
+            pairs: HashMap::new(),
+        }
+    }
+
+    /// The mark stack and native stack of samples of mark stack `stack` and native stack
+    /// `native` once `overlay`'s marks are in.
+    fn pair(&mut self, stack: u32, native: u32, overlay: &[(u32, Frame)]) -> (u32, u32) {
+        if let Some(&done) = self.pairs.get(&(stack, native)) {
+            return done;
+        }
+        let old = self.natives[native as usize].clone();
+        let sample = self.stacks[stack as usize].clone();
+        let depth = old.frames.len() as u32;
+        let (own, new_native) = match old.marks {
+            // `marks_at` places the sample's own marks.
+            None => {
+                let (frames, marks_at) = merge(&sample.frames, &old.marks_at, overlay, depth);
+                let own = self.stack(&sample, frames);
+                (own, NativeStack { marks_at, ..old })
+            }
+            // `marks_at` places the marks the stack was taken with, which differ from the
+            // sample's: the rules' marks go after the sample's own, unplaced.
+            Some(taken) => {
+                let taken_stack = self.stacks[taken as usize].clone();
+                let (frames, marks_at) = merge(&taken_stack.frames, &old.marks_at, overlay, depth);
+                let taken = self.stack(&taken_stack, frames);
+                let mut frames = sample.frames.clone();
+                frames.extend(overlay.iter().map(|(_, frame)| *frame));
+                let own = self.stack(&sample, frames);
+                (
+                    own,
+                    NativeStack {
+                        marks_at,
+                        marks: Some(taken),
+                        ..old
+                    },
+                )
+            }
+        };
+        let merged = (
+            own,
+            intern(&mut self.natives, &mut self.native_ids, new_native),
+        );
+        self.pairs.insert((stack, native), merged);
+        merged
+    }
+
+    /// The id of `like` with `frames` instead of its own (at most [`MAX_STACK_FRAMES`]).
+    fn stack(&mut self, like: &Stack, mut frames: Vec<Frame>) -> u32 {
+        frames.truncate(MAX_STACK_FRAMES);
+        let stack = Stack {
+            frames,
+            truncated_depth: like.truncated_depth,
+        };
+        intern(&mut self.stacks, &mut self.stack_ids, stack)
+    }
+
+    fn finish(self, profile: &mut Profile) {
+        profile.stacks = self.stacks;
+        profile.native_stacks = self.natives;
+    }
+}
+
+fn intern<T: Clone + Eq + std::hash::Hash>(
+    table: &mut Vec<T>,
+    ids: &mut HashMap<T, u32>,
+    value: T,
+) -> u32 {
+    if let Some(&id) = ids.get(&value) {
+        return id;
+    }
+    let id = table.len() as u32;
+    table.push(value.clone());
+    ids.insert(value, id);
+    id
+}
+
+/// `marks` (placed by `marks_at` in a native stack of `depth` frames) and `overlay`'s marks in
+/// one stack, outermost first, with their places. At one place the sample's own mark comes
+/// first (it was pushed by the frame before, the rule's marks by the frame itself).
+fn merge(
+    marks: &[Frame],
+    marks_at: &[u32],
+    overlay: &[(u32, Frame)],
+    depth: u32,
+) -> (Vec<Frame>, Vec<u32>) {
+    let mut frames = Vec::with_capacity(marks.len() + overlay.len());
+    let mut places = Vec::with_capacity(marks.len() + overlay.len());
+    let mut rules = overlay.iter().peekable();
+    for (i, mark) in marks.iter().enumerate() {
+        let place = marks_at.get(i).copied().unwrap_or(depth).min(depth);
+        while let Some((at, frame)) = rules.next_if(|&&(at, _)| at < place) {
+            frames.push(*frame);
+            places.push(*at);
+        }
+        frames.push(*mark);
+        places.push(place);
+    }
+    for (at, frame) in rules {
+        frames.push(*frame);
+        places.push(*at);
+    }
+    (frames, places)
+}
+
+/// A note naming the features the rules found, and each among the built-in features.
+fn note(profile: &mut Profile, rules: &RuleSet, ids: &HashMap<u32, u32>, found: &HashSet<u32>) {
+    let mut by_origin: Vec<(String, Vec<String>)> = Vec::new();
+    for (index, rule) in rules.rules.iter().enumerate() {
+        let Some(feature) = ids.get(&(index as u32)).filter(|id| found.contains(id)) else {
+            continue;
+        };
+        let name = &profile.features[*feature as usize];
+        if !profile.meta.builtin_features.contains(name) {
+            profile.meta.builtin_features.push(name.clone());
+        }
+        let at = match by_origin.iter().position(|(o, _)| *o == rule.origin) {
+            Some(at) => at,
+            None => {
+                by_origin.push((rule.origin.clone(), Vec::new()));
+                by_origin.len() - 1
+            }
+        };
+        if !by_origin[at].1.contains(name) {
+            by_origin[at].1.push(name.clone());
+        }
+    }
+    if by_origin.is_empty() {
+        return;
+    }
+    let parts: Vec<String> = (by_origin.into_iter())
+        .map(|(origin, names)| format!("{} (from {origin})", names.join(", ")))
+        .collect();
+    profile.meta.notes.push(format!(
+        "features found in the native stacks by rules: {}; `fsprof rules` lists the built-in ones and their functions",
+        parts.join("; ")
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::counted_marks;
+    use crate::render::folded::tests::{build, S};
+    use crate::rules::from_spec;
+
+    /// A test frame: its function, file and line, and module.
+    type Named = (&'static str, Option<(&'static str, u32)>, &'static str);
+    /// A test sample: its marks, its native stack (indexes into FRAMES, root first), and where
+    /// its marks are in it.
+    type Sampled = (
+        Vec<(&'static str, Option<&'static str>)>,
+        Vec<u64>,
+        Vec<u32>,
+    );
+
+    /// The frames the tests' addresses stand for.
+    const FRAMES: [Named; 8] = [
+        ("main", Some(("src/main.c", 5)), "prog"),
+        ("myprog::render", Some(("src/main.rs", 10)), "prog"),
+        (
+            "alloc::fmt::format",
+            Some(("/rustc/abc/library/alloc/src/fmt.rs", 600)),
+            "prog",
+        ),
+        ("core::fmt::write", None, "prog"),
+        (
+            "<myprog::Point as core::fmt::Display>::fmt",
+            Some(("src/main.rs", 20)),
+            "prog",
+        ),
+        ("core::fmt::Formatter::pad", None, "prog"),
+        ("myprog::log", Some(("src/main.rs", 30)), "prog"),
+        ("write", None, "libc.so.6"),
+    ];
+
+    /// A profile of `samples`, each (its marks, its native stack as indexes into FRAMES root
+    /// first, where its marks are), 1 ms each, with FRAMES's names.
+    fn profile(samples: &[Sampled]) -> Profile {
+        let samples: Vec<S> = (samples.iter())
+            .map(|(marks, stack, marks_at)| S {
+                marks: marks.clone(),
+                native: Some((stack.clone(), marks_at.clone(), false)),
+                tid: 1,
+                wall_us: 1000,
+                active_us: 1000,
+            })
+            .collect();
+        let mut profile = build(&samples);
+        for frame in &mut profile.native_frames {
+            let n: usize = frame.function[1..].parse().unwrap();
+            let (function, place, module) = FRAMES[n];
+            frame.function = function.into();
+            frame.file = place.map(|(file, _)| file.into());
+            frame.line = place.map(|(_, line)| line);
+            frame.module = module.into();
+        }
+        profile
+    }
+
+    fn rules(specs: &[&str]) -> RuleSet {
+        RuleSet {
+            rules: specs.iter().map(|s| from_spec(s).unwrap()).collect(),
+        }
+    }
+
+    /// What each sample counts for: (feature, instance) names.
+    fn counted(profile: &Profile) -> Vec<Vec<(String, String)>> {
+        (profile.samples.iter())
+            .map(|group| {
+                counted_marks(&profile.stacks[group.stack as usize])
+                    .into_iter()
+                    .map(|(f, p)| {
+                        (
+                            profile.features[f as usize].clone(),
+                            profile.payloads[p as usize].text.clone(),
+                        )
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_matching_frame_counts_for_the_programs_call_site_and_callbacks_do_not() {
+        let mut p = profile(&[
+            (vec![], vec![0, 1, 2, 3], vec![]),    // in the format machinery
+            (vec![], vec![0, 1, 2, 3, 4], vec![]), // in the program's Display impl
+            (vec![], vec![0, 1, 2, 3, 4, 5], vec![]), // formatting called from that impl
+            (vec![], vec![0, 1], vec![]),          // the program alone
+        ]);
+        apply(&mut p, &rules(&["formatting=core::fmt,alloc::fmt::format"]));
+        let site = |s: &str| vec![("formatting".to_owned(), s.to_owned())];
+        assert_eq!(
+            counted(&p),
+            vec![
+                site("myprog::render (src/main.rs:10)"),
+                vec![],
+                site("<myprog::Point as core::fmt::Display>::fmt (src/main.rs:20)"),
+                vec![],
+            ]
+        );
+        assert!(p.meta.builtin_features.contains(&"formatting".to_owned()));
+        assert!(p
+            .meta
+            .notes
+            .iter()
+            .any(|n| n.contains("formatting (from --feature)")));
+    }
+
+    #[test]
+    fn a_programs_own_mark_of_the_feature_keeps_the_time() {
+        let mut p = profile(&[
+            (vec![("output", Some("log"))], vec![0, 6, 7], vec![2]),
+            (vec![], vec![0, 6, 7], vec![]),
+        ]);
+        apply(&mut p, &rules(&["output=libc.so*!write"]));
+        let counted = counted(&p);
+        assert_eq!(counted[0], vec![("output".to_owned(), "log".to_owned())]);
+        assert_eq!(
+            counted[1],
+            vec![(
+                "output".to_owned(),
+                "myprog::log (src/main.rs:30)".to_owned()
+            )]
+        );
+        // The rule's mark sits at the frame that matched, after the program's.
+        let native = &p.native_stacks[p.samples[0].native.unwrap() as usize];
+        assert_eq!(native.marks_at, vec![2, 2]);
+        assert_eq!(p.features.iter().filter(|f| *f == "output").count(), 1);
+    }
+
+    #[test]
+    fn samples_without_a_match_or_a_native_stack_are_left_alone() {
+        let mut p = profile(&[(vec![("parse", Some("x"))], vec![0, 1], vec![1])]);
+        let before = (
+            p.stacks.clone(),
+            p.native_stacks.clone(),
+            p.samples[0].stack,
+        );
+        apply(&mut p, &RuleSet::catalog());
+        assert_eq!(
+            (
+                p.stacks.clone(),
+                p.native_stacks.clone(),
+                p.samples[0].stack
+            ),
+            before
+        );
+        assert!(p.meta.notes.is_empty());
+    }
+}

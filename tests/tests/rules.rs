@@ -1,0 +1,158 @@
+//! Feature rules over native stacks end to end: a Rust program nobody marked (`unmarked`, which
+//! times its own formatting, regex compiling and matching, serialization and sorting) run by the
+//! real `fsprof run` with the defaults, then reported with the built-in rules and with rules
+//! given at report time to the saved profile.
+
+mod support;
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use support::programs::*;
+use support::*;
+
+/// Runs `unmarked` for `secs` under `fsprof run [args]`; returns the output directory.
+fn run_unmarked(secs: &str, args: &[&str]) -> TestDir {
+    let dir = tempdir();
+    let truth = dir.path().join("truth.json");
+    let program = Path::new(target()).with_file_name("unmarked");
+    run(
+        dir.path(),
+        args,
+        &[],
+        &[
+            program.as_os_str(),
+            secs.as_ref(),
+            "--truth".as_ref(),
+            truth.as_os_str(),
+        ],
+    );
+    dir
+}
+
+/// `fsprof report DIR --format json [options]`, or its error.
+fn report_with(dir: &Path, options: &[&str]) -> Result<Value, String> {
+    let output = Command::new(fsprof())
+        .arg("report")
+        .arg(dir)
+        .args(["--format", "json"])
+        .args(options)
+        .output()
+        .unwrap();
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    Ok(serde_json::from_slice(&output.stdout).unwrap())
+}
+
+/// A program that nobody marked gets its formatting, regex, serialization and sorting costs
+/// from the built-in rules, each within its bound of what it measured, at its own lines; the
+/// costly comparator is not sorting's.
+#[test]
+fn a_program_nobody_marked_gets_its_libraries_features_at_its_own_lines() {
+    let _serial = serial();
+    let dir = run_unmarked("4", &[]);
+    let report = report_json(dir.path());
+    let truth = truth(dir.path());
+    let total = truth["total_ms"].as_f64().unwrap();
+    let samples = report["samples"].as_u64().unwrap_or(0);
+    let mut table = format!("  {samples} samples\n");
+    let mut over = Vec::new();
+    for (name, measured) in truth["features"].as_object().unwrap() {
+        let expected = measured["ms"].as_f64().unwrap() * 100.0 / total;
+        let reported = percent(&report, name);
+        let bound = share_bound(expected, samples, TOLERANCE);
+        table += &format!(
+            "  {name:<14} report {reported:6.2}%  truth {expected:6.2}%  bound {bound:.2}\n"
+        );
+        if (reported - expected).abs() > bound {
+            over.push(name.clone());
+        }
+        // The instance is the program's line that called in.
+        let instances = payloads(&report, name);
+        assert!(
+            instances
+                .first()
+                .is_some_and(|p| p.contains("unmarked.rs:")),
+            "{name}'s instances are not the program's lines: {instances:?}"
+        );
+    }
+    let comparator = truth["extra"]["comparator_ms"].as_f64().unwrap() * 100.0 / total;
+    table += &format!("  (comparator: {comparator:.2}% measured, not sorting's)\n");
+    eprintln!("{table}");
+    assert!(
+        comparator > 10.0,
+        "the comparator was too cheap to tell: {table}"
+    );
+    assert!(
+        over.is_empty(),
+        "shares off ({}):\n{table}",
+        over.join(", ")
+    );
+    // The notes say where these features came from.
+    let text = std::fs::read_to_string(dir.path().join("report.txt")).unwrap();
+    assert!(
+        text.contains("features found in the native stacks by rules"),
+        "{text}"
+    );
+}
+
+/// A rule given at report time works on a saved profile: `--feature` names a feature by its
+/// functions, and `--no-builtin-rules` leaves the catalog out; bad rules are usage errors that
+/// say what is wrong.
+#[test]
+fn rules_given_at_report_time_work_on_a_saved_profile() {
+    let _shared = shared();
+    let dir = run_unmarked("1", &[]);
+    let plain = report_with(dir.path(), &["--no-builtin-rules"]).unwrap();
+    assert!(feature(&plain, "json").is_none());
+    assert!(feature(&plain, "serialization").is_none());
+    let given = report_with(
+        dir.path(),
+        &["--no-builtin-rules", "--feature", "json=serde_json"],
+    )
+    .unwrap();
+    let json = feature(&given, "json").expect("the rule's feature is reported");
+    assert!(json["percent"].as_f64().unwrap() > 1.0, "{json:#}");
+    // The same rule from a file.
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[[feature]]\nname = \"json\"\nfunctions = [\"serde_json\"]\n",
+    )
+    .unwrap();
+    let from_file = report_with(
+        dir.path(),
+        &["--no-builtin-rules", "--rules", rules.to_str().unwrap()],
+    )
+    .unwrap();
+    assert_eq!(
+        feature(&from_file, "json").map(|f| f["ms"].clone()),
+        Some(json["ms"].clone())
+    );
+    for (bad, says) in [
+        (&["--feature", "json"][..], "NAME=PATTERN"),
+        (&["--feature", "json=Vec<T>::push"][..], "generic"),
+        (&["--rules", "/nonexistent/rules.toml"][..], "cannot read"),
+    ] {
+        let error = report_with(dir.path(), bad).unwrap_err();
+        assert!(error.contains(says), "{bad:?}: {error}");
+    }
+}
+
+/// `fsprof rules` prints the catalog, in the format a rules file has.
+#[test]
+fn the_catalog_is_printed_in_the_rules_files_format() {
+    let output = Command::new(fsprof()).arg("rules").output().unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    for name in [
+        "formatting",
+        "regex-compile",
+        "serialization",
+        "sorting",
+        "output",
+    ] {
+        assert!(text.contains(&format!("name = \"{name}\"")), "{name}");
+    }
+}
