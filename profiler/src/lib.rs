@@ -15,6 +15,7 @@ pub mod cli;
 #[cfg(test)]
 mod fuzz;
 pub mod native;
+pub(crate) mod output;
 pub mod profile;
 pub mod record;
 pub mod render;
@@ -110,7 +111,8 @@ pub fn report(path: &Path, options: &ReportOptions) -> Result<Vec<u8>> {
                 path.display()
             );
         };
-        std::fs::write(out, svg).with_context(|| format!("cannot write {}", out.display()))?;
+        output::write_named(out, svg.as_bytes())
+            .with_context(|| format!("cannot write {}", out.display()))?;
         eprintln!("fsprof: wrote {}", out.display());
         return Ok(Vec::new());
     }
@@ -157,7 +159,7 @@ pub fn report(path: &Path, options: &ReportOptions) -> Result<Vec<u8>> {
     let Some(out) = &options.output else {
         return Ok(bytes);
     };
-    std::fs::write(out, bytes).with_context(|| format!("cannot write {}", out.display()))?;
+    output::write_named(out, &bytes).with_context(|| format!("cannot write {}", out.display()))?;
     eprintln!("fsprof: wrote {}", out.display());
     Ok(Vec::new())
 }

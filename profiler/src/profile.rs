@@ -491,12 +491,18 @@ impl Profile {
             .collect()
     }
 
-    /// Writes the profile as `dir/profile.json`.
+    /// Writes the profile as `dir/profile.json`, whole or not at all (`output.rs`).
     pub fn save(&self, dir: &Path) -> Result<PathBuf> {
         let path = dir.join(FILE_NAME);
-        let json = serde_json::to_vec(self).context("serialising the profile")?;
-        std::fs::write(&path, json).with_context(|| format!("cannot write {}", path.display()))?;
+        let json = self.to_json()?;
+        crate::output::write(&path, &json)
+            .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(path)
+    }
+
+    /// The profile as saved.
+    pub fn to_json(&self) -> Result<Vec<u8>> {
+        serde_json::to_vec(self).context("serialising the profile")
     }
 
     /// Loads a profile from a file, or from `profile.json` in a directory.
@@ -506,8 +512,7 @@ impl Profile {
         } else {
             path.to_owned()
         };
-        let bytes =
-            std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+        let bytes = read_bounded(&file)?;
         let mut profile: Profile = serde_json::from_slice(&bytes)
             .with_context(|| format!("{} is not an fsprof profile", file.display()))?;
         if profile.format != FORMAT {
@@ -595,8 +600,28 @@ impl Profile {
     fn sanitise(&mut self) {
         let clean = |text: &mut String| *text = crate::target::names::clean(text);
         self.features.iter_mut().for_each(clean);
-        self.payloads.iter_mut().for_each(|p| clean(&mut p.text));
+        for payload in &mut self.payloads {
+            clean(&mut payload.text);
+            match &mut payload.detail {
+                Some(Detail::Alternative { choice, .. }) => clean(choice),
+                Some(Detail::Boundary { value, from, to }) => {
+                    [value, from, to].into_iter().for_each(clean)
+                }
+                None => {}
+            }
+        }
         self.threads.iter_mut().for_each(|t| clean(&mut t.name));
+        self.images.iter_mut().for_each(|i| clean(&mut i.name));
+        for process in &mut self.processes {
+            process.command.iter_mut().for_each(clean);
+        }
+        for module in &mut self.modules {
+            clean(&mut module.name);
+            clean(&mut module.path);
+            if let Some(id) = &mut module.build_id {
+                clean(id);
+            }
+        }
         for frame in &mut self.native_frames {
             clean(&mut frame.function);
             clean(&mut frame.module);
@@ -608,6 +633,7 @@ impl Profile {
         meta.command
             .iter_mut()
             .chain(meta.notes.iter_mut())
+            .chain(meta.builtin_features.iter_mut())
             .for_each(clean);
         for text in [
             &mut meta.end,
@@ -618,6 +644,53 @@ impl Profile {
             clean(text);
         }
     }
+}
+
+/// The most bytes a profile file may have: a long recording of a large program writes tens of
+/// megabytes; this leaves room for a hundred times that, and refuses what no recording makes.
+pub const MAX_FILE_BYTES: u64 = 4 << 30;
+
+/// The bytes of the profile file `file`: refused, with the reason, when it is not a regular file
+/// (a FIFO would block the read, a device never end it) or is larger than [`MAX_FILE_BYTES`].
+fn read_bounded(file: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Non-blocking: opening a FIFO must not wait for a writer before it is refused.
+    let handle = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(file)
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    let meta = handle
+        .metadata()
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    if !meta.is_file() {
+        bail!(
+            "{} is not a regular file: give fsprof report the directory fsprof run or attach wrote, or its profile.json",
+            file.display()
+        );
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        bail!(
+            "{} has {} MB, more than the {} MB a profile may have: it is not one fsprof wrote",
+            file.display(),
+            meta.len() >> 20,
+            MAX_FILE_BYTES >> 20
+        );
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    handle
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        bail!(
+            "{} grew past {} MB while it was read",
+            file.display(),
+            MAX_FILE_BYTES >> 20
+        );
+    }
+    Ok(bytes)
 }
 
 mod builder;

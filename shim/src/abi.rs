@@ -406,11 +406,18 @@ pub fn history_address(slot_address: u64) -> u64 {
 
 /// Which history entries to keep from a copy (see the protocol above): `written` read before the
 /// copy (`w1`) and after it (`w2`), and the first entry not yet taken (`since`). Returns the
-/// entries to keep, and how many after `since` were written over before they could be read.
+/// entries to keep, at most [`HISTORY_CAPACITY`] of them whatever the counters say, and how many
+/// after `since` were written over before they could be read. The counters are the target's
+/// memory: one that went backwards (a stray write, or a slot taken by a new thread) gives
+/// nothing to keep this time, and reading goes on from `w1`.
 pub fn history_range(w1: u64, w2: u64, since: u64) -> (core::ops::Range<u64>, u64) {
+    if w1 < since || w2 < w1 {
+        return (w1..w1, 0);
+    }
     let oldest_intact = w2.saturating_add(1).saturating_sub(HISTORY_CAPACITY as u64);
-    let start = since.max(oldest_intact);
-    let lost = start.saturating_sub(since).min(w1.saturating_sub(since));
+    let oldest_held = w1.saturating_sub(HISTORY_CAPACITY as u64);
+    let start = since.max(oldest_intact).max(oldest_held);
+    let lost = start.saturating_sub(since).min(w1 - since);
     (start..w1.max(start), lost)
 }
 

@@ -427,3 +427,18 @@ fn later_branches_are_remembered_and_read_back_in_order_and_overwritten_ones_cou
     );
     assert_eq!(parsed, out);
 }
+
+#[test]
+fn a_history_counter_from_a_stray_write_keeps_at_most_what_the_history_holds() {
+    let cap = abi::HISTORY_CAPACITY as u64;
+    // Written far ahead of what was read: only the entries the history still holds.
+    let (keep, lost) = abi::history_range(1 << 40, 1 << 40, 0);
+    assert!(keep.end - keep.start <= cap, "{keep:?}");
+    assert_eq!(keep.end, 1 << 40);
+    assert_eq!(lost, (1 << 40) - (keep.end - keep.start));
+    // Gone backwards, before the copy or during it: nothing kept, nothing lost.
+    assert_eq!(abi::history_range(5, 5, 100), (5..5, 0));
+    assert_eq!(abi::history_range(100, 50, 90), (100..100, 0));
+    // The usual case is unchanged: everything since the last read, none lost.
+    assert_eq!(abi::history_range(10, 10, 4), (4..10, 0));
+}

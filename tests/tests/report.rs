@@ -119,3 +119,95 @@ fn the_report_says_what_was_outside_every_feature_and_draws_both_flamegraphs() {
         "native frames in a features-only flamegraph"
     );
 }
+
+/// A profile is a file anyone may have written: whatever its texts hold, no report prints a
+/// control character (an escape sequence would reach the terminal) other than the line breaks
+/// and tabs of its own layout.
+#[test]
+fn escape_sequences_in_a_profile_never_reach_the_terminal() {
+    let dir = tempdir();
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/esc-profile.json");
+    std::fs::copy(&data, dir.path().join("profile.json")).unwrap();
+    for format in ["text", "json", "folded", "speedscope"] {
+        let output = Command::new(fsprof())
+            .arg("report")
+            .arg(dir.path())
+            .args(["--format", format])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{format}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let text = String::from_utf8_lossy(&output.stdout);
+        let bad: Vec<(usize, &str)> = (text.lines().enumerate())
+            .filter(|(_, line)| line.chars().any(|c| c.is_control() && c != '\t'))
+            .take(5)
+            .collect();
+        assert!(bad.is_empty(), "{format}: control characters on {bad:?}");
+    }
+}
+
+/// `fsprof report` refuses what is not a profile file at once, with the reason: a device that
+/// never ends (`/dev/zero`) and a FIFO no one writes (which would block the read).
+#[test]
+fn report_refuses_devices_and_fifos_at_once() {
+    let dir = tempdir();
+    let fifo = dir.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for path in [std::path::Path::new("/dev/zero"), fifo.as_path()] {
+        let child = Command::new(fsprof())
+            .arg("report")
+            .arg(path)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (status, stderr) =
+            support::Guarded(child).stderr_with_deadline(std::time::Duration::from_secs(10));
+        assert!(!status.success());
+        assert!(
+            stderr.contains("not a regular file"),
+            "{}: {stderr}",
+            path.display()
+        );
+    }
+}
+
+/// Links planted in an existing output directory under the names fsprof writes are replaced,
+/// never written through: the files they point to are left as they were, or not created.
+#[test]
+fn links_planted_in_the_output_directory_are_not_followed() {
+    let _shared = support::shared();
+    let dir = tempdir();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let absent = dir.path().join("absent");
+    for (name, to) in [
+        ("profile.json", &victim),
+        ("report.txt", &victim),
+        (".fsprof-write-test", &absent),
+        ("flamegraph.svg", &absent),
+    ] {
+        std::os::unix::fs::symlink(to, out.join(name)).unwrap();
+    }
+    let status = Command::new(fsprof())
+        .args(["run", "--no-agent", "-o"])
+        .arg(&out)
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap()
+        .status;
+    assert!(status.success());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(!absent.exists());
+    let profile = std::fs::symlink_metadata(out.join("profile.json")).unwrap();
+    assert!(profile.file_type().is_file());
+}

@@ -186,7 +186,13 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         profile.meta.notes.push(note);
     }
     if let Some(dir) = &dir {
-        write_outputs(dir, profile, &options.rules)?;
+        // The program's exit code is returned whatever happened to the files (said above).
+        if let Err(error) = write_outputs(dir, profile, &options.rules) {
+            eprintln!(
+                "fsprof: {}",
+                crate::target::names::clean(&format!("{error:#}"))
+            );
+        }
     }
 
     if let Some(status) = status {
@@ -566,22 +572,20 @@ pub fn prepare_output(explicit: Option<&Path>, program: &str) -> Result<PathBuf>
             }
         }
     };
-    let probe = dir.join(".fsprof-write-test");
-    std::fs::write(&probe, b"").with_context(|| {
+    crate::output::probe(&dir).with_context(|| {
         format!(
             "output directory {} is not writable (choose another with -o DIR)",
             dir.display()
         )
     })?;
-    let _ = std::fs::remove_file(probe);
     Ok(dir)
 }
 
-/// Saves the profile, the text report, the two flamegraphs and the boundary graph (if any), and
-/// prints the report to stderr.
-/// The profile is written first, as recorded (with the rules the user gave, for later reports:
-/// `fsprof report` applies rules itself); the rest with `rules` applied. A flamegraph that
-/// cannot be drawn or written is only warned about (`fsprof report --flamegraph` can redraw it).
+/// Prints the report to stderr, then saves the profile (as recorded, with the rules the user
+/// gave, for later reports: `fsprof report` applies rules itself), the text report, the two
+/// flamegraphs and the boundary graph (if any, these with `rules` applied), each whole or not at
+/// all (`output.rs`). A file that cannot be written (a full disk) is said and skipped; the error,
+/// after every other file was tried, names those not written.
 fn write_outputs(dir: &Path, mut profile: Profile, rules: &crate::rules::RuleSet) -> Result<()> {
     let view = if profile.meta.count_idle {
         TimeView::All
@@ -589,42 +593,54 @@ fn write_outputs(dir: &Path, mut profile: Profile, rules: &crate::rules::RuleSet
         TimeView::Active
     };
     profile.meta.rules = crate::rules::saved(rules);
-    let saved = profile.save(dir)?;
+    let recorded = profile.to_json();
     crate::rules::apply(&mut profile, rules);
     let text = crate::text_report(&profile, view);
-    let report_path = dir.join(REPORT_FILE);
-    std::fs::write(&report_path, &text)
-        .with_context(|| format!("cannot write {}", report_path.display()))?;
-    let mut written = vec![
-        saved.display().to_string(),
-        report_path.display().to_string(),
+    eprint!("\n{text}");
+    let mut files: Vec<(PathBuf, Result<Vec<u8>>)> = vec![
+        (dir.join(crate::profile::FILE_NAME), recorded),
+        (dir.join(REPORT_FILE), Ok(text.into_bytes())),
     ];
     for (file, marks_only) in [(FLAMEGRAPH_FILE, false), (FEATURES_FILE, true)] {
-        let path = dir.join(file);
         let folded = render::folded::fold(&profile, view, marks_only);
-        match render::flamegraph::write_file(&folded, &path) {
-            Ok(()) => written.push(path.display().to_string()),
-            Err(error) => eprintln!(
-                "fsprof: warning: no {}: {}",
-                path.display(),
-                crate::target::names::clean(&format!("{error:#}"))
-            ),
-        }
+        files.push((dir.join(file), render::flamegraph::svg(&folded)));
     }
     // Only when a feature marks boundary checks.
     if let Some(svg) = render::boundary_graph::svg(&crate::analysis::analyse(&profile, view)) {
-        let path = dir.join(BOUNDARIES_FILE);
-        match std::fs::write(&path, svg) {
+        files.push((dir.join(BOUNDARIES_FILE), Ok(svg.into_bytes())));
+    }
+    let (mut written, mut failed) = (Vec::new(), Vec::new());
+    for (path, bytes) in files {
+        let result = bytes.and_then(|bytes| {
+            crate::output::write(&path, &bytes)
+                .with_context(|| format!("cannot write {}", path.display()))
+        });
+        match result {
             Ok(()) => written.push(path.display().to_string()),
-            Err(error) => eprintln!("fsprof: warning: no {}: {error}", path.display()),
+            Err(error) => {
+                eprintln!(
+                    "fsprof: {}",
+                    crate::target::names::clean(&format!("{error:#}"))
+                );
+                failed.push(path.display().to_string());
+            }
         }
     }
-    eprint!("\n{text}");
-    let last = written.pop().unwrap_or_default();
-    eprintln!(
-        "fsprof: wrote {} and {last} (re-render with: fsprof report {})",
-        written.join(", "),
-        dir.display()
-    );
+    if let Some(last) = written.pop() {
+        let all = match written.is_empty() {
+            true => last,
+            false => format!("{} and {last}", written.join(", ")),
+        };
+        eprintln!(
+            "fsprof: wrote {all} (re-render with: fsprof report {})",
+            dir.display()
+        );
+    }
+    if !failed.is_empty() {
+        anyhow::bail!(
+            "not written: {} (the report above is whole; free some space, or choose another directory with -o DIR)",
+            failed.join(", ")
+        );
+    }
     Ok(())
 }

@@ -95,9 +95,16 @@ pub fn render(folded: &Folded, mut out: impl Write) -> Result<()> {
 
 /// Renders the SVG into a file.
 pub fn write_file(folded: &Folded, path: &std::path::Path) -> Result<()> {
+    let svg = svg(folded)?;
+    crate::output::write_named(path, &svg)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The flamegraph SVG of `folded`.
+pub fn svg(folded: &Folded) -> Result<Vec<u8>> {
     let mut svg = Vec::new();
     render(folded, &mut svg)?;
-    std::fs::write(path, svg).with_context(|| format!("cannot write {}", path.display()))
+    Ok(svg)
 }
 
 /// Writes the differential flamegraph of `a` and `b` (`fsprof diff --flamegraph`): B's stacks
@@ -127,7 +134,8 @@ pub fn write_differential(a: &Folded, b: &Folded, path: &std::path::Path) -> Res
         flamegraph::from_lines(&mut options, lines.lines(), &mut svg)
             .context("drawing the differential flamegraph")?;
     }
-    std::fs::write(path, svg).with_context(|| format!("cannot write {}", path.display()))
+    crate::output::write_named(path, &svg)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// An SVG with the title and a line saying there is nothing to draw.
