@@ -8,6 +8,7 @@
 #
 # Parts (PARTS=, default all):
 #   samples    spin 2 threads of a hash loop: alone | default | r1000 (--rate 1000) | nonative
+#              | perf1000 (`perf record -F 1000 --call-graph dwarf`, where perf is installed)
 #   switches   pingpong: two threads hand a byte through pipes 200k times (400k switches):
 #              alone | default | noagent | nonative | ptrace; and pyswitch (python3: 4 threads,
 #              two ping-pong pairs with json and hashing, ~20k switches/s): alone | default |
@@ -76,6 +77,9 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
   shift
   case $config in
     alone) "$@" | grep -h elapsed; return ;;
+    perf1000)
+      perf record -q -F 1000 --call-graph dwarf -o "$WORK/perf.data" -- "$@" 2> /dev/null | grep -h elapsed
+      return ;;
     default) flags= ;;
     r1000) flags="--rate 1000" ;;
     noagent) flags=--no-agent ;;
@@ -120,7 +124,10 @@ PY
 
 for part in $PARTS; do
   case $part in
-    samples) rounds spin2 "alone default r1000 nonative" "$WORK/spin" 2 500000000 ;;
+    samples)
+      configs="alone default r1000 nonative"
+      command -v perf > /dev/null && configs="$configs perf1000"
+      rounds spin2 "$configs" "$WORK/spin" 2 500000000 ;;
     switches)
       rounds pingpong "alone default noagent nonative ptrace" "$WORK/pingpong" 200000
       rounds pyswitch "alone default noagent nonative" python3 "$SRC/pyswitch.py" 40000 ;;
@@ -133,8 +140,16 @@ for part in $PARTS; do
         iters=$(python3 -c "print(int(340e6 * 8 * min($cores, $n) / $n))") # about 8 s of work
         "$WORK/spin" "$n" "$iters" > /dev/null & pid=$!
         sleep 0.5
-        { time "$BIN/fsprof" attach "$pid" --duration 4 -o "$WORK/att$n" > /dev/null 2> "$WORK/err"; } 2> "$WORK/time"
-        read -r wall user sys < "$WORK/time"
+        # fsprof's own CPU as its /proc entry last showed it (read every 50 ms; bash's `time` would add the spin
+        # process if the shell reaped it meanwhile).
+        "$BIN/fsprof" attach "$pid" --duration 4 -o "$WORK/att$n" > /dev/null 2> "$WORK/err" & fsprof=$!
+        started=$(date +%s.%N); cpu=0
+        while kill -0 "$fsprof" 2> /dev/null; do
+          cpu=$(awk '{print ($14 + $15) / 100}' /proc/$fsprof/stat 2> /dev/null || echo "$cpu")
+          sleep 0.05
+        done
+        wait "$fsprof"
+        wall=$(awk "BEGIN{print $(date +%s.%N) - $started}"); user=$cpu; sys=0
         echo "spin $n threads: fsprof wall $wall s, CPU $(awk "BEGIN{print $user + $sys}") s"
         meta "$WORK/att$n"
         kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
