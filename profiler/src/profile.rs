@@ -283,9 +283,9 @@ pub struct NativeMeta {
     /// one (its stack had not changed meanwhile).
     #[serde(default)]
     pub native_late: u64,
-    /// Time threads waited for a CPU (perf backend: preempted) with marks other than those of
-    /// their latest perf sample, which then gives no native stack (perf samples only running
-    /// threads), microseconds.
+    /// Time threads waited for a CPU (perf backend: preempted) with no stack copied as they
+    /// left (at most one copy per sampling period) and marks other than those of their latest
+    /// perf sample, which then gives no native stack, microseconds.
     #[serde(default)]
     pub native_preempted_unplaced_us: u64,
     /// Of `native_captured`: stacks of blocked threads taken without stopping them.

@@ -3,10 +3,12 @@
 //! slots at the sample's instant into a ring shared by all threads. It only builds and loads;
 //! `perf.rs` attaches, `ring.rs` reads.
 
-use crate::native::perf::{
-    ANCHORS, ANCHOR_RECORD_SIZE, COPY_HEADER, DEPTH_OFFSET, SCRATCH_SIZE, SLOTS, TICKS_PER_SAMPLE,
-    VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_ANCHOR_RECORD, VALUE_JITTER, VALUE_SCRATCH,
+use crate::native::map_value::{
+    ANCHOR_RECORD_SIZE, COPY_HEADER, SCRATCH_SIZE, VALUE_ADDRESSES, VALUE_ANCHORS,
+    VALUE_ANCHOR_RECORD, VALUE_DEPARTED, VALUE_JITTER, VALUE_SCRATCH,
 };
+use crate::native::perf::{ANCHORS, DEPTH_OFFSET, SLOTS, TICKS_PER_SAMPLE};
+use crate::native::rules::Rules;
 use crate::native::walk::CONTEXT;
 use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE, SLOT_STATE_SIZE};
 use nix::errno::Errno;
@@ -168,13 +170,16 @@ pub(super) const MUL64_IMM: u8 = 0x27;
 pub(super) const JEQ_IMM: u8 = 0x15;
 pub(super) const JNE_IMM: u8 = 0x55;
 pub(super) const JLE_IMM: u8 = 0xb5;
+const JLT_REG: u8 = 0xad;
 pub(super) const CALL: u8 = 0x85;
 pub(super) const EXIT: u8 = 0x95;
 pub(super) const PSEUDO_MAP_FD: u8 = 1;
 pub(super) const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
 const HELPER_KTIME_GET_NS: i32 = 5;
 const HELPER_GET_PRANDOM_U32: i32 = 7;
+const HELPER_GET_CURRENT_TASK: i32 = 35;
 pub(super) const HELPER_PROBE_READ_USER: i32 = 112;
+const HELPER_PROBE_READ_KERNEL: i32 = 113;
 pub(super) const HELPER_RINGBUF_OUTPUT: i32 = 130;
 /// `bpf_ringbuf_output` flag: wake nobody (fsprof reads the ring on its own schedule).
 pub(super) const RB_NO_WAKEUP: i32 = 1;
@@ -185,12 +190,21 @@ pub(super) const RB_NO_WAKEUP: i32 = 1;
 /// state, then only the records below its depth (deeper ones may lie on pages never touched,
 /// which a copy made without faulting cannot read); a slot without an address, or whose copy
 /// failed, gives the header alone. The thread is the one interrupted, so its slots hold still.
-/// Returns 1, so the kernel writes the sample (after these copies), for a sampling event; for a
-/// context-switch event (`at_switch`: the thread is leaving its CPU), 0: the event writes nothing
-/// of its own, and its copies say so (bit 8 of the slot's number), to be told apart from the
-/// samples' own.
-fn program(map: RawFd, copies: RawFd, walk: [RawFd; 2], index: u32, at_switch: bool) -> Vec<Insn> {
-    let kind = i32::from(at_switch) << 8;
+/// Returns 1, so the kernel writes the sample (after these copies), for a sampling event. For a
+/// context-switch event (`at_switch`: the thread is leaving its CPU), its copies say so (bit 8
+/// of the slot's number), to be told apart from the samples' own, and it returns 0 (the event
+/// writes nothing of its own) unless `departure` is given and the thread was preempted: see
+/// [`Departure`].
+fn program(
+    map: RawFd,
+    copies: RawFd,
+    walk: [RawFd; 2],
+    index: u32,
+    at_switch: Option<Departure>,
+) -> Vec<Insn> {
+    let kind = i32::from(at_switch.is_some()) << 8;
+    let departure = at_switch.and_then(|d| d.state_offset.map(|at| (at, d.gap_ns)));
+    let at_switch = at_switch.is_some();
     let result = i32::from(!at_switch);
     let mut p = vec![
         insn(STX_DW, 10, 1, CONTEXT, 0), // the context, for the walk
@@ -300,8 +314,59 @@ fn program(map: RawFd, copies: RawFd, walk: [RawFd; 2], index: u32, at_switch: b
         anchors(&mut p, copies, index);
         crate::native::walk::hand_over(&mut p, walk, index);
     }
+    if let Some((state_offset, gap_ns)) = departure {
+        preempted(&mut p, state_offset, gap_ns);
+    }
     p.extend([insn(MOV64_IMM, 0, 0, 0, result), insn(EXIT, 0, 0, 0, 0)]);
     p
+}
+
+/// What the program run as a thread leaves its CPU needs to tell whether the kernel should
+/// write a sample of it (its registers and stack, into the thread's ring): the offset of the
+/// scheduling state in the kernel's `task_struct` (`btf.rs`; `None`: never), and the least time
+/// between two such samples of one thread.
+#[derive(Clone, Copy)]
+pub(super) struct Departure {
+    pub(super) state_offset: Option<u32>,
+    pub(super) gap_ns: u64,
+}
+
+/// At a departure: returns 1 (the kernel writes the event's sample) if the thread is still
+/// runnable, so preempted (its state, read from the kernel's `task_struct` at `state_offset`,
+/// is 0: a thread that blocks has set another), and its previous such sample is at least
+/// `gap_ns` old (the time in `r7`; `r6` is the value, which keeps the sample's time). A thread
+/// preempted is running user code, or a system call, which its user registers and stack show:
+/// its wait for a CPU then gets the stack it was preempted at. The gap bounds what this costs
+/// a thread preempted very often (a 16 KiB copy each) to one copy per sampling period.
+fn preempted(p: &mut Vec<Insn>, state_offset: u32, gap_ns: u64) {
+    let state = -16i16; // on the program's stack
+    let last = VALUE_DEPARTED as i16;
+    let gap = gap_ns.min(i32::MAX as u64) as i32;
+    let start = p.len();
+    p.extend([
+        insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_TASK),
+        insn(MOV64_REG, 3, 0, 0, 0),
+        insn(ADD64_IMM, 3, 0, 0, state_offset as i32),
+        insn(MOV64_REG, 1, 10, 0, 0),
+        insn(ADD64_IMM, 1, 0, 0, i32::from(state)),
+        insn(MOV64_IMM, 2, 0, 0, 4),
+        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
+        insn(JNE_IMM, 0, 0, 0, 0), // unreadable: no sample
+        insn(LDX_W, 1, 10, state, 0),
+        insn(JNE_IMM, 1, 0, 0, 0), // blocking: no sample
+        insn(LDX_DW, 2, 6, last, 0),
+        insn(ADD64_IMM, 2, 0, 0, gap),
+        insn(JLT_REG, 7, 2, 0, 0), // the previous one too recent: no sample
+        insn(STX_DW, 6, 7, last, 0),
+        insn(MOV64_IMM, 0, 0, 0, 1),
+        insn(EXIT, 0, 0, 0, 0),
+    ]);
+    let end = p.len();
+    for (at, insn) in p.iter_mut().enumerate().skip(start) {
+        if matches!(insn.code, JNE_IMM | JLT_REG) {
+            insn.off = (end - at - 1) as i16;
+        }
+    }
 }
 
 /// At a sample: the anchors' record (see `perf::ANCHORS`) in the value's scratch, the time
@@ -355,9 +420,63 @@ pub(super) fn load_program(
     copies: RawFd,
     walk: [RawFd; 2],
     index: u32,
-    at_switch: bool,
+    at_switch: Option<Departure>,
 ) -> Result<OwnedFd, String> {
     load(program(map, copies, walk, index, at_switch))
+}
+
+/// The programs a perf sampler attaches to its threads' events, per map value index (the one
+/// copying at samples, and the one copying at departures), with the rules their walks follow
+/// and what a departure samples.
+pub(super) struct Programs {
+    loaded: [Vec<Option<OwnedFd>>; 2],
+    pub(super) rules: Rules,
+    departure: Departure,
+}
+
+impl Programs {
+    pub(super) fn new(rules: Rules, departure: Departure) -> Programs {
+        Programs {
+            loaded: Default::default(),
+            rules,
+            departure,
+        }
+    }
+
+    /// Whether the departures' programs have the kernel write the stacks of threads preempted.
+    pub(super) fn stacks_at_departures(&self) -> bool {
+        self.departure.state_offset.is_some()
+    }
+
+    /// The program for map value `index` (the one that copies slots at samples, or at
+    /// departures if `switch`) of the map `map`, putting its copies in `copies`: loaded once per
+    /// index and kept, since a thread that ends frees its index for the next. Loading one (the
+    /// kernel checks it) takes about 300 µs, which a new thread spent running before perf
+    /// counted it: twice per thread, 0.6 ms of the 0.9 ms between the tick that found it and its
+    /// event's enabling (`requests`, strace -T).
+    pub(super) fn get(
+        &mut self,
+        map: RawFd,
+        copies: RawFd,
+        index: u32,
+        switch: bool,
+    ) -> Result<OwnedFd, Errno> {
+        let walk = self.rules.hand_over();
+        let cache = &mut self.loaded[usize::from(switch)];
+        if cache.len() <= index as usize {
+            cache.resize_with(index as usize + 1, || None);
+        }
+        if cache[index as usize].is_none() {
+            let departure = switch.then_some(self.departure);
+            let loaded =
+                load_program(map, copies, walk, index, departure).map_err(|_| Errno::EPERM)?;
+            cache[index as usize] = Some(loaded);
+        }
+        let program = cache[index as usize].as_ref().expect("loaded");
+        program
+            .try_clone()
+            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0)))
+    }
 }
 
 /// Loads the walk (`walk.rs`), which the threads' programs tail-call; `maps`: the rules, the

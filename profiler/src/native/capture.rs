@@ -49,6 +49,9 @@ pub enum PerfTaken {
         cpu_ns: u64,
         time: u64,
     },
+    /// Its stack as it was preempted, taken at `time` (CLOCK_MONOTONIC, ns), just before the
+    /// departure that follows it.
+    Departure { captured: Captured, time: u64 },
     /// It left its CPU, or came back to one.
     Switch(Switch),
 }
@@ -345,6 +348,18 @@ impl NativeSampler {
                     cpu_ns: sample.cpu_ns,
                     time: sample.time,
                 });
+            }
+            Taken::Departure(sample) => {
+                // Only a stack unwound to its root: one deeper than the copy is completed at
+                // samples, with words read along it then (`complete.rs`, `walk.rs`), which a
+                // departure lacks; the latest sample's stands for it instead.
+                let captured = self.unwind(tid, sample.regs, sample.stack);
+                if captured.complete {
+                    taken.push(PerfTaken::Departure {
+                        captured,
+                        time: sample.time,
+                    });
+                }
             }
             Taken::Switch(switch) => taken.push(PerfTaken::Switch(switch)),
         });

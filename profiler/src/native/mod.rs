@@ -3,10 +3,12 @@
 //! addresses; naming them is `symbolize/`'s job, after recording.
 
 pub mod bpf;
+mod btf;
 pub mod capture;
 pub mod complete;
 pub mod functions;
 mod functions_cache;
+mod map_value;
 pub mod perf;
 mod perf_events;
 pub mod ring;

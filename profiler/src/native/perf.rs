@@ -18,13 +18,17 @@
 //! libbpf-rs) need a separate compiler, which `cargo build` cannot assume. It needs `CAP_BPF`
 //! and `CAP_PERFMON` (or root); where refused, [`PerfSampler::new`] says why (ptrace then).
 
-use crate::native::bpf::{create_map, load_program, map_shared, page_size, BPF_MAP_TYPE_ARRAY};
+use crate::native::bpf::{
+    create_map, load_program, page_size, Departure, Programs, BPF_MAP_TYPE_ARRAY,
+};
+use crate::native::map_value::{
+    Values, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_DEPARTED, VALUE_SIZE, VALUE_WALK,
+};
 use crate::native::perf_events::{open_event, open_switch_event};
 use crate::native::ring::{match_copies, parse, read_copies, CopyRing, Record, Ring, SlotCopy};
 use crate::native::rules::Rules;
 use crate::native::unwind::{Registers, StackView};
 use crate::record::privilege::Refusal;
-use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE};
 use nix::errno::Errno;
 use nix::libc;
 use perf_event_open_sys as sys;
@@ -67,29 +71,6 @@ const COPIES_PER_CPU: usize = 1024 * 1024;
 /// At most this many bytes for that ring, however many CPUs.
 const COPIES_MAX: usize = 32 * 1024 * 1024;
 
-/// Layout of one map value (one per sampled thread): slot addresses (set by fsprof), then, per
-/// slot, the ring record the BPF program builds at each sample: a header (the sample's time, the
-/// value's index, the slot's number, the address copied from, the copy's result: 0 or an error)
-/// and the slot's bytes (its state, then the records below its depth).
-pub(super) const VALUE_ADDRESSES: usize = 0;
-pub(super) const VALUE_SCRATCH: usize = 8 * SLOTS;
-pub(super) const COPY_HEADER: usize = 32;
-/// Room for what the program copies of a slot: its state and its records, not the history of
-/// later branches after them (read apart, see `region.rs`). With the history the map was three
-/// times larger (13 MB), and making it took several milliseconds per process recorded.
-pub(super) const SCRATCH_SIZE: usize = COPY_HEADER + RECORDS_OFFSET + MARK_CAPACITY * RECORD_SIZE;
-/// Then the program's sampling state (see [`TICKS_PER_SAMPLE`]): the timer ticks still to skip
-/// before the next sample (u32), and the place of the latest sample in its period (u32).
-pub(super) const VALUE_JITTER: usize = VALUE_SCRATCH + SLOTS * SCRATCH_SIZE;
-/// Then the anchors (see [`ANCHORS`]): their addresses (set by fsprof, 0 for none), and the
-/// record the program builds of them at each sample (a copy header, then an address and the
-/// word read there, per anchor), put in the ring like a slot's copy with slot number [`SLOTS`].
-pub(super) const VALUE_ANCHORS: usize = VALUE_JITTER + 8;
-pub(super) const VALUE_ANCHOR_RECORD: usize = VALUE_ANCHORS + 8 * ANCHORS;
-pub(super) const ANCHOR_RECORD_SIZE: usize = COPY_HEADER + 16 * ANCHORS;
-/// Then the walk's part (`walk.rs`).
-pub(super) const VALUE_WALK: usize = VALUE_ANCHOR_RECORD + ANCHOR_RECORD_SIZE;
-pub(super) const VALUE_SIZE: usize = VALUE_WALK + 8;
 /// Stack words the program reads at each sample besides the top of the stack, for threads
 /// that have some: where fsprof completes a deep stack with an image of the thread's outer
 /// stack read later (beyond what the walk read, `walk.rs`: a recursion of thousands of
@@ -162,6 +143,9 @@ pub struct PerfSample<'a> {
 pub enum Taken<'a> {
     /// A sample of its CPU time.
     Sample(PerfSample<'a>),
+    /// Its registers and stack as it was preempted (see `bpf::Departure`), just before the
+    /// departure that follows it; its slots are that departure's.
+    Departure(PerfSample<'a>),
     /// It left its CPU or came back to one.
     Switch(Switch),
 }
@@ -185,6 +169,8 @@ struct Thread {
     /// Its context-switch event and that event's program, which copies its slots as it leaves
     /// its CPU (`None` where the kernel refused them: its switches are then not followed).
     switches: Option<(OwnedFd, OwnedFd)>,
+    /// The id of that event's samples in `ring`, if the kernel let them go there.
+    departure_id: Option<u64>,
     ring: Ring,
     addresses: [u64; SLOTS],
     /// Its departures from its CPU since `window_start` (CLOCK_MONOTONIC, ns).
@@ -195,8 +181,9 @@ struct Thread {
 /// The perf side of a sampler: one event per sampled thread.
 pub struct PerfSampler {
     map: OwnedFd,
-    /// `capacity` map values, mapped into fsprof.
-    values: *mut u8,
+    /// One map value per thread it can sample at once (at most [`MAX_THREADS`]), mapped into
+    /// fsprof.
+    values: Values,
     copies: CopyRing,
     /// Slot copies read from `copies` and not yet matched, per map value index: made at
     /// samples, and as threads left their CPU.
@@ -204,8 +191,6 @@ pub struct PerfSampler {
     switch_waiting: Vec<VecDeque<SlotCopy>>,
     threads: HashMap<u32, Thread>,
     free: Vec<u32>,
-    /// Threads it can sample at once (map values), at most [`MAX_THREADS`].
-    capacity: u32,
     page: usize,
     period_ns: u64,
     /// Samples the kernel could not write (a thread's ring was full).
@@ -216,17 +201,12 @@ pub struct PerfSampler {
     too_fast: std::collections::HashSet<u32>,
     /// When threads made by sampled threads were born (CLOCK_MONOTONIC, ns), until asked for.
     births: HashMap<u32, u64>,
-    /// The programs loaded, per map value index (copying at samples, and at departures), and
-    /// the rules their walks follow.
-    programs: ([Vec<Option<OwnedFd>>; 2], Rules),
+    programs: Programs,
 }
 
 /// Births remembered at most (those of threads that never ran long enough to be found, or of
 /// processes, are dropped when the map is full).
 const MAX_BIRTHS: usize = 4096;
-
-// SAFETY: `values` is owned by this struct (unmapped on drop) and only used through `&mut self`.
-unsafe impl Send for PerfSampler {}
 
 impl PerfSampler {
     /// Creates the maps and checks that this process may load the program and open events that
@@ -254,9 +234,7 @@ impl PerfSampler {
             (cpus * COPIES_PER_CPU).min(COPIES_MAX).next_power_of_two(),
         )
         .map_err(|e| format!("cannot create a BPF ring buffer ({}): {needs}", e.desc()))?;
-        let len = values_len(page, capacity);
-        // The BPF array was created mmapable.
-        let values = map_shared(&map, len, true, 0)
+        let values = Values::map(&map, page, capacity)
             .map_err(|e| format!("cannot map the BPF map ({})", e.desc()))?;
         let mut sampler = PerfSampler {
             map,
@@ -266,30 +244,26 @@ impl PerfSampler {
             switch_waiting: (0..capacity).map(|_| VecDeque::new()).collect(),
             threads: HashMap::new(),
             free: (0..capacity).rev().collect(),
-            capacity,
             page,
             period_ns: period_ns.max(10_000 * TICKS_PER_SAMPLE),
             lost: 0,
             unmatched: 0,
             too_fast: Default::default(),
             births: HashMap::new(),
-            programs: (
-                Default::default(),
+            programs: Programs::new(
                 Rules::new(capacity <= CHILD_THREADS)
                     .map_err(|e| format!("cannot create a BPF map ({}): {needs}", e.desc()))?,
+                Departure {
+                    state_offset: crate::native::btf::task_state_offset(),
+                    gap_ns: period_ns,
+                },
             ),
         };
-        let rules = sampler.programs.1.hand_over();
-        load_program(
-            sampler.map.as_raw_fd(),
-            sampler.copies.fd(),
-            rules,
-            0,
-            false,
-        )
-        .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
-        if sampler.programs.1.eager() {
-            sampler.programs.1.prepare_walk(sampler.copies.fd());
+        let rules = sampler.programs.rules.hand_over();
+        load_program(sampler.map.as_raw_fd(), sampler.copies.fd(), rules, 0, None)
+            .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
+        if sampler.programs.rules.eager() {
+            sampler.programs.rules.prepare_walk(sampler.copies.fd());
         }
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
@@ -304,15 +278,16 @@ impl PerfSampler {
         Ok(sampler)
     }
 
-    /// Samples the smallest ring of a sampled thread holds: a reader must come back before a
-    /// thread has run that many periods, or samples are lost.
+    /// Sampling periods the smallest ring of a sampled thread holds: a reader must come back
+    /// before a thread has run that many periods, or samples are lost. A period may bring a
+    /// sample and a departure's (at most one per period: `bpf::Departure`).
     pub fn ring_capacity(&self) -> usize {
         let pages = if self.threads.len() > LARGE_RINGS {
             SMALL_RING_PAGES
         } else {
             RING_PAGES
         };
-        pages * self.page / (STACK_DUMP as usize + 128)
+        pages * self.page / (STACK_DUMP as usize + 128) / 2
     }
 
     /// The sampling period, in CPU time.
@@ -356,10 +331,9 @@ impl PerfSampler {
             let thread = self.open(tid)?;
             self.threads.insert(tid, thread);
         }
-        let value = value_at(self.values, self.threads[&tid].index);
         let thread = self.threads.get_mut(&tid).expect("inserted");
         if thread.addresses != addresses {
-            write_words(value, VALUE_ADDRESSES, &addresses);
+            self.values.write(thread.index, VALUE_ADDRESSES, &addresses);
             thread.addresses = addresses;
         }
         Ok(())
@@ -371,28 +345,28 @@ impl PerfSampler {
         let Some(thread) = self.threads.get(&tid) else {
             return;
         };
-        write_words(value_at(self.values, thread.index), VALUE_ANCHORS, &anchors);
+        self.values.write(thread.index, VALUE_ANCHORS, &anchors);
     }
 
     /// Has the programs walk the stacks of the process's threads at their samples (see
     /// `walk.rs`) once the walk is loaded: asked for once a stack was `deeper` than the copy,
     /// and turned on by a later call once loaded.
     pub fn walk(&mut self, deeper: bool) {
-        if self.programs.1.turn_on(deeper, self.copies.fd()) {
+        if self.programs.rules.turn_on(deeper, self.copies.fd()) {
             for thread in self.threads.values() {
-                write_words(value_at(self.values, thread.index), VALUE_WALK, &[1]);
+                self.values.write(thread.index, VALUE_WALK, &[1]);
             }
         }
     }
 
     /// Whether the programs walk the stacks.
     pub fn walks(&self) -> bool {
-        self.programs.1.on
+        self.programs.rules.on
     }
 
     /// The rules the walks follow, to learn more.
     pub fn rules(&mut self) -> &mut Rules {
-        &mut self.programs.1
+        &mut self.programs.rules
     }
 
     /// Hands `each` the samples `tid` took and its switches since the previous call, oldest
@@ -419,8 +393,12 @@ impl PerfSampler {
         let (mut lost, mut unmatched, mut samples) = (0u64, 0u64, 0u64);
         let departures = &mut thread.departures;
         let births = &mut self.births;
+        let departure_id = thread.departure_id;
         thread.ring.drain(head, |record| match parse(record) {
-            Record::Sample(mut sample) => {
+            Record::Sample { id, sample } if Some(id) == departure_id => {
+                each(Taken::Departure(*sample));
+            }
+            Record::Sample { mut sample, .. } => {
                 let matched = match_copies(waiting, sample.time, [tolerance, tolerance]);
                 (sample.slots, sample.marks_known) = (matched.slots, matched.known);
                 (sample.anchors, sample.instant) = (matched.anchors, matched.instant);
@@ -541,35 +519,13 @@ impl PerfSampler {
         Ok(thread)
     }
 
-    /// The program for map value `index` (the one that copies slots at samples, or at
-    /// departures if `switch`): loaded once per index and kept, since a thread that ends frees
-    /// its index for the next. Loading one (the kernel checks it) takes about 300 µs, which a
-    /// new thread spent running before perf counted it: twice per thread, 0.6 ms of the 0.9 ms
-    /// between the tick that found it and its event's enabling (`requests`, strace -T).
-    fn program(&mut self, index: u32, switch: bool) -> Result<OwnedFd, Errno> {
-        let rules = self.programs.1.hand_over();
-        let cache = &mut self.programs.0[usize::from(switch)];
-        if cache.len() <= index as usize {
-            cache.resize_with(index as usize + 1, || None);
-        }
-        if cache[index as usize].is_none() {
-            let (map, copies) = (self.map.as_raw_fd(), self.copies.fd());
-            let loaded =
-                load_program(map, copies, rules, index, switch).map_err(|_| Errno::EPERM)?;
-            cache[index as usize] = Some(loaded);
-        }
-        let program = cache[index as usize].as_ref().expect("loaded");
-        program
-            .try_clone()
-            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0)))
-    }
-
     fn open_unchecked(&mut self, tid: u32) -> Result<Thread, Errno> {
         let index = self.free.pop().ok_or(Errno::EMFILE)?;
         // No anchors from the value's previous thread.
-        let value = value_at(self.values, index);
-        write_words(value, VALUE_ANCHORS, &[0; ANCHORS]);
-        write_words(value, VALUE_WALK, &[u64::from(self.programs.1.on)]);
+        self.values.write(index, VALUE_ANCHORS, &[0; ANCHORS]);
+        let walk = u64::from(self.programs.rules.on);
+        self.values.write(index, VALUE_WALK, &[walk]);
+        self.values.write(index, VALUE_DEPARTED, &[0]);
         self.waiting[index as usize].clear();
         self.switch_waiting[index as usize].clear();
         let pages = if self.threads.len() >= LARGE_RINGS {
@@ -581,20 +537,26 @@ impl PerfSampler {
             let follow = !self.too_fast.contains(&tid);
             let event = open_event(tid as i32, self.period_ns / TICKS_PER_SAMPLE, follow)?;
             let ring = Ring::new(&event, self.page, pages)?;
-            let program = self.program(index, false)?;
+            let (map, copies) = (self.map.as_raw_fd(), self.copies.fd());
+            let program = self.programs.get(map, copies, index, false)?;
             attach(&event, &program)?;
             let switches = follow.then(|| {
-                let event = open_switch_event(tid as i32)?;
-                let program = self.program(index, true)?;
-                attach(&event, &program)?;
-                Ok::<_, Errno>((event, program))
+                let switch = open_switch_event(tid as i32)?;
+                let program = self.programs.get(map, copies, index, true)?;
+                attach(&switch, &program)?;
+                Ok::<_, Errno>((switch, program))
             });
             let switches = switches.and_then(Result::ok);
+            let departure_id = switches
+                .as_ref()
+                .filter(|_| self.programs.stacks_at_departures())
+                .and_then(|(switch, _)| output_to(switch, &event));
             Ok(Thread {
                 index,
                 event,
                 _program: program,
                 switches,
+                departure_id,
                 ring,
                 addresses: [0; SLOTS],
                 departures: 0,
@@ -650,6 +612,19 @@ fn rephase(event: &OwnedFd, tick_ns: u64) {
     };
 }
 
+/// Has `event` write its samples into `ring_event`'s ring (both the same thread's, timed by the
+/// same clock): its id there, or `None` if the kernel refused.
+fn output_to(event: &OwnedFd, ring_event: &OwnedFd) -> Option<u64> {
+    // SAFETY: valid descriptors, and a u64 the kernel writes the id to.
+    unsafe {
+        if sys::ioctls::SET_OUTPUT(event.as_raw_fd(), ring_event.as_raw_fd()) != 0 {
+            return None;
+        }
+        let mut id = 0u64;
+        (sys::ioctls::ID(event.as_raw_fd(), &mut id) == 0).then_some(id)
+    }
+}
+
 /// Attaches `program` to `event`.
 fn attach(event: &OwnedFd, program: &OwnedFd) -> Result<(), Errno> {
     // SAFETY: valid descriptors.
@@ -663,138 +638,5 @@ fn attach(event: &OwnedFd, program: &OwnedFd) -> Result<(), Errno> {
 /// microseconds apart; successive samples of a thread are a period apart.
 const MATCH_TOLERANCE_NS: u64 = 100_000;
 
-impl Drop for PerfSampler {
-    fn drop(&mut self) {
-        self.threads.clear();
-        // SAFETY: unmaps what `new` mapped.
-        unsafe { libc::munmap(self.values.cast(), values_len(self.page, self.capacity)) };
-    }
-}
-
-fn values_len(page: usize, capacity: u32) -> usize {
-    (capacity as usize * VALUE_SIZE).div_ceil(page) * page
-}
-
-/// Writes `words` into the map value at `value` from byte `offset` (volatile: the BPF program
-/// reads them at any time).
-fn write_words(value: *mut u8, offset: usize, words: &[u64]) {
-    debug_assert!(offset + 8 * words.len() <= VALUE_SIZE && offset.is_multiple_of(8));
-    for (i, word) in words.iter().enumerate() {
-        // SAFETY: `value` is a thread's map value (`value_at`), VALUE_SIZE bytes, 8-aligned, and
-        // the words lie inside it (the callers' offsets are the layout's).
-        unsafe {
-            value
-                .add(offset + 8 * i)
-                .cast::<u64>()
-                .write_volatile(*word)
-        };
-    }
-}
-
-fn value_at(values: *mut u8, index: u32) -> *mut u8 {
-    // SAFETY: index < the sampler's capacity (an index comes from its free list), so the value
-    // lies inside the mapping.
-    unsafe { values.add(index as usize * VALUE_SIZE) }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use fsprof_shim::abi::SLOT_SIZE;
-    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-    use std::sync::Arc;
-
-    /// A thread of this process spins while "marking": its fake slot (two words that change
-    /// together) must come back from the sample exactly as it was at the sample's instant.
-    #[test]
-    fn a_running_thread_is_sampled_with_its_slot_at_the_same_instant() {
-        let mut perf = match PerfSampler::new(1_000_000, MAX_THREADS) {
-            Ok(perf) => perf,
-            // Only root is sure to have perf events and BPF; elsewhere this backend is off.
-            Err(why) if unsafe { libc::geteuid() } != 0 => {
-                eprintln!("skipped: {why}");
-                return;
-            }
-            Err(why) => panic!("perf backend unavailable as root: {why}"),
-        };
-        let slot = Arc::new(
-            (0..SLOT_SIZE / 4)
-                .map(|_| AtomicU32::new(0))
-                .collect::<Vec<_>>(),
-        );
-        let stop = Arc::new(AtomicBool::new(false));
-        let tid = Arc::new(AtomicU32::new(0));
-        let worker = {
-            let (slot, stop, tid) = (slot.clone(), stop.clone(), tid.clone());
-            std::thread::spawn(move || {
-                tid.store(
-                    unsafe { libc::syscall(libc::SYS_gettid) } as u32,
-                    Ordering::SeqCst,
-                );
-                slot[2].store(2, Ordering::Relaxed); // depth: two records
-                let last = RECORDS_OFFSET / 4 + 2 * RECORD_SIZE / 4 - 1;
-                let mut n = 0u32;
-                while !stop.load(Ordering::Relaxed) {
-                    n = n.wrapping_add(1);
-                    slot[0].store(n, Ordering::Relaxed);
-                    slot[1].store(n, Ordering::Relaxed);
-                    slot[last].store(n, Ordering::Relaxed); // the second record's last word
-                    slot[last + 1].store(n, Ordering::Relaxed); // beyond the depth: not copied
-                }
-            })
-        };
-        while tid.load(Ordering::SeqCst) == 0 {
-            std::thread::yield_now();
-        }
-        let tid = tid.load(Ordering::SeqCst);
-        let address = slot.as_ptr() as u64;
-        let (mut taken, mut unknown) = (0, 0);
-        let mut last_time = 0;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        perf.watch(tid, [address, 0]).unwrap();
-        // Rarely read: every sample since the previous read comes back, each with its own copy.
-        while taken < 200 && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(15));
-            perf.take(tid, |item| {
-                let Taken::Sample(sample) = item else {
-                    return;
-                };
-                assert!(sample.time > last_time, "in order");
-                last_time = sample.time;
-                if !sample.marks_known {
-                    unknown += 1;
-                    return;
-                }
-                taken += 1;
-                let copy = sample.slots[0].as_ref().unwrap();
-                let a = u32::from_ne_bytes(copy[0..4].try_into().unwrap());
-                let b = u32::from_ne_bytes(copy[4..8].try_into().unwrap());
-                // A copy made while the thread ran could catch it between the two stores; one
-                // made while it is interrupted cannot (well, a == b + 1 in that instant: the
-                // first store done, the second not yet).
-                assert!(a == b || a == b.wrapping_add(1), "{a} {b}");
-                assert!(a != 0);
-                let at = RECORDS_OFFSET + 2 * RECORD_SIZE - 4;
-                let c = u32::from_ne_bytes(copy[at..at + 4].try_into().unwrap());
-                assert!(c == b || c.wrapping_add(1) == b, "{b} {c}");
-                assert_eq!(
-                    copy.len(),
-                    RECORDS_OFFSET + 2 * RECORD_SIZE,
-                    "only the records below the depth are copied"
-                );
-                assert!(sample.slots[1].is_none());
-                assert!(!sample.stack.bytes.is_empty());
-                assert_eq!(sample.stack.start, sample.regs.sp);
-            });
-        }
-        stop.store(true, Ordering::Relaxed);
-        worker.join().unwrap();
-        assert!(taken >= 200, "{taken} samples with their marks within 10 s");
-        assert!(
-            unknown * 100 <= taken,
-            "{unknown} samples without their marks, {taken} with"
-        );
-        assert_eq!(perf.lost, 0, "no sample lost at 15 ms between reads");
-        perf.forget(tid);
-    }
-}
+mod tests;

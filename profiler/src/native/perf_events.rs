@@ -14,15 +14,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 /// program's `ktime_get_ns`), its count, registers and stack every `period_ns` of the thread's
 /// CPU time, and, if `follow`, its switches.
 pub(super) fn open_event(tid: i32, period_ns: u64, follow: bool) -> Result<OwnedFd, Errno> {
-    let mut attr = software_event(
-        sys::bindings::PERF_COUNT_SW_TASK_CLOCK,
-        period_ns,
-        sys::bindings::PERF_SAMPLE_TID
-            | sys::bindings::PERF_SAMPLE_TIME
-            | sys::bindings::PERF_SAMPLE_READ
-            | sys::bindings::PERF_SAMPLE_REGS_USER
-            | sys::bindings::PERF_SAMPLE_STACK_USER,
-    );
+    let mut attr = software_event(sys::bindings::PERF_COUNT_SW_TASK_CLOCK, period_ns, SAMPLE);
     attr.sample_regs_user = REGS_MASK;
     attr.sample_stack_user = STACK_DUMP;
     // Kernel time counts: a thread inside a system call is sampled there (with its user
@@ -38,15 +30,24 @@ pub(super) fn open_event(tid: i32, period_ns: u64, follow: bool) -> Result<Owned
     open(attr, tid)
 }
 
+/// What a sample of either event holds, in the order the kernel writes it: the event's id
+/// first (the two share a ring), the thread, the time, its count, registers and stack.
+const SAMPLE: u32 = sys::bindings::PERF_SAMPLE_IDENTIFIER
+    | sys::bindings::PERF_SAMPLE_TID
+    | sys::bindings::PERF_SAMPLE_TIME
+    | sys::bindings::PERF_SAMPLE_READ
+    | sys::bindings::PERF_SAMPLE_REGS_USER
+    | sys::bindings::PERF_SAMPLE_STACK_USER;
+
 /// A software event that counts `tid`'s departures from its CPU, each one an overflow (so that
-/// its program copies the slots then). Its samples are never written: its program returns 0, and
-/// it has no ring.
+/// its program copies the slots then). Its program has it write a sample (as the task-clock
+/// event's, into that event's ring) only where the thread was preempted (`bpf::Departure`).
 pub(super) fn open_switch_event(tid: i32) -> Result<OwnedFd, Errno> {
-    let attr = software_event(
-        sys::bindings::PERF_COUNT_SW_CONTEXT_SWITCHES,
-        1,
-        sys::bindings::PERF_SAMPLE_TIME,
-    );
+    let mut attr = software_event(sys::bindings::PERF_COUNT_SW_CONTEXT_SWITCHES, 1, SAMPLE);
+    attr.sample_regs_user = REGS_MASK;
+    attr.sample_stack_user = STACK_DUMP;
+    attr.set_exclude_hv(1);
+    attr.set_exclude_callchain_kernel(1);
     open(attr, tid)
 }
 

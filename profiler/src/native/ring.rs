@@ -5,7 +5,8 @@
 
 use crate::native::bpf::map_shared;
 use crate::native::bpf::{create_map, BPF_MAP_TYPE_RINGBUF};
-use crate::native::perf::{PerfSample, ANCHORS, COPY_HEADER, SLOTS};
+use crate::native::map_value::COPY_HEADER;
+use crate::native::perf::{PerfSample, ANCHORS, SLOTS};
 use crate::native::unwind::{Registers, StackView};
 use crate::native::walk::{WALK_PAIRS, WALK_RECORD_SIZE};
 use fsprof_shim::abi::SLOT_SIZE;
@@ -118,8 +119,12 @@ fn copy_out(data: *const u8, size: usize, at: u64, out: &mut [u8]) {
 
 /// What a ring record was.
 pub(super) enum Record<'a> {
-    /// A sample (its slots not yet matched), boxed: it is the largest.
-    Sample(Box<PerfSample<'a>>),
+    /// A sample (its slots not yet matched), boxed: it is the largest; `id`: the event's that
+    /// took it (a thread's ring holds its sampling event's and its context-switch event's).
+    Sample {
+        id: u64,
+        sample: Box<PerfSample<'a>>,
+    },
     /// The thread left its CPU (`out`, and `preempted` if it stayed runnable) or came back to
     /// one, at `time`.
     Switch {
@@ -135,7 +140,7 @@ pub(super) enum Record<'a> {
     Other,
 }
 
-/// Decodes a `PERF_RECORD_SAMPLE` (TID, TIME, READ, REGS_USER, STACK_USER), a
+/// Decodes a `PERF_RECORD_SAMPLE` (IDENTIFIER, TID, TIME, READ, REGS_USER, STACK_USER), a
 /// `PERF_RECORD_SWITCH` or a `PERF_RECORD_FORK`, or counts a `PERF_RECORD_LOST`. A sample without user registers (the thread was exiting) or a malformed
 /// one is `Other`.
 pub(super) fn parse(record: &[u8]) -> Record<'_> {
@@ -173,24 +178,25 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
     if kind != sys::bindings::PERF_RECORD_SAMPLE {
         return Record::Other;
     }
-    // header (8), pid+tid (8), time (8), count (8), regs abi (8), bp, sp, ip, stack size (8),
-    // bytes, dyn size (8)
-    let (Some(time), Some(cpu_ns), Some(abi)) = (word(16), word(24), word(32)) else {
+    // header (8), event id (8), pid+tid (8), time (8), count (8), regs abi (8), bp, sp, ip,
+    // stack size (8), bytes, dyn size (8)
+    let (Some(id), Some(time), Some(cpu_ns), Some(abi)) = (word(8), word(24), word(32), word(40))
+    else {
         return Record::Other;
     };
-    let (Some(bp), Some(sp), Some(ip), Some(size)) = (word(40), word(48), word(56), word(64))
+    let (Some(bp), Some(sp), Some(ip), Some(size)) = (word(48), word(56), word(64), word(72))
     else {
         return Record::Other;
     };
     let size = size as usize;
-    let Some(bytes) = record.get(72..72usize.saturating_add(size)) else {
+    let Some(bytes) = record.get(80..80usize.saturating_add(size)) else {
         return Record::Other;
     };
     if abi == 0 {
         return Record::Other;
     }
-    let dynamic = word(72 + size).unwrap_or(0) as usize;
-    Record::Sample(Box::new(PerfSample {
+    let dynamic = word(80 + size).unwrap_or(0) as usize;
+    let sample = Box::new(PerfSample {
         time,
         cpu_ns,
         regs: Registers {
@@ -203,7 +209,8 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
         marks_known: false,
         anchors: Vec::new(),
         instant: Vec::new(),
-    }))
+    });
+    Record::Sample { id, sample }
 }
 
 /// Decodes one slot copy from the shared ring: the value index it came from and the copy.
@@ -433,18 +440,19 @@ mod tests {
 
     #[test]
     fn records_are_decoded_and_bounded() {
-        let mut record = vec![0u8; 72];
+        let mut record = vec![0u8; 80];
         record[0..4].copy_from_slice(&sys::bindings::PERF_RECORD_SAMPLE.to_ne_bytes());
-        record[16..24].copy_from_slice(&5u64.to_ne_bytes()); // time
-        record[24..32].copy_from_slice(&3u64.to_ne_bytes()); // count
-        record[32..40].copy_from_slice(&2u64.to_ne_bytes()); // abi 64
-        record[40..48].copy_from_slice(&7u64.to_ne_bytes()); // bp
-        record[48..56].copy_from_slice(&0x1000u64.to_ne_bytes()); // sp
-        record[56..64].copy_from_slice(&0x4000u64.to_ne_bytes()); // ip
-        record[64..72].copy_from_slice(&16u64.to_ne_bytes());
+        record[8..16].copy_from_slice(&11u64.to_ne_bytes()); // the event's id
+        record[24..32].copy_from_slice(&5u64.to_ne_bytes()); // time
+        record[32..40].copy_from_slice(&3u64.to_ne_bytes()); // count
+        record[40..48].copy_from_slice(&2u64.to_ne_bytes()); // abi 64
+        record[48..56].copy_from_slice(&7u64.to_ne_bytes()); // bp
+        record[56..64].copy_from_slice(&0x1000u64.to_ne_bytes()); // sp
+        record[64..72].copy_from_slice(&0x4000u64.to_ne_bytes()); // ip
+        record[72..80].copy_from_slice(&16u64.to_ne_bytes());
         record.extend_from_slice(&[9u8; 16]);
         record.extend_from_slice(&8u64.to_ne_bytes()); // only 8 of the 16 bytes are valid
-        let Record::Sample(sample) = parse(&record) else {
+        let Record::Sample { id: 11, sample } = parse(&record) else {
             panic!("not decoded");
         };
         assert_eq!(
@@ -454,7 +462,7 @@ mod tests {
         assert_eq!((sample.time, sample.cpu_ns), (5, 3));
         assert_eq!(sample.stack.bytes, &[9u8; 8]);
         // A size that runs past the record is refused, not trusted.
-        record[64..72].copy_from_slice(&u64::MAX.to_ne_bytes());
+        record[72..80].copy_from_slice(&u64::MAX.to_ne_bytes());
         assert!(matches!(parse(&record), Record::Other));
     }
 
@@ -479,10 +487,10 @@ mod tests {
     #[test]
     fn arbitrary_records_are_decoded_or_refused() {
         let mut rng = fastrand::Rng::with_seed(14);
-        let mut valid = vec![0u8; 72];
+        let mut valid = vec![0u8; 80];
         valid[0..4].copy_from_slice(&sys::bindings::PERF_RECORD_SAMPLE.to_ne_bytes());
-        valid[32..40].copy_from_slice(&2u64.to_ne_bytes());
-        valid[64..72].copy_from_slice(&16u64.to_ne_bytes());
+        valid[40..48].copy_from_slice(&2u64.to_ne_bytes());
+        valid[72..80].copy_from_slice(&16u64.to_ne_bytes());
         valid.extend_from_slice(&[9u8; 16]);
         valid.extend_from_slice(&16u64.to_ne_bytes());
         let cases = crate::fuzz::cases(200_000);
@@ -498,7 +506,7 @@ mod tests {
             } else {
                 crate::fuzz::mutate(&mut rng, &valid)
             };
-            if let Record::Sample(sample) = parse(&record) {
+            if let Record::Sample { sample, .. } = parse(&record) {
                 assert!(sample.stack.bytes.len() <= record.len());
                 samples += 1;
             }

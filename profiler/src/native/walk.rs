@@ -32,7 +32,8 @@ use crate::native::bpf::{
     HELPER_PROBE_READ_USER, HELPER_RINGBUF_OUTPUT, JEQ_IMM, JNE_IMM, LDX_DW, LDX_W, LD_IMM64,
     MOV64_IMM, MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, STX_DW, STX_W, ST_DW, ST_W, SUB64_REG,
 };
-use crate::native::perf::{COPY_HEADER, SLOTS, STACK_DUMP, VALUE_WALK};
+use crate::native::map_value::{COPY_HEADER, VALUE_WALK};
+use crate::native::perf::{SLOTS, STACK_DUMP};
 use crate::native::rules::{BITMAP_BITS, KIND_BP, KIND_ROOT, KIND_SP};
 use std::os::fd::RawFd;
 

@@ -571,7 +571,7 @@ fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
         let unplaced_ms = meta.native_stacks.native_preempted_unplaced_us / 1_000;
         if unplaced_ms >= PREEMPTED_NOTE_MS {
             notes.push(format!(
-                "{unplaced_ms} ms of waiting for a CPU (the thread preempted) have no native stack: perf samples only running threads, and the thread's marks had changed since its latest sample (on a busy machine; --backend ptrace stops the thread instead)"
+                "{unplaced_ms} ms of waiting for a CPU (the thread preempted) have no native stack: the kernel copies a thread's stack as it is preempted at most once per sampling period (or never, without the kernel's BTF), and between two copies the thread's marks had changed since its latest sample (on a busy machine; --backend ptrace stops the thread instead)"
             ));
         }
         if meta.native_stacks.native_captured > 0

@@ -7,6 +7,10 @@
 use super::off_cpu::LatestSample;
 use super::*;
 
+/// Most a departure's sample of the thread's stack comes before the departure itself: both
+/// are written as the thread leaves its CPU, microseconds apart.
+const DEPARTED_NS: u64 = 100_000;
+
 impl Sampler {
     /// The thread's native stack at this sample: captured now if it is running, or has run since
     /// its previous sample while inside a mark (or idle time counts); else the one captured last
@@ -108,22 +112,9 @@ impl Sampler {
         let mut covered = 0u64;
         let mut latest = None;
         // The latest sample's stack and marks, for the time off the CPU that follows it.
-        let mut before_switch: Option<LatestSample> = match self.threads.states.get(&tid) {
-            Some(ThreadState {
-                last_perf: Some(Native::Perf(captured, records, truncated)),
-                ..
-            }) => {
-                let (captured, records, truncated) =
-                    (captured.clone(), records.clone(), *truncated);
-                let stack = self.intern_records(records, truncated);
-                Some(LatestSample {
-                    captured,
-                    records: self.records.clone(),
-                    stack,
-                })
-            }
-            _ => None,
-        };
+        let mut before_switch = self.latest_sample(tid);
+        // The stack of a thread preempted, for the departure that follows it.
+        let mut departed: Option<(u64, Captured)> = None;
         for item in taken {
             let (captured, slots, cpu_ns, time) = match item {
                 PerfTaken::Sample {
@@ -132,9 +123,19 @@ impl Sampler {
                     cpu_ns,
                     time,
                 } => (captured, slots, cpu_ns, time),
+                PerfTaken::Departure { captured, time } => {
+                    departed = Some((time, captured));
+                    continue;
+                }
                 PerfTaken::Switch(switch) => {
+                    let at = switch.time;
+                    let departed = departed.take().filter(|(time, _)| {
+                        switch.out && switch.preempted && (*time..=time + DEPARTED_NS).contains(&at)
+                    });
                     if followed {
-                        self.switch(tid, own_tid, thread, switch, before_switch.as_ref());
+                        let departed = departed.map(|(_, captured)| captured);
+                        let latest = before_switch.as_ref();
+                        self.switch(tid, own_tid, thread, switch, latest, departed);
                     }
                     continue;
                 }
@@ -220,6 +221,24 @@ impl Sampler {
             }
         }
         watched.then_some(covered)
+    }
+
+    /// Thread `tid`'s latest perf sample: its stack and marks (interned, and in `self.records`).
+    fn latest_sample(&mut self, tid: u32) -> Option<LatestSample> {
+        let Some(ThreadState {
+            last_perf: Some(Native::Perf(captured, records, truncated)),
+            ..
+        }) = self.threads.states.get(&tid)
+        else {
+            return None;
+        };
+        let (captured, records, truncated) = (captured.clone(), records.clone(), *truncated);
+        let stack = self.intern_records(records, truncated);
+        Some(LatestSample {
+            captured,
+            records: self.records.clone(),
+            stack,
+        })
     }
 
     /// Adds the tick's sample taken before perf's first sample of its thread

@@ -1,6 +1,8 @@
 //! A thread's time on and off its CPU, from the kernel's records of its switches (perf
 //! backend): each departure (preempted, so still runnable, or blocked) comes with the marks
-//! copied as the thread left, each return with its time, and every interval in between is
+//! copied as the thread left (and, preempted, with the stack the kernel copied then, at most
+//! once per sampling period: else the latest sample's stands, if the marks are that sample's),
+//! each return with its time, and every interval in between is
 //! added as a sample of exactly its length with those marks: waiting for a CPU is active time,
 //! blocked time is wall time only (which counts inside the program's own marks, or with
 //! `--idle`). Its time on the CPU is in perf's samples of it (`native_stacks.rs` takes them):
@@ -141,7 +143,8 @@ impl Sampler {
 
     /// Takes a switch of thread `tid` (sample thread `thread`): a departure opens a stretch
     /// off the CPU with the marks copied then (else those of `latest`, the thread's latest perf
-    /// sample, which also gives the stretch its stack); a return adds the stretch.
+    /// sample), and the stack `departed` taken then, if it was preempted (else the latest
+    /// sample's, where its marks are that sample's); a return adds the stretch.
     pub(super) fn switch(
         &mut self,
         tid: u32,
@@ -149,6 +152,7 @@ impl Sampler {
         thread: u32,
         switch: Switch,
         latest: Option<&LatestSample>,
+        departed: Option<Captured>,
     ) {
         if !switch.out {
             self.add_off_cpu(tid, thread, Some(switch.time), true);
@@ -160,6 +164,14 @@ impl Sampler {
             .then(|| snapshot_records(own_tid, &switch.slots))
             .flatten();
         let (stack, native) = match (copied, latest) {
+            (Some((mut records, truncated)), _) if departed.is_some() => {
+                // Its marks and its stack, both as it left.
+                let departed = departed.expect("some");
+                self.resolve_captured(own_tid, &mut records, &departed.frames);
+                let stack = self.intern_records(records, truncated);
+                let placed = capture::place(&departed, &self.records);
+                (stack, Some(self.builder.native_stack(placed)))
+            }
             (Some((mut records, truncated)), latest) => {
                 if let Some(latest) = latest {
                     self.resolve_captured(own_tid, &mut records, &latest.captured.frames);

@@ -1,0 +1,87 @@
+//! The layout of a sampled thread's BPF map value, which fsprof writes (the thread's slot
+//! addresses, its anchors, whether the walk is on) and the programs read and use as scratch
+//! (`bpf.rs`, `walk.rs`), and the values mapped into fsprof. It neither creates the map nor
+//! decides what to write.
+
+use crate::native::bpf::map_shared;
+use crate::native::perf::{ANCHORS, SLOTS};
+use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE};
+use nix::errno::Errno;
+use nix::libc;
+use std::os::fd::OwnedFd;
+
+/// Layout of one map value (one per sampled thread): slot addresses (set by fsprof), then, per
+/// slot, the ring record the BPF program builds at each sample: a header (the sample's time, the
+/// value's index, the slot's number, the address copied from, the copy's result: 0 or an error)
+/// and the slot's bytes (its state, then the records below its depth).
+pub(super) const VALUE_ADDRESSES: usize = 0;
+pub(super) const VALUE_SCRATCH: usize = 8 * SLOTS;
+pub(super) const COPY_HEADER: usize = 32;
+/// Room for what the program copies of a slot: its state and its records, not the history of
+/// later branches after them (read apart, see `region.rs`). With the history the map was three
+/// times larger (13 MB), and making it took several milliseconds per process recorded.
+pub(super) const SCRATCH_SIZE: usize = COPY_HEADER + RECORDS_OFFSET + MARK_CAPACITY * RECORD_SIZE;
+/// Then the program's sampling state (see `perf::TICKS_PER_SAMPLE`): the timer ticks still to skip
+/// before the next sample (u32), and the place of the latest sample in its period (u32).
+pub(super) const VALUE_JITTER: usize = VALUE_SCRATCH + SLOTS * SCRATCH_SIZE;
+/// Then the anchors (see `perf::ANCHORS`): their addresses (set by fsprof, 0 for none), and the
+/// record the program builds of them at each sample (a copy header, then an address and the
+/// word read there, per anchor), put in the ring like a slot's copy with slot number `SLOTS`.
+pub(super) const VALUE_ANCHORS: usize = VALUE_JITTER + 8;
+pub(super) const VALUE_ANCHOR_RECORD: usize = VALUE_ANCHORS + 8 * ANCHORS;
+pub(super) const ANCHOR_RECORD_SIZE: usize = COPY_HEADER + 16 * ANCHORS;
+/// Then the walk's part (`walk.rs`).
+pub(super) const VALUE_WALK: usize = VALUE_ANCHOR_RECORD + ANCHOR_RECORD_SIZE;
+/// Then when the thread's latest departure sample was taken (see `bpf::Departure`).
+pub(super) const VALUE_DEPARTED: usize = VALUE_WALK + 8;
+pub(super) const VALUE_SIZE: usize = VALUE_DEPARTED + 8;
+const _: () = assert!(VALUE_SIZE.is_multiple_of(8), "values hold aligned words");
+
+/// The map's values, mapped into fsprof (the BPF array is created mmapable).
+pub(super) struct Values {
+    base: *mut u8,
+    len: usize,
+    capacity: u32,
+}
+
+// SAFETY: the mapping is owned by this struct (unmapped on drop) and written only through
+// `&mut self`.
+unsafe impl Send for Values {}
+
+impl Values {
+    /// Maps the `capacity` values of the array `map`.
+    pub(super) fn map(map: &OwnedFd, page: usize, capacity: u32) -> Result<Values, Errno> {
+        let len = (capacity as usize * VALUE_SIZE).div_ceil(page) * page;
+        let base = map_shared(map, len, true, 0)?;
+        Ok(Values {
+            base,
+            len,
+            capacity,
+        })
+    }
+
+    /// Writes `words` into value `index` from byte `offset` of the layout (volatile: the
+    /// programs read them at any time).
+    pub(super) fn write(&mut self, index: u32, offset: usize, words: &[u64]) {
+        assert!(index < self.capacity && offset + 8 * words.len() <= VALUE_SIZE);
+        assert!(offset.is_multiple_of(8));
+        for (i, word) in words.iter().enumerate() {
+            // SAFETY: the value lies inside the mapping (index < capacity), is VALUE_SIZE bytes
+            // and 8-aligned (VALUE_SIZE is a multiple of 8, the mapping page-aligned), and the
+            // words lie inside it (checked above).
+            unsafe {
+                self.base
+                    .add(index as usize * VALUE_SIZE + offset + 8 * i)
+                    .cast::<u64>()
+                    .write_volatile(*word)
+            };
+        }
+    }
+}
+
+impl Drop for Values {
+    fn drop(&mut self) {
+        // SAFETY: unmaps what `map` mapped.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}

@@ -1,0 +1,192 @@
+//! The perf sampler against threads of the test process itself (as root; elsewhere skipped).
+
+use super::*;
+use fsprof_shim::abi::{RECORDS_OFFSET, RECORD_SIZE, SLOT_SIZE};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// A thread of this process spins while "marking": its fake slot (two words that change
+/// together) must come back from the sample exactly as it was at the sample's instant.
+#[test]
+fn a_running_thread_is_sampled_with_its_slot_at_the_same_instant() {
+    let mut perf = match PerfSampler::new(1_000_000, MAX_THREADS) {
+        Ok(perf) => perf,
+        // Only root is sure to have perf events and BPF; elsewhere this backend is off.
+        Err(why) if unsafe { libc::geteuid() } != 0 => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        Err(why) => panic!("perf backend unavailable as root: {why}"),
+    };
+    let slot = Arc::new(
+        (0..SLOT_SIZE / 4)
+            .map(|_| AtomicU32::new(0))
+            .collect::<Vec<_>>(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let tid = Arc::new(AtomicU32::new(0));
+    let worker = {
+        let (slot, stop, tid) = (slot.clone(), stop.clone(), tid.clone());
+        std::thread::spawn(move || {
+            tid.store(
+                unsafe { libc::syscall(libc::SYS_gettid) } as u32,
+                Ordering::SeqCst,
+            );
+            slot[2].store(2, Ordering::Relaxed); // depth: two records
+            let last = RECORDS_OFFSET / 4 + 2 * RECORD_SIZE / 4 - 1;
+            let mut n = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                n = n.wrapping_add(1);
+                slot[0].store(n, Ordering::Relaxed);
+                slot[1].store(n, Ordering::Relaxed);
+                slot[last].store(n, Ordering::Relaxed); // the second record's last word
+                slot[last + 1].store(n, Ordering::Relaxed); // beyond the depth: not copied
+            }
+        })
+    };
+    while tid.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    let tid = tid.load(Ordering::SeqCst);
+    let address = slot.as_ptr() as u64;
+    let (mut taken, mut unknown) = (0, 0);
+    let mut last_time = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    perf.watch(tid, [address, 0]).unwrap();
+    // Rarely read: every sample since the previous read comes back, each with its own copy.
+    while taken < 200 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(15));
+        perf.take(tid, |item| {
+            let Taken::Sample(sample) = item else {
+                return;
+            };
+            assert!(sample.time > last_time, "in order");
+            last_time = sample.time;
+            if !sample.marks_known {
+                unknown += 1;
+                return;
+            }
+            taken += 1;
+            let copy = sample.slots[0].as_ref().unwrap();
+            let a = u32::from_ne_bytes(copy[0..4].try_into().unwrap());
+            let b = u32::from_ne_bytes(copy[4..8].try_into().unwrap());
+            // A copy made while the thread ran could catch it between the two stores; one
+            // made while it is interrupted cannot (well, a == b + 1 in that instant: the
+            // first store done, the second not yet).
+            assert!(a == b || a == b.wrapping_add(1), "{a} {b}");
+            assert!(a != 0);
+            let at = RECORDS_OFFSET + 2 * RECORD_SIZE - 4;
+            let c = u32::from_ne_bytes(copy[at..at + 4].try_into().unwrap());
+            assert!(c == b || c.wrapping_add(1) == b, "{b} {c}");
+            assert_eq!(
+                copy.len(),
+                RECORDS_OFFSET + 2 * RECORD_SIZE,
+                "only the records below the depth are copied"
+            );
+            assert!(sample.slots[1].is_none());
+            assert!(!sample.stack.bytes.is_empty());
+            assert_eq!(sample.stack.start, sample.regs.sp);
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+    assert!(taken >= 200, "{taken} samples with their marks within 10 s");
+    assert!(
+        unknown * 100 <= taken,
+        "{unknown} samples without their marks, {taken} with"
+    );
+    assert_eq!(perf.lost, 0, "no sample lost at 15 ms between reads");
+    perf.forget(tid);
+}
+
+/// Pins the calling thread to CPU 0.
+fn pin_to_first_cpu() {
+    // SAFETY: a zeroed set with one CPU added, for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+    }
+}
+
+/// A thread that spins on one CPU beside another spinning thread, and sleeps now and then:
+/// each time it is preempted, its registers and stack come just before its departure (the
+/// two microseconds apart, at most one per period); when it blocks, no stack comes.
+#[test]
+fn a_preempted_thread_leaves_with_its_stack_and_a_blocked_one_without() {
+    let mut perf = match PerfSampler::new(1_000_000, 4) {
+        Ok(perf) => perf,
+        Err(why) if unsafe { libc::geteuid() } != 0 => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        Err(why) => panic!("perf backend unavailable as root: {why}"),
+    };
+    if !perf.programs.stacks_at_departures() {
+        eprintln!("skipped: the kernel publishes no BTF");
+        return;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let tid = Arc::new(AtomicU32::new(0));
+    let spin = |stop: Arc<AtomicBool>, naps: bool| {
+        move || {
+            pin_to_first_cpu();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n = n.wrapping_add(1);
+                if naps && n.is_multiple_of(1 << 26) {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+            }
+            std::hint::black_box(n);
+        }
+    };
+    let rival = std::thread::spawn(spin(stop.clone(), false));
+    let worker = {
+        let (work, tid) = (spin(stop.clone(), true), tid.clone());
+        std::thread::spawn(move || {
+            tid.store(
+                unsafe { libc::syscall(libc::SYS_gettid) } as u32,
+                Ordering::SeqCst,
+            );
+            work()
+        })
+    };
+    while tid.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    let tid = tid.load(Ordering::SeqCst);
+    perf.watch(tid, [0, 0]).unwrap();
+    let (mut preempted, mut blocked, mut stacks) = (0, 0, 0);
+    let mut departed: Option<u64> = None;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while (stacks < 50 || blocked < 5) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        perf.take(tid, |item| match item {
+            Taken::Departure(sample) => {
+                assert!(departed.is_none(), "two stacks for one departure");
+                assert!(!sample.stack.bytes.is_empty() && sample.regs.ip != 0);
+                departed = Some(sample.time);
+            }
+            Taken::Switch(switch) if switch.out => {
+                if let Some(time) = departed.take() {
+                    assert!(switch.preempted, "a stack for a thread that blocked");
+                    assert!((time..time + 100_000).contains(&switch.time));
+                    stacks += 1;
+                }
+                preempted += u32::from(switch.preempted);
+                blocked += u32::from(!switch.preempted);
+            }
+            Taken::Sample(_) => assert!(departed.is_none(), "a stack left unmatched"),
+            Taken::Switch(_) => {}
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+    rival.join().unwrap();
+    assert!(
+        stacks >= 50 && blocked >= 5,
+        "within 10 s: {stacks} stacks for {preempted} preemptions, {blocked} blocks"
+    );
+    perf.forget(tid);
+}
