@@ -9,6 +9,10 @@
 # Parts (PARTS=, default all):
 #   samples    spin 2 threads of a hash loop: alone | default | r1000 (--rate 1000) | nonative
 #              | perf1000 (`perf record -F 1000 --call-graph dwarf`, where perf is installed)
+#   preempted  spin 2 threads beside a busy loop on every CPU (so preempted every few ms):
+#              alone | default | r1000, by the program's CPU time (the kernel's copies of a
+#              preempted thread's stack, at most one per period, are made on it); not in the
+#              default PARTS
 #   switches   pingpong: two threads hand a byte through pipes 200k times (400k switches):
 #              alone | default | noagent | nonative | ptrace; and pyswitch (python3: 4 threads,
 #              two ping-pong pairs with json and hashing, ~20k switches/s): alone | default |
@@ -106,7 +110,7 @@ rounds() { # rounds NAME "CONFIGS" COMMAND...: ROUNDS rounds, then medians again
     for c in $(echo $configs | tr ' ' '\n' | shuf); do
       echo "round $r $c"
       one "$c" "$@" | tee "$WORK/one"
-      sed -n 's/.*elapsed=\([0-9.]*\).*/\1/p' "$WORK/one" | head -1 | sed "s/^/$c\t/" >> "$WORK/$name.tsv"
+      sed -n "s/.* ${METRIC:-elapsed}=\([0-9.]*\).*/\1/p" "$WORK/one" | head -1 | sed "s/^/$c\t/" >> "$WORK/$name.tsv"
     done
   done
   python3 - "$WORK/$name.tsv" <<'PY'
@@ -128,6 +132,12 @@ for part in $PARTS; do
       configs="alone default r1000 nonative"
       command -v perf > /dev/null && configs="$configs perf1000"
       rounds spin2 "$configs" "$WORK/spin" 2 500000000 ;;
+    preempted)
+      busy=()
+      for _ in $(seq "$(nproc)"); do yes > /dev/null & busy+=($!); done
+      METRIC=cpu rounds spin2-preempted "alone default r1000" "$WORK/spin" 2 200000000
+      kill "${busy[@]}"
+      wait "${busy[@]}" 2> /dev/null ;;
     switches)
       rounds pingpong "alone default noagent nonative ptrace" "$WORK/pingpong" 200000
       rounds pyswitch "alone default noagent nonative" python3 "$SRC/pyswitch.py" 40000 ;;
