@@ -171,6 +171,40 @@ mod tests {
         }
     }
 
+    /// The features a libc function of that name falls in, by the catalog.
+    fn catalog_features_of(function: &str) -> Vec<String> {
+        let names = crate::rules::pattern::FrameNames::new(function, None, |_| false);
+        let catalog = parse_toml(catalog_text(), "the catalog").unwrap();
+        (catalog.rules.iter())
+            .filter(|rule| rule.patterns.iter().any(|p| p.matches(&names, "libc.so.6")))
+            .map(|rule| rule.feature.clone())
+            .collect()
+    }
+
+    /// A glob's tail takes only the names it is for: `creat*` took glibc's `create_thread`, so a
+    /// program preempted in `pthread_create` counted that wait as `files`.
+    #[test]
+    fn the_catalogs_globs_take_no_unrelated_libc_function() {
+        for (function, feature) in [
+            ("creat", "files"),
+            ("creat64", "files"),
+            ("getc", "input"),
+            ("getchar_unlocked", "input"),
+            ("fstatat64", "files"),
+        ] {
+            assert_eq!(catalog_features_of(function), vec![feature], "{function}");
+        }
+        for function in [
+            "create_thread",
+            "clone3",
+            "start_thread",
+            "getcwd",
+            "getcontext",
+        ] {
+            assert!(catalog_features_of(function).is_empty(), "{function}");
+        }
+    }
+
     #[test]
     fn specs_give_a_rule_or_say_what_is_wrong() {
         let rule = from_spec("json=serde_json, simd_json").unwrap();
