@@ -105,6 +105,14 @@ pub fn thread_runnable_time() -> Duration {
     Duration::from_nanos(ns)
 }
 
+/// The calling thread's time waiting for a CPU since it started (`/proc/thread-self/schedstat`:
+/// its second number); zero if unreadable.
+pub fn thread_wait_time() -> Duration {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    let ns = (text.split_whitespace().nth(1)).and_then(|n| n.parse::<u64>().ok());
+    Duration::from_nanos(ns.unwrap_or(0))
+}
+
 /// A tokio runtime with two workers and its sockets, each worker adding its runnable time to
 /// `truth`'s total as it stops (when the runtime is dropped).
 pub fn runtime_counted_in(truth: &std::sync::Arc<Truth>) -> tokio::runtime::Runtime {
