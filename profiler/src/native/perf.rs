@@ -41,6 +41,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 /// threads 5% at 1 kHz, 16 KiB 2.5% as perf record's 8 KiB did (BENCHMARKS.md), and the stacks
 /// of the tests' programs, python3 and ripgrep unwind as completely.
 pub const STACK_DUMP: u32 = 16 * 1024;
+/// Bytes of stack copied as a thread is preempted (`bpf::Departure`): the most a record holds.
+/// A departure's stack that does not reach its root is not used, and the latest sample's stands
+/// in; with 16 KiB, the deep stacks of `Regex::new` were cut at nearly every departure, so the
+/// waits drawn at their own stack were those of shallower code: `regex-compile` read 3 to 6
+/// points low beside two busy loops.
+pub const DEPARTURE_STACK_DUMP: u32 = 65_528;
 /// Slots copied per sample: one per region the thread marks in (the program's shim, the agent's).
 pub const SLOTS: usize = 2;
 /// A thread that leaves its CPU more often than this (per second, over at least
@@ -287,7 +293,7 @@ impl PerfSampler {
         } else {
             RING_PAGES
         };
-        pages * self.page / (STACK_DUMP as usize + 128) / 2
+        pages * self.page / (STACK_DUMP as usize + DEPARTURE_STACK_DUMP as usize + 256)
     }
 
     /// The sampling period, in CPU time.

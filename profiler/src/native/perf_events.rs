@@ -4,7 +4,7 @@
 //! a program that copies the thread's slots as it leaves. It chooses the attributes and opens
 //! the events disabled; it does not map their rings, attach programs or enable them.
 
-use super::perf::{REGS_MASK, STACK_DUMP};
+use super::perf::{DEPARTURE_STACK_DUMP, REGS_MASK, STACK_DUMP};
 use nix::errno::Errno;
 use nix::libc;
 use perf_event_open_sys as sys;
@@ -45,7 +45,7 @@ const SAMPLE: u32 = sys::bindings::PERF_SAMPLE_IDENTIFIER
 pub(super) fn open_switch_event(tid: i32) -> Result<OwnedFd, Errno> {
     let mut attr = software_event(sys::bindings::PERF_COUNT_SW_CONTEXT_SWITCHES, 1, SAMPLE);
     attr.sample_regs_user = REGS_MASK;
-    attr.sample_stack_user = STACK_DUMP;
+    attr.sample_stack_user = DEPARTURE_STACK_DUMP;
     attr.set_exclude_hv(1);
     attr.set_exclude_callchain_kernel(1);
     open(attr, tid)
