@@ -337,7 +337,7 @@ pub(super) struct Departure {
 /// `gap_ns` old (the time in `r7`; `r6` is the value, which keeps the sample's time). A thread
 /// preempted is running user code, or a system call, which its user registers and stack show:
 /// its wait for a CPU then gets the stack it was preempted at. The gap bounds what this costs
-/// a thread preempted very often (a 16 KiB copy each) to one copy per sampling period.
+/// a thread preempted very often (a copy of up to 64 KiB each) to one per sampling period.
 fn preempted(p: &mut Vec<Insn>, state_offset: u32, gap_ns: u64) {
     let state = -16i16; // on the program's stack
     let last = VALUE_DEPARTED as i16;
