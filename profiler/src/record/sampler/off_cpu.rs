@@ -163,16 +163,15 @@ impl Sampler {
             .marks_known
             .then(|| snapshot_records(own_tid, &switch.slots))
             .flatten();
-        let (stack, native) = match (copied, latest) {
-            (Some((mut records, truncated)), _) if departed.is_some() => {
+        let (stack, native) = match (copied, latest, departed) {
+            (Some((mut records, truncated)), _, Some(departed)) => {
                 // Its marks and its stack, both as it left.
-                let departed = departed.expect("some");
                 self.resolve_captured(own_tid, &mut records, &departed.frames);
                 let stack = self.intern_records(records, truncated);
                 let placed = capture::place(&departed, &self.records);
                 (stack, Some(self.builder.native_stack(placed)))
             }
-            (Some((mut records, truncated)), latest) => {
+            (Some((mut records, truncated)), latest, None) => {
                 if let Some(latest) = latest {
                     self.resolve_captured(own_tid, &mut records, &latest.captured.frames);
                 }
@@ -197,13 +196,13 @@ impl Sampler {
                     });
                 (stack, native)
             }
-            (None, Some(LatestSample { stack, .. })) => {
+            (None, Some(LatestSample { stack, .. }), _) => {
                 // A copy failed or was lost: the latest sample's marks stand in (in the tables;
                 // without a native stack, which would be drawn with other marks).
                 self.tally.native_moved += 1;
                 (*stack, None)
             }
-            (None, None) => return, // nothing to attribute it to: left out
+            (None, None, _) => return, // nothing to attribute it to: left out
         };
         if let Some(followed) = self.followed_mut(tid) {
             followed.latest = Some((stack, switch.time));
