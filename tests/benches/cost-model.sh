@@ -29,19 +29,22 @@
 #
 # Run from the workspace root after `cargo build --release --workspace` (needs gcc, python3;
 # root for the BPF figures):  tests/benches/cost-model.sh
-# Knobs: BIN (dir with fsprof; default target/release), ROUNDS (3), PARTS, WORK (temp dir).
+# Knobs: BIN (dir with fsprof; default target/release), ROUNDS (3), PARTS, WORK (temp dir),
+# BASE (a dir with another fsprof, an earlier build say: then `samples` and `switches` also run
+# a `base` configuration, that fsprof at the defaults, for a before and after in one run).
 # The slowdowns are medians against the same run's `alone`: on a machine with as many cores
 # as the program has threads they show the work done on the program's own CPU (the kernel's,
 # for fsprof's events); on a smaller one fsprof's own CPU time competes with the program too.
 set -u
 cd "$(dirname "$0")/../.."
 BIN=$(realpath "${BIN:-target/release}")
+[ -n "${BASE:-}" ] && BASE=$(realpath "$BASE")
 SRC=$(realpath tests/benches/cost-model)
 ROUNDS=${ROUNDS:-3}
 PARTS=${PARTS:-"samples switches processes threads crowds torch"}
 WORK=${WORK:-$(mktemp -d /tmp/cost-model.XXXXXX)}
 mkdir -p "$WORK"
-echo "work dir: $WORK; bin: $BIN"
+echo "work dir: $WORK; bin: $BIN${BASE:+; base: $BASE}"
 echo "machine: nproc $(nproc);$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); kernel $(uname -r); $(uptime)"
 for p in spin pingpong forks births bpfstat; do
   gcc -O2 -g -pthread -o "$WORK/$p" "$SRC/$p.c" || exit 1
@@ -85,6 +88,7 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
       perf record -q -F 1000 --call-graph dwarf -o "$WORK/perf.data" -- "$@" 2> /dev/null | grep -h elapsed
       return ;;
     default) flags= ;;
+    base) flags= ;;
     r1000) flags="--rate 1000" ;;
     noagent) flags=--no-agent ;;
     nonative) flags=--no-native ;;
@@ -94,7 +98,9 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
   local bp=
   if [ $BPF = yes ]; then "$WORK/bpfstat" 0.1 > "$WORK/bpf" & bp=$!; fi
   # shellcheck disable=SC2086
-  { time "$BIN/fsprof" run $flags -o "$WORK/p-$config" -- "$@" > "$WORK/out" 2> "$WORK/err"; } 2> "$WORK/time"
+  local bin=$BIN
+  [ "$config" = base ] && bin=$BASE
+  { time "$bin/fsprof" run $flags -o "$WORK/p-$config" -- "$@" > "$WORK/out" 2> "$WORK/err"; } 2> "$WORK/time"
   if [ -n "$bp" ]; then sleep 0.05; kill $bp; wait $bp 2>/dev/null; bpf_summary; fi
   grep -h elapsed "$WORK/out"
   read -r wall user sys < "$WORK/time"
@@ -131,6 +137,7 @@ for part in $PARTS; do
     samples)
       configs="alone default r1000 nonative"
       command -v perf > /dev/null && configs="$configs perf1000"
+      [ -n "${BASE:-}" ] && configs="$configs base"
       rounds spin2 "$configs" "$WORK/spin" 2 500000000 ;;
     preempted)
       busy=()
@@ -139,8 +146,9 @@ for part in $PARTS; do
       kill "${busy[@]}"
       wait "${busy[@]}" 2> /dev/null ;;
     switches)
-      rounds pingpong "alone default noagent nonative ptrace" "$WORK/pingpong" 200000
-      rounds pyswitch "alone default noagent nonative" python3 "$SRC/pyswitch.py" 40000 ;;
+      extra=${BASE:+ base}
+      rounds pingpong "alone default noagent nonative ptrace$extra" "$WORK/pingpong" 200000
+      rounds pyswitch "alone default noagent nonative$extra" python3 "$SRC/pyswitch.py" 40000 ;;
     processes) rounds forks "alone default noagent nofollow nonative" "$WORK/forks" 500 ;;
     threads) rounds births "alone default noagent nonative" "$WORK/births" 20000 ;;
     crowds)

@@ -29,10 +29,11 @@ use crate::native::ring::{match_copies, parse, read_copies, CopyRing, Record, Ri
 use crate::native::rules::Rules;
 use crate::native::unwind::{Registers, StackView};
 use crate::record::privilege::Refusal;
+use foldhash::{HashMap, HashMapExt, HashSet};
 use nix::errno::Errno;
 use nix::libc;
 use perf_event_open_sys as sys;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Bytes of stack copied per sample, from the stack pointer up. At most 65528 (a sample record's
@@ -182,6 +183,8 @@ struct Thread {
     /// Its departures from its CPU since `window_start` (CLOCK_MONOTONIC, ns).
     departures: u64,
     window_start: u64,
+    /// Its samples since its timer was last re-phased (see [`REPHASE_SAMPLES`]).
+    unphased: u64,
 }
 
 /// The perf side of a sampler: one event per sampled thread.
@@ -204,7 +207,7 @@ pub struct PerfSampler {
     /// Samples whose slot copies were missing or failed.
     pub unmatched: u64,
     /// Threads no longer followed off their CPU (see [`MAX_SWITCH_RATE`]).
-    too_fast: std::collections::HashSet<u32>,
+    too_fast: HashSet<u32>,
     /// When threads made by sampled threads were born (CLOCK_MONOTONIC, ns), until asked for.
     births: HashMap<u32, u64>,
     programs: Programs,
@@ -446,8 +449,10 @@ impl PerfSampler {
         });
         self.lost = self.lost.saturating_add(lost);
         self.unmatched = self.unmatched.saturating_add(unmatched);
-        if samples > 0 {
+        thread.unphased += samples;
+        if thread.unphased >= REPHASE_SAMPLES {
             rephase(&thread.event, self.period_ns / TICKS_PER_SAMPLE);
+            thread.unphased = 0;
         }
         self.stop_following_if_too_fast(tid);
     }
@@ -567,6 +572,7 @@ impl PerfSampler {
                 addresses: [0; SLOTS],
                 departures: 0,
                 window_start: crate::record::clock::monotonic_ns(),
+                unphased: 0,
             })
         })();
         if opened.is_err() {
@@ -592,18 +598,27 @@ pub enum WatchError {
     },
 }
 
+/// A thread's timer is re-phased ([`rephase`]) once it took at least this many samples since
+/// it last was, at the next read of its ring. Each re-phasing of a running thread is an
+/// interprocessor interrupt to its CPU, which in a virtual machine costs both sides tens of
+/// microseconds: at every read with samples (every 2 to 4 samples), the `ioctl` was 16 to 19%
+/// of fsprof's own CPU (BENCHMARKS.md, issue 39). The grid's restarts need only be independent
+/// of what the thread does, not frequent: each run of samples between two is a systematic
+/// sample with a random start, unbiased; fewer restarts only make a loop in step with the grid
+/// vary more from run to run.
+const REPHASE_SAMPLES: u64 = 6;
+
 /// Gives a thread's timer a tick of a new length, drawn around `tick_ns` (half to one and a
 /// half times it), from its next tick on, which then comes that long after now (or after the
-/// thread's next return to a CPU). Called whenever the thread ran since the sampler's previous
-/// read (a few ms apart), it moves the grid of ticks, which otherwise stays fixed in the
+/// thread's next return to a CPU). Called every few of the thread's samples (at a read of its
+/// ring, see [`REPHASE_SAMPLES`]), it moves the grid of ticks, which otherwise stays fixed in the
 /// thread's CPU time: keeping a random tick of several (see [`TICKS_PER_SAMPLE`]) does not
 /// move the grid, and a loop whose CPU time is near a multiple of the tick length kept in step
 /// with it (`contracts`, checks of 8, 3 and 6 us in a fixed loop: 5 points low at 250 Hz, 12 high at
 /// 1000 Hz; `blocking`'s `work` 9% high beside a busy loop). Starting again from a random place
-/// every few ms, the grid is systematic sampling with a random start, which has no bias. The
-/// kernel asks the thread's CPU to restart the timer if the thread is running (an
-/// interprocessor interrupt: a few us of its time, about a hundred times a second at most). A
-/// refusal leaves the timer as it was.
+/// every few samples, the grid is systematic sampling with a random start, which has no bias.
+/// The kernel asks the thread's CPU to restart the timer if the thread is running (an
+/// interprocessor interrupt). A refusal leaves the timer as it was.
 fn rephase(event: &OwnedFd, tick_ns: u64) {
     let mut period = (tick_ns as f64 * (0.5 + fastrand::f64())) as u64;
     period = period.max(10_000);

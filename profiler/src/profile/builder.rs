@@ -4,6 +4,7 @@
 
 use super::native_table::{self, NativeTable};
 use super::*;
+use foldhash::{HashMap, HashMapExt};
 
 /// Builds a [`Profile`] while recording: interns names, payloads, stacks and threads.
 #[derive(Default)]

@@ -5,8 +5,8 @@
 //! [`CUT_TO`] frames and counts as cut. Not here: symbolizing them (`builder.rs`).
 
 use super::RawNativeStack;
-use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use foldhash::HashMap;
+use std::hash::BuildHasher;
 
 /// Most frames kept over all stacks (64 MiB of indexes).
 pub const FRAME_BUDGET: usize = 16 << 20;
@@ -21,6 +21,7 @@ pub struct NativeTable {
     stacks: Vec<Stored>,
     /// Stack ids by their hash.
     ids: HashMap<u64, Vec<u32>>,
+    hasher: foldhash::fast::RandomState,
     frames: usize,
     /// Stacks cut to their innermost frames because the budget was spent.
     pub cut: u64,
@@ -62,9 +63,7 @@ impl NativeTable {
             truncated: stack.truncated,
             marks: stack.marks,
         };
-        let mut hasher = DefaultHasher::new();
-        stored.hash(&mut hasher);
-        let candidates = self.ids.entry(hasher.finish()).or_default();
+        let candidates = self.ids.entry(self.hasher.hash_one(&stored)).or_default();
         if let Some(id) = (candidates.iter()).find(|id| self.stacks[**id as usize] == stored) {
             return *id;
         }

@@ -12,9 +12,9 @@ use crate::symbolize::call_sites::{CallSites, Callers};
 use crate::target::names::{self, PayloadKind};
 use crate::target::remote::Remote;
 use crate::target::static_data::WithModules;
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use fsprof_shim::abi::{self, RecordView};
 use std::cell::Cell;
-use std::collections::{HashMap, HashSet};
 
 /// Distinct feature or payload addresses resolved before further ones are lumped together: a
 /// corrupt region must not make fsprof read and keep unbounded numbers of strings.

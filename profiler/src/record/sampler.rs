@@ -26,8 +26,8 @@ use crate::record::marks::MarkReader;
 use crate::symbolize::call_sites::Callers;
 use crate::target::process::{self, ThreadStatus};
 use crate::target::remote::Remote;
+use foldhash::{HashMap, HashMapExt};
 use fsprof_shim::abi::{self, RecordView};
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// How long ticks stay at the full rate after one found a thread blocked inside a mark.
@@ -155,8 +155,9 @@ pub struct Sampler {
     /// See [`Sampler::via`].
     via: std::cell::Cell<Option<u32>>,
     tally: Tally,
+    /// The target's threads, listed again at each tick.
+    tasks: process::TaskList,
     // Buffers reused across ticks.
-    tids: Vec<u32>,
     records: Vec<RecordView>,
     native: Option<NativeSampler>,
     options: SamplerOptions,
@@ -193,7 +194,7 @@ impl Sampler {
                 priority: "normal",
                 ..Tally::default()
             },
-            tids: Vec::new(),
+            tasks: process::TaskList::new(pid),
             records: Vec::new(),
             native: options.native.then(|| NativeSampler::new(pid, perf)),
             options,
@@ -258,8 +259,8 @@ impl Sampler {
             self.reader.wait_for_first_scan(Duration::from_millis(200));
         }
         let now = Instant::now();
-        match process::threads(self.pid, &mut self.tids) {
-            Ok(()) if self.tids.is_empty() => return false,
+        match self.tasks.read() {
+            Ok(()) if self.tasks.tids().is_empty() => return false,
             Ok(()) => {}
             Err(e)
                 if e.kind() == std::io::ErrorKind::NotFound
@@ -271,7 +272,7 @@ impl Sampler {
         }
         self.via.set(None);
         self.take_regions();
-        let (cache, pid, tids) = (&self.via, self.pid, &self.tids);
+        let (cache, pid, tids) = (&self.via, self.pid, self.tasks.tids());
         self.interner
             .settle(pid, || process::memory_thread_cached(cache, pid, tids));
         self.read_marks();
@@ -285,8 +286,8 @@ impl Sampler {
                 || !self.native.as_ref().is_some_and(NativeSampler::uses_perf),
         );
         let tick = self.clock.ticks();
-        for index in 0..self.tids.len() {
-            self.sample_thread(self.tids[index], now, first, tick);
+        for index in 0..self.tasks.tids().len() {
+            self.sample_thread(self.tasks.tids()[index], now, first, tick);
         }
         self.take_later_branches(now);
         self.forget_gone(tick);
@@ -335,15 +336,18 @@ impl Sampler {
         if self.reader.missing(own_tid) {
             return; // its time is carried to its next sample: its state is not advanced
         }
-        let running = match state.status.is_running() {
-            Ok(Some(running)) => running,
-            Ok(None) => {
-                state.seen_at = u64::MAX; // gone (or its id reused): forget it below
-                return;
-            }
-            Err(_) => return, // unreadable this time: its time is carried over
+        // A thread whose switches are followed tells its state by them (its ring is read
+        // below): /proc is read for it only where they cannot tell (see `running_by_switches`),
+        // except for the main thread, whose stat also tells of an exec.
+        let known = match tid != self.pid && self.followed_off_cpu(tid) {
+            true => None,
+            false => match self.proc_running(tid) {
+                Some(running) => Some(running),
+                None => return,
+            },
         };
         if tid == self.pid {
+            let state = self.threads.states.get_mut(&tid).expect("sampled");
             let token = state.status.image_token();
             if self.new_image(tid, token, now) {
                 return;
@@ -372,7 +376,7 @@ impl Sampler {
         let known_until = crate::record::clock::monotonic_ns();
         let unfollowed = |s: &ThreadState| s.followed.is_none();
         let was_unfollowed = self.threads.states.get(&tid).is_some_and(unfollowed);
-        let by_perf = self.perf_samples(tid, own_tid, thread, running, slow);
+        let by_perf = self.perf_samples(tid, own_tid, thread, known.unwrap_or(true), slow);
         // Following began now: perf counts the thread's CPU time from the moment its event was
         // enabled, the tick up to `now`, and opening the event took hundreds of µs in between
         // (two BPF programs loaded and checked), which the thread spent running: this tick's
@@ -385,12 +389,17 @@ impl Sampler {
         };
         if self.followed_off_cpu(tid) {
             // Its running time is in perf's samples, its time off the CPU in its switches.
+            let running = known.unwrap_or_else(|| self.running_by_switches(tid));
             self.refresh_off_cpu(tid, own_tid, running);
             self.add_off_cpu(tid, thread, Some(known_until), false);
             self.add_wakeups(tid, thread, false);
             self.note_ticked(tid, own_tid);
             return;
         }
+        // Followed until its ring was read just now (it left its CPU too often): read now.
+        let Some(running) = known.or_else(|| self.proc_running(tid)) else {
+            return;
+        };
         let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);
         let state = self.threads.states.get_mut(&tid).expect("sampled");
         let mut waiting = 0.0;
@@ -519,49 +528,6 @@ impl Sampler {
             .add_sample(thread, stack, native, wall_ns, active_ns);
     }
 
-    /// Forgets the threads not seen at this tick (`tick`), after taking their last perf samples.
-    fn forget_gone(&mut self, tick: u64) {
-        // A thread gone since the previous tick left its last samples in its ring.
-        let gone: Vec<(u32, u32, Option<u32>)> = self
-            .threads
-            .states
-            .iter()
-            .filter(|(_, state)| state.seen_at != tick)
-            .map(|(tid, state)| (*tid, state.id, state.own_tid))
-            .collect();
-        for (tid, thread, own_tid) in gone {
-            if let Some(own_tid) = own_tid {
-                // All taken since its last tick, which no tick will count; after ticks at the
-                // full rate, its last stretch is left out, as the stretch before its birth was
-                // counted (see `tick`).
-                let slow = self.clock.slow_interval();
-                self.perf_samples(tid, own_tid, thread, false, slow);
-                self.add_last_run(tid, thread);
-            }
-        }
-        let budget = &mut self.threads.descriptor_budget;
-        let native = &mut self.native;
-        let builder = &mut self.builder;
-        self.threads.states.retain(|tid, state| {
-            let keep = state.seen_at == tick;
-            if !keep && state.status.holds_descriptor() {
-                *budget += 1;
-            }
-            if !keep {
-                if let Some(pending) = state.pending.take() {
-                    pending.add(builder, None);
-                }
-                if let Some(pending) = state.before_perf.take() {
-                    pending.add_gone(builder);
-                }
-                if let Some(native) = native {
-                    native.forget(*tid);
-                }
-            }
-            keep
-        });
-    }
-
     /// The mean interval to the next tick, for a sampler whose rate asks for `fast` (see
     /// [`TickClock::period`]).
     pub fn tick_period(&mut self, fast: Duration) -> Duration {
@@ -594,7 +560,7 @@ impl Sampler {
     /// unless the program's memory went with it: an exiting program's last samples, handled
     /// after, must keep the names read while it ran (forgotten, they were unreadable).
     fn forget_names_unless_gone(&mut self) {
-        let (cache, pid, tids) = (&self.via, self.pid, &self.tids);
+        let (cache, pid, tids) = (&self.via, self.pid, self.tasks.tids());
         let via = process::memory_thread_cached(cache, pid, tids);
         if let Ok(Some(_)) = process::some_readable_address(via) {
             self.forget_names();
@@ -705,7 +671,7 @@ impl Sampler {
     /// A live thread of the target whose memory map can be read, found once per tick (a read
     /// of `/proc`), when first needed.
     fn via(&self) -> u32 {
-        process::memory_thread_cached(&self.via, self.pid, &self.tids)
+        process::memory_thread_cached(&self.via, self.pid, self.tasks.tids())
     }
 
     /// The finished profile; `meta`'s recording fields are filled in here.
@@ -790,9 +756,9 @@ impl Sampler {
     }
 }
 
-mod admit;
 mod exec;
 mod later_branches;
+mod lifecycle;
 mod native_stacks;
 mod off_cpu;
 mod weight;

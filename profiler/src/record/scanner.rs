@@ -147,7 +147,7 @@ impl Shared {
 fn scan_until_stopped(pid: u32, shared: &Shared) {
     let started = Instant::now();
     let mut next = started;
-    let mut tids = Vec::new();
+    let mut tasks = process::TaskList::new(pid);
     // The address space's size at the latest full scan, and when that was.
     let mut scanned: Option<(u64, Instant)> = None;
     let mut again = false;
@@ -179,7 +179,7 @@ fn scan_until_stopped(pid: u32, shared: &Shared) {
             held
         };
         let found;
-        (found, again) = scan(pid, &mut tids, &held);
+        (found, again) = scan(pid, &mut tasks, &held);
         let now = Instant::now();
         let mut state = shared.lock();
         let any = !held.is_empty() || !found.regions.is_empty();
@@ -239,11 +239,12 @@ const FULL_SCAN: Duration = Duration::from_millis(100);
 
 /// One scan: the regions mapped in `pid` that are not in `held`, opened. Also says whether to
 /// look again soon.
-fn scan(pid: u32, tids: &mut Vec<u32>, held: &[u64]) -> (Found, bool) {
+fn scan(pid: u32, tasks: &mut process::TaskList, held: &[u64]) -> (Found, bool) {
     let mut found = Found::default();
-    if process::threads(pid, tids).is_err() {
+    if tasks.read().is_err() {
         return (found, false);
     }
+    let tids = tasks.tids();
     let via = process::memory_thread(pid, tids);
     let Ok(addresses) = process::region_addresses(pid, tids) else {
         return (found, false);

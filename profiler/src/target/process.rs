@@ -6,6 +6,8 @@
 //! with the answers is the sampler's job.
 
 use fsprof_shim::abi;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -104,6 +106,54 @@ pub fn children(pid: u32) -> Option<Vec<u32>> {
     found.sort_unstable();
     found.dedup();
     Some(found)
+}
+
+/// The threads of a process, from its `/proc/PID/task` directory, kept open and read again from
+/// its start at each [`TaskList::read`]: a `getdents64` and an `lseek` a tick, where reading it
+/// anew added an `open`, a `statx` and a `close` (with the tick's other `/proc` walks, 18% of
+/// fsprof's own CPU beside a two-thread program: BENCHMARKS.md, issue 39). The descriptor
+/// names the process, not its number: once the process is gone the list is empty, even if
+/// its number is reused.
+pub struct TaskList {
+    pid: u32,
+    dir: Option<nix::dir::Dir>,
+    tids: Vec<u32>,
+}
+
+impl TaskList {
+    /// The threads of `pid`, not read yet.
+    pub fn new(pid: u32) -> TaskList {
+        TaskList {
+            pid,
+            dir: None,
+            tids: Vec::new(),
+        }
+    }
+
+    /// Reads the thread ids again. Fails when the process is gone before the first read, or
+    /// when the directory cannot be read (out of descriptors, say: tried again at the next).
+    pub fn read(&mut self) -> io::Result<()> {
+        self.tids.clear();
+        if self.dir.is_none() {
+            let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+            let path = proc_dir(self.pid).join("task");
+            self.dir = Some(nix::dir::Dir::open(&path, flags, Mode::empty())?);
+        }
+        let dir = self.dir.as_mut().expect("opened");
+        // The iterator rewinds the directory when dropped.
+        for entry in dir.iter() {
+            let entry = entry?;
+            if let Some(tid) = entry.file_name().to_str().ok().and_then(|n| n.parse().ok()) {
+                self.tids.push(tid);
+            }
+        }
+        Ok(())
+    }
+
+    /// The thread ids as last read.
+    pub fn tids(&self) -> &[u32] {
+        &self.tids
+    }
 }
 
 /// The thread ids of `pid`. Fails when the process is gone.
@@ -472,6 +522,45 @@ pub fn wait_share(before: Option<SchedTimes>, now: Option<SchedTimes>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_list_kept_open_sees_threads_come_and_go_and_a_gone_process_has_none() {
+        let mut tasks = TaskList::new(std::process::id());
+        tasks.read().unwrap();
+        let before = tasks.tids().to_vec();
+        assert!(before.contains(&std::process::id()), "{before:?}");
+        let (started, stop) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let (started_tx, stop_rx) = (started.0, stop.1);
+        let thread = std::thread::spawn(move || {
+            started_tx
+                .send(nix::unistd::gettid().as_raw() as u32)
+                .unwrap();
+            stop_rx.recv().ok();
+        });
+        let tid = started.1.recv().unwrap();
+        tasks.read().unwrap();
+        assert!(
+            tasks.tids().contains(&tid),
+            "{:?} lacks {tid}",
+            tasks.tids()
+        );
+        stop.0.send(()).unwrap();
+        thread.join().unwrap();
+        tasks.read().unwrap();
+        assert!(!tasks.tids().contains(&tid), "{:?} has {tid}", tasks.tids());
+
+        let mut child = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .unwrap();
+        let mut theirs = TaskList::new(child.id());
+        theirs.read().unwrap();
+        assert_eq!(theirs.tids(), [child.id()]);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        theirs.read().unwrap();
+        assert!(theirs.tids().is_empty(), "{:?}", theirs.tids());
+    }
 
     #[test]
     fn a_thread_in_exec_is_told_by_its_syscall_file() {

@@ -141,6 +141,20 @@ impl Sampler {
             .is_some_and(|followed| followed.since_tick < self.clock.ticks())
     }
 
+    /// Whether followed thread `tid` is on a CPU or waiting for one, as its switches read up to
+    /// now tell (a departure not followed by a return leaves it off its CPU, runnable if it was
+    /// preempted), with no system call: one read of `/proc/.../stat` per thread per tick was a
+    /// fifth of fsprof's own CPU with 64 busy threads (BENCHMARKS.md, issue 39). Blocked by its
+    /// switches, /proc is read all the same: a thread woken since waits for a CPU, which its
+    /// switches tell only once it runs. Gone, it is blocked (and forgotten at the tick's end).
+    pub(super) fn running_by_switches(&mut self, tid: u32) -> bool {
+        let off = self.followed_mut(tid).and_then(|f| f.off.as_ref());
+        if off.is_none_or(|off| off.preempted) {
+            return true;
+        }
+        self.proc_running(tid).unwrap_or(false)
+    }
+
     /// Takes a switch of thread `tid` (sample thread `thread`): a departure opens a stretch
     /// off the CPU with the marks copied then (else those of `latest`, the thread's latest perf
     /// sample), and the stack `departed` taken then, if it was preempted (else the latest
