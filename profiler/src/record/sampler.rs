@@ -270,7 +270,16 @@ impl Sampler {
             }
             Err(_) => return true, // e.g. out of descriptors: try again at the next tick
         }
-        self.via.set(None);
+        // The thread through which memory is read stays while it is listed and the leader, as
+        // its stat read at the previous tick says, has not exited: looking again at every tick
+        // (a read of /proc/PID/stat) was a quarter of fsprof's own CPU beside a two-thread
+        // program (BENCHMARKS.md, issue 39).
+        let leader = self.threads.states.get(&self.pid);
+        let leader_exited = leader.is_none_or(|state| state.status.exited());
+        let via_gone = (self.via.get()).is_some_and(|via| !self.tasks.tids().contains(&via));
+        if leader_exited || via_gone {
+            self.via.set(None);
+        }
         self.take_regions();
         let (cache, pid, tids) = (&self.via, self.pid, self.tasks.tids());
         self.interner
@@ -668,8 +677,8 @@ impl Sampler {
         self.interner.resolve_sites(target, records, callers);
     }
 
-    /// A live thread of the target whose memory map can be read, found once per tick (a read
-    /// of `/proc`), when first needed.
+    /// A live thread of the target whose memory map can be read, found when first needed (a
+    /// read of `/proc`) and kept while it is (see `tick`).
     fn via(&self) -> u32 {
         process::memory_thread_cached(&self.via, self.pid, self.tasks.tids())
     }

@@ -255,6 +255,13 @@ impl ThreadStatus {
         Ok(stat.and_then(state_from_stat).map(|state| state == 'R'))
     }
 
+    /// Whether the thread had exited at the last [`ThreadStatus::is_running`] (a zombie: a
+    /// leader that ended before the process's other threads has no memory map left).
+    pub fn exited(&self) -> bool {
+        let stat = std::str::from_utf8(&self.buf[..self.len]).ok();
+        matches!(stat.and_then(state_from_stat), Some('Z' | 'X' | 'x'))
+    }
+
     /// Where the process's arguments start in its memory (`arg_start`, field 48 of the stat
     /// last read by [`ThreadStatus::is_running`]): a new value means a new program image (each
     /// `exec` builds a new stack). `None` if unknown, or 0: an exiting process (no memory left)
