@@ -35,6 +35,22 @@ fn profile_program_with(program: &OsStr, args: &[&str], program_args: &[&str]) -
     dir
 }
 
+/// The path of each node of a report's tree (its instances from the root), from each node's
+/// instance and the index of its parent, which comes before it.
+fn tree_paths(nodes: &[Value]) -> Vec<Vec<String>> {
+    let mut paths: Vec<Vec<String>> = Vec::new();
+    for node in nodes {
+        let mut path = match node["parent"].as_u64() {
+            Some(parent) => paths[parent as usize].clone(),
+            None => Vec::new(),
+        };
+        path.push(node["instance"].as_str().unwrap().to_owned());
+        assert_eq!(node["depth"].as_u64(), Some(path.len() as u64), "{node}");
+        paths.push(path);
+    }
+    paths
+}
+
 /// Checks the report's tree of `feature` against the truth's self time per path
 /// (`trees.FEATURE`, paths joined by " > "): every path present, each node's total and self share
 /// within [`TOLERANCE`] points, and siblings heaviest first. Returns the tree's paths in order.
@@ -58,13 +74,7 @@ fn assert_tree_matches(report: &Value, truth: &Value, feature: &str) -> Vec<Stri
     let mut worst = 0.0f64;
     let mut table = String::new();
     let mut order = Vec::new();
-    for node in nodes {
-        let path: Vec<String> = node["path"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p.as_str().unwrap().to_owned())
-            .collect();
+    for (node, path) in nodes.iter().zip(tree_paths(nodes)) {
         let own = self_ms
             .iter()
             .find(|(p, _)| *p == path)
@@ -146,10 +156,12 @@ fn an_echo_servers_connections_count_under_it_in_proportion_to_their_input() {
     let order = assert_tree_matches(&report, &truth, "tasks");
     assert_eq!(order[0], "server", "{order:?}");
     let tree = programs::feature(&report, "tasks").unwrap()["tree"].clone();
+    let nodes = tree.as_array().unwrap();
+    let paths = tree_paths(nodes);
     let reported = |name: &str| {
-        (tree.as_array().unwrap().iter())
-            .find(|node| node["path"] == serde_json::json!(["server", name]))
-            .map_or(0.0, |node| node["total_ms"].as_f64().unwrap())
+        (nodes.iter().zip(&paths))
+            .find(|(_, path)| **path == ["server", name])
+            .map_or(0.0, |(node, _)| node["total_ms"].as_f64().unwrap())
     };
     let measured = |name: &str| {
         truth["trees"]["tasks"][format!("server > {name}")]

@@ -24,7 +24,7 @@ pub use functions::{functions, FunctionCost, FunctionReport};
 pub use processes::{keep_process, process_times, ProcessTime};
 pub use structure::Structure;
 pub use threads::{keep_thread, thread_times, ThreadTime};
-pub use tree::TreeNode;
+pub use tree::{Tree, TreeNode, MAX_NODES};
 
 pub use features::{
     analyse, group_weights, CallPath, FeatureCost, FeatureReport, ImageTime, InstanceCost,

@@ -6,7 +6,7 @@
 use super::backtracking::{backtracking, BranchCost};
 use super::boundaries::{boundaries, Edge};
 use super::features::TimeView;
-use super::tree::{trees, TreeNode};
+use super::tree::{trees, Tree};
 use crate::profile::Profile;
 use std::collections::HashMap;
 
@@ -14,7 +14,7 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Structure {
     /// When its marks nest: the time of each path of its instances.
-    pub tree: Vec<TreeNode>,
+    pub tree: Tree,
     /// When it marks alternatives: each branch's time, and what it wasted.
     pub backtracking: Vec<BranchCost>,
     /// When it marks boundary checks: each edge's time, and each value's on it.

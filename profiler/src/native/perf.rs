@@ -599,13 +599,15 @@ pub enum WatchError {
 }
 
 /// A thread's timer is re-phased ([`rephase`]) once it took at least this many samples since
-/// it last was, at the next read of its ring. Each re-phasing of a running thread is an
-/// interprocessor interrupt to its CPU, which in a virtual machine costs both sides tens of
-/// microseconds: at every read with samples (every 2 to 4 samples), the `ioctl` was 16 to 19%
-/// of fsprof's own CPU (BENCHMARKS.md, issue 39). The grid's restarts need only be independent
-/// of what the thread does, not frequent: each run of samples between two is a systematic
-/// sample with a random start, unbiased; fewer restarts only make a loop in step with the grid
-/// vary more from run to run.
+/// it last was, at the next read of its ring. Each re-phasing is a synchronous interprocessor
+/// interrupt to the thread's last CPU, running or not (`task_function_call`), which in a
+/// virtual machine costs both sides tens of microseconds: at every read with samples (every 2
+/// to 4 samples), the `ioctl` was 16 to 19% of fsprof's own CPU (BENCHMARKS.md, issue 39). The
+/// grid's restarts need only be independent of what the thread does, not frequent: each run of
+/// samples between two is a systematic sample with a random start, unbiased; fewer restarts
+/// only make a loop in step with the grid vary more from run to run. (The restart comes at the read after the sixth sample; a thread
+/// that takes fewer in its life keeps the grid its timer started with when fsprof began to
+/// sample it.)
 const REPHASE_SAMPLES: u64 = 6;
 
 /// Gives a thread's timer a tick of a new length, drawn around `tick_ns` (half to one and a

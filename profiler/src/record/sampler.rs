@@ -270,12 +270,14 @@ impl Sampler {
             }
             Err(_) => return true, // e.g. out of descriptors: try again at the next tick
         }
-        // The thread through which memory is read stays while it is listed and the leader, as
-        // its stat read at the previous tick says, has not exited: looking again at every tick
-        // (a read of /proc/PID/stat) was a quarter of fsprof's own CPU beside a two-thread
-        // program (BENCHMARKS.md, issue 39).
-        let leader = self.threads.states.get(&self.pid);
-        let leader_exited = leader.is_none_or(|state| state.status.exited());
+        // The thread through which memory is read stays while it is listed and the leader has
+        // not exited, as its stat file (kept open) says now: finding it again at every tick (an
+        // open, two reads and a close of /proc/PID/stat) was a quarter of fsprof's own CPU
+        // beside a two-thread program (BENCHMARKS.md, issue 39).
+        let leader = self.threads.states.get_mut(&self.pid);
+        let leader_exited = leader.is_none_or(|state| {
+            !matches!(state.status.is_running(), Ok(Some(_))) || state.status.exited()
+        });
         let via_gone = (self.via.get()).is_some_and(|via| !self.tasks.tids().contains(&via));
         if leader_exited || via_gone {
             self.via.set(None);

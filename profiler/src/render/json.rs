@@ -33,13 +33,16 @@
 //! says frames are left out at the outer end, `share` is of the instance's `ms`, 0–100.
 
 //!
-//! `tree` (since 2026-11-26), on a feature whose marks nest on a thread (a task running
-//! sub-tasks, a server running connections): every path of its instances, outermost first, in
-//! depth-first order with each node's children heaviest first, `{"path": ["ground", "conn-A"],
+//! `tree` (since 2026-11-26; nodes by parent index since 2026-11-27, when they held their
+//! whole `path`), on a feature whose marks nest on a thread (a task running sub-tasks, a server
+//! running connections): a node per path of its instances, in depth-first order with each
+//! node's children heaviest first, `{"instance": "conn-A", "parent": 0, "depth": 2,
 //! "total_ms": 900.0, "self_ms": 100.0, "total_percent": 30.0, "self_percent": 3.3,
-//! "local_percent": 75.0}`: `total` counts the samples whose path begins with it, `self` those
-//! whose path it is, `local_percent` is its total's share of its parent's (of all roots' for a
-//! root). Absent when the feature's marks never nest.
+//! "local_percent": 75.0}`: `parent` is the index of its parent's node (before it; `null` for a
+//! root), `total` counts the samples whose path begins with it, `self` those whose path it is,
+//! `local_percent` is its total's share of its parent's (of all roots' for a root). Absent when
+//! the feature's marks never nest. `tree_cut_ms`, only when not 0: the time of paths cut short
+//! at the tree's 50,000 nodes (their deeper instances counted at the deepest node kept).
 //!
 //! `backtracking` (since 2026-11-26), on a feature that marks a parser's alternatives
 //! (`mark_alternative`): per branch of each choice point, most wasted first, `{"choice": "item",
@@ -64,12 +67,11 @@ fn ms(ns: u64) -> f64 {
 /// each only when the feature's marks carry that structure.
 fn add_structure(object: &mut Value, structure: &Structure, report: &FeatureReport) {
     let percent = |ns| report.percent(ns);
-    if !structure.tree.is_empty() {
-        let tree: Vec<Value> = structure
-            .tree
-            .iter()
+    if !structure.tree.nodes.is_empty() {
+        let tree: Vec<Value> = (structure.tree.nodes.iter())
             .map(|node| {
-                json!({"path": node.path, "total_ms": ms(node.total_ns),
+                json!({"instance": node.instance, "parent": node.parent, "depth": node.depth,
+                       "total_ms": ms(node.total_ns),
                        "self_ms": ms(node.self_ns),
                        "total_percent": percent(node.total_ns),
                        "self_percent": percent(node.self_ns),
@@ -77,6 +79,9 @@ fn add_structure(object: &mut Value, structure: &Structure, report: &FeatureRepo
             })
             .collect();
         object["tree"] = Value::Array(tree);
+        if structure.tree.cut_ns > 0 {
+            object["tree_cut_ms"] = json!(ms(structure.tree.cut_ns));
+        }
     }
     if !structure.backtracking.is_empty() {
         let branches: Vec<Value> = structure

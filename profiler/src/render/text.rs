@@ -30,7 +30,7 @@
 
 use crate::analysis::{
     BranchCost, CallPath, Edge, FeatureReport, FunctionReport, ProcessTime, ThreadTime, TimeView,
-    TreeNode,
+    Tree, MAX_NODES,
 };
 use crate::profile::Meta;
 use std::fmt::Write;
@@ -353,7 +353,8 @@ const TREE_ROWS: usize = 40;
 
 /// A feature's tree (its nested instances), under its table: total, self and share of the parent
 /// per path, indented by depth.
-fn tree(out: &mut String, nodes: &[TreeNode]) {
+fn tree(out: &mut String, tree: &Tree) {
+    let nodes = &tree.nodes;
     if nodes.is_empty() {
         return;
     }
@@ -372,8 +373,8 @@ fn tree(out: &mut String, nodes: &[TreeNode]) {
             "  {:>8} ms {:>8} ms {share:>6.1}%  {}{}",
             ms(node.total_ns),
             ms(node.self_ns),
-            "  ".repeat(node.path.len() - 1),
-            node.path.last().map_or("", String::as_str),
+            "  ".repeat(node.depth - 1),
+            node.instance,
         );
     }
     if nodes.len() > TREE_ROWS {
@@ -381,6 +382,14 @@ fn tree(out: &mut String, nodes: &[TreeNode]) {
             out,
             "  ({} more paths in `fsprof report --format json`)",
             nodes.len() - TREE_ROWS
+        );
+    }
+    if tree.cut_ns > 0 {
+        let _ = writeln!(
+            out,
+            "  ({} ms of paths cut short: a tree keeps at most {MAX_NODES} nodes, and their \
+             deeper instances count at the deepest node kept)",
+            ms(tree.cut_ns)
         );
     }
 }
