@@ -598,27 +598,27 @@ pub enum WatchError {
     },
 }
 
-/// A thread's timer is re-phased ([`rephase`]) once it took at least this many samples since
-/// it last was, at the next read of its ring. Each re-phasing is a synchronous interprocessor
-/// interrupt to the thread's last CPU, running or not (`task_function_call`), which in a
-/// virtual machine costs both sides tens of microseconds: at every read with samples (every 2
-/// to 4 samples), the `ioctl` was 16 to 19% of fsprof's own CPU (BENCHMARKS.md, issue 39). The
-/// grid's restarts need only be independent of what the thread does, not frequent: each run of
-/// samples between two is a systematic sample with a random start, unbiased; fewer restarts
-/// only make a loop in step with the grid vary more from run to run. (The restart comes at the read after the sixth sample; a thread
-/// that takes fewer in its life keeps the grid its timer started with when fsprof began to
-/// sample it.)
-const REPHASE_SAMPLES: u64 = 6;
+/// A thread's timer is re-phased ([`rephase`]) at a read of its ring once it took this many
+/// samples since it last was: at every read with a sample. Each re-phasing is a synchronous
+/// interprocessor interrupt to the thread's last CPU, running or not (`task_function_call`),
+/// which in a virtual machine costs both sides tens of microseconds: the `ioctl` is 10 to 19%
+/// of fsprof's own CPU (BENCHMARKS.md, issue 39). Re-phasing every 6 samples instead
+/// (0720e79 to d5178e2) leaves the grid fixed longer, which can only widen the spread of a
+/// loop in step with it; in one fresh-clone run then, `contracts`' formatting read 2.54 points
+/// (bound 2.5) and the condition-variable coordinator's work 4.3 high, each a first in 20 runs
+/// (alone right after: at most 1.9 and 1.4 in 5 runs each). Until the spread is measured both
+/// ways, every read.
+const REPHASE_SAMPLES: u64 = 1;
 
 /// Gives a thread's timer a tick of a new length, drawn around `tick_ns` (half to one and a
 /// half times it), from its next tick on, which then comes that long after now (or after the
-/// thread's next return to a CPU). Called every few of the thread's samples (at a read of its
-/// ring, see [`REPHASE_SAMPLES`]), it moves the grid of ticks, which otherwise stays fixed in the
+/// thread's next return to a CPU). Called at each read of the thread's ring that has samples
+/// (see [`REPHASE_SAMPLES`]), it moves the grid of ticks, which otherwise stays fixed in the
 /// thread's CPU time: keeping a random tick of several (see [`TICKS_PER_SAMPLE`]) does not
 /// move the grid, and a loop whose CPU time is near a multiple of the tick length kept in step
 /// with it (`contracts`, checks of 8, 3 and 6 us in a fixed loop: 5 points low at 250 Hz, 12 high at
 /// 1000 Hz; `blocking`'s `work` 9% high beside a busy loop). Starting again from a random place
-/// every few samples, the grid is systematic sampling with a random start, which has no bias.
+/// every few ms, the grid is systematic sampling with a random start, which has no bias.
 /// The kernel asks the thread's CPU to restart the timer if the thread is running (an
 /// interprocessor interrupt). A refusal leaves the timer as it was.
 fn rephase(event: &OwnedFd, tick_ns: u64) {
