@@ -185,6 +185,9 @@ struct Thread {
     window_start: u64,
     /// Its samples since its timer was last re-phased (see [`REPHASE_SAMPLES`]).
     unphased: u64,
+    /// Whether the latest of its switches read was a departure from its CPU: its timer is not
+    /// re-phased then (see [`REPHASE_SAMPLES`]).
+    off_cpu: bool,
 }
 
 /// The perf side of a sampler: one event per sampled thread.
@@ -401,6 +404,7 @@ impl PerfSampler {
         let tolerance = (self.period_ns / TICKS_PER_SAMPLE / 2).min(MATCH_TOLERANCE_NS);
         let (mut lost, mut unmatched, mut samples) = (0u64, 0u64, 0u64);
         let departures = &mut thread.departures;
+        let off_cpu = &mut thread.off_cpu;
         let births = &mut self.births;
         let departure_id = thread.departure_id;
         thread.ring.drain(head, |record| match parse(record) {
@@ -424,6 +428,7 @@ impl PerfSampler {
                 // departure may follow the previous one by less than the tolerance: only
                 // copies made before it are its.
                 *departures += u64::from(out);
+                *off_cpu = out;
                 let (slots, marks_known) = if out {
                     let matched = match_copies(switch_waiting, time, [MATCH_TOLERANCE_NS, 0]);
                     (matched.slots, matched.known)
@@ -450,7 +455,7 @@ impl PerfSampler {
         self.lost = self.lost.saturating_add(lost);
         self.unmatched = self.unmatched.saturating_add(unmatched);
         thread.unphased += samples;
-        if thread.unphased >= REPHASE_SAMPLES {
+        if thread.unphased >= REPHASE_SAMPLES && !thread.off_cpu {
             rephase(&thread.event, self.period_ns / TICKS_PER_SAMPLE);
             thread.unphased = 0;
         }
@@ -573,6 +578,7 @@ impl PerfSampler {
                 departures: 0,
                 window_start: crate::record::clock::monotonic_ns(),
                 unphased: 0,
+                off_cpu: false,
             })
         })();
         if opened.is_err() {
@@ -607,7 +613,12 @@ pub enum WatchError {
 /// loop in step with it; in one fresh-clone run then, `contracts`' formatting read 2.54 points
 /// (bound 2.5) and the condition-variable coordinator's work 4.3 high, each a first in 20 runs
 /// (alone right after: at most 1.9 and 1.4 in 5 runs each). Until the spread is measured both
-/// ways, every read.
+/// ways, every read. But never while the thread is off its CPU, as far as its switches read
+/// tell: its next tick then comes that long after its return, so the grid starts again where
+/// it was preempted, and a program preempted at some places more than others (beside a busy
+/// process) had the code that follows them sampled too often: `spans` pinned to one CPU beside
+/// a busy loop read `render` 1.47 points low (10 runs, standard deviation 1.09); without
+/// re-phasing at all, 0.35 low (0.48).
 const REPHASE_SAMPLES: u64 = 1;
 
 /// Gives a thread's timer a tick of a new length, drawn around `tick_ns` (half to one and a
