@@ -5,6 +5,9 @@
  *
  *   contended SECONDS --truth FILE
  *
+ * It runs SECONDS, and on until the waiter has waited 400 ms (at most four times SECONDS): how
+ * long it waits depends on how often the two threads run at once, 210 to 2037 ms in 3 s.
+ *
  * Writes {"total_ms": T, "extra": {"waited_ms": W, "locks": N}, "features": {}}: W is the
  * waiter's time inside pthread_mutex_lock (what the report's `locks` blocked_ms must show). */
 #include "clock.h"
@@ -14,14 +17,14 @@
 #include <string.h>
 
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
-static double end_ms;
+static int stop; /* set by the waiter when it is done: the holder stops too */
 /* Set while the holder holds the mutex: the waiter tries it only then, so that each of its
  * locks waits, even when the machine's other load keeps the two threads from running at once. */
 static int held;
 
 static void *holder(void *arg) {
     (void)arg;
-    while (now_ms() < end_ms) {
+    while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&mutex);
         __atomic_store_n(&held, 1, __ATOMIC_RELEASE);
         spin_us(2000);
@@ -38,13 +41,16 @@ int main(int argc, char **argv) {
         return 2;
     }
     double start = now_ms();
-    end_ms = start + atof(argv[1]) * 1000;
+    double end_ms = start + atof(argv[1]) * 1000, limit_ms = start + 4 * atof(argv[1]) * 1000;
     pthread_t thread;
     pthread_create(&thread, NULL, holder, NULL);
     double waited = 0;
     long locks = 0;
-    while (now_ms() < end_ms) {
-        while (!__atomic_load_n(&held, __ATOMIC_ACQUIRE) && now_ms() < end_ms)
+    for (;;) {
+        double now = now_ms();
+        if (now >= limit_ms || (now >= end_ms && waited >= 400))
+            break;
+        while (!__atomic_load_n(&held, __ATOMIC_ACQUIRE) && now_ms() < limit_ms)
             ;
         double t0 = now_ms();
         pthread_mutex_lock(&mutex);
@@ -53,6 +59,7 @@ int main(int argc, char **argv) {
         pthread_mutex_unlock(&mutex);
         spin_us(500);
     }
+    __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
     pthread_join(thread, NULL);
     FILE *f = fopen(argv[3], "w");
     if (!f) {
