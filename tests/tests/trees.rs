@@ -50,12 +50,14 @@ fn record(dir: &Path, extra: &[&str]) -> std::path::PathBuf {
     out
 }
 
-/// The sum of several truths: each feature's and instance's time, and the total.
+/// The sum of several truths: each feature's and instance's time, the total, and what the total
+/// may lack of the time stolen from its threads.
 fn sum_of(truths: &[Value]) -> Value {
-    let mut total = 0.0;
+    let (mut total, mut stolen) = (0.0, 0.0);
     let mut features = Map::new();
     for truth in truths {
         total += truth["total_ms"].as_f64().unwrap();
+        stolen += truth["stolen_ms"].as_f64().unwrap_or(0.0);
         for (name, feature) in truth["features"].as_object().unwrap() {
             let entry = features
                 .entry(name.clone())
@@ -67,7 +69,7 @@ fn sum_of(truths: &[Value]) -> Value {
             }
         }
     }
-    json!({"total_ms": total, "features": features})
+    json!({"total_ms": total, "stolen_ms": stolen, "features": features})
 }
 
 #[test]
