@@ -464,7 +464,11 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
             ),
         );
     }
-    if let Some(share) = report.agent_share().filter(|_| !builtin.is_empty()) {
+    // Only where a sample was in the agent's code: without the agent (or the rules' features
+    // alone, with --no-agent) there is nothing to say of its cost.
+    if let Some(share) =
+        (report.agent_share()).filter(|_| report.agent_ns > 0 && !builtin.is_empty())
+    {
         let share = if share < 0.05 {
             "under 0.1%".to_owned()
         } else {
