@@ -126,8 +126,13 @@ fn writes_blocked_on_a_full_pipe_are_waits_not_work() {
     let output = feature(&report, "output").expect("the writes are seen");
     let blocked = output["blocked_ms"].as_f64().unwrap();
     let measured = truth["extra"]["blocked_ms"].as_f64().unwrap();
+    let woken_wait = truth["extra"]["woken_wait_ms"].as_f64().unwrap();
     assert!(measured > 500.0, "the pipe was never full: {truth}");
-    assert!((blocked - measured).abs() < measured * 0.1, "{output:#}");
+    // Blocked as measured, less at most the waits for a CPU after the writes' wake-ups.
+    assert!(
+        blocked > (measured - woken_wait) * 0.9 && blocked < measured * 1.1,
+        "{output:#}\n{truth}"
+    );
 }
 
 /// Lock contention has a known cost, and the report shows it: a waiter blocked in
@@ -232,13 +237,20 @@ fn own_feature_against_truth(name: &str, feature_name: &str) -> (Value, Value) {
     let pid = report_json(dir.path())["meta"]["pid"].to_string();
     let report = report_json_with(dir.path(), &["--process", &pid]);
     let truth = truth(dir.path());
-    let expected = truth["features"][feature_name]["ms"].as_f64().unwrap() * 100.0
-        / truth["total_ms"].as_f64().unwrap();
+    let ms = truth["features"][feature_name]["ms"].as_f64().unwrap();
+    let total = truth["total_ms"].as_f64().unwrap();
+    // Waits for a CPU after wake-ups the program could only bound (see `full_pipe.c`): the
+    // share lies between the two totals.
+    let unsure = truth["extra"]["woken_wait_ms"].as_f64().unwrap_or(0.0);
+    let (lo, hi) = (ms * 100.0 / (total + unsure), ms * 100.0 / total);
     let reported = feature(&report, feature_name).unwrap()["percent"]
         .as_f64()
         .unwrap();
-    eprintln!("{feature_name} {reported:.2}% against {expected:.2}% measured");
-    assert!((reported - expected).abs() <= TOLERANCE, "{report:#}");
+    eprintln!("{feature_name} {reported:.2}% against {lo:.2}-{hi:.2}% measured");
+    assert!(
+        reported >= lo - TOLERANCE && reported <= hi + TOLERANCE,
+        "{report:#}\n{truth}"
+    );
     (report, truth)
 }
 
