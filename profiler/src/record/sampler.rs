@@ -297,9 +297,8 @@ impl Sampler {
                 || !self.native.as_ref().is_some_and(NativeSampler::uses_perf),
         );
         let tick = self.clock.ticks();
-        for index in 0..self.tasks.tids().len() {
-            self.sample_thread(self.tasks.tids()[index], now, first, tick);
-        }
+        self.sample_threads(now, first, tick);
+        self.seed_began();
         self.take_later_branches(now);
         self.forget_gone(tick);
         self.clock.end(now);
@@ -325,10 +324,18 @@ impl Sampler {
     }
 
     /// Samples thread `tid` at the tick taken at `now` (the recording's first tick if `first`;
-    /// the clock's count `tick`).
-    fn sample_thread(&mut self, tid: u32, now: Instant, first: bool, tick: u64) {
+    /// the clock's count `tick`). With `defer_blocked`, a thread other than the main one that
+    /// perf does not follow and that is blocked is left for later in the tick: `false`.
+    pub(super) fn sample_thread(
+        &mut self,
+        tid: u32,
+        now: Instant,
+        first: bool,
+        tick: u64,
+        defer_blocked: bool,
+    ) -> bool {
         if !self.threads.states.contains_key(&tid) && !self.admit(tid, now, first, tick) {
-            return;
+            return true;
         }
         let state = self.threads.states.get_mut(&tid).expect("admitted");
         state.seen_at = tick;
@@ -342,10 +349,10 @@ impl Sampler {
         }
         // Until its own id is known its marks cannot be found: carry its time.
         let Some(own_tid) = state.own_tid else {
-            return;
+            return true;
         };
         if self.reader.missing(own_tid) {
-            return; // its time is carried to its next sample: its state is not advanced
+            return true; // its time is carried to its next sample: its state is not advanced
         }
         // A thread whose switches are followed tells its state by them (its ring is read
         // below): /proc is read for it only where they cannot tell (see `running_by_switches`),
@@ -354,14 +361,17 @@ impl Sampler {
             true => None,
             false => match self.proc_running(tid) {
                 Some(running) => Some(running),
-                None => return,
+                None => return true,
             },
         };
+        if defer_blocked && tid != self.pid && known == Some(false) {
+            return false;
+        }
         if tid == self.pid {
             let state = self.threads.states.get_mut(&tid).expect("sampled");
             let token = state.status.image_token();
             if self.new_image(tid, token, now) {
-                return;
+                return true;
             }
         }
         let state = self.threads.states.get_mut(&tid).expect("sampled");
@@ -369,7 +379,7 @@ impl Sampler {
             .duration_since(std::mem::replace(&mut state.last_time, now))
             .as_nanos() as u64;
         if first {
-            return;
+            return true;
         }
         let thread = state.id;
         // Between ticks at the full rate, the tick's marks stand for the whole interval, as
@@ -405,11 +415,11 @@ impl Sampler {
             self.add_off_cpu(tid, thread, Some(known_until), false);
             self.add_wakeups(tid, thread, false);
             self.note_ticked(tid, own_tid);
-            return;
+            return true;
         }
         // Followed until its ring was read just now (it left its CPU too often): read now.
         let Some(running) = known.or_else(|| self.proc_running(tid)) else {
-            return;
+            return true;
         };
         let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);
         let state = self.threads.states.get_mut(&tid).expect("sampled");
@@ -462,6 +472,7 @@ impl Sampler {
             if_gone_ns: (running && wall_ns < interval_ns).then_some(interval_ns),
         };
         self.add_sample(tid, own_tid, thread, running, weight);
+        true
     }
 
     /// Adds thread `tid`'s sample of this tick, `(wall_ns, active_ns)` long, with its marks and

@@ -1,11 +1,42 @@
 //! A thread's life in the sampler: admitted at the first tick that finds it, its time counted
 //! from its birth where perf saw it born (else from the previous tick); found gone by /proc or
-//! missing from a tick's list of threads, and then forgotten, after its last samples. Not here:
-//! what each tick adds for it (`sampler.rs`).
+//! missing from a tick's list of threads, and then forgotten, after its last samples; born
+//! and not yet followed by perf, sampled first at each tick. Not here: what each tick adds for
+//! it (`sampler.rs`).
 
 use super::*;
 
 impl Sampler {
+    /// Samples every thread at the tick taken at `now` (see `Sampler::sample_thread`), in this
+    /// order: the main thread (whose status tells of an exec), then the running threads perf
+    /// does not follow yet, then the rest. Until perf follows a thread, its time is the tick's,
+    /// with the tick's marks, and what is done for the others may take long: reading a blocked
+    /// thread's stack, or a stretch off the CPU opened, may classify a call site, and the first
+    /// classification parses the program's files (ripgrep's: 25 to 35 ms, after which a worker
+    /// born as it started had 28 to 43 ms of the tick's marks, a `nanosleep` without a stack,
+    /// in 1 run in 5 to 10). The stretches off the CPU of the threads perf follows from this
+    /// tick on are opened last (see `Sampler::seed_off_cpu`).
+    pub(super) fn sample_threads(&mut self, now: Instant, first: bool, tick: u64) {
+        let mut order = self.tasks.tids().to_vec();
+        let (pid, states) = (self.pid, &self.threads.states);
+        order.sort_by_key(|tid| {
+            (
+                *tid != pid,
+                states.get(tid).is_some_and(|s| s.followed.is_some()),
+            )
+        });
+        let mut blocked = Vec::new();
+        for tid in order {
+            if !self.sample_thread(tid, now, first, tick, true) {
+                blocked.push(tid);
+            }
+        }
+        for tid in blocked {
+            self.sample_thread(tid, now, first, tick, false);
+        }
+        self.seed_began();
+    }
+
     /// Starts keeping thread `tid`, first seen at this tick; `false` if it is gone already.
     pub(super) fn admit(&mut self, tid: u32, now: Instant, first: bool, tick: u64) -> bool {
         // A thread born since the previous tick: perf does not sample it yet, and

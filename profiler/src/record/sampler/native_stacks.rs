@@ -6,6 +6,7 @@
 
 use super::off_cpu::LatestSample;
 use super::*;
+use crate::record::clock::monotonic_ns;
 
 /// Most a departure's sample of the thread's stack comes before the departure itself: both
 /// are written as the thread leaves its CPU, microseconds apart.
@@ -205,16 +206,14 @@ impl Sampler {
                 (true, None) => {
                     let cpu_ns = cpu_ns.unwrap_or(0);
                     let run_delay = process::sched_times(self.pid, tid).map(|t| t.wait_ns);
-                    state.followed = Some(off_cpu::Followed::new(
-                        self.clock.ticks(),
-                        cpu_ns,
-                        run_delay,
-                    ));
+                    let mut followed =
+                        off_cpu::Followed::new(self.clock.ticks(), cpu_ns, run_delay);
                     // Its event was enabled only now: if it is off its CPU, the kernel
-                    // recorded no departure (see `seed_off_cpu`).
+                    // recorded no departure (see `seed_off_cpu`, at the tick's end).
                     if let Ok(Some(running)) = state.status.is_running() {
-                        self.seed_off_cpu(tid, own_tid, running);
+                        followed.began(running, monotonic_ns());
                     }
+                    state.followed = Some(followed);
                 }
                 (false, Some(_)) => state.followed = None,
                 _ => {}
