@@ -236,7 +236,14 @@ impl CallSites {
         }
         let (tid, found, memo_key) = match callers {
             Callers::Captured { tid, frames } => {
-                let found = self.in_frames(pid, via, ret, mark.sp, frames);
+                // Stacks taken with other marks (a thread preempted again within a sampling
+                // period leaves with its latest sample's stack, older than a call it made
+                // since) do not hold the call: the live stack does while the call's return
+                // address is still where it was pushed (the call is not over).
+                let found = self.in_frames(pid, via, ret, mark.sp, frames).or_else(|| {
+                    let call = (ret, mark.sp, frame_pointer(mark));
+                    self.on_live_stack((pid, via), remote, call, &mut || false)
+                });
                 (*tid, self.remember((*tid, mark.sp, ret), found), None)
             }
             Callers::Live {
