@@ -208,12 +208,23 @@ fn torn_reads_never_produce_an_impossible_stack() {
 
 /// Starts `fsprof-target SCENARIO SECS` (outside fsprof) and waits until it is marking.
 fn start_target(dir: &std::path::Path, scenario: &str, secs: f64) -> Guarded {
+    start_target_with(dir, scenario, secs, &[])
+}
+
+/// [`start_target`] with more of the target's options.
+fn start_target_with(
+    dir: &std::path::Path,
+    scenario: &str,
+    secs: f64,
+    options: &[&std::ffi::OsStr],
+) -> Guarded {
     let ready = dir.join("ready");
     let child = Command::new(target())
         .args([scenario, &secs.to_string(), "--truth"])
         .arg(dir.join("truth.json"))
         .arg("--ready")
         .arg(&ready)
+        .args(options)
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -226,7 +237,15 @@ fn start_target(dir: &std::path::Path, scenario: &str, secs: f64) -> Guarded {
 fn attach_profiles_a_running_process_and_leaves_it_running() {
     let _serial = serial();
     let dir = tempdir();
-    let mut target = start_target(dir.path(), "mixed", 6.0);
+    let mut target = start_target_with(
+        dir.path(),
+        "mixed",
+        6.0,
+        &[
+            "--timeline".as_ref(),
+            dir.path().join("timeline").as_os_str(),
+        ],
+    );
     let out = dir.path().join("out");
     let status = Command::new(fsprof())
         .args([
@@ -249,8 +268,10 @@ fn attach_profiles_a_running_process_and_leaves_it_running() {
         target.wait_with_deadline(Duration::from_secs(20)).success(),
         "target did not finish normally"
     );
-    // The target's mix is stationary, so the 3 s window's shares match the whole run's truth.
-    assert_shares_match(&report_json(&out), &truth(dir.path()));
+    // The 3 s window's shares match the truth of those 3 s.
+    let report = report_json(&out);
+    let window = truth_in_window(&dir.path().join("timeline"), &report);
+    assert_shares_match(&report, &window);
 }
 
 #[test]

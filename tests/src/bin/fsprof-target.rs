@@ -1,11 +1,15 @@
 //! A target program with known behaviour: each scenario marks features and times its own marked
 //! regions, then writes that ground truth as JSON for the end-to-end tests to compare with fsprof.
 //!
-//! `fsprof-target SCENARIO SECONDS [--truth FILE] [--ready FILE]`
+//! `fsprof-target SCENARIO SECONDS [--truth FILE] [--ready FILE] [--timeline FILE]`
 //!
 //! `--ready FILE` is written (with the pid) once the scenario has started marking, so a test can
 //! attach without sleeping; `--truth FILE` is written when the scenario ends (and, by
-//! `thousand`, `FILE.series`: its truth over time).
+//! `thousand`, `FILE.series`: its truth over time). `--timeline FILE` gets `mixed`'s truth so
+//! far every [`TIMELINE_EVERY`], one JSON line each (`{"unix_ns", "truth"}`), so that a test
+//! that records part of the run compares it with that part's truth: a window of `mixed`
+//! differs from its whole run by the program's own random choices (2 s of 6: about a point,
+//! against a bound of 2.5).
 
 use fsprof_shim::{intern, Feature};
 use fsprof_tests::{spin, thread_runnable_time, Rng, Truth};
@@ -14,6 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+
+/// How often `--timeline` writes the truth so far.
+const TIMELINE_EVERY: Duration = Duration::from_millis(20);
 
 static VALIDATION: Feature = Feature::new("validation");
 static OUTPUT: Feature = Feature::new("output");
@@ -31,19 +38,21 @@ struct Args {
     secs: f64,
     truth: Option<String>,
     ready: Option<String>,
+    timeline: Option<String>,
 }
 
 fn parse_args() -> Args {
     let mut args = std::env::args().skip(1);
     let scenario = args
         .next()
-        .expect("usage: fsprof-target SCENARIO SECONDS [--truth F] [--ready F]");
+        .expect("usage: fsprof-target SCENARIO SECONDS [--truth F] [--ready F] [--timeline F]");
     let secs = args.next().and_then(|s| s.parse().ok()).expect("SECONDS");
-    let (mut truth, mut ready) = (None, None);
+    let (mut truth, mut ready, mut timeline) = (None, None, None);
     while let Some(flag) = args.next() {
         match flag.as_str() {
             "--truth" => truth = args.next(),
             "--ready" => ready = args.next(),
+            "--timeline" => timeline = args.next(),
             other => panic!("unknown flag {other}"),
         }
     }
@@ -52,7 +61,34 @@ fn parse_args() -> Args {
         secs,
         truth,
         ready,
+        timeline,
     }
+}
+
+/// The `--timeline` file, and when it was last written.
+static TIMELINE: Mutex<Option<(std::fs::File, Option<Instant>)>> = Mutex::new(None);
+
+/// Appends the truth so far to the `--timeline` file, if there is one and it was last written
+/// [`TIMELINE_EVERY`] ago or more. Called by the scenario's own thread between its regions: the
+/// time it takes is the thread's, outside its marks, in the truth and in the report alike (a
+/// thread of its own for it had 1.4% of the program's time in fsprof's report, none in the
+/// truth).
+fn write_timeline(truth: &Truth) {
+    use std::io::Write;
+    let mut timeline = TIMELINE.lock().unwrap();
+    let Some((file, last)) = timeline.as_mut() else {
+        return;
+    };
+    if last.is_some_and(|last| last.elapsed() < TIMELINE_EVERY) {
+        return;
+    }
+    *last = Some(Instant::now());
+    let unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let line = serde_json::json!({"unix_ns": unix_ns, "truth": truth.to_json()});
+    writeln!(file, "{line}").unwrap();
 }
 
 fn main() {
@@ -61,6 +97,9 @@ fn main() {
     unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
     let truth = Arc::new(Truth::default());
     let run_for = Duration::from_secs_f64(args.secs);
+    if let Some(path) = &args.timeline {
+        *TIMELINE.lock().unwrap() = Some((std::fs::File::create(path).unwrap(), None));
+    }
     let ready = || {
         if let Some(path) = &args.ready {
             let tmp = format!("{path}.tmp");
@@ -209,7 +248,13 @@ fn timed_here(truth: &Truth, feature: &'static Feature, work: impl FnOnce()) {
 fn mixed(truth: &Truth, run_for: Duration, seed: u64) {
     let mut rng = Rng::new(seed);
     let start = Instant::now();
+    let mut counted = start;
     while start.elapsed() < run_for {
+        // Its time so far, for `--timeline`.
+        let now = Instant::now();
+        truth.active(now - counted);
+        counted = now;
+        write_timeline(truth);
         match rng.below(5) {
             0 => timed(truth, &VALIDATION, "rule-a", || spin(rng.micros(200, 3000))),
             1 => timed(truth, &VALIDATION, "rule-b", || spin(rng.micros(200, 1500))),
@@ -218,7 +263,7 @@ fn mixed(truth: &Truth, run_for: Duration, seed: u64) {
             _ => timed(truth, &PARSING, "expr", || spin(rng.micros(200, 1000))),
         }
     }
-    truth.active(start.elapsed());
+    truth.active(counted.elapsed());
 }
 
 /// One thread alternating 700 µs of work in `hashing`, a 500 µs sleep in `io` and 300 µs of

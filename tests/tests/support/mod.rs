@@ -311,6 +311,48 @@ pub fn truth(dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("truth.json")).unwrap()).unwrap()
 }
 
+/// The truth of the part of a run that `report` recorded, from the target's `--timeline` file
+/// `timeline` (its truth so far every 20 ms): the difference between the lines nearest the
+/// recording's start and end, figure by figure (`extra` is the whole run's). A recording that
+/// covers part of a run of `mixed` is compared with that part's truth, not the whole run's.
+pub fn truth_in_window(timeline: &Path, report: &Value) -> Value {
+    let lines: Vec<(f64, Value)> = std::fs::read_to_string(timeline)
+        .unwrap()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .map(|line| (line["unix_ns"].as_f64().unwrap(), line["truth"].clone()))
+        .collect();
+    let start = report["meta"]["start_unix_ns"].as_f64().unwrap();
+    let end = start + report["meta"]["duration_ns"].as_f64().unwrap();
+    let nearest = |at: f64| {
+        let line = lines
+            .iter()
+            .min_by(|a, b| (a.0 - at).abs().total_cmp(&(b.0 - at).abs()));
+        &line.expect("an empty timeline").1
+    };
+    let (first, last) = (nearest(start), nearest(end));
+    let mut window = difference(last, first);
+    window["extra"] = last["extra"].clone();
+    window
+}
+
+/// `to` less `from`, number by number (a number missing from `from` is 0, and no figure is
+/// below 0).
+fn difference(to: &Value, from: &Value) -> Value {
+    match to {
+        Value::Number(n) => {
+            let before = from.as_f64().unwrap_or(0.0);
+            (n.as_f64().unwrap() - before).max(0.0).into()
+        }
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(key, value)| (key.clone(), difference(value, &from[key])))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
 /// The share of `item` (a feature or instance of `report`'s JSON) as the targets' truths count
 /// it: every call they time, blocked or not. The report keeps a thread's waits inside built-in
 /// features outside the program's own marks apart (`blocked_ms`, not in `percent`); this puts
