@@ -6,21 +6,15 @@
 //! `--ready FILE` is written (with the pid) once the scenario has started marking, so a test can
 //! attach without sleeping; `--truth FILE` is written when the scenario ends (and, by
 //! `thousand`, `FILE.series`: its truth over time). `--timeline FILE` gets `mixed`'s truth so
-//! far every [`TIMELINE_EVERY`], one JSON line each (`{"unix_ns", "truth"}`), so that a test
-//! that records part of the run compares it with that part's truth: a window of `mixed`
-//! differs from its whole run by the program's own random choices (2 s of 6: about a point,
-//! against a bound of 2.5).
+//! far over time (see [`Timeline`]).
 
 use fsprof_shim::{intern, Feature};
-use fsprof_tests::{spin, thread_runnable_time, Rng, Truth};
+use fsprof_tests::{spin, thread_runnable_time, Rng, Timeline, Truth};
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// How often `--timeline` writes the truth so far.
-const TIMELINE_EVERY: Duration = Duration::from_millis(20);
 
 static VALIDATION: Feature = Feature::new("validation");
 static OUTPUT: Feature = Feature::new("output");
@@ -65,31 +59,8 @@ fn parse_args() -> Args {
     }
 }
 
-/// The `--timeline` file, and when it was last written.
-static TIMELINE: Mutex<Option<(std::fs::File, Option<Instant>)>> = Mutex::new(None);
-
-/// Appends the truth so far to the `--timeline` file, if there is one and it was last written
-/// [`TIMELINE_EVERY`] ago or more. Called by the scenario's own thread between its regions: the
-/// time it takes is the thread's, outside its marks, in the truth and in the report alike (a
-/// thread of its own for it had 1.4% of the program's time in fsprof's report, none in the
-/// truth).
-fn write_timeline(truth: &Truth) {
-    use std::io::Write;
-    let mut timeline = TIMELINE.lock().unwrap();
-    let Some((file, last)) = timeline.as_mut() else {
-        return;
-    };
-    if last.is_some_and(|last| last.elapsed() < TIMELINE_EVERY) {
-        return;
-    }
-    *last = Some(Instant::now());
-    let unix_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    let line = serde_json::json!({"unix_ns": unix_ns, "truth": truth.to_json()});
-    writeln!(file, "{line}").unwrap();
-}
+/// The `--timeline` file (see [`Timeline`]), written by `mixed`.
+static TIMELINE: Mutex<Option<Timeline>> = Mutex::new(None);
 
 fn main() {
     let args = parse_args();
@@ -98,7 +69,7 @@ fn main() {
     let truth = Arc::new(Truth::default());
     let run_for = Duration::from_secs_f64(args.secs);
     if let Some(path) = &args.timeline {
-        *TIMELINE.lock().unwrap() = Some((std::fs::File::create(path).unwrap(), None));
+        *TIMELINE.lock().unwrap() = Some(Timeline::create(path));
     }
     let ready = || {
         if let Some(path) = &args.ready {
@@ -254,7 +225,9 @@ fn mixed(truth: &Truth, run_for: Duration, seed: u64) {
         let now = Instant::now();
         truth.active(now - counted);
         counted = now;
-        write_timeline(truth);
+        if let Some(timeline) = TIMELINE.lock().unwrap().as_mut() {
+            timeline.write(truth);
+        }
         match rng.below(5) {
             0 => timed(truth, &VALIDATION, "rule-a", || spin(rng.micros(200, 3000))),
             1 => timed(truth, &VALIDATION, "rule-b", || spin(rng.micros(200, 1500))),
