@@ -298,7 +298,6 @@ impl Sampler {
         );
         let tick = self.clock.ticks();
         self.sample_threads(now, first, tick);
-        self.seed_began();
         self.take_later_branches(now);
         self.forget_gone(tick);
         self.clock.end(now);
@@ -324,15 +323,16 @@ impl Sampler {
     }
 
     /// Samples thread `tid` at the tick taken at `now` (the recording's first tick if `first`;
-    /// the clock's count `tick`). With `defer_blocked`, a thread other than the main one that
-    /// perf does not follow and that is blocked is left for later in the tick: `false`.
-    pub(super) fn sample_thread(
+    /// the clock's count `tick`). In the tick's first pass, a thread other than the main one that
+    /// perf does not follow and that is blocked is left for the second: `false`. In the second,
+    /// it is known blocked (its status is not read again).
+    fn sample_thread(
         &mut self,
         tid: u32,
         now: Instant,
         first: bool,
         tick: u64,
-        defer_blocked: bool,
+        pass: Pass,
     ) -> bool {
         if !self.threads.states.contains_key(&tid) && !self.admit(tid, now, first, tick) {
             return true;
@@ -357,14 +357,15 @@ impl Sampler {
         // A thread whose switches are followed tells its state by them (its ring is read
         // below): /proc is read for it only where they cannot tell (see `running_by_switches`),
         // except for the main thread, whose stat also tells of an exec.
-        let known = match tid != self.pid && self.followed_off_cpu(tid) {
-            true => None,
-            false => match self.proc_running(tid) {
+        let known = match (pass, tid != self.pid && self.followed_off_cpu(tid)) {
+            (Pass::Blocked, _) => Some(false),
+            (Pass::First, true) => None,
+            (Pass::First, false) => match self.proc_running(tid) {
                 Some(running) => Some(running),
                 None => return true,
             },
         };
-        if defer_blocked && tid != self.pid && known == Some(false) {
+        if pass == Pass::First && tid != self.pid && known == Some(false) {
             return false;
         }
         if tid == self.pid {
@@ -784,4 +785,5 @@ mod lifecycle;
 mod native_stacks;
 mod off_cpu;
 mod weight;
+use lifecycle::Pass;
 use weight::{PendingSample, Weight};

@@ -6,6 +6,14 @@
 
 use super::*;
 
+/// A tick's pass over its threads (see [`Sampler::sample_thread`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pass {
+    First,
+    /// The threads the first pass found blocked and left for after the others.
+    Blocked,
+}
+
 impl Sampler {
     /// Samples every thread at the tick taken at `now` (see `Sampler::sample_thread`), in this
     /// order: the main thread (whose status tells of an exec), then the running threads perf
@@ -17,22 +25,19 @@ impl Sampler {
     /// in 1 run in 5 to 10). The stretches off the CPU of the threads perf follows from this
     /// tick on are opened last (see `Sampler::seed_off_cpu`).
     pub(super) fn sample_threads(&mut self, now: Instant, first: bool, tick: u64) {
-        let mut order = self.tasks.tids().to_vec();
         let (pid, states) = (self.pid, &self.threads.states);
-        order.sort_by_key(|tid| {
-            (
-                *tid != pid,
-                states.get(tid).is_some_and(|s| s.followed.is_some()),
-            )
-        });
+        let (later, unfollowed): (Vec<u32>, Vec<u32>) = (self.tasks.tids().iter())
+            .filter(|&&tid| tid != pid)
+            .partition(|tid| states.get(tid).is_some_and(|s| s.followed.is_some()));
+        let main = self.tasks.tids().iter().copied().find(|&tid| tid == pid);
         let mut blocked = Vec::new();
-        for tid in order {
-            if !self.sample_thread(tid, now, first, tick, true) {
+        for tid in main.into_iter().chain(unfollowed).chain(later) {
+            if !self.sample_thread(tid, now, first, tick, Pass::First) {
                 blocked.push(tid);
             }
         }
         for tid in blocked {
-            self.sample_thread(tid, now, first, tick, false);
+            self.sample_thread(tid, now, first, tick, Pass::Blocked);
         }
         self.seed_began();
     }
