@@ -553,7 +553,16 @@ mod tests {
         );
         stop.0.send(()).unwrap();
         thread.join().unwrap();
-        tasks.read().unwrap();
+        // join returns when the kernel clears the thread's id word, which it does on the way
+        // out, a moment before the task leaves /proc: poll for that, with a deadline.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            tasks.read().unwrap();
+            if !tasks.tids().contains(&tid) || std::time::Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         assert!(!tasks.tids().contains(&tid), "{:?} has {tid}", tasks.tids());
 
         let mut child = std::process::Command::new("sleep")
