@@ -70,7 +70,7 @@
 //!   calls nothing before the real function (`enter_fast`); whatever must first be worked out (the
 //!   real function, the thread's slot) goes to its out-of-line `slow`, whose entries are counted
 //!   for tests ([`fsprof_agent_slow_entries`]).
-//! * Off: with `FSPROF_BUILTINS=0` in the environment (`fsprof run --no-agent` sets it, for
+//! * Off: with `FSPROF_BUILTINS=0` in the environment (`fsprof run` without `--agent` sets it, for
 //!   programs that link the agent for its C ABI) nothing is marked, calls are only forwarded.
 //! * Signal handlers may call every interposed function: none resolves anything then.
 //! * Jumps: `longjmp`, `siglongjmp` and `__longjmp_chk` are interposed (not features), so that a
@@ -180,7 +180,7 @@ extern "C" fn init() {
         ],
         jumps::REALS,
     ]);
-    // `fsprof run --no-agent` sets FSPROF_BUILTINS=0 for programs that link the agent anyway.
+    // `fsprof run` without `--agent` sets FSPROF_BUILTINS=0 for programs that link the agent anyway.
     if environment(c"FSPROF_BUILTINS") == Some(b"0") {
         return;
     }

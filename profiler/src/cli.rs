@@ -38,14 +38,16 @@ enum Cmd {
     Run {
         #[command(flatten)]
         record: RecordArgs,
-        /// Do not preload the fsprof agent: without it only the program's own marks are
-        /// recorded. By default `run` preloads libfsprof_agent.so (LD_PRELOAD, appended to any
-        /// the environment sets), which marks the runtime's built-in features (output, input,
-        /// allocation, locks, sleep, poll, process, files) at each libc call site: the library
-        /// FSPROF_AGENT names, else the one built into fsprof (written once to
-        /// $XDG_CACHE_HOME/fsprof, ~/.cache/fsprof by default; `fsprof agent` prints its path).
+        /// Preload fsprof's agent into the program (libfsprof_agent.so, by LD_PRELOAD appended
+        /// to any the environment sets), which marks the built-in features (output, input,
+        /// allocation, locks, sleep, poll, process, files) at each libc call as the program makes
+        /// it. Not needed where native stacks are taken (the default): the built-in rules find
+        /// the same features in the stacks, and nothing is put into the program. With
+        /// `--no-native` it is the only source of built-in features. The library FSPROF_AGENT
+        /// names, else the one built into fsprof (written once to $XDG_CACHE_HOME/fsprof,
+        /// ~/.cache/fsprof by default; `fsprof agent` prints its path).
         #[arg(long)]
-        no_agent: bool,
+        agent: bool,
         /// Record the program's process alone. By default `run` also records every process the
         /// program starts (fork, exec, posix_spawn: a shell script's commands, `make -j`'s
         /// compilers), each with its own sampler, and reports them per process and together.
@@ -65,9 +67,9 @@ enum Cmd {
     Top {
         #[command(flatten)]
         record: RecordArgs,
-        /// With a program: do not preload the fsprof agent (see `run --no-agent`).
+        /// With a program: preload fsprof's agent (see `run --agent`).
         #[arg(long)]
-        no_agent: bool,
+        agent: bool,
         /// Process id of a running target.
         pid: Option<u32>,
         /// Or the program to launch and its arguments (after `--`).
@@ -146,7 +148,7 @@ enum Cmd {
         #[command(flatten)]
         rules: RuleArgs,
     },
-    /// Print the path of the agent library that `run` preloads, for a program you start
+    /// Print the path of the agent library that `run --agent` preloads, for a program you start
     /// yourself and attach to: `LD_PRELOAD=$(fsprof agent) ./app & fsprof attach $!`.
     Agent,
     /// Print a shell completion script: `fsprof completions bash > /etc/bash_completion.d/fsprof`.
@@ -391,20 +393,20 @@ impl Cli {
         Ok(match self.command {
             Cmd::Run {
                 record,
-                no_agent,
+                agent,
                 no_follow,
                 program,
             } => Command::Run {
                 program,
                 options: RecordOptions {
-                    agent: !no_agent,
+                    agent,
                     follow: !no_follow,
                     ..record.into_options()?
                 },
             },
             Cmd::Top {
                 record,
-                no_agent,
+                agent,
                 pid,
                 program,
             } => {
@@ -414,7 +416,7 @@ impl Cli {
                     );
                 }
                 let options = RecordOptions {
-                    agent: !no_agent,
+                    agent,
                     top: Some(String::new()),
                     ..record.into_options()?
                 };
@@ -562,12 +564,12 @@ mod tests {
         };
         assert_eq!(program, ["./app", "-x", "--rate"]);
         assert_eq!(options.rate_hz, 500.0);
-        assert!(options.agent);
-        let cli = Cli::try_parse_from(["fsprof", "run", "--no-agent", "--", "./app"]).unwrap();
+        assert!(!options.agent, "nothing is preloaded by default");
+        let cli = Cli::try_parse_from(["fsprof", "run", "--agent", "--", "./app"]).unwrap();
         let Ok(Command::Run { options, .. }) = cli.into_command() else {
             panic!()
         };
-        assert!(!options.agent);
+        assert!(options.agent);
         assert!(Cli::try_parse_from(["fsprof", "run", "--rate", "0", "--", "x"]).is_err());
     }
 

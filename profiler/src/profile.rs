@@ -408,6 +408,20 @@ pub struct NativeFrame {
     /// Whether this function was inlined into the previous (outer) frame.
     #[serde(default)]
     pub inlined: bool,
+    /// For the innermost function at a caller's return address: the function its call calls,
+    /// by the call instruction (`symbolize::call_targets`), when that names one. Known even
+    /// where the callee left no frame (a function that ends by jumping to another).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls: Option<Callee>,
+}
+
+/// A function a call instruction calls: its symbol, and the file that defines it (for a symbol
+/// imported through the linkage table, the library its version names: `libc.so.6`; empty when
+/// unknown).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Callee {
+    pub function: String,
+    pub module: String,
 }
 
 /// A sample's native call stack, root first, and where its marks were pushed in it.
@@ -696,5 +710,5 @@ fn read_bounded(file: &Path) -> Result<Vec<u8>> {
 mod builder;
 mod merge;
 mod native_table;
-pub use builder::{ProfileBuilder, RawNativeStack};
+pub use builder::{ProfileBuilder, RawNativeStack, Symbolize};
 pub use merge::merge;

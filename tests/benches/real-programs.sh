@@ -84,6 +84,7 @@ sqlite3 rm -f db && sqlite3 db < queries.sql >/dev/null
 git for i in 1 2 3 4 5; do git -C "$repo" log -p >/dev/null; done
 xz xz -T2 -3 -c text.txt >/dev/null
 python3 python3 script.py >/dev/null
+awk awk 'BEGIN { for (i = 0; i < 3000000; i++) a["key" i] = i; n = 0; for (k in a) n += a[k]; print n }'
 tokio ./tokio-server serve 8 >port & read p <port; env -u LD_PRELOAD ./tokio-server load \$p 8 10000; wait
 EOF_JOBS
 

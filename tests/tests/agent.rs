@@ -403,12 +403,12 @@ fn marks_record_the_callers_stack_pointer_and_call_site() {
 /// `fsprof run --rate ACCURACY_RATE -o DIR -- PROGRAM SECS --truth DIR/truth.json` for a program
 /// outside this crate.
 ///
-/// With `agent` false, `--no-agent` (the chain targets' truth knows nothing of built-in features).
+/// With `agent`, `--agent` (else none: the chain targets' truth knows nothing of built-in features).
 fn run_program(dir: &Path, program: &Path, secs: f64, agent: bool) -> String {
     let output = Command::new(fsprof())
         .arg("run")
         .args(["--rate", ACCURACY_RATE])
-        .args((!agent).then_some("--no-agent"))
+        .args(agent.then_some("--agent"))
         .arg("-o")
         .arg(dir)
         .arg("--")

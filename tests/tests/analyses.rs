@@ -139,7 +139,7 @@ fn a_feature_whose_marks_nest_gets_its_tree() {
 #[test]
 fn async_tasks_count_for_themselves_and_under_the_task_that_spawned_them() {
     let _serial = serial();
-    let dir = profile_program(env!("CARGO_BIN_EXE_tasks").as_ref(), &["--no-agent"]);
+    let dir = profile_program(env!("CARGO_BIN_EXE_tasks").as_ref(), &[]);
     let report = report_json(dir.path());
     let order = assert_tree_matches(&report, &truth(dir.path()), "tasks");
     assert_eq!(order[0], "server", "{order:?}");
@@ -152,7 +152,7 @@ fn async_tasks_count_for_themselves_and_under_the_task_that_spawned_them() {
 #[test]
 fn an_echo_servers_connections_count_under_it_in_proportion_to_their_input() {
     let _serial = serial();
-    let dir = profile_program(env!("CARGO_BIN_EXE_echo").as_ref(), &["--no-agent"]);
+    let dir = profile_program(env!("CARGO_BIN_EXE_echo").as_ref(), &[]);
     let report = report_json(dir.path());
     let truth = truth(dir.path());
     let order = assert_tree_matches(&report, &truth, "tasks");
@@ -239,7 +239,7 @@ fn assert_backtracking_matches(report: &Value, truth: &Value, feature: &str) {
 #[test]
 fn a_parsers_abandoned_branches_are_its_wasted_time() {
     let _serial = serial();
-    let dir = profile_program(env!("CARGO_BIN_EXE_parser").as_ref(), &["--no-agent"]);
+    let dir = profile_program(env!("CARGO_BIN_EXE_parser").as_ref(), &[]);
     let report = report_json(dir.path());
     let truth = truth(dir.path());
     assert_shares_match(&report, &truth);
@@ -257,7 +257,7 @@ fn a_parsers_abandoned_branches_are_its_wasted_time() {
 fn a_parsers_short_abandoned_branches_are_its_wasted_time() {
     let _serial = serial();
     let parser = env!("CARGO_BIN_EXE_parser").as_ref();
-    let dir = profile_program_with(parser, &["--no-agent"], &["--us-per-char", "20"]);
+    let dir = profile_program_with(parser, &[], &["--us-per-char", "20"]);
     let report = report_json(dir.path());
     assert_backtracking_matches(&report, &truth(dir.path()), "parse");
 }
@@ -279,7 +279,7 @@ fn a_c_parsers_abandoned_branches_are_its_wasted_time() {
 #[test]
 fn boundary_checks_cost_on_their_edges() {
     let _serial = serial();
-    let dir = profile_program(env!("CARGO_BIN_EXE_contracts").as_ref(), &["--no-agent"]);
+    let dir = profile_program(env!("CARGO_BIN_EXE_contracts").as_ref(), &[]);
     let report = report_json(dir.path());
     let truth = truth(dir.path());
     assert_shares_match(&report, &truth);

@@ -1,9 +1,10 @@
-//! The agent's built-in features end to end: programs written for these tests run by the real
-//! `fsprof run`, which preloads `libfsprof_agent.so`. Programs that time their own libc calls (C
-//! and Rust, no marks of their own, or marks of their own beside threads waiting in libc) must
-//! get the shares they measured, with instances at the lines that made the calls. Also:
-//! `--no-agent`, statically linked programs, and an `LD_PRELOAD` the user set. Programs nobody
-//! here wrote are in `real_programs.rs`.
+//! The built-in features end to end: programs written for these tests run by the real `fsprof
+//! run`, which with the defaults finds them in the native stacks by the built-in rules and puts
+//! nothing into the program; with `--agent`, it preloads `libfsprof_agent.so`, which marks them
+//! at each libc call. Programs that time their own libc calls (C and Rust, no marks of their own,
+//! or marks of their own beside threads waiting in libc) must get the shares they measured, with
+//! instances at the lines that made the calls, either way. Also: statically linked programs, and
+//! an `LD_PRELOAD` the user set. Programs nobody here wrote are in `real_programs.rs`.
 
 mod support;
 
@@ -205,8 +206,9 @@ fn threads_waiting_in_builtin_calls_do_not_dilute_the_programs_own_feature() {
         let waited =
             |name: &str| feature(&report, name).map_or(0.0, |f| f["blocked_ms"].as_f64().unwrap());
         eprintln!(
-            "agent {agent}: hashing {hashing:.2}% against {expected:.2}% measured; locks waited {:.0} ms, sleep {:.0} ms, total {:.0} ms",
+            "agent {agent}: hashing {hashing:.2}% against {expected:.2}% measured; locks waited {:.0} ms, waiting {:.0} ms, sleep {:.0} ms, total {:.0} ms",
             waited("locks"),
+            waited("waiting"),
             waited("sleep"),
             report["total_ms"]
         );
@@ -214,13 +216,17 @@ fn threads_waiting_in_builtin_calls_do_not_dilute_the_programs_own_feature() {
             (hashing - expected).abs() <= TOLERANCE,
             "agent {agent}: hashing {hashing:.2}%, measured {expected:.2}%: {report:#}"
         );
-        if agent {
-            // Six threads waited for 6 s: the waits are there, apart from the shares.
-            assert!(waited("locks") + waited("sleep") > 6_000.0, "{report:#}");
-            for f in report["features"].as_array().unwrap() {
-                if f["builtin"] == true {
-                    assert!(f["percent"].as_f64().unwrap() < TOLERANCE, "{f:#}");
-                }
+        // Six threads waited for 6 s: the waits are there, apart from the shares, whether the
+        // agent marked them or the rules found them in the stacks (which tell a condition
+        // variable's waits, `waiting`, from a lock's).
+        let built_in_waits: f64 = (report["features"].as_array().unwrap().iter())
+            .filter(|f| f["builtin"] == true)
+            .map(|f| f["blocked_ms"].as_f64().unwrap())
+            .sum();
+        assert!(built_in_waits > 6_000.0, "agent {agent}: {report:#}");
+        for f in report["features"].as_array().unwrap() {
+            if f["builtin"] == true {
+                assert!(f["percent"].as_f64().unwrap() < TOLERANCE, "{f:#}");
             }
         }
     }
@@ -300,7 +306,7 @@ fn forking_a_large_program_counts_the_fork_for_the_fork() {
             }
         }
     }
-    assert_shares_match(&report, &truth(dir.path()));
+    assert_timed_shares_match(&report, &truth(dir.path()));
 }
 
 /// Threads cancelled while blocked in `read`: the cancellation unwinds through the agent's
@@ -311,9 +317,12 @@ fn forking_a_large_program_counts_the_fork_for_the_fork() {
 #[test]
 fn a_thread_cancelled_inside_read_is_out_of_input_while_it_unwinds() {
     let _serial = serial();
+    let (dir, _) = run_c_program("cancel", "3", &[], &[]);
+    assert_feature_shares(&report_json(dir.path()), &truth(dir.path()), TOLERANCE);
     for form in ["jump", "ret"] {
-        eprintln!("FSPROF_AGENT_RETURN={form}");
-        let (dir, _) = run_c_program("cancel", "3", &[], &[("FSPROF_AGENT_RETURN", form)]);
+        eprintln!("--agent, FSPROF_AGENT_RETURN={form}");
+        let env = [("FSPROF_AGENT_RETURN", form)];
+        let (dir, _) = run_c_program("cancel", "3", &["--agent"], &env);
         assert_feature_shares(&report_json(dir.path()), &truth(dir.path()), TOLERANCE);
     }
 }
@@ -325,8 +334,10 @@ fn a_thread_cancelled_inside_read_is_out_of_input_while_it_unwinds() {
 #[test]
 fn a_mark_left_by_siglongjmp_stops_at_the_next_call() {
     let _serial = serial();
-    let (dir, _) = run_c_program("longjmp", "3", &[], &[]);
-    assert_feature_shares(&report_json(dir.path()), &truth(dir.path()), TOLERANCE);
+    for args in [&[][..], &["--agent"]] {
+        let (dir, _) = run_c_program("longjmp", "3", args, &[]);
+        assert_feature_shares(&report_json(dir.path()), &truth(dir.path()), TOLERANCE);
+    }
 }
 
 /// Runs the Rust `builtins` program (`fsprof run [args]`) and checks its shares, and that each
@@ -384,17 +395,39 @@ fn rust_program_gets_the_shares_it_measured_at_its_own_lines() {
     rust_program_against_truth(&[]);
 }
 
+/// Without native stacks the agent is the only source of built-in features.
 #[test]
-fn rust_program_gets_its_own_lines_without_native_stacks() {
-    rust_program_against_truth(&["--no-native"]);
+fn rust_program_gets_its_own_lines_from_the_agent_without_native_stacks() {
+    rust_program_against_truth(&["--no-native", "--agent"]);
 }
 
-/// Without the agent the built-in features still come, from the native stacks by the built-in
-/// rules; without those rules too, only the program's own marks are reported (here, none).
+/// With the defaults nothing of fsprof is put into the program or its children (no
+/// `LD_PRELOAD`, nothing of fsprof's in their memory maps), and the built-in features come from
+/// the native stacks by the built-in rules; without those rules too, only the program's own
+/// marks are reported (here, none).
 #[test]
-fn without_the_agent_the_built_in_features_come_from_the_stacks() {
+fn by_default_the_built_in_features_come_from_the_stacks_and_nothing_is_injected() {
     let _serial = serial();
-    let (dir, stderr) = run_c_program("builtins", "0.3", &["--no-agent"], &[]);
+    let dir = tempdir();
+    let output = Command::new(fsprof())
+        .env_remove("LD_PRELOAD")
+        .args(["run", "-o"])
+        .arg(dir.path())
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"[$LD_PRELOAD]\"; cat /proc/self/maps",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.starts_with("[]\n"), "{stdout}");
+    assert!(stdout.contains("/cat"), "the child's maps: {stdout}");
+    assert!(!stdout.contains("fsprof"), "{stdout}");
+
+    let (dir, stderr) = run_c_program("builtins", "0.3", &[], &[]);
     assert!(
         stderr.contains("features found in the native stacks by rules"),
         "{stderr}"
@@ -419,9 +452,10 @@ fn a_static_program_runs_without_the_agent_and_the_report_says_why() {
         return;
     };
     let dir = tempdir();
-    // It exits at once, perhaps before the first sample: only success is asked of it.
+    // It exits at once, perhaps before the first sample: only success is asked of it. With the
+    // defaults nothing is preloaded anyway; asked to, fsprof says why it cannot.
     let output = Command::new(fsprof())
-        .args(["run", "-o"])
+        .args(["run", "--agent", "-o"])
         .arg(dir.path())
         .arg("--")
         .arg(&program)
@@ -444,7 +478,7 @@ fn the_users_ld_preload_is_kept_and_children_run() {
     let dir = tempdir();
     let output = Command::new(fsprof())
         .env("LD_PRELOAD", "libm.so.6")
-        .args(["run", "-o"])
+        .args(["run", "--agent", "-o"])
         .arg(dir.path())
         .args([
             "--",
@@ -467,9 +501,20 @@ fn the_users_ld_preload_is_kept_and_children_run() {
         "{preload}"
     );
     assert_eq!(lines.next(), Some("child-ok"));
+    // Without --agent, the user's own alone.
+    let dir = tempdir();
+    let output = Command::new(fsprof())
+        .env("LD_PRELOAD", "libm.so.6")
+        .args(["run", "-o"])
+        .arg(dir.path())
+        .args(["--", "sh", "-c", "echo \"$LD_PRELOAD\""])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "libm.so.6\n");
 }
 
-/// FizzBuzz marks its own `output` around each write(2), which the agent marks again: one
+/// FizzBuzz marks its own `output` around each write(2), which the agent (`--agent`) marks again: one
 /// feature, two regions, marks changing every few tens of nanoseconds. The two regions are
 /// copied a moment apart, so the write's built-in mark can be seen without the program's mark
 /// around it, as a stray call-site instance of `output` (7% of it when nothing corrects that).
@@ -485,7 +530,15 @@ fn a_programs_own_mark_around_a_builtin_one_is_seen_at_one_instant() {
     let dir = tempdir();
     let fizzbuzz = fsprof().with_file_name("fizzbuzz");
     let output = Command::new(fsprof())
-        .args(["run", "--rate", ACCURACY_RATE, "--backend", "perf", "-o"])
+        .args([
+            "run",
+            "--agent",
+            "--rate",
+            ACCURACY_RATE,
+            "--backend",
+            "perf",
+            "-o",
+        ])
         .arg(dir.path())
         .arg("--")
         .arg(&fizzbuzz)
@@ -582,7 +635,7 @@ fn a_stack_from_before_an_exec_is_never_shown_after_it() {
 #[test]
 fn the_time_spent_in_the_agents_own_code_is_reported() {
     let _serial = serial();
-    let (dir, stderr) = run_c_program("strdups", "2", &[], &[]);
+    let (dir, stderr) = run_c_program("strdups", "2", &["--agent"], &[]);
     let report = report_json(dir.path());
     let agent = report["agent_percent"].as_f64().unwrap();
     let allocation = percent(&report, "allocation");
@@ -609,7 +662,7 @@ fn the_time_spent_in_the_agents_own_code_is_reported() {
     let folded = String::from_utf8_lossy(&folded.stdout);
     assert!(folded.contains("strdup"), "{folded}");
     assert!(!folded.contains("fsprof_agent"), "{folded}");
-    let (dir, stderr) = run_c_program("strdups", "1", &["--no-agent"], &[]);
+    let (dir, stderr) = run_c_program("strdups", "1", &[], &[]);
     let report = report_json(dir.path());
     assert_eq!(report["agent_percent"].as_f64().unwrap_or(0.0), 0.0);
     assert!(!stderr.contains("the agent's own code"), "{stderr}");

@@ -19,7 +19,7 @@ use std::process::Command;
 use support::native::perf_backend_available;
 use support::*;
 
-/// `fsprof run --no-agent --rate ACCURACY_RATE -o DIR [extra] -- deep SCENARIO SECONDS`: 3 s
+/// `fsprof run --rate ACCURACY_RATE -o DIR [extra] -- deep SCENARIO SECONDS`: 3 s
 /// for `roots` (perf completes less in a thread's first few hundred ms, while its images
 /// accumulate, and the first phase is always `left`: in 2 s runs the left root's share read 2.9
 /// points low in one run of five), 2 s otherwise.
@@ -27,7 +27,7 @@ fn record(dir: &Path, scenario: &str, extra: &[&str]) {
     let seconds = if scenario == "roots" { "3" } else { "2" };
     let deep = Path::new(&fsprof()).with_file_name("deep");
     let output = Command::new(fsprof())
-        .args(["run", "--no-agent", "--rate", ACCURACY_RATE, "-o"])
+        .args(["run", "--rate", ACCURACY_RATE, "-o"])
         .arg(dir)
         .args(extra)
         .arg("--")

@@ -163,7 +163,7 @@ fn a_diff_of_one_program_at_two_sizes_shows_which_instance_grows_faster() {
     let growth = fsprof().with_file_name("growth");
     for n in ["60", "120"] {
         let status = Command::new(fsprof())
-            .args(["run", "--no-agent", "--rate", "1000", "-o"])
+            .args(["run", "--rate", "1000", "-o"])
             .arg(dir.path().join(n))
             .arg("--")
             .arg(&growth)
@@ -240,7 +240,7 @@ fn tracing_spans_are_features_with_the_time_the_program_measured() {
     let _serial = serial();
     let dir = tempdir();
     let status = Command::new(fsprof())
-        .args(["run", "--no-agent", "--rate", ACCURACY_RATE, "-o"])
+        .args(["run", "--rate", ACCURACY_RATE, "-o"])
         .arg(dir.path())
         .arg("--")
         .arg(fsprof().with_file_name("spans"))
@@ -264,7 +264,7 @@ fn a_crates_own_tracing_spans_become_features() {
     let dir = tempdir();
     let example = fsprof().parent().unwrap().join("examples/h2_spans");
     let output = Command::new(fsprof())
-        .args(["run", "--no-agent", "-o"])
+        .args(["run", "-o"])
         .arg(dir.path())
         .arg("--")
         .arg(&example)
@@ -380,7 +380,7 @@ fn a_status_line_shows_progress_on_a_terminal_and_nowhere_else() {
     let dir = tempdir();
     let in_terminal = |redirect: &str| {
         let command = format!(
-            "{} run --no-agent -o {} -- {} mixed 2.5 --truth {} {redirect}",
+            "{} run -o {} -- {} mixed 2.5 --truth {} {redirect}",
             fsprof().display(),
             dir.path().join(format!("tty{}", redirect.len())).display(),
             target(),
@@ -458,7 +458,7 @@ fn fsprof_top_shows_the_features_live_and_q_gives_the_terminal_back() {
     let exit = dir.path().join("exit");
     let tmux = Tmux(format!("fsprof-test-{}", std::process::id()));
     let command = format!(
-        "{} top --no-agent -- {} mixed 5 --truth {}; echo EXIT=$? > {}; sleep 60",
+        "{} top -- {} mixed 5 --truth {}; echo EXIT=$? > {}; sleep 60",
         fsprof().display(),
         target(),
         dir.path().join("truth.json").display(),

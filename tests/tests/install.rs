@@ -1,8 +1,9 @@
 //! Installed the way Rust tools are: `cargo install --path profiler` from a fresh clone of this
 //! repository into a temporary root gives a complete fsprof. Nothing else is moved or set: from an
 //! unrelated directory, with a fresh cache directory, the installed binary profiles a C program and
-//! a Rust program with their built-in features, preloading the agent it carries. Also what the
-//! installed command offers besides: `fsprof agent`, completions and the manual page.
+//! a Rust program with their built-in features: the C program's from the agent it carries
+//! (`--agent`), the Rust program's from its native stacks (the defaults). Also what the installed
+//! command offers besides: `fsprof agent`, completions and the manual page.
 //!
 //! The clone is of the repository's last commit (what a user clones), so changes not committed
 //! yet are not what this test installs.
@@ -52,12 +53,20 @@ fn install(clone: &Path, root: &Path) -> PathBuf {
     fsprof
 }
 
-/// Runs the installed `fsprof run -o out -- program args` in `cwd`, with `cache` as its cache
-/// directory and no `FSPROF_AGENT`; returns the JSON report.
-fn profile(fsprof: &Path, cwd: &Path, cache: &Path, program: &[&std::ffi::OsStr]) -> Value {
+/// Runs the installed `fsprof run [agent] -o out -- program args` in `cwd`, with `cache` as its
+/// cache directory and no `FSPROF_AGENT`; returns the JSON report.
+fn profile(
+    fsprof: &Path,
+    cwd: &Path,
+    cache: &Path,
+    agent: bool,
+    program: &[&std::ffi::OsStr],
+) -> Value {
     let output = Command::new(fsprof)
         .current_dir(cwd)
-        .args(["run", "--rate", ACCURACY_RATE, "-o", "out", "--"])
+        .arg("run")
+        .args(agent.then_some("--agent"))
+        .args(["--rate", ACCURACY_RATE, "-o", "out", "--"])
         .args(program)
         .env_remove("FSPROF_AGENT")
         .env("XDG_CACHE_HOME", cache)
@@ -113,6 +122,7 @@ fn an_installed_fsprof_profiles_programs_elsewhere_with_their_builtin_features()
         &fsprof,
         &elsewhere.join("c"),
         &cache,
+        true,
         &[
             c_program.as_os_str(),
             "2".as_ref(),
@@ -133,6 +143,7 @@ fn an_installed_fsprof_profiles_programs_elsewhere_with_their_builtin_features()
         &fsprof,
         &elsewhere.join("rust"),
         &cache,
+        false,
         &[
             env!("CARGO_BIN_EXE_builtins").as_ref(),
             "2".as_ref(),
@@ -146,7 +157,7 @@ fn an_installed_fsprof_profiles_programs_elsewhere_with_their_builtin_features()
         "built-in features of the Rust program: {found:?}"
     );
 
-    // The agent it preloaded: its cached copy, private to this user.
+    // The agent it preloaded for the C program: its cached copy, private to this user.
     let agent = Command::new(&fsprof)
         .arg("agent")
         .env("XDG_CACHE_HOME", &cache)
@@ -175,7 +186,7 @@ fn an_installed_fsprof_profiles_programs_elsewhere_with_their_builtin_features()
     };
     let bash = text(&["completions", "bash"]);
     assert!(
-        bash.contains("--no-agent") && bash.contains("attach"),
+        bash.contains("--agent") && bash.contains("attach"),
         "{bash}"
     );
     let page = text(&["manpage"]);

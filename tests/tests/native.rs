@@ -110,7 +110,7 @@ fn rust_chain(backend: &str) {
 /// and checks its chains against its truth.
 fn profile_chain(dir: &Path, program: &Path, backend: &str) {
     let status = Command::new(fsprof())
-        .args(["run", "--no-agent", "--backend", backend, "-o"])
+        .args(["run", "--backend", backend, "-o"])
         .arg(dir.join("out"))
         .arg("--")
         .arg(program)
@@ -190,7 +190,7 @@ fn marks_and_stack_of_the_same_instant(backend: &str) {
     let dir = tempdir();
     let out = dir.path().join("out");
     let status = Command::new(fsprof())
-        .args(["run", "--no-agent", "--backend", backend, "-o"])
+        .args(["run", "--backend", backend, "-o"])
         .arg(&out)
         .arg("--")
         .arg(fsprof().with_file_name("fizzbuzz"))
@@ -305,22 +305,15 @@ fn marks_and_stack_of_a_sample_are_of_the_same_instant_with_ptrace() {
 
 /// A thread that sleeps inside a mark (`fsprof-target sleepy`: 500 µs of `thread::sleep` in
 /// [io], 1 ms of work around it) has its stack read while it is blocked, without a stop (a stop
-/// would lengthen the sleep it interrupts): under [io] must be the sleep, down to
-/// `clock_nanosleep`. With perf for the running samples, nothing is stopped at all.
+/// would lengthen the sleep it interrupts), or, with perf, copied by the kernel as it blocks:
+/// under [io] must be the sleep, down to `clock_nanosleep`. With perf, nothing is stopped at
+/// all.
 fn blocked_thread_sampled_without_a_stop(backend: &str) {
     let _serial = serial();
     let dir = tempdir();
     let out = dir.path().join("out");
     let status = Command::new(fsprof())
-        .args([
-            "run",
-            "--no-agent",
-            "--rate",
-            ACCURACY_RATE,
-            "--backend",
-            backend,
-            "-o",
-        ])
+        .args(["run", "--rate", ACCURACY_RATE, "--backend", backend, "-o"])
         .arg(&out)
         .arg("--")
         .arg(target())
@@ -344,10 +337,11 @@ fn blocked_thread_sampled_without_a_stop(backend: &str) {
     // perf read 18 to 30 and skipped 13 to 25 beside two, 20 and 71 once beside one; ptrace
     // 290 to 468 and skipped 42 to 298. What is checked is that blocked stacks are read at all,
     // and without stopping the thread (below); how many are skipped is a figure of
-    // BENCHMARKS.md, not a bound.
-    let least = if backend == "perf" { 10 } else { 150 };
-    assert!(blocked > least, "{meta}");
-    if backend == "perf" {
+    // BENCHMARKS.md, not a bound. With perf, a sleep mostly comes with the stack the kernel
+    // copied as the thread left its CPU, and the ticks read no other (0 to 10 reads).
+    if backend == "ptrace" {
+        assert!(blocked > 150, "{meta}");
+    } else {
         // Stopped only to learn the sizes of the standard library's frame-pointer frames on its
         // way to the sleep (see unwind.rs), the first time it is found there.
         assert!(meta["native_stops"].as_u64().unwrap() <= 3, "{meta}");
@@ -409,7 +403,7 @@ fn a_binary_deleted_while_it_runs_is_still_symbolized() {
     let ready = dir.path().join("ready");
     let mut fsprof = Guarded(
         Command::new(fsprof())
-            .args(["run", "--no-agent", "-o"])
+            .args(["run", "-o"])
             .arg(dir.path().join("out"))
             .arg("--")
             .arg(&copy)

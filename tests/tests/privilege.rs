@@ -333,19 +333,11 @@ fn capable_copies_walk_deep_stacks() {
         let deep = house.path("deep");
         let output = house.fsprof(
             privilege,
-            &[
-                "run",
-                "--no-agent",
-                "--rate",
-                "1000",
-                "-o",
-                out.to_str().unwrap(),
-                "--",
-            ]
-            .into_iter()
-            .chain([deep.to_str().unwrap(), "paths", "2", "--truth"])
-            .chain([truth.to_str().unwrap()])
-            .collect::<Vec<_>>(),
+            &["run", "--rate", "1000", "-o", out.to_str().unwrap(), "--"]
+                .into_iter()
+                .chain([deep.to_str().unwrap(), "paths", "2", "--truth"])
+                .chain([truth.to_str().unwrap()])
+                .collect::<Vec<_>>(),
         );
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{privilege:?}: {stderr}");
@@ -520,7 +512,7 @@ fn capable_copies_write_their_files_as_their_user() {
     }
 }
 
-/// `fsprof run --no-agent -o OUT -- SCRIPT` as the user, through the copy that has `privilege`:
+/// `fsprof run -o OUT -- SCRIPT` as the user, through the copy that has `privilege`:
 /// asserts that it recorded the user's `fsprof-target` and no set-user-id copy of it (by their
 /// command lines); returns fsprof's stderr.
 fn run_script_recording_the_users_program_only(
@@ -533,7 +525,6 @@ fn run_script_recording_the_users_program_only(
         privilege,
         &[
             "run",
-            "--no-agent",
             "-o",
             out.to_str().unwrap(),
             "--",

@@ -1,5 +1,6 @@
-//! Programs nobody here wrote, profiled as a user would with the defaults (the agent on): `xz
-//! -T2`, `sort`, `python3` (directly and through a shell wrapper that execs it) and ripgrep. Where
+//! Programs nobody here wrote, profiled as a user would with the defaults (nothing put into them:
+//! the built-in features from their native stacks): `xz -T2`, `sort`, `python3` (directly and
+//! through a shell wrapper that execs it) and ripgrep. Where
 //! the program can say what it measured (a Python script timing its own writes) the report is
 //! compared with it; elsewhere with what is known of the program (xz's coordinator waits on a
 //! condition variable; ripgrep's reads are made by its own crates through Rust's standard library).

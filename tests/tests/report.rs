@@ -199,7 +199,7 @@ fn links_planted_in_the_output_directory_are_not_followed() {
         std::os::unix::fs::symlink(to, out.join(name)).unwrap();
     }
     let status = Command::new(fsprof())
-        .args(["run", "--no-agent", "-o"])
+        .args(["run", "-o"])
         .arg(&out)
         .args(["--", "/bin/true"])
         .output()

@@ -78,8 +78,8 @@ fn run_preloaded(program: &Path, args: &[&str], limit: Duration) -> (i32, String
 /// mutex that the main thread holds while it makes interposed calls. The agent once took the
 /// loader's lock on those calls: `dladdr` to find the call site of a call from libc (`strdup`'s
 /// `malloc`), `dlsym` for a function's first call, `__cxa_thread_atexit_impl` when a new thread
-/// claimed its slot; each mode hung. Also with the built-in features off (`fsprof run
-/// --no-agent` for a program that links the agent), where calls are only forwarded: the first
+/// claimed its slot; each mode hung. Also with the built-in features off (`fsprof run` without
+/// `--agent`, for a program that links the agent), where calls are only forwarded: the first
 /// call's `dlsym` hung there too.
 #[test]
 fn interposed_calls_never_wait_for_a_thread_inside_dlopen() {

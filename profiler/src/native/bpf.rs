@@ -177,9 +177,7 @@ pub(super) const PSEUDO_MAP_FD: u8 = 1;
 pub(super) const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
 const HELPER_KTIME_GET_NS: i32 = 5;
 const HELPER_GET_PRANDOM_U32: i32 = 7;
-const HELPER_GET_CURRENT_TASK: i32 = 35;
 pub(super) const HELPER_PROBE_READ_USER: i32 = 112;
-const HELPER_PROBE_READ_KERNEL: i32 = 113;
 pub(super) const HELPER_RINGBUF_OUTPUT: i32 = 130;
 /// `bpf_ringbuf_output` flag: wake nobody (fsprof reads the ring on its own schedule).
 pub(super) const RB_NO_WAKEUP: i32 = 1;
@@ -193,7 +191,7 @@ pub(super) const RB_NO_WAKEUP: i32 = 1;
 /// Returns 1, so the kernel writes the sample (after these copies), for a sampling event. For a
 /// context-switch event (`at_switch`: the thread is leaving its CPU), its copies say so (bit 8
 /// of the slot's number), to be told apart from the samples' own, and it returns 0 (the event
-/// writes nothing of its own) unless `departure` is given and the thread was preempted: see
+/// writes nothing of its own) unless the thread's previous such sample is old enough: see
 /// [`Departure`].
 fn program(
     map: RawFd,
@@ -203,7 +201,7 @@ fn program(
     at_switch: Option<Departure>,
 ) -> Vec<Insn> {
     let kind = i32::from(at_switch.is_some()) << 8;
-    let departure = at_switch.and_then(|d| d.state_offset.map(|at| (at, d.gap_ns)));
+    let departure = at_switch.map(|d| d.gap_ns);
     let at_switch = at_switch.is_some();
     let result = i32::from(!at_switch);
     let mut p = vec![
@@ -314,59 +312,39 @@ fn program(
         anchors(&mut p, copies, index);
         crate::native::walk::hand_over(&mut p, walk, index);
     }
-    if let Some((state_offset, gap_ns)) = departure {
-        preempted(&mut p, state_offset, gap_ns);
+    if let Some(gap_ns) = departure {
+        departed(&mut p, gap_ns);
     }
     p.extend([insn(MOV64_IMM, 0, 0, 0, result), insn(EXIT, 0, 0, 0, 0)]);
     p
 }
 
 /// What the program run as a thread leaves its CPU needs to tell whether the kernel should
-/// write a sample of it (its registers and stack, into the thread's ring): the offset of the
-/// scheduling state in the kernel's `task_struct` (`btf.rs`; `None`: never), and the least time
+/// write a sample of it (its registers and stack, into the thread's ring): the least time
 /// between two such samples of one thread.
 #[derive(Clone, Copy)]
 pub(super) struct Departure {
-    pub(super) state_offset: Option<u32>,
     pub(super) gap_ns: u64,
 }
 
-/// At a departure: returns 1 (the kernel writes the event's sample) if the thread is still
-/// runnable, so preempted (its state, read from the kernel's `task_struct` at `state_offset`,
-/// is 0: a thread that blocks has set another), and its previous such sample is at least
-/// `gap_ns` old (the time in `r7`; `r6` is the value, which keeps the sample's time). A thread
-/// preempted is running user code, or a system call, which its user registers and stack show:
-/// its wait for a CPU then gets the stack it was preempted at. The gap bounds what this costs
-/// a thread preempted very often (a copy of up to 64 KiB each) to one per sampling period.
-fn preempted(p: &mut Vec<Insn>, state_offset: u32, gap_ns: u64) {
-    let state = -16i16; // on the program's stack
+/// At a departure: returns 1 (the kernel writes the event's sample: the thread's user registers
+/// and stack, which show the code it was running, or the system call it blocks in) if its
+/// previous such sample is at least `gap_ns` old (the time in `r7`; `r6` is the value, which
+/// keeps the sample's time). Preempted, its wait for a CPU gets the stack it was preempted at;
+/// blocked, its block gets the stack it blocked at, which the rules' features need (a wait in
+/// `pthread_mutex_lock` is `locks`). The gap bounds what this costs a thread that leaves its
+/// CPU very often (a copy of up to 64 KiB each) to one per sampling period.
+fn departed(p: &mut Vec<Insn>, gap_ns: u64) {
     let last = VALUE_DEPARTED as i16;
     let gap = gap_ns.min(i32::MAX as u64) as i32;
-    let start = p.len();
     p.extend([
-        insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_TASK),
-        insn(MOV64_REG, 3, 0, 0, 0),
-        insn(ADD64_IMM, 3, 0, 0, state_offset as i32),
-        insn(MOV64_REG, 1, 10, 0, 0),
-        insn(ADD64_IMM, 1, 0, 0, i32::from(state)),
-        insn(MOV64_IMM, 2, 0, 0, 4),
-        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
-        insn(JNE_IMM, 0, 0, 0, 0), // unreadable: no sample
-        insn(LDX_W, 1, 10, state, 0),
-        insn(JNE_IMM, 1, 0, 0, 0), // blocking: no sample
         insn(LDX_DW, 2, 6, last, 0),
         insn(ADD64_IMM, 2, 0, 0, gap),
-        insn(JLT_REG, 7, 2, 0, 0), // the previous one too recent: no sample
+        insn(JLT_REG, 7, 2, 3, 0), // the previous one too recent: no sample (past the exit)
         insn(STX_DW, 6, 7, last, 0),
         insn(MOV64_IMM, 0, 0, 0, 1),
         insn(EXIT, 0, 0, 0, 0),
     ]);
-    let end = p.len();
-    for (at, insn) in p.iter_mut().enumerate().skip(start) {
-        if matches!(insn.code, JNE_IMM | JLT_REG) {
-            insn.off = (end - at - 1) as i16;
-        }
-    }
 }
 
 /// At a sample: the anchors' record (see `perf::ANCHORS`) in the value's scratch, the time
@@ -441,11 +419,6 @@ impl Programs {
             rules,
             departure,
         }
-    }
-
-    /// Whether the departures' programs have the kernel write the stacks of threads preempted.
-    pub(super) fn stacks_at_departures(&self) -> bool {
-        self.departure.state_offset.is_some()
     }
 
     /// The program for map value `index` (the one that copies slots at samples, or at

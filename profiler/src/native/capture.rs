@@ -49,8 +49,8 @@ pub enum PerfTaken {
         cpu_ns: u64,
         time: u64,
     },
-    /// Its stack as it was preempted, taken at `time` (CLOCK_MONOTONIC, ns), just before the
-    /// departure that follows it.
+    /// Its stack as it left its CPU (preempted or blocked), taken at `time` (CLOCK_MONOTONIC,
+    /// ns), just before the departure that follows it.
     Departure { captured: Captured, time: u64 },
     /// It left its CPU, or came back to one.
     Switch(Switch),

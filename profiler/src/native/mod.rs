@@ -3,7 +3,6 @@
 //! addresses; naming them is `symbolize/`'s job, after recording.
 
 pub mod bpf;
-mod btf;
 pub mod capture;
 pub mod complete;
 pub mod functions;

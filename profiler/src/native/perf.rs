@@ -42,7 +42,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 /// threads 5% at 1 kHz, 16 KiB 2.5% as perf record's 8 KiB did (BENCHMARKS.md), and the stacks
 /// of the tests' programs, python3 and ripgrep unwind as completely.
 pub const STACK_DUMP: u32 = 16 * 1024;
-/// Bytes of stack copied as a thread is preempted (`bpf::Departure`): the most a record holds.
+/// Bytes of stack copied as a thread leaves its CPU (`bpf::Departure`): the most a record holds.
 /// A departure's stack that does not reach its root is not used, and the latest sample's stands
 /// in; with 16 KiB, the deep stacks of `Regex::new` were cut at nearly every departure, so the
 /// waits drawn at their own stack were those of shallower code: `regex-compile` read 3 to 6
@@ -150,8 +150,8 @@ pub struct PerfSample<'a> {
 pub enum Taken<'a> {
     /// A sample of its CPU time.
     Sample(PerfSample<'a>),
-    /// Its registers and stack as it was preempted (see `bpf::Departure`), just before the
-    /// departure that follows it; its slots are that departure's.
+    /// Its registers and stack as it left its CPU, preempted or blocked (see `bpf::Departure`),
+    /// just before the departure that follows it; its slots are that departure's.
     Departure(PerfSample<'a>),
     /// It left its CPU or came back to one.
     Switch(Switch),
@@ -265,10 +265,7 @@ impl PerfSampler {
             programs: Programs::new(
                 Rules::new(capacity <= CHILD_THREADS)
                     .map_err(|e| format!("cannot create a BPF map ({}): {needs}", e.desc()))?,
-                Departure {
-                    state_offset: crate::native::btf::task_state_offset(),
-                    gap_ns: period_ns,
-                },
+                Departure { gap_ns: period_ns },
             ),
         };
         let rules = sampler.programs.rules.hand_over();
@@ -563,10 +560,8 @@ impl PerfSampler {
                 Ok::<_, Errno>((switch, program))
             });
             let switches = switches.and_then(Result::ok);
-            let departure_id = switches
-                .as_ref()
-                .filter(|_| self.programs.stacks_at_departures())
-                .and_then(|(switch, _)| output_to(switch, &event));
+            let departure_id =
+                (switches.as_ref()).and_then(|(switch, _)| output_to(switch, &event));
             Ok(Thread {
                 index,
                 event,

@@ -39,6 +39,25 @@ pub struct RawNativeStack {
     pub marks: Option<u32>,
 }
 
+/// What [`ProfileBuilder::finish`] asks of a symbolizer (a function of the address alone gives
+/// the frames, and no call's callee).
+pub trait Symbolize {
+    /// The frames at lookup address `address` (a caller's return address less one), outermost
+    /// first.
+    fn frames(&mut self, address: u64) -> Vec<NativeFrame>;
+    /// The function the call that returns to `return_address` calls (see
+    /// [`NativeFrame::calls`]).
+    fn calls(&mut self, _return_address: u64) -> Option<crate::profile::Callee> {
+        None
+    }
+}
+
+impl<F: FnMut(u64) -> Vec<NativeFrame>> Symbolize for F {
+    fn frames(&mut self, address: u64) -> Vec<NativeFrame> {
+        self(address)
+    }
+}
+
 impl ProfileBuilder {
     /// An empty builder.
     pub fn new() -> ProfileBuilder {
@@ -169,15 +188,13 @@ impl ProfileBuilder {
 
     /// The finished profile. `symbolize` gives the frames at each address of
     /// [`ProfileBuilder::native_addresses`], outermost first (more than one when functions were
-    /// inlined there; at least one).
-    pub fn finish(
-        self,
-        mut meta: Meta,
-        mut symbolize: impl FnMut(u64) -> Vec<NativeFrame>,
-    ) -> Profile {
+    /// inlined there; at least one), and what the calls of callers call.
+    pub fn finish(self, mut meta: Meta, mut symbolize: impl Symbolize) -> Profile {
         let mut frames = Vec::new();
         let mut frame_ids = HashMap::new();
-        let mut expanded: HashMap<u64, Vec<u32>> = HashMap::new();
+        // By address, and whether it is a caller's (a return address less one) or the
+        // innermost frame's.
+        let mut expanded: HashMap<(u64, bool), Vec<u32>> = HashMap::new();
         if self.native_stacks.cut > 0 {
             meta.notes.push(format!(
                 "{} native stacks were cut to their innermost {} frames: the profile keeps at most {} M frames of native stacks in all",
@@ -204,8 +221,9 @@ impl ProfileBuilder {
             }
             for (index, address) in raw.addresses.iter().enumerate() {
                 let before = stack.frames.len() as u32;
-                let ids = expanded.entry(*address).or_insert_with(|| {
-                    let mut symbolized = symbolize(*address);
+                let caller = index + 1 < raw.addresses.len();
+                let ids = expanded.entry((*address, caller)).or_insert_with(|| {
+                    let mut symbolized = symbolize.frames(*address);
                     if symbolized.is_empty() {
                         symbolized.push(NativeFrame {
                             function: format!("{address:#x}"),
@@ -213,7 +231,14 @@ impl ProfileBuilder {
                             line: None,
                             module: String::new(),
                             inlined: false,
+                            calls: None,
                         });
+                    }
+                    if caller {
+                        let calls = symbolize.calls(address.wrapping_add(1));
+                        if let Some(innermost) = symbolized.last_mut() {
+                            innermost.calls = calls;
+                        }
                     }
                     symbolized
                         .into_iter()

@@ -1,4 +1,4 @@
-//! The agent `fsprof run` preloads: finding `libfsprof_agent.so`, deciding whether the program
+//! The agent `fsprof run --agent` preloads: finding `libfsprof_agent.so`, deciding whether the program
 //! can preload it at all, composing `LD_PRELOAD`, and telling the agent's built-in features
 //! apart from the program's own.
 //!
@@ -19,7 +19,7 @@ pub const ENV: &str = "FSPROF_AGENT";
 /// Whether and what `run` preloads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Preload {
-    /// `--no-agent`.
+    /// Not asked for (no `--agent`): the built-in features come from the native stacks.
     Off,
     /// Preload this library.
     Library(PathBuf),
@@ -46,7 +46,7 @@ impl Preload {
                 "no built-in features (output, allocation, locks, ...): no {LIBRARY} to preload: {looked}; set {ENV}=PATH to use another copy"
             )),
             Preload::Static => Some(
-                "no built-in features (output, allocation, locks, ...): the program is statically linked, so the agent cannot be preloaded; only its own marks are recorded"
+                "the program is statically linked, so the agent cannot be preloaded: its built-in features (output, allocation, locks, ...) come from its native stacks alone (none with --no-native)"
                     .to_owned(),
             ),
         }

@@ -770,9 +770,7 @@ impl Sampler {
             &modules,
             &self.options.debug_dirs,
         );
-        let mut profile = self
-            .builder
-            .finish(meta, |address| symbolizer.symbolize(address));
+        let mut profile = self.builder.finish(meta, &mut symbolizer);
         profile.meta.notes.extend(symbolizer.unnamed_note());
         profile.modules = symbolizer.modules_used();
         profile

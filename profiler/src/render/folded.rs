@@ -192,6 +192,7 @@ pub(crate) mod tests {
             line: None,
             module: "app".into(),
             inlined,
+            calls: None,
         };
         if address >= 100 {
             vec![

@@ -375,6 +375,7 @@ mod tests {
                 line: None,
                 module: "app".into(),
                 inlined: false,
+                calls: None,
             }]
         });
         let gz = encode(&profile, TimeView::Active);

@@ -253,14 +253,24 @@ fn header(report: &FeatureReport, meta: &Meta, (threads, processes): (usize, usi
             "recording stopped before the first sample"
         };
         let _ = writeln!(out, "No samples were taken: {why}.");
-    } else if report.features.is_empty() {
+    } else if report.features.iter().all(|feature| feature.builtin) {
         let _ = writeln!(
             out,
-            "No feature marks were seen{}.",
+            "{}{}{}.",
+            if report.features.is_empty() {
+                "No feature marks were seen"
+            } else {
+                "No marks of the program's own were seen"
+            },
             if meta.reading.regions == 0 {
                 " (the program has no fsprof region: it never marked, or does not link fsprof-shim)"
             } else {
                 ""
+            },
+            if report.features.is_empty() {
+                ""
+            } else {
+                ": the features below are the built-in ones"
             }
         );
         if report.native {
@@ -269,10 +279,10 @@ fn header(report: &FeatureReport, meta: &Meta, (threads, processes): (usize, usi
                 "What was recorded: the native stacks, in the function view below and in flamegraph.svg."
             );
         }
-        if meta.mode == "attach" && meta.builtin_features.is_empty() {
+        if !meta.native_stacks.native && meta.builtin_features.is_empty() {
             let _ = writeln!(
                 out,
-                "Built-in features (input, output, allocation, locks, ...) need fsprof's agent in the program from its start: run it with `fsprof run -- PROGRAM`, or start it with LD_PRELOAD=$(fsprof agent) and attach to it."
+                "Built-in features (input, output, allocation, locks, ...) come from the native stacks, not taken here (--no-native), or from fsprof's agent in the program from its start: `fsprof run --agent -- PROGRAM`, or start it with LD_PRELOAD=$(fsprof agent) and attach to it."
             );
         }
     }
@@ -459,13 +469,13 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
         notes.insert(
             0,
             format!(
-                "built in: {} (not the program's own marks: marked by fsprof's agent around libc calls, or found in the native stacks by rules; each instance a call site in the program; --no-agent and --no-builtin-rules turn them off)",
+                "built in: {} (not the program's own marks: found in the native stacks by the built-in rules (`fsprof rules`), or marked by fsprof's agent around libc calls with --agent; each instance a call site in the program; --no-builtin-rules turns the rules off)",
                 builtin.join(", ")
             ),
         );
     }
-    // Only where a sample was in the agent's code: without the agent (or the rules' features
-    // alone, with --no-agent) there is nothing to say of its cost.
+    // Only where a sample was in the agent's code: without the agent (the default: the rules'
+    // features alone) there is nothing to say of its cost.
     if let Some(share) =
         (report.agent_share()).filter(|_| report.agent_ns > 0 && !builtin.is_empty())
     {
@@ -475,7 +485,7 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
             format!("{share:.1}%")
         };
         notes.push(format!(
-            "the agent's own code (around each interposed libc call, partly outside the built-in marks) ran in {share} of the time sampled with a native stack: what the built-in features cost the program; --no-agent removes it"
+            "the agent's own code (around each interposed libc call, partly outside the built-in marks) ran in {share} of the time sampled with a native stack: what the built-in features cost the program; without --agent the rules find them in the native stacks at no cost to the program"
         ));
     }
     if report.truncated_samples > 0 {

@@ -30,22 +30,24 @@ pub fn apply(profile: &mut Profile, rules: &RuleSet) {
     let mut classes: Vec<Class> = (profile.native_frames.iter())
         .map(|frame| Class::of(frame, rules, &program))
         .collect();
-    if classes.iter().all(|class| class.features.is_empty()) {
+    if (classes.iter()).all(|class| class.features.is_empty() && class.calls.is_empty()) {
         return;
     }
     // Rules to features: only those of rules that matched a frame join the profile's features.
     let mut ids: HashMap<u32, u32> = HashMap::new();
     for class in &mut classes {
-        let mut features = Vec::with_capacity(class.features.len());
-        for &rule in &class.features {
-            let id = *ids
-                .entry(rule)
-                .or_insert_with(|| feature_id(profile, &rules.rules[rule as usize].feature));
-            if !features.contains(&id) {
-                features.push(id);
+        for list in [&mut class.features, &mut class.calls] {
+            let mut features = Vec::with_capacity(list.len());
+            for &rule in list.iter() {
+                let id = *ids
+                    .entry(rule)
+                    .or_insert_with(|| feature_id(profile, &rules.rules[rule as usize].feature));
+                if !features.contains(&id) {
+                    features.push(id);
+                }
             }
+            *list = features;
         }
-        class.features = features;
     }
     let mut payloads = Payloads::of(profile);
     let overlays: Vec<Vec<(u32, Frame)>> = (profile.native_stacks.iter())
@@ -95,6 +97,10 @@ fn feature_id(profile: &mut Profile, name: &str) -> u32 {
 /// program's `main`.
 struct Program {
     crates: HashSet<String>,
+    /// A Rust program: its C `main` is the shim rustc makes, which starts Rust's runtime (whose
+    /// own calls before the program's `main`, reading `/proc/self/maps` for the main thread's
+    /// stack, are the runtime's, not a call site in the program).
+    rust: bool,
 }
 
 impl Program {
@@ -113,7 +119,8 @@ impl Program {
                 crates.insert(krate.to_owned());
             }
         }
-        Program { crates }
+        let rust = (frames.iter()).any(|frame| frame.function.starts_with("std::rt::lang_start"));
+        Program { crates, rust }
     }
 
     /// Whether `frame` (not the runtime's) is the program's own code.
@@ -140,30 +147,43 @@ struct Class {
     /// Neither the runtime's nor matched: a call site (the program's, or a dependency's, as
     /// the agent's call sites are).
     call_site: bool,
+    /// The features whose rules match the function its call calls (`NativeFrame::calls`): the
+    /// frames after it are in them, whether or not the callee left a frame of its own.
+    calls: Vec<u32>,
 }
 
 impl Class {
     fn of(frame: &NativeFrame, rules: &RuleSet, program: &Program) -> Class {
-        let names = FrameNames::new(&frame.function, frame.file.as_deref(), |path| {
+        let own_type = |path: &str| {
             path.split("::")
                 .next()
                 .is_some_and(|krate| program.crates.contains(krate))
-        });
-        let matched: Vec<u32> = (rules.rules.iter().enumerate())
-            .filter(|(_, rule)| {
-                rule.patterns
-                    .iter()
-                    .any(|p| p.matches(&names, &frame.module))
-            })
-            .map(|(index, _)| index as u32)
-            .collect();
-        let runtime = is_runtime(frame);
+        };
+        let names = FrameNames::new(&frame.function, frame.file.as_deref(), own_type);
+        let matched = matching(rules, &names, &frame.module);
+        let calls = match &frame.calls {
+            Some(callee) => {
+                let names = FrameNames::new(&callee.function, None, own_type);
+                matching(rules, &names, &callee.module)
+            }
+            None => Vec::new(),
+        };
+        let runtime = is_runtime(frame) || (program.rust && frame.function == "main");
         Class {
             own: matched.is_empty() && !runtime && program.owns(frame),
             call_site: matched.is_empty() && !runtime,
             features: matched,
+            calls,
         }
     }
+}
+
+/// The rules (indexes) a pattern of which matches a function of `names` in module `module`.
+fn matching(rules: &RuleSet, names: &FrameNames, module: &str) -> Vec<u32> {
+    (rules.rules.iter().enumerate())
+        .filter(|(_, rule)| rule.patterns.iter().any(|p| p.matches(names, module)))
+        .map(|(index, _)| index as u32)
+        .collect()
 }
 
 fn is_runtime(frame: &NativeFrame) -> bool {
@@ -196,30 +216,34 @@ fn overlay(
     let mut active: Vec<u32> = Vec::new();
     for (at, &frame) in frames.iter().enumerate() {
         let class = &classes[frame as usize];
-        if class.features.is_empty() {
-            if class.own && !active.is_empty() {
-                // Called back: the features it is inside stop here.
-                for &feature in &active {
-                    out.push((at as u32, antimark(feature)));
-                }
-                active.clear();
+        if class.features.is_empty() && class.own && !active.is_empty() {
+            // Called back: the features it is inside stop here.
+            for &feature in &active {
+                out.push((at as u32, antimark(feature)));
             }
-            continue;
+            active.clear();
         }
-        for &feature in &class.features {
+        // In a feature from this frame on, or, by its call, from the next one on.
+        let callee = named[frame as usize].calls.as_ref();
+        let starts = (class.features.iter()).map(|&feature| (feature, at, None));
+        let called = (class.calls.iter())
+            .filter(|_| at + 1 < frames.len())
+            .map(|&feature| (feature, at + 1, callee.map(|c| c.function.as_str())));
+        for (feature, from, callee) in starts.chain(called).collect::<Vec<_>>() {
             if active.contains(&feature) {
                 continue;
             }
-            let site = frames[..at]
+            let site = frames[..from]
                 .iter()
                 .rev()
                 .find(|&&outer| classes[outer as usize].call_site);
-            let payload = match site {
-                Some(&outer) => payloads.call_site(&named[outer as usize]),
-                None => payloads.not_found(&named[frame as usize]),
+            let payload = match (site, callee) {
+                (Some(&outer), _) => payloads.call_site(&named[outer as usize]),
+                (None, Some(callee)) => payloads.not_found(callee),
+                (None, None) => payloads.not_found(&named[frame as usize].function),
             };
             out.push((
-                at as u32,
+                from as u32,
                 Frame {
                     feature,
                     payload: Some(payload),
@@ -275,9 +299,9 @@ impl Payloads {
     }
 
     /// The instance of a feature whose call site is not in the stack (it was not unwound that
-    /// far): named after the feature's outermost frame.
-    fn not_found(&mut self, frame: &NativeFrame) -> u32 {
-        let text = format!("{NOT_FOUND} {}", names::clean(&frame.function));
+    /// far): named after the feature's outermost function.
+    fn not_found(&mut self, function: &str) -> u32 {
+        let text = format!("{NOT_FOUND} {}", names::clean(function));
         self.id(text)
     }
 

@@ -166,7 +166,8 @@ impl Glob {
 }
 
 /// The names a frame's function is matched by: its plain path, and for a trait method of a
-/// type that is not the program's own, the trait's path too. An inlined function's frame often
+/// type that is not the program's own, the trait's path too; for a C symbol, also the public name
+/// of the C library's internal aliases (see [`c_alias`]). An inlined function's frame often
 /// has its short name alone (`insertion_sort_shift_left<...>`: line tables give no path); when
 /// its source file is in Rust's standard library or a crate from Cargo's registry, the module
 /// path the file stands for is put before it (`core::slice::sort::shared::smallsort::...`).
@@ -176,6 +177,8 @@ pub struct FrameNames {
     pub path: String,
     /// `Trait::f` for `<T as Trait>::f`.
     pub trait_path: Option<String>,
+    /// A C symbol's public name (see [`c_alias`]).
+    pub alias: Option<String>,
 }
 
 impl FrameNames {
@@ -206,16 +209,21 @@ impl FrameNames {
             return FrameNames {
                 path: join(&self_path),
                 trait_path,
+                alias: None,
             };
         }
+        let (path, alias) = c_alias(name);
         FrameNames {
-            path: simple_path(name),
+            path: simple_path(path),
             trait_path: None,
+            alias,
         }
     }
 
     fn candidates(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.path.as_str()).chain(self.trait_path.as_deref())
+        std::iter::once(self.path.as_str())
+            .chain(self.trait_path.as_deref())
+            .chain(self.alias.as_deref())
     }
 }
 
@@ -256,6 +264,26 @@ fn module_of_file(file: &str) -> Option<String> {
         }
     }
     Some(path.join("::"))
+}
+
+/// A C symbol as glibc's debugging information names it (`__GI___libc_write`: `__GI_` marks the
+/// library's hidden alias of `__libc_write`) without that mark, and the public function it is
+/// one of the names of, where that differs: without its leading underscores and `libc_`
+/// (`__libc_write`: `write`; `___pthread_cond_timedwait64`: `pthread_cond_timedwait64`;
+/// `__fprintf`: `fprintf`). Which alias a symbol table or its debugging information gives a
+/// function depends on the library's build (one host's `write` is another's `__GI___libc_write`),
+/// so that rules can name the function a program calls. Anything else (a path, a C++ name) as it
+/// is.
+fn c_alias(name: &str) -> (&str, Option<String>) {
+    let c_symbol = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !c_symbol {
+        return (name, None);
+    }
+    let name = name.strip_prefix("__GI_").unwrap_or(name);
+    let bare = name.trim_start_matches('_');
+    let public = bare.strip_prefix("libc_").unwrap_or(bare);
+    let alias = (!public.is_empty() && public != name).then(|| public.to_owned());
+    (name, alias)
 }
 
 /// `name` without GCC's ` [clone .isra.0]` and similar suffixes.
@@ -426,6 +454,24 @@ mod tests {
 
     fn names(function: &str) -> FrameNames {
         FrameNames::new(function, None, |path| path.starts_with("myprog"))
+    }
+
+    #[test]
+    fn the_c_librarys_internal_aliases_match_the_functions_programs_call() {
+        let write = Pattern::parse("libc.so*!write").unwrap();
+        let libc = "libc.so.6";
+        for name in ["write", "__write", "__libc_write", "__GI___libc_write"] {
+            assert!(write.matches(&names(name), libc), "{name}");
+        }
+        assert!(!write.matches(&names("__GI___libc_write"), "prog"));
+        assert!(!write.matches(&names("writev"), libc));
+        let wait = Pattern::parse("libc.so*!pthread_cond_timedwait*").unwrap();
+        assert!(wait.matches(&names("___pthread_cond_timedwait64"), libc));
+        let fflush = Pattern::parse("libc.so*!_IO_fflush").unwrap();
+        assert!(fflush.matches(&names("__GI__IO_fflush"), libc));
+        // Paths and C++ names are left alone.
+        assert_eq!(names("__gnu_cxx::__verbose_terminate_handler").alias, None);
+        assert_eq!(names("malloc").alias, None);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! program's call site of each built-in mark.
 
 pub mod call_sites;
+mod call_targets;
 mod debug_files;
 mod demangle;
 mod function_ranges;

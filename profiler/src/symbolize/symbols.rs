@@ -29,10 +29,12 @@
 //! Not handled: split DWARF (`.dwo`/`.dwp` files), MiniDebugInfo (`.gnu_debugdata`), debuginfod,
 //! non-ELF files, and a per-address cache (callers symbolize each distinct address once).
 
+use super::call_targets::CallTargets;
 use super::debug_files::{find_debug_file, find_sup_file};
 use super::demangle::{bounded, demangle, is_cpp, is_mangled, MAX_MANGLED};
 use super::function_ranges::FunctionRanges;
-use crate::profile::{ModuleFile, NativeFrame};
+use crate::profile::Symbolize;
+use crate::profile::{Callee, ModuleFile, NativeFrame};
 use crate::target::modules::{Image, Module};
 use addr2line::gimli;
 use object::{
@@ -199,6 +201,48 @@ impl Symbolizer {
 }
 
 impl Symbolizer {
+    /// The function the call that returns to `return_address` calls, if its instruction names
+    /// one (see `call_targets.rs`).
+    pub fn calls(&mut self, return_address: u64) -> Option<Callee> {
+        let index = self
+            .modules
+            .partition_point(|entry| entry.module.range.start < return_address);
+        let entry = index
+            .checked_sub(1)
+            .map(|index| &mut self.modules[index])
+            .filter(|entry| entry.module.range.contains(&(return_address - 1)))?;
+        let module = &entry.module;
+        let debug_dirs = &self.debug_dirs;
+        let parsed = entry
+            .parsed
+            .get_or_insert_with(|| parsed(module, debug_dirs));
+        let parsed = parsed.lock().unwrap_or_else(|e| e.into_inner());
+        let svma = return_address.wrapping_sub(module.bias);
+        catch_unwind(AssertUnwindSafe(|| {
+            let targets = (parsed.call_targets).get_or_init(|| CallTargets::new(&module.image));
+            targets.callee(&module.image, svma, &module.name, |target| {
+                parsed
+                    .symbols
+                    .lookup(target)
+                    .map(|name| demangle(&String::from_utf8_lossy(name), None))
+            })
+        }))
+        .ok()
+        .flatten()
+    }
+}
+
+impl Symbolize for &mut Symbolizer {
+    fn frames(&mut self, address: u64) -> Vec<NativeFrame> {
+        self.symbolize(address)
+    }
+
+    fn calls(&mut self, return_address: u64) -> Option<Callee> {
+        Symbolizer::calls(self, return_address)
+    }
+}
+
+impl Symbolizer {
     /// The modules some address was looked up in, for the profile: name, path and build id.
     pub fn modules_used(&self) -> Vec<ModuleFile> {
         (self.modules.iter())
@@ -239,6 +283,8 @@ struct Parsed {
     dwarf: Option<Dwarf>,
     symbols: Symbols,
     ranges: std::cell::OnceCell<FunctionRanges>,
+    /// What its calls call, once a caller's frame in it needs it.
+    call_targets: std::cell::OnceCell<CallTargets>,
     /// Its procedure linkage table (`.plt`, `.plt.sec`, `.plt.got`): stubs with no symbol.
     plt: Vec<std::ops::Range<u64>>,
 }
@@ -293,6 +339,7 @@ impl Parsed {
             dwarf,
             symbols,
             ranges: Default::default(),
+            call_targets: Default::default(),
             plt,
         }
     }
@@ -376,6 +423,7 @@ fn frame(
         line,
         module: module.to_owned(),
         inlined,
+        calls: None,
     }
 }
 

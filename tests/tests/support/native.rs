@@ -260,7 +260,7 @@ pub fn build_c_static(dir: &Path) -> Option<PathBuf> {
 /// other users the kernel may refuse, and the perf variants are skipped with a message.
 pub fn perf_backend_available() -> bool {
     let output = std::process::Command::new(super::fsprof())
-        .args(["run", "--no-agent", "--backend", "perf", "-o"])
+        .args(["run", "--backend", "perf", "-o"])
         .arg(super::tempdir().path().join("probe"))
         .args(["--", "true"])
         .output()

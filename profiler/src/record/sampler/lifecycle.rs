@@ -87,7 +87,8 @@ impl Sampler {
             last_time,
             seen_at: tick,
             last_native: None,
-            was_running: false,
+            // As if: its first sample reads its stack, running or not.
+            was_running: true,
             last_pcount: None,
             pending: None,
             last_perf: None,

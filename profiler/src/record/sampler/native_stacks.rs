@@ -14,8 +14,7 @@ const DEPARTED_NS: u64 = 100_000;
 
 impl Sampler {
     /// The thread's native stack at this sample: captured now if it is running, or has run since
-    /// its previous sample while inside a mark (or idle time counts); else the one captured last
-    /// (its stack cannot have changed). A capture also copies the thread's marks again, in the
+    /// its previous sample; else the one captured last (its stack cannot have changed). A capture also copies the thread's marks again, in the
     /// same stop, so that marks and native stack describe the same instant.
     pub(super) fn native_stack(&mut self, tid: u32, own_tid: u32, running: bool) -> Native {
         let Some(native) = self.native.as_mut() else {
@@ -25,19 +24,23 @@ impl Sampler {
             return Native::None;
         };
         let in_mark = self.reader.of(own_tid).iter().any(|m| m.depth > 0);
-        // A thread that is not running weighs something only inside a mark, or with --idle;
-        // stopping it may also make some blocking calls (epoll_wait) return early with EINTR.
+        // A thread that is not running weighs something inside a mark, or with --idle: its
+        // stack is read whenever it ran since. Elsewhere its blocked time is a rule's feature's
+        // where its stack is in one (its waits in `write`, `pthread_mutex_lock`, as the agent's
+        // marks had it): its stack is read once per block the ticks see it enter (at its first
+        // sample, for a thread blocked from the start: a pool at rest), and no more (300 threads
+        // asleep would cost a read of their scheduling counts each at every tick; a thread that
+        // runs is followed by perf, whose departures carry its stacks).
         let matters = in_mark || self.options.count_idle;
         if !running && in_mark {
             // Its time is wall time, which only the ticks sample.
             self.clock.hold_fast(Instant::now() + FAST_HOLD);
         }
-        let stop = if running {
+        // Running, or blocked since it was last seen running, or never captured.
+        let stop = if running || state.was_running || (matters && state.last_native.is_none()) {
             true
         } else if !matters {
             false
-        } else if state.was_running || state.last_native.is_none() {
-            true // it blocked since it was last seen running, or was never captured
         } else {
             // Not running now nor at the previous sample: stop it only if it ran in between.
             let pcount = process::times_scheduled(self.pid, tid);
@@ -114,7 +117,7 @@ impl Sampler {
         let mut latest = None;
         // The latest sample's stack and marks, for the time off the CPU that follows it.
         let mut before_switch = self.latest_sample(tid);
-        // The stack of a thread preempted, for the departure that follows it.
+        // The stack of a thread leaving its CPU, for the departure that follows it.
         let mut departed: Option<(u64, Captured)> = None;
         for item in taken {
             let (captured, slots, cpu_ns, time) = match item {
@@ -131,7 +134,7 @@ impl Sampler {
                 PerfTaken::Switch(switch) => {
                     let at = switch.time;
                     let departed = departed.take().filter(|(time, _)| {
-                        switch.out && switch.preempted && (*time..=time + DEPARTED_NS).contains(&at)
+                        switch.out && (*time..=time + DEPARTED_NS).contains(&at)
                     });
                     if followed {
                         let departed = departed.map(|(_, captured)| captured);

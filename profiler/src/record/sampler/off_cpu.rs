@@ -1,11 +1,13 @@
 //! A thread's time on and off its CPU, from the kernel's records of its switches (perf
 //! backend): each departure (preempted, so still runnable, or blocked) comes with the marks
-//! copied as the thread left (and, preempted, with the stack the kernel copied then, at most
-//! once per sampling period: else the latest sample's stands, if the marks are that sample's),
-//! each return with its time, and every interval in between is
-//! added as a sample of exactly its length with those marks: waiting for a CPU is active time,
-//! blocked time is wall time only (which counts inside the program's own marks, or with
-//! `--idle`). Its time on the CPU is in perf's samples of it (`native_stacks.rs` takes them):
+//! copied as the thread left, and with the stack the kernel copied then, at most once per
+//! sampling period (else, preempted, the latest sample's stands, if the marks are that
+//! sample's; blocked, the latest block's that has one, with the same marks, and a tick's read
+//! of the stack replaces it while the block lasts), each return with its time, and every
+//! interval in between is added as a sample of exactly its length with those marks: waiting
+//! for a CPU is active time, blocked time is wall time only (which counts inside the program's
+//! own marks, or with `--idle`; the rules' features keep it apart as their waits, by its
+//! stack). Its time on the CPU is in perf's samples of it (`native_stacks.rs` takes them):
 //! each carries the thread's CPU time when it was taken, and stands, with its own marks, for
 //! what the thread ran since the previous one; what it ran after its last sample is added at
 //! its exit (its CPU time then, which the kernel keeps, though it records no departure) or at
@@ -61,6 +63,10 @@ pub(super) struct Followed {
     latest: Option<(u32, u64)>,
     /// The marks the latest tick read (see [`Sampler::note_ticked`]).
     ticked: Option<Ticked>,
+    /// The marks and native stack of its latest departure that blocked with the stack the
+    /// kernel copied then, for those of its blocks that came too soon after it for a copy of
+    /// their own (see `Sampler::switch`).
+    blocked_with: Option<(u32, u32)>,
     /// Its CPU time (task-clock count) up to which its running time is added.
     credited_ns: u64,
     wakeups: Wakeups,
@@ -107,6 +113,8 @@ struct OffCpu {
     tentative: bool,
     stack: u32,
     native: Option<u32>,
+    /// Its native stack is the one the kernel copied as it left (no tick need read it).
+    left_with_stack: bool,
     /// Its stack, read at a tick while it was blocked (see [`Sampler::refresh_off_cpu`]): it
     /// stands until the thread runs again.
     captured: Option<Captured>,
@@ -122,6 +130,7 @@ impl Followed {
             off: None,
             latest: None,
             ticked: None,
+            blocked_with: None,
             credited_ns: cpu_ns,
             wakeups: Wakeups {
                 run_delay_ns,
@@ -187,6 +196,7 @@ impl Sampler {
             .marks_known
             .then(|| snapshot_records(own_tid, &switch.slots))
             .flatten();
+        let has_departed = departed.is_some();
         let (stack, native) = match (copied, latest, departed) {
             (Some((mut records, truncated)), _, Some(departed)) => {
                 // Its marks and its stack, both as it left.
@@ -228,7 +238,20 @@ impl Sampler {
             }
             (None, None, _) => return, // nothing to attribute it to: left out
         };
+        let (blocked, left_with_stack) = (!switch.preempted, has_departed && native.is_some());
         if let Some(followed) = self.followed_mut(tid) {
+            // Blocked without a stack of its own, the latest block's stands for it where the
+            // marks are the same: the kernel copies a blocked thread's stack at most once per
+            // sampling period, so the blocks that got one are a sample of all of them, taken
+            // at times that do not depend on where the thread blocks.
+            let native = match (native, followed.blocked_with) {
+                (Some(native), _) if blocked => {
+                    followed.blocked_with = Some((stack, native));
+                    Some(native)
+                }
+                (None, Some((with, native))) if blocked && with == stack => Some(native),
+                (native, _) => native,
+            };
             followed.latest = Some((stack, switch.time));
             // A stretch seeded by `seed_off_cpu` has been added up to its `since` (a tentative
             // one not at all).
@@ -241,6 +264,7 @@ impl Sampler {
                 tentative: false,
                 stack,
                 native,
+                left_with_stack,
                 captured: None,
             });
         }
@@ -278,6 +302,7 @@ impl Sampler {
                 tentative: running,
                 stack,
                 native: None,
+                left_with_stack: false,
                 captured: None,
             });
         }
@@ -364,7 +389,7 @@ impl Sampler {
     /// At a tick, for a thread still off its CPU since it left it before the tick read its
     /// marks: its marks as the tick read them, which are those it left with (it has not run
     /// since), for the rest of the stretch, and, blocked, its stack read once while it is
-    /// blocked, if it is inside a mark (or idle time counts). The copy made as it left may lack
+    /// blocked (for the rules' features, inside marks or not). The copy made as it left may lack
     /// a slot that fsprof did not know of yet (one claimed just before, or a new program's after
     /// an exec), and its latest perf sample may be older than its block, or missing; the tick's
     /// reads have neither flaw, and a later tick may know more slots than an earlier one.
@@ -395,8 +420,7 @@ impl Sampler {
             return;
         }
         let mut captured = off.captured.take();
-        let in_mark = self.reader.of(own_tid).iter().any(|m| m.depth > 0);
-        if captured.is_none() && (in_mark || self.options.count_idle) {
+        if captured.is_none() && !off.left_with_stack {
             if let Some(Native::Captured(read)) = self.blocked(tid, own_tid) {
                 captured = Some(read);
             }
