@@ -2,9 +2,11 @@
 # Built-in features from the agent against the rules alone, side by side (issue 38's parity
 # table): each built-in test target under `fsprof run --rate 1000 --agent` and under `fsprof run
 # --rate 1000` (the defaults: nothing preloaded, the built-in rules over the native stacks),
-# ROUNDS times each, alternating. Prints, per target and built-in feature, its share (and its
-# blocked time) each way, the program's own measure where its truth names the feature, and the
-# top instance each way.
+# ROUNDS times each, alternating. Prints, per target and built-in feature, medians of its share
+# of the running time (and its blocked time) each way and, where the program's truth names the
+# feature (the programs that time their libc calls, blocked or not), the program's measure and
+# the report's share timed the same way ((ms + blocked) / (total + all built-in blocked time));
+# and the top instance each way.
 #
 #   tests/benches/parity.sh [ROUNDS]      (from the workspace root, after
 #                                          `cargo build --release --workspace --all-targets`)
@@ -59,7 +61,7 @@ def load(label, mode, r):
         return json.load(open(base + ".json")), json.load(open(base + ".truth.json"))
     except Exception:
         return None, None
-print("| target | feature | truth % | agent % (blocked ms) | rules % (blocked ms) | top instance, agent / rules |")
+print("| target | feature | truth % | agent: timed %, % (blocked ms) | rules: timed %, % (blocked ms) | top instance, agent / rules |")
 print("|---|---|---|---|---|---|")
 for entry in targets:
     label = entry.split("|")[0]
@@ -73,19 +75,23 @@ for entry in targets:
         cells, tops = [], []
         truths = []
         for m in ("agent", "rules"):
-            shares, blocked, top = [], [], "-"
+            shares, blocked, timed, top = [], [], [], "-"
             for report, truth in runs[m]:
                 if not report:
                     continue
                 f = next((f for f in report["features"] if f["name"] == name), None)
                 shares.append(f["percent"] if f else 0.0)
                 blocked.append(f.get("blocked_ms", 0.0) if f else 0.0)
+                whole = report["total_ms"] + report.get("blocked_ms", 0.0)
+                timed.append((f["ms"] + f.get("blocked_ms", 0.0)) * 100 / whole if f and whole else 0.0)
                 if f and f["instances"]:
                     top = f["instances"][0]["payload"][:60]
                 t = truth.get("features", {}).get(name) if truth else None
                 if t is not None and truth.get("total_ms"):
                     truths.append(t["ms"] * 100 / truth["total_ms"])
-            cells.append(f"{statistics.median(shares):.2f} ({statistics.median(blocked):.0f})" if shares else "-")
+            known = bool(truth and truth.get("features", {}).get(name))
+            timed_cell = f"{statistics.median(timed):.2f}, " if known and timed else ""
+            cells.append(f"{timed_cell}{statistics.median(shares):.2f} ({statistics.median(blocked):.0f})" if shares else "-")
             tops.append(top)
         truth_cell = f"{statistics.median(truths):.2f}" if truths else ""
         print(f"| {label} | {name} | {truth_cell} | {cells[0]} | {cells[1]} | {tops[0]} / {tops[1]} |")

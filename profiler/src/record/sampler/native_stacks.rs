@@ -36,8 +36,13 @@ impl Sampler {
             // Its time is wall time, which only the ticks sample.
             self.clock.hold_fast(Instant::now() + FAST_HOLD);
         }
-        // Running, or blocked since it was last seen running, or never captured.
-        let stop = if running || state.was_running || (matters && state.last_native.is_none()) {
+        // Running, or blocked since it was last seen running, or its previous read was skipped
+        // (see `blocked`), or never captured.
+        let stop = if running
+            || state.was_running
+            || state.skipped
+            || (matters && state.last_native.is_none())
+        {
             true
         } else if !matters {
             false
