@@ -253,7 +253,7 @@ fn header(report: &FeatureReport, meta: &Meta, (threads, processes): (usize, usi
             "recording stopped before the first sample"
         };
         let _ = writeln!(out, "No samples were taken: {why}.");
-    } else if report.features.iter().all(|feature| feature.builtin) {
+    } else if report.features.is_empty() || meta.reading.regions == 0 {
         let _ = writeln!(
             out,
             "{}{}{}.",
