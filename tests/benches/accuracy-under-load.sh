@@ -7,7 +7,7 @@
 # --reuid=65534 --regid=65534 --clear-groups" (as root) to measure fsprof without the privilege of
 # real-time scheduling. LOAD is the busy command (default: a shell loop), e.g. LOAD="yes > /dev/null".
 # FSPROF is the fsprof to measure (default: target/release/fsprof), e.g. an earlier build; ARGS
-# more options of `fsprof run` (e.g. ARGS="--no-agent --rate 1000").
+# more options of `fsprof run` (e.g. ARGS="--rate 1000").
 set -euo pipefail
 runs=${1:-5}
 busy=${2:-2}

@@ -17,7 +17,7 @@ for r in $(seq 1 "$RUNS"); do
   for b in $BACKENDS; do
     case $b in nonative) opts=(--no-native) ;; *) opts=(--backend "$b") ;; esac
     rm -rf "$WORK/out"
-    "$BIN/fsprof" run --no-agent "${opts[@]}" -o "$WORK/out" -- "$BIN/fsprof-target" sleepy 3 --truth "$WORK/truth.json" > /dev/null 2>&1
+    "$BIN/fsprof" run "${opts[@]}" -o "$WORK/out" -- "$BIN/fsprof-target" sleepy 3 --truth "$WORK/truth.json" > /dev/null 2>&1
     "$BIN/fsprof" report "$WORK/out" --format json > "$WORK/report.json"
     python3 - "$WORK" "$b" <<'PY'
 import json, sys

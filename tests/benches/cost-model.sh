@@ -14,12 +14,12 @@
 #              preempted thread's stack, at most one per period, are made on it); not in the
 #              default PARTS
 #   switches   pingpong: two threads hand a byte through pipes 200k times (400k switches):
-#              alone | default | noagent | nonative | ptrace; and pyswitch (python3: 4 threads,
+#              alone | default | agent | nonative | ptrace; and pyswitch (python3: 4 threads,
 #              two ping-pong pairs with json and hashing, ~20k switches/s): alone | default |
-#              noagent | nonative
-#   processes  forks: fork and exec /bin/true 500 times: alone | default | noagent | nofollow |
+#              agent | nonative
+#   processes  forks: fork and exec /bin/true 500 times: alone | default | agent | nofollow |
 #              nonative
-#   threads    births: 20000 short threads one after another: alone | default | noagent | nonative
+#   threads    births: 20000 short threads one after another: alone | default | agent | nonative
 #   crowds     fsprof attach for 4 s to spin with 2, 16, 64 and 1000 threads (fsprof's own CPU,
 #              ticks, perf samples lost, threads with samples); fsprof run on spin 1000
 #   torch      a small PyTorch training loop under fsprof run, if python3 has torch
@@ -90,7 +90,7 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
     default) flags= ;;
     base) flags= ;;
     r1000) flags="--rate 1000" ;;
-    noagent) flags=--no-agent ;;
+    agent) flags=--agent ;;
     nonative) flags=--no-native ;;
     nofollow) flags=--no-follow ;;
     ptrace) flags="--backend ptrace" ;;
@@ -147,10 +147,10 @@ for part in $PARTS; do
       wait "${busy[@]}" 2> /dev/null ;;
     switches)
       extra=${BASE:+ base}
-      rounds pingpong "alone default noagent nonative ptrace$extra" "$WORK/pingpong" 200000
-      rounds pyswitch "alone default noagent nonative$extra" python3 "$SRC/pyswitch.py" 40000 ;;
-    processes) rounds forks "alone default noagent nofollow nonative" "$WORK/forks" 500 ;;
-    threads) rounds births "alone default noagent nonative" "$WORK/births" 20000 ;;
+      rounds pingpong "alone default agent nonative ptrace$extra" "$WORK/pingpong" 200000
+      rounds pyswitch "alone default agent nonative$extra" python3 "$SRC/pyswitch.py" 40000 ;;
+    processes) rounds forks "alone default agent nofollow nonative" "$WORK/forks" 500 ;;
+    threads) rounds births "alone default agent nonative" "$WORK/births" 20000 ;;
     crowds)
       echo "== crowds: fsprof attach --duration 4 at the defaults"
       cores=$(nproc)

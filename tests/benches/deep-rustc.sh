@@ -30,7 +30,7 @@ for backend in perf ptrace; do
   for run in $(seq "$runs"); do
     rm -rf "out-$backend" cache
     if [ "$cold" = cold ]; then mkdir cache && export XDG_CACHE_HOME=$PWD/cache; fi
-    "$fsprof" run --no-agent --backend "$backend" --rate 1000 -o "out-$backend" -- \
+    "$fsprof" run --backend "$backend" --rate 1000 -o "out-$backend" -- \
       rustc -O --crate-type lib --emit=obj -o /dev/null generated.rs > /dev/null 2>&1
     python3 - "out-$backend/profile.json" "$backend" <<'EOF_PY'
 import json, sys

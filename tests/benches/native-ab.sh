@@ -26,7 +26,7 @@ for _ in range(rounds):
         fsprof = old if version == "old" else new
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.monotonic()
-        subprocess.run([fsprof, "run", "--no-agent", "--rate", "1000", "--backend", backend, "-o", out, "--"]
+        subprocess.run([fsprof, "run", "--rate", "1000", "--backend", backend, "-o", out, "--"]
                        + targets[target], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         wall = time.monotonic() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -12,7 +12,7 @@ for _ in $(seq "$rounds"); do
   for build in old new; do
     fsprof=$old; [ "$build" = new ] && fsprof=$new
     rm -rf "$tmp/out"
-    "$fsprof" run --no-agent --rate 1000 --backend ptrace -o "$tmp/out" -- \
+    "$fsprof" run --rate 1000 --backend ptrace -o "$tmp/out" -- \
       target/release/deep leaves 2 --truth "$tmp/truth.json" >/dev/null 2>&1
     python3 - "$build" "$tmp/out/profile.json" <<'EOF_PY'
 import json, sys

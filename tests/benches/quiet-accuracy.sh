@@ -5,7 +5,7 @@
 # `blocking`, prints instead each blocking instance's reported time (running and blocked) against
 # what the target measured, in percent.
 # Usage: tests/benches/quiet-accuracy.sh FSPROF RUNS SCENARIO [fsprof run options...]
-#   e.g. tests/benches/quiet-accuracy.sh target/release/fsprof 5 requests --no-agent --rate 1000
+#   e.g. tests/benches/quiet-accuracy.sh target/release/fsprof 5 requests --rate 1000
 # Run from the repository root after `cargo build --release --workspace`.
 set -euo pipefail
 fsprof=$1 runs=$2 scenario=$3
