@@ -56,7 +56,7 @@ fn run_built(
 /// the floor. Returns the worst error.
 fn assert_feature_shares(report: &Value, truth: &Value, tolerance: f64) -> f64 {
     let total = truth["total_ms"].as_f64().unwrap();
-    let samples = report["samples"].as_u64().unwrap_or(0);
+    let samples = timed_samples_of(report);
     let mut table = format!("  {samples} samples\n");
     let (mut worst, mut over): (f64, Vec<String>) = (0.0, Vec::new());
     for (name, measured) in truth["features"].as_object().unwrap() {

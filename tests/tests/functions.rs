@@ -10,7 +10,8 @@ use serde_json::Value;
 use std::process::Command;
 use support::native::{build_c_program, perf_backend_available};
 use support::{
-    fsprof, report_json, serial, share_bound, tempdir, BusyLoops, ACCURACY_RATE, TOLERANCE,
+    fsprof, report_json, samples_of, serial, share_bound, tempdir, BusyLoops, ACCURACY_RATE,
+    TOLERANCE,
 };
 
 /// How long the functions program runs. Beside a busy process its shares spread further than
@@ -32,7 +33,7 @@ fn function<'a>(report: &'a Value, name: &str) -> &'a Value {
 
 /// The bound on a share whose truth is `measured` percent, over the samples of `report`.
 fn bound_of(report: &Value, measured: f64) -> f64 {
-    share_bound(measured, report["samples"].as_u64().unwrap_or(0), TOLERANCE)
+    share_bound(measured, samples_of(report), TOLERANCE)
 }
 
 fn names(list: &Value) -> Vec<&str> {

@@ -55,7 +55,7 @@ fn a_program_nobody_marked_gets_its_libraries_features_at_its_own_lines() {
     let report = report_json(dir.path());
     let truth = truth(dir.path());
     let total = truth["total_ms"].as_f64().unwrap();
-    let samples = report["samples"].as_u64().unwrap_or(0);
+    let samples = timed_samples_of(&report);
     let mut table = format!("  {samples} samples\n");
     let mut over = Vec::new();
     for (name, measured) in truth["features"].as_object().unwrap() {

@@ -17,8 +17,8 @@ fn script(dir: &Path) -> std::path::PathBuf {
     let truth = |name: &str| dir.join(format!("{name}.json")).display().to_string();
     let text = format!(
         "#!/bin/sh\n\
-         {target} mixed 2 --truth {mixed} &\n\
-         {target} requests 2 --truth {requests}\n\
+         {target} mixed 3 --truth {mixed} &\n\
+         {target} requests 3 --truth {requests}\n\
          wait\n\
          {target} pair 1.5 --truth {pair}\n",
         mixed = truth("mixed"),
@@ -168,7 +168,7 @@ fn attach_children_records_a_running_scripts_program() {
             "--rate",
             ACCURACY_RATE,
             "--duration",
-            "2",
+            "3",
             "-o",
         ])
         .arg(&out)
@@ -192,7 +192,7 @@ fn attach_children_records_a_running_scripts_program() {
         "the script did not finish normally"
     );
     let own = report_json_with(&out, &["--process", &program.to_string()]);
-    // The window's truth: the program's random mix over 2 s differs from its 6 s run's by
+    // The window's truth: the program's random mix over 3 s differs from its 6 s run's by
     // about a point (validation +2.59 against the whole run once, bound 2.5).
     let truth = truth_in_window(&timeline, &report);
     assert!(truth_path.exists());
