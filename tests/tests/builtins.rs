@@ -183,7 +183,7 @@ fn a_contended_mutex_shows_the_waits_it_causes() {
 /// the agent marks (futex waits under `locks`, `nanosleep` under `sleep`), are idle time, not
 /// cost: `hashing` must read what the program measured, with the agent as without it, and the
 /// waits must stay visible as `blocked_ms`. 6 s each: `hashing` is 300 us of each 900 us, and
-/// at 1000 Hz each sample stands for about a period, so over 3 s its share spread by 0.85
+/// at 1000 Hz each sample stood for about a period, so over 3 s its share spread by 0.85
 /// points (standard deviation, 20 runs, quiet and beside a busy process alike) and went past
 /// the bound about once in a hundred runs (-2.95 in a fresh clone's run beside `yes`).
 #[test]

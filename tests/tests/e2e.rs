@@ -1,11 +1,11 @@
 //! End-to-end tests: real target programs, profiled by the real `fsprof` binary, with reports
 //! compared against the ground truth the targets measure themselves.
 //!
-//! Every accuracy test runs its target for 5 s at 1000 Hz and requires every feature and instance
-//! share to be within 2.5 percentage points of the truth. Samples fall at a random place in each
-//! period, so a share's error has a spread of its own: about 0.8 points for a 40% share over
-//! 3000 samples (`antimark`, measured 0.9 in 8 runs), which made 2.5 points a 3-sigma bound at
-//! 3 s; 5000 samples make it 3.5 sigma.
+//! Every accuracy test runs its target at `ACCURACY_RATE` and requires every feature and instance
+//! share to be within its bound of the truth (`support::share_bound`): 2.5 percentage points, or
+//! 4 binomial standard deviations of the run's samples where that is wider. Samples fall at a
+//! random place in each period, so a share's error has a spread of its own: about 0.8 points for
+//! a 40% share over 3000 samples (`antimark`, measured 0.9 in 8 runs).
 
 mod support;
 

@@ -251,9 +251,9 @@ fn jumps_leave_the_slots_working(kind: &str) {
     let (report, truth) = profile(
         dir.path(),
         &program,
-        // Each thread works 1.2 s, half of it in `after`: about 1200 samples of it at 1000 Hz,
-        // where 600 made a spread of about 0.9 points with samples at random places (CI once
-        // read 2.53 points low against 2.5).
+        // Each thread works 1.2 s, half of it in `after`: about 2400 samples of it at 2000 Hz,
+        // where 600 (at 1000 Hz and a shorter run) made a spread of about 0.9 points with
+        // samples at random places (CI once read 2.53 points low against 2.5).
         &["5000", "1.2", kind],
         Duration::from_secs(60),
     );

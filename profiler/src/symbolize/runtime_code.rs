@@ -1,5 +1,5 @@
 //! Which code is the language runtime's rather than the program's: libc and the other libraries
-//! of the C runtime, the dynamic loader, the agent, Rust's standard library (`std`, `core`,
+//! of the C runtime (and its start-up code linked into the executable), the dynamic loader, the agent, Rust's standard library (`std`, `core`,
 //! `alloc`, and what of them is inlined or instantiated in the program) and C++'s (`std::`,
 //! `__gnu_cxx::`, libstdc++).
 //!
@@ -52,6 +52,7 @@ pub fn is_runtime_function(name: &str, file: Option<&str>) -> bool {
     if RUNTIME_SYMBOLS
         .iter()
         .any(|prefix| name.starts_with(prefix))
+        || C_RUNTIME_ENTRIES.contains(&name)
     {
         return true;
     }
@@ -99,6 +100,18 @@ const RUNTIME_NAMESPACES: [&str; 8] = [
 
 /// Names of runtime functions outside any namespace: Rust's allocator shims and entry glue.
 const RUNTIME_SYMBOLS: [&str; 5] = ["__rust_", "__rdl_", "__rg_", "__rustc", "__cxa_"];
+
+/// The C runtime's start-up and tear-down code that the linker puts into every executable
+/// (crt1.o, crti.o, and glibc before 2.34 its `__libc_csu_*`): never a call site of the
+/// program's, though the executable holds it (Rust's start-up reads `/proc/self/maps` from
+/// `_start` through glibc and `std` alone).
+const C_RUNTIME_ENTRIES: [&str; 5] = [
+    "_start",
+    "_init",
+    "_fini",
+    "__libc_csu_init",
+    "__libc_csu_fini",
+];
 
 /// The crate or namespace a function belongs to: the first path segment of its name, or for
 /// `<T as Trait>::f` and `<T>::f` of the type `T` (references, pointers and `dyn` taken off);
@@ -208,6 +221,14 @@ mod tests {
         ] {
             assert!(!is_wait_primitive(name), "{name}");
         }
+    }
+
+    #[test]
+    fn the_c_runtimes_start_up_code_in_the_executable_is_the_runtimes() {
+        for name in ["_start", "_init", "__libc_csu_init"] {
+            assert!(is_runtime_function(name, None), "{name}");
+        }
+        assert!(!is_runtime_function("_start_engine", None));
     }
 
     #[test]
