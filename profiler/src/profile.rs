@@ -134,6 +134,10 @@ pub struct ModuleFile {
     /// Its GNU build id in hex, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build_id: Option<String>,
+    /// It holds the C library: it defines `__libc_start_main` (glibc's and musl's `libc.so`, a
+    /// statically linked program). Rules that name `libc.so` match its functions too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub c_library: bool,
 }
 
 /// A later branch (see [`Profile::later_branches`]): its feature and its payload (an

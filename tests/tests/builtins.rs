@@ -116,6 +116,29 @@ fn c_program_gets_the_output_allocation_and_lock_shares_it_measured() {
     assert!(payloads(&report, "allocation")[0].starts_with("allocate ("));
 }
 
+/// The same program linked statically: glibc is inside the executable, nothing can be preloaded
+/// into it, and its built-in features come from its stacks alone: the same shares within their
+/// bounds, at the same call sites, its own copy of the C library answering to the catalog's
+/// `libc.so` patterns (it defines `__libc_start_main`).
+#[test]
+fn a_static_program_gets_its_built_in_features_from_its_stacks() {
+    let _serial = serial();
+    let build = tempdir();
+    let program = build_static_c_program(build.path(), "builtins");
+    let (dir, stderr) = run_built(&program, "3", &[], &[]);
+    let report = report_json(dir.path());
+    assert_feature_shares(&report, &truth(dir.path()), TOLERANCE);
+    let output = payloads(&report, "output");
+    for function in ["write_chunk (", "print_line ("] {
+        assert!(
+            output.iter().any(|p| p.starts_with(function)),
+            "{output:?}\n{stderr}"
+        );
+    }
+    assert!(payloads(&report, "waiting")[0].starts_with("wait_for_nothing ("));
+    assert!(payloads(&report, "allocation")[0].starts_with("allocate ("));
+}
+
 /// A producer whose writes block on a full pipe (its reader, another process, is slow): the
 /// blocked writes are the reader's pace, not the producer's work, and are kept apart as
 /// `output`'s waits, as long as the producer measured them; its own `produce` reads its truth

@@ -26,9 +26,13 @@ pub fn apply(profile: &mut Profile, rules: &RuleSet) {
     if rules.is_empty() || profile.native_stacks.is_empty() {
         return;
     }
-    let program = Program::of(&profile.native_frames);
+    let c_libraries: HashSet<String> = (profile.modules.iter())
+        .filter(|module| module.c_library)
+        .map(|module| module.name.clone())
+        .collect();
+    let program = Program::of(&profile.native_frames, &c_libraries);
     let mut classes: Vec<Class> = (profile.native_frames.iter())
-        .map(|frame| Class::of(frame, rules, &program))
+        .map(|frame| Class::of(frame, rules, &program, &c_libraries))
         .collect();
     if (classes.iter()).all(|class| class.features.is_empty() && class.calls.is_empty()) {
         return;
@@ -104,10 +108,10 @@ struct Program {
 }
 
 impl Program {
-    fn of(frames: &[NativeFrame]) -> Program {
+    fn of(frames: &[NativeFrame], c_libraries: &HashSet<String>) -> Program {
         let mut crates = HashSet::new();
         for frame in frames {
-            if is_runtime(frame) {
+            if is_runtime(frame, c_libraries) {
                 continue;
             }
             let Some(krate) = crate_of(&frame.function) else {
@@ -153,22 +157,27 @@ struct Class {
 }
 
 impl Class {
-    fn of(frame: &NativeFrame, rules: &RuleSet, program: &Program) -> Class {
+    fn of(
+        frame: &NativeFrame,
+        rules: &RuleSet,
+        program: &Program,
+        c_libraries: &HashSet<String>,
+    ) -> Class {
         let own_type = |path: &str| {
             path.split("::")
                 .next()
                 .is_some_and(|krate| program.crates.contains(krate))
         };
         let names = FrameNames::new(&frame.function, frame.file.as_deref(), own_type);
-        let matched = matching(rules, &names, &frame.module);
+        let matched = matching(rules, &names, &frame.module, c_libraries);
         let calls = match &frame.calls {
             Some(callee) => {
                 let names = FrameNames::new(&callee.function, None, own_type);
-                matching(rules, &names, &callee.module)
+                matching(rules, &names, &callee.module, c_libraries)
             }
             None => Vec::new(),
         };
-        let runtime = is_runtime(frame) || (program.rust && frame.function == "main");
+        let runtime = is_runtime(frame, c_libraries) || (program.rust && frame.function == "main");
         Class {
             own: matched.is_empty() && !runtime && program.owns(frame),
             call_site: matched.is_empty() && !runtime,
@@ -178,17 +187,36 @@ impl Class {
     }
 }
 
-/// The rules (indexes) a pattern of which matches a function of `names` in module `module`.
-fn matching(rules: &RuleSet, names: &FrameNames, module: &str) -> Vec<u32> {
+/// The rules (indexes) a pattern of which matches a function of `names` in module `module`; a
+/// module among `c_libraries` (it holds the C library: a static program, musl's) answers to
+/// `libc.so` as well, the name the catalog's C patterns give.
+fn matching(
+    rules: &RuleSet,
+    names: &FrameNames,
+    module: &str,
+    c_libraries: &HashSet<String>,
+) -> Vec<u32> {
+    let c_library = c_libraries.contains(module);
     (rules.rules.iter().enumerate())
-        .filter(|(_, rule)| rule.patterns.iter().any(|p| p.matches(names, module)))
+        .filter(|(_, rule)| {
+            (rule.patterns.iter())
+                .any(|p| p.matches(names, module) || (c_library && p.matches(names, C_LIBRARY)))
+        })
         .map(|(index, _)| index as u32)
         .collect()
 }
 
-fn is_runtime(frame: &NativeFrame) -> bool {
+/// The file name a module holding the C library answers to in patterns (glibc's).
+const C_LIBRARY: &str = "libc.so.6";
+
+/// Whether `frame` is the runtime's. In a program that holds the C library (linked statically),
+/// the library's functions are those without a source file: the program's own have DWARF,
+/// the C library's archive has none (without `-g`, every function of such a program is taken
+/// for the library's, and its call sites are not found).
+fn is_runtime(frame: &NativeFrame, c_libraries: &HashSet<String>) -> bool {
     runtime_code::is_runtime_module(&frame.module)
         || runtime_code::is_runtime_function(&frame.function, frame.file.as_deref())
+        || (frame.file.is_none() && c_libraries.contains(&frame.module))
 }
 
 /// Whether a source file is a dependency's (Cargo's registry or git checkouts, vendored crates).
@@ -503,7 +531,7 @@ mod tests {
     );
 
     /// The frames the tests' addresses stand for.
-    const FRAMES: [Named; 8] = [
+    const FRAMES: [Named; 9] = [
         ("main", Some(("src/main.c", 5)), "prog"),
         ("myprog::render", Some(("src/main.rs", 10)), "prog"),
         (
@@ -520,6 +548,7 @@ mod tests {
         ("core::fmt::Formatter::pad", None, "prog"),
         ("myprog::log", Some(("src/main.rs", 30)), "prog"),
         ("write", None, "libc.so.6"),
+        ("write", None, "prog"), // a static program's own copy
     ];
 
     /// A profile of `samples`, each (its marks, its native stack as indexes into FRAMES root
@@ -616,6 +645,25 @@ mod tests {
         let native = &p.native_stacks[p.samples[0].native.unwrap() as usize];
         assert_eq!(native.marks_at, vec![2, 2]);
         assert_eq!(p.features.iter().filter(|f| *f == "output").count(), 1);
+    }
+
+    #[test]
+    fn a_program_holding_the_c_library_answers_to_its_patterns() {
+        let static_program = || profile(&[(vec![], vec![0, 6, 8], vec![])]);
+        let output = rules(&["output=libc.so*!write"]);
+        let mut p = static_program();
+        apply(&mut p, &output);
+        assert_eq!(counted(&p), vec![vec![]], "a `write` of the program's own");
+        let mut p = static_program();
+        p.modules.push(crate::profile::ModuleFile {
+            name: "prog".into(),
+            path: "/bin/prog".into(),
+            build_id: None,
+            c_library: true,
+        });
+        apply(&mut p, &output);
+        let site = "myprog::log (src/main.rs:30)".to_owned();
+        assert_eq!(counted(&p), vec![vec![("output".to_owned(), site)]]);
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub fn is_runtime_module(path: &str) -> bool {
                 | "libc++abi"
                 | "libfsprof_agent"
         ) || stem.starts_with("ld-linux")
+            || stem.starts_with("ld-musl")
+            || stem.starts_with("libc.musl")
             || stem == "ld")
 }
 
@@ -161,6 +163,7 @@ mod tests {
         for path in [
             "/usr/lib/x86_64-linux-gnu/libc.so.6",
             "/lib64/ld-linux-x86-64.so.2",
+            "/lib/ld-musl-x86_64.so.1",
             "/work/target/release/libfsprof_agent.so",
             "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33",
             "[vdso]",

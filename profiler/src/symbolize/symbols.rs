@@ -254,6 +254,7 @@ impl Symbolizer {
                     path: entry.module.path.clone(),
                     build_id: (parsed.build_id.as_ref())
                         .map(|id| id.iter().map(|byte| format!("{byte:02x}")).collect()),
+                    c_library: parsed.c_library,
                 })
             })
             .collect()
@@ -287,6 +288,8 @@ struct Parsed {
     call_targets: std::cell::OnceCell<CallTargets>,
     /// Its procedure linkage table (`.plt`, `.plt.sec`, `.plt.got`): stubs with no symbol.
     plt: Vec<std::ops::Range<u64>>,
+    /// It defines the C library's entry, `__libc_start_main` (see [`ModuleFile::c_library`]).
+    c_library: bool,
 }
 
 impl Parsed {
@@ -334,6 +337,8 @@ impl Parsed {
             })
             .map(|section| section.address()..section.address().saturating_add(section.size()))
             .collect();
+        let c_library =
+            defines_libc_start(&object) || debug_object.as_ref().is_some_and(defines_libc_start);
         Parsed {
             build_id: super::debug_files::build_id(&object).map(<[u8]>::to_vec),
             dwarf,
@@ -341,6 +346,7 @@ impl Parsed {
             ranges: Default::default(),
             call_targets: Default::default(),
             plt,
+            c_library,
         }
     }
 
@@ -439,6 +445,16 @@ fn has_dwarf(object: &object::File) -> bool {
 /// stripped file, or allocated sections in a file made by `objcopy --only-keep-debug`).
 fn is_nobits(section: &object::Section) -> bool {
     section.file_range().is_none()
+}
+
+/// Whether the file defines `__libc_start_main`, the C library's entry (glibc and musl alike):
+/// it holds the C library, as its shared object or linked into a static program (which only
+/// refers to it when the C library is a shared one).
+fn defines_libc_start(object: &object::File) -> bool {
+    let defines = |symbol: object::Symbol| {
+        !symbol.is_undefined() && symbol.name_bytes() == Ok(b"__libc_start_main".as_slice())
+    };
+    object.symbols().any(defines) || object.dynamic_symbols().any(defines)
 }
 
 fn has_symtab(object: &object::File) -> bool {

@@ -171,20 +171,28 @@ pub fn assert_separate_frames_without_frame_pointer(file: &Path, functions: &[&s
 /// Compiles `tests/c/NAME.c` (a program with no marks of its own, for the agent's built-in
 /// features) into `dir/NAME`, with DWARF so that its call sites get names and lines.
 pub fn build_c_program(dir: &Path, name: &str) -> PathBuf {
+    build_plain_c_program(dir, name, &[])
+}
+
+/// [`build_c_program`], linked statically: the C library inside the executable.
+pub fn build_static_c_program(dir: &Path, name: &str) -> PathBuf {
+    build_plain_c_program(dir, name, &["-static"])
+}
+
+fn build_plain_c_program(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let source = c_sources().join(format!("{name}.c"));
-    gcc(
-        dir,
-        &[
-            "-O2",
-            "-g",
-            "-Wall",
-            "-Werror",
-            "-pthread",
-            source.to_str().unwrap(),
-            "-o",
-            name,
-        ],
-    );
+    let mut args = vec![
+        "-O2",
+        "-g",
+        "-Wall",
+        "-Werror",
+        "-pthread",
+        source.to_str().unwrap(),
+        "-o",
+        name,
+    ];
+    args.extend(extra);
+    gcc(dir, &args);
     dir.join(name)
 }
 
