@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 pub const TOLERANCE: f64 = 2.5;
 /// A share's bound is at least [`TOLERANCE`], and at least this many standard deviations of the
 /// binomial spread of the run's samples. The confidence is the suite's, not one share's: the
-/// suite compares about 300 shares a run, so a per-share 99.9% (3.29) would fail a correct
-/// profiler in about one run of four; 4.0 is 99.994% per share, one false failure in about 50
-/// suite runs at worst (most shares sit well inside the floor).
+/// suite compares about 300 shares a run, so a per-share 99.9% (3.29) allowed a correct
+/// profiler up to one failure in four runs; 4.0 is 99.994% per share, one false failure in
+/// about 50 suite runs at worst (most shares sit well inside the floor).
 pub const CONFIDENCE_Z: f64 = 4.0;
 /// The most the spread may widen a bound: a test whose samples are too few for that must run
 /// longer (or at a higher rate), not widen its bound further.
