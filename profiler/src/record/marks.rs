@@ -203,12 +203,26 @@ impl MarkReader {
     }
 
     /// The addresses in the target of the slots of `marks` (one thread's, one per region it
-    /// marks in), as perf arms them; `None` if they do not fit.
+    /// marks in), as perf arms them; `None` if they do not fit. A thread that holds no slot yet
+    /// gets the slots it will likely claim at its first mark (the lowest free ones, of each
+    /// region in turn): until the next tick finds its slot, its samples would otherwise read
+    /// no marks where it has some (new threads of `requests` lost a third of their first marks,
+    /// `handling` 2 points low). A copy of a slot that is not the thread's reads as no marks
+    /// (`sampler/native_stacks.rs`).
     pub fn slot_addresses(&self, marks: &[ThreadMarks]) -> Option<[u64; SLOTS]> {
         if marks.len() > SLOTS {
             return None;
         }
         let mut addresses = [0; SLOTS];
+        if marks.is_empty() {
+            let free = (self.regions.iter()).flat_map(|region| {
+                (region.free_slots().iter()).map(|&slot| (region.address(), slot))
+            });
+            for (address, (region, slot)) in addresses.iter_mut().zip(free) {
+                *address = abi::slot_address(region, slot);
+            }
+            return Some(addresses);
+        }
         for (address, marks) in addresses.iter_mut().zip(marks) {
             *address = abi::slot_address(self.regions.get(marks.region)?.address(), marks.slot);
         }

@@ -21,6 +21,8 @@ use nix::errno::Errno;
 const MAPPED_RETRIES: usize = 200;
 /// The same for the remote backing, where each copy costs two system calls.
 const REMOTE_RETRIES: usize = 8;
+/// Free slots kept per read (see [`RegionReader::free_slots`]).
+const FREE_KEPT: usize = 2;
 
 /// Why a mapping that looks like a region cannot be read as one.
 #[derive(Debug)]
@@ -116,6 +118,9 @@ pub struct RegionReader {
     pub threads_without_slot: u64,
     /// Slots claimed so far, as last read.
     slots_used: u32,
+    /// The lowest slots below `slots_used` that were free at the last read (at most
+    /// [`FREE_KEPT`]): a thread's first mark claims the lowest free slot.
+    free: Vec<usize>,
     /// Per slot, the first history entry not yet taken; empty before the first read of the
     /// histories (whose older entries are taken then, none counted lost).
     history_taken: Vec<u64>,
@@ -145,6 +150,7 @@ impl RegionReader {
             nonce: header.nonce,
             threads_without_slot: header.threads_without_slot,
             slots_used: 0,
+            free: Vec::new(),
             history_taken: Vec::new(),
         })
     }
@@ -152,6 +158,13 @@ impl RegionReader {
     /// The region's address in the target.
     pub fn address(&self) -> u64 {
         self.address
+    }
+
+    /// The lowest slots that were free at the last read, among those claimed before (whose
+    /// pages the program has touched): where a thread without a slot yet will likely put its
+    /// first marks (the shim claims the lowest free slot).
+    pub fn free_slots(&self) -> &[usize] {
+        &self.free
     }
 
     /// Appends every claimed slot's marks to `out`, and the tids of slots that could not be copied
@@ -185,7 +198,15 @@ impl RegionReader {
                 let header = unsafe { abi::header_at(map.as_ptr()) };
                 self.threads_without_slot = header.threads_without_slot;
                 self.slots_used = header.slots_used;
-                read_mapped(map, header.slots_used, out, unreadable, stats);
+                self.free.clear();
+                read_mapped(
+                    map,
+                    header.slots_used,
+                    out,
+                    &mut self.free,
+                    unreadable,
+                    stats,
+                );
                 Ok(())
             }
             Backing::Remote => {
@@ -199,11 +220,13 @@ impl RegionReader {
                 }
                 self.threads_without_slot = header.threads_without_slot;
                 self.slots_used = header.slots_used;
+                self.free.clear();
                 read_remote(
                     &self.remote,
                     self.address,
                     header.slots_used,
                     out,
+                    &mut self.free,
                     unreadable,
                     stats,
                 )
@@ -348,6 +371,7 @@ fn read_mapped(
     map: &Mmap,
     slots_used: u32,
     out: &mut Vec<ThreadMarks>,
+    free: &mut Vec<usize>,
     unreadable: &mut Vec<u32>,
     stats: &mut ReadStats,
 ) {
@@ -367,6 +391,8 @@ fn read_mapped(
                             slot: index,
                             region: 0,
                         });
+                    } else if free.len() < FREE_KEPT {
+                        free.push(index);
                     }
                     break;
                 }
@@ -391,6 +417,7 @@ fn read_remote(
     address: u64,
     slots_used: u32,
     out: &mut Vec<ThreadMarks>,
+    free: &mut Vec<usize>,
     unreadable: &mut Vec<u32>,
     stats: &mut ReadStats,
 ) -> Result<(), Errno> {
@@ -410,6 +437,9 @@ fn read_remote(
         let mut attempt = 0;
         loop {
             if state.tid == 0 {
+                if free.len() < FREE_KEPT {
+                    free.push(index);
+                }
                 break;
             }
             if state.seq.is_multiple_of(2) {
@@ -498,7 +528,7 @@ mod tests {
         let mut region = vec![0u64; abi::REGION_SIZE / 8];
         let remote = Remote::new(std::process::id());
         let (mut out, mut unreadable, mut stats) = (Vec::new(), Vec::new(), ReadStats::default());
-        let (mut records, mut history) = (Vec::new(), Vec::new());
+        let (mut records, mut history, mut free) = (Vec::new(), Vec::new(), Vec::new());
         let cases = crate::fuzz::cases(200);
         let (mut marks, mut histories) = (0usize, 0usize);
         for _ in 0..cases {
@@ -518,11 +548,13 @@ mod tests {
             };
             out.clear();
             unreadable.clear();
+            free.clear();
             read_remote(
                 &remote,
                 address,
                 used,
                 &mut out,
+                &mut free,
                 &mut unreadable,
                 &mut stats,
             )
@@ -532,6 +564,7 @@ mod tests {
                 assert!(thread.slot < SLOT_COUNT);
                 marks += thread.records.len();
             }
+            assert!(free.len() <= FREE_KEPT && free.iter().all(|&slot| slot < SLOT_COUNT));
             let index = rng.usize(..SLOT_COUNT);
             // SAFETY: `region` is REGION_SIZE bytes, alive for the call; index < SLOT_COUNT.
             if unsafe { abi::copy_slot(region.as_ptr().cast(), index, &mut records) }.is_ok() {

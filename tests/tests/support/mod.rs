@@ -146,6 +146,7 @@ pub fn target() -> &'static str {
 
 /// A fresh temporary directory, removed when dropped unless its test failed (see [`TestDir`]).
 pub fn tempdir() -> TestDir {
+    remember_failures();
     let dir = tempfile::Builder::new()
         .prefix("fsprof-e2e-")
         .tempdir()
@@ -168,9 +169,49 @@ impl Drop for TestDir {
     fn drop(&mut self) {
         if let (true, Some(dir)) = (std::thread::panicking(), self.0.take()) {
             let kept = dir.keep();
+            // The failure's first line again, last: a long table or report in its message
+            // would otherwise leave it in the middle of the output (what CI shows of it is the
+            // beginning and the end).
+            let failure = FAILURE.with(|f| f.take());
+            eprintln!(
+                "the failure, again: {}",
+                failure.as_deref().unwrap_or("(unknown)")
+            );
             eprintln!("the failed test's directory is kept: {}", kept.display());
         }
     }
+}
+
+thread_local! {
+    /// The first line of this thread's latest panic message (see [`remember_failures`]).
+    static FAILURE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Has every panic keep the first line of its message (at most 500 characters) for
+/// [`TestDir`]'s drop, before the usual report of it.
+fn remember_failures() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let message = (payload.downcast_ref::<String>().map(String::as_str))
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            let first: String = message
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(500)
+                .collect();
+            let at = info
+                .location()
+                .map(|l| format!(" ({}:{})", l.file(), l.line()));
+            FAILURE.with(|f| *f.borrow_mut() = Some(first + &at.unwrap_or_default()));
+            previous(info);
+        }));
+    });
 }
 
 /// A child process that is killed (and reaped) when dropped, so a failing test leaves nothing.

@@ -347,8 +347,10 @@ impl Sampler {
 }
 
 /// Decodes the slots the kernel copied at a perf sample into the thread's records (all slots,
-/// in order) and the logical depth if some were not recorded. `None` if a copy is not this
-/// thread's slot.
+/// in order) and the logical depth if some were not recorded. A copy of a slot the thread does
+/// not hold has none of its marks: a free slot it may have claimed since (see
+/// `MarkReader::slot_addresses`), or its own slot, released as it exits. `None` if a copy
+/// cannot be parsed.
 pub(super) fn snapshot_records(
     own_tid: u32,
     slots: &[Option<Vec<u8>>; SLOTS],
@@ -361,7 +363,7 @@ pub(super) fn snapshot_records(
         // is its slot at one instant of its own order of writes, in which the records below
         // `depth` are always whole (a push writes its record before raising `depth`).
         if state.tid != own_tid {
-            return None;
+            continue;
         }
         let recorded = (state.depth as usize).min(abi::MARK_CAPACITY);
         for index in 0..recorded {
@@ -380,4 +382,33 @@ pub(super) fn snapshot_records(
 fn same_marks(a: &[RecordView], b: &[RecordView]) -> bool {
     let key = |r: &RecordView| (r.feature, r.kind, r.payload, r.sp, r.position);
     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| key(a) == key(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A copied slot of thread `tid` holding `depth` records (zeroed).
+    fn slot(tid: u32, depth: u32) -> Option<Vec<u8>> {
+        let mut bytes = vec![0u8; abi::RECORDS_OFFSET + depth as usize * abi::RECORD_SIZE];
+        bytes[4..8].copy_from_slice(&tid.to_ne_bytes());
+        bytes[8..12].copy_from_slice(&depth.to_ne_bytes());
+        Some(bytes)
+    }
+
+    #[test]
+    fn a_copy_of_a_slot_the_thread_does_not_hold_has_none_of_its_marks() {
+        let depth = |slots| snapshot_records(7, &slots).map(|(records, _)| records.len());
+        assert_eq!(depth([slot(7, 2), None]), Some(2));
+        // A free slot it had not claimed by then, or another thread's.
+        assert_eq!(depth([slot(0, 0), None]), Some(0));
+        assert_eq!(depth([slot(9, 3), slot(7, 1)]), Some(1));
+        // A copy too short to hold what its state says is not read.
+        let mut short = slot(7, 2);
+        short
+            .as_mut()
+            .unwrap()
+            .truncate(abi::RECORDS_OFFSET + abi::RECORD_SIZE);
+        assert_eq!(depth([short, None]), None);
+    }
 }
