@@ -111,7 +111,7 @@ fn pin_to_first_cpu() {
 
 /// A thread that spins on one CPU beside another spinning thread, and sleeps now and then:
 /// each time it leaves its CPU, preempted or blocked, its registers and stack come just before
-/// its departure (the two microseconds apart, at most one per period).
+/// the record of its departure (at most one per period).
 #[test]
 fn a_thread_leaves_its_cpu_with_its_stack_preempted_or_blocked() {
     let mut perf = match PerfSampler::new(1_000_000, 4) {
@@ -155,6 +155,7 @@ fn a_thread_leaves_its_cpu_with_its_stack_preempted_or_blocked() {
     perf.watch(tid, [0, 0]).unwrap();
     let (mut preempted, mut blocked, mut stacks, mut blocked_stacks) = (0, 0, 0, 0);
     let mut departed: Option<u64> = None;
+    let mut arrived = 0;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while (stacks < 50 || blocked_stacks < 5) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -166,7 +167,13 @@ fn a_thread_leaves_its_cpu_with_its_stack_preempted_or_blocked() {
             }
             Taken::Switch(switch) if switch.out => {
                 if let Some(time) = departed.take() {
-                    assert!((time..time + 100_000).contains(&switch.time));
+                    // Its own departure: after it came onto the CPU, before its switch's record
+                    // (how long before is the machine's: 190 µs seen on a loaded VM).
+                    assert!(
+                        (arrived..=switch.time).contains(&time),
+                        "a departure at {time} for a stay from {arrived} to {}",
+                        switch.time
+                    );
                     stacks += 1;
                     blocked_stacks += u32::from(!switch.preempted);
                 }
@@ -174,7 +181,10 @@ fn a_thread_leaves_its_cpu_with_its_stack_preempted_or_blocked() {
                 blocked += u32::from(!switch.preempted);
             }
             Taken::Sample(_) => assert!(departed.is_none(), "a stack left unmatched"),
-            Taken::Switch(_) => {}
+            Taken::Switch(switch) => {
+                assert!(departed.is_none(), "a departure before an arrival");
+                arrived = switch.time;
+            }
         });
     }
     stop.store(true, Ordering::Relaxed);

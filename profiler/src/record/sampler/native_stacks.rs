@@ -8,9 +8,12 @@ use super::off_cpu::LatestSample;
 use super::*;
 use crate::record::clock::monotonic_ns;
 
-/// Most a departure's sample of the thread's stack comes before the departure itself: both
-/// are written as the thread leaves its CPU, microseconds apart.
-const DEPARTED_NS: u64 = 100_000;
+/// Most a departure's sample of the thread's stack comes before the departure's own record.
+/// Both are written as the thread leaves its CPU, microseconds apart, but a loaded machine
+/// can hold its CPU between the two (190 µs seen on a 2-vCPU VM beside two busy loops). A
+/// departure sample is dropped at the thread's next switch record of any kind, so this bound
+/// only keeps one whose own record was lost from standing for a later departure.
+const DEPARTED_NS: u64 = 5_000_000;
 
 impl Sampler {
     /// The thread's native stack at this sample: captured now if it is running, or has run since
