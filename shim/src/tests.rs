@@ -136,11 +136,13 @@ fn exited_threads_release_their_slots_for_reuse() {
         .unwrap();
     }
     let used_after = abi::parse_header(region_bytes()).unwrap().slots_used;
-    // Each thread exits before the next starts, so the same slot (or a few, with other tests
-    // running concurrently) is reused instead of 50 new ones.
+    // Each thread exits before the next starts, so the same slot is reused instead of 50 new
+    // ones; other tests' threads, one test per CPU at once, may claim a few more meanwhile.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let others = (2 * cpus).clamp(8, 40) as u32;
     assert!(
-        used_after <= used_before + 8,
-        "{used_before} -> {used_after}"
+        used_after <= used_before + others,
+        "{used_before} -> {used_after} (beside {others} other tests' threads)"
     );
 }
 

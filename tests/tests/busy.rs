@@ -181,11 +181,12 @@ fn threads_that_switch_too_often_are_no_longer_followed_and_the_report_says_so()
     let build = tempdir();
     let program = support::native::build_c_program(build.path(), "switches");
     let dir = tempdir();
-    // On one CPU, so that the threads wake each other by switching rather than across CPUs.
+    // On one CPU, so that the threads wake each other by switching rather than across CPUs (the
+    // first this test may use: a container's CPU set may leave CPU 0 out).
     let output = std::process::Command::new(fsprof())
         .args(["run", "--rate", ACCURACY_RATE, "-o"])
         .arg(dir.path())
-        .args(["--", "taskset", "-c", "0"])
+        .args(["--", "taskset", "-c", &first_allowed_cpu()])
         .arg(&program)
         .arg("1")
         .output()

@@ -220,7 +220,9 @@ fn a_diff_of_one_program_at_two_sizes_shows_which_instance_grows_faster() {
         checked +=
             &format!("{instance}: x{ratio:.2} (measured x{truth:.2}, expected x{expected})\n");
         assert!((ratio / truth - 1.0).abs() < 0.15, "{checked}");
-        assert!((truth / expected - 1.0).abs() < 0.10, "{checked}");
+        // The program did grow as designed (it spins on the clock, step by step: on a loaded
+        // machine, steps overrun when it loses its CPU; the check above is fsprof's).
+        assert!((truth / expected - 1.0).abs() < 0.25, "{checked}");
         let (a, b) = (
             found["a_ms"].as_f64().unwrap(),
             found["b_ms"].as_f64().unwrap(),
@@ -458,7 +460,7 @@ fn fsprof_top_shows_the_features_live_and_q_gives_the_terminal_back() {
     let exit = dir.path().join("exit");
     let tmux = Tmux(format!("fsprof-test-{}", std::process::id()));
     let command = format!(
-        "{} top -- {} mixed 5 --truth {}; echo EXIT=$? > {}; sleep 60",
+        "{} top -- {} mixed 10 --truth {}; echo EXIT=$? > {}; sleep 60",
         fsprof().display(),
         target(),
         dir.path().join("truth.json").display(),
@@ -487,8 +489,10 @@ fn fsprof_top_shows_the_features_live_and_q_gives_the_terminal_back() {
         numbers.len() == 3 && numbers[..2].iter().all(|p| (1.0..=100.0).contains(p)),
         "{validation}"
     );
+    // Pressed while the program runs (10 s: found on screen within 15 s), which fsprof then
+    // waits for.
     tmux.run(&["send-keys", "-t", "top", "q"]);
-    let pane = tmux.wait_for(std::time::Duration::from_secs(15), |_| exit.exists());
+    let pane = tmux.wait_for(std::time::Duration::from_secs(30), |_| exit.exists());
     let code = std::fs::read_to_string(&exit).unwrap_or_default();
     assert_eq!(code.trim(), "EXIT=0", "{pane}");
     assert!(!pane.contains("now %"), "the table is still shown: {pane}");

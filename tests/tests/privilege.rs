@@ -359,7 +359,9 @@ fn capable_copies_keep_only_what_perf_needs_and_none_of_it_effective() {
     let _serial = serial();
     let Some(house) = House::new() else { return };
     let start = house.as_user(&house.path("fsprof-target"), None);
-    let target = house.start_target(start, 8.0);
+    // Four attaches of 1.5 s each, one after another: the target outlives them on a loaded
+    // machine (it is killed when the test is done).
+    let target = house.start_target(start, 30.0);
     for (privilege, backend, permitted) in [
         // CAP_PERFMON and CAP_BPF: bits 38 and 39.
         (Privilege::FileCaps, "auto", 0xc0_0000_0000u64),

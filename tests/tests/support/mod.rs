@@ -288,6 +288,19 @@ pub fn wait_for_file(path: &Path, limit: Duration) -> String {
     }
 }
 
+/// The first CPU this process may run on (`Cpus_allowed_list`: a container's CPU set may
+/// leave CPU 0 out), as `taskset -c` takes it.
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn first_allowed_cpu() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap();
+    let first = list.trim().split([',', '-']).next().unwrap();
+    first.to_string()
+}
+
 /// A thread's state letter and tracer pid, from /proc.
 pub fn state_and_tracer(pid: u32) -> (char, u32) {
     task_state_and_tracer(pid, pid).unwrap()
