@@ -70,10 +70,14 @@ impl Sampler {
             .as_mut()
             .and_then(|n| n.birth(tid))
             .filter(|_| !first);
+        // Its birth as an instant: after `now` where it was born during this tick (a long one:
+        // the first perf samples load the program's debug information), and then this tick's
+        // sample of it is empty and its next one starts there (see `Sampler::sample_thread`).
         let last_time = match (born_ns, self.clock.last()) {
             (Some(born), Some(last)) => {
                 let age = crate::record::clock::monotonic_ns().saturating_sub(born);
-                now.checked_sub(Duration::from_nanos(age))
+                Instant::now()
+                    .checked_sub(Duration::from_nanos(age))
                     .unwrap_or(last)
                     .max(last)
             }
