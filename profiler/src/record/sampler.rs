@@ -431,56 +431,7 @@ impl Sampler {
         let Some(running) = known.or_else(|| self.proc_running(tid)) else {
             return true;
         };
-        let uses_perf = self.native.as_ref().is_some_and(NativeSampler::uses_perf);
-        let state = self.threads.states.get_mut(&tid).expect("sampled");
-        let mut waiting = 0.0;
-        let interval_ns = wall_ns;
-        let mut wall_ns = wall_ns;
-        // Read only where used (a read is a few microseconds; at the full rate, per running
-        // thread, that adds up): the share since an older read is as good an estimate. A
-        // thread born during a long interval stands for its runnable time so far, not the
-        // whole interval. Not at the full rate: the kernel brings a running thread's total up
-        // to date only at its CPU's scheduler tick, so it can lag a whole tick behind: threads
-        // that live a few milliseconds lost 0.4 ms each in some runs, 2.5 points of a
-        // recording (the ticks' own rule, above, is unbiased there).
-        if uses_perf && running && slow {
-            let now = process::sched_times(self.pid, tid);
-            let before = std::mem::replace(&mut state.last_sched, now.map(|now| (tick, now)));
-            waiting = match (before, now) {
-                // Runnable at the previous tick too: the kernel adds a wait for a CPU to the
-                // totals only when it ends (a thread that waits 200 ms among 500 others showed
-                // none at most ticks), but a thread cannot block while it waits, so its time on
-                // no CPU since was waiting (unless it ran, blocked and woke in between: then
-                // its blocked time counts, as it does between ticks at the full rate).
-                (Some((at, before)), Some(now)) if at + 1 == tick && interval_ns > 0 => {
-                    let ran = now.run_ns.saturating_sub(before.run_ns);
-                    1.0 - (ran as f64 / interval_ns as f64).min(1.0)
-                }
-                (before, now) => process::wait_share(before.map(|(_, b)| b), now),
-            };
-            if let (true, Some(now)) = (state.born, now) {
-                wall_ns = wall_ns.min(now.run_ns.saturating_add(now.wait_ns));
-            }
-        }
-        state.born = false;
-        let (wall_ns, active_ns) = match (by_perf.filter(|_| slow), running) {
-            // Its running time is in perf's samples; the rest of the interval it was waiting
-            // for a CPU (active) or blocked (its wall time only, which counts inside the
-            // program's own marks: a waiter on a mutex woken since the previous tick was
-            // blocked for part of the interval).
-            (Some(ran), true) => {
-                let not_running = wall_ns.saturating_sub(ran);
-                let waiting = ((wall_ns as f64 * waiting) as u64).min(not_running);
-                (not_running, waiting)
-            }
-            (_, false) => (wall_ns, 0),
-            (None, true) => (wall_ns, wall_ns),
-        };
-        let weight = Weight {
-            wall_ns,
-            active_ns,
-            if_gone_ns: (running && wall_ns < interval_ns).then_some(interval_ns),
-        };
+        let weight = self.weigh(tid, tick, running, slow, by_perf, wall_ns);
         self.add_sample(tid, own_tid, thread, running, weight);
         true
     }
