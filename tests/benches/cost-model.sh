@@ -22,6 +22,18 @@
 #   threads    births: 20000 short threads one after another: alone | default | agent | nonative
 #   crowds     fsprof attach for 4 s to spin with 2, 16, 64 and 1000 threads (fsprof's own CPU,
 #              ticks, perf samples lost, threads with samples); fsprof run on spin 1000
+#   mechanisms what one context switch costs, mechanism by mechanism: pingpong with both
+#              threads pinned to one CPU (every switch is between them; fsprof runs on
+#              another): alone | default | nonative | perf record of the command (per-task
+#              task-clock events, as fsprof's per-thread ones): ptask, with dwarf stacks ptaskdw
+#              | perf record -a (one cpu-clock event per CPU): pcpu, pcpudw, with CPU-wide
+#              switch records pcpusw, with a sample at every switch (-e context-switches -c 1)
+#              pcpucs | a BPF program run at every switch (bpftrace, where installed): on a
+#              per-CPU context-switch software event bpfcs, on the sched_switch tracepoint
+#              bpftp; then evcost, the same hand-offs with one kind of perf event opened on
+#              each thread (task-clock sampling or counting, a context-switch event counting or
+#              sampling every switch) or one cpu-clock event on the CPU: nanoseconds per switch
+#              each; not in the default PARTS (needs root and a second CPU)
 #   torch      a small PyTorch training loop under fsprof run, if python3 has torch
 #   self       where fsprof's own CPU goes: fsprof attached for 22 s to spin with 2 and 64
 #              threads at the defaults, itself profiled by a second fsprof at 1 kHz (its
@@ -46,7 +58,7 @@ WORK=${WORK:-$(mktemp -d /tmp/cost-model.XXXXXX)}
 mkdir -p "$WORK"
 echo "work dir: $WORK; bin: $BIN${BASE:+; base: $BASE}"
 echo "machine: nproc $(nproc);$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); kernel $(uname -r); $(uptime)"
-for p in spin pingpong forks births bpfstat; do
+for p in spin pingpong forks births bpfstat evcost; do
   gcc -O2 -g -pthread -o "$WORK/$p" "$SRC/$p.c" || exit 1
 done
 BPF=no
@@ -87,6 +99,32 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
     perf1000)
       perf record -q -F 1000 --call-graph dwarf -o "$WORK/perf.data" -- "$@" 2> /dev/null | grep -h elapsed
       return ;;
+    ptask | ptaskdw | pcpu | pcpudw | pcpusw | pcpucs)
+      local how
+      case $config in
+        ptask) how="-e task-clock -F 250" ;;
+        ptaskdw) how="-e task-clock -F 250 --call-graph dwarf,16384" ;;
+        pcpu) how="-a -e cpu-clock -F 250" ;;
+        pcpudw) how="-a -e cpu-clock -F 250 --call-graph dwarf,16384" ;;
+        pcpusw) how="-a -e cpu-clock -F 250 --switch-events" ;;
+        pcpucs) how="-a -e context-switches -c 1" ;;
+      esac
+      # shellcheck disable=SC2086
+      perf record -q $how -o "$WORK/perf.data" -- "$@" 2> /dev/null | grep -h elapsed
+      return ;;
+    bpfcs | bpftp)
+      local probe='software:cs:1 { }'
+      [ "$config" = bpftp ] && probe='tracepoint:sched:sched_switch { }'
+      bpftrace -e "$probe" > /dev/null 2>&1 & local bt=$!
+      # Attached once its programs are loaded (their descriptors open), and a moment more.
+      for _ in $(seq 100); do
+        ls -l /proc/$bt/fd 2> /dev/null | grep -q bpf-prog && break
+        sleep 0.1
+      done
+      sleep 1
+      "$@" | grep -h elapsed
+      kill -INT $bt; wait $bt 2> /dev/null
+      return ;;
     default) flags= ;;
     base) flags= ;;
     r1000) flags="--rate 1000" ;;
@@ -119,16 +157,21 @@ rounds() { # rounds NAME "CONFIGS" COMMAND...: ROUNDS rounds, then medians again
       sed -n "s/.* ${METRIC:-elapsed}=\([0-9.]*\).*/\1/p" "$WORK/one" | head -1 | sed "s/^/$c\t/" >> "$WORK/$name.tsv"
     done
   done
-  python3 - "$WORK/$name.tsv" <<'PY'
+  medians "$WORK/$name.tsv" alone ${SWITCHES:-}
+}
+medians() { # medians TSV BASE [SWITCHES]: each configuration's median, against BASE's (and per switch)
+  python3 - "$@" <<'PY'
 import statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
     config, value = line.split()
     runs.setdefault(config, []).append(float(value))
-alone = statistics.median(runs["alone"])
+base = statistics.median(runs[sys.argv[2]])
+switches = float(sys.argv[3]) if len(sys.argv) > 3 else 0
 for config, values in sorted(runs.items()):
     m = statistics.median(values)
-    print(f"  {config}: median {m:.3f} s ({min(values):.3f}-{max(values):.3f}), {100 * (m / alone - 1):+.1f}%")
+    per = f", {(m - base) * 1e9 / switches:+.0f} ns per switch" if switches else ""
+    print(f"  {config}: median {m:.3f} s ({min(values):.3f}-{max(values):.3f}), {100 * (m / base - 1):+.1f}%{per}")
 PY
 }
 
@@ -150,6 +193,22 @@ for part in $PARTS; do
       rounds pingpong "alone default agent nonative ptrace$extra" "$WORK/pingpong" 200000
       rounds pyswitch "alone default agent nonative$extra" python3 "$SRC/pyswitch.py" 40000 ;;
     processes) rounds forks "alone default agent nofollow nonative" "$WORK/forks" 500 ;;
+    mechanisms)
+      configs="alone default nonative"
+      command -v perf > /dev/null && configs="$configs ptask ptaskdw pcpu pcpudw pcpusw pcpucs"
+      command -v bpftrace > /dev/null && configs="$configs bpfcs bpftp"
+      # The tracepoint needs tracefs (not mounted on some hosts).
+      [ -e /sys/kernel/tracing/events ] || mount -t tracefs nodev /sys/kernel/tracing 2> /dev/null
+      SWITCHES=300000 rounds pingpong-one-cpu "$configs" taskset -c "$(($(nproc) - 1))" "$WORK/pingpong" 150000
+      echo "== evcost: the same hand-offs, with one kind of perf event on each thread (or the CPU)"
+      : > "$WORK/evcost.tsv"
+      for r in $(seq "$ROUNDS"); do
+        for mode in $(shuf -e none tsample tcount cscount cssample cpuclock); do
+          "$WORK/evcost" "$mode" 150000 | tee -a "$WORK/evcost.log" |
+            sed -n "s/.*elapsed=\([0-9.]*\).*/$mode\t\1/p" >> "$WORK/evcost.tsv"
+        done
+      done
+      medians "$WORK/evcost.tsv" none 300000 ;;
     threads) rounds births "alone default agent nonative" "$WORK/births" 20000 ;;
     crowds)
       echo "== crowds: fsprof attach --duration 4 at the defaults"
