@@ -44,7 +44,7 @@ impl PendingSample {
 }
 
 impl Sampler {
-    /// What thread `tid`'s sample at the tick counted `tick` weighs: it stands for `wall_ns`
+    /// What thread `tid`'s sample at the tick counted `tick` weighs: it stands for `interval_ns`
     /// since its previous sample, `running` (or runnable) or blocked; `slow`: the ticks are
     /// rare; `by_perf`: its running time in perf's samples since the previous tick, if perf
     /// samples it.
