@@ -7,7 +7,10 @@
 //! * `roots`: the descents run under `left_root` or `right_root`, which take turns every 20 to
 //!   40 ms; each leaf's mark says which (`left`, `right`). A stack completed from the wrong
 //!   phase would draw a leaf under the other root;
-//! * `tenk`: as `leaves`, 9,000 to 10,000 frames deep (about 2 MiB of stack);
+//! * `tenk`: as `leaves`, 9,000 to 10,000 frames deep (about 2 MiB of stack), at one of five
+//!   depths (9,000, 9,250, ... 10,000): a profile keeps at most 16 M native frames
+//!   (`profile/native_table.rs`), and a thousand depths times the leaf's few dozen stacks
+//!   (clock reads, the loop) outgrew that within two seconds;
 //! * `paths`: as a compiler's passes do, each descent goes down another way: 40 to 90 levels,
 //!   each one of four functions (`step_a` to `step_d`, frames of 256 to 1,536 bytes: 30 to 80
 //!   KiB of stack) chosen at random, so that no earlier stack is this one beyond the top 16 KiB;
@@ -30,6 +33,8 @@ static LEAF: Feature = Feature::new("leaf");
 /// The depths of `leaves` and `roots`, and of `tenk`.
 const DEPTHS: (u32, u32) = (400, 2_400);
 const TEN_THOUSAND: (u32, u32) = (9_000, 10_000);
+/// `tenk`'s depths step by this much from the first of [`TEN_THOUSAND`].
+const TEN_THOUSAND_STEP: u32 = 250;
 
 /// A small random number generator (xorshift), seeded: runs are alike.
 struct Rng(u64);
@@ -130,13 +135,16 @@ fn run(scenario: &str, end: Instant, rng: &mut Rng, truth: &Truth) -> u64 {
     let mut sum = 0;
     match scenario {
         "leaves" | "tenk" => {
-            let depths = if scenario == "tenk" {
-                TEN_THOUSAND
-            } else {
-                DEPTHS
+            let depth = |rng: &mut Rng| match scenario {
+                "tenk" => {
+                    let (shallowest, deepest) = TEN_THOUSAND;
+                    let steps = (deepest - shallowest) / TEN_THOUSAND_STEP;
+                    shallowest + TEN_THOUSAND_STEP * rng.below(u64::from(steps) + 1) as u32
+                }
+                _ => rng.depth(DEPTHS),
             };
             while Instant::now() < end {
-                sum += descend(rng.depth(depths), rng.work(), truth, "leaf");
+                sum += descend(depth(rng), rng.work(), truth, "leaf");
             }
         }
         "roots" => {
