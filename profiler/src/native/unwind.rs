@@ -24,6 +24,10 @@ use std::ops::{Deref, Range};
 /// How many frame sizes are remembered (see [`FrameSizes`]).
 const MAX_FRAME_SIZES: usize = 1 << 16;
 
+/// How far below the innermost frame's stack pointer a read is taken for the frame pointer
+/// register's popped word (see `Unwinder::walk`): the slot just below the return address.
+const POPPED_BELOW_SP: u64 = 8;
+
 /// A frame pointer standing for "unknown": an address no stack holds, so that a rule that needs
 /// it fails rather than reading 0 as the end of the stack.
 const UNKNOWN_BP: u64 = 8;
@@ -327,8 +331,21 @@ impl Unwinder {
         // (a frame too large for its cached rules), and caches that rule for the address, to
         // use it again on a stack that holds the word (see `forget_fallbacks`).
         let missed = std::cell::Cell::new(false);
+        // Below the innermost frame's stack pointer no copy reaches (the kernel's and ours start
+        // there). A rule reads there only at a function's `ret` after its `pop %rbp`: the CFI
+        // still says where the register was saved (`rbp` at CFA-16 with CFA = rsp+8), and the
+        // word there is the one the pop put in the register. So the register's value, where
+        // known, is that word (without it, a sample on such a `ret`, one in a few hundred of a
+        // Rust program's that calls the clock in a loop, was cut after its first frame).
+        let innermost = std::cell::Cell::new(true);
+        let innermost_sp = unwind_regs.sp();
+        let innermost_bp = bp_known.then_some(unwind_regs.bp());
         let mut read = |address: u64| {
-            let word = stack.read_u64(address);
+            let popped = innermost.get() && address < innermost_sp;
+            let word = match innermost_bp {
+                Some(bp) if popped && innermost_sp - address <= POPPED_BELOW_SP => Ok(bp),
+                _ => stack.read_u64(address),
+            };
             missed.set(missed.get() || word.is_err());
             word
         };
@@ -376,6 +393,7 @@ impl Unwinder {
                         address: lookup,
                         cfa: unwind_regs.sp(),
                     });
+                    innermost.set(false);
                     match FrameAddress::from_return_address(return_address) {
                         Some(next) => address = next,
                         None => {
