@@ -14,6 +14,8 @@ pub(crate) mod cache;
 pub mod cli;
 #[cfg(test)]
 mod fuzz;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod native;
 pub(crate) mod output;
 pub mod profile;
@@ -89,7 +91,15 @@ pub fn diff(paths: &[PathBuf; 2], options: &DiffOptions) -> Result<Vec<u8>> {
 /// `fsprof report`: renders a saved profile. Returns the bytes for stdout; with a flamegraph, the
 /// boundary graph or `--output`, writes the file and returns nothing to print.
 pub fn report(path: &Path, options: &ReportOptions) -> Result<Vec<u8>> {
-    let mut profile = profile::Profile::load(path)?;
+    report_profile(profile::Profile::load(path)?, path, options)
+}
+
+/// [`report`] of a profile already loaded from `path`.
+fn report_profile(
+    mut profile: profile::Profile,
+    path: &Path,
+    options: &ReportOptions,
+) -> Result<Vec<u8>> {
     let mut rules = options.rules.clone();
     rules.extend(rules::from_saved(&profile.meta.rules));
     rules::apply(&mut profile, &rules);

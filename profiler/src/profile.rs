@@ -531,7 +531,13 @@ impl Profile {
             path.to_owned()
         };
         let bytes = read_bounded(&file)?;
-        let mut profile: Profile = serde_json::from_slice(&bytes)
+        Profile::parse(&bytes, &file)
+    }
+
+    /// A profile from the bytes of a profile file (`file` names it in errors): checked (every
+    /// index into its table, stack depths bounded) and its texts sanitised, or an error.
+    pub fn parse(bytes: &[u8], file: &Path) -> Result<Profile> {
+        let mut profile: Profile = serde_json::from_slice(bytes)
             .with_context(|| format!("{} is not an fsprof profile", file.display()))?;
         if profile.format != FORMAT {
             bail!(

@@ -228,12 +228,18 @@ fn threads_waiting_in_builtin_calls_do_not_dilute_the_programs_own_feature() {
             .unwrap();
         let waited =
             |name: &str| feature(&report, name).map_or(0.0, |f| f["blocked_ms"].as_f64().unwrap());
+        let running =
+            |name: &str| feature(&report, name).map_or(0.0, |f| f["percent"].as_f64().unwrap());
         eprintln!(
-            "agent {agent}: hashing {hashing:.2}% against {expected:.2}% measured; locks waited {:.0} ms, waiting {:.0} ms, sleep {:.0} ms, total {:.0} ms",
+            "agent {agent}: hashing {hashing:.2}% against {expected:.2}% measured; locks waited {:.0} ms, waiting {:.0} ms, sleep {:.0} ms, total {:.0} ms; running in them {:.2}%, {:.2}%, {:.2}%, the helpers {:.2} ms",
             waited("locks"),
             waited("waiting"),
             waited("sleep"),
-            report["total_ms"]
+            report["total_ms"],
+            running("locks"),
+            running("waiting"),
+            running("sleep"),
+            truth["extra"]["helpers_ms"].as_f64().unwrap(),
         );
         assert!(
             (hashing - expected).abs() <= TOLERANCE,
@@ -247,9 +253,19 @@ fn threads_waiting_in_builtin_calls_do_not_dilute_the_programs_own_feature() {
             .map(|f| f["blocked_ms"].as_f64().unwrap())
             .sum();
         assert!(built_in_waits > 6_000.0, "agent {agent}: {report:#}");
+        // What the waits count is their threads' running and waiting for a CPU as they wake
+        // up, at most the helpers' whole time (on an Intel host the sleeper's 300 wake-ups
+        // waited 0.8 ms each for a CPU once: `sleep` 3.9%, against a bound of 2.5 with no
+        // helpers' share).
+        let helpers = truth["extra"]["helpers_ms"].as_f64().unwrap() * 100.0
+            / truth["total_ms"].as_f64().unwrap();
         for f in report["features"].as_array().unwrap() {
             if f["builtin"] == true {
-                assert!(f["percent"].as_f64().unwrap() < TOLERANCE, "{f:#}");
+                let percent = f["percent"].as_f64().unwrap();
+                assert!(
+                    percent < helpers + TOLERANCE,
+                    "the helpers' share {helpers:.2}%: {f:#}"
+                );
             }
         }
     }

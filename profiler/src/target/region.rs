@@ -514,6 +514,76 @@ fn copy_remote(remote: &Remote, slot: u64, state: SlotState) -> Result<Option<Th
     }))
 }
 
+/// Reads `bytes` laid out as a region from its start, the rest zero, as a target's region is read
+/// remotely (see `fuzzing.rs`): the header, every used slot's marks, and the histories of the
+/// slots the bytes reach, from the start and from the point the bytes' last word gives. Panics
+/// if anything read exceeds its capacity. Returns how many records and history entries came
+/// through.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn read_arbitrary(bytes: &[u8]) -> usize {
+    // Zeroed by the allocator's fresh pages: only those the bytes and the reads touch cost.
+    let mut region = vec![0u64; abi::REGION_SIZE / 8];
+    let len = bytes.len().min(abi::REGION_SIZE);
+    for (word, chunk) in region.iter_mut().zip(bytes[..len].chunks(8)) {
+        let mut full = [0u8; 8];
+        full[..chunk.len()].copy_from_slice(chunk);
+        *word = u64::from_ne_bytes(full);
+    }
+    let start: *const u8 = region.as_ptr().cast();
+    let address = start as u64;
+    // SAFETY: `region` is REGION_SIZE bytes, alive for the call.
+    let header = unsafe { abi::header_at(start) };
+    let remote = Remote::new(std::process::id());
+    let (mut out, mut free, mut unreadable) = (Vec::new(), Vec::new(), Vec::new());
+    let mut stats = ReadStats::default();
+    let _ = read_remote(
+        &remote,
+        address,
+        header.slots_used,
+        &mut out,
+        &mut free,
+        &mut unreadable,
+        &mut stats,
+    );
+    let mut got = 0;
+    for thread in &out {
+        assert!(thread.records.len() <= MARK_CAPACITY && thread.slot < SLOT_COUNT);
+        got += thread.records.len();
+    }
+    assert!(free.len() <= FREE_KEPT && free.iter().all(|&slot| slot < SLOT_COUNT));
+    let last_word = bytes.len().checked_sub(8).map_or(0, |at| {
+        u64::from_ne_bytes(bytes[at..].try_into().expect("eight bytes"))
+    });
+    let reached = len
+        .saturating_sub(abi::HEADER_SIZE)
+        .div_ceil(abi::SLOT_SIZE);
+    let mut history = Vec::new();
+    for index in 0..reached.min(SLOT_COUNT) {
+        let mut records = Vec::new();
+        // SAFETY: as above, and index < SLOT_COUNT.
+        if unsafe { abi::copy_slot(start, index, &mut records) }.is_ok() {
+            assert!(records.len() <= MARK_CAPACITY);
+            got += records.len();
+        }
+        for since in [0, last_word] {
+            history.clear();
+            read_history_remote(
+                &remote,
+                abi::slot_address(address, index),
+                since,
+                &mut history,
+            );
+            assert!(history.len() <= abi::HISTORY_CAPACITY);
+            got += history.len();
+            history.clear();
+            // SAFETY: as above.
+            unsafe { abi::copy_history(start, index, since, &mut history) };
+            assert!(history.len() <= abi::HISTORY_CAPACITY);
+        }
+    }
+    got
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
