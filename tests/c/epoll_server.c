@@ -6,8 +6,9 @@
  * the kernel's work in the call, about 70 us of CPU a call, switching the thread out and in, is
  * running time; with the wall time left out whole, the truth read `handling` 0.5 points high).
  *
- * A wait woken by a request may then wait for a CPU (beside a busy process, about 0.7 ms of each
- * 12 ms cycle: the report read handling 7 points below this truth once): running time to fsprof,
+ * A wait woken by a request may then wait for a CPU (beside a busy process in a whole-suite run,
+ * the report read handling 7 points below this truth once, before the truth bounded it; beside
+ * one `yes` alone, the bound read 4 to 11 ms in 3 s): running time to fsprof,
  * which counts a woken thread as running, and idle time in this truth, whose clocks cannot tell
  * that wait apart. So the truth gives it as a bound, as `full_pipe.c` does: extra.woken_wait_ms,
  * the growth of the thread's time queued for a CPU inside epoll_wait (`runnable_ms`), at least

@@ -81,10 +81,12 @@ fn main() {
         // before): the same comparisons and moves, so the cheap sort's running time is the
         // sort's own work, and the costly sort's running time less it is its comparator's.
         // (A comparator's cost timed apart, in a loop of calls, read 5 to 10% cheaper than in
-        // the sort on one machine and 20% dearer on another, an Intel host, where the sort
-        // overlaps calls with its own work: `sorting` then read 2 to 4.6 points above the
-        // report.) The cheap comparator is the program's code too, inlined into the sort: a
-        // nanosecond or two a comparison, against about 40 of the sort's own. Each sort's waits
+        // the sort on one machine; on an Intel host a standalone copy of this sort read it 21
+        // to 32% dearer in the loop, where the sort overlaps calls with its own work, and
+        // `sorting` read 2 to 4.6 points above the report.) Both sorts call their comparator
+        // through the same `dyn FnMut`: the cheap one's few nanoseconds a call are the
+        // program's code to a profiler and the sort's to this truth (sorting read 1.0 to 1.2
+        // points above the report in 4 runs after the change). Each sort's waits
         // for a CPU (the kernel's count) are shared between the calls and the sort's own work
         // by their time, as a preemption falls anywhere in it (a profiler draws each wait where
         // the thread was preempted); without that, all of them went to `sorting`: beside two
