@@ -255,15 +255,27 @@ pub struct SamplingMeta {
     pub slow_ticks: u64,
 }
 
+/// What the perf backend lost: samples, and the running time they stood for.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PerfLosses {
+    /// perf records the kernel could not write (a thread's ring was full: fsprof came late).
+    #[serde(default)]
+    pub perf_lost: u64,
+    /// perf samples whose marks were not copied.
+    #[serde(default)]
+    pub perf_unmatched: u64,
+    /// The running time the samples lost or not added stood for, left out of the profile,
+    /// microseconds.
+    #[serde(default)]
+    pub perf_lost_cpu_us: u64,
+}
+
 /// How native stacks were taken: the backend, what it captured and missed, and the stops.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct NativeMeta {
-    /// perf samples the kernel could not write (a thread's ring was full: fsprof came late).
-    #[serde(default)]
-    pub perf_lost: u64,
-    /// perf samples whose marks were not copied (their time is left out).
-    #[serde(default)]
-    pub perf_unmatched: u64,
+    /// What the perf backend lost.
+    #[serde(flatten)]
+    pub losses: PerfLosses,
     /// Whether native stacks were recorded (not `--no-native`).
     #[serde(default)]
     pub native: bool,

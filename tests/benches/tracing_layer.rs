@@ -38,12 +38,15 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// A measured case: its name and the loop it times.
+type Case = (&'static str, fn(u64));
+
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     let (rounds, n) = if full { (15, 2_000_000) } else { (1, 2_000) };
     let bare = Dispatch::new(tracing_subscriber::registry());
     let layered = Dispatch::new(tracing_subscriber::registry().with(fsprof_tracing::layer()));
-    let cases: [(&str, fn(u64)); 2] = [
+    let cases: [Case; 2] = [
         ("span made, entered, exited", made_entered_exited),
         ("existing span entered, exited", entered_exited),
     ];

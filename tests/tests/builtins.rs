@@ -278,10 +278,16 @@ fn own_feature_against_truth(name: &str, feature_name: &str) -> (Value, Value) {
     let build = tempdir();
     let program = build_c_with_agent(build.path(), name);
     let (dir, _) = run_built(&program.exe, "3", &[], &[]);
+    own_feature_in(dir.path(), feature_name)
+}
+
+/// The report of the profile in `dir` and its program's truth, checked as
+/// [`own_feature_against_truth`] says.
+fn own_feature_in(dir: &Path, feature_name: &str) -> (Value, Value) {
     // The program's process alone: its truth is its own (`full_pipe`'s reader is a child).
-    let pid = report_json(dir.path())["meta"]["pid"].to_string();
-    let report = report_json_with(dir.path(), &["--process", &pid]);
-    let truth = truth(dir.path());
+    let pid = report_json(dir)["meta"]["pid"].to_string();
+    let report = report_json_with(dir, &["--process", &pid]);
+    let truth = truth(dir);
     let ms = truth["features"][feature_name]["ms"].as_f64().unwrap();
     let total = truth["total_ms"].as_f64().unwrap();
     // Waits for a CPU after wake-ups the program could only bound (see `full_pipe.c`): the
@@ -297,6 +303,60 @@ fn own_feature_against_truth(name: &str, feature_name: &str) -> (Value, Value) {
         "{report:#}\n{truth}"
     );
     (report, truth)
+}
+
+/// A profiler starved of its CPU (fsprof stopped for 80 ms in every 280 ms here, as a loaded
+/// host's steal starves it) loses samples from the full rings of the threads it follows; what
+/// a thread ran in them goes to the marks it was in when they began, not to the first sample
+/// kept after fsprof read the ring again. (With it there, the event loop's `handling` read 3 to
+/// 5 points low and its `epoll_wait` high: on a starved machine fsprof reads the ring as the
+/// program blocks, so that sample is the program's wake-up; a CI run read 84.6% against
+/// 88.4-90.6%, its `epoll_wait`, `read` and `write` three times their CPU.)
+#[test]
+fn samples_lost_while_fsprof_is_starved_go_to_where_the_thread_was() {
+    if !perf_backend_available() {
+        return; // only the perf backend's rings lose samples
+    }
+    let _serial = serial();
+    let build = tempdir();
+    let program = build_c_with_agent(build.path(), "epoll_server");
+    let dir = tempdir();
+    let mut fsprof_run = Guarded(
+        Command::new(fsprof())
+            .args(["run", "--rate", ACCURACY_RATE, "-o"])
+            .arg(dir.path())
+            .arg("--")
+            .arg(&program.exe)
+            .args(["3", "--truth"])
+            .arg(dir.path().join("truth.json"))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = fsprof_run.pid() as i32;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while fsprof_run.0.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "fsprof did not end");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        // SAFETY: kill(2) with fsprof's pid, a child not yet reaped (try_wait saw it running).
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        std::thread::sleep(std::time::Duration::from_millis(80));
+        // SAFETY: as above; a Guarded kills it if the test fails while it is stopped.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+    }
+    let (status, stderr) = fsprof_run.stderr_with_deadline(std::time::Duration::from_secs(1));
+    assert!(
+        status.success() && stderr.contains("exited with code 0"),
+        "{stderr}"
+    );
+    let lost = report_json(dir.path())["meta"]["perf_lost"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        lost > 0,
+        "no sample was lost: the test did not starve fsprof"
+    );
+    own_feature_in(dir.path(), "handling");
 }
 
 /// A coordinator that waits on a condition variable while two workers do the work (as `xz -T2`

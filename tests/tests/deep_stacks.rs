@@ -143,7 +143,7 @@ fn not_whole(dir: &Path) -> String {
             (us, shown)
         })
         .collect();
-    stacks.sort_by(|a, b| b.0.cmp(&a.0));
+    stacks.sort_by_key(|s| std::cmp::Reverse(s.0));
     let heaviest: Vec<String> = (stacks.iter().take(8))
         .map(|(us, shown)| format!("  {us} µs: {shown}"))
         .collect();

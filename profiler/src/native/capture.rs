@@ -54,6 +54,8 @@ pub enum PerfTaken {
     Departure { captured: Captured, time: u64 },
     /// It left its CPU, or came back to one.
     Switch(Switch),
+    /// Records may be missing here (see `Taken::Gap`); those before are complete up to `at`.
+    Gap { at: u64 },
 }
 
 /// A thread's native stack at one sample.
@@ -361,6 +363,7 @@ impl NativeSampler {
                 }
             }
             Taken::Switch(switch) => taken.push(PerfTaken::Switch(switch)),
+            Taken::Gap { at } => taken.push(PerfTaken::Gap { at }),
         });
         if let Some(anchors) = anchors {
             perf.set_anchors(tid, anchors);

@@ -61,6 +61,9 @@ pub const MAX_THREADS: u32 = 1024;
 /// Threads sampled by perf in a child process that `run` follows (`record/tree.rs`): a child
 /// seldom has many, and a smaller map is quicker to make for each (more are stopped by ptrace).
 pub const CHILD_THREADS: u32 = 64;
+/// The most a record in a thread's ring takes: a departure's (its stack dump, registers and
+/// header). A ring with less room than this may have dropped the next record.
+const LARGEST_RECORD: usize = DEPARTURE_STACK_DUMP as usize + 1024;
 /// Data pages of a thread's ring while few threads are sampled: room for about 60 samples of
 /// [`STACK_DUMP`] bytes (1 MiB with 4 KiB pages), so that the sampler need wake only every few
 /// tens of periods.
@@ -155,6 +158,11 @@ pub enum Taken<'a> {
     Departure(PerfSample<'a>),
     /// It left its CPU or came back to one.
     Switch(Switch),
+    /// Records may be missing here: the kernel dropped what did not fit in the thread's full
+    /// ring (a lost record says so), or the ring was nearly full when read, so what came after
+    /// its last record may have been dropped. What was recorded before is complete up to `at`,
+    /// the time of the latest record before it (0 if none was read this time).
+    Gap { at: u64 },
 }
 
 /// The thread left its CPU (`out`) or came back to one, at `time` (CLOCK_MONOTONIC, ns). Leaving,
@@ -404,11 +412,14 @@ impl PerfSampler {
         let off_cpu = &mut thread.off_cpu;
         let births = &mut self.births;
         let departure_id = thread.departure_id;
-        thread.ring.drain(head, |record| match parse(record) {
+        let mut latest = 0u64;
+        let room = thread.ring.drain(head, |record| match parse(record) {
             Record::Sample { id, sample } if Some(id) == departure_id => {
+                latest = latest.max(sample.time);
                 each(Taken::Departure(*sample));
             }
             Record::Sample { mut sample, .. } => {
+                latest = latest.max(sample.time);
                 let matched = match_copies(waiting, sample.time, [tolerance, tolerance]);
                 (sample.slots, sample.marks_known) = (matched.slots, matched.known);
                 (sample.anchors, sample.instant) = (matched.anchors, matched.instant);
@@ -424,6 +435,7 @@ impl PerfSampler {
                 // A departure's copies come just before it (its program runs first), and a
                 // departure may follow the previous one by less than the tolerance: only
                 // copies made before it are its.
+                latest = latest.max(time);
                 *departures += u64::from(out);
                 *off_cpu = out;
                 let (slots, marks_known) = if out {
@@ -446,9 +458,15 @@ impl PerfSampler {
                 }
                 births.insert(tid, time);
             }
-            Record::Lost(count) => lost = lost.saturating_add(count),
+            Record::Lost(count) => {
+                lost = lost.saturating_add(count);
+                each(Taken::Gap { at: latest });
+            }
             Record::Other => {}
         });
+        if room < LARGEST_RECORD {
+            each(Taken::Gap { at: latest });
+        }
         self.lost = self.lost.saturating_add(lost);
         self.unmatched = self.unmatched.saturating_add(unmatched);
         thread.unphased += samples;

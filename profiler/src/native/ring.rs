@@ -66,12 +66,14 @@ impl Ring {
 
     /// Hands every record before `head` to `each` (header included), and frees them. A record
     /// is handed in place (the kernel does not write over it until it is freed), unless it
-    /// wraps around the end of the data area.
-    pub(super) fn drain(&mut self, head: u64, mut each: impl FnMut(&[u8])) {
+    /// wraps around the end of the data area. Returns the room the ring had left (the kernel
+    /// drops a record that does not fit, and says so in a lost record once one fits again).
+    pub(super) fn drain(&mut self, head: u64, mut each: impl FnMut(&[u8])) -> usize {
         let meta = self.meta();
         // SAFETY: as in `head`; only we write data_tail.
         let mut tail = unsafe { std::ptr::addr_of!((*meta).data_tail).read_volatile() };
         let size = self.data_size as u64;
+        let room = size.saturating_sub(head.saturating_sub(tail)) as usize;
         // SAFETY: the data area follows the metadata page.
         let data = unsafe { self.base.add(self.page) };
         while tail + 8 <= head {
@@ -95,6 +97,7 @@ impl Ring {
         fence(Ordering::Release);
         // SAFETY: as above.
         unsafe { std::ptr::addr_of_mut!((*meta).data_tail).write_volatile(head.max(tail)) };
+        room
     }
 }
 

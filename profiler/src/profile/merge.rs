@@ -184,8 +184,9 @@ fn add_counters(meta: &mut Meta, child: &Meta) {
     r.later_branches += c.later_branches;
     r.later_branches_lost += c.later_branches_lost;
     let (n, c) = (&mut meta.native_stacks, &child.native_stacks);
-    n.perf_lost += c.perf_lost;
-    n.perf_unmatched += c.perf_unmatched;
+    n.losses.perf_lost += c.losses.perf_lost;
+    n.losses.perf_unmatched += c.losses.perf_unmatched;
+    n.losses.perf_lost_cpu_us += c.losses.perf_lost_cpu_us;
     n.native_captured += c.native_captured;
     n.native_complete += c.native_complete;
     n.native_not_stopped += c.native_not_stopped;

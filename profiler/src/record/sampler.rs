@@ -139,6 +139,8 @@ struct Tally {
     native_late: u64,
     /// Time threads waited for a CPU with no native stack (perf: marks changed since), ns.
     unplaced_ns: u64,
+    /// Running time of followed threads in perf samples lost or not added, ns.
+    lost_cpu_ns: u64,
 }
 
 /// Samples one target process.
@@ -686,10 +688,9 @@ impl Sampler {
             meta.native_stacks.native_preempted_unplaced_us = self.tally.unplaced_ns / 1_000;
             meta.native_stacks.native_blocked = stats.blocked;
             meta.native_stacks.native_blocked_skipped = stats.blocked_skipped;
-            (
-                meta.native_stacks.perf_lost,
-                meta.native_stacks.perf_unmatched,
-            ) = native.perf_losses();
+            let losses = &mut meta.native_stacks.losses;
+            (losses.perf_lost, losses.perf_unmatched) = native.perf_losses();
+            losses.perf_lost_cpu_us = self.tally.lost_cpu_ns / 1_000;
             meta.native_stacks.stops.native_stops = native.pauses().count();
             meta.native_stacks.beyond.native_completed = native.completer.completed;
             meta.native_stacks.beyond.native_walked = stats.walked;

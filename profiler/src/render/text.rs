@@ -530,10 +530,12 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
             meta.sampling.stretched_ticks, meta.sampling.ticks
         ));
     }
-    if meta.native_stacks.perf_lost * 100 > meta.native_stacks.native_captured.max(1) {
+    let losses = &meta.native_stacks.losses;
+    if losses.perf_lost * 100 > meta.native_stacks.native_captured.max(1) {
         notes.push(format!(
-            "{} perf samples were lost (fsprof read the threads' rings too late): shares rest on the others",
-            meta.native_stacks.perf_lost
+            "{} perf records were lost (fsprof read the threads' rings too late: it was short of CPU), with {:.1} ms of the threads' running time, left out: shares rest on the samples kept",
+            losses.perf_lost,
+            losses.perf_lost_cpu_us as f64 / 1000.0
         ));
     }
     if meta.sampling.ticks > 0 && meta.sampling.late_ticks * 10 > meta.sampling.ticks {

@@ -87,7 +87,7 @@ async fn connection_a(truth: Arc<Truth>, deadline: Instant) {
     while Instant::now() < deadline {
         work(&truth, &["server", "conn-A"], Duration::from_micros(800));
         round += 1;
-        if round % 8 == 0 {
+        if round.is_multiple_of(8) {
             let truth = Arc::clone(&truth);
             requests.push(tokio::spawn(TASKS.instrument("request", async move {
                 for _ in 0..3 {

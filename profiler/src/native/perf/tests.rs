@@ -201,6 +201,8 @@ fn a_thread_leaves_its_cpu_with_its_stack_preempted_or_blocked() {
                 blocked += u32::from(!switch.preempted);
             }
             Taken::Sample(_) => assert!(departed.is_none(), "a stack left unmatched"),
+            // Records may be missing (a late read on a loaded machine): pairs start again.
+            Taken::Gap { .. } => departed = None,
             Taken::Switch(switch) => {
                 assert!(departed.is_none(), "a departure before an arrival");
                 arrived = switch.time;
@@ -213,6 +215,83 @@ fn a_thread_leaves_its_cpu_with_its_stack_preempted_or_blocked() {
     assert!(
         stacks >= 50 && blocked_stacks >= 5,
         "within 10 s: {stacks} stacks ({blocked_stacks} blocked) for {preempted} preemptions, {blocked} blocks"
+    );
+    perf.forget(tid);
+}
+
+/// A thread's ring left unread until it overflows: the read that finds it nearly full ends with
+/// a gap at its latest record (what came after may have been dropped), and the next read starts
+/// with one (the kernel's lost record comes before the first record it could write again), so
+/// the sampler never takes the records on either side of a loss for neighbours.
+#[test]
+fn a_full_ring_is_read_with_its_gaps() {
+    let mut perf = match PerfSampler::new(1_000_000, MAX_THREADS) {
+        Ok(perf) => perf,
+        Err(why) if unsafe { libc::geteuid() } != 0 => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        Err(why) => panic!("perf backend unavailable as root: {why}"),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let tid = Arc::new(AtomicU32::new(0));
+    let worker = {
+        let (stop, tid) = (stop.clone(), tid.clone());
+        std::thread::spawn(move || {
+            tid.store(
+                unsafe { libc::syscall(libc::SYS_gettid) } as u32,
+                Ordering::SeqCst,
+            );
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    while tid.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    let tid = tid.load(Ordering::SeqCst);
+    perf.watch(tid, [0, 0]).unwrap();
+    // Each read waits until the thread has run several rings' worth of periods (1 ms each).
+    let cpu_ms = |perf: &PerfSampler| perf.cpu_ns(tid).unwrap_or(0) / 1_000_000;
+    let mut takes: Vec<Vec<&'static str>> = Vec::new();
+    let mut latest = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    for _ in 0..2 {
+        let from = cpu_ms(&perf);
+        while cpu_ms(&perf) < from + 4 * 62 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let (mut items, mut last, mut gap_at) = (Vec::new(), 0, None);
+        perf.take(tid, |item| match item {
+            Taken::Sample(sample) => {
+                last = sample.time;
+                items.push("sample");
+            }
+            Taken::Gap { at } => {
+                gap_at = Some(at);
+                items.push("gap");
+            }
+            _ => items.push("other"),
+        });
+        latest.push((last, gap_at));
+        takes.push(items);
+    }
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+    assert!(perf.lost > 0, "the ring never overflowed: {takes:?}");
+    let (first, second) = (&takes[0], &takes[1]);
+    assert!(first.len() > 10, "{first:?}");
+    assert_eq!(first.last(), Some(&"gap"), "the full read ends with a gap");
+    let (last_sample, gap_at) = latest[0];
+    assert!(
+        gap_at.is_some_and(|at| at >= last_sample && at > 0),
+        "at its latest record: {gap_at:?}, the latest sample {last_sample}"
+    );
+    assert_eq!(
+        second.first(),
+        Some(&"gap"),
+        "the next read starts with one: {second:?}"
     );
     perf.forget(tid);
 }

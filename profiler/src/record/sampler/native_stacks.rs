@@ -139,6 +139,13 @@ impl Sampler {
                     departed = Some((time, captured));
                     continue;
                 }
+                PerfTaken::Gap { at } => {
+                    departed = None;
+                    if followed {
+                        self.gap(tid, thread, at);
+                    }
+                    continue;
+                }
                 PerfTaken::Switch(switch) => {
                     let at = switch.time;
                     let departed = departed.take().filter(|(time, _)| {
