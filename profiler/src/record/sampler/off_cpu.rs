@@ -69,6 +69,8 @@ pub(super) struct Followed {
     blocked_with: Option<(u32, u32)>,
     /// Its CPU time (task-clock count) up to which its running time is added.
     credited_ns: u64,
+    /// Whether its records had a gap since (see [`Sampler::gap`]).
+    gap: bool,
     wakeups: Wakeups,
     /// Where it was as following began (runnable or not, and when), until the tick's end
     /// opens its stretch off the CPU (see [`Sampler::seed_off_cpu`]).
@@ -132,6 +134,7 @@ impl Followed {
             ticked: None,
             blocked_with: None,
             credited_ns: cpu_ns,
+            gap: false,
             wakeups: Wakeups {
                 run_delay_ns,
                 read_at: monotonic_ns(),
@@ -333,9 +336,11 @@ impl Sampler {
             self.add_off_cpu(tid, thread, Some(at), true);
         }
         let pid = self.pid;
-        let Some(wakeups) = self.followed_mut(tid).map(|f| &mut f.wakeups) else {
+        let Some(followed) = self.followed_mut(tid) else {
             return;
         };
+        followed.gap = true;
+        let wakeups = &mut followed.wakeups;
         wakeups.woken.clear();
         wakeups.balance = 0;
         wakeups.run_delay_ns = process::sched_times(pid, tid).map(|t| t.wait_ns);
@@ -484,17 +489,19 @@ impl Sampler {
     }
 
     /// The running time of thread `tid` that a sample (or its end) at `cpu_ns` of its CPU
-    /// time stands for: what it ran since the previous sample added, at most one sampling
-    /// period and a half. More means that the samples between were lost (the thread's ring was
-    /// full: fsprof came late) or not added (their marks were not copied), and what they stood
-    /// for is unknown: it is left out, counted in the profile's metadata, and the shares rest
-    /// on the samples kept. Given whole to the next sample instead, it went to where the
-    /// thread was when fsprof read its ring again, which on a starved machine is where the
-    /// program blocks: an event loop's 8 ms of handling per request read 3 to 7 points low,
-    /// its `epoll_wait`, `read` and `write` high, with fsprof stopped 60 to 100 ms in every
-    /// 300 ms (a CI run read it 84.6% against 88.4-90.6%), and given to the previous sample's
-    /// marks, 0.5 to 2.5 points low (the ring fills as the thread blocks, when the kernel
-    /// copies its whole stack).
+    /// time stands for: what it ran since the previous sample added (a sample not added, its
+    /// marks not copied, leaves its time to the next, a period later), but at most one period
+    /// and a half where its records had a gap since (see [`Sampler::gap`]): what the samples
+    /// lost then stood for is unknown, and it is left out, counted in the profile's metadata,
+    /// the shares resting on the samples kept. Given whole to the next sample instead, it went
+    /// to where the thread was when fsprof read its ring again, which on a starved machine is
+    /// where the program blocks: an event loop's 8 ms of handling per request read 3 to 7
+    /// points low, its `epoll_wait`, `read` and `write` high, with fsprof stopped 60 to 100 ms
+    /// in every 300 ms (a CI run read it 84.6% against 88.4-90.6%); given to the previous
+    /// sample's marks, 0.5 to 2.5 points low (the ring fills as the thread blocks, when the
+    /// kernel copies its whole stack). Left out after any sample not added, the unknown marks'
+    /// time was lost from where marks change often (`input` read 3 points high beside reads of a
+    /// pipe that a `siglongjmp` ended).
     fn credit(&mut self, tid: u32, cpu_ns: u64) -> u64 {
         let period = self
             .options
@@ -505,7 +512,7 @@ impl Sampler {
         };
         let ns = cpu_ns.saturating_sub(followed.credited_ns);
         followed.credited_ns = followed.credited_ns.max(cpu_ns);
-        if ns <= period + period / 2 {
+        if !std::mem::take(&mut followed.gap) || ns <= period + period / 2 {
             return ns;
         }
         self.tally.lost_cpu_ns += ns - period;
