@@ -6,8 +6,10 @@ built-in `output` feature under an unmodified python3.
 First it runs /bin/true three times with subprocess.run (which vfork()s, then exec()s in the
 child: a wrapper that marked the child's exec in the parent's memory would leave the parent's
 thread marked for good), timing each run. Then for SECONDS it alternates pure-Python work
-(summing numbers, 50-500 µs) with os.write of 1 MiB to a temporary file (rewound each time),
-timing each os.write with perf_counter. It writes {"total_ms": T, "features": {"output": {"ms":
+(summing numbers, 0.4-4 ms) with os.write of 8 MiB to a temporary file (rewound each time),
+timing each os.write with perf_counter. (Writes of 1 MiB, 70 µs each, read 10 to 15% short
+under fsprof and under `perf record -e task-clock` alike on an Intel VM, whose timer lands a
+sample some 10 to 20 µs late, after many a write had returned; writes of 0.6 ms, 3%.) It writes {"total_ms": T, "features": {"output": {"ms":
 M, "instances": {}}, "process": {"ms": P, "instances": {}}}} where T is the wall time of both
 parts (one thread, never blocked outside os.write and the runs). Python's call overhead around
 os.write is included in M (a few hundred nanoseconds per call, against tens of microseconds of
@@ -22,7 +24,7 @@ import time
 
 seconds = float(sys.argv[1])
 truth_path = sys.argv[2]
-chunk = b"x" * (1 << 20)
+chunk = b"x" * (8 << 20)
 rng = random.Random(7)
 fd, path = tempfile.mkstemp(prefix="fsprof-py-")
 os.unlink(path)
@@ -33,7 +35,7 @@ for _ in range(3):
 process = time.perf_counter() - start
 loop_start = time.perf_counter()
 while time.perf_counter() - loop_start < seconds:
-    until = time.perf_counter() + rng.uniform(50e-6, 500e-6)
+    until = time.perf_counter() + rng.uniform(400e-6, 4000e-6)
     total = 0
     while time.perf_counter() < until:
         total += sum(range(50))
