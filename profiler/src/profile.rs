@@ -264,8 +264,8 @@ pub struct PerfLosses {
     /// perf samples whose marks were not copied.
     #[serde(default)]
     pub perf_unmatched: u64,
-    /// The running time the samples lost or not added stood for, left out of the profile,
-    /// microseconds.
+    /// The running time the samples lost stood for, shared among the samples that followed
+    /// each loss, microseconds.
     #[serde(default)]
     pub perf_lost_cpu_us: u64,
 }

@@ -307,13 +307,13 @@ fn own_feature_in(dir: &Path, feature_name: &str) -> (Value, Value) {
 
 /// A profiler starved of its CPU (fsprof stopped for 80 ms in every 280 ms here, as a loaded
 /// host's steal starves it) loses samples from the full rings of the threads it follows; what
-/// a thread ran in them is left out of the shares (and said), not given to the first sample
-/// kept after fsprof read the ring again: on a starved machine fsprof reads it as the program
-/// blocks, so that sample is the program's wake-up, and the event loop's `handling` read 3 to 7
-/// points low, its `epoll_wait` high (a CI run read 84.6% against 88.4-90.6%, its
-/// `epoll_wait`, `read` and `write` three times their CPU).
+/// a thread ran in them is shared among the samples that follow (and said), not given to the
+/// first sample kept after fsprof read the ring again: on a starved machine fsprof reads it as
+/// the program blocks, so that sample is the program's wake-up, and the event loop's
+/// `handling` read 3 to 7 points low, its `epoll_wait` high (a CI run read 84.6% against
+/// 88.4-90.6%, its `epoll_wait`, `read` and `write` three times their CPU).
 #[test]
-fn samples_lost_while_fsprof_is_starved_are_left_out_of_the_shares() {
+fn samples_lost_while_fsprof_is_starved_are_shared_among_those_that_follow() {
     if !perf_backend_available() {
         return; // only the perf backend's rings lose samples
     }

@@ -533,7 +533,7 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
     let losses = &meta.native_stacks.losses;
     if losses.perf_lost * 100 > meta.native_stacks.native_captured.max(1) {
         notes.push(format!(
-            "{} perf records were lost (fsprof read the threads' rings too late: it was short of CPU), with {:.1} ms of the threads' running time, left out: shares rest on the samples kept",
+            "{} perf records were lost (fsprof read the threads' rings too late: it was short of CPU), with {:.1} ms of the threads' running time, shared among the samples that followed each loss",
             losses.perf_lost,
             losses.perf_lost_cpu_us as f64 / 1000.0
         ));

@@ -71,6 +71,8 @@ pub(super) struct Followed {
     credited_ns: u64,
     /// Whether its records had a gap since (see [`Sampler::gap`]).
     gap: bool,
+    /// Running time of samples lost in gaps, not yet shared among the samples after them.
+    owed_ns: u64,
     wakeups: Wakeups,
     /// Where it was as following began (runnable or not, and when), until the tick's end
     /// opens its stretch off the CPU (see [`Sampler::seed_off_cpu`]).
@@ -135,6 +137,7 @@ impl Followed {
             blocked_with: None,
             credited_ns: cpu_ns,
             gap: false,
+            owed_ns: 0,
             wakeups: Wakeups {
                 run_delay_ns,
                 read_at: monotonic_ns(),
@@ -326,8 +329,9 @@ impl Sampler {
     /// Takes a gap in thread `tid`'s records (sample thread `thread`), those before it complete
     /// up to `at`: a stretch off the CPU still open is added up to `at` and closed, as the
     /// thread may have come back in the gap (else the ticks would add it on while the thread
-    /// ran); what it ran in the gap is left out (see [`Sampler::credit`]), and its waits for a
-    /// CPU count from the next read of its totals on, those of the gap unknown.
+    /// ran); what it ran in the gap is shared among its next samples (see [`Sampler::credit`]),
+    /// and its waits for a CPU count from the next read of its totals on, those of the gap
+    /// unknown.
     pub(super) fn gap(&mut self, tid: u32, thread: u32, at: u64) {
         if self
             .followed_mut(tid)
@@ -490,18 +494,19 @@ impl Sampler {
 
     /// The running time of thread `tid` that a sample (or its end) at `cpu_ns` of its CPU
     /// time stands for: what it ran since the previous sample added (a sample not added, its
-    /// marks not copied, leaves its time to the next, a period later), but at most one period
-    /// and a half where its records had a gap since (see [`Sampler::gap`]): what the samples
-    /// lost then stood for is unknown, and it is left out, counted in the profile's metadata,
-    /// the shares resting on the samples kept. Given whole to the next sample instead, it went
-    /// to where the thread was when fsprof read its ring again, which on a starved machine is
-    /// where the program blocks: an event loop's 8 ms of handling per request read 3 to 7
-    /// points low, its `epoll_wait`, `read` and `write` high, with fsprof stopped 60 to 100 ms
-    /// in every 300 ms (a CI run read it 84.6% against 88.4-90.6%); given to the previous
-    /// sample's marks, 0.5 to 2.5 points low (the ring fills as the thread blocks, when the
-    /// kernel copies its whole stack). Left out after any sample not added, the unknown marks'
-    /// time was lost from where marks change often (`input` read 3 points high beside reads of a
-    /// pipe that a `siglongjmp` ended).
+    /// marks not copied, leaves its time to the next, a period later, which carries it well:
+    /// 13% of an unstarved run's samples follow one missing), except after a gap in its
+    /// records (see [`Sampler::gap`]): there the samples of many periods were lost, and the
+    /// sample stands for one period, the rest owed and shared among the samples that follow
+    /// (each carries at most its own time again), a sample of what the thread does over the
+    /// next periods. Given whole to the first sample after the gap, it went to where the
+    /// thread was when fsprof read its ring again, which on a starved machine is where the
+    /// program blocks: an event loop's 8 ms of handling per request read 3 to 7 points low,
+    /// its `epoll_wait`, `read` and `write` high, with fsprof stopped 60 to 100 ms in every
+    /// 300 ms (a CI run read it 84.6% against 88.4-90.6%); to the sample before the gap, 0.5 to
+    /// 2.5 points low (the ring fills as the thread blocks, when the kernel copies its whole
+    /// stack); left out, the shares leaned to the time recorded exactly, the blocks (a
+    /// program's condition-variable waits +5 to +7 points).
     fn credit(&mut self, tid: u32, cpu_ns: u64) -> u64 {
         let period = self
             .options
@@ -510,13 +515,19 @@ impl Sampler {
         let Some(followed) = self.followed_mut(tid) else {
             return 0;
         };
-        let ns = cpu_ns.saturating_sub(followed.credited_ns);
+        let mut ns = cpu_ns.saturating_sub(followed.credited_ns);
         followed.credited_ns = followed.credited_ns.max(cpu_ns);
-        if !std::mem::take(&mut followed.gap) || ns <= period + period / 2 {
-            return ns;
+        if std::mem::take(&mut followed.gap) && ns > period + period / 2 {
+            followed.owed_ns += ns - period;
+            self.tally.lost_cpu_ns += ns - period;
+            ns = period;
         }
-        self.tally.lost_cpu_ns += ns - period;
-        period
+        let Some(followed) = self.followed_mut(tid) else {
+            return ns;
+        };
+        let paid = followed.owed_ns.min(ns);
+        followed.owed_ns -= paid;
+        ns + paid
     }
 
     /// Ends recording: each thread perf follows gets its running time since its last sample,
