@@ -61,8 +61,9 @@ pub struct Symbolizer {
     /// Sorted by start address.
     modules: Vec<Entry>,
     debug_dirs: Vec<PathBuf>,
-    /// Modules some address of which had no name but `module+0x…`.
-    unnamed: std::collections::BTreeSet<String>,
+    /// Modules some address of which had no name but `module+0x…`, each with the first such
+    /// name (for the note: a debug file that lacks one function reads otherwise as none).
+    unnamed: std::collections::BTreeMap<String, String>,
 }
 
 struct Entry {
@@ -180,8 +181,8 @@ impl Symbolizer {
                     .function
                     .strip_prefix(module.name.as_str())
                     .is_some_and(|rest| rest.starts_with("+0x"));
-                if unnamed && !self.unnamed.contains(&module.name) {
-                    self.unnamed.insert(module.name.clone());
+                if unnamed && !self.unnamed.contains_key(&module.name) {
+                    (self.unnamed).insert(module.name.clone(), frames[0].function.clone());
                 }
                 frames
             }
@@ -266,10 +267,12 @@ impl Symbolizer {
         if self.unnamed.is_empty() {
             return None;
         }
-        let names: Vec<&str> = self.unnamed.iter().map(String::as_str).collect();
+        let names: Vec<&str> = self.unnamed.keys().map(String::as_str).collect();
+        let first: Vec<&str> = self.unnamed.values().map(String::as_str).collect();
         Some(format!(
-            "no symbols for {}: {} functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses); install the debug symbols (Debian and Ubuntu: the -dbgsym packages; Fedora: debuginfo-install) or point fsprof at a directory of separate debug files with --debug-dir DIR (by build id: DIR/.build-id/xx/yyyy.debug; /usr/lib/debug is searched always)",
+            "no symbols for {} (first {}): {} functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses); install the debug symbols (Debian and Ubuntu: the -dbgsym packages; Fedora: debuginfo-install) or point fsprof at a directory of separate debug files with --debug-dir DIR (by build id: DIR/.build-id/xx/yyyy.debug; /usr/lib/debug is searched always)",
             names.join(", "),
+            first.join(", "),
             if names.len() == 1 { "its" } else { "their" }
         ))
     }
