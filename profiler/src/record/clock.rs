@@ -69,6 +69,11 @@ impl TickClock {
         self.ticks
     }
 
+    /// The mean interval chosen for the tick now ending (zero before the first choice).
+    pub fn mean_period(&self) -> Duration {
+        self.planned.0
+    }
+
     /// Whether the interval that ended at this tick was a long one.
     pub fn slow_interval(&self) -> bool {
         self.slow_interval

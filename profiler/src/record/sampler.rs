@@ -46,7 +46,7 @@ struct ThreadState {
     /// The thread's id as the target sees it (and writes in its slot): different from `tid` when
     /// the target runs in another PID namespace (a container) than fsprof; `None` until known.
     own_tid: Option<u32>,
-    last_time: Instant,
+    interval: weight::TickInterval,
     seen_at: u64,
     /// The native stack last captured, reused while the thread does not run.
     last_native: Option<Captured>,
@@ -380,9 +380,8 @@ impl Sampler {
         let state = self.threads.states.get_mut(&tid).expect("sampled");
         // Where the thread was born during this tick, after `now`, the tick's sample is empty
         // and its time counts from its birth (see `Sampler::admit`).
-        let since = state.last_time;
-        state.last_time = now.max(since);
-        let wall_ns = now.saturating_duration_since(since).as_nanos() as u64;
+        let since = state.interval.since();
+        let wall_ns = state.interval.end(now);
         if first {
             return true;
         }
@@ -434,6 +433,14 @@ impl Sampler {
             return true;
         };
         let weight = self.weigh(tid, tick, running, slow, by_perf, wall_ns);
+        // Where the tick alone samples the thread (perf carries no time of it), a late tick
+        // knows only the end of its interval (see `TickInterval`).
+        let most_ns = match by_perf {
+            None => 2 * self.clock.mean_period().as_nanos() as u64,
+            Some(_) => 0,
+        };
+        let state = self.threads.states.get_mut(&tid).expect("sampled");
+        let weight = state.interval.settle(weight, most_ns);
         self.add_sample(tid, own_tid, thread, running, weight);
         true
     }

@@ -141,7 +141,7 @@ impl Sampler {
         // one busy loop, when the tick that met the new program's stacks spent 80 ms reading
         // its debug information.)
         if let Some(state) = self.threads.states.get_mut(&tid) {
-            state.last_time = now;
+            state.interval.restart(now);
         }
         self.forget_names();
         if let Some(native) = self.native.as_mut() {

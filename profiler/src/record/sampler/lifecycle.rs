@@ -88,7 +88,7 @@ impl Sampler {
             status,
             id,
             own_tid: None,
-            last_time,
+            interval: weight::TickInterval::new(last_time),
             seen_at: tick,
             last_native: None,
             // As if: its first sample reads its stack, running or not.
