@@ -9,14 +9,8 @@ use std::sync::Arc;
 /// together) must come back from the sample exactly as it was at the sample's instant.
 #[test]
 fn a_running_thread_is_sampled_with_its_slot_at_the_same_instant() {
-    let mut perf = match PerfSampler::new(1_000_000, MAX_THREADS) {
-        Ok(perf) => perf,
-        // Only root is sure to have perf events and BPF; elsewhere this backend is off.
-        Err(why) if unsafe { libc::geteuid() } != 0 => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-        Err(why) => panic!("perf backend unavailable as root: {why}"),
+    let Some(mut perf) = sampler(MAX_THREADS) else {
+        return;
     };
     let slot = Arc::new(
         (0..SLOT_SIZE / 4)
@@ -112,6 +106,20 @@ fn a_running_thread_is_sampled_with_its_slot_at_the_same_instant() {
     perf.forget(tid);
 }
 
+/// A perf sampler of `threads` threads at a 1 ms period; `None` (the test skipped, and said)
+/// where not root: only root is sure to have perf events and BPF, elsewhere this backend is off.
+fn sampler(threads: u32) -> Option<PerfSampler> {
+    match PerfSampler::new(1_000_000, threads) {
+        Ok(perf) => Some(perf),
+        // SAFETY: geteuid has no preconditions.
+        Err(why) if unsafe { libc::geteuid() } != 0 => {
+            eprintln!("skipped: {why}");
+            None
+        }
+        Err(why) => panic!("perf backend unavailable as root: {why}"),
+    }
+}
+
 /// Pins the calling thread to the first CPU it may run on (not always CPU 0: a container's
 /// CPU set may leave it out).
 fn pin_to_first_cpu() {
@@ -134,13 +142,8 @@ fn pin_to_first_cpu() {
 /// the record of its departure (at most one per period).
 #[test]
 fn a_thread_leaves_its_cpu_with_its_stack_preempted_or_blocked() {
-    let mut perf = match PerfSampler::new(1_000_000, 4) {
-        Ok(perf) => perf,
-        Err(why) if unsafe { libc::geteuid() } != 0 => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-        Err(why) => panic!("perf backend unavailable as root: {why}"),
+    let Some(mut perf) = sampler(4) else {
+        return;
     };
     let stop = Arc::new(AtomicBool::new(false));
     let tid = Arc::new(AtomicU32::new(0));
@@ -225,13 +228,8 @@ fn a_thread_leaves_its_cpu_with_its_stack_preempted_or_blocked() {
 /// the sampler never takes the records on either side of a loss for neighbours.
 #[test]
 fn a_full_ring_is_read_with_its_gaps() {
-    let mut perf = match PerfSampler::new(1_000_000, MAX_THREADS) {
-        Ok(perf) => perf,
-        Err(why) if unsafe { libc::geteuid() } != 0 => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-        Err(why) => panic!("perf backend unavailable as root: {why}"),
+    let Some(mut perf) = sampler(MAX_THREADS) else {
+        return;
     };
     let stop = Arc::new(AtomicBool::new(false));
     let tid = Arc::new(AtomicU32::new(0));
