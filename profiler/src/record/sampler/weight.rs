@@ -22,8 +22,8 @@ pub(super) struct Weight {
 /// tick left owed to the samples after it.
 ///
 /// A tick that comes late (fsprof kept off the CPUs: a host that steals much of a VM's time)
-/// ends an interval of which the marks read then tell only the end: where they changed since the
-/// previous tick, the thread may have been anywhere in between. Its sample stands for at most
+/// ends an interval of which the marks read then tell only the end: the thread may have been
+/// anywhere in between (whether its marks changed is not checked). Its sample stands for at most
 /// twice the mean interval (later than that, the clock counts it late), and the rest is owed and
 /// shared among the thread's next samples (each carries at most its own length again): what the
 /// thread does over the next intervals is a sample of it, the one instant fsprof got its CPU back
