@@ -183,8 +183,9 @@ pub fn steal_share() -> f64 {
 /// Where [`steal_share`] counts from.
 static STEAL_FROM: OnceLock<Option<(u64, u64)>> = OnceLock::new();
 
-/// The machine's stolen and running CPU time so far, in its ticks (`/proc/stat`'s first line).
-fn cpu_times() -> Option<(u64, u64)> {
+/// The machine's stolen and running CPU time so far, in its ticks (`/proc/stat`'s first line:
+/// steal; user, nice, system, irq and softirq).
+pub fn cpu_times() -> Option<(u64, u64)> {
     let text = std::fs::read_to_string("/proc/stat").ok()?;
     let fields: Vec<u64> = (text.lines().next()?.split_whitespace().skip(1))
         .map(|field| field.parse().ok())

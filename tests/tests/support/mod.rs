@@ -151,13 +151,13 @@ pub fn tempdir() -> TestDir {
         .prefix("fsprof-e2e-")
         .tempdir()
         .unwrap();
-    TestDir(Some(dir))
+    TestDir(Some(dir), fsprof_tests::cpu_times())
 }
 
 /// A test's directory (its profiles, the target's truth): removed when the test passes, kept
 /// when it fails (dropped while the thread panics), its path printed with the failure, so that
 /// a rare failure seen once in a whole suite's run leaves its recording to look at.
-pub struct TestDir(Option<tempfile::TempDir>);
+pub struct TestDir(Option<tempfile::TempDir>, Option<(u64, u64)>);
 
 impl TestDir {
     pub fn path(&self) -> &Path {
@@ -178,8 +178,64 @@ impl Drop for TestDir {
                 failure.as_deref().unwrap_or("(unknown)")
             );
             eprintln!("the failed test's directory is kept: {}", kept.display());
+            for line in conditions(&kept) {
+                eprintln!("the recording's conditions: {line}");
+            }
+            if let (Some(from), Some(now)) = (self.1, fsprof_tests::cpu_times()) {
+                let (stolen, ran) = (now.0.saturating_sub(from.0), now.1.saturating_sub(from.1));
+                let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+                let load = load.split_whitespace().next().unwrap_or("?");
+                eprintln!(
+                    "the recording's conditions: the machine stole {stolen} ticks against {ran} run during the test; 1-minute load {load}"
+                );
+            }
         }
     }
+}
+
+/// What the profiles in `dir` (and its subdirectories, one level down) say of how their
+/// recording went, one line each: the figures that tell a starved or stolen-from fsprof from a
+/// wrong attribution (late and slow ticks, samples the kernel lost or could not match with the
+/// marks, CPU time estimated after losses). Read when a test fails, for CI's digest.
+fn conditions(dir: &Path) -> Vec<String> {
+    const FIGURES: [&str; 10] = [
+        "ticks",
+        "late_ticks",
+        "slow_ticks",
+        "perf_lost",
+        "perf_unmatched",
+        "perf_lost_cpu_us",
+        "native_moved",
+        "native_preempted_unplaced_us",
+        "pause_p99_us",
+        "torn_dropped",
+    ];
+    let below = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    let dirs = std::iter::once(dir.to_path_buf()).chain(below.map(|entry| entry.path()));
+    let mut lines = Vec::new();
+    for profile in dirs.map(|d| d.join("profile.json")).filter(|p| p.is_file()) {
+        let Ok(text) = std::fs::read_to_string(&profile) else {
+            continue;
+        };
+        let Ok(json) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        let meta = &json["meta"];
+        let figures: Vec<String> = (FIGURES.iter())
+            .filter_map(|key| meta[*key].as_u64().map(|v| format!("{key} {v}")))
+            .collect();
+        let name = profile
+            .parent()
+            .and_then(Path::file_name)
+            .unwrap_or_default();
+        let backend = meta["native_backend"].as_str().unwrap_or("none");
+        lines.push(format!(
+            "{}: {backend}, {}",
+            name.to_string_lossy(),
+            figures.join(", ")
+        ));
+    }
+    lines
 }
 
 thread_local! {
