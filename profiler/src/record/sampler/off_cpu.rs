@@ -140,9 +140,11 @@ struct Back {
     returned: u64,
     /// How long it has run since the block ended.
     ran_ns: u64,
-    /// The marks and native stack of the block.
+    /// The marks and native stack of the block, or of a preemption since that the kernel
+    /// copied a stack at (`preempted`).
     stack: u32,
     native: Option<u32>,
+    preempted: bool,
 }
 
 impl Followed {
@@ -223,6 +225,7 @@ impl Sampler {
                         ran_ns: 0,
                         stack: off.stack,
                         native: off.native,
+                        preempted: false,
                     }),
                     (Some(_), Some(back)) => Some(Back {
                         returned: switch.time,
@@ -299,11 +302,13 @@ impl Sampler {
             // one at most once per period, and the block took this period's), it is still on
             // its way out of the blocking call: its wait for a CPU is that call's, as the block
             // was, not the latest sample's code before the block.
+            // Preempted again without one, after a preemption that had one (no sample since),
+            // it resumed where it was then and ran less than a period: that stack is the later.
             let native = match followed.back.as_mut() {
                 Some(back) if switch.preempted => {
                     back.ran_ns += switch.time.saturating_sub(back.returned);
-                    let just_back = back.ran_ns <= JUST_BACK_NS && back.stack == stack;
-                    if !has_departed && just_back {
+                    let near = back.preempted || back.ran_ns <= JUST_BACK_NS;
+                    if !has_departed && near && back.stack == stack {
                         back.native
                     } else {
                         native
@@ -313,6 +318,14 @@ impl Sampler {
             };
             if blocked {
                 followed.back = None;
+            } else if has_departed && native.is_some() {
+                followed.back = Some(Back {
+                    returned: switch.time,
+                    ran_ns: 0,
+                    stack,
+                    native,
+                    preempted: true,
+                });
             }
             followed.latest = Some((stack, switch.time));
             // A stretch seeded by `seed_off_cpu` has been added up to its `since` (a tentative
