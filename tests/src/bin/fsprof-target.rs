@@ -16,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-#[path = "fsprof-target/crowds.rs"]
+#[path = "target-scenarios/crowds.rs"]
 mod crowds;
 use crowds::{births, churn, queue, requests, thousand, threads};
 
