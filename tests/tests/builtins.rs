@@ -374,7 +374,15 @@ fn a_coordinator_waiting_on_a_condition_variable_does_not_dilute_its_workers() {
         waiting["blocked_ms"].as_f64().unwrap() > 1_500.0,
         "{waiting:#}"
     );
-    assert!(feature(&report, "locks").is_none_or(|l| l["blocked_ms"].as_f64().unwrap() < 100.0));
+    // The coordinator's waits are not `locks`. Some waits for the mutex are real where a thread
+    // holding it loses its CPU (in a CPU-limited cgroup, throttled 20 ms at a time: 10 to 175 ms
+    // of `locks` against 2250 to 2700 of `waiting`), so a tenth of the waits, at least 100 ms.
+    let waited = waiting["blocked_ms"].as_f64().unwrap();
+    let locks = feature(&report, "locks").map_or(0.0, |l| l["blocked_ms"].as_f64().unwrap());
+    assert!(
+        locks < (waited / 10.0).max(100.0),
+        "locks {locks} ms, waiting {waited} ms"
+    );
 }
 
 /// An event loop idle in `epoll_wait` between requests that come over loopback: the wait
