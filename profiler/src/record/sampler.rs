@@ -435,14 +435,30 @@ impl Sampler {
         let weight = self.weigh(tid, tick, running, slow, by_perf, wall_ns);
         // Where the tick alone samples the thread (perf carries no time of it), a late tick
         // knows only the end of its interval (see `TickInterval`).
+        // Blocked and not scheduled since its count was last read (at the previous tick or
+        // before: as its block began), it was where the tick finds it all along: its marks
+        // stand for the whole interval. (Readers blocked 40 ms in `read` while a throttled
+        // fsprof's ticks came 20 ms apart had 5 to 15 ms of it: the rest was owed to samples
+        // that perf took instead once they ran.)
+        let cap = 2 * self.clock.mean_period().as_nanos() as u64;
         let most_ns = match by_perf {
-            None => 2 * self.clock.mean_period().as_nanos() as u64,
+            None if !running && weight.wall_ns > cap && self.not_run_since_read(tid) => 0,
+            None => cap,
             Some(_) => 0,
         };
         let state = self.threads.states.get_mut(&tid).expect("sampled");
         let weight = state.interval.settle(weight, most_ns);
         self.add_sample(tid, own_tid, thread, running, weight);
         true
+    }
+
+    /// Whether thread `tid` has not been scheduled since its count of times scheduled was last
+    /// read (when its blocked stack was, or at a tick that reused it); false where unknown.
+    fn not_run_since_read(&self, tid: u32) -> bool {
+        let Some(state) = self.threads.states.get(&tid) else {
+            return false;
+        };
+        state.last_pcount.is_some() && process::times_scheduled(self.pid, tid) == state.last_pcount
     }
 
     /// Adds thread `tid`'s sample of this tick, `(wall_ns, active_ns)` long, with its marks and

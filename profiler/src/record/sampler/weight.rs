@@ -23,7 +23,8 @@ pub(super) struct Weight {
 ///
 /// A tick that comes late (fsprof kept off the CPUs: a host that steals much of a VM's time)
 /// ends an interval of which the marks read then tell only the end: the thread may have been
-/// anywhere in between (whether its marks changed is not checked). Its sample stands for at most
+/// anywhere in between (unless it was blocked all along: see `Sampler::sample_thread`, which
+/// then asks for no cut). Its sample stands for at most
 /// twice the mean interval (later than that, the clock counts it late), and the rest is owed and
 /// shared among the thread's next samples (each carries at most its own length again): what the
 /// thread does over the next intervals is a sample of it, the one instant fsprof got its CPU back
