@@ -2,7 +2,8 @@
 //! backend): each departure (preempted, so still runnable, or blocked) comes with the marks
 //! copied as the thread left, and with the stack the kernel copied then, at most once per
 //! sampling period (else, preempted, the latest sample's stands, if the marks are that
-//! sample's, or the block's it has just come back from; blocked, the latest block's that has one, with the same marks, and a tick's read
+//! sample's, or the block's it has just come back from, or its previous preemption's; blocked,
+//! the latest block's that has one, with the same marks, and a tick's read
 //! of the stack replaces it while the block lasts), each return with its time, and every
 //! interval in between is added as a sample of exactly its length with those marks: waiting
 //! for a CPU is active time, blocked time is wall time only (which counts inside the program's
