@@ -151,23 +151,31 @@ pub fn tempdir() -> TestDir {
         .prefix("fsprof-e2e-")
         .tempdir()
         .unwrap();
-    TestDir(Some(dir), fsprof_tests::cpu_times())
+    TestDir {
+        dir: Some(dir),
+        cpu_times: fsprof_tests::cpu_times(),
+    }
 }
 
 /// A test's directory (its profiles, the target's truth): removed when the test passes, kept
 /// when it fails (dropped while the thread panics), its path printed with the failure, so that
 /// a rare failure seen once in a whole suite's run leaves its recording to look at.
-pub struct TestDir(Option<tempfile::TempDir>, Option<(u64, u64)>);
+pub struct TestDir {
+    dir: Option<tempfile::TempDir>,
+    /// The machine's stolen and running CPU time when it was made (`fsprof_tests::cpu_times`),
+    /// for what a failed test prints of the steal during it.
+    cpu_times: Option<(u64, u64)>,
+}
 
 impl TestDir {
     pub fn path(&self) -> &Path {
-        self.0.as_ref().expect("kept only on drop").path()
+        self.dir.as_ref().expect("kept only on drop").path()
     }
 }
 
 impl Drop for TestDir {
     fn drop(&mut self) {
-        if let (true, Some(dir)) = (std::thread::panicking(), self.0.take()) {
+        if let (true, Some(dir)) = (std::thread::panicking(), self.dir.take()) {
             let kept = dir.keep();
             // The failure's first line again, last: a long table or report in its message
             // would otherwise leave it in the middle of the output (what CI shows of it is the
@@ -181,7 +189,7 @@ impl Drop for TestDir {
             for line in conditions(&kept) {
                 eprintln!("the recording's conditions: {line}");
             }
-            if let (Some(from), Some(now)) = (self.1, fsprof_tests::cpu_times()) {
+            if let (Some(from), Some(now)) = (self.cpu_times, fsprof_tests::cpu_times()) {
                 let (stolen, ran) = (now.0.saturating_sub(from.0), now.1.saturating_sub(from.1));
                 let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
                 let load = load.split_whitespace().next().unwrap_or("?");
