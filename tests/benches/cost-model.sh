@@ -7,16 +7,17 @@
 # (root: kernel.bpf_stats_enabled), each BPF program's runs and nanoseconds per run.
 #
 # Parts (PARTS=, default all):
-#   samples    spin 2 threads of a hash loop: alone | default | r1000 (--rate 1000) | nonative
+#   samples    spin 2 threads of a hash loop: alone | default | percpu (the per-CPU design,
+#              FSPROF_PER_CPU=1) | r1000 (--rate 1000) | nonative
 #              | perf1000 (`perf record -F 1000 --call-graph dwarf`, where perf is installed)
 #   preempted  spin 2 threads beside a busy loop on every CPU (so preempted every few ms):
 #              alone | default | r1000, by the program's CPU time (the kernel's copies of a
 #              preempted thread's stack, at most one per period, are made on it); not in the
 #              default PARTS
 #   switches   pingpong: two threads hand a byte through pipes 200k times (400k switches):
-#              alone | default | agent | nonative | ptrace; and pyswitch (python3: 4 threads,
-#              two ping-pong pairs with json and hashing, ~20k switches/s): alone | default |
-#              agent | nonative
+#              alone | default | percpu | agent | nonative | ptrace; and pyswitch (python3: 4
+#              threads, two ping-pong pairs with json and hashing, ~20k switches/s): alone |
+#              default | percpu | agent | nonative
 #   processes  forks: fork and exec /bin/true 500 times: alone | default | agent | nofollow |
 #              nonative
 #   threads    births: 20000 short threads one after another: alone | default | agent | nonative
@@ -126,6 +127,7 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
       kill -INT $bt; wait $bt 2> /dev/null
       return ;;
     default) flags= ;;
+    percpu) flags= ;;
     base) flags= ;;
     r1000) flags="--rate 1000" ;;
     agent) flags=--agent ;;
@@ -138,7 +140,9 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
   # shellcheck disable=SC2086
   local bin=$BIN
   [ "$config" = base ] && bin=$BASE
-  { time "$bin/fsprof" run $flags -o "$WORK/p-$config" -- "$@" > "$WORK/out" 2> "$WORK/err"; } 2> "$WORK/time"
+  local design=
+  [ "$config" = percpu ] && design=1
+  { time env FSPROF_PER_CPU=$design "$bin/fsprof" run $flags -o "$WORK/p-$config" -- "$@" > "$WORK/out" 2> "$WORK/err"; } 2> "$WORK/time"
   if [ -n "$bp" ]; then sleep 0.05; kill $bp; wait $bp 2>/dev/null; bpf_summary; fi
   grep -h elapsed "$WORK/out"
   read -r wall user sys < "$WORK/time"
@@ -178,7 +182,7 @@ PY
 for part in $PARTS; do
   case $part in
     samples)
-      configs="alone default r1000 nonative"
+      configs="alone default percpu r1000 nonative"
       command -v perf > /dev/null && configs="$configs perf1000"
       [ -n "${BASE:-}" ] && configs="$configs base"
       rounds spin2 "$configs" "$WORK/spin" 2 500000000 ;;
@@ -190,8 +194,8 @@ for part in $PARTS; do
       wait "${busy[@]}" 2> /dev/null ;;
     switches)
       extra=${BASE:+ base}
-      rounds pingpong "alone default agent nonative ptrace$extra" "$WORK/pingpong" 200000
-      rounds pyswitch "alone default agent nonative$extra" python3 "$SRC/pyswitch.py" 40000 ;;
+      rounds pingpong "alone default percpu agent nonative ptrace$extra" "$WORK/pingpong" 200000
+      rounds pyswitch "alone default percpu agent nonative$extra" python3 "$SRC/pyswitch.py" 40000 ;;
     processes) rounds forks "alone default agent nofollow nonative" "$WORK/forks" 500 ;;
     mechanisms)
       configs="alone default nonative"

@@ -19,6 +19,7 @@ const BPF_MAP_CREATE: u32 = 0;
 const BPF_MAP_UPDATE_ELEM: u32 = 2;
 const BPF_MAP_DELETE_ELEM: u32 = 3;
 const BPF_PROG_LOAD: u32 = 5;
+const BPF_RAW_TRACEPOINT_OPEN: u32 = 17;
 pub(super) const BPF_MAP_TYPE_HASH: u32 = 1;
 pub(super) const BPF_MAP_TYPE_PROG_ARRAY: u32 = 3;
 pub(super) const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
@@ -26,6 +27,7 @@ pub(super) const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub(super) const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
 const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
+const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 
 fn bpf_call<T>(command: u32, attr: &mut T) -> Result<libc::c_long, Errno> {
     // SAFETY: `attr` is a valid, zero-padded attribute block of the size passed.
@@ -62,20 +64,30 @@ struct MapUpdate {
 
 /// Sets `key` to `value` in the map `map` (8-byte keys and values).
 pub(super) fn update_elem(map: RawFd, key: u64, value: u64) -> Result<(), Errno> {
+    update_bytes(map, &key.to_ne_bytes(), &value.to_ne_bytes())
+}
+
+/// Removes `key` from the hash map `map` (8-byte keys).
+pub(super) fn delete_elem(map: RawFd, key: u64) -> Result<(), Errno> {
+    delete_bytes(map, &key.to_ne_bytes())
+}
+
+/// Sets `key` to `value` in the map `map` (keys and values of these sizes).
+pub(super) fn update_bytes(map: RawFd, key: &[u8], value: &[u8]) -> Result<(), Errno> {
     let mut attr = MapUpdate {
         map_fd: map as u32,
-        key: std::ptr::addr_of!(key) as u64,
-        value: std::ptr::addr_of!(value) as u64,
+        key: key.as_ptr() as u64,
+        value: value.as_ptr() as u64,
         ..Default::default()
     };
     bpf_call(BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
 }
 
-/// Removes `key` from the hash map `map` (8-byte keys).
-pub(super) fn delete_elem(map: RawFd, key: u64) -> Result<(), Errno> {
+/// Removes `key` from the hash map `map` (keys of this size).
+pub(super) fn delete_bytes(map: RawFd, key: &[u8]) -> Result<(), Errno> {
     let mut attr = MapUpdate {
         map_fd: map as u32,
-        key: std::ptr::addr_of!(key) as u64,
+        key: key.as_ptr() as u64,
         ..Default::default()
     };
     bpf_call(BPF_MAP_DELETE_ELEM, &mut attr).map(|_| ())
@@ -175,12 +187,30 @@ pub(super) const CALL: u8 = 0x85;
 pub(super) const EXIT: u8 = 0x95;
 pub(super) const PSEUDO_MAP_FD: u8 = 1;
 pub(super) const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
-const HELPER_KTIME_GET_NS: i32 = 5;
+pub(super) const HELPER_MAP_DELETE_ELEM: i32 = 3;
+pub(super) const HELPER_KTIME_GET_NS: i32 = 5;
 const HELPER_GET_PRANDOM_U32: i32 = 7;
+pub(super) const HELPER_GET_CURRENT_PID_TGID: i32 = 14;
+pub(super) const HELPER_PROBE_READ_KERNEL: i32 = 113;
 pub(super) const HELPER_PROBE_READ_USER: i32 = 112;
 pub(super) const HELPER_RINGBUF_OUTPUT: i32 = 130;
 /// `bpf_ringbuf_output` flag: wake nobody (fsprof reads the ring on its own schedule).
 pub(super) const RB_NO_WAKEUP: i32 = 1;
+
+/// Where a program finds the map value index of the thread it runs for; it keeps the index in
+/// the stack word at [`INDEX_SLOT`] for the rest of the program.
+#[derive(Clone, Copy)]
+pub(super) enum Index {
+    /// The event is the thread's own (one per thread): the index is written into the program.
+    Fixed(u32),
+    /// The event is a CPU's (`cpu_wide.rs`): the index is looked up by the running thread's id
+    /// in the hash map of watched threads; for a thread not there the program returns 0 (no
+    /// sample is written) at once.
+    Watched(RawFd),
+}
+
+/// The stack word (u32) that holds the thread's map value index (see [`Index`]).
+pub(super) const INDEX_SLOT: i16 = -4;
 
 /// The program for the thread whose map value is `index`: takes the time, then for each slot
 /// builds a copy record in the value's scratch area (the time, `index`, the slot's number and
@@ -192,31 +222,27 @@ pub(super) const RB_NO_WAKEUP: i32 = 1;
 /// context-switch event (`at_switch`: the thread is leaving its CPU), its copies say so (bit 8
 /// of the slot's number), to be told apart from the samples' own, and it returns 0 (the event
 /// writes nothing of its own) unless the thread's previous such sample is old enough: see
-/// [`Departure`].
+/// [`Departure`]. A CPU's sampling event (`Index::Watched`) also puts the thread's time on a
+/// CPU in the ring (`cpu_wide::cpu_time`).
 fn program(
     map: RawFd,
     copies: RawFd,
     walk: [RawFd; 2],
-    index: u32,
+    index: Index,
     at_switch: Option<Departure>,
 ) -> Vec<Insn> {
-    let kind = i32::from(at_switch.is_some()) << 8;
     let departure = at_switch.map(|d| d.gap_ns);
     let at_switch = at_switch.is_some();
     let result = i32::from(!at_switch);
-    let mut p = vec![
-        insn(STX_DW, 10, 1, CONTEXT, 0), // the context, for the walk
-        insn(ST_W, 10, 0, -4, index as i32),
-        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, map),
-        insn(0, 0, 0, 0, 0),
-        insn(MOV64_REG, 2, 10, 0, 0),
-        insn(ADD64_IMM, 2, 0, 0, -4),
-        insn(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM),
+    let mut p = vec![insn(STX_DW, 10, 1, CONTEXT, 0)]; // the context, for the walk
+    index_of_thread(&mut p, index);
+    p.extend(value_of_thread(map));
+    p.extend([
         insn(JNE_IMM, 0, 0, 2, 0), // a value: go on
         insn(MOV64_IMM, 0, 0, 0, 1),
         insn(EXIT, 0, 0, 0, 0),
         insn(MOV64_REG, 6, 0, 0, 0), // r6: the value (r6-r9 survive calls)
-    ];
+    ]);
     if !at_switch {
         // Jittered sampling (see `TICKS_PER_SAMPLE`): skip the ticks still to skip; at a kept
         // one, draw the next one's place in the next period.
@@ -243,6 +269,70 @@ fn program(
         insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
         insn(MOV64_REG, 7, 0, 0, 0), // r7: the time
     ]);
+    copy_slots(&mut p, copies, at_switch);
+    if !at_switch {
+        if matches!(index, Index::Watched(_)) {
+            crate::native::cpu_wide::cpu_time(&mut p, copies);
+        }
+        anchors(&mut p, copies);
+        crate::native::walk::hand_over(&mut p, walk);
+    }
+    if let Some(gap_ns) = departure {
+        departed(&mut p, gap_ns);
+    }
+    p.extend([insn(MOV64_IMM, 0, 0, 0, result), insn(EXIT, 0, 0, 0, 0)]);
+    p
+}
+
+/// Puts the thread's map value index in the stack word at [`INDEX_SLOT`]; for
+/// `Index::Watched`, returns 0 at once where the running thread is not watched.
+fn index_of_thread(p: &mut Vec<Insn>, index: Index) {
+    match index {
+        Index::Fixed(index) => p.push(insn(ST_W, 10, 0, INDEX_SLOT, index as i32)),
+        Index::Watched(watched) => {
+            p.extend([
+                insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_PID_TGID),
+                insn(STX_W, 10, 0, INDEX_SLOT, 0), // the thread's id, the lower half
+            ]);
+            watched_index(p, watched, INDEX_SLOT);
+            p.extend([
+                insn(JNE_IMM, 0, 0, 2, 0),
+                insn(MOV64_IMM, 0, 0, 0, 0), // not watched: no sample
+                insn(EXIT, 0, 0, 0, 0),
+                insn(LDX_W, 1, 0, 0, 0),
+                insn(STX_W, 10, 1, INDEX_SLOT, 0),
+            ]);
+        }
+    }
+}
+
+/// `r0` = the entry of the thread whose id is the stack word at `key` in the hash map
+/// `watched` (a pointer to its u32 map value index), or 0.
+pub(super) fn watched_index(p: &mut Vec<Insn>, watched: RawFd, key: i16) {
+    p.extend([
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, watched),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 10, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(key)),
+        insn(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM),
+    ]);
+}
+
+/// `r0` = the map value (of the array `map`) whose index is at [`INDEX_SLOT`], or 0.
+pub(super) fn value_of_thread(map: RawFd) -> [Insn; 5] {
+    [
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, map),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 10, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(INDEX_SLOT)),
+        insn(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM),
+    ]
+}
+
+/// For each slot, its copy record (see [`program`]) put in the ring `copies`: `r6` is the
+/// value, `r7` the time, the index at [`INDEX_SLOT`]; uses r1-r5, r8, r9.
+pub(super) fn copy_slots(p: &mut Vec<Insn>, copies: RawFd, at_switch: bool) {
+    let kind = i32::from(at_switch) << 8;
     for slot in 0..SLOTS {
         let address = (VALUE_ADDRESSES + 8 * slot) as i16;
         let header = (VALUE_SCRATCH + slot * SCRATCH_SIZE) as i16;
@@ -252,7 +342,8 @@ fn program(
         let mut to_output = Vec::new();
         p.extend([
             insn(STX_DW, 6, 7, header, 0),
-            insn(ST_W, 6, 0, header + 8, index as i32),
+            insn(LDX_W, 1, 10, INDEX_SLOT, 0),
+            insn(STX_W, 6, 1, header + 8, 0),
             insn(ST_W, 6, 0, header + 12, slot as i32 | kind),
             insn(LDX_DW, 3, 6, address, 0),
             insn(STX_DW, 6, 3, header + 16, 0),
@@ -308,14 +399,26 @@ fn program(
             insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
         ]);
     }
-    if !at_switch {
-        anchors(&mut p, copies, index);
-        crate::native::walk::hand_over(&mut p, walk, index);
-    }
-    if let Some(gap_ns) = departure {
-        departed(&mut p, gap_ns);
-    }
-    p.extend([insn(MOV64_IMM, 0, 0, 0, result), insn(EXIT, 0, 0, 0, 0)]);
+}
+
+/// The program of a CPU's context-switch event in the per-CPU design (`cpu_wide.rs`): returns 1
+/// (the kernel writes the event's sample: the registers and stack of the thread leaving) for a
+/// watched thread (the hash map `watched`, its values in `map`) whose previous such sample is
+/// at least `gap_ns` old, else 0. Its slots are copied by the program at `sched_switch`.
+pub(super) fn departure_filter(map: RawFd, watched: RawFd, gap_ns: u64) -> Vec<Insn> {
+    let mut p = Vec::new();
+    index_of_thread(&mut p, Index::Watched(watched));
+    p.extend(value_of_thread(map));
+    p.extend([
+        insn(JNE_IMM, 0, 0, 2, 0),
+        insn(MOV64_IMM, 0, 0, 0, 0),
+        insn(EXIT, 0, 0, 0, 0),
+        insn(MOV64_REG, 6, 0, 0, 0),
+        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
+        insn(MOV64_REG, 7, 0, 0, 0),
+    ]);
+    departed(&mut p, gap_ns);
+    p.extend([insn(MOV64_IMM, 0, 0, 0, 0), insn(EXIT, 0, 0, 0, 0)]);
     p
 }
 
@@ -348,9 +451,9 @@ fn departed(p: &mut Vec<Insn>, gap_ns: u64) {
 }
 
 /// At a sample: the anchors' record (see `perf::ANCHORS`) in the value's scratch, the time
-/// (`r7`), `index` and slot number SLOTS, then each anchor's address and the word read there (0
+/// (`r7`), the index (at [`INDEX_SLOT`]) and slot number SLOTS, then each anchor's address and the word read there (0
 /// when it has none or the read fails), put in the ring `copies`. `r6` is the value.
-fn anchors(p: &mut Vec<Insn>, copies: RawFd, index: u32) {
+fn anchors(p: &mut Vec<Insn>, copies: RawFd) {
     let record = VALUE_ANCHOR_RECORD as i16;
     // No record at all while the thread has no anchors (most threads: shallow stacks).
     p.extend([
@@ -360,7 +463,8 @@ fn anchors(p: &mut Vec<Insn>, copies: RawFd, index: u32) {
     let skip = p.len() - 1;
     p.extend([
         insn(STX_DW, 6, 7, record, 0),
-        insn(ST_W, 6, 0, record + 8, index as i32),
+        insn(LDX_W, 1, 10, INDEX_SLOT, 0),
+        insn(STX_W, 6, 1, record + 8, 0),
         insn(ST_W, 6, 0, record + 12, SLOTS as i32),
         insn(ST_DW, 6, 0, record + 16, 0),
         insn(ST_DW, 6, 0, record + 24, 0),
@@ -397,7 +501,7 @@ pub(super) fn load_program(
     map: RawFd,
     copies: RawFd,
     walk: [RawFd; 2],
-    index: u32,
+    index: Index,
     at_switch: Option<Departure>,
 ) -> Result<OwnedFd, String> {
     load(program(map, copies, walk, index, at_switch))
@@ -441,8 +545,8 @@ impl Programs {
         }
         if cache[index as usize].is_none() {
             let departure = switch.then_some(self.departure);
-            let loaded =
-                load_program(map, copies, walk, index, departure).map_err(|_| Errno::EPERM)?;
+            let loaded = load_program(map, copies, walk, Index::Fixed(index), departure)
+                .map_err(|_| Errno::EPERM)?;
             cache[index as usize] = Some(loaded);
         }
         let program = cache[index as usize].as_ref().expect("loaded");
@@ -459,10 +563,48 @@ pub(super) fn load_walk(maps: [RawFd; 4], copies: RawFd) -> Result<OwnedFd, Stri
 }
 
 fn load(insns: Vec<Insn>) -> Result<OwnedFd, String> {
+    load_as(BPF_PROG_TYPE_PERF_EVENT, insns)
+}
+
+/// Loads a program run at a perf event's every overflow.
+pub(super) fn load_event_program(insns: Vec<Insn>) -> Result<OwnedFd, String> {
+    load(insns)
+}
+
+/// Loads a program run at a tracepoint (`cpu_wide.rs`), attached with [`attach_tracepoint`].
+pub(super) fn load_tracepoint_program(insns: Vec<Insn>) -> Result<OwnedFd, String> {
+    load_as(BPF_PROG_TYPE_RAW_TRACEPOINT, insns)
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct RawTracepointOpen {
+    name: u64,
+    prog_fd: u32,
+    _pad: u32,
+    cookie: u64,
+}
+
+/// Runs `program` at every hit of the kernel's tracepoint `name` (`sched_switch`, ...), with
+/// the tracepoint's arguments as its context, until the returned descriptor is closed. Needs
+/// no tracefs.
+pub(super) fn attach_tracepoint(
+    name: &std::ffi::CStr,
+    program: &OwnedFd,
+) -> Result<OwnedFd, Errno> {
+    let mut attr = RawTracepointOpen {
+        name: name.as_ptr() as u64,
+        prog_fd: program.as_raw_fd() as u32,
+        ..Default::default()
+    };
+    bpf(BPF_RAW_TRACEPOINT_OPEN, &mut attr)
+}
+
+fn load_as(prog_type: u32, insns: Vec<Insn>) -> Result<OwnedFd, String> {
     let license = c"GPL"; // probe_read_user is a GPL-only helper
     let mut log = vec![0u8; 4096];
     let mut attr = ProgLoad {
-        prog_type: BPF_PROG_TYPE_PERF_EVENT,
+        prog_type,
         insn_cnt: insns.len() as u32,
         insns: insns.as_ptr() as u64,
         license: license.as_ptr() as u64,

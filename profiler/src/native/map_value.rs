@@ -34,7 +34,16 @@ pub(super) const ANCHOR_RECORD_SIZE: usize = COPY_HEADER + 16 * ANCHORS;
 pub(super) const VALUE_WALK: usize = VALUE_ANCHOR_RECORD + ANCHOR_RECORD_SIZE;
 /// Then when the thread's latest departure sample was taken (see `bpf::Departure`).
 pub(super) const VALUE_DEPARTED: usize = VALUE_WALK + 8;
-pub(super) const VALUE_SIZE: usize = VALUE_DEPARTED + 8;
+/// Then what the per-CPU programs keep of the thread (`cpu_wide.rs`): its time on a CPU up to
+/// its latest departure (ns), when it came onto its CPU (0: not known to be on one), how many
+/// of its switches were recorded (a gap in their numbers is a lost record), and the records
+/// built there (a switch's, the CPU time's at a sample).
+pub(super) const VALUE_CPU_NS: usize = VALUE_DEPARTED + 8;
+pub(super) const VALUE_ON_SINCE: usize = VALUE_CPU_NS + 8;
+pub(super) const VALUE_SWITCHES: usize = VALUE_ON_SINCE + 8;
+pub(super) const VALUE_SWITCH_RECORD: usize = VALUE_SWITCHES + 8;
+pub(super) const VALUE_TIME_RECORD: usize = VALUE_SWITCH_RECORD + COPY_HEADER;
+pub(super) const VALUE_SIZE: usize = VALUE_TIME_RECORD + COPY_HEADER;
 const _: () = assert!(VALUE_SIZE.is_multiple_of(8), "values hold aligned words");
 
 /// The map's values, mapped into fsprof (the BPF array is created mmapable).

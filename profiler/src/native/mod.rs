@@ -3,8 +3,10 @@
 //! addresses; naming them is `symbolize/`'s job, after recording.
 
 pub mod bpf;
+mod btf;
 pub mod capture;
 pub mod complete;
+mod cpu_wide;
 pub mod functions;
 mod functions_cache;
 mod map_value;

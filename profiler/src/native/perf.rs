@@ -19,13 +19,14 @@
 //! and `CAP_PERFMON` (or root); where refused, [`PerfSampler::new`] says why (ptrace then).
 
 use crate::native::bpf::{
-    create_map, load_program, page_size, Departure, Programs, BPF_MAP_TYPE_ARRAY,
+    create_map, load_program, page_size, Departure, Index, Programs, BPF_MAP_TYPE_ARRAY,
 };
+use crate::native::cpu_wide::CpuWide;
 use crate::native::map_value::{
-    Values, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_DEPARTED, VALUE_SIZE, VALUE_WALK,
+    Values, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_SIZE, VALUE_WALK,
 };
-use crate::native::perf_events::{open_event, open_switch_event};
-use crate::native::ring::{match_copies, parse, read_copies, CopyRing, Record, Ring, SlotCopy};
+use crate::native::perf_events::{attach, open_event, open_switch_event, output_to, rephase};
+use crate::native::ring::{match_copies, parse, CopyRing, Record, Ring, Unmatched};
 use crate::native::rules::Rules;
 use crate::native::unwind::{Registers, StackView};
 use crate::record::privilege::Refusal;
@@ -33,7 +34,6 @@ use foldhash::{HashMap, HashMapExt, HashSet};
 use nix::errno::Errno;
 use nix::libc;
 use perf_event_open_sys as sys;
-use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Bytes of stack copied per sample, from the stack pointer up. At most 65528 (a sample record's
@@ -179,14 +179,8 @@ pub struct Switch {
 
 struct Thread {
     index: u32,
-    event: OwnedFd,
-    _program: OwnedFd,
-    /// Its context-switch event and that event's program, which copies its slots as it leaves
-    /// its CPU (`None` where the kernel refused them: its switches are then not followed).
-    switches: Option<(OwnedFd, OwnedFd)>,
-    /// The id of that event's samples in `ring`, if the kernel let them go there.
-    departure_id: Option<u64>,
-    ring: Ring,
+    /// Its own events (`None` in the per-CPU design, `cpu_wide.rs`).
+    own: Option<OwnEvents>,
     addresses: [u64; SLOTS],
     /// Its departures from its CPU since `window_start` (CLOCK_MONOTONIC, ns).
     departures: u64,
@@ -198,7 +192,20 @@ struct Thread {
     off_cpu: bool,
 }
 
-/// The perf side of a sampler: one event per sampled thread.
+/// A thread's own events and ring.
+struct OwnEvents {
+    event: OwnedFd,
+    _program: OwnedFd,
+    /// Its context-switch event and that event's program, which copies its slots as it leaves
+    /// its CPU (`None` where the kernel refused them: its switches are then not followed).
+    switches: Option<(OwnedFd, OwnedFd)>,
+    /// The id of that event's samples in `ring`, if the kernel let them go there.
+    departure_id: Option<u64>,
+    ring: Ring,
+}
+
+/// The perf side of a sampler: one event per sampled thread, or (opt-in, `cpu_wide.rs`) one
+/// per CPU.
 pub struct PerfSampler {
     map: OwnedFd,
     /// One map value per thread it can sample at once (at most [`MAX_THREADS`]), mapped into
@@ -207,8 +214,7 @@ pub struct PerfSampler {
     copies: CopyRing,
     /// Slot copies read from `copies` and not yet matched, per map value index: made at
     /// samples, and as threads left their CPU.
-    waiting: Vec<VecDeque<SlotCopy>>,
-    switch_waiting: Vec<VecDeque<SlotCopy>>,
+    queues: Unmatched,
     threads: HashMap<u32, Thread>,
     free: Vec<u32>,
     page: usize,
@@ -222,6 +228,8 @@ pub struct PerfSampler {
     /// When threads made by sampled threads were born (CLOCK_MONOTONIC, ns), until asked for.
     births: HashMap<u32, u64>,
     programs: Programs,
+    /// The per-CPU design's events and programs, where chosen (`FSPROF_PER_CPU=1`).
+    wide: Option<CpuWide>,
 }
 
 /// Births remembered at most (those of threads that never ran long enough to be found, or of
@@ -233,10 +241,11 @@ impl PerfSampler {
     /// sample every `period_ns` of a thread's CPU time. The error says what the kernel refused
     /// and what to do.
     pub fn new(period_ns: u64, capacity: u32) -> Result<PerfSampler, String> {
-        crate::record::privilege::with_perf(|| PerfSampler::create(period_ns, capacity))
+        crate::record::privilege::with_perf(|| PerfSampler::create(period_ns, capacity, per_cpu()))
     }
 
-    fn create(period_ns: u64, capacity: u32) -> Result<PerfSampler, String> {
+    /// [`PerfSampler::new`], in the per-CPU design (`cpu_wide.rs`) if `wide`.
+    pub(super) fn create(period_ns: u64, capacity: u32, wide: bool) -> Result<PerfSampler, String> {
         let capacity = capacity.clamp(1, MAX_THREADS);
         if let Some(why) = crate::record::privilege::perf_withheld() {
             return Err(why.to_owned());
@@ -260,8 +269,7 @@ impl PerfSampler {
             map,
             values,
             copies,
-            waiting: (0..capacity).map(|_| VecDeque::new()).collect(),
-            switch_waiting: (0..capacity).map(|_| VecDeque::new()).collect(),
+            queues: Unmatched::new(capacity),
             threads: HashMap::new(),
             free: (0..capacity).rev().collect(),
             page,
@@ -275,12 +283,22 @@ impl PerfSampler {
                     .map_err(|e| format!("cannot create a BPF map ({}): {needs}", e.desc()))?,
                 Departure { gap_ns: period_ns },
             ),
+            wide: None,
         };
         let rules = sampler.programs.rules.hand_over();
-        load_program(sampler.map.as_raw_fd(), sampler.copies.fd(), rules, 0, None)
-            .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
+        load_program(
+            sampler.map.as_raw_fd(),
+            sampler.copies.fd(),
+            rules,
+            Index::Fixed(0),
+            None,
+        )
+        .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
         if sampler.programs.rules.eager() {
             sampler.programs.rules.prepare_walk(sampler.copies.fd());
+        }
+        if wide {
+            sampler.wide = Some(sampler.open_wide(capacity)?);
         }
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
@@ -299,6 +317,10 @@ impl PerfSampler {
     /// before a thread has run that many periods, or samples are lost. A period may bring a
     /// sample and a departure's (at most one per period: `bpf::Departure`).
     pub fn ring_capacity(&self) -> usize {
+        if self.wide.is_some() {
+            // A CPU's ring, which one sample per period fills whatever the thread.
+            return RING_PAGES * self.page / (STACK_DUMP as usize + 256);
+        }
         let pages = if self.threads.len() > LARGE_RINGS {
             SMALL_RING_PAGES
         } else {
@@ -326,9 +348,12 @@ impl PerfSampler {
     /// `tid`'s time on a CPU since it was first watched, in ns (its task-clock count: exact,
     /// also once the thread has exited, until it is forgotten).
     pub fn cpu_ns(&self, tid: u32) -> Option<u64> {
+        if let Some(wide) = &self.wide {
+            return wide.cpu_ns(tid);
+        }
         let thread = self.threads.get(&tid)?;
         let mut value = [0u8; 8];
-        nix::unistd::read(thread.event.as_raw_fd(), &mut value)
+        nix::unistd::read(thread.own.as_ref()?.event.as_raw_fd(), &mut value)
             .ok()
             .filter(|n| *n == 8)?;
         Some(u64::from_ne_bytes(value))
@@ -338,7 +363,7 @@ impl PerfSampler {
     pub fn follows_switches(&self, tid: u32) -> bool {
         self.threads
             .get(&tid)
-            .is_some_and(|thread| thread.switches.is_some())
+            .is_some_and(|thread| thread.own.as_ref().is_none_or(|own| own.switches.is_some()))
     }
 
     /// Makes sure `tid` is being sampled, copying the slots at `addresses` (0 for none) with
@@ -393,28 +418,30 @@ impl PerfSampler {
     /// they carry its time. So for a departure from the CPU, whose copies the switch event's
     /// program makes just before the kernel writes the switch.
     pub fn take(&mut self, tid: u32, mut each: impl FnMut(Taken<'_>)) {
+        if self.wide.is_some() {
+            return self.take_wide(tid, each);
+        }
         let Some(thread) = self.threads.get_mut(&tid) else {
             return;
         };
-        let head = thread.ring.head();
+        let Some(own) = thread.own.as_mut() else {
+            return;
+        };
+        let head = own.ring.head();
         let bound = SLOTS * 4 * RING_PAGES * self.page / STACK_DUMP as usize;
-        read_copies(
-            &mut self.copies,
-            [&mut self.waiting, &mut self.switch_waiting],
-            bound,
-        );
-        let waiting = &mut self.waiting[thread.index as usize];
-        let switch_waiting = &mut self.switch_waiting[thread.index as usize];
+        self.queues.read(&mut self.copies, bound);
+        let waiting = &mut self.queues.at_samples[thread.index as usize];
+        let switch_waiting = &mut self.queues.at_switches[thread.index as usize];
         // Two samples are at least one timer tick apart.
         let tolerance = (self.period_ns / TICKS_PER_SAMPLE / 2).min(MATCH_TOLERANCE_NS);
         let (mut lost, mut unmatched, mut samples) = (0u64, 0u64, 0u64);
         let departures = &mut thread.departures;
         let off_cpu = &mut thread.off_cpu;
         let births = &mut self.births;
-        let departure_id = thread.departure_id;
+        let departure_id = own.departure_id;
         let mut latest = 0u64;
-        let room = thread.ring.drain(head, |record| match parse(record) {
-            Record::Sample { id, sample } if Some(id) == departure_id => {
+        let room = own.ring.drain(head, |record| match parse(record) {
+            Record::Sample { id, sample, .. } if Some(id) == departure_id => {
                 latest = latest.max(sample.time);
                 each(Taken::Departure(*sample));
             }
@@ -452,7 +479,7 @@ impl PerfSampler {
                     marks_known,
                 }));
             }
-            Record::Fork { tid, time } => {
+            Record::Fork { tid, time, .. } => {
                 if births.len() >= MAX_BIRTHS {
                     births.clear();
                 }
@@ -471,10 +498,51 @@ impl PerfSampler {
         self.unmatched = self.unmatched.saturating_add(unmatched);
         thread.unphased += samples;
         if thread.unphased >= REPHASE_SAMPLES && !thread.off_cpu {
-            rephase(&thread.event, self.period_ns / TICKS_PER_SAMPLE);
+            rephase(&own.event, self.period_ns / TICKS_PER_SAMPLE);
             thread.unphased = 0;
         }
         self.stop_following_if_too_fast(tid);
+    }
+
+    /// [`PerfSampler::take`] in the per-CPU design (`cpu_wide.rs`): the CPUs' rings and the
+    /// shared ring are read into their threads' queues, then `tid`'s are merged in time order.
+    /// A thread removed at an `exec` is forgotten, to be watched again (checked) at its next
+    /// sample.
+    fn take_wide(&mut self, tid: u32, mut each: impl FnMut(Taken<'_>)) {
+        let (Some(thread), Some(wide)) = (self.threads.get(&tid), self.wide.as_mut()) else {
+            return;
+        };
+        let index = thread.index as usize;
+        let births = &mut self.births;
+        wide.read_cpus(|tid, time| {
+            if births.len() >= MAX_BIRTHS {
+                births.clear();
+            }
+            births.insert(tid, time);
+        });
+        let bound = SLOTS * 4 * RING_PAGES * self.page / STACK_DUMP as usize;
+        self.queues.read(&mut self.copies, bound);
+        let tolerance = (self.period_ns / TICKS_PER_SAMPLE / 2).min(MATCH_TOLERANCE_NS);
+        let mut unmatched = 0u64;
+        let execed = wide.take(
+            tid,
+            &mut self.queues.at_samples[index],
+            &mut self.queues.at_switches[index],
+            &mut self.queues.events[index],
+            tolerance,
+            |item| {
+                if let Taken::Sample(sample) = &item {
+                    unmatched += u64::from(!sample.marks_known);
+                }
+                each(item);
+            },
+        );
+        wide.rephase(self.period_ns / TICKS_PER_SAMPLE);
+        self.lost = self.lost.saturating_add(std::mem::take(&mut wide.lost));
+        self.unmatched = self.unmatched.saturating_add(unmatched);
+        if execed {
+            self.forget(tid);
+        }
     }
 
     /// Reopens `tid`'s event without its switches if it left its CPU more than
@@ -486,7 +554,11 @@ impl PerfSampler {
         };
         let now = crate::record::clock::monotonic_ns();
         let elapsed = now.saturating_sub(thread.window_start);
-        if thread.switches.is_none() || elapsed < SWITCH_WINDOW_NS {
+        let follows = thread
+            .own
+            .as_ref()
+            .is_some_and(|own| own.switches.is_some());
+        if !follows || elapsed < SWITCH_WINDOW_NS {
             return;
         }
         let rate = thread.departures.saturating_mul(1_000_000_000) / elapsed;
@@ -500,6 +572,18 @@ impl PerfSampler {
         let _ = self.watch(tid, addresses);
     }
 
+    /// Returns to a CPU taken, and how many of them inferred (`cpu_wide.rs`; 0 otherwise).
+    #[cfg(test)]
+    pub(super) fn returns(&self) -> [u64; 2] {
+        self.wide.as_ref().map_or([0; 2], |wide| wide.returns)
+    }
+
+    /// Samples the CPUs' rings held of threads not watched (`cpu_wide.rs`; 0 otherwise).
+    #[cfg(test)]
+    pub(super) fn foreign_samples(&self) -> u64 {
+        self.wide.as_ref().map_or(0, |wide| wide.foreign)
+    }
+
     /// How many threads are no longer followed off their CPU (see [`MAX_SWITCH_RATE`]).
     pub fn too_fast(&self) -> usize {
         self.too_fast.len()
@@ -508,8 +592,10 @@ impl PerfSampler {
     /// Closes the event of a thread that is gone.
     pub fn forget(&mut self, tid: u32) {
         if let Some(thread) = self.threads.remove(&tid) {
-            self.waiting[thread.index as usize].clear();
-            self.switch_waiting[thread.index as usize].clear();
+            if let Some(wide) = &mut self.wide {
+                wide.unwatch(tid);
+            }
+            self.queues.clear(thread.index);
             self.free.push(thread.index);
         }
     }
@@ -529,10 +615,17 @@ impl PerfSampler {
         check(tid)?;
         let thread = crate::record::privilege::with_perf(|| self.open_unchecked(tid))
             .map_err(WatchError::Refused)?;
-        // Enabled only once the thread passed again: nothing is sampled in between.
+        // Enabled (or, per CPU, watched) only once the thread passed again: nothing is
+        // sampled in between.
+        let wide = &mut self.wide;
         let enabled = check(tid).and_then(|()| {
-            let events =
-                std::iter::once(&thread.event).chain(thread.switches.as_ref().map(|s| &s.0));
+            let Some(own) = &thread.own else {
+                let wide = wide
+                    .as_mut()
+                    .expect("a thread without events is watched per CPU");
+                return (wide.watch(tid, thread.index)).map_err(WatchError::Refused);
+            };
+            let events = std::iter::once(&own.event).chain(own.switches.as_ref().map(|s| &s.0));
             for event in events {
                 // SAFETY: a valid descriptor.
                 if unsafe { sys::ioctls::ENABLE(event.as_raw_fd(), 0) } != 0 {
@@ -542,8 +635,7 @@ impl PerfSampler {
             Ok(())
         });
         if let Err(error) = enabled {
-            self.waiting[thread.index as usize].clear();
-            self.switch_waiting[thread.index as usize].clear();
+            self.queues.clear(thread.index);
             self.free.push(thread.index);
             return Err(error);
         }
@@ -557,8 +649,21 @@ impl PerfSampler {
         let walk = u64::from(self.programs.rules.on);
         self.values.write(index, VALUE_WALK, &[walk]);
         self.values.write(index, VALUE_DEPARTED, &[0]);
-        self.waiting[index as usize].clear();
-        self.switch_waiting[index as usize].clear();
+        // Nothing known of its time on a CPU, and no switch counted.
+        self.values.write(index, VALUE_CPU_NS, &[0, 0, 0]);
+        self.queues.clear(index);
+        let thread = |own| Thread {
+            index,
+            own,
+            addresses: [0; SLOTS],
+            departures: 0,
+            window_start: crate::record::clock::monotonic_ns(),
+            unphased: 0,
+            off_cpu: false,
+        };
+        if self.wide.is_some() {
+            return Ok(thread(None));
+        }
         let pages = if self.threads.len() >= LARGE_RINGS {
             SMALL_RING_PAGES
         } else {
@@ -580,25 +685,50 @@ impl PerfSampler {
             let switches = switches.and_then(Result::ok);
             let departure_id =
                 (switches.as_ref()).and_then(|(switch, _)| output_to(switch, &event));
-            Ok(Thread {
-                index,
+            Ok(thread(Some(OwnEvents {
                 event,
                 _program: program,
                 switches,
                 departure_id,
                 ring,
-                addresses: [0; SLOTS],
-                departures: 0,
-                window_start: crate::record::clock::monotonic_ns(),
-                unphased: 0,
-                off_cpu: false,
-            })
+            })))
         })();
         if opened.is_err() {
             self.free.push(index);
         }
         opened
     }
+}
+
+impl PerfSampler {
+    /// The per-CPU design's events and programs (`cpu_wide.rs`), over this sampler's maps.
+    /// Not for a capable fsprof yet: its programs stop watching a thread at the start of an
+    /// `exec` and at its end, but fsprof could watch it again in between, after the new
+    /// program's credentials were set (to close: drop a thread whose `mm` changed, in the
+    /// programs).
+    fn open_wide(&mut self, capacity: u32) -> Result<CpuWide, String> {
+        const ASKED: &str = "the per-CPU design (FSPROF_PER_CPU=1) is not available";
+        if crate::record::privilege::elevated() {
+            return Err(format!(
+                "{ASKED} to a capable copy of fsprof yet: run it as root"
+            ));
+        }
+        CpuWide::new(
+            self.map.as_raw_fd(),
+            self.copies.fd(),
+            self.programs.rules.hand_over(),
+            self.period_ns,
+            capacity,
+            self.page,
+            RING_PAGES,
+        )
+        .map_err(|why| format!("{ASKED}: {why}"))
+    }
+}
+
+/// Whether the per-CPU design was asked for (`FSPROF_PER_CPU=1`, while it is being built).
+fn per_cpu() -> bool {
+    std::env::var_os("FSPROF_PER_CPU").is_some_and(|v| v == "1")
 }
 
 /// Why a thread cannot be sampled with perf.
@@ -633,53 +763,6 @@ pub enum WatchError {
 /// a busy loop read `render` 1.47 points low (10 runs, standard deviation 1.09); without
 /// re-phasing at all, 0.35 low (0.48).
 const REPHASE_SAMPLES: u64 = 1;
-
-/// Gives a thread's timer a tick of a new length, drawn around `tick_ns` (half to one and a
-/// half times it), from its next tick on, which then comes that long after now (or after the
-/// thread's next return to a CPU). Called at each read of the thread's ring that has samples
-/// (see [`REPHASE_SAMPLES`]), it moves the grid of ticks, which otherwise stays fixed in the
-/// thread's CPU time: keeping a random tick of several (see [`TICKS_PER_SAMPLE`]) does not
-/// move the grid, and a loop whose CPU time is near a multiple of the tick length kept in step
-/// with it (`contracts`, checks of 8, 3 and 6 us in a fixed loop: 5 points low at 250 Hz, 12 high at
-/// 1000 Hz; `blocking`'s `work` 9% high beside a busy loop). Starting again from a random place
-/// every few ms, the grid is systematic sampling with a random start, which has no bias.
-/// The kernel asks the thread's CPU to restart the timer if the thread is running (an
-/// interprocessor interrupt). A refusal leaves the timer as it was.
-fn rephase(event: &OwnedFd, tick_ns: u64) {
-    let mut period = (tick_ns as f64 * (0.5 + fastrand::f64())) as u64;
-    period = period.max(10_000);
-    // SAFETY: a valid descriptor, and the kernel reads a u64 through the pointer (the crate's
-    // `ioctls::PERIOD` passes the value itself, which the kernel would take for an address).
-    unsafe {
-        libc::ioctl(
-            event.as_raw_fd(),
-            sys::bindings::PERIOD as _,
-            std::ptr::from_mut(&mut period),
-        )
-    };
-}
-
-/// Has `event` write its samples into `ring_event`'s ring (both the same thread's, timed by the
-/// same clock): its id there, or `None` if the kernel refused.
-fn output_to(event: &OwnedFd, ring_event: &OwnedFd) -> Option<u64> {
-    // SAFETY: valid descriptors, and a u64 the kernel writes the id to.
-    unsafe {
-        if sys::ioctls::SET_OUTPUT(event.as_raw_fd(), ring_event.as_raw_fd()) != 0 {
-            return None;
-        }
-        let mut id = 0u64;
-        (sys::ioctls::ID(event.as_raw_fd(), &mut id) == 0).then_some(id)
-    }
-}
-
-/// Attaches `program` to `event`.
-fn attach(event: &OwnedFd, program: &OwnedFd) -> Result<(), Errno> {
-    // SAFETY: valid descriptors.
-    match unsafe { sys::ioctls::SET_BPF(event.as_raw_fd(), program.as_raw_fd() as u32) } {
-        0 => Ok(()),
-        _ => Err(Errno::last()),
-    }
-}
 
 /// Most a slot copy's time may differ from its sample's: both are read in the same interrupt,
 /// microseconds apart; successive samples of a thread are a period apart.

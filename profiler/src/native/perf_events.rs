@@ -1,14 +1,17 @@
 //! Opens the perf events the perf sampler (`perf.rs`) reads: per thread, a task-clock event
 //! that samples the thread every period of its CPU time (its time, count, registers and stack,
 //! its switches in and out of its CPU, and the threads it makes), and a context-switch event whose every overflow runs
-//! a program that copies the thread's slots as it leaves. It chooses the attributes and opens
-//! the events disabled; it does not map their rings, attach programs or enable them.
+//! a program that copies the thread's slots as it leaves; or, in the per-CPU design
+//! (`cpu_wide.rs`), a cpu-clock and a context-switch event per CPU. It chooses the attributes
+//! and opens the events disabled, and holds the requests made of an open event (a program
+//! attached, a ring shared, the timer re-phased); it does not map their rings, load programs or
+//! decide when to enable them.
 
 use super::perf::{DEPARTURE_STACK_DUMP, REGS_MASK, STACK_DUMP};
 use nix::errno::Errno;
 use nix::libc;
 use perf_event_open_sys as sys;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// A task-clock event on `tid`, disabled, sampling time (CLOCK_MONOTONIC, the clock of the BPF
 /// program's `ktime_get_ns`), its count, registers and stack every `period_ns` of the thread's
@@ -69,13 +72,18 @@ fn software_event(config: u32, period: u64, sample_type: u32) -> sys::bindings::
 }
 
 /// Opens the event `attr` on thread `tid`, any CPU.
-fn open(mut attr: sys::bindings::perf_event_attr, tid: i32) -> Result<OwnedFd, Errno> {
+fn open(attr: sys::bindings::perf_event_attr, tid: i32) -> Result<OwnedFd, Errno> {
+    open_on(attr, tid, -1)
+}
+
+/// Opens the event `attr` on thread `tid` (-1: any) and CPU `cpu` (-1: any).
+fn open_on(mut attr: sys::bindings::perf_event_attr, tid: i32, cpu: i32) -> Result<OwnedFd, Errno> {
     // SAFETY: a valid attribute block; the result is checked.
     let fd = unsafe {
         sys::perf_event_open(
             &mut attr,
             tid,
-            -1,
+            cpu,
             -1,
             sys::bindings::PERF_FLAG_FD_CLOEXEC as _,
         )
@@ -85,4 +93,72 @@ fn open(mut attr: sys::bindings::perf_event_attr, tid: i32) -> Result<OwnedFd, E
     }
     // SAFETY: a new descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A software event `config` on `cpu`, disabled, writing what a thread's own events write
+/// (the per-CPU design, `cpu_wide.rs`): the cpu-clock every `period` ns of any thread but the
+/// idle one, with the births of threads and processes; or the context switches, a sample every
+/// `period`-th.
+pub(super) fn open_cpu_event(cpu: u32, config: u32, period: u64) -> Result<OwnedFd, Errno> {
+    let clock = config == sys::bindings::PERF_COUNT_SW_CPU_CLOCK;
+    let mut attr = software_event(config, period, SAMPLE);
+    attr.sample_regs_user = REGS_MASK;
+    attr.sample_stack_user = if clock {
+        STACK_DUMP
+    } else {
+        DEPARTURE_STACK_DUMP
+    };
+    attr.set_exclude_hv(1);
+    attr.set_exclude_idle(u64::from(clock));
+    attr.set_exclude_callchain_kernel(1);
+    attr.set_task(u64::from(clock));
+    attr.set_sample_id_all(1);
+    open_on(attr, -1, cpu as i32)
+}
+
+/// Gives a thread's timer a tick of a new length, drawn around `tick_ns` (half to one and a
+/// half times it), from its next tick on, which then comes that long after now (or after the
+/// thread's next return to a CPU). Called at each read of the thread's ring that has samples
+/// (see `perf::REPHASE_SAMPLES`), it moves the grid of ticks, which otherwise stays fixed in the
+/// thread's CPU time: keeping a random tick of several (see `perf::TICKS_PER_SAMPLE`) does not
+/// move the grid, and a loop whose CPU time is near a multiple of the tick length kept in step
+/// with it (`contracts`, checks of 8, 3 and 6 us in a fixed loop: 5 points low at 250 Hz, 12 high at
+/// 1000 Hz; `blocking`'s `work` 9% high beside a busy loop). Starting again from a random place
+/// every few ms, the grid is systematic sampling with a random start, which has no bias.
+/// The kernel asks the thread's CPU to restart the timer if the thread is running (an
+/// interprocessor interrupt). A refusal leaves the timer as it was.
+pub(super) fn rephase(event: &OwnedFd, tick_ns: u64) {
+    let mut period = (tick_ns as f64 * (0.5 + fastrand::f64())) as u64;
+    period = period.max(10_000);
+    // SAFETY: a valid descriptor, and the kernel reads a u64 through the pointer (the crate's
+    // `ioctls::PERIOD` passes the value itself, which the kernel would take for an address).
+    unsafe {
+        libc::ioctl(
+            event.as_raw_fd(),
+            sys::bindings::PERIOD as _,
+            std::ptr::from_mut(&mut period),
+        )
+    };
+}
+
+/// Has `event` write its samples into `ring_event`'s ring (both the same thread's, timed by the
+/// same clock): its id there, or `None` if the kernel refused.
+pub(super) fn output_to(event: &OwnedFd, ring_event: &OwnedFd) -> Option<u64> {
+    // SAFETY: valid descriptors, and a u64 the kernel writes the id to.
+    unsafe {
+        if sys::ioctls::SET_OUTPUT(event.as_raw_fd(), ring_event.as_raw_fd()) != 0 {
+            return None;
+        }
+        let mut id = 0u64;
+        (sys::ioctls::ID(event.as_raw_fd(), &mut id) == 0).then_some(id)
+    }
+}
+
+/// Attaches `program` to `event`.
+pub(super) fn attach(event: &OwnedFd, program: &OwnedFd) -> Result<(), Errno> {
+    // SAFETY: valid descriptors.
+    match unsafe { sys::ioctls::SET_BPF(event.as_raw_fd(), program.as_raw_fd() as u32) } {
+        0 => Ok(()),
+        _ => Err(Errno::last()),
+    }
 }

@@ -17,6 +17,77 @@ use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, Ordering};
 
+/// Slot numbers of the records the per-CPU programs add (`cpu_wide.rs`): the thread's time on a
+/// CPU at a sample (matched with the sample as its slots are), its departure from its CPU, its
+/// return to one, and its removal from the watched threads at an `exec`.
+pub(super) const CPU_TIME: usize = SLOTS + 2;
+pub(super) const DEPARTED: usize = SLOTS + 3;
+pub(super) const RETURNED: usize = SLOTS + 4;
+pub(super) const EXECED: usize = SLOTS + 5;
+
+/// What a per-CPU program recorded of a thread besides its slots (see [`DEPARTED`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum ThreadEvent {
+    /// It left its CPU at `time`, having run `cpu_ns` in all; `seq`: its switches recorded so
+    /// far (a gap in them is a lost record).
+    Departed {
+        time: u64,
+        cpu_ns: u64,
+        preempted: bool,
+        seq: u64,
+    },
+    /// It came onto a CPU at `time`; `inferred`: no switch onto a CPU was traced, it was found
+    /// running then (see `cpu_wide::inferred_return`).
+    Returned {
+        time: u64,
+        cpu_ns: u64,
+        seq: u64,
+        inferred: bool,
+    },
+    /// Its thread id `tid` was removed from the watched threads as it began an `exec`.
+    Execed { time: u64, tid: u32 },
+}
+
+impl ThreadEvent {
+    pub(super) fn time(&self) -> u64 {
+        match self {
+            ThreadEvent::Departed { time, .. }
+            | ThreadEvent::Returned { time, .. }
+            | ThreadEvent::Execed { time, .. } => *time,
+        }
+    }
+}
+
+/// Decodes a per-CPU program's event record (32 bytes: time, index, kind, two words): the
+/// value index it came from and the event; `None` for any other record.
+pub(super) fn parse_event(record: &[u8]) -> Option<(u32, ThreadEvent)> {
+    let word = |at: usize| -> Option<u64> {
+        Some(u64::from_ne_bytes(record.get(at..at + 8)?.try_into().ok()?))
+    };
+    let (time, index_and_kind, a, b) = (word(0)?, word(8)?, word(16)?, word(24)?);
+    let index = index_and_kind as u32;
+    let event = match (index_and_kind >> 32) as usize {
+        DEPARTED => ThreadEvent::Departed {
+            time,
+            cpu_ns: a,
+            preempted: b & 1 == 1,
+            seq: b >> 1,
+        },
+        RETURNED => ThreadEvent::Returned {
+            time,
+            cpu_ns: a,
+            seq: b >> 1,
+            inferred: b & 1 == 1,
+        },
+        EXECED => ThreadEvent::Execed {
+            time,
+            tid: a as u32,
+        },
+        _ => return None,
+    };
+    Some((index, event))
+}
+
 /// A slot copy from the shared ring, waiting for its sample or its switch.
 pub(super) struct SlotCopy {
     pub(super) time: u64,
@@ -126,6 +197,7 @@ pub(super) enum Record<'a> {
     /// took it (a thread's ring holds its sampling event's and its context-switch event's).
     Sample {
         id: u64,
+        tid: u32,
         sample: Box<PerfSample<'a>>,
     },
     /// The thread left its CPU (`out`, and `preempted` if it stayed runnable) or came back to
@@ -135,8 +207,8 @@ pub(super) enum Record<'a> {
         out: bool,
         preempted: bool,
     },
-    /// The thread made thread or process `tid` at `time`.
-    Fork { tid: u32, time: u64 },
+    /// Thread `parent` made thread or process `tid` at `time`.
+    Fork { tid: u32, time: u64, parent: u32 },
     /// Samples lost (the ring was full).
     Lost(u64),
     /// Anything else, or a malformed record.
@@ -170,11 +242,13 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
     }
     if kind == sys::bindings::PERF_RECORD_FORK {
         // header (8), pid, ppid, tid, ptid (4 each), time (8)
-        let tid = record
-            .get(16..20)
-            .map(|b| u32::from_ne_bytes(b.try_into().expect("4")));
-        return match (tid, word(24)) {
-            (Some(tid), Some(time)) => Record::Fork { tid, time },
+        let u32_at = |at: usize| {
+            record
+                .get(at..at + 4)
+                .map(|b| u32::from_ne_bytes(b.try_into().expect("4")))
+        };
+        return match (u32_at(16), u32_at(20), word(24)) {
+            (Some(tid), Some(parent), Some(time)) => Record::Fork { tid, time, parent },
             _ => Record::Other,
         };
     }
@@ -187,6 +261,7 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
     else {
         return Record::Other;
     };
+    let tid = (word(16).unwrap_or(0) >> 32) as u32;
     let (Some(bp), Some(sp), Some(ip), Some(size)) = (word(48), word(56), word(64), word(72))
     else {
         return Record::Other;
@@ -213,7 +288,7 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
         anchors: Vec::new(),
         instant: Vec::new(),
     });
-    Record::Sample { id, sample }
+    Record::Sample { id, tid, sample }
 }
 
 /// Decodes one slot copy from the shared ring: the value index it came from and the copy.
@@ -229,8 +304,8 @@ pub(super) fn parse_copy(record: &[u8]) -> Option<(u32, SlotCopy)> {
         index_and_slot >> 40 & 1 == 1,
     );
     // Slot number SLOTS: the anchors' record (see `perf::ANCHORS`); SLOTS + 1: the walk's
-    // (`walk.rs`).
-    if slot > SLOTS + 1 || index_and_slot >> 41 != 0 {
+    // (`walk.rs`); CPU_TIME: the thread's time on a CPU at the sample (`cpu_wide.rs`).
+    if slot > CPU_TIME || index_and_slot >> 41 != 0 {
         return None;
     }
     let address = word(16)?;
@@ -335,31 +410,56 @@ impl Drop for CopyRing {
     }
 }
 
-/// Moves the shared ring's copies to their threads' queues, those made at samples to the first
-/// and those made at switches to the second (bounded: a queue longer than its thread's ring
-/// could ever need loses its oldest).
-pub(super) fn read_copies(
-    copies: &mut CopyRing,
-    waiting: [&mut [VecDeque<SlotCopy>]; 2],
-    bound: usize,
-) {
-    let [at_samples, at_switches] = waiting;
-    copies.drain(|record| {
-        let Some((index, copy)) = parse_copy(record) else {
-            return;
-        };
-        let waiting = if copy.at_switch {
-            &mut *at_switches
-        } else {
-            &mut *at_samples
-        };
-        if let Some(queue) = waiting.get_mut(index as usize) {
-            if queue.len() >= bound {
-                queue.pop_front();
-            }
-            queue.push_back(copy);
+/// What the shared ring gave, per map value index, not yet matched with its sample or switch:
+/// slot copies made at samples and at departures, and the per-CPU programs' events.
+pub(super) struct Unmatched {
+    pub(super) at_samples: Vec<VecDeque<SlotCopy>>,
+    pub(super) at_switches: Vec<VecDeque<SlotCopy>>,
+    pub(super) events: Vec<VecDeque<ThreadEvent>>,
+}
+
+impl Unmatched {
+    pub(super) fn new(capacity: u32) -> Unmatched {
+        let queues = || (0..capacity).map(|_| VecDeque::new()).collect();
+        Unmatched {
+            at_samples: queues(),
+            at_switches: queues(),
+            events: (0..capacity).map(|_| VecDeque::new()).collect(),
         }
-    });
+    }
+
+    /// Forgets what value `index` had (its thread is gone, or a new one takes it).
+    pub(super) fn clear(&mut self, index: u32) {
+        let index = index as usize;
+        self.at_samples[index].clear();
+        self.at_switches[index].clear();
+        self.events[index].clear();
+    }
+
+    /// Moves the shared ring's records to their threads' queues (bounded: a queue longer than
+    /// its thread's ring could ever need loses its oldest).
+    pub(super) fn read(&mut self, copies: &mut CopyRing, bound: usize) {
+        fn push<T>(queue: Option<&mut VecDeque<T>>, item: T, bound: usize) {
+            if let Some(queue) = queue {
+                if queue.len() >= bound {
+                    queue.pop_front();
+                }
+                queue.push_back(item);
+            }
+        }
+        copies.drain(|record| {
+            if let Some((index, event)) = parse_event(record) {
+                push(self.events.get_mut(index as usize), event, bound);
+            } else if let Some((index, copy)) = parse_copy(record) {
+                let queues = if copy.at_switch {
+                    &mut self.at_switches
+                } else {
+                    &mut self.at_samples
+                };
+                push(queues.get_mut(index as usize), copy, bound);
+            }
+        });
+    }
 }
 
 /// What was copied at a sample or a switch (see [`match_copies`]).
@@ -373,6 +473,8 @@ pub(super) struct Matched {
     pub(super) anchors: Vec<(u64, u64)>,
     /// The words the walk read then (`walk.rs`), by address.
     pub(super) instant: Vec<(u64, u64)>,
+    /// The thread's time on a CPU then, where a per-CPU program said (`cpu_wide.rs`).
+    pub(super) cpu_ns: Option<u64>,
 }
 
 /// What was copied at `time` (a sample's or a switch's), from its thread's queue: copies made
@@ -392,7 +494,7 @@ pub(super) fn match_copies(
     let mut slots: [Option<Vec<u8>>; SLOTS] = Default::default();
     let mut found = [false; SLOTS];
     let mut ok = true;
-    let (mut anchors, mut instant) = (Vec::new(), Vec::new());
+    let (mut anchors, mut instant, mut cpu_ns) = (Vec::new(), Vec::new(), None);
     while let Some(copy) = waiting.front() {
         if copy.time > time.saturating_add(within[1]) {
             break;
@@ -408,6 +510,10 @@ pub(super) fn match_copies(
             instant.dedup_by_key(|(address, _)| *address);
             continue;
         }
+        if copy.slot == CPU_TIME {
+            cpu_ns = Some(copy.address);
+            continue;
+        }
         found[copy.slot] = true;
         ok &= copy.ok;
         if copy.address != 0 && copy.ok {
@@ -420,6 +526,7 @@ pub(super) fn match_copies(
         known,
         anchors,
         instant,
+        cpu_ns,
     }
 }
 
@@ -455,7 +562,7 @@ mod tests {
         record[72..80].copy_from_slice(&16u64.to_ne_bytes());
         record.extend_from_slice(&[9u8; 16]);
         record.extend_from_slice(&8u64.to_ne_bytes()); // only 8 of the 16 bytes are valid
-        let Record::Sample { id: 11, sample } = parse(&record) else {
+        let Record::Sample { id: 11, sample, .. } = parse(&record) else {
             panic!("not decoded");
         };
         assert_eq!(
@@ -481,7 +588,8 @@ mod tests {
             parse(&record),
             Record::Fork {
                 tid: 4242,
-                time: 99
+                time: 99,
+                ..
             }
         ));
         assert!(matches!(parse(&record[..31]), Record::Other));

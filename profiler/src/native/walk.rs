@@ -140,11 +140,12 @@ const JGT_REG: u8 = 0x2d;
 const JNE_REG: u8 = 0x5d;
 
 /// The hand-over at the end of a thread's sampling program (`r6` its map value, `r7` the
-/// sample's time): for a thread that walks, the time and the thread's `index` go in the CPU's
+/// sample's time, the thread's index at `bpf::INDEX_SLOT`): for a thread that walks, the time
+/// and the thread's index go in the CPU's
 /// scratch, and the program tail-calls the walk (`maps`: the scratch, the program array),
 /// which ends the sample's program (returning 1, as it does). Without the walk loaded (the
 /// process walks no stack), the call falls through.
-pub(super) fn hand_over(p: &mut Vec<Insn>, maps: [RawFd; 2], index: u32) {
+pub(super) fn hand_over(p: &mut Vec<Insn>, maps: [RawFd; 2]) {
     let [scratch, programs] = maps;
     let mut skip = Vec::new();
     p.extend([insn(LDX_DW, 1, 6, ON as i16, 0), insn(JEQ_IMM, 1, 0, 0, 0)]);
@@ -152,7 +153,8 @@ pub(super) fn hand_over(p: &mut Vec<Insn>, maps: [RawFd; 2], index: u32) {
     scratch_of(p, scratch, &mut skip);
     p.extend([
         insn(STX_DW, 0, 7, TIME as i16, 0),
-        insn(ST_DW, 0, 0, THREAD as i16, index as i32),
+        insn(LDX_W, 1, 10, crate::native::bpf::INDEX_SLOT, 0),
+        insn(STX_DW, 0, 1, THREAD as i16, 0),
         insn(LDX_DW, 1, 10, CONTEXT, 0),
         insn(LD_IMM64, 2, PSEUDO_MAP_FD, 0, programs),
         insn(0, 0, 0, 0, 0),

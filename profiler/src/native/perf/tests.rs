@@ -9,9 +9,20 @@ use std::sync::Arc;
 /// together) must come back from the sample exactly as it was at the sample's instant.
 #[test]
 fn a_running_thread_is_sampled_with_its_slot_at_the_same_instant() {
-    let Some(mut perf) = sampler(MAX_THREADS) else {
-        return;
-    };
+    if let Some(perf) = sampler(MAX_THREADS) {
+        sampled_with_its_slot(perf);
+    }
+}
+
+/// The same in the per-CPU design (`cpu_wide.rs`).
+#[test]
+fn a_running_thread_is_sampled_with_its_slot_at_the_same_instant_per_cpu() {
+    if let Some(perf) = sampler_per_cpu(MAX_THREADS) {
+        sampled_with_its_slot(perf);
+    }
+}
+
+fn sampled_with_its_slot(mut perf: PerfSampler) {
     let slot = Arc::new(
         (0..SLOT_SIZE / 4)
             .map(|_| AtomicU32::new(0))
@@ -109,7 +120,18 @@ fn a_running_thread_is_sampled_with_its_slot_at_the_same_instant() {
 /// A perf sampler of `threads` threads at a 1 ms period; `None` (the test skipped, and said)
 /// where not root: only root is sure to have perf events and BPF, elsewhere this backend is off.
 fn sampler(threads: u32) -> Option<PerfSampler> {
-    match PerfSampler::new(1_000_000, threads) {
+    root_only(PerfSampler::new(1_000_000, threads))
+}
+
+/// [`sampler`] in the per-CPU design (`cpu_wide.rs`).
+fn sampler_per_cpu(threads: u32) -> Option<PerfSampler> {
+    root_only(crate::record::privilege::with_perf(|| {
+        PerfSampler::create(1_000_000, threads, true)
+    }))
+}
+
+fn root_only(sampler: Result<PerfSampler, String>) -> Option<PerfSampler> {
+    match sampler {
         Ok(perf) => Some(perf),
         // SAFETY: geteuid has no preconditions.
         Err(why) if unsafe { libc::geteuid() } != 0 => {
@@ -142,9 +164,20 @@ fn pin_to_first_cpu() {
 /// the record of its departure (at most one per period).
 #[test]
 fn a_thread_leaves_its_cpu_with_its_stack_preempted_or_blocked() {
-    let Some(mut perf) = sampler(4) else {
-        return;
-    };
+    if let Some(perf) = sampler(4) {
+        leaves_with_its_stack(perf);
+    }
+}
+
+/// The same in the per-CPU design (`cpu_wide.rs`).
+#[test]
+fn a_thread_leaves_its_cpu_with_its_stack_preempted_or_blocked_per_cpu() {
+    if let Some(perf) = sampler_per_cpu(4) {
+        leaves_with_its_stack(perf);
+    }
+}
+
+fn leaves_with_its_stack(mut perf: PerfSampler) {
     let stop = Arc::new(AtomicBool::new(false));
     let tid = Arc::new(AtomicU32::new(0));
     let spin = |stop: Arc<AtomicBool>, naps: bool| {

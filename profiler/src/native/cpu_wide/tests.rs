@@ -1,0 +1,238 @@
+//! The per-CPU design against threads of the test process itself and a child (as root;
+//! elsewhere skipped): only watched threads are sampled, their switches come with their time on
+//! a CPU, and an `exec` ends the watch in the kernel.
+
+use crate::native::perf::{PerfSampler, Taken};
+use nix::libc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A per-CPU perf sampler at a 1 ms period; `None` (the test skipped, and said) where not root.
+fn sampler() -> Option<PerfSampler> {
+    let made = crate::record::privilege::with_perf(|| PerfSampler::create(1_000_000, 64, true));
+    match made {
+        Ok(perf) => Some(perf),
+        // SAFETY: geteuid has no preconditions.
+        Err(why) if unsafe { libc::geteuid() } != 0 => {
+            eprintln!("skipped: {why}");
+            None
+        }
+        Err(why) => panic!("the per-CPU design unavailable as root: {why}"),
+    }
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// The calling thread's own CPU time (ns).
+fn thread_cpu_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// A thread that spins until `stop`, its id published.
+fn spinner(stop: &Arc<AtomicBool>) -> (std::thread::JoinHandle<()>, u32) {
+    let tid = Arc::new(AtomicU32::new(0));
+    let handle = {
+        let (stop, tid) = (stop.clone(), tid.clone());
+        std::thread::spawn(move || {
+            tid.store(gettid(), Ordering::SeqCst);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n = std::hint::black_box(n.wrapping_add(1));
+            }
+        })
+    };
+    while tid.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    (handle, tid.load(Ordering::SeqCst))
+}
+
+/// The kernel's count of `tid`'s time on a CPU (ns), from its schedstat.
+fn schedstat_ns(tid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap();
+    text.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Two threads spin; one is watched. Its samples come (about one per period of its CPU time,
+/// by the kernel's count), their CPU times are that count, and the CPUs' rings hold none of the
+/// other's: the programs leave unwatched threads out.
+#[test]
+fn a_cpu_samples_only_the_threads_watched() {
+    let Some(mut perf) = sampler() else {
+        return;
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let (watched_thread, watched) = spinner(&stop);
+    let (other_thread, other) = spinner(&stop);
+    let before = schedstat_ns(watched);
+    perf.watch(watched, [0, 0]).unwrap();
+    let (mut samples, mut first, mut last, mut departures) = (0u64, None, 0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while samples < 300 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        perf.take(watched, |item| match item {
+            Taken::Sample(sample) => {
+                samples += 1;
+                first.get_or_insert(sample.cpu_ns);
+                last = sample.cpu_ns;
+            }
+            Taken::Departure(_) => departures += 1,
+            _ => {}
+        });
+    }
+    let ran_ms = (schedstat_ns(watched) - before) as f64 / 1e6;
+    stop.store(true, Ordering::Relaxed);
+    watched_thread.join().unwrap();
+    other_thread.join().unwrap();
+    let foreign = perf.foreign_samples();
+    let [returns, inferred] = perf.returns();
+    eprintln!(
+        "{samples} samples, {ran_ms:.1} ms on a CPU, {:.1} ms between the first and last samples' CPU times; {returns} returns, {inferred} inferred, {departures} departures' stacks",
+        (last - first.unwrap_or(last)) as f64 / 1e6
+    );
+    assert!(samples >= 300, "{samples} samples within 10 s");
+    assert_eq!(
+        foreign, 0,
+        "samples of thread {other}, which nobody watched"
+    );
+    // The stream's CPU time is the kernel's count.
+    let counted_ms = (last - first.unwrap()) as f64 / 1e6;
+    assert!(
+        (counted_ms - ran_ms).abs() <= ran_ms * 0.05 + 1.0,
+        "{counted_ms:.1} ms between the first and last samples' CPU times, {ran_ms:.1} ms ran"
+    );
+    // About one sample per period (1 ms, less a twentieth) of the thread's CPU time, none
+    // lost. More where other threads share its CPU (not understood yet: up to 1.25 times as
+    // many beside this binary's other tests); each sample stands for the CPU time since the
+    // one before, so the shares hold.
+    let expected = ran_ms / 0.95;
+    assert!(
+        samples as f64 >= expected * 0.8 - 5.0 && samples as f64 <= expected * 1.5 + 5.0,
+        "{samples} samples over {ran_ms:.1} ms of CPU time"
+    );
+}
+
+/// A thread runs about 2 ms and sleeps 1 ms, over and over: each block is a departure (not
+/// preempted) and a return, in turn, and the time on a CPU they carry is the thread's own
+/// measure of it.
+#[test]
+fn switches_come_in_turn_with_the_time_on_a_cpu() {
+    let Some(mut perf) = sampler() else {
+        return;
+    };
+    const ROUNDS: u64 = 300;
+    let (tid, go, ran) = (
+        Arc::new(AtomicU32::new(0)),
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let worker = {
+        let (tid, go, ran) = (tid.clone(), go.clone(), ran.clone());
+        std::thread::spawn(move || {
+            tid.store(gettid(), Ordering::SeqCst);
+            while !go.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let start = thread_cpu_ns();
+            for _ in 0..ROUNDS {
+                let until = thread_cpu_ns() + 2_000_000;
+                while thread_cpu_ns() < until {}
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            ran.store(thread_cpu_ns() - start, Ordering::SeqCst);
+        })
+    };
+    while tid.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    let tid = tid.load(Ordering::SeqCst);
+    perf.watch(tid, [0, 0]).unwrap();
+    go.store(true, Ordering::SeqCst);
+    let (mut blocks, mut returns, mut gaps, mut out) = (0u64, 0u64, 0u64, None::<bool>);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut take = |perf: &mut PerfSampler| {
+        perf.take(tid, |item| match item {
+            Taken::Switch(switch) => {
+                assert_ne!(out, Some(switch.out), "two switches the same way in a row");
+                out = Some(switch.out);
+                if switch.out {
+                    blocks += u64::from(!switch.preempted);
+                } else {
+                    returns += 1;
+                }
+            }
+            Taken::Gap { .. } => gaps += 1,
+            _ => {}
+        });
+    };
+    while ran.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        take(&mut perf);
+    }
+    // Its last switch comes as it exits, after it let a join return.
+    worker.join().unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    take(&mut perf);
+    let ran = ran.load(Ordering::SeqCst);
+    assert!(ran > 0, "the thread did not finish within 20 s");
+    assert_eq!(gaps, 0, "records lost");
+    // A few returns pass untraced on some kernels and are inferred; most must be seen.
+    let [all_returns, inferred] = perf.returns();
+    assert!(
+        inferred * 20 <= all_returns,
+        "{inferred} of {all_returns} returns to a CPU were not traced"
+    );
+    assert!(
+        blocks >= ROUNDS * 9 / 10,
+        "{blocks} blocks for {ROUNDS} sleeps ({returns} returns)"
+    );
+    // The stream's CPU time, counted from the watch (the thread was waiting to go then,
+    // asleep but for a few us a millisecond): its measured loop, and its exit.
+    let counted = perf.cpu_ns(tid).unwrap();
+    let error = counted as f64 / ran as f64 - 1.0;
+    assert!(
+        error.abs() < 0.05,
+        "{counted} ns on a CPU by the switches, {ran} by the thread's own clock"
+    );
+}
+
+/// A child blocked in `read` is watched; it then `exec`s. The program at the `exec` removes it
+/// from the watched threads, and the sampler forgets it (to be checked again before it is
+/// watched anew).
+#[test]
+fn an_exec_ends_the_watch_in_the_kernel() {
+    let Some(mut perf) = sampler() else {
+        return;
+    };
+    use std::io::Write;
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "read line; exec sleep 5"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Until the shell is in its read (its program no longer the one it was forked as).
+    std::thread::sleep(Duration::from_millis(100));
+    perf.watch(pid, [0, 0]).unwrap();
+    assert!(perf.watches(pid));
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while perf.watches(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        perf.take(pid, |_| {});
+    }
+    let still = perf.watches(pid);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!still, "still watched 10 s after its exec");
+}
