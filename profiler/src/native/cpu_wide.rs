@@ -402,12 +402,6 @@ impl CpuWide {
         }
         execed
     }
-
-    /// `tid`'s time on a CPU as last read from its stream (see [`Thread::estimate`]).
-    pub(super) fn cpu_ns(&self, tid: u32) -> Option<u64> {
-        let thread = self.threads.get(&tid)?;
-        Some(thread.estimate(crate::record::clock::monotonic_ns()))
-    }
 }
 
 /// Most a departure's sample (from the context-switch event) comes after the `sched_switch`

@@ -88,6 +88,21 @@ impl Values {
     }
 }
 
+impl Values {
+    /// The word at byte `offset` of value `index` (volatile: the programs write it at any
+    /// time).
+    pub(super) fn read(&self, index: u32, offset: usize) -> u64 {
+        assert!(index < self.capacity && offset + 8 <= VALUE_SIZE && offset.is_multiple_of(8));
+        // SAFETY: as in `write`: inside the mapping, 8-aligned.
+        unsafe {
+            self.base
+                .add(index as usize * VALUE_SIZE + offset)
+                .cast::<u64>()
+                .read_volatile()
+        }
+    }
+}
+
 impl Drop for Values {
     fn drop(&mut self) {
         // SAFETY: unmaps what `map` mapped.

@@ -23,7 +23,8 @@ use crate::native::bpf::{
 };
 use crate::native::cpu_wide::CpuWide;
 use crate::native::map_value::{
-    Values, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_SIZE, VALUE_WALK,
+    Values, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_ON_SINCE,
+    VALUE_SIZE, VALUE_WALK,
 };
 use crate::native::perf_events::{attach, open_event, open_switch_event, output_to, rephase};
 use crate::native::ring::{match_copies, parse, CopyRing, Record, Ring, Unmatched};
@@ -348,10 +349,15 @@ impl PerfSampler {
     /// `tid`'s time on a CPU since it was first watched, in ns (its task-clock count: exact,
     /// also once the thread has exited, until it is forgotten).
     pub fn cpu_ns(&self, tid: u32) -> Option<u64> {
-        if let Some(wide) = &self.wide {
-            return wide.cpu_ns(tid);
-        }
         let thread = self.threads.get(&tid)?;
+        if self.wide.is_some() {
+            // The programs' own count: up to the latest departure, and since the return after
+            // it while the thread is on a CPU (exact after its last switch, once it exited).
+            let cpu = self.values.read(thread.index, VALUE_CPU_NS);
+            let on = self.values.read(thread.index, VALUE_ON_SINCE);
+            let now = crate::record::clock::monotonic_ns();
+            return Some(cpu + if on == 0 { 0 } else { now.saturating_sub(on) });
+        }
         let mut value = [0u8; 8];
         nix::unistd::read(thread.own.as_ref()?.event.as_raw_fd(), &mut value)
             .ok()
