@@ -421,6 +421,12 @@ impl NativeSampler {
         self.perf.as_ref().is_some_and(|perf| perf.watches(tid))
     }
 
+    /// Up to when what perf handed out is complete, where earlier than the take (see
+    /// [`PerfSampler::complete_until`]).
+    pub fn perf_complete_until(&self) -> Option<u64> {
+        self.perf.as_ref()?.complete_until()
+    }
+
     /// `tid`'s time on a CPU since perf began to sample it (see [`PerfSampler::cpu_ns`]).
     pub fn perf_cpu_ns(&self, tid: u32) -> Option<u64> {
         self.perf.as_ref()?.cpu_ns(tid)

@@ -79,6 +79,8 @@ pub(super) struct CpuWide {
     pub(super) foreign: u64,
     /// Returns to a CPU taken, and of those how many were inferred (see `inferred_return`).
     pub(super) returns: [u64; 2],
+    /// When the latest read of the rings began: what was written before it is in them.
+    read_at: u64,
 }
 
 struct Cpu {
@@ -107,6 +109,9 @@ enum Pending {
 }
 
 struct Thread {
+    /// When it was watched: a record older than that (an earlier thread's, with the same map
+    /// value index, read late) is not its.
+    watched_at: u64,
     pending: VecDeque<Pending>,
     /// The number of the switch expected next (see `ThreadEvent::Departed`), once one was seen.
     seq: Option<u64>,
@@ -189,6 +194,7 @@ impl CpuWide {
             lost: 0,
             foreign: 0,
             returns: [0; 2],
+            read_at: 0,
         })
     }
 
@@ -202,6 +208,7 @@ impl CpuWide {
         self.threads.insert(
             tid,
             Thread {
+                watched_at: crate::record::clock::monotonic_ns(),
                 pending: VecDeque::new(),
                 seq: None,
                 latest: 0,
@@ -221,6 +228,7 @@ impl CpuWide {
     /// Moves every CPU's samples to their threads' queues, and hands `birth` each thread or
     /// process a watched thread made (its id and when).
     pub(super) fn read_cpus(&mut self, mut birth: impl FnMut(u32, u64)) {
+        self.read_at = crate::record::clock::monotonic_ns();
         let threads = &mut self.threads;
         let (lost, foreign) = (&mut self.lost, &mut self.foreign);
         for cpu in &mut self.cpus {
@@ -266,11 +274,21 @@ impl CpuWide {
                 lost_at.get_or_insert_with(crate::record::clock::monotonic_ns);
             }
             if let Some(at) = lost_at {
+                // Where in a thread's stream the loss was is not known: at the read (one gap
+                // however many reads find losses before the thread is taken).
                 for thread in threads.values_mut() {
-                    thread.pending.push_back(Pending::Gap(at));
+                    if !matches!(thread.pending.back(), Some(Pending::Gap(_))) {
+                        thread.pending.push_back(Pending::Gap(at));
+                    }
                 }
             }
         }
+    }
+
+    /// Up to when the streams handed out are complete: their records are held back from
+    /// shortly before the latest read began (see [`HOLD_NS`]).
+    pub(super) fn complete_until(&self) -> u64 {
+        self.read_at.saturating_sub(HOLD_NS + DEPARTURE_LAG_NS)
     }
 
     /// Starts each CPU's timer again at a random place (see `perf::rephase`) where it sampled
@@ -300,7 +318,7 @@ impl CpuWide {
             return false;
         };
         let returns = &mut self.returns;
-        let until = crate::record::clock::monotonic_ns().saturating_sub(HOLD_NS);
+        let until = self.read_at.saturating_sub(HOLD_NS);
         let mut execed = false;
         loop {
             let sample_at = thread.pending.front().map(Pending::time);
@@ -347,6 +365,9 @@ impl CpuWide {
             }
             let event = events.pop_front().expect("front");
             let time = event.time();
+            if time < thread.watched_at {
+                continue;
+            }
             match event {
                 ThreadEvent::Departed {
                     cpu_ns,

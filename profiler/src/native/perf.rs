@@ -319,8 +319,9 @@ impl PerfSampler {
     /// sample and a departure's (at most one per period: `bpf::Departure`).
     pub fn ring_capacity(&self) -> usize {
         if self.wide.is_some() {
-            // A CPU's ring, which one sample per period fills whatever the thread.
-            return RING_PAGES * self.page / (STACK_DUMP as usize + 256);
+            // A CPU's ring, which a sample and a departure's stack per period may fill.
+            return RING_PAGES * self.page
+                / (STACK_DUMP as usize + DEPARTURE_STACK_DUMP as usize + 256);
         }
         let pages = if self.threads.len() > LARGE_RINGS {
             SMALL_RING_PAGES
@@ -346,16 +347,30 @@ impl PerfSampler {
         self.threads.contains_key(&tid)
     }
 
+    /// Up to when what [`PerfSampler::take`] handed out is complete, where that is earlier than
+    /// the take (the per-CPU design holds the last few hundred µs back: `cpu_wide.rs`).
+    pub fn complete_until(&self) -> Option<u64> {
+        self.wide.as_ref().map(CpuWide::complete_until)
+    }
+
     /// `tid`'s time on a CPU since it was first watched, in ns (its task-clock count: exact,
     /// also once the thread has exited, until it is forgotten).
     pub fn cpu_ns(&self, tid: u32) -> Option<u64> {
         let thread = self.threads.get(&tid)?;
         if self.wide.is_some() {
             // The programs' own count: up to the latest departure, and since the return after
-            // it while the thread is on a CPU (exact after its last switch, once it exited).
-            let cpu = self.values.read(thread.index, VALUE_CPU_NS);
-            let on = self.values.read(thread.index, VALUE_ON_SINCE);
-            let now = crate::record::clock::monotonic_ns();
+            // it while the thread is on a CPU (exact after its last switch, once it exited);
+            // read again if a switch came between the two words.
+            let (index, now) = (thread.index, crate::record::clock::monotonic_ns());
+            let (mut on, mut cpu) = (self.values.read(index, VALUE_ON_SINCE), 0);
+            for _ in 0..4 {
+                cpu = self.values.read(index, VALUE_CPU_NS);
+                let again = self.values.read(index, VALUE_ON_SINCE);
+                if again == on {
+                    break;
+                }
+                on = again;
+            }
             return Some(cpu + if on == 0 { 0 } else { now.saturating_sub(on) });
         }
         let mut value = [0u8; 8];
@@ -650,7 +665,9 @@ impl PerfSampler {
 
     fn open_unchecked(&mut self, tid: u32) -> Result<Thread, Errno> {
         let index = self.free.pop().ok_or(Errno::EMFILE)?;
-        // No anchors from the value's previous thread.
+        // No slots or anchors from the value's previous thread (`watch` writes the addresses
+        // only where they differ from the thread's, which start at 0).
+        self.values.write(index, VALUE_ADDRESSES, &[0; SLOTS]);
         self.values.write(index, VALUE_ANCHORS, &[0; ANCHORS]);
         let walk = u64::from(self.programs.rules.on);
         self.values.write(index, VALUE_WALK, &[walk]);

@@ -449,7 +449,8 @@ impl Unmatched {
         }
         copies.drain(|record| {
             if let Some((index, event)) = parse_event(record) {
-                push(self.events.get_mut(index as usize), event, bound);
+                // Two a switch, and a few words each: room for a thread that switches often.
+                push(self.events.get_mut(index as usize), event, 32 * bound);
             } else if let Some((index, copy)) = parse_copy(record) {
                 let queues = if copy.at_switch {
                     &mut self.at_switches

@@ -402,6 +402,9 @@ impl Sampler {
         let unfollowed = |s: &ThreadState| s.followed.is_none();
         let was_unfollowed = self.threads.states.get(&tid).is_some_and(unfollowed);
         let by_perf = self.perf_samples(tid, own_tid, thread, known.unwrap_or(true), slow);
+        // Or, per CPU, up to where its records are complete (the last few hundred µs are held).
+        let complete = self.native.as_ref().and_then(|n| n.perf_complete_until());
+        let known_until = complete.map_or(known_until, |at| at.min(known_until));
         // Following began now: perf counts the thread's CPU time from the moment its event was
         // enabled, the tick up to `now`, and opening the event took hundreds of µs in between
         // (two BPF programs loaded and checked), which the thread spent running: this tick's
