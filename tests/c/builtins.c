@@ -83,9 +83,11 @@ __attribute__((noinline)) static double wait_for_nothing(pthread_cond_t *cond, p
 /* fork(), or every other time _Fork() where glibc has it (2.34: fork without the atfork
  * handlers, which the agent interposes so that the child still forgets its parent's region). */
 static pid_t fork_either(void) {
-#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+#if defined(__GLIBC__)
+#if __GLIBC_PREREQ(2, 34)
     static int turn;
     if (turn++ % 2) return _Fork();
+#endif
 #endif
     return fork();
 }

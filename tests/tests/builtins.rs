@@ -139,6 +139,41 @@ fn a_static_program_gets_its_built_in_features_from_its_stacks() {
     assert!(payloads(&report, "allocation")[0].starts_with("allocate ("));
 }
 
+/// The same program built with musl (dynamically linked: the agent, made for glibc's loader,
+/// could not be preloaded into it): musl's `libc.so` has unwind tables for 4 functions and no
+/// symbol table, so its frames are walked by scanning the stack for return addresses
+/// (`native/scan.rs`), its functions named by its exports, and the program's calls into it by
+/// its PLT. The same shares within their bounds, at the same call sites, every stack unwound
+/// to `_start`. With `--agent` it runs as alone, and the notes say why nothing was preloaded.
+#[test]
+fn a_musl_program_gets_its_built_in_features_from_its_stacks() {
+    let _serial = serial();
+    let build = tempdir();
+    let program = build_musl_c_program(build.path(), "builtins");
+    let (dir, stderr) = run_built(&program, "3", &[], &[]);
+    let report = report_json(dir.path());
+    assert_feature_shares(&report, &truth(dir.path()), TOLERANCE);
+    let output = payloads(&report, "output");
+    for function in ["write_chunk (", "print_line ("] {
+        assert!(
+            output.iter().any(|p| p.starts_with(function)),
+            "{output:?}\n{stderr}"
+        );
+    }
+    assert!(payloads(&report, "waiting")[0].starts_with("wait_for_nothing ("));
+    assert!(payloads(&report, "allocation")[0].starts_with("allocate ("));
+    assert!(
+        !stderr.contains("[stack truncated]"),
+        "every stack reaches _start:\n{stderr}"
+    );
+    // With --agent: not preloaded (musl's loader would fail on it, exit 127), and said so.
+    let (_, stderr) = run_built(&program, "1", &["--agent"], &[]);
+    assert!(
+        stderr.contains("not glibc's loader, so the agent"),
+        "{stderr}"
+    );
+}
+
 /// A producer whose writes block on a full pipe (its reader, another process, is slow): the
 /// blocked writes are the reader's pace, not the producer's work, and are kept apart as
 /// `output`'s waits, as long as the producer measured them; its own `produce` reads its truth

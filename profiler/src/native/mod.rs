@@ -14,6 +14,7 @@ pub mod perf;
 mod perf_events;
 pub mod ring;
 pub mod rules;
+mod scan;
 mod seize;
 pub mod tracer;
 pub mod unwind;

@@ -12,8 +12,12 @@
 //! that very address as learnt from stacks unwound with every register known (a frame-pointer
 //! frame's size at a given call is fixed, unless it allocates on its stack dynamically, which
 //! shows as two sizes: then it is not used). Unknown, the walk stops there, incomplete.
+//!
+//! Code without unwind tables (musl's `libc.so`) is walked by scanning the stack for its return
+//! address (`scan.rs`); the frame pointer is unknown after such a frame.
 //! x86-64 only for now; on other architectures native stacks are not recorded.
 
+use crate::native::scan::Scanner;
 use crate::profile::MAX_NATIVE_FRAMES;
 use crate::target::modules::{Image, Module};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -168,6 +172,7 @@ pub struct Unwinder {
     cache: CacheX86_64,
     modules: Vec<Module>,
     sizes: FrameSizes,
+    scanner: Scanner,
 }
 
 /// The sizes of frame-pointer frames (CFA minus stack pointer) by lookup address, learnt from
@@ -205,6 +210,7 @@ impl Unwinder {
             cache: CacheX86_64::new(),
             modules: Vec::new(),
             sizes: FrameSizes::default(),
+            scanner: Scanner::default(),
         }
     }
 
@@ -221,6 +227,7 @@ impl Unwinder {
         for module in &modules {
             self.unwinder.add_module(framehop_module(module));
         }
+        self.scanner = Scanner::new(&modules);
         self.modules = modules;
         self.cache = CacheX86_64::new();
         self.sizes = FrameSizes::default();
@@ -354,6 +361,38 @@ impl Unwinder {
                 FrameAddress::InstructionPointer(ip) => ip,
                 FrameAddress::ReturnAddress(ra) => u64::from(ra) - 1,
             };
+            if self.scanner.is_entry(lookup) {
+                out.frames.push(UnwoundFrame {
+                    address: lookup,
+                    cfa: u64::MAX,
+                });
+                out.complete = true;
+                return;
+            }
+            if self.scanner.scans(lookup) {
+                let sp = unwind_regs.sp();
+                let found = (self.scanner).find_return(lookup, sp, |at| stack.read_u64(at));
+                let next = found.and_then(|(slot, ret)| {
+                    Some((slot, ret, FrameAddress::from_return_address(ret)?))
+                });
+                let Some((slot, ret, next)) = next else {
+                    out.frames.push(UnwoundFrame {
+                        address: lookup,
+                        cfa: u64::MAX,
+                    });
+                    return;
+                };
+                let cfa = slot + 8;
+                out.frames.push(UnwoundFrame {
+                    address: lookup,
+                    cfa,
+                });
+                innermost.set(false);
+                address = next;
+                unwind_regs = UnwindRegsX86_64::new(ret, cfa, UNKNOWN_BP);
+                bp_known = false;
+                continue;
+            }
             let before = unwind_regs;
             missed.set(false);
             let mut result =

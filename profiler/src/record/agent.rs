@@ -4,8 +4,9 @@
 //!
 //! The library is the one `FSPROF_AGENT` names (a path), else the one built with this fsprof and
 //! carried inside it, from its copy in the user's cache (`embedded_agent.rs`). A statically
-//! linked program (no `PT_INTERP`: nothing runs the dynamic loader) cannot preload anything. In
-//! both cases the program runs without the agent and the report says why. The agent's
+//! linked program (no `PT_INTERP`: nothing runs the dynamic loader) cannot preload anything, and
+//! one run by another loader than glibc's (musl's) cannot load an agent built against glibc.
+//! In these cases the program runs without the agent and the report says why. The agent's
 //! implementation is in `agent/src/builtin.rs`; this module never loads it.
 
 use std::ffi::{OsStr, OsString};
@@ -27,6 +28,9 @@ pub enum Preload {
     NotFound(String),
     /// The program is statically linked.
     Static,
+    /// The program is run by another loader than glibc's (musl's), which cannot load the agent
+    /// (built against glibc): its `PT_INTERP`.
+    ForeignLoader(String),
 }
 
 impl Preload {
@@ -49,6 +53,9 @@ impl Preload {
                 "the program is statically linked, so the agent cannot be preloaded: its built-in features (output, allocation, locks, ...) come from its native stacks alone (none with --no-native)"
                     .to_owned(),
             ),
+            Preload::ForeignLoader(loader) => Some(format!(
+                "the program is run by {loader}, not glibc's loader, so the agent (built against glibc) is not preloaded: its built-in features (output, allocation, locks, ...) come from its native stacks alone (none with --no-native)"
+            )),
         }
     }
 }
@@ -59,10 +66,21 @@ pub fn preload(program: &OsStr) -> Preload {
         Ok(library) => library,
         Err(looked) => return Preload::NotFound(looked),
     };
-    match resolve_program(program).map(|path| is_static(&path)) {
-        Some(Some(true)) => Preload::Static,
+    match resolve_program(program).and_then(|path| interpreter(&path)) {
+        Some(None) => Preload::Static,
+        Some(Some(loader)) if !loader.is_empty() && !is_glibc_loader(&loader) => {
+            Preload::ForeignLoader(loader)
+        }
         _ => Preload::Library(library),
     }
+}
+
+/// Whether a `PT_INTERP` names glibc's dynamic loader (`/lib64/ld-linux-x86-64.so.2`,
+/// `ld-linux-aarch64.so.1`, `ld-linux.so.2`), the only one the agent can be loaded by.
+fn is_glibc_loader(interpreter: &str) -> bool {
+    Path::new(interpreter)
+        .file_name()
+        .is_some_and(|name| name.to_string_lossy().starts_with("ld-linux"))
 }
 
 /// The agent library `run` would preload (`fsprof agent`), or why there is none.
@@ -112,12 +130,13 @@ fn resolve_program(program: &OsStr) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// Whether the ELF file at `path` is statically linked (has no `PT_INTERP`); `None` when it is
-/// not an ELF file (a script: its interpreter decides) or cannot be read.
-fn is_static(path: &Path) -> Option<bool> {
+/// The program interpreter the ELF file at `path` names (its `PT_INTERP`; cut at 4 KiB), `None`
+/// inside when it has none (statically linked); `None` when it is not an ELF file (a script:
+/// its interpreter decides) or cannot be read.
+fn interpreter(path: &Path) -> Option<Option<String>> {
     use object::read::elf::{FileHeader, ProgramHeader};
     use std::io::Read;
-    // The ELF and program headers are at the start of the file.
+    // The ELF and program headers, and the interpreter's name, are at the start of the file.
     let mut head = Vec::new();
     std::fs::File::open(path)
         .ok()?
@@ -127,11 +146,15 @@ fn is_static(path: &Path) -> Option<bool> {
     let header = object::elf::FileHeader64::<object::Endianness>::parse(&*head).ok()?;
     let endian = header.endian().ok()?;
     let segments = header.program_headers(endian, &*head).ok()?;
-    Some(
-        !segments
-            .iter()
-            .any(|segment| segment.p_type(endian) == object::elf::PT_INTERP),
-    )
+    let Some(interp) = (segments.iter()).find(|s| s.p_type(endian) == object::elf::PT_INTERP)
+    else {
+        return Some(None);
+    };
+    // Beyond the head: an interpreter all the same, its name unknown (empty).
+    let name = interp.data(endian, &*head).unwrap_or_default();
+    let name = name.split(|&b| b == 0).next().unwrap_or_default();
+    let name = &name[..name.len().min(4096)];
+    Some(Some(String::from_utf8_lossy(name).into_owned()))
 }
 
 /// Whether the mapping path `path` (from `/proc/PID/maps`) is the agent library.
@@ -161,15 +184,17 @@ mod tests {
 
     #[test]
     fn static_and_dynamic_programs() {
-        assert_eq!(is_static(Path::new("/bin/sh")), Some(false));
-        assert_eq!(is_static(Path::new("/nonexistent")), None);
+        let sh = interpreter(Path::new("/bin/sh")).unwrap().unwrap();
+        assert!(is_glibc_loader(&sh), "{sh}");
+        assert!(!is_glibc_loader("/lib/ld-musl-x86_64.so.1"));
+        assert_eq!(interpreter(Path::new("/nonexistent")), None);
         let script = std::env::temp_dir().join(format!("fsprof-script-{}", std::process::id()));
         std::fs::write(&script, "#!/bin/sh\n").unwrap();
-        assert_eq!(is_static(&script), None);
+        assert_eq!(interpreter(&script), None);
         let _ = std::fs::remove_file(script);
         assert_eq!(
-            resolve_program(OsStr::new("sh")).and_then(|p| is_static(&p)),
-            Some(false)
+            resolve_program(OsStr::new("sh")).and_then(|p| interpreter(&p)),
+            Some(Some(sh))
         );
         assert!(is_agent_path("/a/b/libfsprof_agent.so"));
         assert!(!is_agent_path("/a/libfsprof_agent.so/libc.so.6"));

@@ -64,7 +64,12 @@ pub struct Symbolizer {
     /// Modules some address of which had no name but `module+0x…`, each with the first such
     /// name (for the note: a debug file that lacks one function reads otherwise as none).
     unnamed: std::collections::BTreeMap<String, String>,
+    /// Which module defines an imported name that has no symbol version (see `exporter`).
+    exporters: HashMap<String, String>,
 }
+
+/// Most imported names whose module is remembered (a program imports a few hundred).
+const MAX_EXPORTERS: usize = 1 << 16;
 
 struct Entry {
     module: Module,
@@ -136,6 +141,7 @@ impl Symbolizer {
             modules,
             debug_dirs,
             unnamed: Default::default(),
+            exporters: HashMap::new(),
         }
     }
 
@@ -219,7 +225,7 @@ impl Symbolizer {
             .get_or_insert_with(|| parsed(module, debug_dirs));
         let parsed = parsed.lock().unwrap_or_else(|e| e.into_inner());
         let svma = return_address.wrapping_sub(module.bias);
-        catch_unwind(AssertUnwindSafe(|| {
+        let mut callee = catch_unwind(AssertUnwindSafe(|| {
             let targets = (parsed.call_targets).get_or_init(|| CallTargets::new(&module.image));
             targets.callee(&module.image, svma, &module.name, |target| {
                 parsed
@@ -229,7 +235,42 @@ impl Symbolizer {
             })
         }))
         .ok()
+        .flatten()?;
+        drop(parsed);
+        if callee.module.is_empty() {
+            callee.module = self.exporter(&callee.function, index - 1);
+        }
+        Some(callee)
+    }
+
+    /// The module other than `caller` (an index into `modules`) whose dynamic symbol table
+    /// defines `name`, the first by address; empty if none does. For an import without a
+    /// symbol version (musl's programs have none), where the loader finds it among the loaded
+    /// files: with one C library and a program, the library.
+    fn exporter(&mut self, name: &str, caller: usize) -> String {
+        if let Some(module) = self.exporters.get(name) {
+            return module.clone();
+        }
+        let defines = |image: &[u8]| {
+            let Ok(file) = object::File::parse(image) else {
+                return false;
+            };
+            (file.dynamic_symbols())
+                .any(|s| s.is_definition() && s.name_bytes() == Ok(name.as_bytes()))
+        };
+        let module = catch_unwind(AssertUnwindSafe(|| {
+            (self.modules.iter().enumerate())
+                .filter(|(at, _)| *at != caller)
+                .find(|(_, entry)| defines(&entry.module.image))
+                .map(|(_, entry)| entry.module.name.clone())
+        }))
+        .ok()
         .flatten()
+        .unwrap_or_default();
+        if self.exporters.len() < MAX_EXPORTERS {
+            self.exporters.insert(name.to_owned(), module.clone());
+        }
+        module
     }
 }
 

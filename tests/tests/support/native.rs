@@ -179,6 +179,26 @@ pub fn build_static_c_program(dir: &Path, name: &str) -> PathBuf {
     build_plain_c_program(dir, name, &["-static"])
 }
 
+/// [`build_c_program`] with `musl-gcc` (Debian's musl-tools; `.ci/run` installs it): linked
+/// dynamically against musl's `libc.so`, which has no unwind tables to speak of and no symbol
+/// table, only its exports.
+pub fn build_musl_c_program(dir: &Path, name: &str) -> PathBuf {
+    let source = c_sources().join(format!("{name}.c"));
+    let output = Command::new("musl-gcc")
+        .current_dir(dir)
+        .args(["-O2", "-g", "-Wall", "-Werror", "-pthread"])
+        .arg(source)
+        .args(["-o", name])
+        .output()
+        .expect("musl-gcc is needed to build the musl test program: apt-get install musl-tools");
+    assert!(
+        output.status.success(),
+        "musl-gcc failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    dir.join(name)
+}
+
 fn build_plain_c_program(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let source = c_sources().join(format!("{name}.c"));
     let mut args = vec![
