@@ -219,9 +219,18 @@ fn is_runtime(frame: &NativeFrame, c_libraries: &HashSet<String>) -> bool {
         || (frame.file.is_none() && c_libraries.contains(&frame.module))
 }
 
-/// Whether a source file is a dependency's (Cargo's registry or git checkouts, vendored crates).
+/// Whether a source file is a dependency's (Cargo's registry or git checkouts, vendored crates)
+/// or the toolchain's: Rust's standard library (`/rustc/HASH/library/...`) and C and C++ system
+/// headers, whose templates and inline functions are compiled into the program (std::regex's
+/// matcher, inside `regex_search`, is not the program's code called back).
 fn is_dependency(file: &str) -> bool {
-    file.contains("/registry/src/") || file.contains("/git/checkouts/") || file.contains("/vendor/")
+    file.contains("/registry/src/")
+        || file.contains("/git/checkouts/")
+        || file.contains("/vendor/")
+        || file.starts_with("/rustc/")
+        || file.starts_with("/usr/include/")
+        || file.starts_with("/usr/local/include/")
+        || (file.starts_with("/usr/lib/gcc/") && file.contains("/include/"))
 }
 
 /// The crate (or C++ namespace) of a function: its path's first segment, if it has one.

@@ -237,6 +237,10 @@ impl Symbolizer {
         .ok()
         .flatten()?;
         drop(parsed);
+        // A slot's symbol comes as the file writes it (`_Znam`: operator new[]).
+        if is_mangled(&callee.function) {
+            callee.function = demangle(&callee.function, None);
+        }
         if callee.module.is_empty() {
             callee.module = self.exporter(&callee.function, index - 1);
         }

@@ -1,16 +1,23 @@
 //! A program nobody marked (no fsprof-shim, no agent needed), spending its time in the Rust
 //! ecosystem's own features: `format!`, compiling regexes with `Regex::new`, matching them,
-//! `serde_json::to_string`, and a `sort_by` whose comparator is costly. It times each of them
-//! itself, the comparator apart from the sort that calls it, for the built-in rules' tests.
+//! `serde_json::to_string`, a `sort_by` whose comparator is costly, and, in functions of their
+//! own, a map growing (`grow`), panics caught (`panic_some`), UTF-8 validation (`validate`) and
+//! tokio's scheduler running many small tasks (`run_tasks`).
+//! It times each of them itself, the comparator apart from the sort that calls it, for the
+//! built-in rules' tests.
 //!
 //!   unmarked SECONDS --truth FILE
 //!
 //! The truth: per feature (`formatting`, `regex-compile`, `regex-match`, `serialization`,
-//! `sorting`: the sorts' time less their comparator's), the time measured around its calls,
-//! with one instance, this file's line of the call; `comparator` apart; and the whole time.
+//! `sorting`: the sorts' time less their comparator's; `collection-growth`, `panics`,
+//! `utf8-validation`; `async-runtime`: `block_on`'s time less the tasks' own), the time
+//! measured around its calls, with one instance, this file's line of the call (the last four:
+//! the function that makes them, as other features grow collections inside themselves);
+//! `comparator` apart; and the whole time.
 
 use fsprof_tests::{spin, thread_wait_time, Rng, Truth};
 use regex::Regex;
+use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -29,6 +36,15 @@ fn main() {
         (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let (mut serializing, mut sorting, mut comparing) =
         (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let (mut growing, mut panicking, mut validating) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    // A caught panic prints nothing.
+    std::panic::set_hook(Box::new(|_| {}));
+    let bytes = utf8_text();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let mut scheduling = Duration::ZERO;
     let start = Instant::now();
     let mut round = 0u64;
     // The records to sort, and a copy sorted in place each round (allocated once: a new one
@@ -113,6 +129,10 @@ fn main() {
         let inside = inside + costly_waited.mul_f64(inside_share);
         sorting += costly_whole.saturating_sub(inside) + cheap_whole;
         comparing += inside;
+        growing += grow();
+        panicking += panic_some(60);
+        validating += validate(&bytes);
+        scheduling += run_tasks(&runtime, 1000);
         // The program's own work, no feature.
         spin(Duration::from_micros(300));
     }
@@ -122,10 +142,104 @@ fn main() {
     truth.feature("regex-match", &line("find_iter"), matching);
     truth.feature("serialization", &line("serde_json::to_string"), serializing);
     truth.feature("sorting", &line("sort_by"), sorting);
+    truth.feature("collection-growth", "unmarked::grow", growing);
+    truth.feature("panics", "unmarked::fail", panicking);
+    truth.feature("utf8-validation", "unmarked::validate", validating);
+    truth.feature("async-runtime", "unmarked::run_tasks", scheduling);
     truth.extra("comparator_ms", comparing.as_secs_f64() * 1000.0);
     truth.extra("rounds", round as f64);
     truth.active(start.elapsed());
     std::fs::write(&args[3], truth.to_json().to_string()).expect("truth");
+}
+
+/// A HashMap grown to 16 Ki entries, its table doubled each time it is full (filled first,
+/// untimed): the time of its `reserve` calls, each a rehash of every entry.
+#[inline(never)]
+fn grow() -> Duration {
+    let mut map: HashMap<u64, u64> = HashMap::with_capacity(1024);
+    let mut taken = Duration::ZERO;
+    let mut key = 0u64;
+    while map.capacity() < 16 * 1024 {
+        while map.len() < map.capacity() {
+            key += 1;
+            map.insert(key.wrapping_mul(0x9e37_79b9_7f4a_7c15), key);
+        }
+        let t = Instant::now();
+        map.reserve(map.len());
+        taken += t.elapsed();
+    }
+    black_box(&map);
+    taken
+}
+
+/// `n` panics (in `fail`, their instance), each caught: the time of the `catch_unwind` calls
+/// (the payloads dropped after).
+#[inline(never)]
+fn panic_some(n: u32) -> Duration {
+    let mut taken = Duration::ZERO;
+    let mut caught = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let t = Instant::now();
+        let result = std::panic::catch_unwind(|| fail(black_box(i)));
+        taken += t.elapsed();
+        caught.push(result);
+    }
+    black_box(&caught);
+    taken
+}
+
+/// Panics unless `i` is huge.
+#[inline(never)]
+fn fail(i: u32) -> u32 {
+    if i < u32::MAX - 1 {
+        panic!("failed at {i}");
+    }
+    i
+}
+
+/// Checks that `bytes` are UTF-8: the time of the `from_utf8` call.
+#[inline(never)]
+fn validate(bytes: &[u8]) -> Duration {
+    let t = Instant::now();
+    let valid = std::str::from_utf8(black_box(bytes)).map_or(0, str::len);
+    let taken = t.elapsed();
+    black_box(valid);
+    taken
+}
+
+/// `n` small tasks spawned on a current-thread runtime and awaited: `block_on`'s time less
+/// the tasks' own (each times itself): the runtime's spawning, scheduling, polling and joining.
+#[inline(never)]
+fn run_tasks(runtime: &tokio::runtime::Runtime, n: u64) -> Duration {
+    let t = Instant::now();
+    let inside = runtime.block_on(async move {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                tokio::spawn(async move {
+                    let t = Instant::now();
+                    spin(Duration::from_micros(1));
+                    black_box(i);
+                    t.elapsed()
+                })
+            })
+            .collect();
+        let mut inside = Duration::ZERO;
+        for handle in handles {
+            inside += handle.await.expect("task");
+        }
+        inside
+    });
+    t.elapsed().saturating_sub(inside)
+}
+
+/// 256 KiB of text, mostly multi-byte characters (validated byte by byte, not by the ASCII
+/// fast path).
+fn utf8_text() -> Vec<u8> {
+    let mut text = String::new();
+    while text.len() < 256 * 1024 {
+        text.push_str("héllo wörld ñandú ümlaut — ελληνικά 日本語 ");
+    }
+    text.into_bytes()
 }
 
 /// A record to sort: its key and a payload that makes moving it cost about as much as the

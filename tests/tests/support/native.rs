@@ -179,6 +179,26 @@ pub fn build_static_c_program(dir: &Path, name: &str) -> PathBuf {
     build_plain_c_program(dir, name, &["-static"])
 }
 
+/// Compiles `tests/c/NAME.cpp` (C++17, no marks of its own) into `dir/NAME` with `g++ -O2 -g`,
+/// `tests/c` on the include path (`clock.h`).
+pub fn build_cpp_program(dir: &Path, name: &str) -> PathBuf {
+    let source = c_sources().join(format!("{name}.cpp"));
+    let output = Command::new("g++")
+        .current_dir(dir)
+        .args(["-O2", "-g", "-std=c++17", "-Wall", "-Werror", "-I"])
+        .arg(c_sources())
+        .arg(source)
+        .args(["-o", name])
+        .output()
+        .expect("g++ is needed to build the C++ test program");
+    assert!(
+        output.status.success(),
+        "g++ failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    dir.join(name)
+}
+
 /// [`build_c_program`] with `musl-gcc` (Debian's musl-tools; `.ci/run` installs it): linked
 /// dynamically against musl's `libc.so`, which has no unwind tables to speak of and no symbol
 /// table, only its exports.
