@@ -1,16 +1,19 @@
 /* catalog.cpp: a C++ program nobody marked, spending its time in the language's and its
  * library's own features, each timed by the program itself, for the built-in rules' C++ entries:
  * throwing and catching exceptions, compiling std::regex and matching with it, dynamic_cast
- * across a class hierarchy, locale facets, and operator new/delete; between them, its own work.
+ * across a class hierarchy, locale facets, operator new/delete, writing through an iostream
+ * (output) and snprintf (formatting); between them, its own work.
  *
  *   catalog SECONDS --truth FILE
  *
  * The truth: per feature (exceptions, regex-compile, regex-match, dynamic-casts, locale,
- * allocation), the time measured around its uses. Allocation is its own loop's new and delete
+ * allocation, output, formatting), the time measured around its uses. Allocation is its own loop's new and delete
  * only (the other features allocate too, inside themselves); its instance is that loop's line.
  */
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <locale>
 #include <memory>
 #include <regex>
@@ -134,6 +137,27 @@ __attribute__((noinline)) static double allocate(int n) {
     return now_ms() - t0;
 }
 
+/* Output: lines written through an ofstream (its buffer flushed to the file as it fills). */
+__attribute__((noinline)) static double write_stream(std::ofstream &out, int n) {
+    double t0 = now_ms();
+    for (int i = 0; i < n; i++) out << "line " << i << ' ' << i * 0.25 << '\n';
+    return now_ms() - t0;
+}
+
+/* Formatting: numbers into text with snprintf. */
+__attribute__((noinline)) static double format_text(int n) {
+    char text[128];
+    long length = 0;
+    double t0 = now_ms();
+    for (int i = 0; i < n; i++) {
+        length += std::snprintf(text, sizeof text, "%12.5f %08x %s %d", i * 1.618, i * 7919u,
+                                "entry", i);
+    }
+    double t = now_ms() - t0;
+    sink = sink + length;
+    return t;
+}
+
 int main(int argc, char **argv) {
     if (argc != 4 || std::strcmp(argv[2], "--truth") != 0) {
         std::fprintf(stderr, "usage: catalog SECONDS --truth FILE\n");
@@ -149,13 +173,20 @@ int main(int argc, char **argv) {
     }
     Base *made[5] = {new Both, new Other, new Deepest, new Deeper, new Right};
     for (int i = 0; i < 5; i++) objects[i] = made[i];
+    char path[] = "/tmp/fsprof-catalog-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return 3;
+    std::ofstream stream(path);
+    unlink(path);
+    close(fd);
     std::unique_ptr<std::regex> re;
     double exceptions = 0, compile = 0, matching = 0, casts = 0, locale = 0, allocation = 0;
+    double output = 0, formatting = 0;
     double start = now_ms();
     int round = 0;
     while (now_ms() - start < run_ms) {
         round++;
-        switch (next() % 7) {
+        switch (next() % 9) {
         case 0: exceptions += throw_some(200); break;
         case 1: compile += compile_regex(re, round); break;
         case 2:
@@ -165,6 +196,8 @@ int main(int argc, char **argv) {
         case 3: casts += cast_some(6000); break;
         case 4: locale += use_locales(2000); break;
         case 5: allocation += allocate(20000); break;
+        case 6: output += write_stream(stream, 2000); break;
+        case 7: formatting += format_text(2000); break;
         default: spin_us((unsigned)(300 + next() % 600)); break;
         }
     }
@@ -176,8 +209,10 @@ int main(int argc, char **argv) {
                  "\"regex-compile\": {\"ms\": %.3f, \"instances\": {}}, \"regex-match\": {\"ms\": %.3f, "
                  "\"instances\": {}}, \"dynamic-casts\": {\"ms\": %.3f, \"instances\": {}}, "
                  "\"locale\": {\"ms\": %.3f, \"instances\": {}}, \"allocation\": {\"ms\": %.3f, "
-                 "\"instances\": {}}}, \"extra\": {\"rounds\": %d}}\n",
-                 total, exceptions, compile, matching, casts, locale, allocation, round);
+                 "\"instances\": {}}, \"output\": {\"ms\": %.3f, \"instances\": {}}, "
+                 "\"formatting\": {\"ms\": %.3f, \"instances\": {}}}, \"extra\": {\"rounds\": %d}}\n",
+                 total, exceptions, compile, matching, casts, locale, allocation, output, formatting,
+                 round);
     std::fclose(out);
     return 0;
 }

@@ -111,7 +111,7 @@ fn a_program_nobody_marked_gets_its_libraries_features_at_its_own_lines() {
 
 /// A C++ program nobody marked (`tests/c/catalog.cpp`) gets the catalog's C++ features at its
 /// own lines: exceptions (at the function that throws), std::regex compiling and matching,
-/// dynamic_cast, locales and operator new/delete, each within its bound of the time the
+/// dynamic_cast, locales, operator new/delete, an ofstream's writes and snprintf, each within its bound of the time the
 /// program measured around its uses. The features nest (std::locale asks for facets by
 /// dynamic_cast, and most features allocate): each is compared at the instance of the function
 /// that uses it, where the program's measure holds exactly that.
@@ -144,6 +144,8 @@ fn a_cpp_program_nobody_marked_gets_the_languages_features_at_its_own_lines() {
         ("dynamic-casts", "cast_some("),
         ("locale", "use_locales("),
         ("allocation", "allocate("),
+        ("output", "write_stream("),
+        ("formatting", "format_text("),
     ];
     let mut table = format!("  {samples} samples\n");
     let mut over = Vec::new();
