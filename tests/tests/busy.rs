@@ -209,8 +209,11 @@ fn threads_that_switch_too_often_are_no_longer_followed_and_the_report_says_so()
     eprintln!("{per_thread:.0} switches a second per thread; the report says so: {said}");
     // Its rate over the whole run, following included: above the threshold, some window of
     // fsprof's was above it too (and once fsprof stops following, the rate jumps). Far below it,
-    // fsprof never stopped following (it would have jumped).
-    if per_thread > THRESHOLD {
+    // fsprof never stopped following (it would have jumped). In the per-CPU design (opt-in,
+    // FSPROF_PER_CPU=1) a switch costs one program's run, and every one is followed.
+    if std::env::var_os("FSPROF_PER_CPU").is_some_and(|v| v == "1") {
+        assert!(!said, "per CPU, and the note: {notes}\n{stderr}");
+    } else if per_thread > THRESHOLD {
         assert!(
             said,
             "{per_thread:.0} a second, and no note: {notes}\n{stderr}"

@@ -299,7 +299,11 @@ impl PerfSampler {
             sampler.programs.rules.prepare_walk(sampler.copies.fd());
         }
         if wide {
-            sampler.wide = Some(sampler.open_wide(capacity)?);
+            // Asked for while it is being built: where it cannot be had, the per-thread events.
+            match sampler.open_wide(capacity) {
+                Ok(events) => sampler.wide = Some(events),
+                Err(why) => eprintln!("fsprof: {why}; sampling with per-thread events instead"),
+            }
         }
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
