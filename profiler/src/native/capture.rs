@@ -427,6 +427,12 @@ impl NativeSampler {
         self.perf.as_ref()?.complete_until()
     }
 
+    /// Per CPU, whether `tid` switched since its stream's latest switch (see
+    /// [`PerfSampler::switched_unseen`]).
+    pub fn perf_switched_unseen(&self, tid: u32) -> Option<bool> {
+        self.perf.as_ref()?.switched_unseen(tid)
+    }
+
     /// `tid`'s time on a CPU since perf began to sample it (see [`PerfSampler::cpu_ns`]).
     pub fn perf_cpu_ns(&self, tid: u32) -> Option<u64> {
         self.perf.as_ref()?.cpu_ns(tid)

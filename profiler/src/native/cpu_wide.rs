@@ -285,6 +285,12 @@ impl CpuWide {
         }
     }
 
+    /// How many switches of `tid` its stream has handed out (the number of the next), once one
+    /// was.
+    pub(super) fn switches_handed(&self, tid: u32) -> Option<u64> {
+        self.threads.get(&tid)?.seq
+    }
+
     /// Up to when the streams handed out are complete: their records are held back from
     /// shortly before the latest read began (see [`HOLD_NS`]).
     pub(super) fn complete_until(&self) -> u64 {

@@ -24,7 +24,7 @@ use crate::native::bpf::{
 use crate::native::cpu_wide::CpuWide;
 use crate::native::map_value::{
     Values, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_ON_SINCE,
-    VALUE_SIZE, VALUE_WALK,
+    VALUE_SIZE, VALUE_SWITCHES, VALUE_WALK,
 };
 use crate::native::perf_events::{attach, open_event, open_switch_event, output_to, rephase};
 use crate::native::ring::{match_copies, parse, CopyRing, Record, Ring, Unmatched};
@@ -382,6 +382,15 @@ impl PerfSampler {
             .ok()
             .filter(|n| *n == 8)?;
         Some(u64::from_ne_bytes(value))
+    }
+
+    /// Per CPU, whether `tid` left or came back to a CPU since the latest switch its stream
+    /// handed out (the programs' count is ahead of the records taken: they are held back, or
+    /// not read yet); `None` for the per-thread events, or before its first switch.
+    pub fn switched_unseen(&self, tid: u32) -> Option<bool> {
+        let handed = self.wide.as_ref()?.switches_handed(tid)?;
+        let index = self.threads.get(&tid)?.index;
+        Some(self.values.read(index, VALUE_SWITCHES) != handed)
     }
 
     /// Whether `tid`'s departures from its CPU are followed (see [`Taken::Switch`]).

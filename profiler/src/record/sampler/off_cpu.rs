@@ -489,8 +489,8 @@ impl Sampler {
     }
 
     /// At a tick, for a thread still off its CPU since it left it before the tick read its
-    /// marks (as far as the switch records read so far are complete), its marks as the tick
-    /// read them, which are those it left with (it has not run since), for the rest of the stretch, and, blocked, its stack read once while it is
+    /// marks (and, per CPU, has not switched since, as far as the programs' count tells), its
+    /// marks as the tick read them, which are those it left with (it has not run since), for the rest of the stretch, and, blocked, its stack read once while it is
     /// blocked (for the rules' features, inside marks or not). The copy made as it left may lack
     /// a slot that fsprof did not know of yet (one claimed just before, or a new program's after
     /// an exec), and its latest perf sample may be older than its block, or missing; the tick's
@@ -499,12 +499,15 @@ impl Sampler {
     /// time with no marks: they claimed their slot after the tick that began to follow them.)
     pub(super) fn refresh_off_cpu(&mut self, tid: u32, own_tid: u32, running: bool) {
         let read_ns = self.reader.read_ns();
-        // Per CPU, the switch records are complete only up to shortly before the rings' latest
-        // read: by the tick's read the thread may have come back and marked otherwise, unseen
-        // yet (a sleep in `wait` relabelled as the `queue` it blocked in next: busy's
-        // `blocking`, wait -13%, queue +7%). The marks it left with stand.
-        let complete = self.native.as_ref().and_then(|n| n.perf_complete_until());
-        if complete.is_some_and(|complete| read_ns > complete) {
+        // Per CPU, the switch records taken lag the programs' by a few hundred µs: the thread
+        // may have come back and marked otherwise since, unseen yet (a sleep in `wait` read as
+        // the `queue` it blocked in next: busy's `blocking`, wait -13%, queue +7%). Then the
+        // marks and stack it left with stand.
+        let unseen = self
+            .native
+            .as_ref()
+            .and_then(|n| n.perf_switched_unseen(tid));
+        if unseen == Some(true) {
             return;
         }
         let Some(off) = self.followed_mut(tid).and_then(|f| f.off.as_mut()) else {
