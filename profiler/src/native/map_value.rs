@@ -101,6 +101,23 @@ impl Values {
                 .read_volatile()
         }
     }
+
+    /// Per CPU, the time on a CPU of the thread with value `index` at `now`, by the programs'
+    /// own count: up to its latest departure, and since its return after it while it is on a
+    /// CPU (exact after its last switch, once it exited); read again if a switch came between
+    /// the two words.
+    pub(super) fn cpu_ns(&self, index: u32, now: u64) -> u64 {
+        let (mut on, mut cpu) = (self.read(index, VALUE_ON_SINCE), 0);
+        for _ in 0..4 {
+            cpu = self.read(index, VALUE_CPU_NS);
+            let again = self.read(index, VALUE_ON_SINCE);
+            if again == on {
+                break;
+            }
+            on = again;
+        }
+        cpu + if on == 0 { 0 } else { now.saturating_sub(on) }
+    }
 }
 
 impl Drop for Values {

@@ -23,8 +23,8 @@ use crate::native::bpf::{
 };
 use crate::native::cpu_wide::CpuWide;
 use crate::native::map_value::{
-    Values, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_ON_SINCE,
-    VALUE_SIZE, VALUE_SWITCHES, VALUE_WALK,
+    Values, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_SIZE,
+    VALUE_SWITCHES, VALUE_WALK,
 };
 use crate::native::perf_events::{attach, open_event, open_switch_event, output_to, rephase};
 use crate::native::ring::{match_copies, parse, CopyRing, Record, Ring, Unmatched};
@@ -362,20 +362,8 @@ impl PerfSampler {
     pub fn cpu_ns(&self, tid: u32) -> Option<u64> {
         let thread = self.threads.get(&tid)?;
         if self.wide.is_some() {
-            // The programs' own count: up to the latest departure, and since the return after
-            // it while the thread is on a CPU (exact after its last switch, once it exited);
-            // read again if a switch came between the two words.
-            let (index, now) = (thread.index, crate::record::clock::monotonic_ns());
-            let (mut on, mut cpu) = (self.values.read(index, VALUE_ON_SINCE), 0);
-            for _ in 0..4 {
-                cpu = self.values.read(index, VALUE_CPU_NS);
-                let again = self.values.read(index, VALUE_ON_SINCE);
-                if again == on {
-                    break;
-                }
-                on = again;
-            }
-            return Some(cpu + if on == 0 { 0 } else { now.saturating_sub(on) });
+            let now = crate::record::clock::monotonic_ns();
+            return Some(self.values.cpu_ns(thread.index, now));
         }
         let mut value = [0u8; 8];
         nix::unistd::read(thread.own.as_ref()?.event.as_raw_fd(), &mut value)
