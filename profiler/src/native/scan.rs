@@ -336,11 +336,9 @@ mod tests {
         assert!(!ends_with_call(&[0xd0]));
     }
 
-    #[test]
-    fn the_first_word_after_a_call_is_the_return_address() {
-        // One module whose code is a call at 0x1000 (returning to 0x1005) and nops after it.
-        let mut bytes = vec![0x90; 0x2000];
-        bytes[0x1000] = 0xe8;
+    /// A scanner over one scanned module of `bytes` at 0x40_0000 (stated addresses from 0),
+    /// its named functions starting at `starts`.
+    fn one_module(bytes: Vec<u8>, starts: Vec<u64>, entry: Option<u64>) -> Scanner {
         let code = Code {
             range: 0x40_0000..0x40_2000,
             bias: 0x40_0000,
@@ -348,17 +346,25 @@ mod tests {
             segments: vec![(0..0x2000, 0)],
             scanned: true,
             plt: Vec::new(),
-            starts: vec![0x800, 0x1000, 0x1800],
-            entry: Some(0x100),
+            starts,
+            entry,
         };
-        let scanner = Scanner { code: vec![code] };
+        Scanner { code: vec![code] }
+    }
+
+    #[test]
+    fn the_first_word_after_a_call_is_the_return_address() {
+        // One module whose code is a call at 0x1000 (returning to 0x1005) and nops after it.
+        let mut bytes = vec![0x90; 0x2000];
+        bytes[0x1000] = 0xe8;
+        let scanner = one_module(bytes, vec![0x800, 0x1000, 0x1800], Some(0x100));
         assert!(scanner.scans(0x40_0100));
         assert!(!scanner.scans(0x50_0000));
         assert!(scanner.is_entry(0x40_0120) && !scanner.is_entry(0x40_0200));
         let stack = [7, 0x40_0100, 0x50_0000, 0x40_1005, 0x40_1006];
         let read = |at: u64| stack.get(((at - 0x7000) / 8) as usize).copied().ok_or(());
-        // A frame in no function the call could have entered (its target is 0x1005 + 0): the
-        // first candidate all the same.
+        // A call that could not have entered the frame's function (its displacement, the nops
+        // after it, points outside the module): the first candidate all the same.
         assert_eq!(
             scanner.find_return(0x40_0900, 0x7000, read),
             Some((0x7018, 0x40_1005))
@@ -375,17 +381,7 @@ mod tests {
         let mut bytes = vec![0x90; 0x2000];
         bytes[0x1000..0x1005].copy_from_slice(&[0xe8, 0xfb, 0x07, 0, 0]);
         bytes[0x1100..0x1105].copy_from_slice(&[0xe8, 0xfb, 0x07, 0, 0]);
-        let code = Code {
-            range: 0x40_0000..0x40_2000,
-            bias: 0x40_0000,
-            image: Image::from_vec(bytes),
-            segments: vec![(0..0x2000, 0)],
-            scanned: true,
-            plt: Vec::new(),
-            starts: vec![0x1800, 0x1900],
-            entry: None,
-        };
-        let scanner = Scanner { code: vec![code] };
+        let scanner = one_module(bytes, vec![0x1800, 0x1900], None);
         let stack = [0x40_1005, 0x40_1105];
         let read = |at: u64| stack.get(((at - 0x7000) / 8) as usize).copied().ok_or(());
         assert_eq!(
@@ -395,6 +391,29 @@ mod tests {
         assert_eq!(
             scanner.find_return(0x40_1850, 0x7000, read),
             Some((0x7000, 0x40_1005))
+        );
+    }
+
+    #[test]
+    fn a_call_to_a_thunk_entered_the_function_it_jumps_to() {
+        // A call at 0x1000 to 0x1700, a thunk `jmp 0x1900` (after an endbr64); named functions
+        // start at 0x1800 and 0x1900. A frame at 0x1950 was entered through the thunk; a call
+        // through a register (0x1100, `call *%rax`) is taken only where no checked one is.
+        let mut bytes = vec![0x90; 0x2000];
+        bytes[0x1000..0x1005].copy_from_slice(&[0xe8, 0xfb, 0x06, 0, 0]);
+        bytes[0x1100..0x1102].copy_from_slice(&[0xff, 0xd0]);
+        bytes[0x1700..0x1709].copy_from_slice(&[0xf3, 0x0f, 0x1e, 0xfa, 0xe9, 0xf7, 0x01, 0, 0]);
+        let scanner = one_module(bytes, vec![0x1800, 0x1900], None);
+        let stack = [0x40_1102, 0x40_1005];
+        let read = |at: u64| stack.get(((at - 0x7000) / 8) as usize).copied().ok_or(());
+        assert_eq!(
+            scanner.find_return(0x40_1950, 0x7000, read),
+            Some((0x7008, 0x40_1005))
+        );
+        // In the first named function, not the thunk's: the call through a register.
+        assert_eq!(
+            scanner.find_return(0x40_1850, 0x7000, read),
+            Some((0x7000, 0x40_1102))
         );
     }
 }
