@@ -52,14 +52,25 @@ pub fn c_sources() -> PathBuf {
 
 /// Runs gcc with `args` in `dir`, failing the test with gcc's messages if it fails.
 fn gcc(dir: &Path, args: &[&str]) {
-    let output = Command::new("gcc")
+    compile(
+        "gcc",
+        "gcc is needed to build the C test programs",
+        dir,
+        args,
+    );
+}
+
+/// Runs `compiler` with `args` in `dir`, failing the test with its messages if it fails, or
+/// with `missing` if it cannot be run.
+fn compile(compiler: &str, missing: &str, dir: &Path, args: &[&str]) {
+    let output = Command::new(compiler)
         .current_dir(dir)
         .args(args)
         .output()
-        .expect("gcc is needed to build the C test programs");
+        .expect(missing);
     assert!(
         output.status.success(),
-        "gcc {} failed:\n{}",
+        "{compiler} {} failed:\n{}",
         args.join(" "),
         String::from_utf8_lossy(&output.stderr)
     );
@@ -182,20 +193,16 @@ pub fn build_static_c_program(dir: &Path, name: &str) -> PathBuf {
 /// Compiles `tests/c/NAME.cpp` (C++17, no marks of its own) into `dir/NAME` with `g++ -O2 -g`,
 /// `tests/c` on the include path (`clock.h`).
 pub fn build_cpp_program(dir: &Path, name: &str) -> PathBuf {
-    let source = c_sources().join(format!("{name}.cpp"));
-    let output = Command::new("g++")
-        .current_dir(dir)
-        .args(["-O2", "-g", "-std=c++17", "-Wall", "-Werror", "-I"])
-        .arg(c_sources())
-        .arg(source)
-        .args(["-o", name])
-        .output()
-        .expect("g++ is needed to build the C++ test program");
-    assert!(
-        output.status.success(),
-        "g++ failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let (source, include) = (c_sources().join(format!("{name}.cpp")), c_sources());
+    let args = ["-O2", "-g", "-std=c++17", "-Wall", "-Werror", "-I"];
+    let paths = [
+        include.to_str().unwrap(),
+        source.to_str().unwrap(),
+        "-o",
+        name,
+    ];
+    let missing = "g++ is needed to build the C++ test program";
+    compile("g++", missing, dir, &[&args[..], &paths[..]].concat());
     dir.join(name)
 }
 
@@ -204,18 +211,10 @@ pub fn build_cpp_program(dir: &Path, name: &str) -> PathBuf {
 /// table, only its exports.
 pub fn build_musl_c_program(dir: &Path, name: &str) -> PathBuf {
     let source = c_sources().join(format!("{name}.c"));
-    let output = Command::new("musl-gcc")
-        .current_dir(dir)
-        .args(["-O2", "-g", "-Wall", "-Werror", "-pthread"])
-        .arg(source)
-        .args(["-o", name])
-        .output()
-        .expect("musl-gcc is needed to build the musl test program: apt-get install musl-tools");
-    assert!(
-        output.status.success(),
-        "musl-gcc failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let args = ["-O2", "-g", "-Wall", "-Werror", "-pthread"];
+    let paths = [source.to_str().unwrap(), "-o", name];
+    let missing = "musl-gcc is needed to build the musl test program: apt-get install musl-tools";
+    compile("musl-gcc", missing, dir, &[&args[..], &paths[..]].concat());
     dir.join(name)
 }
 
