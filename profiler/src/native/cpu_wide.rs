@@ -85,9 +85,9 @@ pub(super) struct CpuWide {
 
 struct Cpu {
     event: OwnedFd,
-    /// Its context-switch event, writing departures' stacks into `ring`, and their id there.
+    /// Its context-switch event, writing departures' stacks into `ring` if `departures`.
     _switches: OwnedFd,
-    departure_id: Option<u64>,
+    departures: bool,
     ring: Ring,
     /// Whether a sample came since its timer was last re-phased.
     sampled: bool,
@@ -167,11 +167,11 @@ impl CpuWide {
                 .map_err(|e| refused("perf_event_open refused", e))?;
             attach(&event, &sampling).map_err(|e| refused("cannot attach a program", e))?;
             attach(&switches, &filter).map_err(|e| refused("cannot attach a program", e))?;
-            let departure_id = output_to(&switches, &event);
+            let departures = output_to(&switches, &event);
             cpus.push(Cpu {
                 event,
                 _switches: switches,
-                departure_id,
+                departures,
                 ring,
                 sampled: false,
             });
@@ -234,9 +234,13 @@ impl CpuWide {
         for cpu in &mut self.cpus {
             let head = cpu.ring.head();
             let mut lost_at = None;
-            let (sampled, departure_id) = (&mut cpu.sampled, cpu.departure_id);
+            let (sampled, has_departures) = (&mut cpu.sampled, cpu.departures);
             let room = cpu.ring.drain(head, |record| match parse(record) {
-                Record::Sample { id, tid, sample } => {
+                Record::Sample {
+                    departure,
+                    tid,
+                    sample,
+                } => {
                     let Some(thread) = threads.get_mut(&tid) else {
                         *foreign += 1;
                         return;
@@ -254,7 +258,7 @@ impl CpuWide {
                         regs: sample.regs,
                         stack: sample.stack.bytes.to_vec(),
                     };
-                    if Some(id) == departure_id {
+                    if departure && has_departures {
                         insert(&mut thread.pending, Pending::Departure(held));
                     } else {
                         *sampled = true;

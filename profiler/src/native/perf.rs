@@ -200,8 +200,8 @@ struct OwnEvents {
     /// Its context-switch event and that event's program, which copies its slots as it leaves
     /// its CPU (`None` where the kernel refused them: its switches are then not followed).
     switches: Option<(OwnedFd, OwnedFd)>,
-    /// The id of that event's samples in `ring`, if the kernel let them go there.
-    departure_id: Option<u64>,
+    /// Whether the kernel let that event's samples go to `ring`.
+    departures: bool,
     ring: Ring,
 }
 
@@ -460,10 +460,14 @@ impl PerfSampler {
         let departures = &mut thread.departures;
         let off_cpu = &mut thread.off_cpu;
         let births = &mut self.births;
-        let departure_id = own.departure_id;
+        let has_departures = own.departures;
         let mut latest = 0u64;
         let room = own.ring.drain(head, |record| match parse(record) {
-            Record::Sample { id, sample, .. } if Some(id) == departure_id => {
+            Record::Sample {
+                departure: true,
+                sample,
+                ..
+            } if has_departures => {
                 latest = latest.max(sample.time);
                 each(Taken::Departure(*sample));
             }
@@ -707,13 +711,13 @@ impl PerfSampler {
                 Ok::<_, Errno>((switch, program))
             });
             let switches = switches.and_then(Result::ok);
-            let departure_id =
-                (switches.as_ref()).and_then(|(switch, _)| output_to(switch, &event));
+            let departures =
+                (switches.as_ref()).is_some_and(|(switch, _)| output_to(switch, &event));
             Ok(thread(Some(OwnEvents {
                 event,
                 _program: program,
                 switches,
-                departure_id,
+                departures,
                 ring,
             })))
         })();

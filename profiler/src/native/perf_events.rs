@@ -141,17 +141,11 @@ pub(super) fn rephase(event: &OwnedFd, tick_ns: u64) {
     };
 }
 
-/// Has `event` write its samples into `ring_event`'s ring (both the same thread's, timed by the
-/// same clock): its id there, or `None` if the kernel refused.
-pub(super) fn output_to(event: &OwnedFd, ring_event: &OwnedFd) -> Option<u64> {
-    // SAFETY: valid descriptors, and a u64 the kernel writes the id to.
-    unsafe {
-        if sys::ioctls::SET_OUTPUT(event.as_raw_fd(), ring_event.as_raw_fd()) != 0 {
-            return None;
-        }
-        let mut id = 0u64;
-        (sys::ioctls::ID(event.as_raw_fd(), &mut id) == 0).then_some(id)
-    }
+/// Has `event` write its samples into `ring_event`'s ring (both the same thread's or CPU's,
+/// timed by the same clock); whether the kernel agreed.
+pub(super) fn output_to(event: &OwnedFd, ring_event: &OwnedFd) -> bool {
+    // SAFETY: valid descriptors.
+    unsafe { sys::ioctls::SET_OUTPUT(event.as_raw_fd(), ring_event.as_raw_fd()) == 0 }
 }
 
 /// Attaches `program` to `event`.

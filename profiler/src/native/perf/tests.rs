@@ -22,6 +22,22 @@ fn a_running_thread_is_sampled_with_its_slot_at_the_same_instant_per_cpu() {
     }
 }
 
+/// Two per-CPU samplers at once (two sessions, or two processes of a tree), each watching its
+/// own thread: every CPU's switch then fires both samplers' context-switch events, whose
+/// samples carry one event's id (see `ring::is_departure`); each still tells its thread's
+/// departures from its samples.
+#[test]
+fn two_per_cpu_samplers_at_once_each_sample_their_thread_with_its_slot() {
+    let Some(first) = sampler_per_cpu(MAX_THREADS) else {
+        return;
+    };
+    let other = std::thread::spawn(|| {
+        sampled_with_its_slot(sampler_per_cpu(MAX_THREADS).expect("a second sampler"))
+    });
+    sampled_with_its_slot(first);
+    other.join().unwrap();
+}
+
 fn sampled_with_its_slot(mut perf: PerfSampler) {
     let slot = Arc::new(
         (0..SLOT_SIZE / 4)
