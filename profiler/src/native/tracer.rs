@@ -39,16 +39,21 @@ const STOP_TIMEOUT: Duration = Duration::from_micros(500);
 const DETACH_TIMEOUT: Duration = Duration::from_millis(500);
 /// Rounds of detaching threads that did not stop in time.
 const DETACH_ROUNDS: usize = 3;
-/// Tracers alive in fsprof (one per process recorded, each on its own thread: see
-/// `record/tree.rs`). Each waits only for its own thread's tracees (`__WNOTHREAD`), but SIGCHLD
-/// goes to the process, and one tracer's wait may take the signal another's tracee raised: with
-/// more than one tracer, waits for SIGCHLD are cut short ([`SHARED_WAIT`], [`SHARED_SLEEP`]) so
-/// that a stop whose signal went elsewhere is seen soon all the same.
-static TRACERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-/// Longest wait for a sampled thread's SIGCHLD when several tracers are alive.
-const SHARED_WAIT: Duration = Duration::from_micros(50);
-/// Longest sleep between ticks without looking at events when several tracers are alive.
-const SHARED_SLEEP: Duration = Duration::from_millis(1);
+/// The threads of fsprof that trace, by thread id (one per process recorded, each on its own
+/// thread: see `record/tree.rs`). Each waits only for its own thread's tracees (`__WNOTHREAD`),
+/// but SIGCHLD goes to the process, and one tracer's wait may take the signal another's tracee
+/// raised: the tracer that takes a SIGCHLD from the kernel passes it on to every other as a
+/// signal of their own (`tgkill`), so that each looks at its tracees at once ([`wait_for_sigchld`]).
+/// Each tracer so sleeps until its next tick where it used to wake every millisecond to look
+/// (with five processes followed, `g++`'s, fsprof's sampling threads woke about 800 times a
+/// second each: BENCHMARKS.md, issue 39).
+static TRACERS: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
+
+fn tracers() -> std::sync::MutexGuard<'static, Vec<libc::pid_t>> {
+    TRACERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 #[derive(Default)]
 struct Traced {
@@ -121,7 +126,7 @@ impl Tracer {
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
             old
         };
-        TRACERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracers().push(gettid());
         let keep = caps::has_cap(
             None,
             caps::CapSet::Effective,
@@ -196,10 +201,9 @@ impl Tracer {
         }
     }
 
-    /// Sleeps until a tracee changes state (then [`Tracer::poll`] has work) or `timeout` passes
-    /// (or, with other tracers alive, [`SHARED_SLEEP`]).
+    /// Sleeps until a tracee changes state (then [`Tracer::poll`] has work) or `timeout` passes.
     pub fn wait_for_event(&self, timeout: Duration) {
-        wait_for_sigchld(timeout, SHARED_SLEEP);
+        wait_for_sigchld(timeout);
     }
 
     /// Handles one event of a thread outside a sample.
@@ -322,7 +326,7 @@ impl Tracer {
             if now >= deadline {
                 return None;
             }
-            wait_for_sigchld(deadline - now, SHARED_WAIT);
+            wait_for_sigchld(deadline - now);
         }
     }
 
@@ -384,7 +388,8 @@ impl Tracer {
 impl Drop for Tracer {
     fn drop(&mut self) {
         self.detach_all();
-        TRACERS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        let me = gettid();
+        tracers().retain(|tid| *tid != me);
         // SAFETY: restores the mask saved in `new`.
         unsafe {
             libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut());
@@ -432,16 +437,13 @@ fn registers(tid: u32) -> Option<Registers> {
     }
 }
 
-/// Sleeps until a SIGCHLD arrives (a tracee changed state) or `timeout` passes; no longer than
-/// `shared` while other tracers are alive (see [`TRACERS`]).
-fn wait_for_sigchld(timeout: Duration, shared: Duration) {
-    let timeout = if TRACERS.load(std::sync::atomic::Ordering::Relaxed) > 1 {
-        timeout.min(shared)
-    } else {
-        timeout
-    };
-    // SAFETY: sigtimedwait with valid set and timespec; SIGCHLD is blocked in this thread.
-    unsafe {
+/// Sleeps until a SIGCHLD arrives (a tracee changed state) or `timeout` passes. A SIGCHLD from
+/// the kernel (sent to the process: the tracee may be another tracer's) is passed on to the
+/// other tracers (see [`TRACERS`]); one passed on is not passed on again.
+fn wait_for_sigchld(timeout: Duration) {
+    // SAFETY: sigtimedwait with a valid set, siginfo and timespec; SIGCHLD is blocked in this
+    // thread.
+    let (got, info) = unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGCHLD);
@@ -449,6 +451,86 @@ fn wait_for_sigchld(timeout: Duration, shared: Duration) {
             tv_sec: timeout.as_secs() as libc::time_t,
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         };
-        libc::sigtimedwait(&set, std::ptr::null_mut(), &timeout);
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let got = libc::sigtimedwait(&set, &mut info, &timeout);
+        (got, info)
+    };
+    // The kernel's SIGCHLD says how the child changed (`CLD_*`, all above 0); one passed on by
+    // another tracer carries `SI_TKILL` or, on Linux 6.18, `SI_USER` (0).
+    if got != libc::SIGCHLD || info.si_code <= 0 {
+        return;
+    }
+    let me = gettid();
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    for &tid in tracers().iter().filter(|tid| **tid != me) {
+        // SAFETY: tgkill with this process's id and one of its threads' (one that ended since is
+        // refused, ESRCH: a thread id is only ever another process's under another group id).
+        unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGCHLD) };
+    }
+}
+
+/// Blocks SIGCHLD in the calling thread, and so in every thread it starts from now on: called
+/// first thing in `main`, so that no thread of fsprof that is not waiting for the signal takes
+/// it (its default action discards it) from the tracers that are. Programs fsprof starts get
+/// an empty mask (`std::process::Command` resets it in the child).
+pub fn block_sigchld() {
+    // SAFETY: plain signal-mask calls on a valid set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// The calling thread's id.
+fn gettid() -> libc::pid_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier};
+
+    /// Sleeps in `tracer`'s waits for `span`; how many times a signal cut a wait short.
+    fn wakes(tracer: &Tracer, span: Duration) -> usize {
+        let deadline = Instant::now() + span;
+        let mut woken = 0;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            tracer.wait_for_event(left);
+            woken += usize::from(Instant::now() < deadline);
+        }
+        woken
+    }
+
+    /// A child's exit raises one SIGCHLD, which the tracer whose thread started the child
+    /// takes: it passes it on to the other tracer, which wakes, and no further (a signal passed
+    /// on is not passed on again: when it was, the two passed it back and forth thousands of
+    /// times a second). Other tests' children may add a wake or two.
+    #[test]
+    fn a_sigchld_taken_by_one_tracer_wakes_the_other_once() {
+        let ready = Arc::new(Barrier::new(2));
+        let other = {
+            let ready = ready.clone();
+            std::thread::spawn(move || {
+                let tracer = Tracer::new(std::process::id());
+                ready.wait();
+                wakes(&tracer, Duration::from_millis(400))
+            })
+        };
+        let tracer = Tracer::new(std::process::id());
+        ready.wait();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let mine = wakes(&tracer, Duration::from_millis(400));
+        child.wait().unwrap();
+        let theirs = other.join().unwrap();
+        assert!(mine <= 10, "this tracer woke {mine} times");
+        assert!(
+            (1..=10).contains(&theirs),
+            "the other tracer woke {theirs} times"
+        );
     }
 }
