@@ -10,6 +10,12 @@
 #   samples    spin 2 threads of a hash loop: alone | default | percpu (the per-CPU design,
 #              FSPROF_PER_CPU=1) | r1000 (--rate 1000) | nonative
 #              | perf1000 (`perf record -F 1000 --call-graph dwarf`, where perf is installed)
+#   ticks      where the samples' cost goes: spin 2 threads, longer (about 2.5 s): alone | default
+#              | percpu | nonative | r125 | perf250 (`perf record -F 250 --call-graph dwarf`) |
+#              ptick, ptick2 (`perf record -e task-clock` at fsprof's default tick rate and half
+#              of it, no stacks: what a tick costs); the program's elapsed and CPU time (the
+#              latter includes the kernel's work in interrupts on its threads); not in the
+#              default PARTS
 #   preempted  spin 2 threads beside a busy loop on every CPU (so preempted every few ms):
 #              alone | default | r1000, by the program's CPU time (the kernel's copies of a
 #              preempted thread's stack, at most one per period, are made on it); not in the
@@ -97,8 +103,13 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
   shift
   case $config in
     alone) "$@" | grep -h elapsed; return ;;
-    perf1000)
-      perf record -q -F 1000 --call-graph dwarf -o "$WORK/perf.data" -- "$@" 2> /dev/null | grep -h elapsed
+    perf1000 | perf250)
+      perf record -q -F "${config#perf}" --call-graph dwarf -o "$WORK/perf.data" -- "$@" 2> /dev/null | grep -h elapsed
+      return ;;
+    ptick | ptick2) # perf's task-clock ticks alone, at fsprof's default tick rate (and half)
+      local every=475000
+      [ "$config" = ptick2 ] && every=950000
+      perf record -q -e task-clock -c $every -o "$WORK/perf.data" -- "$@" 2> /dev/null | grep -h elapsed
       return ;;
     ptask | ptaskdw | pcpu | pcpudw | pcpusw | pcpucs)
       local how
@@ -130,6 +141,7 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
     percpu) flags= ;;
     base) flags= ;;
     r1000) flags="--rate 1000" ;;
+    r125) flags="--rate 125" ;;
     agent) flags=--agent ;;
     nonative) flags=--no-native ;;
     nofollow) flags=--no-follow ;;
@@ -153,15 +165,20 @@ rounds() { # rounds NAME "CONFIGS" COMMAND...: ROUNDS rounds, then medians again
   local name=$1 configs=$2
   shift 2
   echo "== $name: $*"
-  : > "$WORK/$name.tsv"
+  : > "$WORK/$name.tsv"; : > "$WORK/$name-cpu.tsv"
   for r in $(seq "$ROUNDS"); do
     for c in $(echo $configs | tr ' ' '\n' | shuf); do
       echo "round $r $c"
       one "$c" "$@" | tee "$WORK/one"
       sed -n "s/.* ${METRIC:-elapsed}=\([0-9.]*\).*/\1/p" "$WORK/one" | head -1 | sed "s/^/$c\t/" >> "$WORK/$name.tsv"
+      sed -n "s/.* cpu=\([0-9.]*\).*/\1/p" "$WORK/one" | head -1 | sed "s/^/$c\t/" >> "$WORK/$name-cpu.tsv"
     done
   done
   medians "$WORK/$name.tsv" alone ${SWITCHES:-}
+  if [ -z "${METRIC:-}" ] && [ -s "$WORK/$name-cpu.tsv" ]; then
+    echo "  the program's CPU time (its threads', with the kernel's work in their interrupts):"
+    medians "$WORK/$name-cpu.tsv" alone
+  fi
 }
 medians() { # medians TSV BASE [SWITCHES]: each configuration's median, against BASE's (and per switch)
   python3 - "$@" <<'PY'
@@ -186,6 +203,10 @@ for part in $PARTS; do
       command -v perf > /dev/null && configs="$configs perf1000"
       [ -n "${BASE:-}" ] && configs="$configs base"
       rounds spin2 "$configs" "$WORK/spin" 2 500000000 ;;
+    ticks)
+      configs="alone default percpu nonative r125"
+      command -v perf > /dev/null && configs="$configs perf250 ptick ptick2"
+      rounds spin2-ticks "$configs" "$WORK/spin" 2 1500000000 ;;
     preempted)
       busy=()
       for _ in $(seq "$(nproc)"); do yes > /dev/null & busy+=($!); done
