@@ -92,20 +92,16 @@ pub const ANCHORS: usize = 32;
 
 /// The task-clock timer ticks this many times per sampling period, and the program keeps the
 /// tick at a random place in each period, dropping the others (jittered sampling); [`rephase`]
-/// also restarts the ticks at random every few ms. Two, a compromise measured both ways:
-/// * Four ticks a period (0817dca to 27873a6) biased a loop of equal steps of a few µs: a
-///   sample stands for the CPU time since the previous one, longer for a tick late in its
-///   period, and where four ticks span a whole number of the loop's cycles each place in the
-///   period samples the same place in the loop (`contracts --equal-steps` at 1000 Hz,
-///   `positive?` +0.1 to +4.6 points, mean +2.2; with two ticks -0.2 to +2.5, mean +1.5; with
-///   one, -0.4 to +1.9).
-/// * One tick a period (6db9cfc to 1b48db0) under-sampled short bursts of CPU after a wake-up:
-///   the echo server's `conn-B` actor (polls of about 0.3 ms, each after a wake-up, 8.4% of the
-///   time) read 0.55 to 1.5 points low in 10 runs at 1000 Hz, failing its 2.5-point tree bound
-///   through `conn-A` in 3 of them; with two ticks -0.3 to +0.1, with four -0.3 to +0.3.
-///
-/// BENCHMARKS.md, issue 18's section, has the runs.
-pub(super) const TICKS_PER_SAMPLE: u64 = 2;
+/// also restarts the ticks at random every few ms. One: each tick costs the sampled thread about
+/// 20 us of its CPU in a virtual machine, so a second doubled what sampling costs a CPU-bound
+/// program. Four (0817dca to 27873a6) biased a loop of equal steps of a few µs (a sample stands
+/// for the CPU time since the previous one, longer for a tick late in its period); one (6db9cfc
+/// to 1b48db0) under-sampled short bursts after wake-ups (the echo server's `conn-B`, 0.55 to 1.5
+/// points low at 1000 Hz) while the timer was still re-phased off the CPU, so that its next tick
+/// came a whole period after the thread's return; since 93766c5 it is not, and with one tick
+/// `conn-B` reads -0.08 to +0.61. BENCHMARKS.md (issue 18's section, and issue 39's of the
+/// twenty-second session) has the runs.
+pub(super) const TICKS_PER_SAMPLE: u64 = 1;
 
 /// The CPU time between two of perf's samples of a thread at `rate_hz`: a twentieth less than
 /// `1 / rate_hz`, so that the timer's ticks are no round number of microseconds apart (237.5 us
