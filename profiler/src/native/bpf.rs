@@ -243,9 +243,10 @@ fn program(
         insn(EXIT, 0, 0, 0, 0),
         insn(MOV64_REG, 6, 0, 0, 0), // r6: the value (r6-r9 survive calls)
     ]);
-    if !at_switch {
+    if !at_switch && TICKS_PER_SAMPLE > 1 {
         // Jittered sampling (see `TICKS_PER_SAMPLE`): skip the ticks still to skip; at a kept
-        // one, draw the next one's place in the next period.
+        // one, draw the next one's place in the next period. With one tick a period, every
+        // tick is kept.
         let (left, place) = (VALUE_JITTER as i16, VALUE_JITTER as i16 + 4);
         p.extend([
             insn(LDX_W, 1, 6, left, 0),
