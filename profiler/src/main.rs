@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    fsprof::native::tracer::block_sigchld();
+    fsprof::native::tracer::block_sigchld_from_start();
     // Before anything else: a copy of fsprof holding privilege its user lacks becomes that user,
     // keeping only what the perf backend needs, and that only if it may be used.
     if let Err(error) = fsprof::record::privilege::settle() {

@@ -74,6 +74,50 @@ fn run_preloaded(program: &Path, args: &[&str], limit: Duration) -> (i32, String
     run_preloaded_with(program, args, &[], limit)
 }
 
+/// The program starts with the signals blocked and ignored that it has without fsprof: fsprof
+/// blocks SIGCHLD in all its threads (its tracers wait for it), which a child would inherit
+/// through `fork` and `exec` (it did, for a session, before the mask fsprof started with was
+/// given back to the program). Signals 32 and up are the C library's own (glibc's `posix_spawn`
+/// leaves two ignored in the child, a fork does not; its start installs their handlers anyway):
+/// not compared.
+#[test]
+fn the_program_starts_with_the_signal_mask_it_has_without_fsprof() {
+    let dir = tempdir();
+    let read = ["grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"];
+    // The masks of signals 1 to 31, from the program's status lines.
+    let masks = |stdout: &[u8]| -> Vec<u64> {
+        String::from_utf8_lossy(stdout)
+            .lines()
+            .map(|line| {
+                let hex = line.split_whitespace().last().unwrap();
+                u64::from_str_radix(hex, 16).unwrap() & 0x7fff_ffff
+            })
+            .collect()
+    };
+    let alone = masks(
+        &Command::new(read[0])
+            .args(&read[1..])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert_eq!(alone.len(), 2, "{alone:?}");
+    for flags in [&[][..], &["--agent"], &["--no-native"]] {
+        let out = dir.path().join("out");
+        let under = Command::new(fsprof())
+            .arg("run")
+            .args(flags)
+            .arg("-o")
+            .arg(&out)
+            .arg("--")
+            .args(read)
+            .output()
+            .unwrap();
+        assert!(under.status.success(), "{flags:?}: {under:?}");
+        assert_eq!(masks(&under.stdout), alone, "{flags:?}: blocked, ignored");
+    }
+}
+
 /// A thread inside `dlopen` holds the loader's lock while its plugin's constructor waits for a
 /// mutex that the main thread holds while it makes interposed calls. The agent once took the
 /// loader's lock on those calls: `dladdr` to find the call site of a call from libc (`strdup`'s

@@ -117,15 +117,7 @@ impl Tracer {
     /// (ptrace ties a tracee to the thread that attached): the one that creates it. It blocks
     /// SIGCHLD in that thread (to wait for stops with a timeout) until dropped.
     pub fn new(pid: u32) -> Tracer {
-        // SAFETY: plain signal-mask calls on valid sets.
-        let old_mask = unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGCHLD);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-            old
-        };
+        let old_mask = block_sigchld();
         tracers().push(gettid());
         let keep = caps::has_cap(
             None,
@@ -444,9 +436,7 @@ fn wait_for_sigchld(timeout: Duration) {
     // SAFETY: sigtimedwait with a valid set, siginfo and timespec; SIGCHLD is blocked in this
     // thread.
     let (got, info) = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGCHLD);
+        let set = sigchld_set();
         let timeout = libc::timespec {
             tv_sec: timeout.as_secs() as libc::time_t,
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -470,17 +460,52 @@ fn wait_for_sigchld(timeout: Duration) {
     }
 }
 
+/// The signal mask fsprof started with, before [`block_sigchld_from_start`].
+static STARTING_MASK: std::sync::OnceLock<libc::sigset_t> = std::sync::OnceLock::new();
+
 /// Blocks SIGCHLD in the calling thread, and so in every thread it starts from now on: called
 /// first thing in `main`, so that no thread of fsprof that is not waiting for the signal takes
-/// it (its default action discards it) from the tracers that are. Programs fsprof starts get
-/// an empty mask (`std::process::Command` resets it in the child).
-pub fn block_sigchld() {
-    // SAFETY: plain signal-mask calls on a valid set.
+/// it (its default action discards it) from the tracers that are. The mask before is kept for
+/// the program fsprof starts ([`with_starting_mask`]).
+pub fn block_sigchld_from_start() {
+    let _ = STARTING_MASK.set(block_sigchld());
+}
+
+/// Has `command`'s child start with the signal mask fsprof started with (a signal mask is
+/// inherited through `fork` and `exec`, and `std::process::Command` keeps it): the program's
+/// SIGCHLD is not blocked because fsprof's is.
+pub fn with_starting_mask(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    if let Some(mask) = STARTING_MASK.get().copied() {
+        // SAFETY: only pthread_sigmask, which is async-signal-safe, runs between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+                Ok(())
+            });
+        }
+    }
+}
+
+/// Blocks SIGCHLD in the calling thread (and the threads it starts from now on); the mask
+/// before.
+fn block_sigchld() -> libc::sigset_t {
+    // SAFETY: a signal-mask call on valid sets.
+    unsafe {
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &sigchld_set(), &mut old);
+        old
+    }
+}
+
+/// The signal set of SIGCHLD alone.
+fn sigchld_set() -> libc::sigset_t {
+    // SAFETY: plain calls on a set of our own.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGCHLD);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
     }
 }
 

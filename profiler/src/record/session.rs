@@ -343,6 +343,7 @@ fn spawn(name: &OsString, args: &[OsString], preload: Option<&Path>) -> Result<C
             command.env("FSPROF_BUILTINS", "0");
         }
     }
+    crate::native::tracer::with_starting_mask(&mut command);
     command.spawn().map_err(|e| {
         let shown = name.to_string_lossy();
         match e.kind() {
