@@ -282,6 +282,10 @@ pub struct NativeMeta {
     /// How running threads' stacks were taken: "perf" or "ptrace" (empty without native stacks).
     #[serde(default)]
     pub native_backend: String,
+    /// With perf, whether its events were one per CPU (keeping the program's threads' samples)
+    /// rather than one per thread (`FSPROF_PER_CPU`, `perf::Design`).
+    #[serde(default)]
+    pub perf_per_cpu: bool,
     /// Thread samples whose native stack was captured (by perf or a ptrace stop).
     #[serde(default)]
     pub native_captured: u64,

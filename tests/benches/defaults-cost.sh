@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# What `fsprof run` with its defaults costs real programs, before and after the default stopped
-# preloading the agent (issue 38): each program alone, under `fsprof run --agent` (the former
-# default) and under `fsprof run` (nothing put into the program; the built-in features from its
-# native stacks), for BENCHMARKS.md. Run from the workspace root after `cargo build --release
-# --workspace --all-targets`.
-# Usage: [FSPROF=path/to/fsprof] [JOBS="xz sqlite3"] tests/benches/defaults-cost.sh [ROUNDS]
+# What `fsprof run` costs real programs: each program alone and under fsprof in the
+# configurations asked for, for BENCHMARKS.md. Run from the workspace root after `cargo build
+# --release --workspace --all-targets`.
+# Usage: [FSPROF=path/to/fsprof] [JOBS="xz sqlite3"] [CONFIGS="defaults perthread"]
+#        tests/benches/defaults-cost.sh [ROUNDS]
 #
+# Configurations (CONFIGS, default "defaults perthread"): defaults (`fsprof run`), perthread
+# (per-thread perf events, FSPROF_PER_CPU=0), agent (`fsprof run --agent`), nofollow
+# (`--no-follow`), nonative (`--no-native`), r1000 (`--rate 1000`), perf1000 (`perf record -F
+# 1000 --call-graph dwarf` of the job, where perf is installed), base (another fsprof at its
+# defaults, BASE=path/to/fsprof: an earlier build, for a before and after in one run).
 # The programs are those of real-programs.sh (gcc, make -j2, sqlite3, git log -p, xz -T2,
 # python3, a tokio server under loopback load, awk building a large associative array, a C loop
-# of strdup+free). Each round runs every program in each configuration in a shuffled order; the
-# script prints per program the median of each configuration's times and the medians of the
-# rounds' ratios to the program alone (paired within a round, which cancels the host's drift).
-# A time is the program's own (the job times itself inside what fsprof runs): fsprof's start
-# before it and its report after it are not the program's cost, and are printed apart (the whole
-# command's wall time).
+# of strdup+free, python3 with threads, g++ of a template-heavy file, node, ripgrep). Each round
+# runs every program in each configuration in a shuffled order; the script prints per program
+# the median of each configuration's times and the medians of the rounds' ratios to the program
+# alone (paired within a round, which cancels the host's drift). A time is the program's own
+# (the job times itself inside what fsprof runs): fsprof's start before it and its report after
+# it are not the program's cost, and are printed apart (the whole command's wall time).
 set -euo pipefail
 rounds=${1:-5}
 fsprof=${FSPROF:-$PWD/target/release/fsprof}
@@ -30,11 +34,19 @@ rounds, fsprof, jobs_file = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 jobs = dict(line.rstrip("\n").split(" ", 1) for line in open(jobs_file) if line.strip())
 if os.environ.get("JOBS"):
     jobs = {name: job for name, job in jobs.items() if name in os.environ["JOBS"].split()}
-configs = {
-    "alone": [],
-    "--agent": [fsprof, "run", "--agent", "-o", "out", "--"],
-    "defaults": [fsprof, "run", "-o", "out", "--"],
+every = {
+    "alone": ([], {}),
+    "defaults": ([fsprof, "run", "-o", "out", "--"], {}),
+    "perthread": ([fsprof, "run", "-o", "out", "--"], {"FSPROF_PER_CPU": "0"}),
+    "agent": ([fsprof, "run", "--agent", "-o", "out", "--"], {}),
+    "nofollow": ([fsprof, "run", "--no-follow", "-o", "out", "--"], {}),
+    "nonative": ([fsprof, "run", "--no-native", "-o", "out", "--"], {}),
+    "r1000": ([fsprof, "run", "--rate", "1000", "-o", "out", "--"], {}),
+    "base": ([os.environ.get("BASE", "fsprof-base"), "run", "-o", "out", "--"], {}),
+    "perf1000": (["perf", "record", "-F", "1000", "--call-graph", "dwarf", "-o", "out/perf.data", "--"], {}),
 }
+asked = os.environ.get("CONFIGS", "defaults perthread").split()
+configs = {name: every[name] for name in ["alone"] + asked}
 env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 walls = {}
 for _ in range(rounds):
@@ -42,9 +54,12 @@ for _ in range(rounds):
     random.shuffle(order)
     for program, config in order:
         shutil.rmtree("out", ignore_errors=True)
+        if config == "perf1000":
+            os.makedirs("out")
         timed = f"s=$(date +%s%N); {jobs[program]}\ne=$(date +%s%N); echo $(( (e - s) / 1000 )) > elapsed"
         start = time.monotonic()
-        done = subprocess.run(configs[config] + ["bash", "-c", timed], env=env,
+        command, extra = configs[config]
+        done = subprocess.run(command + ["bash", "-c", timed], env=env | extra,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wall = time.monotonic() - start
         if done.returncode != 0:
@@ -52,15 +67,15 @@ for _ in range(rounds):
         own = int(open("elapsed").read()) / 1e3
         walls.setdefault((program, config), []).append((own, wall * 1e3))
 print(f"{rounds} rounds; medians of the program's own ms; ratio to alone = median over rounds, paired within a round; [the whole command's wall ms]")
-print(f"{'program':<8} {'alone':>7} {'--agent':>7} {'ratio':>6} {'defaults':>8} {'ratio':>6}   [wall: alone, --agent, defaults]")
+print(f"{'program':<9} {'alone':>7} " + " ".join(f"{c:>9} {'ratio':>6}" for c in asked) + "   [wall: " + ", ".join(configs) + "]")
 for program in jobs:
     alone = walls[(program, "alone")]
     cells, whole = [f"{statistics.median(a for a, _ in alone):>7.0f}"], []
-    for config in ("--agent", "defaults"):
+    for config in asked:
         runs = walls[(program, config)]
         ratio = statistics.median(b[0] / a[0] for a, b in zip(alone, runs))
-        cells.append(f"{statistics.median(b for b, _ in runs):>7.0f} {ratio:>6.3f}")
+        cells.append(f"{statistics.median(b for b, _ in runs):>9.0f} {ratio:>6.3f}")
     for config in configs:
         whole.append(f"{statistics.median(w for _, w in walls[(program, config)]):.0f}")
-    print(f"{program:<8} " + " ".join(cells) + "   [" + ", ".join(whole) + "]")
+    print(f"{program:<9} " + " ".join(cells) + "   [" + ", ".join(whole) + "]")
 EOF_PY

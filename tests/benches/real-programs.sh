@@ -58,6 +58,36 @@ create index ti on t(b);
 select count(*), sum(a) from t where b like 'A%';
 select substr(b, 1, 2) k, count(*) from t group by k order by 2 desc limit 5;
 """)
+# A template-heavy C++ file for g++ (one cc1plus of a few seconds), and CPU-bound JavaScript.
+open("templates.cpp", "w").write("""
+#include <functional>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+template <int N> struct fib { static constexpr long v = fib<N - 1>::v + fib<N - 2>::v; };
+template <> struct fib<1> { static constexpr long v = 1; };
+template <> struct fib<0> { static constexpr long v = 0; };
+std::map<std::string, std::function<long(long)>> table() {
+    std::map<std::string, std::function<long(long)>> t;
+    t["a"] = [](long x) { return x + fib<40>::v; };
+    t["b"] = [](long x) { return x * 3; };
+    return t;
+}
+long count(const std::vector<std::string> &lines) {
+    std::regex re("([a-z]+)=([0-9]+)");
+    long n = 0;
+    for (auto &l : lines) { std::smatch m; if (std::regex_search(l, m, re)) n += std::stol(m[2]); }
+    return n + table()["a"](n);
+}
+""")
+open("cpu.js", "w").write("""
+let s = 0;
+const m = new Map();
+for (let i = 0; i < 3000000; i++) { m.set("k" + (i % 50000), i); s += JSON.stringify({ i }).length; }
+const a = Array.from({ length: 400000 }, (_, i) => (i * 7919) % 100003).sort((x, y) => x - y);
+console.log(s, m.size, a[a.length - 1]);
+""")
 open("script.py", "w").write("""
 import json
 data = [{"id": i, "name": "item%d" % i, "tags": ["x"] * (i % 5)} for i in range(200000)]
@@ -76,6 +106,8 @@ cargo build -q --release --manifest-path "$repo/tests/benches/tokio-server/Cargo
 cp "$repo/target/tokio-server/release/tokio-server" .
 mkfifo port
 
+# The interpreter itself, not a version manager's shim (pyenv's runs some 25 processes first).
+python=$(python3 -c 'import sys; print(sys.executable)')
 cat > jobs.txt <<EOF_JOBS
 strdup ./strdup
 gcc for i in 1 2 3 4 5 6 7 8 9 10; do gcc -O2 -c unit0.c -o /dev/null; done
@@ -83,8 +115,19 @@ make for i in 1 2 3; do make -s -j2 -B all >/dev/null; done
 sqlite3 rm -f db && sqlite3 db < queries.sql >/dev/null
 git for i in 1 2 3 4 5; do git -C "$repo" log -p >/dev/null; done
 xz xz -T2 -3 -c text.txt >/dev/null
-python3 python3 script.py >/dev/null
+python3 $python script.py >/dev/null
 awk awk 'BEGIN { for (i = 0; i < 3000000; i++) a["key" i] = i; n = 0; for (k in a) n += a[k]; print n }'
 tokio ./tokio-server serve 8 >port & read p <port; env -u LD_PRELOAD ./tokio-server load \$p 8 10000; wait
 EOF_JOBS
+# The programs of issue 39 besides: python3 with four threads handing work around (about 20k
+# context switches a second), g++ of a template-heavy file, and node and ripgrep where installed.
+cat >> jobs.txt <<EOF_JOBS
+pythreads $python "$repo/tests/benches/cost-model/pyswitch.py" 20000 >/dev/null
+g++ g++ -O2 -c templates.cpp -o /dev/null
+EOF_JOBS
+if command -v node >/dev/null; then echo "node node cpu.js >/dev/null" >> jobs.txt; fi
+if command -v rg >/dev/null; then
+  # Over the crates cargo fetched (some 160 MB of source here): ripgrep's threads walk the tree.
+  echo "rg for i in \$(seq 15); do rg -c '\\w+Error\\w*::\\w+' \"\${CARGO_HOME:-\$HOME/.cargo}/registry/src\" >/dev/null; done" >> jobs.txt
+fi
 

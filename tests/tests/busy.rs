@@ -204,14 +204,15 @@ fn threads_that_switch_too_often_are_no_longer_followed_and_the_report_says_so()
         .and_then(|n| n.parse::<f64>().ok())
         .unwrap_or_else(|| panic!("no switch rate in {stdout:?}"))
         / 2.0;
-    let notes = notes_of(&report_json(dir.path()));
+    let report = report_json(dir.path());
+    let notes = notes_of(&report);
     let said = notes.contains("2 thread(s) left their CPU more than 20000 times a second");
     eprintln!("{per_thread:.0} switches a second per thread; the report says so: {said}");
     // Its rate over the whole run, following included: above the threshold, some window of
     // fsprof's was above it too (and once fsprof stops following, the rate jumps). Far below it,
-    // fsprof never stopped following (it would have jumped). In the per-CPU design (opt-in,
-    // FSPROF_PER_CPU=1) a switch costs one program's run, and every one is followed.
-    if std::env::var_os("FSPROF_PER_CPU").is_some_and(|v| v == "1") {
+    // fsprof never stopped following (it would have jumped). With per-CPU events (the default
+    // where the kernel allows) a switch costs one program's run, and every one is followed.
+    if report["meta"]["perf_per_cpu"] == true {
         assert!(!said, "per CPU, and the note: {notes}\n{stderr}");
     } else if per_thread > THRESHOLD {
         assert!(

@@ -122,12 +122,18 @@ fn profile_chain(dir: &Path, program: &Path, backend: &str) {
     assert!(status.success());
     let meta = meta_of(&dir.join("out"));
     assert_eq!(meta["native_backend"], backend);
-    // The report names the backend, on the header's third line.
+    // The report names the backend on the header's third line, and perf's events as the
+    // profile has them.
     let text = std::fs::read_to_string(dir.join("out").join("report.txt")).unwrap();
+    let events = match meta["perf_per_cpu"].as_bool() {
+        _ if backend != "perf" => "",
+        Some(true) => ", one event per CPU",
+        _ => ", one event per thread",
+    };
     assert!(
         text.lines()
             .nth(2)
-            .is_some_and(|l| l.starts_with(&format!("native stacks: {backend} ("))),
+            .is_some_and(|l| l.starts_with(&format!("native stacks: {backend}{events} ("))),
         "{text}"
     );
     if backend == "perf" {

@@ -26,6 +26,7 @@ pub(super) const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 pub(super) const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub(super) const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
+const BPF_F_NO_PREALLOC: u32 = 1;
 const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
 const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 
@@ -121,8 +122,11 @@ struct ProgLoad {
     prog_name: [u8; 16],
 }
 
-/// An array (mapped into fsprof: the slot addresses are written there) or a ring buffer (of
-/// `max_entries` bytes).
+/// An array (mapped into fsprof: the slot addresses are written there), a hash map (its
+/// elements allocated as fsprof adds them: the kernel would otherwise allocate all
+/// `max_entries` up front, a few megabytes and milliseconds for each process recorded; only
+/// fsprof adds to them, BPF programs look up and delete) or a ring buffer (of `max_entries`
+/// bytes).
 pub(super) fn create_map(
     map_type: u32,
     key_size: u32,
@@ -134,10 +138,10 @@ pub(super) fn create_map(
         key_size,
         value_size,
         max_entries,
-        map_flags: if map_type == BPF_MAP_TYPE_ARRAY {
-            BPF_F_MMAPABLE
-        } else {
-            0
+        map_flags: match map_type {
+            BPF_MAP_TYPE_ARRAY => BPF_F_MMAPABLE,
+            BPF_MAP_TYPE_HASH => BPF_F_NO_PREALLOC,
+            _ => 0,
         },
         map_name: *b"fsprof_slots\0\0\0\0",
         ..Default::default()

@@ -5,6 +5,13 @@
 //! only; it does not load BTF into the kernel or resolve types beyond that. The file is the
 //! kernel's, but every length and index read from it is bounded before use.
 
+/// The byte offset of `pid` in the kernel's `task_struct` ([`member_offset`]), read once per
+/// fsprof: the description is megabytes, and every process recorded per CPU asks for it.
+pub fn task_pid_offset() -> Option<u32> {
+    static OFFSET: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *OFFSET.get_or_init(|| member_offset("task_struct", "pid"))
+}
+
 /// The byte offset of `member` in the kernel's `struct name`, if the kernel describes it (a
 /// top-level member, not a bit field).
 pub fn member_offset(name: &str, member: &str) -> Option<u32> {

@@ -301,6 +301,11 @@ impl NativeSampler {
         self.perf.is_some()
     }
 
+    /// Whether perf samples with one event per CPU rather than per thread.
+    pub fn perf_per_cpu(&self) -> bool {
+        self.perf.as_ref().is_some_and(PerfSampler::per_cpu)
+    }
+
     /// The samples perf took of thread `tid` since the previous call, oldest first, unwound;
     /// its slots are at `slots` (addresses in the target, 0 for none) from now on. Starts
     /// sampling the thread on first use; `None` if perf cannot sample it.

@@ -1,4 +1,4 @@
-//! The per-CPU design of the perf backend (opt-in while it is built: `FSPROF_PER_CPU=1`): no
+//! The per-CPU design of the perf backend (the default where allowed, `perf/design.rs`): no
 //! event on any thread. Each CPU has one cpu-clock event whose program (`bpf::program` with
 //! `Index::Watched`) keeps the samples of watched threads only (a hash map of thread ids that
 //! fsprof fills) and copies their slots as a thread's own event's program does; a program at
@@ -138,7 +138,7 @@ impl CpuWide {
         pages: usize,
     ) -> Result<CpuWide, String> {
         let tick_ns = period_ns / TICKS_PER_SAMPLE;
-        let pid_offset = crate::native::btf::member_offset("task_struct", "pid")
+        let pid_offset = crate::native::btf::task_pid_offset()
             .ok_or("the kernel does not describe its task_struct (no /sys/kernel/btf/vmlinux)")?;
         let watched = create_map(BPF_MAP_TYPE_HASH, 4, 4, capacity)
             .map_err(|e| format!("cannot create a BPF hash map ({})", e.desc()))?;

@@ -201,8 +201,8 @@ struct OwnEvents {
     ring: Ring,
 }
 
-/// The perf side of a sampler: one event per sampled thread, or (opt-in, `cpu_wide.rs`) one
-/// per CPU.
+/// The perf side of a sampler: one event per CPU (`cpu_wide.rs`, the default where allowed), or
+/// one per sampled thread (`perf/design.rs`).
 pub struct PerfSampler {
     map: OwnedFd,
     /// One map value per thread it can sample at once (at most [`MAX_THREADS`]), mapped into
@@ -225,7 +225,7 @@ pub struct PerfSampler {
     /// When threads made by sampled threads were born (CLOCK_MONOTONIC, ns), until asked for.
     births: HashMap<u32, u64>,
     programs: Programs,
-    /// The per-CPU design's events and programs, where chosen (`FSPROF_PER_CPU=1`).
+    /// The per-CPU design's events and programs, where chosen (`perf/design.rs`).
     wide: Option<CpuWide>,
 }
 
@@ -238,11 +238,17 @@ impl PerfSampler {
     /// sample every `period_ns` of a thread's CPU time. The error says what the kernel refused
     /// and what to do.
     pub fn new(period_ns: u64, capacity: u32) -> Result<PerfSampler, String> {
-        crate::record::privilege::with_perf(|| PerfSampler::create(period_ns, capacity, per_cpu()))
+        crate::record::privilege::with_perf(|| {
+            PerfSampler::create(period_ns, capacity, Design::from_environment())
+        })
     }
 
-    /// [`PerfSampler::new`], in the per-CPU design (`cpu_wide.rs`) if `wide`.
-    pub(super) fn create(period_ns: u64, capacity: u32, wide: bool) -> Result<PerfSampler, String> {
+    /// [`PerfSampler::new`], in the design asked for.
+    pub(super) fn create(
+        period_ns: u64,
+        capacity: u32,
+        design: Design,
+    ) -> Result<PerfSampler, String> {
         let capacity = capacity.clamp(1, MAX_THREADS);
         if let Some(why) = crate::record::privilege::perf_withheld() {
             return Err(why.to_owned());
@@ -282,35 +288,33 @@ impl PerfSampler {
             ),
             wide: None,
         };
-        let rules = sampler.programs.rules.hand_over();
-        load_program(
-            sampler.map.as_raw_fd(),
-            sampler.copies.fd(),
-            rules,
-            Index::Fixed(0),
-            None,
-        )
-        .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
         if sampler.programs.rules.eager() {
             sampler.programs.rules.prepare_walk(sampler.copies.fd());
         }
-        if wide {
-            // Asked for while it is being built: where it cannot be had, the per-thread events.
-            match sampler.open_wide(capacity) {
-                Ok(events) => sampler.wide = Some(events),
-                Err(why) => eprintln!("fsprof: {why}; sampling with per-thread events instead"),
-            }
-        }
-        // SAFETY: gettid has no preconditions.
-        let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
-        open_event(me, sampler.period_ns, true).map_err(|e| {
-            format!(
-                "perf_event_open refused ({}; kernel.perf_event_paranoid is {}): run as root, or grant CAP_PERFMON",
-                e.desc(),
-                std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-                    .map_or("unknown".to_owned(), |s| s.trim().to_owned())
+        sampler.wide = sampler.open_design(design, capacity);
+        if sampler.wide.is_none() {
+            // What the per-thread events need, tried now so that the error says it: the
+            // program loads, and an event opens (on this thread).
+            let rules = sampler.programs.rules.hand_over();
+            load_program(
+                sampler.map.as_raw_fd(),
+                sampler.copies.fd(),
+                rules,
+                Index::Fixed(0),
+                None,
             )
-        })?;
+            .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
+            // SAFETY: gettid has no preconditions.
+            let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+            open_event(me, sampler.period_ns, true).map_err(|e| {
+                format!(
+                    "perf_event_open refused ({}; kernel.perf_event_paranoid is {}): run as root, or grant CAP_PERFMON",
+                    e.desc(),
+                    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+                        .map_or("unknown".to_owned(), |s| s.trim().to_owned())
+                )
+            })?;
+        }
         Ok(sampler)
     }
 
@@ -724,37 +728,6 @@ impl PerfSampler {
     }
 }
 
-impl PerfSampler {
-    /// The per-CPU design's events and programs (`cpu_wide.rs`), over this sampler's maps.
-    /// Not for a capable fsprof yet: its programs stop watching a thread at the start of an
-    /// `exec` and at its end, but fsprof could watch it again in between, after the new
-    /// program's credentials were set (to close: drop a thread whose `mm` changed, in the
-    /// programs).
-    fn open_wide(&mut self, capacity: u32) -> Result<CpuWide, String> {
-        const ASKED: &str = "the per-CPU design (FSPROF_PER_CPU=1) is not available";
-        if crate::record::privilege::elevated() {
-            return Err(format!(
-                "{ASKED} to a capable copy of fsprof yet: run it as root"
-            ));
-        }
-        CpuWide::new(
-            self.map.as_raw_fd(),
-            self.copies.fd(),
-            self.programs.rules.hand_over(),
-            self.period_ns,
-            capacity,
-            self.page,
-            RING_PAGES,
-        )
-        .map_err(|why| format!("{ASKED}: {why}"))
-    }
-}
-
-/// Whether the per-CPU design was asked for (`FSPROF_PER_CPU=1`, while it is being built).
-fn per_cpu() -> bool {
-    std::env::var_os("FSPROF_PER_CPU").is_some_and(|v| v == "1")
-}
-
 /// Why a thread cannot be sampled with perf.
 #[derive(Debug)]
 pub enum WatchError {
@@ -791,6 +764,9 @@ const REPHASE_SAMPLES: u64 = 1;
 /// Most a slot copy's time may differ from its sample's: both are read in the same interrupt,
 /// microseconds apart; successive samples of a thread are a period apart.
 const MATCH_TOLERANCE_NS: u64 = 100_000;
+
+mod design;
+pub(super) use design::Design;
 
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,7 @@
 //! elsewhere skipped): only watched threads are sampled, their switches come with their time on
 //! a CPU, and an `exec` ends the watch in the kernel.
 
-use crate::native::perf::{PerfSampler, Taken};
+use crate::native::perf::{Design, PerfSampler, Taken};
 use nix::libc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,9 +10,15 @@ use std::time::{Duration, Instant};
 
 /// A per-CPU perf sampler at a 1 ms period; `None` (the test skipped, and said) where not root.
 fn sampler() -> Option<PerfSampler> {
-    let made = crate::record::privilege::with_perf(|| PerfSampler::create(1_000_000, 64, true));
+    let made = crate::record::privilege::with_perf(|| {
+        PerfSampler::create(1_000_000, 64, Design::CpusAsked)
+    });
     match made {
-        Ok(perf) => Some(perf),
+        Ok(perf) if perf.per_cpu() => Some(perf),
+        Ok(_) => {
+            eprintln!("skipped: no per-CPU events here (the line above says why)");
+            None
+        }
         // SAFETY: geteuid has no preconditions.
         Err(why) if unsafe { libc::geteuid() } != 0 => {
             eprintln!("skipped: {why}");

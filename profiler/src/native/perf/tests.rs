@@ -133,17 +133,26 @@ fn sampled_with_its_slot(mut perf: PerfSampler) {
     perf.forget(tid);
 }
 
-/// A perf sampler of `threads` threads at a 1 ms period; `None` (the test skipped, and said)
-/// where not root: only root is sure to have perf events and BPF, elsewhere this backend is off.
+/// A perf sampler of `threads` threads at a 1 ms period with per-thread events; `None` (the
+/// test skipped, and said) where not root: only root is sure to have perf events and BPF,
+/// elsewhere this backend is off.
 fn sampler(threads: u32) -> Option<PerfSampler> {
-    root_only(PerfSampler::new(1_000_000, threads))
+    root_only(crate::record::privilege::with_perf(|| {
+        PerfSampler::create(1_000_000, threads, Design::Threads)
+    }))
 }
 
-/// [`sampler`] in the per-CPU design (`cpu_wide.rs`).
+/// [`sampler`] in the per-CPU design (`cpu_wide.rs`); `None` (skipped, and said) where the
+/// kernel does not allow it (see `CpuWide::new`).
 fn sampler_per_cpu(threads: u32) -> Option<PerfSampler> {
-    root_only(crate::record::privilege::with_perf(|| {
-        PerfSampler::create(1_000_000, threads, true)
-    }))
+    let perf = root_only(crate::record::privilege::with_perf(|| {
+        PerfSampler::create(1_000_000, threads, Design::CpusAsked)
+    }))?;
+    if !perf.per_cpu() {
+        eprintln!("skipped: no per-CPU events here (the line above says why)");
+        return None;
+    }
+    Some(perf)
 }
 
 fn root_only(sampler: Result<PerfSampler, String>) -> Option<PerfSampler> {
@@ -278,9 +287,7 @@ fn leaves_with_its_stack(mut perf: PerfSampler) {
 /// ring: per CPU (not here), a CPU ring's loss is a gap in every thread's stream at the read.
 #[test]
 fn a_full_ring_is_read_with_its_gaps() {
-    let Some(mut perf) = root_only(crate::record::privilege::with_perf(|| {
-        PerfSampler::create(1_000_000, MAX_THREADS, false)
-    })) else {
+    let Some(mut perf) = sampler(MAX_THREADS) else {
         return;
     };
     let stop = Arc::new(AtomicBool::new(false));
