@@ -104,8 +104,9 @@ pub const ANCHORS: usize = 32;
 pub(super) const TICKS_PER_SAMPLE: u64 = 1;
 
 /// The CPU time between two of perf's samples of a thread at `rate_hz`: a twentieth less than
-/// `1 / rate_hz`, so that the timer's ticks are no round number of microseconds apart (237.5 us
-/// at 1000 Hz, 950 us at 250 Hz). At 250 Hz ticks 1 ms apart kept in step with a loop of 1 ms of
+/// `1 / rate_hz`, so that the timer's ticks are no round number of microseconds apart (950 us
+/// at 1000 Hz, 3.8 ms at 250 Hz, one a period). At 250 Hz ticks 1 ms apart (four a period, then)
+/// kept in step with a loop of 1 ms of
 /// CPU whatever tick was kept (`sleepy`'s `hashing` read 2.6 to 4.2 points low on a quiet
 /// machine); loops of round lengths are common, and those of these lengths are not.
 pub fn sampling_period(rate_hz: f64) -> std::time::Duration {
