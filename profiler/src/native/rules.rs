@@ -18,7 +18,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bits of the bitmap of learnt return addresses, which the scan looks at before the rules.
 pub const BITMAP_BITS: usize = 1 << 20;
@@ -75,11 +75,20 @@ pub struct Rules {
     /// The functions' table as read so far.
     reading: Reading,
     known: std::collections::HashSet<u64>,
-    /// Whether a stack was deeper than its copy (the walk is turned on once loaded), and
-    /// whether the programs walk (see `PerfSampler::walk`).
-    wanted: bool,
+    /// Since when stacks have been deeper than their copies (the walk is loaded then, a
+    /// child's [`CHILD_WALK_AFTER`] later, and turned on once loaded), and whether the programs
+    /// walk (see `PerfSampler::walk`).
+    deep_since: Option<Instant>,
     pub(super) on: bool,
 }
+
+/// A child process (one `run` follows, not the one it starts or `attach` names) has the walk
+/// loaded once its stacks have been deeper than their copies for this long. The load takes 15
+/// to 20 ms of fsprof's CPU, more than the whole deep life of most of a build's processes: with
+/// the walk at the first deep stack, the walks of `make -j2`'s compilers (12 files) were 22% of
+/// fsprof's CPU (BENCHMARKS.md, issue 39, twenty-third session). A compiler that runs on gets
+/// it this much later (its stacks until then completed from the thread's stack image, or cut).
+const CHILD_WALK_AFTER: Duration = Duration::from_millis(100);
 
 /// The walk's program: loaded on a thread of its own once asked for (the kernel's verifier
 /// takes 15 to 20 ms, which the sampling loop would otherwise spend not reading samples).
@@ -157,7 +166,7 @@ impl Rules {
                 entries: Vec::new(),
             },
             known: Default::default(),
-            wanted: false,
+            deep_since: None,
             on: false,
         })
     }
@@ -171,19 +180,25 @@ impl Rules {
     /// if not yet done: the kernel's verifier takes 15 to 20 ms of CPU, more on a busy machine,
     /// and a deep program's samples until the walk is on stop short (rustc's first 40 to 90 ms
     /// when it was loaded at the first deep stack). Started when the perf sampler is made for
-    /// the process `run` starts or `attach` names, and for others at their first deep stack;
-    /// the kernel refuses it before Linux 6.9 (no walk then).
+    /// the process `run` starts or `attach` names, and for others once their stacks have been
+    /// deep for [`CHILD_WALK_AFTER`]; the kernel refuses it before Linux 6.9 (no walk then).
     pub(super) fn prepare_walk(&mut self, copies: RawFd) {
         if let Walk::NotAsked = self.walk {
             self.walk = self.load_walk(copies);
         }
     }
 
-    /// Turns the walk on once it is wanted (a stack was `deeper` than its copy, now or before)
-    /// and loaded (`copies`: the ring its records go to); whether this call did.
+    /// Turns the walk on once it is wanted (a stack was `deeper` than its copy, now or before;
+    /// in a child process, [`CHILD_WALK_AFTER`] before) and loaded (`copies`: the ring its
+    /// records go to); whether this call did.
     pub(super) fn turn_on(&mut self, deeper: bool, copies: RawFd) -> bool {
-        self.wanted |= deeper;
-        if self.on || !self.wanted {
+        if deeper && self.deep_since.is_none() {
+            self.deep_since = Some(Instant::now());
+        }
+        let Some(since) = self.deep_since else {
+            return false;
+        };
+        if self.on || (!self.reading.eager && since.elapsed() < CHILD_WALK_AFTER) {
             return false;
         }
         self.prepare_walk(copies);
@@ -402,5 +417,47 @@ impl Drop for Rules {
             nix::libc::munmap(self.bits.cast(), BITMAP_BYTES);
             nix::libc::munmap(self.table.cast(), 16 * (self.capacity + 1));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native::bpf::page_size;
+    use crate::native::ring::CopyRing;
+
+    /// A child's walk is not loaded at its first deep stack, only once its stacks have been deep
+    /// for `CHILD_WALK_AFTER`; the process `run` starts has it loaded as soon as asked (as root;
+    /// elsewhere skipped: the maps need BPF).
+    #[test]
+    fn a_childs_walk_waits_until_its_stacks_have_been_deep_a_while() {
+        let made = crate::record::privilege::with_perf(|| {
+            let ring = CopyRing::new(page_size(), 1 << 16).map_err(|e| e.desc().to_owned())?;
+            let child = Rules::new(true).map_err(|e| e.desc().to_owned())?;
+            Ok::<_, String>((ring, child))
+        });
+        let (ring, mut child) = match made {
+            Ok(made) => made,
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                return;
+            }
+        };
+        let first = Instant::now();
+        child.turn_on(true, ring.fd());
+        assert!(matches!(child.walk, Walk::NotAsked), "loaded at once");
+        if first.elapsed() < CHILD_WALK_AFTER / 2 {
+            child.turn_on(false, ring.fd());
+            assert!(matches!(child.walk, Walk::NotAsked), "loaded early");
+        }
+        std::thread::sleep(CHILD_WALK_AFTER.saturating_sub(first.elapsed()));
+        child.turn_on(false, ring.fd());
+        assert!(!matches!(child.walk, Walk::NotAsked), "not loaded once due");
+        let mut program = Rules::new(false).unwrap();
+        program.turn_on(true, ring.fd());
+        assert!(
+            !matches!(program.walk, Walk::NotAsked),
+            "the program's not at once"
+        );
     }
 }
