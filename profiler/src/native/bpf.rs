@@ -122,27 +122,54 @@ struct ProgLoad {
     prog_name: [u8; 16],
 }
 
-/// An array (mapped into fsprof: the slot addresses are written there), a hash map (its
-/// elements allocated as fsprof adds them: the kernel would otherwise allocate all
-/// `max_entries` up front, a few megabytes and milliseconds for each process recorded; only
-/// fsprof adds to them, BPF programs look up and delete) or a ring buffer (of `max_entries`
-/// bytes).
+/// An array (mapped into fsprof: the slot addresses are written there), a hash map or a ring
+/// buffer (of `max_entries` bytes).
 pub(super) fn create_map(
     map_type: u32,
     key_size: u32,
     value_size: u32,
     max_entries: u32,
 ) -> Result<OwnedFd, Errno> {
+    let flags = if map_type == BPF_MAP_TYPE_ARRAY {
+        BPF_F_MMAPABLE
+    } else {
+        0
+    };
+    create_map_with(map_type, key_size, value_size, max_entries, flags)
+}
+
+/// A hash map whose elements the kernel allocates as fsprof adds them, not all `max_entries`
+/// up front (the rules' 32768 were megabytes and milliseconds for each process recorded). Only
+/// for maps that programs needing Linux 6.9 use (the walk's): before 6.1 the verifier refuses a
+/// perf-event program that uses such a map, so the maps of the sampling programs are
+/// preallocated.
+pub(super) fn create_sparse_hash(
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+) -> Result<OwnedFd, Errno> {
+    create_map_with(
+        BPF_MAP_TYPE_HASH,
+        key_size,
+        value_size,
+        max_entries,
+        BPF_F_NO_PREALLOC,
+    )
+}
+
+fn create_map_with(
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+) -> Result<OwnedFd, Errno> {
     let mut attr = MapCreate {
         map_type,
         key_size,
         value_size,
         max_entries,
-        map_flags: match map_type {
-            BPF_MAP_TYPE_ARRAY => BPF_F_MMAPABLE,
-            BPF_MAP_TYPE_HASH => BPF_F_NO_PREALLOC,
-            _ => 0,
-        },
+        map_flags,
         map_name: *b"fsprof_slots\0\0\0\0",
         ..Default::default()
     };

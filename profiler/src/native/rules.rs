@@ -7,7 +7,7 @@
 
 use crate::native::bpf::map_shared;
 use crate::native::bpf::{
-    create_map, delete_elem, update_elem, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH,
+    create_map, create_sparse_hash, delete_elem, update_elem, BPF_MAP_TYPE_ARRAY,
     BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_PROG_ARRAY,
 };
 use crate::native::unwind::FrameRule;
@@ -141,7 +141,7 @@ impl Rules {
         } else {
             (FUNCTIONS, true)
         };
-        let map = create_map(BPF_MAP_TYPE_HASH, 8, 8, MAX_RULES)?;
+        let map = create_sparse_hash(8, 8, MAX_RULES)?;
         let bitmap = create_map(BPF_MAP_TYPE_ARRAY, 4, 8, (BITMAP_BITS / 64) as u32)?;
         let bits = map_shared(&bitmap, BITMAP_BYTES, true, 0)?.cast();
         let functions = create_map(BPF_MAP_TYPE_ARRAY, 4, 16, capacity as u32 + 1)?;
