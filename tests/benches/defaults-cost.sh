@@ -46,6 +46,10 @@ every = {
     "perf1000": (["perf", "record", "-F", "1000", "--call-graph", "dwarf", "-o", "out/perf.data", "--"], {}),
 }
 asked = os.environ.get("CONFIGS", "defaults perthread").split()
+if "base" in asked and not os.environ.get("BASE"):
+    sys.exit("CONFIGS has base: set BASE=path/to/another/fsprof")
+if "perf1000" in asked and not shutil.which("perf"):
+    sys.exit("CONFIGS has perf1000, and perf is not installed")
 configs = {name: every[name] for name in ["alone"] + asked}
 env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 walls = {}
@@ -56,7 +60,7 @@ for _ in range(rounds):
         shutil.rmtree("out", ignore_errors=True)
         if config == "perf1000":
             os.makedirs("out")
-        timed = f"s=$(date +%s%N); {jobs[program]}\ne=$(date +%s%N); echo $(( (e - s) / 1000 )) > elapsed"
+        timed = f"s=$(date +%s%N); ( {jobs[program]}\n); st=$?; e=$(date +%s%N); echo $(( (e - s) / 1000 )) > elapsed; exit $st"
         start = time.monotonic()
         command, extra = configs[config]
         done = subprocess.run(command + ["bash", "-c", timed], env=env | extra,

@@ -115,19 +115,19 @@ make for i in 1 2 3; do make -s -j2 -B all >/dev/null; done
 sqlite3 rm -f db && sqlite3 db < queries.sql >/dev/null
 git for i in 1 2 3 4 5; do git -C "$repo" log -p >/dev/null; done
 xz xz -T2 -3 -c text.txt >/dev/null
-python3 $python script.py >/dev/null
+python3 "$python" script.py >/dev/null
 awk awk 'BEGIN { for (i = 0; i < 3000000; i++) a["key" i] = i; n = 0; for (k in a) n += a[k]; print n }'
 tokio ./tokio-server serve 8 >port & read p <port; env -u LD_PRELOAD ./tokio-server load \$p 8 10000; wait
 EOF_JOBS
 # The programs of issue 39 besides: python3 with four threads handing work around (about 20k
 # context switches a second), g++ of a template-heavy file, and node and ripgrep where installed.
 cat >> jobs.txt <<EOF_JOBS
-pythreads $python "$repo/tests/benches/cost-model/pyswitch.py" 20000 >/dev/null
+pythreads "$python" "$repo/tests/benches/cost-model/pyswitch.py" 20000 >/dev/null
 g++ g++ -O2 -c templates.cpp -o /dev/null
 EOF_JOBS
 if command -v node >/dev/null; then echo "node node cpu.js >/dev/null" >> jobs.txt; fi
-if command -v rg >/dev/null; then
-  # Over the crates cargo fetched (some 160 MB of source here): ripgrep's threads walk the tree.
+# Over the crates cargo fetched (some 160 MB of source here): ripgrep's threads walk the tree.
+if command -v rg >/dev/null && [ -d "${CARGO_HOME:-$HOME/.cargo}/registry/src" ]; then
   echo "rg for i in \$(seq 15); do rg -c '\\w+Error\\w*::\\w+' \"\${CARGO_HOME:-\$HOME/.cargo}/registry/src\" >/dev/null; done" >> jobs.txt
 fi
 

@@ -210,8 +210,8 @@ fn threads_that_switch_too_often_are_no_longer_followed_and_the_report_says_so()
     eprintln!("{per_thread:.0} switches a second per thread; the report says so: {said}");
     // Its rate over the whole run, following included: above the threshold, some window of
     // fsprof's was above it too (and once fsprof stops following, the rate jumps). Far below it,
-    // fsprof never stopped following (it would have jumped). With per-CPU events (the default
-    // where the kernel allows) a switch costs one program's run, and every one is followed.
+    // fsprof never stopped following (it would have jumped). With per-CPU events
+    // (FSPROF_PER_CPU=1) a switch costs one program's run, and every one is followed.
     if report["meta"]["perf_per_cpu"] == true {
         assert!(!said, "per CPU, and the note: {notes}\n{stderr}");
     } else if per_thread > THRESHOLD {

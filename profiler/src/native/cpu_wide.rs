@@ -1,4 +1,4 @@
-//! The per-CPU design of the perf backend (the default where allowed, `perf/design.rs`): no
+//! The per-CPU design of the perf backend (opt-in, `FSPROF_PER_CPU=1`, `perf/design.rs`): no
 //! event on any thread. Each CPU has one cpu-clock event whose program (`bpf::program` with
 //! `Index::Watched`) keeps the samples of watched threads only (a hash map of thread ids that
 //! fsprof fills) and copies their slots as a thread's own event's program does; a program at

@@ -202,8 +202,8 @@ struct OwnEvents {
     ring: Ring,
 }
 
-/// The perf side of a sampler: one event per CPU (`cpu_wide.rs`, the default where allowed), or
-/// one per sampled thread (`perf/design.rs`).
+/// The perf side of a sampler: one event per sampled thread, or (`FSPROF_PER_CPU=1`,
+/// `perf/design.rs`) one per CPU (`cpu_wide.rs`).
 pub struct PerfSampler {
     map: OwnedFd,
     /// One map value per thread it can sample at once (at most [`MAX_THREADS`]), mapped into
@@ -239,9 +239,8 @@ impl PerfSampler {
     /// sample every `period_ns` of a thread's CPU time. The error says what the kernel refused
     /// and what to do.
     pub fn new(period_ns: u64, capacity: u32) -> Result<PerfSampler, String> {
-        crate::record::privilege::with_perf(|| {
-            PerfSampler::create(period_ns, capacity, Design::from_environment())
-        })
+        let design = Design::from_environment();
+        crate::record::privilege::with_perf(|| PerfSampler::create(period_ns, capacity, design))
     }
 
     /// [`PerfSampler::new`], in the design asked for.
@@ -767,6 +766,8 @@ const REPHASE_SAMPLES: u64 = 1;
 const MATCH_TOLERANCE_NS: u64 = 100_000;
 
 mod design;
+#[cfg(test)]
+pub(super) use design::per_cpu_refused;
 pub(super) use design::Design;
 
 #[cfg(test)]

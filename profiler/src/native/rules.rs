@@ -75,15 +75,15 @@ pub struct Rules {
     /// The functions' table as read so far.
     reading: Reading,
     known: std::collections::HashSet<u64>,
-    /// Since when stacks have been deeper than their copies (the walk is loaded then, a
-    /// child's [`CHILD_WALK_AFTER`] later, and turned on once loaded), and whether the programs
-    /// walk (see `PerfSampler::walk`).
+    /// When a stack was first deeper than its copy (the walk is loaded then, a child's
+    /// [`CHILD_WALK_AFTER`] later, and turned on once loaded), and whether the programs walk
+    /// (see `PerfSampler::walk`).
     deep_since: Option<Instant>,
     pub(super) on: bool,
 }
 
 /// A child process (one `run` follows, not the one it starts or `attach` names) has the walk
-/// loaded once its stacks have been deeper than their copies for this long. The load takes 15
+/// loaded this long after its first stack deeper than its copy. The load takes 15
 /// to 20 ms of fsprof's CPU, more than the whole deep life of most of a build's processes: with
 /// the walk at the first deep stack, the walks of `make -j2`'s compilers (12 files) were 22% of
 /// fsprof's CPU (BENCHMARKS.md, issue 39, twenty-third session). A compiler that runs on gets
@@ -180,8 +180,8 @@ impl Rules {
     /// if not yet done: the kernel's verifier takes 15 to 20 ms of CPU, more on a busy machine,
     /// and a deep program's samples until the walk is on stop short (rustc's first 40 to 90 ms
     /// when it was loaded at the first deep stack). Started when the perf sampler is made for
-    /// the process `run` starts or `attach` names, and for others once their stacks have been
-    /// deep for [`CHILD_WALK_AFTER`]; the kernel refuses it before Linux 6.9 (no walk then).
+    /// the process `run` starts or `attach` names, and for others [`CHILD_WALK_AFTER`] after
+    /// their first deep stack; the kernel refuses it before Linux 6.9 (no walk then).
     pub(super) fn prepare_walk(&mut self, copies: RawFd) {
         if let Walk::NotAsked = self.walk {
             self.walk = self.load_walk(copies);
@@ -426,9 +426,9 @@ mod tests {
     use crate::native::bpf::page_size;
     use crate::native::ring::CopyRing;
 
-    /// A child's walk is not loaded at its first deep stack, only once its stacks have been deep
-    /// for `CHILD_WALK_AFTER`; the process `run` starts has it loaded as soon as asked (as root;
-    /// elsewhere skipped: the maps need BPF).
+    /// A child's walk is not loaded at its first deep stack, only `CHILD_WALK_AFTER` later; the
+    /// process `run` starts has it loaded as soon as asked (as root; elsewhere skipped: the
+    /// maps need BPF).
     #[test]
     fn a_childs_walk_waits_until_its_stacks_have_been_deep_a_while() {
         let made = crate::record::privilege::with_perf(|| {
@@ -445,12 +445,13 @@ mod tests {
         };
         let first = Instant::now();
         child.turn_on(true, ring.fd());
+        let due = Instant::now() + CHILD_WALK_AFTER;
         assert!(matches!(child.walk, Walk::NotAsked), "loaded at once");
         if first.elapsed() < CHILD_WALK_AFTER / 2 {
             child.turn_on(false, ring.fd());
             assert!(matches!(child.walk, Walk::NotAsked), "loaded early");
         }
-        std::thread::sleep(CHILD_WALK_AFTER.saturating_sub(first.elapsed()));
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
         child.turn_on(false, ring.fd());
         assert!(!matches!(child.walk, Walk::NotAsked), "not loaded once due");
         let mut program = Rules::new(false).unwrap();

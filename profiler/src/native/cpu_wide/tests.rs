@@ -10,13 +10,12 @@ use std::time::{Duration, Instant};
 
 /// A per-CPU perf sampler at a 1 ms period; `None` (the test skipped, and said) where not root.
 fn sampler() -> Option<PerfSampler> {
-    let made = crate::record::privilege::with_perf(|| {
-        PerfSampler::create(1_000_000, 64, Design::CpusAsked)
-    });
+    let made =
+        crate::record::privilege::with_perf(|| PerfSampler::create(1_000_000, 64, Design::Cpus));
     match made {
         Ok(perf) if perf.per_cpu() => Some(perf),
         Ok(_) => {
-            eprintln!("skipped: no per-CPU events here (the line above says why)");
+            crate::native::perf::per_cpu_refused();
             None
         }
         // SAFETY: geteuid has no preconditions.

@@ -143,13 +143,13 @@ fn sampler(threads: u32) -> Option<PerfSampler> {
 }
 
 /// [`sampler`] in the per-CPU design (`cpu_wide.rs`); `None` (skipped, and said) where the
-/// kernel does not allow it (see `CpuWide::new`).
+/// kernel cannot have it (see `design::per_cpu_refused`).
 fn sampler_per_cpu(threads: u32) -> Option<PerfSampler> {
     let perf = root_only(crate::record::privilege::with_perf(|| {
-        PerfSampler::create(1_000_000, threads, Design::CpusAsked)
+        PerfSampler::create(1_000_000, threads, Design::Cpus)
     }))?;
     if !perf.per_cpu() {
-        eprintln!("skipped: no per-CPU events here (the line above says why)");
+        design::per_cpu_refused();
         return None;
     }
     Some(perf)
