@@ -58,15 +58,14 @@ pub(in crate::native) enum Design {
 
 impl Design {
     /// The design `FSPROF_PER_CPU` asks for: `1` per CPU, anything else per thread. Not per CPU
-    /// by default yet: its ticks come every period of a CPU's time, not of the thread's, and a
-    /// sample stands for the thread's CPU time since its previous one, which is right for the
-    /// thread's own timer but not for a CPU's. A tick that finds the thread off its CPU is
-    /// lost, and its time goes to the next sample, which in a thread whose run and sleep have
-    /// a steady rhythm lands at the same place of the run each time: `sleepy` (700 us of
-    /// `hashing`, a 500 us sleep, 300 us more) read `hashing` 1.9 to 2.8 points high per CPU
-    /// (three runs alone, and twice over the bound of 2.5 in the whole suite), -0.7 to +0.1 per
-    /// thread; each
-    /// sample counted as one period instead read -0.5 to 0 (BENCHMARKS.md, issue 39,
+    /// by default yet: its ticks come on a CPU's clock, not on the thread's CPU time, and in a
+    /// thread that runs and sleeps in a steady rhythm they misplace time. `sleepy` (700 us of
+    /// `hashing`, a 500 us sleep, 300 us unmarked) read `hashing` 1.9 to 2.8 points high per
+    /// CPU (three runs alone, and twice over the bound of 2.5 in the whole suite), -0.7 to +0.1
+    /// per thread. Not the samples' weights alone (each the thread's CPU time since the one
+    /// before): crediting each with its CPU's period left the running time 7-8% short, and the
+    /// read's samples with equal shares of the thread's CPU time still read `hashing` +1.4 to
+    /// +2.2, so the ticks themselves fall in `hashing` too often (BENCHMARKS.md, issue 39,
     /// twenty-third session).
     pub(in crate::native) fn from_environment() -> Design {
         match std::env::var_os("FSPROF_PER_CPU") {
