@@ -65,8 +65,10 @@ impl Design {
     /// per thread. Not the samples' weights alone (each the thread's CPU time since the one
     /// before): crediting each with its CPU's period left the running time 7-8% short, and the
     /// read's samples with equal shares of the thread's CPU time still read `hashing` +1.4 to
-    /// +2.2, so the ticks themselves fall in `hashing` too often (BENCHMARKS.md, issue 39,
-    /// twenty-third session).
+    /// +2.2, so the ticks themselves fall in `hashing` too often: the thread's wake-ups fall on
+    /// the CPU's ticks. Two ticks a period, one kept at random (`TICKS_PER_SAMPLE` 2), read
+    /// +0.4 to +0.8: per-CPU jitter is the next step (BENCHMARKS.md, issue 39, twenty-third
+    /// session).
     pub(in crate::native) fn from_environment() -> Design {
         match std::env::var_os("FSPROF_PER_CPU") {
             Some(v) if v == "1" => Design::Cpus,
