@@ -7,7 +7,7 @@ use crate::native::map_value::{
     ANCHOR_RECORD_SIZE, COPY_HEADER, SCRATCH_SIZE, VALUE_ADDRESSES, VALUE_ANCHORS,
     VALUE_ANCHOR_RECORD, VALUE_DEPARTED, VALUE_JITTER, VALUE_SCRATCH,
 };
-use crate::native::perf::{ANCHORS, DEPTH_OFFSET, SLOTS, TICKS_PER_SAMPLE};
+use crate::native::perf::{ANCHORS, CPU_TICKS_PER_SAMPLE, DEPTH_OFFSET, SLOTS, TICKS_PER_SAMPLE};
 use crate::native::rules::Rules;
 use crate::native::walk::CONTEXT;
 use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE, SLOT_STATE_SIZE};
@@ -274,7 +274,11 @@ fn program(
         insn(EXIT, 0, 0, 0, 0),
         insn(MOV64_REG, 6, 0, 0, 0), // r6: the value (r6-r9 survive calls)
     ]);
-    if !at_switch && TICKS_PER_SAMPLE > 1 {
+    let ticks = match index {
+        Index::Watched(_) => CPU_TICKS_PER_SAMPLE,
+        _ => TICKS_PER_SAMPLE,
+    };
+    if !at_switch && ticks > 1 {
         // Jittered sampling (see `TICKS_PER_SAMPLE`): skip the ticks still to skip; at a kept
         // one, draw the next one's place in the next period. With one tick a period, every
         // tick is kept.
@@ -287,10 +291,10 @@ fn program(
             insn(MOV64_IMM, 0, 0, 0, 0), // dropped
             insn(EXIT, 0, 0, 0, 0),
             insn(CALL, 0, 0, 0, HELPER_GET_PRANDOM_U32),
-            insn(AND64_IMM, 0, 0, 0, TICKS_PER_SAMPLE as i32 - 1), // r0: the next one's place
+            insn(AND64_IMM, 0, 0, 0, ticks as i32 - 1), // r0: the next one's place
             insn(LDX_W, 2, 6, place, 0),
-            insn(AND64_IMM, 2, 0, 0, TICKS_PER_SAMPLE as i32 - 1), // r2: this one's place
-            insn(MOV64_IMM, 1, 0, 0, TICKS_PER_SAMPLE as i32 - 1),
+            insn(AND64_IMM, 2, 0, 0, ticks as i32 - 1), // r2: this one's place
+            insn(MOV64_IMM, 1, 0, 0, ticks as i32 - 1),
             insn(SUB64_REG, 1, 2, 0, 0),
             insn(ADD64_REG, 1, 0, 0, 0), // to skip: the rest of this period, then the place
             insn(STX_W, 6, 1, left, 0),

@@ -36,7 +36,7 @@ use crate::native::map_value::{
     COPY_HEADER, VALUE_CPU_NS, VALUE_ON_SINCE, VALUE_SWITCHES, VALUE_SWITCH_RECORD,
     VALUE_TIME_RECORD,
 };
-use crate::native::perf::{PerfSample, Switch, Taken, STACK_DUMP, TICKS_PER_SAMPLE};
+use crate::native::perf::{PerfSample, Switch, Taken, CPU_TICKS_PER_SAMPLE, STACK_DUMP};
 use crate::native::perf_events::{attach, open_cpu_event, output_to, rephase};
 use crate::native::ring::{
     match_copies, parse, Record, Ring, SlotCopy, ThreadEvent, CPU_TIME, DEPARTED, EXECED, RETURNED,
@@ -125,7 +125,7 @@ struct Thread {
 impl CpuWide {
     /// Creates the map of watched threads, loads the programs (the sampling one over the
     /// values `map`, putting copies in `copies`, handing over to the walk through `walk`), and
-    /// opens and enables a cpu-clock event per CPU that ticks `TICKS_PER_SAMPLE` times per
+    /// opens and enables a cpu-clock event per CPU that ticks `CPU_TICKS_PER_SAMPLE` times per
     /// `period_ns` of wall time (each kept tick a sample of the thread running), and a
     /// context-switch event per CPU (at most one departure's stack per thread per period).
     pub(super) fn new(
@@ -137,7 +137,7 @@ impl CpuWide {
         page: usize,
         pages: usize,
     ) -> Result<CpuWide, String> {
-        let tick_ns = period_ns / TICKS_PER_SAMPLE;
+        let tick_ns = period_ns / CPU_TICKS_PER_SAMPLE;
         let pid_offset = crate::native::btf::task_pid_offset()
             .ok_or("the kernel does not describe its task_struct (no /sys/kernel/btf/vmlinux)")?;
         let watched = create_map(BPF_MAP_TYPE_HASH, 4, 4, capacity)
