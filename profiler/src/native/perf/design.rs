@@ -59,15 +59,17 @@ pub(in crate::native) enum Design {
 impl Design {
     /// The design `FSPROF_PER_CPU` asks for: `1` per CPU, anything else per thread. Not per CPU
     /// by default yet: its ticks come on a CPU's clock, not on the thread's CPU time, and in a
-    /// thread that runs and sleeps in a steady rhythm they misplace time. `sleepy` (700 us of
+    /// thread that runs and sleeps in a steady rhythm they misplaced time with one tick a
+    /// period. `sleepy` (700 us of
     /// `hashing`, a 500 us sleep, 300 us unmarked) read `hashing` 1.9 to 2.8 points high per
     /// CPU (three runs alone, and twice over the bound of 2.5 in the whole suite), -0.7 to +0.1
     /// per thread. Not the samples' weights alone (each the thread's CPU time since the one
     /// before): crediting each with its CPU's period left the running time 7-8% short, and the
     /// read's samples with equal shares of the thread's CPU time still read `hashing` +1.4 to
     /// +2.2, so the ticks themselves fall in `hashing` too often: the thread's wake-ups fall on
-    /// the CPU's ticks. Two ticks a period, one kept at random (`TICKS_PER_SAMPLE` 2), read
-    /// +0.4 to +0.8: per-CPU jitter is the next step (BENCHMARKS.md, issue 39, twenty-third
+    /// the CPU's ticks. With two ticks a period, one kept at random (`CPU_TICKS_PER_SAMPLE`),
+    /// it reads 0 to +0.8; what the doubled ticks cost, and the whole suite per CPU, are yet
+    /// to measure before per CPU is the default (BENCHMARKS.md, issue 39, twenty-third
     /// session).
     pub(in crate::native) fn from_environment() -> Design {
         match std::env::var_os("FSPROF_PER_CPU") {
