@@ -7,12 +7,11 @@
 # (root: kernel.bpf_stats_enabled), each BPF program's runs and nanoseconds per run.
 #
 # Parts (PARTS=, default all):
-#   samples    spin 2 threads of a hash loop: alone | default (per-CPU events where the kernel
-#              allows) | perthread (per-thread events, FSPROF_PER_CPU=0) | r1000 (--rate 1000)
-#              | nonative
+#   samples    spin 2 threads of a hash loop: alone | default (per-thread events) | percpu
+#              (per-CPU events, FSPROF_PER_CPU=1) | r1000 (--rate 1000) | nonative
 #              | perf1000 (`perf record -F 1000 --call-graph dwarf`, where perf is installed)
 #   ticks      where the samples' cost goes: spin 2 threads, longer (about 2.5 s): alone | default
-#              | perthread | nonative | r125 | perf250 (`perf record -F 250 --call-graph dwarf`) |
+#              | percpu | nonative | r125 | perf250 (`perf record -F 250 --call-graph dwarf`) |
 #              ptick, ptick2 (`perf record -e task-clock` at fsprof's default tick rate and half
 #              of it, no stacks: what a tick costs); the program's elapsed and CPU time (the
 #              latter includes the kernel's work in interrupts on its threads); not in the
@@ -22,12 +21,12 @@
 #              preempted thread's stack, at most one per period, are made on it); not in the
 #              default PARTS
 #   switches   pingpong: two threads hand a byte through pipes 200k times (400k switches):
-#              alone | default | perthread | agent | nonative | ptrace; and pyswitch (python3: 4
+#              alone | default | percpu | agent | nonative | ptrace; and pyswitch (python3: 4
 #              threads, two ping-pong pairs with json and hashing, ~20k switches/s): alone |
-#              default | perthread | agent | nonative
-#   processes  forks: fork and exec /bin/true 500 times: alone | default | perthread | agent |
+#              default | percpu | agent | nonative
+#   processes  forks: fork and exec /bin/true 500 times: alone | default | percpu | agent |
 #              nofollow | nonative
-#   threads    births: 20000 short threads one after another: alone | default | perthread |
+#   threads    births: 20000 short threads one after another: alone | default | percpu |
 #              agent | nonative
 #   crowds     fsprof attach for 4 s to spin with 2, 16, 64 and 1000 threads (fsprof's own CPU,
 #              ticks, perf samples lost, threads with samples); fsprof run on spin 1000
@@ -141,7 +140,6 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
       return ;;
     default) flags= ;;
     percpu) flags= ;;
-    perthread) flags= ;;
     base) flags= ;;
     r1000) flags="--rate 1000" ;;
     r125) flags="--rate 125" ;;
@@ -157,7 +155,6 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
   [ "$config" = base ] && bin=$BASE
   local design=
   [ "$config" = percpu ] && design=1
-  [ "$config" = perthread ] && design=0
   { time env FSPROF_PER_CPU=$design "$bin/fsprof" run $flags -o "$WORK/p-$config" -- "$@" > "$WORK/out" 2> "$WORK/err"; } 2> "$WORK/time"
   if [ -n "$bp" ]; then sleep 0.05; kill $bp; wait $bp 2>/dev/null; bpf_summary; fi
   grep -h elapsed "$WORK/out"
@@ -203,12 +200,12 @@ PY
 for part in $PARTS; do
   case $part in
     samples)
-      configs="alone default perthread r1000 nonative"
+      configs="alone default percpu r1000 nonative"
       command -v perf > /dev/null && configs="$configs perf1000"
       [ -n "${BASE:-}" ] && configs="$configs base"
       rounds spin2 "$configs" "$WORK/spin" 2 500000000 ;;
     ticks)
-      configs="alone default perthread nonative r125"
+      configs="alone default percpu nonative r125"
       command -v perf > /dev/null && configs="$configs perf250 ptick ptick2"
       rounds spin2-ticks "$configs" "$WORK/spin" 2 1500000000 ;;
     preempted)
@@ -219,9 +216,9 @@ for part in $PARTS; do
       wait "${busy[@]}" 2> /dev/null ;;
     switches)
       extra=${BASE:+ base}
-      rounds pingpong "alone default perthread agent nonative ptrace$extra" "$WORK/pingpong" 200000
-      rounds pyswitch "alone default perthread agent nonative$extra" python3 "$SRC/pyswitch.py" 40000 ;;
-    processes) rounds forks "alone default perthread agent nofollow nonative" "$WORK/forks" 500 ;;
+      rounds pingpong "alone default percpu agent nonative ptrace$extra" "$WORK/pingpong" 200000
+      rounds pyswitch "alone default percpu agent nonative$extra" python3 "$SRC/pyswitch.py" 40000 ;;
+    processes) rounds forks "alone default percpu agent nofollow nonative" "$WORK/forks" 500 ;;
     mechanisms)
       configs="alone default nonative"
       command -v perf > /dev/null && configs="$configs ptask ptaskdw pcpu pcpudw pcpusw pcpucs"
@@ -238,7 +235,7 @@ for part in $PARTS; do
         done
       done
       medians "$WORK/evcost.tsv" none 300000 ;;
-    threads) rounds births "alone default perthread agent nonative" "$WORK/births" 20000 ;;
+    threads) rounds births "alone default percpu agent nonative" "$WORK/births" 20000 ;;
     crowds)
       echo "== crowds: fsprof attach --duration 4 at the defaults"
       cores=$(nproc)

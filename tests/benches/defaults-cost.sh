@@ -2,11 +2,11 @@
 # What `fsprof run` costs real programs: each program alone and under fsprof in the
 # configurations asked for, for BENCHMARKS.md. Run from the workspace root after `cargo build
 # --release --workspace --all-targets`.
-# Usage: [FSPROF=path/to/fsprof] [JOBS="xz sqlite3"] [CONFIGS="defaults perthread"]
+# Usage: [FSPROF=path/to/fsprof] [JOBS="xz sqlite3"] [CONFIGS="defaults percpu"]
 #        tests/benches/defaults-cost.sh [ROUNDS]
 #
-# Configurations (CONFIGS, default "defaults perthread"): defaults (`fsprof run`), perthread
-# (per-thread perf events, FSPROF_PER_CPU=0), agent (`fsprof run --agent`), nofollow
+# Configurations (CONFIGS, default "defaults percpu"): defaults (`fsprof run`), percpu
+# (per-CPU perf events, FSPROF_PER_CPU=1), agent (`fsprof run --agent`), nofollow
 # (`--no-follow`), nonative (`--no-native`), r1000 (`--rate 1000`), perf1000 (`perf record -F
 # 1000 --call-graph dwarf` of the job, where perf is installed), base (another fsprof at its
 # defaults, BASE=path/to/fsprof: an earlier build, for a before and after in one run).
@@ -37,7 +37,7 @@ if os.environ.get("JOBS"):
 every = {
     "alone": ([], {}),
     "defaults": ([fsprof, "run", "-o", "out", "--"], {}),
-    "perthread": ([fsprof, "run", "-o", "out", "--"], {"FSPROF_PER_CPU": "0"}),
+    "percpu": ([fsprof, "run", "-o", "out", "--"], {"FSPROF_PER_CPU": "1"}),
     "agent": ([fsprof, "run", "--agent", "-o", "out", "--"], {}),
     "nofollow": ([fsprof, "run", "--no-follow", "-o", "out", "--"], {}),
     "nonative": ([fsprof, "run", "--no-native", "-o", "out", "--"], {}),
@@ -45,7 +45,7 @@ every = {
     "base": ([os.environ.get("BASE", "fsprof-base"), "run", "-o", "out", "--"], {}),
     "perf1000": (["perf", "record", "-F", "1000", "--call-graph", "dwarf", "-o", "out/perf.data", "--"], {}),
 }
-asked = os.environ.get("CONFIGS", "defaults perthread").split()
+asked = os.environ.get("CONFIGS", "defaults percpu").split()
 if "base" in asked and not os.environ.get("BASE"):
     sys.exit("CONFIGS has base: set BASE=path/to/another/fsprof")
 if "perf1000" in asked and not shutil.which("perf"):

@@ -107,16 +107,16 @@ pub(super) const TICKS_PER_SAMPLE: u64 = 1;
 /// and a thread's wake-ups fall on its ticks (why is not known: this VM's timer interrupts?),
 /// so with one tick a period the thread's samples came at the same places of each run: a
 /// loop of 700 us of `hashing`, a 500 us sleep and 300 us unmarked read `hashing` 1.9 to 2.8
-/// points high; with two, the program keeping one at random, +0.4 to +0.8 (BENCHMARKS.md,
+/// points high; with two, the program keeping one at random, 0 to +0.8 (BENCHMARKS.md,
 /// issue 39, twenty-third session). A power of two (the program draws a place with a mask).
 pub(super) const CPU_TICKS_PER_SAMPLE: u64 = 2;
 
 /// The CPU time between two of perf's samples of a thread at `rate_hz`: a twentieth less than
 /// `1 / rate_hz`, so that the timer's ticks are no round number of microseconds apart (950 us
 /// at 1000 Hz, 3.8 ms at 250 Hz, one a period). At 250 Hz ticks 1 ms apart (four a period, then)
-/// kept in step with a loop of 1 ms of
-/// CPU whatever tick was kept (`sleepy`'s `hashing` read 2.6 to 4.2 points low on a quiet
-/// machine); loops of round lengths are common, and those of these lengths are not.
+/// kept in step with a loop of 1 ms of CPU whatever tick was kept (`sleepy`'s `hashing` read
+/// 2.6 to 4.2 points low on a quiet machine); loops of round lengths are common, and those of
+/// these lengths are not.
 pub fn sampling_period(rate_hz: f64) -> std::time::Duration {
     std::time::Duration::from_secs_f64(0.95 / rate_hz)
 }

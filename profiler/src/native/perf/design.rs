@@ -1,5 +1,6 @@
 //! Which events a perf sampler opens: one per thread (the default), or one per CPU
-//! (`cpu_wide.rs`, `FSPROF_PER_CPU=1`, where the kernel and fsprof's privilege allow). Not here: the events themselves (`perf_events.rs`, `cpu_wide.rs`).
+//! (`cpu_wide.rs`, `FSPROF_PER_CPU=1`, where the kernel and fsprof's privilege allow). Not
+//! here: the events themselves (`perf_events.rs`, `cpu_wide.rs`).
 
 use super::{PerfSampler, RING_PAGES};
 use crate::native::cpu_wide::CpuWide;
