@@ -561,6 +561,15 @@ impl Programs {
         }
     }
 
+    /// Keeps `loaded` as the program [`Programs::get`] gives for `index` and `switch`.
+    pub(super) fn keep(&mut self, index: u32, switch: bool, loaded: OwnedFd) {
+        let cache = &mut self.loaded[usize::from(switch)];
+        if cache.len() <= index as usize {
+            cache.resize_with(index as usize + 1, || None);
+        }
+        cache[index as usize] = Some(loaded);
+    }
+
     /// The program for map value `index` (the one that copies slots at samples, or at
     /// departures if `switch`) of the map `map`, putting its copies in `copies`: loaded once per
     /// index and kept, since a thread that ends frees its index for the next. Loading one (the
@@ -574,18 +583,17 @@ impl Programs {
         index: u32,
         switch: bool,
     ) -> Result<OwnedFd, Errno> {
-        let walk = self.rules.hand_over();
-        let cache = &mut self.loaded[usize::from(switch)];
-        if cache.len() <= index as usize {
-            cache.resize_with(index as usize + 1, || None);
-        }
-        if cache[index as usize].is_none() {
+        let cache = &self.loaded[usize::from(switch)];
+        if cache.get(index as usize).is_none_or(|kept| kept.is_none()) {
             let departure = switch.then_some(self.departure);
+            let walk = self.rules.hand_over();
             let loaded = load_program(map, copies, walk, Index::Fixed(index), departure)
                 .map_err(|_| Errno::EPERM)?;
-            cache[index as usize] = Some(loaded);
+            self.keep(index, switch, loaded);
         }
-        let program = cache[index as usize].as_ref().expect("loaded");
+        let program = self.loaded[usize::from(switch)][index as usize]
+            .as_ref()
+            .expect("loaded");
         program
             .try_clone()
             .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0)))

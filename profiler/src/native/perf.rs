@@ -302,16 +302,12 @@ impl PerfSampler {
         sampler.wide = sampler.open_design(design, capacity);
         if sampler.wide.is_none() {
             // What the per-thread events need, tried now so that the error says it: the
-            // program loads, and an event opens (on this thread).
+            // program loads (the first thread's, kept), and an event opens (on this thread).
+            let (map, copies) = (sampler.map.as_raw_fd(), sampler.copies.fd());
             let rules = sampler.programs.rules.hand_over();
-            load_program(
-                sampler.map.as_raw_fd(),
-                sampler.copies.fd(),
-                rules,
-                Index::Fixed(0),
-                None,
-            )
-            .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))?;
+            load_program(map, copies, rules, Index::Fixed(0), None)
+                .map_err(|e| format!("cannot load a BPF program ({e}): {needs}"))
+                .map(|loaded| sampler.programs.keep(0, false, loaded))?;
             // SAFETY: gettid has no preconditions.
             let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
             open_event(me, sampler.period_ns, true).map_err(|e| {

@@ -54,15 +54,10 @@ pub(super) fn decode(word: u64) -> Option<FrameRule> {
 }
 
 /// The rules of a process's return addresses, as the programs read them: a hash map, and a
-/// bitmap of them (by [`bit`]) mapped into fsprof.
+/// bitmap of them (by [`bit`]) mapped into fsprof; made with the walk's other maps when the
+/// process is made for (see [`WalkMaps`]).
 pub struct Rules {
-    map: OwnedFd,
-    bitmap: OwnedFd,
-    bits: *mut u64,
-    /// The functions' table (see `functions.rs`): entry 0 holds their number, then each
-    /// function's start and its body's rule, by start.
-    functions: OwnedFd,
-    table: *mut u64,
+    maps: Option<WalkMaps>,
     /// Each CPU's scratch for the walk (its state, its record, a window of words): per CPU,
     /// not per thread (a thread's map value would be 6 KiB larger, 1024 of them).
     scratch: OwnedFd,
@@ -74,7 +69,8 @@ pub struct Rules {
     capacity: usize,
     /// The functions' table as read so far.
     reading: Reading,
-    known: std::collections::HashSet<u64>,
+    /// The return addresses looked up, and their rules (in the maps once they are made).
+    known: std::collections::HashMap<u64, Option<FrameRule>>,
     /// When a stack was first deeper than its copy (the walk is loaded then, a child's
     /// [`CHILD_WALK_AFTER`] later, and turned on once loaded), and whether the programs walk
     /// (see `PerfSampler::walk`).
@@ -89,6 +85,72 @@ pub struct Rules {
 /// fsprof's CPU (BENCHMARKS.md, issue 39, twenty-third session). A compiler that runs on gets
 /// it this much later (its stacks until then completed from the thread's stack image, or cut).
 const CHILD_WALK_AFTER: Duration = Duration::from_millis(100);
+
+/// The maps only the walk reads: the rules by return address, their bitmap and the functions'
+/// table (1.1 MiB for a child, 8.1 MiB for the program, zeroed by the kernel). The process
+/// `run` starts or `attach` names has them from the start; a child (a build's compiler, most of
+/// which live a few ms) only once its walk is to be loaded: making them was 11% of fsprof's
+/// CPU following `make -j2` (BENCHMARKS.md, issue 39, twenty-fourth session).
+struct WalkMaps {
+    map: OwnedFd,
+    bitmap: OwnedFd,
+    bits: *mut u64,
+    /// The functions' table (see `functions.rs`): entry 0 holds their number, then each
+    /// function's start and its body's rule, by start.
+    functions: OwnedFd,
+    table: *mut u64,
+    /// Entries the table has room for (besides entry 0).
+    capacity: usize,
+}
+
+impl WalkMaps {
+    fn new(capacity: usize) -> Result<WalkMaps, Errno> {
+        let map = create_sparse_hash(8, 8, MAX_RULES)?;
+        let bitmap = create_map(BPF_MAP_TYPE_ARRAY, 4, 8, (BITMAP_BITS / 64) as u32)?;
+        let functions = create_map(BPF_MAP_TYPE_ARRAY, 4, 16, capacity as u32 + 1)?;
+        let bits = map_shared(&bitmap, BITMAP_BYTES, true, 0)?.cast();
+        // Unmapped by drop from here on, whatever fails next.
+        let mut made = WalkMaps {
+            map,
+            bitmap,
+            bits,
+            functions,
+            table: std::ptr::null_mut(),
+            capacity,
+        };
+        made.table = map_shared(&made.functions, 16 * (capacity + 1), true, 0)?.cast();
+        Ok(made)
+    }
+
+    /// Gives `rule` at `return_address` to the walk.
+    fn give(&mut self, return_address: u64, rule: FrameRule) {
+        if update_elem(self.map.as_raw_fd(), return_address, encode(rule)).is_ok() {
+            let (index, bit) = bit(return_address);
+            // SAFETY: `index` < BITMAP_BITS / 64, inside the mapping; volatile: the programs
+            // read it at any time.
+            unsafe {
+                let word = self.bits.add(index);
+                word.write_volatile(word.read_volatile() | 1 << bit);
+            }
+        }
+    }
+}
+
+impl Drop for WalkMaps {
+    fn drop(&mut self) {
+        // SAFETY: unmaps what `new` mapped (the table only once mapped).
+        unsafe {
+            nix::libc::munmap(self.bits.cast(), BITMAP_BYTES);
+            if !self.table.is_null() {
+                nix::libc::munmap(self.table.cast(), 16 * (self.capacity + 1));
+            }
+        }
+    }
+}
+
+// SAFETY: `bits` and `table` are owned by this struct (unmapped on drop) and only written
+// through `&mut self`.
+unsafe impl Send for WalkMaps {}
 
 /// The walk's program: loaded on a thread of its own once asked for (the kernel's verifier
 /// takes 15 to 20 ms, which the sampling loop would otherwise spend not reading samples).
@@ -116,9 +178,6 @@ struct Reading {
     entries: Vec<(u64, Option<FrameRule>)>,
 }
 
-// SAFETY: `bits` is owned by this struct (unmapped on drop) and only written through `&mut self`.
-unsafe impl Send for Rules {}
-
 const BITMAP_BYTES: usize = BITMAP_BITS / 8;
 
 /// What the threads reading functions send: the table's generation they read for, and the
@@ -141,22 +200,18 @@ impl Rules {
         } else {
             (FUNCTIONS, true)
         };
-        let map = create_sparse_hash(8, 8, MAX_RULES)?;
-        let bitmap = create_map(BPF_MAP_TYPE_ARRAY, 4, 8, (BITMAP_BITS / 64) as u32)?;
-        let bits = map_shared(&bitmap, BITMAP_BYTES, true, 0)?.cast();
-        let functions = create_map(BPF_MAP_TYPE_ARRAY, 4, 16, capacity as u32 + 1)?;
-        let table = map_shared(&functions, 16 * (capacity + 1), true, 0)?.cast();
+        let maps = if eager {
+            Some(WalkMaps::new(capacity)?)
+        } else {
+            None
+        };
         let scratch = create_map(BPF_MAP_TYPE_PERCPU_ARRAY, 4, SCRATCH_SIZE as u32, 1)?;
         let programs = create_map(BPF_MAP_TYPE_PROG_ARRAY, 4, 4, 1)?;
         Ok(Rules {
             scratch,
             programs,
             walk: Walk::NotAsked,
-            map,
-            bitmap,
-            bits,
-            functions,
-            table,
+            maps,
             capacity,
             reading: Reading {
                 channel: std::sync::mpsc::channel(),
@@ -184,8 +239,26 @@ impl Rules {
     /// their first deep stack; the kernel refuses it before Linux 6.9 (no walk then).
     pub(super) fn prepare_walk(&mut self, copies: RawFd) {
         if let Walk::NotAsked = self.walk {
-            self.walk = self.load_walk(copies);
+            self.walk = match self.make_maps() {
+                Ok(()) => self.load_walk(copies),
+                Err(_) => Walk::Refused,
+            };
         }
+    }
+
+    /// Makes the walk's maps if not yet made, with the rules learnt so far in them.
+    fn make_maps(&mut self) -> Result<(), Errno> {
+        if self.maps.is_some() {
+            return Ok(());
+        }
+        let mut maps = WalkMaps::new(self.capacity)?;
+        for (address, rule) in &self.known {
+            if let Some(rule) = rule {
+                maps.give(*address, *rule);
+            }
+        }
+        self.maps = Some(maps);
+        Ok(())
     }
 
     /// Turns the walk on once it is wanted (a stack was `deeper` than its copy, now or before;
@@ -237,7 +310,10 @@ impl Rules {
     fn load_walk(&self, copies: RawFd) -> Walk {
         // SAFETY: `copies` is the caller's open descriptor, only duplicated here.
         let copies = unsafe { std::os::fd::BorrowedFd::borrow_raw(copies) };
-        let fds = [&self.map, &self.bitmap, &self.functions, &self.scratch]
+        let Some(maps) = &self.maps else {
+            return Walk::Refused;
+        };
+        let fds = [&maps.map, &maps.bitmap, &maps.functions, &self.scratch]
             .map(|fd| fd.try_clone().ok())
             .into_iter()
             .chain([copies.try_clone_to_owned().ok()])
@@ -343,18 +419,22 @@ impl Rules {
 
     /// Gives the functions' table (by start, at most [`Rules::capacity`]).
     fn set_functions(&mut self, functions: &[(u64, Option<FrameRule>)]) {
-        let count = functions.len().min(self.capacity);
+        let Some(maps) = &self.maps else {
+            return;
+        };
+        let count = functions.len().min(maps.capacity);
+        let table = maps.table;
         // SAFETY: entries 0 ..= capacity, two words each, inside the mapping; volatile: the
         // programs read it at any time (a walk that reads it half written reads the wrong
         // words, which the unwinder does not take).
         unsafe {
-            self.table.write_volatile(0);
+            table.write_volatile(0);
             for (i, (start, rule)) in functions[..count].iter().enumerate() {
-                let entry = self.table.add(2 * (i + 1));
+                let entry = table.add(2 * (i + 1));
                 entry.write_volatile(*start);
                 entry.add(1).write_volatile(rule.map_or(0, encode));
             }
-            self.table.write_volatile(count as u64);
+            table.write_volatile(count as u64);
         }
     }
 
@@ -364,25 +444,17 @@ impl Rules {
         if self.known.len() >= MAX_RULES as usize {
             return true;
         }
-        self.known.contains(&return_address)
+        self.known.contains_key(&return_address)
     }
 
     /// Gives the rule at `return_address` (`None`: it has none the walk can follow).
     pub fn learn(&mut self, return_address: u64, rule: Option<FrameRule>) {
-        if self.known.len() >= MAX_RULES as usize || !self.known.insert(return_address) {
+        if self.known.len() >= MAX_RULES as usize || self.known.contains_key(&return_address) {
             return;
         }
-        let Some(rule) = rule else {
-            return;
-        };
-        if update_elem(self.map.as_raw_fd(), return_address, encode(rule)).is_ok() {
-            let (index, bit) = bit(return_address);
-            // SAFETY: `index` < BITMAP_BITS / 64, inside the mapping; volatile: the programs
-            // read it at any time.
-            unsafe {
-                let word = self.bits.add(index);
-                word.write_volatile(word.read_volatile() | 1 << bit);
-            }
+        self.known.insert(return_address, rule);
+        if let (Some(maps), Some(rule)) = (&mut self.maps, rule) {
+            maps.give(return_address, rule);
         }
     }
 
@@ -390,32 +462,27 @@ impl Rules {
     /// addresses may be another code's now), and makes the bitmap again from the others (two
     /// addresses may share a bit).
     fn forget_rules(&mut self, gone: &[std::ops::Range<u64>]) {
-        let map = self.map.as_raw_fd();
-        self.known.retain(|address| {
+        let map = self.maps.as_ref().map(|maps| maps.map.as_raw_fd());
+        self.known.retain(|address, _| {
             let keep = !gone.iter().any(|range| range.contains(address));
-            if !keep {
+            if let (false, Some(map)) = (keep, map) {
                 let _ = delete_elem(map, *address);
             }
             keep
         });
+        let Some(maps) = &self.maps else {
+            return;
+        };
         let mut bits = vec![0u64; BITMAP_BITS / 64];
-        for address in &self.known {
-            let (index, bit) = bit(*address);
-            bits[index] |= 1 << bit;
+        for (address, rule) in &self.known {
+            if rule.is_some() {
+                let (index, bit) = bit(*address);
+                bits[index] |= 1 << bit;
+            }
         }
         for (index, word) in bits.into_iter().enumerate() {
             // SAFETY: inside the mapping; volatile: the programs read it at any time.
-            unsafe { self.bits.add(index).write_volatile(word) };
-        }
-    }
-}
-
-impl Drop for Rules {
-    fn drop(&mut self) {
-        // SAFETY: unmaps what `new` mapped.
-        unsafe {
-            nix::libc::munmap(self.bits.cast(), BITMAP_BYTES);
-            nix::libc::munmap(self.table.cast(), 16 * (self.capacity + 1));
+            unsafe { maps.bits.add(index).write_volatile(word) };
         }
     }
 }
@@ -425,6 +492,43 @@ mod tests {
     use super::*;
     use crate::native::bpf::page_size;
     use crate::native::ring::CopyRing;
+
+    /// A child's walk maps (1.1 MiB) are made only when its walk is about to be loaded, with
+    /// the rules learnt until then in them; the program's from the start (as root; elsewhere
+    /// skipped: the maps need BPF).
+    #[test]
+    fn a_childs_walk_maps_wait_for_its_walk_and_get_the_rules_learnt_before() {
+        let made = crate::record::privilege::with_perf(|| {
+            let ring = CopyRing::new(page_size(), 1 << 16).map_err(|e| e.desc().to_owned())?;
+            let child = Rules::new(true).map_err(|e| e.desc().to_owned())?;
+            Ok::<_, String>((ring, child))
+        });
+        let (ring, mut child) = match made {
+            Ok(made) => made,
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                return;
+            }
+        };
+        let is_set = |rules: &Rules, address: u64| {
+            let (index, bit) = bit(address);
+            let maps = rules.maps.as_ref().expect("made");
+            // SAFETY: inside the mapping.
+            unsafe { maps.bits.add(index).read_volatile() & 1 << bit != 0 }
+        };
+        let rule = FrameRule::StackPointer {
+            cfa: 16,
+            bp_saved: 0,
+        };
+        assert!(child.maps.is_none(), "made with the rules");
+        child.learn(0x40_1000, Some(rule));
+        assert!(child.maps.is_none(), "made at a rule learnt");
+        child.prepare_walk(ring.fd());
+        assert!(is_set(&child, 0x40_1000), "the rule learnt before");
+        child.learn(0x40_2000, Some(rule));
+        assert!(is_set(&child, 0x40_2000), "a rule learnt after");
+        assert!(Rules::new(false).unwrap().maps.is_some(), "the program's");
+    }
 
     /// A child's walk is not loaded at its first deep stack, only `CHILD_WALK_AFTER` later; the
     /// process `run` starts has it loaded as soon as asked (as root; elsewhere skipped: the

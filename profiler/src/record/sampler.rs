@@ -19,7 +19,7 @@
 use crate::native::capture::{self, Captured, NativeSampler, PerfTaken};
 use crate::native::perf::{PerfSampler, SLOTS};
 use crate::native::unwind::UnwoundFrame;
-use crate::profile::{Meta, Profile, ProfileBuilder, Stack, MAX_STACK_FRAMES};
+use crate::profile::{ProfileBuilder, Stack, MAX_STACK_FRAMES};
 use crate::record::clock::TickClock;
 use crate::record::interner::{Interner, Target};
 use crate::record::marks::MarkReader;
@@ -684,92 +684,15 @@ impl Sampler {
     fn via(&self) -> u32 {
         process::memory_thread_cached(&self.via, self.pid, self.tasks.tids())
     }
-
-    /// The finished profile; `meta`'s recording fields are filled in here.
-    pub fn finish(mut self, mut meta: Meta) -> Profile {
-        self.flush_pending();
-        self.end_recording();
-        for state in self.threads.states.values_mut() {
-            if let Some(pending) = state.before_perf.take() {
-                pending.add(&mut self.builder, None);
-            }
-        }
-        self.clock.fill(&mut meta);
-        self.reader.fill(&mut meta);
-        meta.reading.mark_capacity = fsprof_shim::abi::MARK_CAPACITY as u32;
-        meta.sampling.sampler_priority = self.tally.priority.to_owned();
-        let mut notes = self.tally.notes;
-        let mut modules = Vec::new();
-        if let Some(mut native) = self.native {
-            native.detach();
-            meta.native_stacks.native = true;
-            let stats = &native.stats;
-            meta.native_stacks.native_backend =
-                if native.uses_perf() { "perf" } else { "ptrace" }.to_owned();
-            meta.native_stacks.perf_per_cpu = native.perf_per_cpu();
-            meta.native_stacks.native_captured = stats.captured;
-            meta.native_stacks.native_complete = stats.complete;
-            meta.native_stacks.native_not_stopped = stats.not_stopped;
-            meta.native_stacks.native_moved = self.tally.native_moved;
-            meta.native_stacks.native_late = self.tally.native_late;
-            meta.native_stacks.native_preempted_unplaced_us = self.tally.unplaced_ns / 1_000;
-            meta.native_stacks.native_blocked = stats.blocked;
-            meta.native_stacks.native_blocked_skipped = stats.blocked_skipped;
-            let losses = &mut meta.native_stacks.losses;
-            (losses.perf_lost, losses.perf_unmatched) = native.perf_losses();
-            losses.perf_lost_cpu_us = self.tally.lost_cpu_ns / 1_000;
-            meta.native_stacks.stops.native_stops = native.pauses().count();
-            meta.native_stacks.beyond.native_completed = native.completer.completed;
-            meta.native_stacks.beyond.native_walked = stats.walked;
-            meta.native_stacks.stops.pause_p50_us =
-                native.pauses().quantile(0.5).as_micros() as u64;
-            meta.native_stacks.stops.pause_p99_us =
-                native.pauses().quantile(0.99).as_micros() as u64;
-            if let Some(errno) = native.attach_error {
-                notes.push(format!(
-                    "native stacks: {} thread(s) could not be attached ({}): their samples have marks only{}",
-                    stats.attach_failures,
-                    errno.desc(),
-                    if errno == nix::errno::Errno::EPERM {
-                        " (is another debugger or tracer, such as gdb or strace, attached? see also /proc/sys/kernel/yama/ptrace_scope)"
-                    } else {
-                        ""
-                    }
-                ));
-            }
-            let too_fast = native.perf_too_fast();
-            if too_fast > 0 {
-                notes.push(format!(
-                    "{too_fast} thread(s) left their CPU more than {} times a second: fsprof stopped following their switches (each costs the thread about 3 us) and estimated their time waiting for a CPU instead",
-                    crate::native::perf::MAX_SWITCH_RATE
-                ));
-            }
-            if let Some(why) = &native.perf_refused {
-                notes.push(format!(
-                    "native stacks were taken with ptrace (each running thread stopped for an instant per sample) because perf is not available: {why}"
-                ));
-            }
-            modules = native.into_modules();
-        }
-        meta.notes = notes;
-        // Call sites are named here, with or without native stacks.
-        meta.builtin_features = self.interner.finish(&mut self.builder);
-        let mut symbolizer = crate::symbolize::symbols::Symbolizer::with_extra_debug_dirs(
-            &modules,
-            &self.options.debug_dirs,
-        );
-        let mut profile = self.builder.finish(meta, &mut symbolizer);
-        profile.meta.notes.extend(symbolizer.unnamed_note());
-        profile.modules = symbolizer.modules_used();
-        profile
-    }
 }
 
+mod ending;
 mod exec;
 mod later_branches;
 mod lifecycle;
 mod native_stacks;
 mod off_cpu;
 mod weight;
+pub use ending::Recorded;
 use lifecycle::Pass;
 use weight::{PendingSample, Weight};

@@ -150,6 +150,7 @@ fn scan_until_stopped(pid: u32, shared: &Shared) {
     let mut tasks = process::TaskList::new(pid);
     // The address space's size at the latest full scan, and when that was.
     let mut scanned: Option<(u64, Instant)> = None;
+    let size = process::AddressSpaceSize::new(pid);
     let mut again = false;
     loop {
         let held = {
@@ -169,7 +170,7 @@ fn scan_until_stopped(pid: u32, shared: &Shared) {
                     .0;
             }
             let asked = std::mem::take(&mut state.asked);
-            if !asked && !again && unchanged(pid, &mut scanned) {
+            if !asked && !again && unchanged(&size, &mut scanned) {
                 let now = Instant::now();
                 next = now + (now.duration_since(started) / 50).clamp(MIN_INTERVAL, FULL_SCAN);
                 continue;
@@ -218,8 +219,8 @@ fn scan_until_stopped(pid: u32, shared: &Shared) {
 /// records the size for the full scan about to be made. A scan of a young process comes every
 /// millisecond, and reading its whole map each time cost a `make -j2` of short compiles, each
 /// process recorded, an eighth of the machine's time.
-fn unchanged(pid: u32, scanned: &mut Option<(u64, Instant)>) -> bool {
-    let Some(size) = process::address_space_size(pid) else {
+fn unchanged(size: &process::AddressSpaceSize, scanned: &mut Option<(u64, Instant)>) -> bool {
+    let Some(size) = size.read() else {
         return false;
     };
     let now = Instant::now();

@@ -1,8 +1,10 @@
 //! Following a program's children (`fsprof run`, unless `--no-follow`; `fsprof attach
 //! --children`): the program's descendants are looked for every few milliseconds in `/proc`
 //! (each thread's `children` file), and each one found is recorded by a sampler of its own, on a
-//! thread of its own, until it exits or recording stops; then the profiles are merged into the
-//! program's (`profile/merge.rs`).
+//! thread of its own, until it exits or recording stops; then, once the recording as a whole
+//! has ended, the profiles are finished (their native frames named, which costs more CPU than
+//! recording a short process: done earlier, it took that CPU from the program's other
+//! processes) and merged into the program's (`profile/merge.rs`).
 //!
 //! A thread per process keeps each sampler as it is for one process: its ptrace stops are its
 //! thread's own (ptrace ties a tracee to the thread that attached, and the tracers wait with
@@ -12,12 +14,13 @@
 //! Not here: what a sampler records (`sampler.rs`), or the report per process (`analysis`).
 
 use crate::profile::{self, Meta, Process, Profile};
-use crate::record::sampler::{Sampler, SamplerOptions};
+use crate::record::sampler::{Recorded, Sampler, SamplerOptions};
 use crate::record::schedule::{self, End, Schedule};
 use crate::target::process;
 use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -71,7 +74,7 @@ struct Follower {
 struct Followed {
     /// Its latest command line that its recording covers.
     command: Vec<String>,
-    profile: Profile,
+    recorded: Recorded,
     /// Recording stopped when it ran a program this fsprof's user may not trace.
     refused: bool,
 }
@@ -171,24 +174,24 @@ impl Tree {
     /// recorded); `command` is the program's command line.
     pub fn finish(self, root: Profile, command: Vec<String>) -> Profile {
         self.stop();
-        let mut children = Vec::new();
+        let mut recorded = Vec::new();
         let (mut lost, mut refused_at_exec) = (0, 0);
         for follower in self.followers {
             match follower.handle.join() {
                 Ok(followed) => {
                     refused_at_exec += usize::from(followed.refused);
-                    children.push((
-                        Process {
-                            pid: follower.pid,
-                            parent: Some(follower.parent),
-                            command: followed.command,
-                        },
-                        followed.profile,
-                    ))
+                    let process = Process {
+                        pid: follower.pid,
+                        parent: Some(follower.parent),
+                        command: followed.command,
+                    };
+                    recorded.push((process, followed.recorded));
                 }
                 Err(_) => lost += 1,
             }
         }
+        let (children, failed) = finish_all(recorded);
+        lost += failed;
         let mut notes = Vec::new();
         if self.unsupported {
             notes.push("the program's children were not followed: this kernel has no /proc/PID/task/TID/children files (CONFIG_PROC_CHILDREN)".to_owned());
@@ -270,7 +273,42 @@ fn record(pid: u32, mut command: Vec<String>, sampling: Sampling, stop: &AtomicB
     };
     Followed {
         command,
-        profile: sampler.finish(meta),
+        recorded: sampler.end(meta),
         refused: matches!(end, End::Refused(_)),
     }
+}
+
+/// Finishes the followers' recordings on as many threads as there are CPUs (the program has
+/// ended), in the order given; also returns how many failed (a panic: that process is left out).
+fn finish_all(recorded: Vec<(Process, Recorded)>) -> (Vec<(Process, Profile)>, usize) {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(recorded.len());
+    let total = recorded.len();
+    let queue = Mutex::new(recorded.into_iter().enumerate());
+    let done: Mutex<Vec<Option<(Process, Profile)>>> =
+        Mutex::new((0..total).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+                let Some((index, (process, recorded))) = next else {
+                    return;
+                };
+                let finished = std::panic::catch_unwind(AssertUnwindSafe(|| recorded.finish()));
+                if let Ok(profile) = finished {
+                    done.lock().unwrap_or_else(|e| e.into_inner())[index] =
+                        Some((process, profile));
+                }
+            });
+        }
+    });
+    let children: Vec<_> = done
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .flatten()
+        .collect();
+    let failed = total - children.len();
+    (children, failed)
 }

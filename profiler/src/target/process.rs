@@ -41,17 +41,31 @@ fn state_from_stat(stat: &str) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
-/// The size of `pid`'s address space (`/proc/PID/stat`'s `vsize`): it changes with every
-/// mapping made or removed, so a scanner can skip reading the whole map while it stays.
-pub fn address_space_size(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(proc_dir(pid).join("stat")).ok()?;
-    // After the command name: state is field 3, vsize field 23.
-    stat.rsplit_once(')')?
-        .1
-        .split_ascii_whitespace()
-        .nth(20)?
-        .parse()
-        .ok()
+/// The size of a process's address space, in pages (`/proc/PID/statm`'s first field, `stat`'s
+/// `vsize` in pages): it changes with every mapping made or removed, so a scanner can skip
+/// reading the whole map while it stays. The file stays open and is read again from its start
+/// (opening a `/proc` file took most of the time of a read: a young process is looked at every
+/// millisecond); once the process has exited, reads fail, whatever takes its id.
+pub struct AddressSpaceSize {
+    file: Option<fs::File>,
+}
+
+impl AddressSpaceSize {
+    pub fn new(pid: u32) -> AddressSpaceSize {
+        AddressSpaceSize {
+            file: fs::File::open(format!("/proc/{pid}/statm")).ok(),
+        }
+    }
+
+    /// The size now (`None`: unreadable, the process gone).
+    pub fn read(&self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        // Seven numbers: well under the buffer (what the kernel writes is bounded anyway).
+        let mut buffer = [0u8; 128];
+        let length = self.file.as_ref()?.read_at(&mut buffer, 0).ok()?;
+        let text = std::str::from_utf8(&buffer[..length]).ok()?;
+        text.split_ascii_whitespace().next()?.parse().ok()
+    }
 }
 
 /// The command line of `pid`, for the report (empty if unreadable).
