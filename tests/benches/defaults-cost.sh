@@ -5,8 +5,9 @@
 # Usage: [FSPROF=path/to/fsprof] [JOBS="xz sqlite3"] [CONFIGS="defaults percpu"]
 #        tests/benches/defaults-cost.sh [ROUNDS]
 #
-# Configurations (CONFIGS, default "defaults percpu"): defaults (`fsprof run`), percpu
-# (per-CPU perf events, FSPROF_PER_CPU=1), agent (`fsprof run --agent`), nofollow
+# Configurations (CONFIGS, default "defaults percpu"): defaults (`fsprof run`: per-CPU perf
+# events for the program, per-thread for its children), percpu (per CPU for every process,
+# FSPROF_PER_CPU=1), perthread (per thread for every process, FSPROF_PER_CPU=0), agent (`fsprof run --agent`), nofollow
 # (`--no-follow`), nonative (`--no-native`), r1000 (`--rate 1000`), perf1000 (`perf record -F
 # 1000 --call-graph dwarf` of the job, where perf is installed), base (another fsprof at its
 # defaults, BASE=path/to/fsprof: an earlier build, for a before and after in one run).
@@ -38,6 +39,7 @@ every = {
     "alone": ([], {}),
     "defaults": ([fsprof, "run", "-o", "out", "--"], {}),
     "percpu": ([fsprof, "run", "-o", "out", "--"], {"FSPROF_PER_CPU": "1"}),
+    "perthread": ([fsprof, "run", "-o", "out", "--"], {"FSPROF_PER_CPU": "0"}),
     "agent": ([fsprof, "run", "--agent", "-o", "out", "--"], {}),
     "nofollow": ([fsprof, "run", "--no-follow", "-o", "out", "--"], {}),
     "nonative": ([fsprof, "run", "--no-native", "-o", "out", "--"], {}),

@@ -1,24 +1,30 @@
-//! Which events a perf sampler opens: one per thread (the default), or one per CPU
-//! (`cpu_wide.rs`, `FSPROF_PER_CPU=1`, where the kernel and fsprof's privilege allow). Not
-//! here: the events themselves (`perf_events.rs`, `cpu_wide.rs`).
+//! Which events a perf sampler opens: one per CPU (`cpu_wide.rs`) for the process `run` starts
+//! or `attach` names, where the kernel and fsprof's privilege allow, and one per thread for the
+//! processes it starts and wherever per CPU cannot be had; `FSPROF_PER_CPU=1` asks for per
+//! CPU everywhere, `FSPROF_PER_CPU=0` for per thread. Not here: the events themselves
+//! (`perf_events.rs`, `cpu_wide.rs`).
 
-use super::{PerfSampler, RING_PAGES};
+use super::{PerfSampler, CHILD_THREADS, RING_PAGES};
 use crate::native::cpu_wide::CpuWide;
 use std::os::fd::AsRawFd;
 
 impl PerfSampler {
-    /// The per-CPU events and programs if `design` asks for them and they can be had; where
-    /// they cannot, `None` (the per-thread events), and a line on stderr that says why.
+    /// The per-CPU events and programs if `design` asks for them (by default, for a sampler
+    /// of more than [`CHILD_THREADS`]: the process `run` starts or `attach` names) and they can
+    /// be had; where they cannot, `None` (the per-thread events), and, if they were asked for
+    /// by name, a line on stderr that says why.
     pub(super) fn open_design(&mut self, design: Design, capacity: u32) -> Option<CpuWide> {
-        if design == Design::Threads {
-            return None;
-        }
-        match self.open_wide(capacity) {
-            Ok(events) => Some(events),
-            Err(why) => {
-                eprintln!("fsprof: {why}; sampling with per-thread events instead");
-                None
-            }
+        match design {
+            Design::Threads => None,
+            Design::Default if capacity <= CHILD_THREADS => None,
+            Design::Default => self.open_wide(capacity).ok(),
+            Design::Cpus => match self.open_wide(capacity) {
+                Ok(events) => Some(events),
+                Err(why) => {
+                    eprintln!("fsprof: {why}; sampling with per-thread events instead");
+                    None
+                }
+            },
         }
     }
 
@@ -50,16 +56,25 @@ impl PerfSampler {
 /// Which events a perf sampler opens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::native) enum Design {
-    /// One sampling event (and one context-switch event) per thread: the default.
+    /// One sampling event (and one context-switch event) per thread (`FSPROF_PER_CPU=0`).
     Threads,
-    /// One per CPU (`cpu_wide.rs`), asked for: where it cannot be had, per thread, with a line
-    /// that says why.
+    /// One per CPU (`cpu_wide.rs`), asked for (`FSPROF_PER_CPU=1`): where it cannot be had,
+    /// per thread, with a line that says why.
     Cpus,
+    /// Per CPU for the process `run` starts or `attach` names where it can be had, per thread
+    /// for the processes it starts and elsewhere. Each process's per-CPU set ticks on every
+    /// CPU whether the process runs or not and costs fsprof about 20 ms to open (its events, its
+    /// programs through the verifier): more than most of a build's processes live (`make -j2`
+    /// of 12 files, 31 processes: 98-116% slower per CPU against 84-100% per thread), while a
+    /// thread's own events cost each of its switches about 4 us (python3 with four threads
+    /// handing work around: 27-36% slower per CPU against 58-71% per thread; BENCHMARKS.md,
+    /// issue 39, twenty-third session). One set for a whole tree is not built yet.
+    Default,
 }
 
 impl Design {
-    /// The design `FSPROF_PER_CPU` asks for: `1` per CPU, anything else per thread. Not per CPU
-    /// by default yet: its ticks come on a CPU's clock, not on the thread's CPU time, and in a
+    /// The design `FSPROF_PER_CPU` asks for: `1` per CPU, `0` per thread, else the default.
+    /// Per CPU, ticks come on a CPU's clock, not on the thread's CPU time, and in a
     /// thread that runs and sleeps in a steady rhythm they misplaced time with one tick a
     /// period. `sleepy` (700 us of
     /// `hashing`, a 500 us sleep, 300 us unmarked) read `hashing` 1.9 to 2.8 points high per
@@ -69,13 +84,13 @@ impl Design {
     /// read's samples with equal shares of the thread's CPU time still read `hashing` +1.4 to
     /// +2.2, so the ticks themselves fall in `hashing` too often: the thread's wake-ups fall on
     /// the CPU's ticks. With two ticks a period, one kept at random (`CPU_TICKS_PER_SAMPLE`),
-    /// it reads 0 to +0.8; what the doubled ticks cost, and the whole suite per CPU, are yet
-    /// to measure before per CPU is the default (BENCHMARKS.md, issue 39, twenty-third
-    /// session).
+    /// it reads 0 to +0.8 (BENCHMARKS.md, issue 39, twenty-third session), and the whole suite
+    /// passes per CPU (twenty-fourth).
     pub(in crate::native) fn from_environment() -> Design {
         match std::env::var_os("FSPROF_PER_CPU") {
             Some(v) if v == "1" => Design::Cpus,
-            _ => Design::Threads,
+            Some(v) if v == "0" => Design::Threads,
+            _ => Design::Default,
         }
     }
 }
