@@ -1,5 +1,5 @@
-//! The per-CPU design of the perf backend (opt-in, `FSPROF_PER_CPU=1`, `perf/design.rs`): no
-//! event on any thread. Each CPU has one cpu-clock event whose program (`bpf::program` with
+//! The per-CPU design of the perf backend (by default for the program's own process, for every
+//! process with `FSPROF_PER_CPU=1`: `perf/design.rs`): no event on any thread. Each CPU has one cpu-clock event whose program (`bpf::program` with
 //! `Index::Watched`) keeps the samples of watched threads only (a hash map of thread ids that
 //! fsprof fills) and copies their slots as a thread's own event's program does; a program at
 //! the scheduler's `sched_switch` tracepoint records each departure of a watched thread from

@@ -210,8 +210,8 @@ struct OwnEvents {
     ring: Ring,
 }
 
-/// The perf side of a sampler: one event per sampled thread, or (`FSPROF_PER_CPU=1`,
-/// `perf/design.rs`) one per CPU (`cpu_wide.rs`).
+/// The perf side of a sampler: one event per sampled thread, or one per CPU (`cpu_wide.rs`;
+/// which, `perf/design.rs`).
 pub struct PerfSampler {
     map: OwnedFd,
     /// One map value per thread it can sample at once (at most [`MAX_THREADS`]), mapped into
