@@ -1,14 +1,14 @@
 //! The per-CPU design of the perf backend (by default for the program's own process, for every
-//! process with `FSPROF_PER_CPU=1`: `perf/design.rs`): no event on any thread. Each CPU has one cpu-clock event whose program (`bpf::program` with
-//! `Index::Watched`) keeps the samples of watched threads only (a hash map of thread ids that
-//! fsprof fills) and copies their slots as a thread's own event's program does; a program at
-//! the scheduler's `sched_switch` tracepoint records each departure of a watched thread from
-//! its CPU (its slots, whether it was preempted, its time on a CPU so far) and each return to
-//! one; and a program at the start of every `exec` (`sched_prepare_exec`, before the new
-//! program's credentials are set) removes the thread from the map, so nothing of a program that
-//! turned set-user-id is read: fsprof watches the thread again only once its exec gate passed
-//! it. A switch costs a program's run (a few hundred ns) where a thread's own sampling event
-//! cost it about 4 us (BENCHMARKS.md, "What one context switch costs").
+//! process with `FSPROF_PER_CPU=1`: `perf/design.rs`): no event on any thread. Each CPU has one
+//! cpu-clock event whose program (`bpf::program` with `Index::Watched`) keeps the samples of
+//! watched threads only (a hash map of thread ids that fsprof fills) and copies their slots as a
+//! thread's own event's program does; a program at the scheduler's `sched_switch` tracepoint
+//! records each departure of a watched thread from its CPU (its slots, whether it was preempted,
+//! its time on a CPU so far) and each return to one; and a program at the start of every `exec`
+//! (`sched_prepare_exec`, before the new program's credentials are set) removes the thread from the
+//! map, so nothing of a program that turned set-user-id is read: fsprof watches the thread again
+//! only once its exec gate passed it. A switch costs a program's run (a few hundred ns) where a
+//! thread's own sampling event cost it about 4 us (BENCHMARKS.md, "What one context switch costs").
 //!
 //! Some switches onto a CPU pass without the `sched_switch` tracepoint on some kernels (seen on
 //! Linux 6.18, 1 return in a few hundred): a thread found running after a departure, at a
