@@ -75,23 +75,6 @@ const RING_PAGES: usize = 256;
 const SMALL_RING_PAGES: usize = 64;
 /// Threads that get a ring of [`RING_PAGES`].
 const LARGE_RINGS: usize = 64;
-/// Bytes of a CPU's ring in the per-CPU design (`cpu_wide.rs`, one ring per CPU for all the
-/// threads of the program): 4 MiB, or on a machine of more than 8 CPUs 32 MiB shared among
-/// them (at least 1 MiB each). With 1 MiB, `fsprof run` of 1000 busy threads on 2 CPUs lost
-/// 1485 records in 3.4 s, with 4 MiB 917: each thread leaving its CPU may write its stack (up
-/// to 64 KiB, once a period), several per period on one CPU.
-pub(super) fn cpu_ring_pages(page: usize) -> usize {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let bytes = ((32 << 20) / cpus).clamp(1 << 20, 4 << 20);
-    // A power of two (perf's rule for a ring's data pages).
-    let pages = (bytes / page).max(1);
-    1 << pages.ilog2()
-}
-/// Departures a CPU's ring is counted to hold per period at most, besides a sample (see
-/// [`PerfSampler::ring_capacity`]): a CPU's scheduler gives a busy CPU's threads slices of
-/// about 0.75 ms at the least (Linux's EEVDF), so some 5 preemptions a period at 250 Hz;
-/// threads that block leave more often, each writing at most one stack a period.
-const CPU_DEPARTURES_PER_PERIOD: usize = 8;
 /// Bytes of the shared ring of slot copies per CPU (the copies of one sample, or of one
 /// departure from a CPU, are a few hundred bytes; a CPU runs one thread at a time): room for
 /// about 10 ms of a thread that leaves its CPU 100 000 times a second between two reads.
@@ -344,16 +327,9 @@ impl PerfSampler {
     /// sample and a departure's (at most one per period: `bpf::Departure`).
     pub fn ring_capacity(&self) -> usize {
         if self.wide.is_some() {
-            // A CPU's ring, which a sample and the departures' stacks of the threads it runs
-            // (at most one each per period) fill.
-            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let departures = self
-                .threads
-                .len()
-                .div_ceil(cpus)
-                .clamp(1, CPU_DEPARTURES_PER_PERIOD);
-            let period = STACK_DUMP as usize + departures * (DEPARTURE_STACK_DUMP as usize + 256);
-            return (cpu_ring_pages(self.page) * self.page / period).max(1);
+            // A CPU's ring, which a sample and a departure's stack per period may fill.
+            return RING_PAGES * self.page
+                / (STACK_DUMP as usize + DEPARTURE_STACK_DUMP as usize + 256);
         }
         let pages = if self.threads.len() > LARGE_RINGS {
             SMALL_RING_PAGES

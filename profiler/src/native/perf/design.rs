@@ -4,7 +4,7 @@
 //! CPU everywhere, `FSPROF_PER_CPU=0` for per thread. Not here: the events themselves
 //! (`perf_events.rs`, `cpu_wide.rs`).
 
-use super::{cpu_ring_pages, PerfSampler, CHILD_THREADS};
+use super::{PerfSampler, CHILD_THREADS, RING_PAGES};
 use crate::native::cpu_wide::CpuWide;
 use std::os::fd::AsRawFd;
 
@@ -47,7 +47,7 @@ impl PerfSampler {
             self.period_ns,
             capacity,
             self.page,
-            cpu_ring_pages(self.page),
+            RING_PAGES,
         )
         .map_err(|why| format!("{ASKED}: {why}"))
     }
