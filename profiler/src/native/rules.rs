@@ -493,22 +493,23 @@ mod tests {
     use crate::native::bpf::page_size;
     use crate::native::ring::CopyRing;
 
-    /// A child's walk maps (1.1 MiB) are made only when its walk is about to be loaded, with
-    /// the rules learnt until then in them; the program's from the start (as root; elsewhere
-    /// skipped: the maps need BPF).
-    #[test]
-    fn a_childs_walk_maps_wait_for_its_walk_and_get_the_rules_learnt_before() {
+    /// A copies ring and a child's rules, made as root; `None` (and said) where BPF is refused.
+    fn child_rules() -> Option<(CopyRing, Rules)> {
         let made = crate::record::privilege::with_perf(|| {
             let ring = CopyRing::new(page_size(), 1 << 16).map_err(|e| e.desc().to_owned())?;
             let child = Rules::new(true).map_err(|e| e.desc().to_owned())?;
             Ok::<_, String>((ring, child))
         });
-        let (ring, mut child) = match made {
-            Ok(made) => made,
-            Err(why) => {
-                eprintln!("skipped: {why}");
-                return;
-            }
+        made.map_err(|why| eprintln!("skipped: {why}")).ok()
+    }
+
+    /// A child's walk maps (1.1 MiB) are made only when its walk is about to be loaded, with
+    /// the rules learnt until then in them; the program's from the start (as root; elsewhere
+    /// skipped: the maps need BPF).
+    #[test]
+    fn a_childs_walk_maps_wait_for_its_walk_and_get_the_rules_learnt_before() {
+        let Some((ring, mut child)) = child_rules() else {
+            return;
         };
         let is_set = |rules: &Rules, address: u64| {
             let (index, bit) = bit(address);
@@ -535,17 +536,8 @@ mod tests {
     /// maps need BPF).
     #[test]
     fn a_childs_walk_waits_until_its_stacks_have_been_deep_a_while() {
-        let made = crate::record::privilege::with_perf(|| {
-            let ring = CopyRing::new(page_size(), 1 << 16).map_err(|e| e.desc().to_owned())?;
-            let child = Rules::new(true).map_err(|e| e.desc().to_owned())?;
-            Ok::<_, String>((ring, child))
-        });
-        let (ring, mut child) = match made {
-            Ok(made) => made,
-            Err(why) => {
-                eprintln!("skipped: {why}");
-                return;
-            }
+        let Some((ring, mut child)) = child_rules() else {
+            return;
         };
         let first = Instant::now();
         child.turn_on(true, ring.fd());
