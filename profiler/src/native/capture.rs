@@ -449,10 +449,12 @@ impl NativeSampler {
         self.perf.as_mut()?.birth(tid)
     }
 
-    /// Threads perf stopped following off their CPU because they left it too often (see
-    /// [`crate::native::perf::MAX_SWITCH_RATE`]).
-    pub fn perf_too_fast(&self) -> usize {
-        self.perf.as_ref().map_or(0, PerfSampler::too_fast)
+    /// Threads perf stopped following off their CPU because they left it more often than the
+    /// rate returned (see [`crate::native::perf::MAX_SWITCH_RATE`]).
+    pub fn perf_too_fast(&self) -> (usize, u64) {
+        self.perf
+            .as_ref()
+            .map_or((0, 0), |perf| (perf.too_fast(), perf.max_switch_rate()))
     }
 
     /// Whether perf follows `tid` off its CPU too (its samples then include its switches).

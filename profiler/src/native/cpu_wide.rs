@@ -12,49 +12,32 @@
 //!
 //! Some switches onto a CPU pass without the `sched_switch` tracepoint on some kernels (seen on
 //! Linux 6.18, 1 return in a few hundred): a thread found running after a departure, at a
-//! sample or its next departure, has its return inferred there ([`inferred_return`]).
+//! sample or its next departure, has its return inferred there (`programs::inferred_return`).
+//! A thread that leaves its CPU too often (`perf/following.rs`) is made quiet: its switches
+//! are counted into its time on a CPU and recorded no more.
 //!
-//! This module: those maps, programs, events and rings, and the reading of their records into
-//! each thread's stream (`perf::Taken`), in time order. Not here: the slot copies' program
-//! (`bpf.rs`), the rings' layout and records (`ring.rs`), which threads to watch (`perf.rs`).
-//! The stack a thread leaves its CPU with comes from a context-switch event per CPU whose
-//! program lets the kernel write a sample only for a watched thread, at most once per period
-//! (a switch of any thread pays that event's overflow, under a microsecond; copying the stack
-//! from the `sched_switch` program instead is the next step). Not yet: one set of events for all
-//! the processes recorded (each process's sampler opens its own).
+//! This module: those maps, events and rings, and the reading of their records into each
+//! thread's stream (`perf::Taken`), in time order. Not here: the programs (`programs.rs`; the
+//! slot copies', `bpf.rs`), the rings' layout and records (`ring.rs`), which threads to watch
+//! (`perf.rs`). The stack a thread leaves its CPU with comes from a context-switch event per
+//! CPU whose program lets the kernel write a sample only for a watched thread, at most once per
+//! period (a switch of any thread pays that event's overflow, under a microsecond; copying the
+//! stack from the `sched_switch` program instead is the next step). Not yet: one set of events
+//! for all the processes recorded (each process's sampler opens its own).
 
 use crate::native::bpf::{
-    attach_tracepoint, create_map, delete_bytes, departure_filter, insn, load_event_program,
-    load_program, load_tracepoint_program, update_bytes, value_of_thread, watched_index, Index,
-    Insn, ADD64_IMM, ADD64_REG, AND64_IMM, BPF_MAP_TYPE_HASH, CALL, EXIT,
-    HELPER_GET_CURRENT_PID_TGID, HELPER_KTIME_GET_NS, HELPER_MAP_DELETE_ELEM,
-    HELPER_PROBE_READ_KERNEL, HELPER_RINGBUF_OUTPUT, INDEX_SLOT, JEQ_IMM, JNE_IMM, LDX_DW, LDX_W,
-    LD_IMM64, MOV64_IMM, MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, STX_DW, STX_W, ST_DW, ST_W,
-    SUB64_REG,
-};
-use crate::native::map_value::{
-    COPY_HEADER, VALUE_CPU_NS, VALUE_ON_SINCE, VALUE_SWITCHES, VALUE_SWITCH_RECORD,
-    VALUE_TIME_RECORD,
+    attach_tracepoint, create_map, delete_bytes, departure_filter, load_event_program,
+    load_program, load_tracepoint_program, update_bytes, Index, BPF_MAP_TYPE_HASH,
 };
 use crate::native::perf::{PerfSample, Switch, Taken, CPU_TICKS_PER_SAMPLE, STACK_DUMP};
 use crate::native::perf_events::{attach, open_cpu_event, output_to, rephase};
-use crate::native::ring::{
-    match_copies, parse, Record, Ring, SlotCopy, ThreadEvent, CPU_TIME, DEPARTED, EXECED, RETURNED,
-};
+use crate::native::ring::{match_copies, parse, Record, Ring, SlotCopy, ThreadEvent};
 use crate::native::unwind::{Registers, StackView};
-use crate::native::walk::CONTEXT;
 use foldhash::{HashMap, HashMapExt};
 use nix::errno::Errno;
 use perf_event_open_sys as sys;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-
-const LSH64_IMM: u8 = 0x67;
-const RSH64_IMM: u8 = 0x77;
-const OR64_REG: u8 = 0x4f;
-const OR64_IMM: u8 = 0x47;
-/// A task's state bit once it has exited, as it leaves its CPU for the last time.
-const TASK_DEAD: i32 = 0x80;
 
 /// Records newer than this (before the read began) are left for the next read: a sample being
 /// written on one CPU while the rings are read may be older than a switch read from another.
@@ -120,6 +103,9 @@ struct Thread {
     /// Its CPU time as last known, and since when it has run on from there (0: off its CPU).
     cpu_ns: u64,
     running_since: u64,
+    /// Whether its switches are no longer followed (see `perf::MAX_WIDE_SWITCH_RATE`): those
+    /// still read are not handed out.
+    quiet: bool,
 }
 
 impl CpuWide {
@@ -199,7 +185,7 @@ impl CpuWide {
     }
 
     /// Has the programs record thread `tid` from now on, in the map value `index`.
-    pub(super) fn watch(&mut self, tid: u32, index: u32) -> Result<(), Errno> {
+    pub(super) fn watch(&mut self, tid: u32, index: u32, quiet: bool) -> Result<(), Errno> {
         update_bytes(
             self.watched.as_raw_fd(),
             &tid.to_ne_bytes(),
@@ -214,9 +200,18 @@ impl CpuWide {
                 latest: 0,
                 cpu_ns: 0,
                 running_since: 0,
+                quiet,
             },
         );
         Ok(())
+    }
+
+    /// Hands out `tid`'s switches no more: the programs no longer record them (its map value
+    /// says so, which fsprof writes).
+    pub(super) fn quiet(&mut self, tid: u32) {
+        if let Some(thread) = self.threads.get_mut(&tid) {
+            thread.quiet = true;
+        }
     }
 
     /// Records `tid` no more (if it still is: an `exec` removes it in the kernel).
@@ -378,6 +373,10 @@ impl CpuWide {
             if time < thread.watched_at {
                 continue;
             }
+            if thread.quiet {
+                execed |= matches!(event, ThreadEvent::Execed { .. });
+                continue;
+            }
             match event {
                 ThreadEvent::Departed {
                     cpu_ns,
@@ -509,275 +508,9 @@ fn online_cpus() -> Vec<u32> {
     cpus
 }
 
-/// Part of the sampling program (`bpf::program`, `r6` the value, `r7` the time, the index at
-/// `INDEX_SLOT`): the thread's time on a CPU at the sample in the ring `copies` (slot number
-/// [`CPU_TIME`]): what it ran up to its latest departure, and since it came back. A thread
-/// watched while it ran counts from its first sample.
-pub(super) fn cpu_time(p: &mut Vec<Insn>, copies: RawFd) {
-    let (cpu, on, record) = (
-        VALUE_CPU_NS as i16,
-        VALUE_ON_SINCE as i16,
-        VALUE_TIME_RECORD as i16,
-    );
-    // Not known to be on a CPU: watched while it ran, or its return was not traced.
-    p.extend([insn(LDX_DW, 1, 6, on, 0), insn(JNE_IMM, 1, 0, 0, 0)]);
-    let known = p.len() - 1;
-    p.push(insn(STX_DW, 6, 7, on, 0));
-    inferred_return(p, copies);
-    p.push(insn(MOV64_REG, 1, 7, 0, 0));
-    p[known].off = (p.len() - known - 1) as i16;
-    p.extend([
-        insn(MOV64_REG, 2, 7, 0, 0),
-        insn(SUB64_REG, 2, 1, 0, 0),
-        insn(LDX_DW, 3, 6, cpu, 0),
-        insn(ADD64_REG, 2, 3, 0, 0),
-    ]);
-    record_event(p, record, CPU_TIME);
-    p.extend([
-        insn(STX_DW, 6, 2, record + 16, 0),
-        insn(ST_DW, 6, 0, record + 24, 0),
-    ]);
-    output(p, copies, record);
-}
-
-/// A return record (see [`returned`]) for a thread found on a CPU, at a sample or a departure,
-/// though no return was recorded since its latest departure (`r6` its value, `r7` the time):
-/// some switches onto a CPU pass without the `sched_switch` tracepoint on some kernels (seen
-/// on Linux 6.18: a thread preempted by some tasks came back untraced, 1 return in a few
-/// hundred). It says it was inferred; its time is the earliest the thread is known to run.
-/// Uses r1-r5.
-fn inferred_return(p: &mut Vec<Insn>, copies: RawFd) {
-    p.extend([
-        insn(LDX_DW, 1, 6, VALUE_SWITCHES as i16, 0),
-        insn(JEQ_IMM, 1, 0, 0, 0), // no switch yet: watched while it ran
-    ]);
-    let skip = p.len() - 1;
-    returned(p, copies, true);
-    p[skip].off = (p.len() - skip - 1) as i16;
-}
-
-/// The return record of the thread whose value is `r6` at the time `r7`: its time on a CPU so
-/// far, its switch number, whether `inferred` (see [`inferred_return`]). Uses r1-r5.
-fn returned(p: &mut Vec<Insn>, copies: RawFd, inferred: bool) {
-    let record = VALUE_SWITCH_RECORD as i16;
-    record_event(p, record, RETURNED);
-    p.extend([
-        insn(LDX_DW, 2, 6, VALUE_CPU_NS as i16, 0),
-        insn(STX_DW, 6, 2, record + 16, 0),
-    ]);
-    next_switch(p);
-    p.extend([
-        insn(OR64_IMM, 1, 0, 0, i32::from(inferred)),
-        insn(STX_DW, 6, 1, record + 24, 0),
-    ]);
-    output(p, copies, record);
-}
-
-/// The header of an event record at `record` in the value `r6`: the time (`r7`), the index
-/// (at `INDEX_SLOT`), the kind; uses r1.
-fn record_event(p: &mut Vec<Insn>, record: i16, kind: usize) {
-    p.extend([
-        insn(STX_DW, 6, 7, record, 0),
-        insn(LDX_W, 1, 10, INDEX_SLOT, 0),
-        insn(STX_W, 6, 1, record + 8, 0),
-        insn(ST_W, 6, 0, record + 12, kind as i32),
-    ]);
-}
-
-/// Puts the 32-byte record at `record` in the value `r6` in the ring `copies`.
-fn output(p: &mut Vec<Insn>, copies: RawFd, record: i16) {
-    p.extend([
-        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
-        insn(0, 0, 0, 0, 0),
-        insn(MOV64_REG, 2, 6, 0, 0),
-        insn(ADD64_IMM, 2, 0, 0, i32::from(record)),
-        insn(MOV64_IMM, 3, 0, 0, COPY_HEADER as i32),
-        insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
-        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
-    ]);
-}
-
-/// The next switch number of the value `r6` in `r1`, counted.
-fn next_switch(p: &mut Vec<Insn>) {
-    let switches = VALUE_SWITCHES as i16;
-    p.extend([
-        insn(LDX_DW, 1, 6, switches, 0),
-        insn(MOV64_REG, 2, 1, 0, 0),
-        insn(ADD64_IMM, 2, 0, 0, 1),
-        insn(STX_DW, 6, 2, switches, 0),
-        insn(LSH64_IMM, 1, 0, 0, 1),
-    ]);
-}
-
-/// The program at `sched_switch` (its arguments: whether the switch is a preemption, the task
-/// leaving, the task coming, the state the leaving one left in). The leaving task is the
-/// current one: if watched, its time on a CPU is counted up to now, its slots are copied (as at
-/// a departure) and a departure record follows them. The coming one's pid is read from its
-/// `task_struct` at `pid_offset`: if watched, it is on a CPU from now, and a return record
-/// says so. Other switches cost two lookups.
-fn switch_program(map: RawFd, copies: RawFd, watched: RawFd, pid_offset: u32) -> Vec<Insn> {
-    let (cpu, on, record) = (
-        VALUE_CPU_NS as i16,
-        VALUE_ON_SINCE as i16,
-        VALUE_SWITCH_RECORD as i16,
-    );
-    const LEAVING: i16 = -12;
-    let mut p = vec![
-        insn(STX_DW, 10, 1, CONTEXT, 0),
-        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
-        insn(MOV64_REG, 7, 0, 0, 0), // r7: the time
-        insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_PID_TGID),
-        insn(STX_W, 10, 0, INDEX_SLOT, 0),
-        insn(STX_W, 10, 0, LEAVING, 0),
-    ];
-    let mut to_coming = Vec::new();
-    watched_index(&mut p, watched, INDEX_SLOT);
-    p.push(insn(JEQ_IMM, 0, 0, 0, 0));
-    to_coming.push(p.len() - 1);
-    p.extend([insn(LDX_W, 1, 0, 0, 0), insn(STX_W, 10, 1, INDEX_SLOT, 0)]);
-    p.extend(value_of_thread(map));
-    p.push(insn(JEQ_IMM, 0, 0, 0, 0));
-    to_coming.push(p.len() - 1);
-    p.push(insn(MOV64_REG, 6, 0, 0, 0)); // r6: the leaving thread's value
-    p.extend([insn(LDX_DW, 1, 6, on, 0), insn(JNE_IMM, 1, 0, 0, 0)]);
-    let known = p.len() - 1;
-    inferred_return(&mut p, copies);
-    p[known].off = (p.len() - known - 1) as i16;
-    p.extend([
-        insn(LDX_DW, 1, 6, on, 0),
-        insn(LDX_DW, 2, 6, cpu, 0),
-        insn(JEQ_IMM, 1, 0, 3, 0), // not known to be on a CPU: nothing to add
-        insn(MOV64_REG, 3, 7, 0, 0),
-        insn(SUB64_REG, 3, 1, 0, 0),
-        insn(ADD64_REG, 2, 3, 0, 0),
-        insn(STX_DW, 6, 2, cpu, 0),
-        insn(ST_DW, 6, 0, on, 0),
-    ]);
-    record_event(&mut p, record, DEPARTED);
-    p.push(insn(STX_DW, 6, 2, record + 16, 0));
-    next_switch(&mut p);
-    // Preempted: the switch says so, or the thread left still runnable (state 0).
-    p.extend([
-        insn(LDX_DW, 2, 10, CONTEXT, 0),
-        insn(LDX_DW, 3, 2, 0, 0),
-        insn(LDX_DW, 4, 2, 24, 0),
-        insn(MOV64_IMM, 5, 0, 0, 1),
-        insn(JNE_IMM, 3, 0, 2, 0),
-        insn(JEQ_IMM, 4, 0, 1, 0),
-        insn(MOV64_IMM, 5, 0, 0, 0),
-        insn(OR64_REG, 1, 5, 0, 0),
-        insn(STX_DW, 6, 1, record + 24, 0),
-    ]);
-    crate::native::bpf::copy_slots(&mut p, copies, true);
-    output(&mut p, copies, record);
-    // Its last switch (it is dead): watched no more, so that its id, once reused, is not.
-    p.extend([
-        insn(LDX_DW, 1, 10, CONTEXT, 0),
-        insn(LDX_DW, 2, 1, 24, 0),
-        insn(AND64_IMM, 2, 0, 0, TASK_DEAD),
-        insn(JEQ_IMM, 2, 0, 5, 0),
-        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, watched),
-        insn(0, 0, 0, 0, 0),
-        insn(MOV64_REG, 2, 10, 0, 0),
-        insn(ADD64_IMM, 2, 0, 0, i32::from(LEAVING)),
-        insn(CALL, 0, 0, 0, HELPER_MAP_DELETE_ELEM),
-    ]);
-    let coming = p.len();
-    for at in to_coming {
-        p[at].off = (coming - at - 1) as i16;
-    }
-    let mut to_end = Vec::new();
-    p.extend([
-        insn(LDX_DW, 1, 10, CONTEXT, 0),
-        insn(LDX_DW, 3, 1, 16, 0),
-        insn(ADD64_IMM, 3, 0, 0, pid_offset as i32),
-        insn(MOV64_REG, 1, 10, 0, 0),
-        insn(ADD64_IMM, 1, 0, 0, -8),
-        insn(MOV64_IMM, 2, 0, 0, 4),
-        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
-        insn(JNE_IMM, 0, 0, 0, 0),
-    ]);
-    to_end.push(p.len() - 1);
-    watched_index(&mut p, watched, -8);
-    p.push(insn(JEQ_IMM, 0, 0, 0, 0));
-    to_end.push(p.len() - 1);
-    p.extend([insn(LDX_W, 1, 0, 0, 0), insn(STX_W, 10, 1, INDEX_SLOT, 0)]);
-    p.extend(value_of_thread(map));
-    p.push(insn(JEQ_IMM, 0, 0, 0, 0));
-    to_end.push(p.len() - 1);
-    p.extend([
-        insn(MOV64_REG, 6, 0, 0, 0), // r6: the coming thread's value
-        insn(STX_DW, 6, 7, on, 0),
-    ]);
-    returned(&mut p, copies, false);
-    let end = p.len();
-    for at in to_end {
-        p[at].off = (end - at - 1) as i16;
-    }
-    p.extend([insn(MOV64_IMM, 0, 0, 0, 0), insn(EXIT, 0, 0, 0, 0)]);
-    p
-}
-
-/// The program at an `exec`: removes the current thread and its process's leader (whose id it
-/// takes) from the watched threads, with a record of each it removes; `done` (the program at
-/// `sched_process_exec`, whose second argument is the id the thread had before) removes that
-/// id too.
-fn exec_program(copies: RawFd, watched: RawFd, done: bool) -> Vec<Insn> {
-    const KEY: i16 = -8;
-    const RECORD: i16 = -64;
-    let mut p = vec![
-        insn(STX_DW, 10, 1, CONTEXT, 0),
-        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
-        insn(MOV64_REG, 7, 0, 0, 0),
-        insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_PID_TGID),
-        insn(MOV64_REG, 6, 0, 0, 0), // r6: tgid << 32 | tid
-        insn(STX_W, 10, 6, KEY, 0),
-    ];
-    let remove = |p: &mut Vec<Insn>| {
-        watched_index(p, watched, KEY);
-        let skip = p.len();
-        p.extend([
-            insn(JEQ_IMM, 0, 0, 0, 0),
-            insn(LDX_W, 1, 0, 0, 0),
-            insn(STX_DW, 10, 7, RECORD, 0),
-            insn(STX_W, 10, 1, RECORD + 8, 0),
-            insn(ST_W, 10, 0, RECORD + 12, EXECED as i32),
-            insn(LDX_W, 2, 10, KEY, 0),
-            insn(STX_DW, 10, 2, RECORD + 16, 0),
-            insn(ST_DW, 10, 0, RECORD + 24, 0),
-            insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, watched),
-            insn(0, 0, 0, 0, 0),
-            insn(MOV64_REG, 2, 10, 0, 0),
-            insn(ADD64_IMM, 2, 0, 0, i32::from(KEY)),
-            insn(CALL, 0, 0, 0, HELPER_MAP_DELETE_ELEM),
-            insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
-            insn(0, 0, 0, 0, 0),
-            insn(MOV64_REG, 2, 10, 0, 0),
-            insn(ADD64_IMM, 2, 0, 0, i32::from(RECORD)),
-            insn(MOV64_IMM, 3, 0, 0, COPY_HEADER as i32),
-            insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
-            insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
-        ]);
-        p[skip].off = (p.len() - skip - 1) as i16;
-    };
-    remove(&mut p);
-    p.extend([
-        insn(MOV64_REG, 1, 6, 0, 0),
-        insn(RSH64_IMM, 1, 0, 0, 32),
-        insn(STX_W, 10, 1, KEY, 0),
-    ]);
-    remove(&mut p);
-    if done {
-        p.extend([
-            insn(LDX_DW, 1, 10, CONTEXT, 0),
-            insn(LDX_DW, 2, 1, 8, 0),
-            insn(STX_W, 10, 2, KEY, 0),
-        ]);
-        remove(&mut p);
-    }
-    p.extend([insn(MOV64_IMM, 0, 0, 0, 0), insn(EXIT, 0, 0, 0, 0)]);
-    p
-}
-
+mod programs;
 #[cfg(test)]
 mod tests;
+
+pub(super) use programs::cpu_time;
+use programs::{exec_program, switch_program};

@@ -43,7 +43,10 @@ pub(super) const VALUE_ON_SINCE: usize = VALUE_CPU_NS + 8;
 pub(super) const VALUE_SWITCHES: usize = VALUE_ON_SINCE + 8;
 pub(super) const VALUE_SWITCH_RECORD: usize = VALUE_SWITCHES + 8;
 pub(super) const VALUE_TIME_RECORD: usize = VALUE_SWITCH_RECORD + COPY_HEADER;
-pub(super) const VALUE_SIZE: usize = VALUE_TIME_RECORD + COPY_HEADER;
+/// Then whether the thread's switches are no longer recorded (set by fsprof: not 0), only
+/// counted into its time on a CPU (see `perf::MAX_SWITCH_RATE`).
+pub(super) const VALUE_QUIET: usize = VALUE_TIME_RECORD + COPY_HEADER;
+pub(super) const VALUE_SIZE: usize = VALUE_QUIET + 8;
 const _: () = assert!(VALUE_SIZE.is_multiple_of(8), "values hold aligned words");
 
 /// The map's values, mapped into fsprof (the BPF array is created mmapable).

@@ -23,7 +23,7 @@ use crate::native::bpf::{
 };
 use crate::native::cpu_wide::CpuWide;
 use crate::native::map_value::{
-    Values, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_SIZE,
+    Values, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_QUIET, VALUE_SIZE,
     VALUE_SWITCHES, VALUE_WALK,
 };
 use crate::native::perf_events::{attach, open_event, open_switch_event, output_to, rephase};
@@ -51,12 +51,6 @@ pub const STACK_DUMP: u32 = 16 * 1024;
 pub const DEPARTURE_STACK_DUMP: u32 = 65_528;
 /// Slots copied per sample: one per region the thread marks in (the program's shim, the agent's).
 pub const SLOTS: usize = 2;
-/// A thread that leaves its CPU more often than this (per second, over at least
-/// `SWITCH_WINDOW_NS`) is no longer followed off its CPU: following a switch costs the thread
-/// about 3 us (BENCHMARKS.md), so this bounds that cost to about 6% of its time, and its time off
-/// the CPU is estimated instead, as where the kernel refuses the switch events.
-pub const MAX_SWITCH_RATE: u64 = 20_000;
-const SWITCH_WINDOW_NS: u64 = 200_000_000;
 /// Threads sampled this way at once; further threads fall back to ptrace.
 pub const MAX_THREADS: u32 = 1024;
 /// Threads sampled by perf in a child process that `run` follows (`record/tree.rs`): a child
@@ -385,13 +379,6 @@ impl PerfSampler {
         Some(self.values.read(index, VALUE_SWITCHES) != handed)
     }
 
-    /// Whether `tid`'s departures from its CPU are followed (see [`Taken::Switch`]).
-    pub fn follows_switches(&self, tid: u32) -> bool {
-        self.threads
-            .get(&tid)
-            .is_some_and(|thread| thread.own.as_ref().is_none_or(|own| own.switches.is_some()))
-    }
-
     /// Makes sure `tid` is being sampled, copying the slots at `addresses` (0 for none) with
     /// each sample from now on. Fails if the thread cannot be sampled this way.
     pub fn watch(&mut self, tid: u32, addresses: [u64; SLOTS]) -> Result<(), WatchError> {
@@ -553,7 +540,7 @@ impl PerfSampler {
         let bound = SLOTS * 4 * RING_PAGES * self.page / STACK_DUMP as usize;
         self.queues.read(&mut self.copies, bound);
         let tolerance = (self.period_ns / CPU_TICKS_PER_SAMPLE / 2).min(MATCH_TOLERANCE_NS);
-        let mut unmatched = 0u64;
+        let (mut unmatched, mut departures) = (0u64, 0u64);
         let execed = wide.take(
             tid,
             &mut self.queues.at_samples[index],
@@ -561,8 +548,10 @@ impl PerfSampler {
             &mut self.queues.events[index],
             tolerance,
             |item| {
-                if let Taken::Sample(sample) = &item {
-                    unmatched += u64::from(!sample.marks_known);
+                match &item {
+                    Taken::Sample(sample) => unmatched += u64::from(!sample.marks_known),
+                    Taken::Switch(switch) => departures += u64::from(switch.out),
+                    _ => {}
                 }
                 each(item);
             },
@@ -572,34 +561,10 @@ impl PerfSampler {
         self.unmatched = self.unmatched.saturating_add(unmatched);
         if execed {
             self.forget(tid);
+        } else if let Some(thread) = self.threads.get_mut(&tid) {
+            thread.departures += departures;
+            self.stop_following_if_too_fast(tid);
         }
-    }
-
-    /// Reopens `tid`'s event without its switches if it left its CPU more than
-    /// [`MAX_SWITCH_RATE`] times a second in the window now closing (its ring was just read:
-    /// nothing in it is lost). If the event cannot be reopened, the thread is no longer sampled.
-    fn stop_following_if_too_fast(&mut self, tid: u32) {
-        let Some(thread) = self.threads.get_mut(&tid) else {
-            return;
-        };
-        let now = crate::record::clock::monotonic_ns();
-        let elapsed = now.saturating_sub(thread.window_start);
-        let follows = thread
-            .own
-            .as_ref()
-            .is_some_and(|own| own.switches.is_some());
-        if !follows || elapsed < SWITCH_WINDOW_NS {
-            return;
-        }
-        let rate = thread.departures.saturating_mul(1_000_000_000) / elapsed;
-        (thread.departures, thread.window_start) = (0, now);
-        if rate <= MAX_SWITCH_RATE {
-            return;
-        }
-        let addresses = thread.addresses;
-        self.too_fast.insert(tid);
-        self.forget(tid);
-        let _ = self.watch(tid, addresses);
     }
 
     /// Returns to a CPU taken, and how many of them inferred (`cpu_wide.rs`; 0 otherwise).
@@ -612,11 +577,6 @@ impl PerfSampler {
     #[cfg(test)]
     pub(super) fn foreign_samples(&self) -> u64 {
         self.wide.as_ref().map_or(0, |wide| wide.foreign)
-    }
-
-    /// How many threads are no longer followed off their CPU (see [`MAX_SWITCH_RATE`]).
-    pub fn too_fast(&self) -> usize {
-        self.too_fast.len()
     }
 
     /// Closes the event of a thread that is gone.
@@ -647,13 +607,14 @@ impl PerfSampler {
             .map_err(WatchError::Refused)?;
         // Enabled (or, per CPU, watched) only once the thread passed again: nothing is
         // sampled in between.
-        let wide = &mut self.wide;
+        let (wide, too_fast) = (&mut self.wide, &self.too_fast);
         let enabled = check(tid).and_then(|()| {
             let Some(own) = &thread.own else {
                 let wide = wide
                     .as_mut()
                     .expect("a thread without events is watched per CPU");
-                return (wide.watch(tid, thread.index)).map_err(WatchError::Refused);
+                let quiet = too_fast.contains(&tid);
+                return (wide.watch(tid, thread.index, quiet)).map_err(WatchError::Refused);
             };
             let events = std::iter::once(&own.event).chain(own.switches.as_ref().map(|s| &s.0));
             for event in events {
@@ -680,7 +641,13 @@ impl PerfSampler {
         self.values.write(index, VALUE_ANCHORS, &[0; ANCHORS]);
         let walk = u64::from(self.programs.rules.on);
         self.values.write(index, VALUE_WALK, &[walk]);
-        self.values.write(index, VALUE_DEPARTED, &[0]);
+        // Per CPU, a thread no longer followed off its CPU is not once watched again (after an
+        // exec): its switches only count into its time on a CPU, and the context-switch
+        // event's filter never takes its departure's stack (its latest is in the far future).
+        let quiet = self.wide.is_some() && self.too_fast.contains(&tid);
+        let departed = if quiet { QUIET_DEPARTED } else { 0 };
+        self.values.write(index, VALUE_DEPARTED, &[departed]);
+        self.values.write(index, VALUE_QUIET, &[u64::from(quiet)]);
         // Nothing known of its time on a CPU, and no switch counted.
         self.values.write(index, VALUE_CPU_NS, &[0, 0, 0]);
         self.queues.clear(index);
@@ -770,9 +737,13 @@ const REPHASE_SAMPLES: u64 = 1;
 const MATCH_TOLERANCE_NS: u64 = 100_000;
 
 mod design;
+mod following;
+
 #[cfg(test)]
 pub(super) use design::per_cpu_refused;
 pub(super) use design::Design;
+use following::QUIET_DEPARTED;
+pub use following::{MAX_SWITCH_RATE, MAX_WIDE_SWITCH_RATE};
 
 #[cfg(test)]
 mod tests;

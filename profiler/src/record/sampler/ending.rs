@@ -69,11 +69,10 @@ impl Sampler {
                     }
                 ));
             }
-            let too_fast = native.perf_too_fast();
+            let (too_fast, rate) = native.perf_too_fast();
             if too_fast > 0 {
                 notes.push(format!(
-                    "{too_fast} thread(s) left their CPU more than {} times a second: fsprof stopped following their switches (each costs the thread about 3 us) and estimated their time waiting for a CPU instead",
-                    crate::native::perf::MAX_SWITCH_RATE
+                    "{too_fast} thread(s) left their CPU more than {rate} times a second: fsprof stopped following their switches (following each costs the program and fsprof about a microsecond) and estimated their time waiting for a CPU instead"
                 ));
             }
             if let Some(why) = &native.perf_refused {

@@ -1,0 +1,81 @@
+//! Which threads' switches the perf backend follows (see `Taken::Switch`), and when it stops:
+//! a thread that leaves its CPU more often than a rate, over a window, has its time off the CPU
+//! estimated by the sampler's ticks instead, where following it would cost it, and fsprof, more
+//! than the bound below. Not here: the following itself (`perf.rs`, `cpu_wide.rs`), the
+//! estimate (`record/sampler`).
+
+use super::{PerfSampler, VALUE_DEPARTED, VALUE_QUIET};
+
+/// A thread that leaves its CPU more often than this (per second, over at least
+/// `SWITCH_WINDOW_NS`) is no longer followed off its CPU: following a switch costs the thread
+/// about 3 us (BENCHMARKS.md), so this bounds that cost to about 6% of its time, and its time off
+/// the CPU is estimated instead, as where the kernel refuses the switch events.
+pub const MAX_SWITCH_RATE: u64 = 20_000;
+/// [`MAX_SWITCH_RATE`] per CPU (`cpu_wide.rs`): a switch not followed still costs the
+/// `sched_switch` program's run, but neither its records nor fsprof's reading of them (python3
+/// with four threads leaving their CPUs 18 000 times a second each: fsprof's main thread 250 ms
+/// -> 175 ms of CPU over 2.8 s, 0.4 us a switch of fsprof's own, BENCHMARKS.md): this bounds
+/// following to about 0.2% of a CPU per thread in fsprof, plus the records' writing.
+pub const MAX_WIDE_SWITCH_RATE: u64 = 5_000;
+/// What a thread no longer followed per CPU has as its latest departure's stack time: the
+/// context-switch event's filter takes a departure's stack only a period after the latest.
+pub(super) const QUIET_DEPARTED: u64 = 1 << 62;
+const SWITCH_WINDOW_NS: u64 = 200_000_000;
+impl PerfSampler {
+    /// Whether `tid`'s departures from its CPU are followed (see [`Taken::Switch`]).
+    pub fn follows_switches(&self, tid: u32) -> bool {
+        self.threads
+            .get(&tid)
+            .is_some_and(|thread| match &thread.own {
+                Some(own) => own.switches.is_some(),
+                None => !self.too_fast.contains(&tid),
+            })
+    }
+
+    /// Stops following `tid`'s switches if it left its CPU more than
+    /// [`PerfSampler::max_switch_rate`] times a second in the window now closing (its records
+    /// were just read: nothing in them is lost): its own event is reopened without them (if it
+    /// cannot be, the thread is no longer sampled), or, per CPU, its map value tells the
+    /// programs to count its switches only.
+    pub(super) fn stop_following_if_too_fast(&mut self, tid: u32) {
+        let (follows, most) = (self.follows_switches(tid), self.max_switch_rate());
+        let Some(thread) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let now = crate::record::clock::monotonic_ns();
+        let elapsed = now.saturating_sub(thread.window_start);
+        if !follows || elapsed < SWITCH_WINDOW_NS {
+            return;
+        }
+        let rate = thread.departures.saturating_mul(1_000_000_000) / elapsed;
+        (thread.departures, thread.window_start) = (0, now);
+        if rate <= most {
+            return;
+        }
+        self.too_fast.insert(tid);
+        if let Some(wide) = &mut self.wide {
+            // Its switches from now on only count into its time on a CPU (see `QUIET_DEPARTED`).
+            self.values
+                .write(thread.index, VALUE_DEPARTED, &[QUIET_DEPARTED]);
+            self.values.write(thread.index, VALUE_QUIET, &[1]);
+            wide.quiet(tid);
+            return;
+        }
+        let addresses = thread.addresses;
+        self.forget(tid);
+        let _ = self.watch(tid, addresses);
+    }
+
+    /// The most departures a second a thread's switches are followed at, in this design.
+    pub fn max_switch_rate(&self) -> u64 {
+        match self.wide {
+            Some(_) => MAX_WIDE_SWITCH_RATE,
+            None => MAX_SWITCH_RATE,
+        }
+    }
+
+    /// How many threads are no longer followed off their CPU (see [`MAX_SWITCH_RATE`]).
+    pub fn too_fast(&self) -> usize {
+        self.too_fast.len()
+    }
+}
