@@ -43,8 +43,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 /// threads 5% at 1 kHz, 16 KiB 2.5% as perf record's 8 KiB did (BENCHMARKS.md), and the stacks
 /// of the tests' programs, python3 and ripgrep unwind as completely.
 pub const STACK_DUMP: u32 = 16 * 1024;
-/// Bytes of stack copied as a thread leaves its CPU (`bpf::Departure`): the most a record holds.
-/// A departure's stack that does not reach its root is not used, and the latest sample's stands
+/// Bytes of stack copied as a thread leaves its CPU (`bpf::Departure`): the most a record holds
+/// (per CPU, the `sched_switch` program copies 16 pages from the stack pointer's page up, less
+/// what lies below the stack pointer in its page: `cpu_wide/programs.rs`). A departure's stack that does not reach its root is not used, and the latest sample's stands
 /// in; with 16 KiB, the deep stacks of `Regex::new` were cut at nearly every departure, so the
 /// waits drawn at their own stack were those of shallower code: `regex-compile` read 3 to 6
 /// points low beside two busy loops.
