@@ -299,6 +299,11 @@ pub struct NativeMeta {
     /// they have marks but no native stack.
     #[serde(default)]
     pub native_moved: u64,
+    /// Stretches off the CPU (perf, switches followed) whose marks were not copied as the
+    /// thread left: the latest sample's marks stand in, without a native stack. Not samples of
+    /// a tick, so apart from `native_moved`.
+    #[serde(default)]
+    pub native_departures_unmarked: u64,
     /// Thread samples whose thread had no CPU at the sample and was stopped later, when it got
     /// one (its stack had not changed meanwhile).
     #[serde(default)]

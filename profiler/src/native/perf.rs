@@ -643,11 +643,9 @@ impl PerfSampler {
         let walk = u64::from(self.programs.rules.on);
         self.values.write(index, VALUE_WALK, &[walk]);
         // Per CPU, a thread no longer followed off its CPU is not once watched again (after an
-        // exec): its switches only count into its time on a CPU, and the context-switch
-        // event's filter never takes its departure's stack (its latest is in the far future).
+        // exec): its switches only count into its time on a CPU.
         let quiet = self.wide.is_some() && self.too_fast.contains(&tid);
-        let departed = if quiet { QUIET_DEPARTED } else { 0 };
-        self.values.write(index, VALUE_DEPARTED, &[departed]);
+        self.values.write(index, VALUE_DEPARTED, &[0]);
         self.values.write(index, VALUE_QUIET, &[u64::from(quiet)]);
         // Nothing known of its time on a CPU, and no switch counted.
         self.values.write(index, VALUE_CPU_NS, &[0, 0, 0]);
@@ -743,7 +741,6 @@ mod following;
 #[cfg(test)]
 pub(super) use design::per_cpu_refused;
 pub(super) use design::Design;
-use following::QUIET_DEPARTED;
 pub use following::{MAX_SWITCH_RATE, MAX_WIDE_SWITCH_RATE};
 
 #[cfg(test)]

@@ -191,6 +191,7 @@ fn add_counters(meta: &mut Meta, child: &Meta) {
     n.native_complete += c.native_complete;
     n.native_not_stopped += c.native_not_stopped;
     n.native_moved += c.native_moved;
+    n.native_departures_unmarked += c.native_departures_unmarked;
     n.native_late += c.native_late;
     n.native_preempted_unplaced_us += c.native_preempted_unplaced_us;
     n.native_blocked += c.native_blocked;

@@ -135,6 +135,8 @@ struct Tally {
     notes: Vec<String>,
     /// Thread samples whose marks changed between the tick and the thread's stop (no stack).
     native_moved: u64,
+    /// Stretches off the CPU whose departure's marks were not copied (see `off_cpu.rs`).
+    departures_unmarked: u64,
     /// Thread samples whose stack came from a stop after the tick (the thread had no CPU).
     native_late: u64,
     /// Time threads waited for a CPU with no native stack (perf: marks changed since), ns.

@@ -594,6 +594,12 @@ fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
                 causes.join(", ")
             ));
         }
+        let unmarked = meta.native_stacks.native_departures_unmarked;
+        if unmarked * 20 > native_samples {
+            notes.push(format!(
+                "{unmarked} stretches off the CPU have no native stack: the kernel's copy of the thread's marks as it left was lost, failed or caught a push half done, so those of its latest sample stand in (a departure's stack would be drawn with other marks)"
+            ));
+        }
         let unplaced_ms = meta.native_stacks.native_preempted_unplaced_us / 1_000;
         if unplaced_ms >= PREEMPTED_NOTE_MS {
             notes.push(format!(

@@ -4,23 +4,23 @@
 //! than the bound below. Not here: the following itself (`perf.rs`, `cpu_wide.rs`), the
 //! estimate (`record/sampler`).
 
-use super::{PerfSampler, VALUE_DEPARTED, VALUE_QUIET};
+use super::{PerfSampler, VALUE_QUIET};
 
 /// A thread that leaves its CPU more often than this (per second, over at least
 /// `SWITCH_WINDOW_NS`) is no longer followed off its CPU: following a switch costs the thread
 /// about 3 us (BENCHMARKS.md), so this bounds that cost to about 6% of its time, and its time off
 /// the CPU is estimated instead, as where the kernel refuses the switch events.
 pub const MAX_SWITCH_RATE: u64 = 20_000;
-/// [`MAX_SWITCH_RATE`] per CPU (`cpu_wide.rs`): a switch not followed still costs the
-/// `sched_switch` program's run, but neither its records nor fsprof's reading of them (python3
-/// with four threads leaving their CPUs 18 000 times a second each: fsprof's main thread 250 ms
-/// -> 175 ms of CPU over 2.8 s, 0.4 us a switch of fsprof's own, BENCHMARKS.md): this bounds
-/// following to about 0.2% of a CPU per thread in fsprof, plus the records' writing.
-pub const MAX_WIDE_SWITCH_RATE: u64 = 5_000;
-/// What a thread no longer followed per CPU has as its latest departure's stack time: the
-/// context-switch event's filter takes a departure's stack only a period after the latest.
-pub(super) const QUIET_DEPARTED: u64 = 1 << 62;
+/// [`MAX_SWITCH_RATE`] per CPU (`cpu_wide.rs`), where following a switch costs less: the
+/// `sched_switch` program's records (a few hundred ns) and fsprof's reading of them (0.4 us: its
+/// main thread took 250 ms of CPU over 2.8 s following python3's four threads as they left
+/// their CPUs 18 000 times a second each, 175 ms not following them; BENCHMARKS.md), so about
+/// 4% of a thread's time at this rate. Not lower: the estimate that replaces following is far
+/// less exact per thread (those four threads' time read 28% low to 72% high against their own
+/// schedstat at 5000 a second, 5 to 9% low followed).
+pub const MAX_WIDE_SWITCH_RATE: u64 = 50_000;
 const SWITCH_WINDOW_NS: u64 = 200_000_000;
+
 impl PerfSampler {
     /// Whether `tid`'s departures from its CPU are followed (see [`Taken::Switch`]).
     pub fn follows_switches(&self, tid: u32) -> bool {
@@ -54,9 +54,7 @@ impl PerfSampler {
         }
         self.too_fast.insert(tid);
         if let Some(wide) = &mut self.wide {
-            // Its switches from now on only count into its time on a CPU (see `QUIET_DEPARTED`).
-            self.values
-                .write(thread.index, VALUE_DEPARTED, &[QUIET_DEPARTED]);
+            // Its switches from now on only count into its time on a CPU.
             self.values.write(thread.index, VALUE_QUIET, &[1]);
             wide.quiet(tid);
             return;

@@ -43,6 +43,7 @@ impl Sampler {
             meta.native_stacks.native_complete = stats.complete;
             meta.native_stacks.native_not_stopped = stats.not_stopped;
             meta.native_stacks.native_moved = self.tally.native_moved;
+            meta.native_stacks.native_departures_unmarked = self.tally.departures_unmarked;
             meta.native_stacks.native_late = self.tally.native_late;
             meta.native_stacks.native_preempted_unplaced_us = self.tally.unplaced_ns / 1_000;
             meta.native_stacks.native_blocked = stats.blocked;

@@ -280,7 +280,7 @@ impl Sampler {
             (None, Some(LatestSample { stack, .. }), _) => {
                 // A copy failed or was lost: the latest sample's marks stand in (in the tables;
                 // without a native stack, which would be drawn with other marks).
-                self.tally.native_moved += 1;
+                self.tally.departures_unmarked += 1;
                 (*stack, None)
             }
             (None, None, _) => return, // nothing to attribute it to: left out
