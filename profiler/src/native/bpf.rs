@@ -213,7 +213,8 @@ pub(super) const MUL64_IMM: u8 = 0x27;
 pub(super) const JEQ_IMM: u8 = 0x15;
 pub(super) const JNE_IMM: u8 = 0x55;
 pub(super) const JLE_IMM: u8 = 0xb5;
-const JLT_REG: u8 = 0xad;
+pub(super) const JLT_REG: u8 = 0xad;
+pub(super) const JGT_IMM: u8 = 0x25;
 pub(super) const CALL: u8 = 0x85;
 pub(super) const EXIT: u8 = 0x95;
 pub(super) const PSEUDO_MAP_FD: u8 = 1;
@@ -225,6 +226,13 @@ pub(super) const HELPER_GET_CURRENT_PID_TGID: i32 = 14;
 pub(super) const HELPER_PROBE_READ_KERNEL: i32 = 113;
 pub(super) const HELPER_PROBE_READ_USER: i32 = 112;
 pub(super) const HELPER_RINGBUF_OUTPUT: i32 = 130;
+pub(super) const HELPER_RINGBUF_RESERVE: i32 = 131;
+pub(super) const HELPER_RINGBUF_SUBMIT: i32 = 132;
+pub(super) const HELPER_RINGBUF_QUERY: i32 = 134;
+pub(super) const HELPER_GET_CURRENT_TASK_BTF: i32 = 158;
+pub(super) const HELPER_TASK_PT_REGS: i32 = 175;
+/// `bpf_ringbuf_query` flag: the bytes written and not yet read.
+pub(super) const RB_AVAIL_DATA: i32 = 0;
 /// `bpf_ringbuf_output` flag: wake nobody (fsprof reads the ring on its own schedule).
 pub(super) const RB_NO_WAKEUP: i32 = 1;
 
@@ -437,27 +445,6 @@ pub(super) fn copy_slots(p: &mut Vec<Insn>, copies: RawFd, at_switch: bool) {
     }
 }
 
-/// The program of a CPU's context-switch event in the per-CPU design (`cpu_wide.rs`): returns 1
-/// (the kernel writes the event's sample: the registers and stack of the thread leaving) for a
-/// watched thread (the hash map `watched`, its values in `map`) whose previous such sample is
-/// at least `gap_ns` old, else 0. Its slots are copied by the program at `sched_switch`.
-pub(super) fn departure_filter(map: RawFd, watched: RawFd, gap_ns: u64) -> Vec<Insn> {
-    let mut p = Vec::new();
-    index_of_thread(&mut p, Index::Watched(watched));
-    p.extend(value_of_thread(map));
-    p.extend([
-        insn(JNE_IMM, 0, 0, 2, 0),
-        insn(MOV64_IMM, 0, 0, 0, 0),
-        insn(EXIT, 0, 0, 0, 0),
-        insn(MOV64_REG, 6, 0, 0, 0),
-        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
-        insn(MOV64_REG, 7, 0, 0, 0),
-    ]);
-    departed(&mut p, gap_ns);
-    p.extend([insn(MOV64_IMM, 0, 0, 0, 0), insn(EXIT, 0, 0, 0, 0)]);
-    p
-}
-
 /// What the program run as a thread leaves its CPU needs to tell whether the kernel should
 /// write a sample of it (its registers and stack, into the thread's ring): the least time
 /// between two such samples of one thread.
@@ -610,11 +597,6 @@ fn load(insns: Vec<Insn>) -> Result<OwnedFd, String> {
     load_as(BPF_PROG_TYPE_PERF_EVENT, insns)
 }
 
-/// Loads a program run at a perf event's every overflow.
-pub(super) fn load_event_program(insns: Vec<Insn>) -> Result<OwnedFd, String> {
-    load(insns)
-}
-
 /// Loads a program run at a tracepoint (`cpu_wide.rs`), attached with [`attach_tracepoint`].
 pub(super) fn load_tracepoint_program(insns: Vec<Insn>) -> Result<OwnedFd, String> {
     load_as(BPF_PROG_TYPE_RAW_TRACEPOINT, insns)
@@ -646,6 +628,7 @@ pub(super) fn attach_tracepoint(
 
 fn load_as(prog_type: u32, insns: Vec<Insn>) -> Result<OwnedFd, String> {
     let license = c"GPL"; // probe_read_user is a GPL-only helper
+    let mut log = vec![0u8; 1 << 20];
     let mut attr = ProgLoad {
         prog_type,
         insn_cnt: insns.len() as u32,
@@ -657,15 +640,14 @@ fn load_as(prog_type: u32, insns: Vec<Insn>) -> Result<OwnedFd, String> {
     match bpf(BPF_PROG_LOAD, &mut attr) {
         Ok(fd) => Ok(fd),
         Err(Errno::EACCES | Errno::EINVAL | Errno::EFAULT) => {
-            // Load again with the verifier's log, to say why: its complaint is the last line
-            // but for the statistics after it (a shorter log keeps only the statistics).
-            let mut log = vec![0u8; 1 << 20];
+            // Load again with the verifier's log, to say why.
             attr.log_level = 1;
             attr.log_size = log.len() as u32;
             attr.log_buf = log.as_mut_ptr() as u64;
             let again = bpf(BPF_PROG_LOAD, &mut attr);
             let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
             let text = String::from_utf8_lossy(&log[..end]);
+            // The verifier's complaint: its log's last line but for the statistics after it.
             let last = text
                 .lines()
                 .rev()

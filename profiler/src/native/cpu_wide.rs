@@ -4,11 +4,14 @@
 //! watched threads only (a hash map of thread ids that fsprof fills) and copies their slots as a
 //! thread's own event's program does; a program at the scheduler's `sched_switch` tracepoint
 //! records each departure of a watched thread from its CPU (its slots, whether it was preempted,
-//! its time on a CPU so far) and each return to one; and a program at the start of every `exec`
-//! (`sched_prepare_exec`, before the new program's credentials are set) removes the thread from the
-//! map, so nothing of a program that turned set-user-id is read: fsprof watches the thread again
-//! only once its exec gate passed it. A switch costs a program's run (a few hundred ns) where a
-//! thread's own sampling event cost it about 4 us (BENCHMARKS.md, "What one context switch costs").
+//! its time on a CPU so far, and at most once a period its registers and the top of its stack)
+//! and each return to one; and a program at the start of every `exec` (`sched_prepare_exec`,
+//! before the new program's credentials are set) removes the thread from the map, so nothing of
+//! a program that turned set-user-id is read: fsprof watches the thread again only once its exec
+//! gate passed it. A switch costs that program's run (about 200 ns for a thread not followed,
+//! BENCHMARKS.md) where a thread's own sampling event cost it about 4 us, and no event fires at
+//! a switch: a context-switch event per CPU, which took the departures' stacks before, cost
+//! every switch of every thread its overflow.
 //!
 //! Some switches onto a CPU pass without the `sched_switch` tracepoint on some kernels (seen on
 //! Linux 6.18, 1 return in a few hundred): a thread found running after a departure, at a
@@ -19,19 +22,18 @@
 //! This module: those maps, events and rings, and the reading of their records into each
 //! thread's stream (`perf::Taken`), in time order. Not here: the programs (`programs.rs`; the
 //! slot copies', `bpf.rs`), the rings' layout and records (`ring.rs`), which threads to watch
-//! (`perf.rs`). The stack a thread leaves its CPU with comes from a context-switch event per
-//! CPU whose program lets the kernel write a sample only for a watched thread, at most once per
-//! period (a switch of any thread pays that event's overflow, under a microsecond; copying the
-//! stack from the `sched_switch` program instead is the next step). Not yet: one set of events
-//! for all the processes recorded (each process's sampler opens its own).
+//! (`perf.rs`). Not yet: one set of events for all the processes recorded (each process's
+//! sampler opens its own).
 
 use crate::native::bpf::{
-    attach_tracepoint, create_map, delete_bytes, departure_filter, load_event_program,
-    load_program, load_tracepoint_program, update_bytes, Index, BPF_MAP_TYPE_HASH,
+    attach_tracepoint, create_map, delete_bytes, load_program, load_tracepoint_program,
+    update_bytes, Index, BPF_MAP_TYPE_HASH,
 };
 use crate::native::perf::{PerfSample, Switch, Taken, CPU_TICKS_PER_SAMPLE, STACK_DUMP};
-use crate::native::perf_events::{attach, open_cpu_event, output_to, rephase};
-use crate::native::ring::{match_copies, parse, Record, Ring, SlotCopy, ThreadEvent};
+use crate::native::perf_events::{attach, open_cpu_event, rephase};
+use crate::native::ring::{
+    match_copies, parse, DepartureStack, Record, Ring, SlotCopy, ThreadEvent,
+};
 use crate::native::unwind::{Registers, StackView};
 use foldhash::{HashMap, HashMapExt};
 use nix::errno::Errno;
@@ -68,9 +70,6 @@ pub(super) struct CpuWide {
 
 struct Cpu {
     event: OwnedFd,
-    /// Its context-switch event, writing departures' stacks into `ring` if `departures`.
-    _switches: OwnedFd,
-    departures: bool,
     ring: Ring,
     /// Whether a sample came since its timer was last re-phased.
     sampled: bool,
@@ -85,8 +84,6 @@ struct Held {
 
 enum Pending {
     Sample(Held),
-    /// The registers and stack a thread left its CPU with.
-    Departure(Held),
     /// Records of unknown threads were lost on a CPU at about this time.
     Gap(u64),
 }
@@ -112,11 +109,12 @@ impl CpuWide {
     /// Creates the map of watched threads, loads the programs (the sampling one over the
     /// values `map`, putting copies in `copies`, handing over to the walk through `walk`), and
     /// opens and enables a cpu-clock event per CPU that ticks `CPU_TICKS_PER_SAMPLE` times per
-    /// `period_ns` of wall time (each kept tick a sample of the thread running), and a
-    /// context-switch event per CPU (at most one departure's stack per thread per period).
+    /// `period_ns` of wall time (each kept tick a sample of the thread running); `copies` is
+    /// the shared ring and its size (a departure's stack goes there too, at most one per
+    /// thread per period).
     pub(super) fn new(
         map: RawFd,
-        copies: RawFd,
+        (copies, copies_size): (RawFd, usize),
         walk: [RawFd; 2],
         period_ns: u64,
         capacity: u32,
@@ -130,7 +128,8 @@ impl CpuWide {
             .map_err(|e| format!("cannot create a BPF hash map ({})", e.desc()))?;
         let w = watched.as_raw_fd();
         let sampling = load_program(map, copies, walk, Index::Watched(w), None)?;
-        let switch = load_tracepoint_program(switch_program(map, copies, w, pid_offset))?;
+        let program = switch_program(map, (copies, copies_size), w, pid_offset, period_ns);
+        let switch = load_tracepoint_program(program)?;
         let mut links = vec![attach_tracepoint(c"sched_switch", &switch)
             .map_err(|e| format!("cannot attach to sched_switch ({})", e.desc()))?];
         // At the start of an exec too where the kernel has that tracepoint (Linux 6.10).
@@ -141,7 +140,6 @@ impl CpuWide {
             attach_tracepoint(c"sched_process_exec", &late)
                 .map_err(|e| format!("cannot attach to sched_process_exec ({})", e.desc()))?,
         );
-        let filter = load_event_program(departure_filter(map, w, period_ns))?;
         let mut cpus = Vec::new();
         for cpu in online_cpus() {
             let refused = |what: &str, e: Errno| format!("{what} on CPU {cpu} ({})", e.desc());
@@ -149,32 +147,24 @@ impl CpuWide {
                 .map_err(|e| refused("perf_event_open refused", e))?;
             let ring =
                 Ring::new(&event, page, pages).map_err(|e| refused("cannot map a ring", e))?;
-            let switches = open_cpu_event(cpu, sys::bindings::PERF_COUNT_SW_CONTEXT_SWITCHES, 1)
-                .map_err(|e| refused("perf_event_open refused", e))?;
             attach(&event, &sampling).map_err(|e| refused("cannot attach a program", e))?;
-            attach(&switches, &filter).map_err(|e| refused("cannot attach a program", e))?;
-            let departures = output_to(&switches, &event);
             cpus.push(Cpu {
                 event,
-                _switches: switches,
-                departures,
                 ring,
                 sampled: false,
             });
         }
         for cpu in &cpus {
-            for event in [&cpu.event, &cpu._switches] {
-                // SAFETY: a valid descriptor.
-                if unsafe { sys::ioctls::ENABLE(event.as_raw_fd(), 0) } != 0 {
-                    let why = Errno::last().desc();
-                    return Err(format!("cannot enable a CPU's event ({why})"));
-                }
+            // SAFETY: a valid descriptor.
+            if unsafe { sys::ioctls::ENABLE(cpu.event.as_raw_fd(), 0) } != 0 {
+                let why = Errno::last().desc();
+                return Err(format!("cannot enable a CPU's event ({why})"));
             }
         }
         Ok(CpuWide {
             watched,
             cpus,
-            _programs: vec![sampling, switch, early, late, filter],
+            _programs: vec![sampling, switch, early, late],
             _links: links,
             threads: HashMap::new(),
             lost: 0,
@@ -229,13 +219,9 @@ impl CpuWide {
         for cpu in &mut self.cpus {
             let head = cpu.ring.head();
             let mut lost_at = None;
-            let (sampled, has_departures) = (&mut cpu.sampled, cpu.departures);
+            let sampled = &mut cpu.sampled;
             let room = cpu.ring.drain(head, |record| match parse(record) {
-                Record::Sample {
-                    departure,
-                    tid,
-                    sample,
-                } => {
+                Record::Sample { tid, sample, .. } => {
                     let Some(thread) = threads.get_mut(&tid) else {
                         *foreign += 1;
                         return;
@@ -253,12 +239,8 @@ impl CpuWide {
                         regs: sample.regs,
                         stack: sample.stack.bytes.to_vec(),
                     };
-                    if departure && has_departures {
-                        insert(&mut thread.pending, Pending::Departure(held));
-                    } else {
-                        *sampled = true;
-                        insert(&mut thread.pending, Pending::Sample(held));
-                    }
+                    *sampled = true;
+                    insert(&mut thread.pending, Pending::Sample(held));
                 }
                 Record::Fork { tid, time, parent } if threads.contains_key(&parent) => {
                     birth(tid, time);
@@ -293,7 +275,7 @@ impl CpuWide {
     /// Up to when the streams handed out are complete: their records are held back from
     /// shortly before the latest read began (see [`HOLD_NS`]).
     pub(super) fn complete_until(&self) -> u64 {
-        self.read_at.saturating_sub(HOLD_NS + DEPARTURE_LAG_NS)
+        self.read_at.saturating_sub(HOLD_NS)
     }
 
     /// Starts each CPU's timer again at a random place (see `perf::rephase`) where it sampled
@@ -334,21 +316,13 @@ impl CpuWide {
                 (None, Some(_)) => false,
                 (None, None) => break,
             };
-            // An event waits for its departure's stack, which comes just after it.
-            let (next, cutoff) = if sample_first {
-                (sample_at, until)
-            } else {
-                (event_at, until.saturating_sub(DEPARTURE_LAG_NS))
-            };
-            if next.is_some_and(|time| time > cutoff) {
+            let next = if sample_first { sample_at } else { event_at };
+            if next.is_some_and(|time| time > until) {
                 break;
             }
             if sample_first {
                 match thread.pending.pop_front().expect("front") {
                     Pending::Gap(_) => each(Taken::Gap { at: thread.latest }),
-                    // A departure's stack not right after its departure's record: the record
-                    // was lost, or the stack is of a thread watched in between. Not used.
-                    Pending::Departure(_) => {}
                     Pending::Sample(held) => {
                         let matched = match_copies(waiting, held.time, [tolerance, tolerance]);
                         let cpu_ns = matched.cpu_ns.unwrap_or_else(|| thread.estimate(held.time));
@@ -382,20 +356,17 @@ impl CpuWide {
                     cpu_ns,
                     preempted,
                     seq,
+                    stack,
                     ..
                 } => {
                     if thread.missed(seq) {
                         each(Taken::Gap { at: thread.latest });
                     }
                     (thread.cpu_ns, thread.running_since) = (cpu_ns, 0);
-                    // The context-switch event's sample of this departure comes just after
-                    // the tracepoint's record; the stream gives it before, as a thread's own
-                    // events do.
-                    if let Some(Pending::Departure(held)) = thread.pending.front() {
-                        if held.time.saturating_sub(time) <= DEPARTURE_LAG_NS {
-                            each(Taken::Departure(departure(held, time)));
-                            thread.pending.pop_front();
-                        }
+                    // Its stack as it left, when the program copied it: the stream gives it
+                    // before its departure, as a thread's own events do.
+                    if let Some(stack) = &stack {
+                        each(Taken::Departure(departure(stack, time)));
                     }
                     let matched = match_copies(switch_waiting, time, [tolerance, 0]);
                     each(Taken::Switch(Switch {
@@ -434,14 +405,9 @@ impl CpuWide {
     }
 }
 
-/// Most a departure's sample (from the context-switch event) comes after the `sched_switch`
-/// program's record of the same departure.
-const DEPARTURE_LAG_NS: u64 = 100_000;
-
-/// A held departure's registers and stack as the stream gives them, at the time of its
-/// departure's record (the same instant, microseconds apart); its slots are that departure's,
-/// on the switch that follows.
-fn departure(held: &Held, time: u64) -> PerfSample<'_> {
+/// A departure's registers and stack as the stream gives them, at the time of its departure;
+/// its slots are that departure's, on the switch that follows.
+fn departure(held: &DepartureStack, time: u64) -> PerfSample<'_> {
     PerfSample {
         time,
         cpu_ns: 0,
@@ -457,7 +423,7 @@ fn departure(held: &Held, time: u64) -> PerfSample<'_> {
 impl Pending {
     fn time(&self) -> u64 {
         match self {
-            Pending::Sample(held) | Pending::Departure(held) => held.time,
+            Pending::Sample(held) => held.time,
             Pending::Gap(at) => *at,
         }
     }

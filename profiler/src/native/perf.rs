@@ -43,8 +43,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 /// threads 5% at 1 kHz, 16 KiB 2.5% as perf record's 8 KiB did (BENCHMARKS.md), and the stacks
 /// of the tests' programs, python3 and ripgrep unwind as completely.
 pub const STACK_DUMP: u32 = 16 * 1024;
-/// Bytes of stack copied as a thread leaves its CPU (`bpf::Departure`): the most a record holds.
-/// A departure's stack that does not reach its root is not used, and the latest sample's stands
+/// Bytes of stack copied as a thread leaves its CPU (`bpf::Departure`): the most a record holds
+/// (per CPU, the `sched_switch` program copies 16 pages from the stack pointer's page up, less
+/// what lies below the stack pointer in its page: `cpu_wide/programs.rs`). A departure's stack that does not reach its root is not used, and the latest sample's stands
 /// in; with 16 KiB, the deep stacks of `Regex::new` were cut at nearly every departure, so the
 /// waits drawn at their own stack were those of shallower code: `regex-compile` read 3 to 6
 /// points low beside two busy loops.
@@ -642,11 +643,9 @@ impl PerfSampler {
         let walk = u64::from(self.programs.rules.on);
         self.values.write(index, VALUE_WALK, &[walk]);
         // Per CPU, a thread no longer followed off its CPU is not once watched again (after an
-        // exec): its switches only count into its time on a CPU, and the context-switch
-        // event's filter never takes its departure's stack (its latest is in the far future).
+        // exec): its switches only count into its time on a CPU.
         let quiet = self.wide.is_some() && self.too_fast.contains(&tid);
-        let departed = if quiet { QUIET_DEPARTED } else { 0 };
-        self.values.write(index, VALUE_DEPARTED, &[departed]);
+        self.values.write(index, VALUE_DEPARTED, &[0]);
         self.values.write(index, VALUE_QUIET, &[u64::from(quiet)]);
         // Nothing known of its time on a CPU, and no switch counted.
         self.values.write(index, VALUE_CPU_NS, &[0, 0, 0]);
@@ -742,7 +741,6 @@ mod following;
 #[cfg(test)]
 pub(super) use design::per_cpu_refused;
 pub(super) use design::Design;
-use following::QUIET_DEPARTED;
 pub use following::{MAX_SWITCH_RATE, MAX_WIDE_SWITCH_RATE};
 
 #[cfg(test)]

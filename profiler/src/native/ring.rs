@@ -24,17 +24,59 @@ pub(super) const CPU_TIME: usize = SLOTS + 2;
 pub(super) const DEPARTED: usize = SLOTS + 3;
 pub(super) const RETURNED: usize = SLOTS + 4;
 pub(super) const EXECED: usize = SLOTS + 5;
+/// The record of a thread's registers and stack as it left its CPU (`cpu_wide/programs.rs`).
+pub(super) const DEPARTURE_STACK: usize = SLOTS + 6;
+
+/// A thread's user registers and the top of its stack as it left its CPU, copied by the
+/// `sched_switch` program just before its departure's record.
+#[derive(Debug)]
+pub(super) struct DepartureStack {
+    pub(super) time: u64,
+    pub(super) regs: Registers,
+    pub(super) stack: Vec<u8>,
+}
+
+/// Decodes a departure's stack record (see `cpu_wide::programs::STACK_HEADER`): the value
+/// index it came from and the stack; `None` for any other record. The length the program
+/// wrote is bounded by the record's.
+pub(super) fn parse_stack(record: &[u8]) -> Option<(u32, DepartureStack)> {
+    const HEADER: usize = 48;
+    let word = |at: usize| -> Option<u64> {
+        Some(u64::from_ne_bytes(record.get(at..at + 8)?.try_into().ok()?))
+    };
+    let index_and_kind = word(8)?;
+    if (index_and_kind >> 32) as usize != DEPARTURE_STACK {
+        return None;
+    }
+    let regs = Registers {
+        ip: word(16)?,
+        sp: word(24)?,
+        bp: Some(word(32)?),
+    };
+    let bytes = record.get(HEADER..)?;
+    let len = usize::try_from(word(40)?)
+        .unwrap_or(usize::MAX)
+        .min(bytes.len());
+    let stack = DepartureStack {
+        time: word(0)?,
+        regs,
+        stack: bytes[..len].to_vec(),
+    };
+    Some((index_and_kind as u32, stack))
+}
 
 /// What a per-CPU program recorded of a thread besides its slots (see [`DEPARTED`]).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(super) enum ThreadEvent {
     /// It left its CPU at `time`, having run `cpu_ns` in all; `seq`: its switches recorded so
-    /// far (a gap in them is a lost record).
+    /// far (a gap in them is a lost record); `stack`: its registers and stack then, where the
+    /// program copied them (at most once a period).
     Departed {
         time: u64,
         cpu_ns: u64,
         preempted: bool,
         seq: u64,
+        stack: Option<Box<DepartureStack>>,
     },
     /// It came onto a CPU at `time`; `inferred`: no switch onto a CPU was traced, it was found
     /// running then (see `cpu_wide::inferred_return`).
@@ -44,8 +86,8 @@ pub(super) enum ThreadEvent {
         seq: u64,
         inferred: bool,
     },
-    /// Its thread id `tid` was removed from the watched threads as it began an `exec`.
-    Execed { time: u64, tid: u32 },
+    /// It was removed from the watched threads as it began an `exec`.
+    Execed { time: u64 },
 }
 
 impl ThreadEvent {
@@ -72,6 +114,7 @@ pub(super) fn parse_event(record: &[u8]) -> Option<(u32, ThreadEvent)> {
             cpu_ns: a,
             preempted: b & 1 == 1,
             seq: b >> 1,
+            stack: None,
         },
         RETURNED => ThreadEvent::Returned {
             time,
@@ -79,10 +122,7 @@ pub(super) fn parse_event(record: &[u8]) -> Option<(u32, ThreadEvent)> {
             seq: b >> 1,
             inferred: b & 1 == 1,
         },
-        EXECED => ThreadEvent::Execed {
-            time,
-            tid: a as u32,
-        },
+        EXECED => ThreadEvent::Execed { time },
         _ => return None,
     };
     Some((index, event))
@@ -378,6 +418,11 @@ impl CopyRing {
         self.fd.as_raw_fd()
     }
 
+    /// Its data's size in bytes.
+    pub(super) fn size(&self) -> usize {
+        self.size
+    }
+
     /// Hands every committed record's data to `each`, and frees them.
     pub(super) fn drain(&mut self, mut each: impl FnMut(&[u8])) {
         const BUSY: u32 = 1 << 31;
@@ -432,6 +477,8 @@ pub(super) struct Unmatched {
     pub(super) at_samples: Vec<VecDeque<SlotCopy>>,
     pub(super) at_switches: Vec<VecDeque<SlotCopy>>,
     pub(super) events: Vec<VecDeque<ThreadEvent>>,
+    /// The latest departure's stack read per index, for the departure record that follows it.
+    stacks: Vec<Option<Box<DepartureStack>>>,
 }
 
 impl Unmatched {
@@ -441,6 +488,7 @@ impl Unmatched {
             at_samples: queues(),
             at_switches: queues(),
             events: (0..capacity).map(|_| VecDeque::new()).collect(),
+            stacks: (0..capacity).map(|_| None).collect(),
         }
     }
 
@@ -450,6 +498,7 @@ impl Unmatched {
         self.at_samples[index].clear();
         self.at_switches[index].clear();
         self.events[index].clear();
+        self.stacks[index] = None;
     }
 
     /// Moves the shared ring's records to their threads' queues (bounded: a queue longer than
@@ -463,10 +512,20 @@ impl Unmatched {
                 queue.push_back(item);
             }
         }
+        let stacks = &mut self.stacks;
         copies.drain(|record| {
-            if let Some((index, event)) = parse_event(record) {
+            if let Some((index, mut event)) = parse_event(record) {
+                // Its stack, if the program copied it just before (at the same instant).
+                if let ThreadEvent::Departed { time, stack, .. } = &mut event {
+                    let held = stacks.get_mut(index as usize).and_then(Option::take);
+                    *stack = held.filter(|held| held.time == *time);
+                }
                 // Two a switch, and a few words each: room for a thread that switches often.
                 push(self.events.get_mut(index as usize), event, 32 * bound);
+            } else if let Some((index, stack)) = parse_stack(record) {
+                if let Some(held) = stacks.get_mut(index as usize) {
+                    *held = Some(Box::new(stack));
+                }
             } else if let Some((index, copy)) = parse_copy(record) {
                 let queues = if copy.at_switch {
                     &mut self.at_switches

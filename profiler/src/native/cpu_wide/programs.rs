@@ -8,16 +8,18 @@
 
 use crate::native::bpf::{
     insn, value_of_thread, watched_index, Insn, ADD64_IMM, ADD64_REG, AND64_IMM, CALL, EXIT,
-    HELPER_GET_CURRENT_PID_TGID, HELPER_KTIME_GET_NS, HELPER_MAP_DELETE_ELEM,
-    HELPER_PROBE_READ_KERNEL, HELPER_RINGBUF_OUTPUT, INDEX_SLOT, JEQ_IMM, JNE_IMM, LDX_DW, LDX_W,
-    LD_IMM64, MOV64_IMM, MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, STX_DW, STX_W, ST_DW, ST_W,
+    HELPER_GET_CURRENT_PID_TGID, HELPER_GET_CURRENT_TASK_BTF, HELPER_KTIME_GET_NS,
+    HELPER_MAP_DELETE_ELEM, HELPER_PROBE_READ_KERNEL, HELPER_PROBE_READ_USER,
+    HELPER_RINGBUF_OUTPUT, HELPER_RINGBUF_QUERY, HELPER_RINGBUF_RESERVE, HELPER_RINGBUF_SUBMIT,
+    HELPER_TASK_PT_REGS, INDEX_SLOT, JEQ_IMM, JGT_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_W, LD_IMM64,
+    MOV64_IMM, MOV64_REG, PSEUDO_MAP_FD, RB_AVAIL_DATA, RB_NO_WAKEUP, STX_DW, STX_W, ST_DW, ST_W,
     SUB64_REG,
 };
 use crate::native::map_value::{
-    COPY_HEADER, VALUE_CPU_NS, VALUE_ON_SINCE, VALUE_QUIET, VALUE_SWITCHES, VALUE_SWITCH_RECORD,
-    VALUE_TIME_RECORD,
+    COPY_HEADER, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_ON_SINCE, VALUE_QUIET, VALUE_SWITCHES,
+    VALUE_SWITCH_RECORD, VALUE_TIME_RECORD,
 };
-use crate::native::ring::{CPU_TIME, DEPARTED, EXECED, RETURNED};
+use crate::native::ring::{CPU_TIME, DEPARTED, DEPARTURE_STACK, EXECED, RETURNED};
 use crate::native::walk::CONTEXT;
 use std::os::fd::RawFd;
 
@@ -137,9 +139,10 @@ fn next_switch(p: &mut Vec<Insn>) {
 /// no record. Other switches cost two lookups.
 pub(super) fn switch_program(
     map: RawFd,
-    copies: RawFd,
+    (copies, copies_size): (RawFd, usize),
     watched: RawFd,
     pid_offset: u32,
+    gap_ns: u64,
 ) -> Vec<Insn> {
     let (cpu, on, record) = (
         VALUE_CPU_NS as i16,
@@ -181,6 +184,8 @@ pub(super) fn switch_program(
         insn(JNE_IMM, 1, 0, 0, 0), // quiet: no record (patched below)
     ]);
     let quiet_leaving = p.len() - 1;
+    departure_stack(&mut p, copies, copies_size, gap_ns);
+    p.push(insn(LDX_DW, 2, 6, cpu, 0));
     record_event(&mut p, record, DEPARTED);
     p.push(insn(STX_DW, 6, 2, record + 16, 0));
     next_switch(&mut p);
@@ -309,4 +314,127 @@ pub(super) fn exec_program(copies: RawFd, watched: RawFd, done: bool) -> Vec<Ins
     }
     p.extend([insn(MOV64_IMM, 0, 0, 0, 0), insn(EXIT, 0, 0, 0, 0)]);
     p
+}
+
+/// The stack record's header: the time, the index and kind ([`DEPARTURE_STACK`]), the user
+/// registers the thread left with (ip, sp, bp), and how many bytes of its stack follow.
+pub(in crate::native) const STACK_HEADER: usize = 48;
+/// Bytes of stack room in a departure's stack record: 16 pages from the stack pointer's page
+/// on, less what lies below the stack pointer in its page.
+const STACK_ROOM: usize = 16 * PAGE;
+const PAGE: usize = 4096;
+/// The stack word that keeps the first (partial) page's length across the copy's calls.
+const FIRST: i16 = -32;
+
+/// Part of the program at `sched_switch`, for a watched thread leaving its CPU (`r6` its value,
+/// `r7` the time, the index at `INDEX_SLOT`): at most once per `gap_ns`, while the ring
+/// `copies` is less than half full, a record of the user registers the thread left with
+/// (`bpf_task_pt_regs`: where it entered the kernel, the system call it blocks in or where it
+/// was preempted) and the top of its stack, copied page by page from the stack pointer up
+/// (`bpf_probe_read_user` fails at an unmapped page: the copy ends there, whatever the stack's
+/// depth, up to [`STACK_ROOM`]), put in the ring just before the departure's record (`ring.rs`
+/// attaches it to the departure of the same time). This is what a context-switch event's
+/// sample gave, without an event that every switch of every thread pays for. Uses r1-r5, r8,
+/// r9.
+fn departure_stack(p: &mut Vec<Insn>, copies: RawFd, copies_size: usize, gap_ns: u64) {
+    let last = VALUE_DEPARTED as i16;
+    let gap = gap_ns.min(i32::MAX as u64) as i32;
+    let half = (copies_size / 2).min(i32::MAX as usize) as i32;
+    let mut to_end = Vec::new();
+    p.extend([
+        insn(LDX_DW, 2, 6, last, 0),
+        insn(ADD64_IMM, 2, 0, 0, gap),
+        insn(JLT_REG, 7, 2, 0, 0), // the previous one too recent
+    ]);
+    to_end.push(p.len() - 1);
+    p.extend([
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_IMM, 2, 0, 0, RB_AVAIL_DATA),
+        insn(CALL, 0, 0, 0, HELPER_RINGBUF_QUERY),
+        insn(JGT_IMM, 0, 0, 0, half), // the ring too full: its room is for the records
+    ]);
+    to_end.push(p.len() - 1);
+    p.extend([
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_IMM, 2, 0, 0, (STACK_HEADER + STACK_ROOM) as i32),
+        insn(MOV64_IMM, 3, 0, 0, 0),
+        insn(CALL, 0, 0, 0, HELPER_RINGBUF_RESERVE),
+        insn(JEQ_IMM, 0, 0, 0, 0),
+    ]);
+    to_end.push(p.len() - 1);
+    p.extend([
+        insn(MOV64_REG, 9, 0, 0, 0), // r9: the record
+        insn(STX_DW, 6, 7, last, 0),
+        insn(STX_DW, 9, 7, 0, 0),
+        insn(LDX_W, 1, 10, INDEX_SLOT, 0),
+        insn(STX_W, 9, 1, 8, 0),
+        insn(ST_W, 9, 0, 12, DEPARTURE_STACK as i32),
+        insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_TASK_BTF),
+        insn(MOV64_REG, 1, 0, 0, 0),
+        insn(CALL, 0, 0, 0, HELPER_TASK_PT_REGS),
+    ]);
+    // x86-64's `struct pt_regs`: ip at 128, sp at 152, bp at 32.
+    for (from, to) in [(128, 16), (152, 24), (32, 32)] {
+        p.extend([insn(LDX_DW, 1, 0, from, 0), insn(STX_DW, 9, 1, to, 0)]);
+    }
+    let mut to_submit = Vec::new();
+    p.extend([
+        insn(ST_DW, 9, 0, 40, 0),
+        // The first page's part: from the stack pointer to its page's end.
+        insn(LDX_DW, 3, 9, 24, 0),
+        insn(MOV64_REG, 4, 3, 0, 0),
+        insn(AND64_IMM, 4, 0, 0, PAGE as i32 - 1),
+        insn(MOV64_IMM, 2, 0, 0, PAGE as i32),
+        insn(SUB64_REG, 2, 4, 0, 0),
+        insn(STX_DW, 10, 2, FIRST, 0),
+        insn(MOV64_REG, 1, 9, 0, 0),
+        insn(ADD64_IMM, 1, 0, 0, STACK_HEADER as i32),
+        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+        insn(JNE_IMM, 0, 0, 0, 0),
+    ]);
+    to_submit.push(p.len() - 1);
+    p.extend([
+        insn(LDX_DW, 2, 10, FIRST, 0),
+        insn(JGT_IMM, 2, 0, 0, PAGE as i32), // cannot be: tells the verifier
+    ]);
+    to_submit.push(p.len() - 1);
+    p.extend([
+        insn(STX_DW, 9, 2, 40, 0),
+        insn(MOV64_REG, 8, 9, 0, 0), // r8: where the next page goes
+        insn(ADD64_IMM, 8, 0, 0, STACK_HEADER as i32),
+        insn(ADD64_REG, 8, 2, 0, 0),
+    ]);
+    for _ in 1..STACK_ROOM / PAGE {
+        p.extend([
+            insn(MOV64_REG, 1, 8, 0, 0),
+            insn(MOV64_IMM, 2, 0, 0, PAGE as i32),
+            insn(LDX_DW, 3, 9, 24, 0),
+            insn(LDX_DW, 4, 9, 40, 0),
+            insn(ADD64_REG, 3, 4, 0, 0),
+            insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+            insn(JNE_IMM, 0, 0, 0, 0),
+        ]);
+        to_submit.push(p.len() - 1);
+        p.extend([
+            insn(LDX_DW, 1, 9, 40, 0),
+            insn(ADD64_IMM, 1, 0, 0, PAGE as i32),
+            insn(STX_DW, 9, 1, 40, 0),
+            insn(ADD64_IMM, 8, 0, 0, PAGE as i32),
+        ]);
+    }
+    let submit = p.len();
+    for at in to_submit {
+        p[at].off = (submit - at - 1) as i16;
+    }
+    p.extend([
+        insn(MOV64_REG, 1, 9, 0, 0),
+        insn(MOV64_IMM, 2, 0, 0, RB_NO_WAKEUP),
+        insn(CALL, 0, 0, 0, HELPER_RINGBUF_SUBMIT),
+    ]);
+    let end = p.len();
+    for at in to_end {
+        p[at].off = (end - at - 1) as i16;
+    }
 }

@@ -42,7 +42,7 @@ impl PerfSampler {
         }
         CpuWide::new(
             self.map.as_raw_fd(),
-            self.copies.fd(),
+            (self.copies.fd(), self.copies.size()),
             self.programs.rules.hand_over(),
             self.period_ns,
             capacity,

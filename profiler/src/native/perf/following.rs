@@ -4,7 +4,7 @@
 //! than the bound below. Not here: the following itself (`perf.rs`, `cpu_wide.rs`), the
 //! estimate (`record/sampler`).
 
-use super::{PerfSampler, VALUE_DEPARTED, VALUE_QUIET};
+use super::{PerfSampler, VALUE_QUIET};
 
 /// A thread that leaves its CPU more often than this (per second, over at least
 /// `SWITCH_WINDOW_NS`) is no longer followed off its CPU: following a switch costs the thread
@@ -19,9 +19,6 @@ pub const MAX_SWITCH_RATE: u64 = 20_000;
 /// less exact per thread (those four threads' time read 28% low to 72% high against their own
 /// schedstat at 5000 a second, 5 to 9% low followed).
 pub const MAX_WIDE_SWITCH_RATE: u64 = 50_000;
-/// What a thread no longer followed per CPU has as its latest departure's stack time: the
-/// context-switch event's filter takes a departure's stack only a period after the latest.
-pub(super) const QUIET_DEPARTED: u64 = 1 << 62;
 const SWITCH_WINDOW_NS: u64 = 200_000_000;
 
 impl PerfSampler {
@@ -57,9 +54,7 @@ impl PerfSampler {
         }
         self.too_fast.insert(tid);
         if let Some(wide) = &mut self.wide {
-            // Its switches from now on only count into its time on a CPU (see `QUIET_DEPARTED`).
-            self.values
-                .write(thread.index, VALUE_DEPARTED, &[QUIET_DEPARTED]);
+            // Its switches from now on only count into its time on a CPU.
             self.values.write(thread.index, VALUE_QUIET, &[1]);
             wide.quiet(tid);
             return;
