@@ -51,7 +51,8 @@
 # root for the BPF figures):  tests/benches/cost-model.sh
 # Knobs: BIN (dir with fsprof; default target/release), ROUNDS (3), PARTS, WORK (temp dir),
 # BASE (a dir with another fsprof, an earlier build say: then `samples` and `switches` also run
-# a `base` configuration, that fsprof at the defaults, for a before and after in one run).
+# a `base` configuration, that fsprof at the defaults, for a before and after in one run;
+# `samples` also `base1000`, that fsprof at --rate 1000).
 # The slowdowns are medians against the same run's `alone`: on a machine with as many cores
 # as the program has threads they show the work done on the program's own CPU (the kernel's,
 # for fsprof's events); on a smaller one fsprof's own CPU time competes with the program too.
@@ -141,6 +142,7 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
     default) flags= ;;
     percpu) flags= ;;
     base) flags= ;;
+    base1000) flags="--rate 1000" ;;
     r1000) flags="--rate 1000" ;;
     r125) flags="--rate 125" ;;
     agent) flags=--agent ;;
@@ -152,7 +154,7 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
   if [ $BPF = yes ]; then "$WORK/bpfstat" 0.1 > "$WORK/bpf" & bp=$!; fi
   # shellcheck disable=SC2086
   local bin=$BIN
-  [ "$config" = base ] && bin=$BASE
+  case $config in base*) bin=$BASE ;; esac
   local design=
   [ "$config" = percpu ] && design=1
   { time env FSPROF_PER_CPU=$design "$bin/fsprof" run $flags -o "$WORK/p-$config" -- "$@" > "$WORK/out" 2> "$WORK/err"; } 2> "$WORK/time"
@@ -202,7 +204,7 @@ for part in $PARTS; do
     samples)
       configs="alone default percpu r1000 nonative"
       command -v perf > /dev/null && configs="$configs perf1000"
-      [ -n "${BASE:-}" ] && configs="$configs base"
+      [ -n "${BASE:-}" ] && configs="$configs base base1000"
       rounds spin2 "$configs" "$WORK/spin" 2 500000000 ;;
     ticks)
       configs="alone default percpu nonative r125"
@@ -240,7 +242,12 @@ for part in $PARTS; do
       echo "== crowds: fsprof attach --duration 4 at the defaults"
       cores=$(nproc)
       for n in 2 16 64 1000; do
-        iters=$(python3 -c "print(int(340e6 * 8 * min($cores, $n) / $n))") # about 8 s of work
+        # About 24 s of work at 340M iterations a second, killed after the attach: with 8 s,
+        # spin 1000 had mostly exited before fsprof attached (the shell's `sleep 0.5` took about
+        # 2 s beside 1000 busy threads), and the attach recorded 0 to 2 threads for 0.00 s. Even
+        # so, fsprof's start beside them can take seconds (its share of 2 CPUs among 1000
+        # threads): read the 1000 row's ticks and duration before its losses.
+        iters=$(python3 -c "print(int(340e6 * 24 * min($cores, $n) / $n))")
         "$WORK/spin" "$n" "$iters" > /dev/null & pid=$!
         sleep 0.5
         # fsprof's own CPU as its /proc entry last showed it (read every 50 ms; bash's `time` would add the spin
