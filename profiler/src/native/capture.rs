@@ -11,17 +11,18 @@
 //! Every copy is unwound (`unwind.rs`) while the thread runs, and each mark is placed between
 //! the native frames where it was pushed.
 //!
-//! Keeps the target's memory map current (re-read when an address or a stack falls outside it,
-//! at most every [`MAPS_REFRESH`]) and every module seen, for symbolization after recording.
-//! Symbolization itself is not done here.
+//! The target's memory map is `memory_map.rs`'s; blocked threads' stacks are copied by
+//! `stack_reader.rs`'s worker. Symbolization is not done here.
 
 use crate::native::complete::Completer;
+use crate::native::memory_map::MemoryMap;
 use crate::native::perf::{PerfSample, PerfSampler, Switch, Taken, WatchError, ANCHORS, SLOTS};
+use crate::native::stack_reader::{self, StackReader};
 use crate::native::tracer::{Pauses, Tracer};
 use crate::native::unwind::{Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame};
 use crate::profile::RawNativeStack;
 use crate::record::privilege::Refusal;
-use crate::target::modules::{self, Mapping, Module};
+use crate::target::modules::Module;
 use crate::target::process;
 use crate::target::remote::Remote;
 use fsprof_shim::abi::RecordView;
@@ -32,11 +33,6 @@ use std::time::{Duration, Instant};
 /// shallow stack costs what it did; 8 MiB is a main thread's usual whole stack (a 40,000-frame
 /// recursion of 200-byte frames).
 pub const MAX_STACK_COPY: usize = 8 * 1024 * 1024;
-/// Longest interval between two reads of the memory map while addresses fall outside it. The
-/// interval starts at 1 ms and doubles while reads find nothing new: a program starting up maps
-/// its libraries within milliseconds, a program that jumps to code without a file (a JIT) must
-/// not make fsprof read its map at every sample.
-pub const MAPS_REFRESH: Duration = Duration::from_millis(100);
 
 /// What perf gave of a thread (see [`NativeSampler::perf_samples`]), oldest first.
 pub enum PerfTaken {
@@ -109,11 +105,7 @@ pub struct NativeSampler {
     pid: u32,
     tracer: Tracer,
     unwinder: Unwinder,
-    maps: Vec<Mapping>,
-    /// Every module loaded during the session (modules unloaded since included).
-    seen: Vec<Module>,
-    next_refresh: Instant,
-    refresh_interval: Duration,
+    maps: MemoryMap,
     copy: StackCopy,
     unwound: Unwound,
     late: Vec<(u32, Captured)>,
@@ -126,6 +118,9 @@ pub struct NativeSampler {
     pub stats: NativeStats,
     /// The first attach error, for the report.
     pub attach_error: Option<nix::errno::Errno>,
+    /// The worker that copies blocked threads' stacks, once one was (`Err`: it could not be
+    /// started, and they are copied here).
+    stacks: Option<Result<StackReader, ()>>,
 }
 
 impl NativeSampler {
@@ -144,10 +139,7 @@ impl NativeSampler {
             pid,
             tracer: Tracer::new(pid),
             unwinder: Unwinder::new(),
-            maps: Vec::new(),
-            seen: Vec::new(),
-            next_refresh: Instant::now(),
-            refresh_interval: Duration::from_millis(1),
+            maps: MemoryMap::new(pid),
             copy: StackCopy::default(),
             unwound: Unwound::default(),
             late: Vec::new(),
@@ -156,39 +148,15 @@ impl NativeSampler {
             perf_refused,
             stats: NativeStats::default(),
             attach_error: None,
+            stacks: None,
         };
         sampler.refresh(pid);
         sampler
     }
 
-    /// Re-reads the memory map and modules (not more often than [`MAPS_REFRESH`]).
+    /// Re-reads the memory map and modules (see [`MemoryMap::refresh`]).
     fn refresh(&mut self, via: u32) {
-        let now = Instant::now();
-        if now < self.next_refresh {
-            return;
-        }
-        let Ok(maps) = modules::read_maps(self.pid, via) else {
-            self.next_refresh = now + MAPS_REFRESH;
-            return;
-        };
-        self.refresh_interval = if maps == self.maps {
-            (self.refresh_interval * 2).min(MAPS_REFRESH)
-        } else {
-            Duration::from_millis(1)
-        };
-        self.next_refresh = now + self.refresh_interval;
-        let loaded = modules::modules(self.pid, &maps, self.unwinder.modules());
-        for module in &loaded {
-            let known = self
-                .seen
-                .iter()
-                .any(|m| m.range.start == module.range.start && m.path == module.path);
-            if !known {
-                self.seen.push(module.clone());
-            }
-        }
-        self.unwinder.set_modules(loaded);
-        self.maps = maps;
+        self.maps.refresh(via, &mut self.unwinder);
     }
 
     /// Handles the target's pending events (signals, exits) without blocking. Threads that
@@ -283,7 +251,7 @@ impl NativeSampler {
             return None;
         };
         let copy = std::mem::take(&mut self.copy);
-        let captured = self.unwind(tid, regs, copy.view());
+        let captured = self.unwind(tid, regs, copy.view(), true);
         self.copy = copy;
         Some((self.counted(captured), result))
     }
@@ -334,12 +302,12 @@ impl NativeSampler {
                     instant: &sample.instant,
                     ..sample.stack
                 };
-                let mut captured = self.unwind(tid, sample.regs, stack);
+                let mut captured = self.unwind(tid, sample.regs, stack, false);
                 if captured.complete && beyond(&captured, stack.end()) {
                     self.stats.walked += 1;
                 }
                 if !captured.complete {
-                    cut |= stack.end() < self.stack_top(sample.regs.sp);
+                    cut |= stack.end() < self.stack_top_of(tid, sample.regs.sp);
                     let learn = Some(&mut returns);
                     let (completed, new_anchors) = self.complete(tid, &sample, &captured, learn);
                     captured = completed.unwrap_or(captured);
@@ -359,7 +327,7 @@ impl NativeSampler {
                 // Only a stack unwound to its root: one deeper than the copy is completed at
                 // samples, with words read along it then (`complete.rs`, `walk.rs`), which a
                 // departure lacks; the latest sample's stands for it instead.
-                let captured = self.unwind(tid, sample.regs, sample.stack);
+                let captured = self.unwind(tid, sample.regs, sample.stack, false);
                 if captured.complete {
                     taken.push(PerfTaken::Departure {
                         captured,
@@ -496,7 +464,7 @@ impl NativeSampler {
         returns: Option<&mut Vec<u64>>,
     ) -> (Option<Captured>, Option<[u64; ANCHORS]>) {
         let regs = sample.regs;
-        let top = self.stack_top(regs.sp);
+        let top = self.stack_top_of(tid, regs.sp);
         if top == 0 {
             return (None, None);
         }
@@ -521,18 +489,35 @@ impl NativeSampler {
         result
     }
 
+    /// [`NativeSampler::stack_top`], the memory map read again (through `tid`) where no mapping
+    /// known holds `sp` (a thread born since it was read).
+    fn stack_top_of(&mut self, tid: u32, sp: u64) -> u64 {
+        if self.stack_top(sp) == 0 {
+            self.refresh(tid);
+        }
+        self.stack_top(sp)
+    }
+
     /// The end of the mapping that holds `sp` (a thread's stack), 0 if none.
     fn stack_top(&self, sp: u64) -> u64 {
-        (self.maps.iter())
-            .find(|m| m.range.contains(&sp))
-            .map_or(0, |m| m.range.end)
+        self.maps.stack_top(sp)
     }
 
     /// Unwinds `stack`, whose registers are `regs`, re-reading the memory map (through `tid`)
     /// when the stack runs through memory the map did not know.
-    fn unwind(&mut self, tid: u32, regs: Registers, stack: StackView<'_>) -> Captured {
-        let stack_known = self.maps.iter().any(|m| m.range.contains(&regs.sp));
-        if !self.unwinder.knows(regs.ip) || !stack_known {
+    /// `copied_here`: the stack was copied by fsprof, which needs its mapping known (a copy by
+    /// the kernel, perf's, does not: the memory map is then read for a new library only, not
+    /// for each new thread's stack, for a read of it waits for the target's memory map's lock
+    /// as `stack_reader.rs` says; a thousand threads being born kept the sampler 30 ms in one).
+    fn unwind(
+        &mut self,
+        tid: u32,
+        regs: Registers,
+        stack: StackView<'_>,
+        copied_here: bool,
+    ) -> Captured {
+        let stack_known = self.maps.holds(regs.sp);
+        if !self.unwinder.knows(regs.ip) || (copied_here && !stack_known) {
             self.refresh(tid); // a library loaded, or a new thread's stack, since the last read
         }
         self.unwinder.unwind(regs, stack, &mut self.unwound);
@@ -592,16 +577,34 @@ impl NativeSampler {
             return Blocked::Skip; // running again
         };
         let regs = Registers { ip, sp, bp: None };
-        if !self.maps.iter().any(|m| m.range.contains(&sp)) {
+        if !self.maps.holds(sp) {
             self.refresh(tid);
         }
-        copy_stack(Remote::new(tid), &self.maps, regs, &mut self.copy);
+        // By the worker (`stack_reader.rs`): the sampler never waits long for the target's
+        // memory map's lock.
+        let len = self.maps.stack_len(regs.sp);
+        let reader = match &mut self.stacks {
+            Some(reader) => reader,
+            None => self
+                .stacks
+                .insert(StackReader::new(raise_priority).map_err(|_| ())),
+        };
+        match reader {
+            Ok(reader) => match reader.read(tid, regs.sp, len, stack_reader::WAIT) {
+                Some(bytes) => (self.copy.start, self.copy.bytes) = (regs.sp, bytes),
+                None => {
+                    self.stats.blocked_skipped += 1;
+                    return Blocked::Skip;
+                }
+            },
+            Err(()) => copy_stack(Remote::new(tid), &self.maps, regs, &mut self.copy),
+        }
         if process::times_scheduled(self.pid, tid) != Some(before) {
             self.stats.blocked_skipped += 1;
             return Blocked::Skip;
         }
         let copy = std::mem::take(&mut self.copy);
-        let captured = self.unwind(tid, regs, copy.view());
+        let captured = self.unwind(tid, regs, copy.view(), true);
         self.copy = copy;
         if !captured.complete {
             return Blocked::Stop;
@@ -627,17 +630,18 @@ impl NativeSampler {
 
     /// Every module loaded during the session, for symbolization.
     pub fn into_modules(self) -> Vec<Module> {
-        self.seen
+        self.maps.into_modules()
     }
 }
 
-/// Copies the stack from `regs.sp` to the end of its mapping (at most [`MAX_STACK_COPY`]).
-fn copy_stack(remote: Remote, maps: &[Mapping], regs: Registers, copy: &mut StackCopy) {
-    let end = maps
-        .iter()
-        .find(|m| m.range.contains(&regs.sp))
-        .map_or(regs.sp.saturating_add(64 * 1024), |m| m.range.end);
-    let len = (end.saturating_sub(regs.sp) as usize).min(MAX_STACK_COPY);
+/// The stack worker's priority: the sampler's (`record/priority.rs`).
+fn raise_priority() {
+    let _ = crate::record::priority::raise();
+}
+
+/// Copies the stack from `regs.sp` to the end of its mapping (see [`MemoryMap::stack_len`]).
+fn copy_stack(remote: Remote, maps: &MemoryMap, regs: Registers, copy: &mut StackCopy) {
+    let len = maps.stack_len(regs.sp);
     copy.start = regs.sp;
     copy.bytes.resize(len, 0);
     let got = remote.read_long(regs.sp, &mut copy.bytes).unwrap_or(0);
