@@ -2,8 +2,9 @@
 //! its bytes, kept open so that symbolization after recording still works when the target has
 //! exited or the file was deleted or replaced.
 //!
-//! Read from `/proc/<pid>/maps`; a file is opened through `/proc/<pid>/map_files/` (the very file
-//! that is mapped, even if deleted) and mapped read-only into fsprof. The bias comes from the
+//! Read from `/proc/<pid>/maps`; a file is opened by its path in the target's root where that
+//! names the mapped file (its inode), else through `/proc/<pid>/map_files/` (the very file
+//! that is mapped, even if deleted), and mapped read-only into fsprof. The bias comes from the
 //! file's `PT_LOAD` segments, not from `start - offset`. The vdso is copied from the target's
 //! memory. Unwinding (`unwind.rs`) and symbolization (`symbols.rs`) both use these.
 
@@ -160,20 +161,25 @@ fn load(pid: u32, mapping: &Mapping) -> Option<Module> {
             .ok()?;
         Image::from_vec(bytes)
     } else if mapping.path.starts_with('/') {
-        // The mapped file itself, even if deleted or replaced on disk since.
-        let by_mapping = format!(
-            "/proc/{pid}/map_files/{:x}-{:x}",
-            mapping.range.start, mapping.range.end
-        );
-        let file = std::fs::File::open(by_mapping)
-            .or_else(|_| {
-                if mapping.deleted {
-                    Err(std::io::ErrorKind::NotFound.into())
-                } else {
-                    std::fs::File::open(format!("/proc/{pid}/root{}", mapping.path))
-                }
-            })
-            .ok()?;
+        // The mapped file itself, even if deleted or replaced on disk since: by its path where
+        // that still names it (the same inode), else through `map_files`. A lookup there waits
+        // for the target's memory map's lock (see `native/stack_reader.rs`): among 1000 busy
+        // threads being born, opening libc that way kept fsprof's sampler 44 to 345 ms.
+        use std::os::unix::fs::MetadataExt;
+        let by_path = (!mapping.deleted)
+            .then(|| std::fs::File::open(format!("/proc/{pid}/root{}", mapping.path)).ok())
+            .flatten();
+        let same = |file: &std::fs::File| file.metadata().is_ok_and(|m| m.ino() == mapping.inode);
+        let file = match by_path {
+            Some(file) if same(&file) => file,
+            by_path => {
+                let by_mapping = format!(
+                    "/proc/{pid}/map_files/{:x}-{:x}",
+                    mapping.range.start, mapping.range.end
+                );
+                std::fs::File::open(by_mapping).ok().or(by_path)?
+            }
+        };
         Image::map(&file).ok()?
     } else {
         return None; // anonymous executable memory (a JIT): nothing to read
