@@ -11,13 +11,14 @@
 //! Every copy is unwound (`unwind.rs`) while the thread runs, and each mark is placed between
 //! the native frames where it was pushed.
 //!
-//! The target's memory map is `memory_map.rs`'s; blocked threads' stacks are copied by
-//! `stack_reader.rs`'s worker. Symbolization is not done here.
+//! The target's memory map is `memory_map.rs`'s; the reads of the target that wait for its
+//! memory map's lock (blocked threads' stacks, the map) are made by `off_thread.rs`'s worker.
+//! Symbolization is not done here.
 
 use crate::native::complete::Completer;
 use crate::native::memory_map::MemoryMap;
+use crate::native::off_thread::{self, OffThread};
 use crate::native::perf::{PerfSample, PerfSampler, Switch, Taken, WatchError, ANCHORS, SLOTS};
-use crate::native::stack_reader::{self, StackReader};
 use crate::native::tracer::{Pauses, Tracer};
 use crate::native::unwind::{Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame};
 use crate::profile::RawNativeStack;
@@ -118,9 +119,9 @@ pub struct NativeSampler {
     pub stats: NativeStats,
     /// The first attach error, for the report.
     pub attach_error: Option<nix::errno::Errno>,
-    /// The worker that copies blocked threads' stacks, once one was (`Err`: it could not be
-    /// started, and they are copied here).
-    stacks: Option<Result<StackReader, ()>>,
+    /// The worker that reads the target where that waits for its memory map's lock, once one
+    /// was needed (`Err`: it could not be started, and the reads are made here).
+    reads: Option<Result<OffThread, ()>>,
 }
 
 impl NativeSampler {
@@ -148,15 +149,17 @@ impl NativeSampler {
             perf_refused,
             stats: NativeStats::default(),
             attach_error: None,
-            stacks: None,
+            reads: None,
         };
-        sampler.refresh(pid);
+        // Here, not by the worker: nothing is sampled yet, and the first map is needed whole.
+        sampler.maps.refresh(pid, &mut sampler.unwinder, None);
         sampler
     }
 
     /// Re-reads the memory map and modules (see [`MemoryMap::refresh`]).
     fn refresh(&mut self, via: u32) {
-        self.maps.refresh(via, &mut self.unwinder);
+        self.maps
+            .refresh(via, &mut self.unwinder, worker(&mut self.reads));
     }
 
     /// Handles the target's pending events (signals, exits) without blocking. Threads that
@@ -508,7 +511,7 @@ impl NativeSampler {
     /// `copied_here`: the stack was copied by fsprof, which needs its mapping known (a copy by
     /// the kernel, perf's, does not: the memory map is then read for a new library only, not
     /// for each new thread's stack, for a read of it waits for the target's memory map's lock
-    /// as `stack_reader.rs` says; a thousand threads being born kept the sampler 30 ms in one).
+    /// as `off_thread.rs` says; a thousand threads being born kept the sampler 30 ms in one).
     fn unwind(
         &mut self,
         tid: u32,
@@ -580,24 +583,24 @@ impl NativeSampler {
         if !self.maps.holds(sp) {
             self.refresh(tid);
         }
-        // By the worker (`stack_reader.rs`): the sampler never waits long for the target's
+        // By the worker (`off_thread.rs`): the sampler never waits long for the target's
         // memory map's lock.
-        let len = self.maps.stack_len(regs.sp);
-        let reader = match &mut self.stacks {
-            Some(reader) => reader,
-            None => self
-                .stacks
-                .insert(StackReader::new(raise_priority).map_err(|_| ())),
-        };
-        match reader {
-            Ok(reader) => match reader.read(tid, regs.sp, len, stack_reader::WAIT) {
-                Some(bytes) => (self.copy.start, self.copy.bytes) = (regs.sp, bytes),
-                None => {
+        match worker(&mut self.reads) {
+            Some(reads) => {
+                let (sp, len) = (regs.sp, self.maps.stack_len(regs.sp));
+                let copy = move || {
+                    let mut bytes = vec![0; len];
+                    let got = Remote::new(tid).read_long(sp, &mut bytes).unwrap_or(0);
+                    bytes.truncate(got);
+                    bytes
+                };
+                let Some(bytes) = reads.run(copy, off_thread::WAIT) else {
                     self.stats.blocked_skipped += 1;
                     return Blocked::Skip;
-                }
-            },
-            Err(()) => copy_stack(Remote::new(tid), &self.maps, regs, &mut self.copy),
+                };
+                (self.copy.start, self.copy.bytes) = (sp, bytes);
+            }
+            None => copy_stack(Remote::new(tid), &self.maps, regs, &mut self.copy),
         }
         if process::times_scheduled(self.pid, tid) != Some(before) {
             self.stats.blocked_skipped += 1;
@@ -634,7 +637,14 @@ impl NativeSampler {
     }
 }
 
-/// The stack worker's priority: the sampler's (`record/priority.rs`).
+/// The worker in `slot`, started if not yet (`None` where it cannot be).
+fn worker(slot: &mut Option<Result<OffThread, ()>>) -> Option<&mut OffThread> {
+    slot.get_or_insert_with(|| OffThread::new(raise_priority).map_err(|_| ()))
+        .as_mut()
+        .ok()
+}
+
+/// The worker's priority: the sampler's (`record/priority.rs`).
 fn raise_priority() {
     let _ = crate::record::priority::raise();
 }

@@ -5,6 +5,7 @@
 //! read it only where they must. Not here: unwinding (`unwind.rs`), naming (`symbolize/`).
 
 use crate::native::capture::MAX_STACK_COPY;
+use crate::native::off_thread::{self, OffThread};
 use crate::native::unwind::Unwinder;
 use crate::target::modules::{self, Mapping, Module};
 use std::time::{Duration, Instant};
@@ -37,14 +38,24 @@ impl MemoryMap {
         }
     }
 
-    /// Reads the map again (through thread `via`), unless it was read less than an interval
-    /// ago, and gives `unwinder` the modules mapped now.
-    pub fn refresh(&mut self, via: u32, unwinder: &mut Unwinder) {
+    /// Reads the map again (through thread `via`; by `worker` if given, see `off_thread.rs`:
+    /// left as it was if the worker did not read it in time), unless it was read less than an
+    /// interval ago, and gives `unwinder` the modules mapped now.
+    pub fn refresh(&mut self, via: u32, unwinder: &mut Unwinder, worker: Option<&mut OffThread>) {
         let now = Instant::now();
         if now < self.next_refresh {
             return;
         }
-        let Ok(maps) = modules::read_maps(self.pid, via) else {
+        let pid = self.pid;
+        let read = move || modules::read_maps(pid, via);
+        let read = match worker {
+            Some(worker) => match worker.run(read, off_thread::WAIT) {
+                Some(read) => read,
+                None => return, // asked again at the next refresh
+            },
+            None => read(),
+        };
+        let Ok(maps) = read else {
             self.next_refresh = now + MAPS_REFRESH;
             return;
         };

@@ -1,0 +1,144 @@
+//! Reads of the target that wait for its memory map's lock, made on a thread of its own, so
+//! that the sampling thread never waits long for the target. Reading another process's memory
+//! (`process_vm_readv`) or its memory map (`/proc/PID/maps`) takes that lock, which the target
+//! holds for writing through every `mmap`, `munmap` and `fork`, and which new readers wait for
+//! while a writer waits. A writer that cannot get a CPU (one of 1000 busy threads, creating and
+//! ending threads) kept fsprof's real-time sampler waiting 170 to 210 ms at a blocked thread's
+//! stack and 41 ms at the memory map (`perf record -e sched:sched_switch -g`: `down_read` in
+//! `process_vm_rw_core`, `proc_get_vma`), and the CPUs' perf rings overflowed meanwhile.
+//!
+//! Here a worker does the read; the sampler waits for it at most a few milliseconds, then goes
+//! on without it (a blocked thread's sample is skipped and tried again, as where the thread ran
+//! meanwhile; the memory map stays as it was read last), and asks nothing more until the worker
+//! has finished (its late answer is dropped). Not here: which reads are made, and what is
+//! checked around them (`capture.rs`, `memory_map.rs`).
+
+use std::any::Any;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::time::Duration;
+
+/// How long the sampler waits for a read: an unhindered copy of a blocked thread's stack, or of
+/// a memory map of a few thousand lines, takes microseconds to a millisecond.
+pub const WAIT: Duration = Duration::from_millis(3);
+
+type Job = Box<dyn FnOnce() -> Box<dyn Any + Send> + Send>;
+
+/// The sampler's side of the worker.
+pub struct OffThread {
+    jobs: Sender<(u64, Job)>,
+    answers: Receiver<(u64, Box<dyn Any + Send>)>,
+    /// The job the worker has not answered yet.
+    pending: Option<u64>,
+    next: u64,
+}
+
+impl OffThread {
+    /// Starts the worker, which first calls `prepare` (to raise its priority: it must run as
+    /// soon as the target lets it, as the sampler does).
+    pub fn new(prepare: fn()) -> std::io::Result<OffThread> {
+        let (jobs, asked) = channel::<(u64, Job)>();
+        let (answer, answers) = channel();
+        std::thread::Builder::new()
+            .name("fsprof-reads".into())
+            .spawn(move || {
+                prepare();
+                for (id, job) in asked {
+                    if answer.send((id, job())).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(OffThread {
+            jobs,
+            answers,
+            pending: None,
+            next: 0,
+        })
+    }
+
+    /// What `read` returns, if the worker ran it within `wait`; `None` otherwise, and while an
+    /// earlier read that outlasted its wait has not ended.
+    pub fn run<T: Send + 'static>(
+        &mut self,
+        read: impl FnOnce() -> T + Send + 'static,
+        wait: Duration,
+    ) -> Option<T> {
+        while let Ok((id, _)) = self.answers.try_recv() {
+            if self.pending == Some(id) {
+                self.pending = None;
+            }
+        }
+        if self.pending.is_some() {
+            return None;
+        }
+        let id = self.next;
+        self.next += 1;
+        let job: Job = Box::new(move || Box::new(read()) as Box<dyn Any + Send>);
+        self.jobs.send((id, job)).ok()?;
+        self.pending = Some(id);
+        loop {
+            match self.answers.recv_timeout(wait) {
+                Ok((answered, value)) if answered == id => {
+                    self.pending = None;
+                    return value.downcast::<T>().ok().map(|value| *value);
+                }
+                Ok(_) => continue, // an older read's, dropped
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::remote::Remote;
+
+    #[test]
+    fn a_read_is_made_by_the_worker() {
+        let memory: Vec<u8> = (0..=255).collect();
+        let mut worker = OffThread::new(|| {}).unwrap();
+        let (tid, at) = (std::process::id(), memory.as_ptr() as u64);
+        let got = worker.run(
+            move || {
+                let mut bytes = vec![0u8; 256];
+                Remote::new(tid)
+                    .read_long(at, &mut bytes)
+                    .map(|_| bytes)
+                    .ok()
+            },
+            Duration::from_secs(10),
+        );
+        assert_eq!(got.flatten().as_deref(), Some(&memory[..]));
+        assert_ne!(
+            worker.run(|| std::thread::current().id(), Duration::from_secs(10)),
+            Some(std::thread::current().id())
+        );
+    }
+
+    #[test]
+    fn a_worker_still_reading_is_not_asked_again_and_its_late_answer_is_dropped() {
+        let mut worker = OffThread::new(|| {}).unwrap();
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        // A read held until released: its wait ends first, and the worker is busy.
+        let held = worker.run(move || hold.recv().is_ok(), Duration::from_millis(10));
+        assert_eq!(held, None);
+        assert_eq!(
+            worker.run(|| 1, Duration::from_secs(1)),
+            None,
+            "asked while busy"
+        );
+        release.send(()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let got = loop {
+            if let Some(got) = worker.run(|| 2, Duration::from_secs(1)) {
+                break got;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the worker never came back"
+            );
+        };
+        assert_eq!(got, 2);
+    }
+}
