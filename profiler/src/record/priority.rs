@@ -47,3 +47,24 @@ pub fn lower(raised: &str, nice: i32) {
         }
     }
 }
+
+/// The calling thread raised by [`raise`] while this lives, lowered again when it is dropped
+/// (on every path out of the scope that holds it).
+pub struct Raised {
+    how: &'static str,
+    nice: i32,
+}
+
+impl Raised {
+    /// Raises the calling thread now.
+    pub fn now() -> Raised {
+        let (how, nice) = raise();
+        Raised { how, nice }
+    }
+}
+
+impl Drop for Raised {
+    fn drop(&mut self) {
+        lower(self.how, self.nice);
+    }
+}

@@ -233,6 +233,10 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
             dir.display()
         );
     }
+    // Raised already while it prepares (the BPF programs, the memory map, the modules): beside
+    // 1000 busy threads a normally scheduled fsprof took about 10 s to begin recording, by which
+    // time the program had nearly ended.
+    let raised = crate::record::priority::Raised::now();
     let sampling = sampler_options(options);
     let perf = sampling.perf_sampler();
     let mut sampler = Sampler::new(pid, descriptors, sampling, perf);
@@ -255,6 +259,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         }
         None
     });
+    drop(raised);
     if let Some(tree) = &tree {
         tree.stop();
     }
