@@ -588,8 +588,10 @@ impl NativeSampler {
         match worker(&mut self.reads) {
             Some(reads) => {
                 let (sp, len) = (regs.sp, self.maps.stack_len(regs.sp));
+                // The copy's buffer travels to the worker and back (lost if it comes late).
+                let mut bytes = std::mem::take(&mut self.copy.bytes);
                 let copy = move || {
-                    let mut bytes = vec![0; len];
+                    bytes.resize(len, 0);
                     let got = Remote::new(tid).read_long(sp, &mut bytes).unwrap_or(0);
                     bytes.truncate(got);
                     bytes
@@ -637,8 +639,15 @@ impl NativeSampler {
     }
 }
 
-/// The worker in `slot`, started if not yet (`None` where it cannot be).
+/// The worker in `slot`, started if not yet (`None` where it cannot be, or died: the reads are
+/// then made in place).
 fn worker(slot: &mut Option<Result<OffThread, ()>>) -> Option<&mut OffThread> {
+    if slot
+        .as_ref()
+        .is_some_and(|w| w.as_ref().is_ok_and(OffThread::dead))
+    {
+        *slot = Some(Err(()));
+    }
     slot.get_or_insert_with(|| OffThread::new(raise_priority).map_err(|_| ()))
         .as_mut()
         .ok()

@@ -1,8 +1,9 @@
 //! The target's memory map as fsprof last read it (`/proc/PID/maps`), read again when an
 //! address or a stack falls outside it, at most every [`MAPS_REFRESH`], with the modules mapped
 //! (handed to the unwinder) and every module seen during the session, for symbolization after
-//! recording. A read waits for the target's memory map's lock (see `stack_reader.rs`): callers
-//! read it only where they must. Not here: unwinding (`unwind.rs`), naming (`symbolize/`).
+//! recording. A read waits for the target's memory map's lock (see `off_thread.rs`), and so may
+//! opening a module (through `/proc/PID/map_files`): both are done by the worker where there is
+//! one, and callers refresh only where they must. Not here: unwinding (`unwind.rs`), naming (`symbolize/`).
 
 use crate::native::capture::MAX_STACK_COPY;
 use crate::native::off_thread::{self, OffThread};
@@ -15,6 +16,9 @@ use std::time::{Duration, Instant};
 /// its libraries within milliseconds, a program that jumps to code without a file (a JIT) must
 /// not make fsprof read its map at every sample.
 pub const MAPS_REFRESH: Duration = Duration::from_millis(100);
+
+/// A read of the memory map and the modules in it.
+type ReadMap = std::io::Result<(Vec<Mapping>, Vec<Module>)>;
 
 /// The memory map of process `pid`, and the modules seen in it.
 pub struct MemoryMap {
@@ -38,24 +42,32 @@ impl MemoryMap {
         }
     }
 
-    /// Reads the map again (through thread `via`; by `worker` if given, see `off_thread.rs`:
-    /// left as it was if the worker did not read it in time), unless it was read less than an
-    /// interval ago, and gives `unwinder` the modules mapped now.
+    /// Reads the map again (through thread `via`), unless it was read less than an interval
+    /// ago, and gives `unwinder` the modules mapped now. By `worker` if given (see
+    /// `off_thread.rs`): a map it read too late for an earlier call is taken now, and one it is
+    /// still reading leaves the map as it was.
     pub fn refresh(&mut self, via: u32, unwinder: &mut Unwinder, worker: Option<&mut OffThread>) {
         let now = Instant::now();
         if now < self.next_refresh {
             return;
         }
-        let pid = self.pid;
-        let read = move || modules::read_maps(pid, via);
+        let (pid, known) = (self.pid, unwinder.modules().to_vec());
+        let read = move || {
+            let maps = modules::read_maps(pid, via)?;
+            let loaded = modules::modules(pid, &maps, &known);
+            Ok::<_, std::io::Error>((maps, loaded))
+        };
         let read = match worker {
-            Some(worker) => match worker.run(read, off_thread::WAIT) {
-                Some(read) => read,
-                None => return, // asked again at the next refresh
+            Some(worker) => match worker.late::<ReadMap>() {
+                Some(late) => late,
+                None => match worker.run(read, off_thread::WAIT) {
+                    Some(read) => read,
+                    None => return, // taken at a later call, once read
+                },
             },
             None => read(),
         };
-        let Ok(maps) = read else {
+        let Ok((maps, loaded)) = read else {
             self.next_refresh = now + MAPS_REFRESH;
             return;
         };
@@ -65,7 +77,6 @@ impl MemoryMap {
             Duration::from_millis(1)
         };
         self.next_refresh = now + self.refresh_interval;
-        let loaded = modules::modules(self.pid, &maps, unwinder.modules());
         for module in &loaded {
             let known = self
                 .seen

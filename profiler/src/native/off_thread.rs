@@ -10,8 +10,11 @@
 //! Here a worker does the read; the sampler waits for it at most a few milliseconds, then goes
 //! on without it (a blocked thread's sample is skipped and tried again, as where the thread ran
 //! meanwhile; the memory map stays as it was read last), and asks nothing more until the worker
-//! has finished (its late answer is dropped). Not here: which reads are made, and what is
-//! checked around them (`capture.rs`, `memory_map.rs`).
+//! has finished. Its late answer is kept for [`OffThread::late`] (a memory map read late is still
+//! newer than the one held; a stack copied late is not asked for: the thread may have run). A
+//! worker that died (a read panicked) is [`OffThread::dead`]: its caller reads in place again.
+//! Not here: which reads are made, and what is checked around them (`capture.rs`,
+//! `memory_map.rs`).
 
 use std::any::Any;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
@@ -30,6 +33,9 @@ pub struct OffThread {
     /// The job the worker has not answered yet.
     pending: Option<u64>,
     next: u64,
+    /// The answer of a read that outlasted its wait, until taken or another read's replaces it.
+    late: Option<Box<dyn Any + Send>>,
+    dead: bool,
 }
 
 impl OffThread {
@@ -53,6 +59,8 @@ impl OffThread {
             answers,
             pending: None,
             next: 0,
+            late: None,
+            dead: false,
         })
     }
 
@@ -63,28 +71,58 @@ impl OffThread {
         read: impl FnOnce() -> T + Send + 'static,
         wait: Duration,
     ) -> Option<T> {
-        while let Ok((id, _)) = self.answers.try_recv() {
-            if self.pending == Some(id) {
-                self.pending = None;
-            }
-        }
-        if self.pending.is_some() {
+        self.collect();
+        if self.pending.is_some() || self.dead {
             return None;
         }
         let id = self.next;
         self.next += 1;
         let job: Job = Box::new(move || Box::new(read()) as Box<dyn Any + Send>);
-        self.jobs.send((id, job)).ok()?;
+        if self.jobs.send((id, job)).is_err() {
+            self.dead = true;
+            return None;
+        }
         self.pending = Some(id);
-        loop {
-            match self.answers.recv_timeout(wait) {
-                Ok((answered, value)) if answered == id => {
-                    self.pending = None;
-                    return value.downcast::<T>().ok().map(|value| *value);
-                }
-                Ok(_) => continue, // an older read's, dropped
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
+        match self.answers.recv_timeout(wait) {
+            // One read at a time: the answer is this one's.
+            Ok((_, value)) => {
+                self.pending = None;
+                value.downcast::<T>().ok().map(|value| *value)
             }
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => {
+                self.dead = true;
+                None
+            }
+        }
+    }
+
+    /// The answer of the read that outlasted its wait, if it has come since and is a `T`.
+    pub fn late<T: 'static>(&mut self) -> Option<T> {
+        self.collect();
+        match self.late.take()?.downcast::<T>() {
+            Ok(value) => Some(*value),
+            Err(other) => {
+                self.late = Some(other);
+                None
+            }
+        }
+    }
+
+    /// Whether the worker is gone (a read panicked): nothing more can be asked of it.
+    pub fn dead(&self) -> bool {
+        self.dead
+    }
+
+    /// Takes the answer of a read that outlasted its wait, if it has come.
+    fn collect(&mut self) {
+        match self.answers.try_recv() {
+            Ok((_, value)) => {
+                self.pending = None;
+                self.late = Some(value);
+            }
+            Err(std::sync::mpsc::TryRecvError::Empty) => {}
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => self.dead = true,
         }
     }
 }
@@ -140,5 +178,41 @@ mod tests {
             );
         };
         assert_eq!(got, 2);
+    }
+
+    #[test]
+    fn a_late_answer_is_kept_for_its_type() {
+        let mut worker = OffThread::new(|| {}).unwrap();
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let held = worker.run(
+            move || hold.recv().map(|_| String::from("late")).ok(),
+            Duration::ZERO,
+        );
+        assert_eq!(held, None);
+        release.send(()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while worker.pending.is_some() {
+            worker.collect();
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the worker never answered"
+            );
+            std::thread::yield_now();
+        }
+        assert_eq!(worker.late::<u32>(), None, "taken as another type");
+        assert_eq!(worker.late::<Option<String>>(), Some(Some("late".into())));
+        assert_eq!(worker.late::<Option<String>>(), None, "taken twice");
+    }
+
+    #[test]
+    fn a_worker_whose_read_panicked_is_dead() {
+        let mut worker = OffThread::new(|| {}).unwrap();
+        let _ = worker.run(|| panic!("on purpose"), Duration::from_secs(10));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !worker.dead() {
+            let _ = worker.run(|| 1, Duration::from_millis(10));
+            assert!(std::time::Instant::now() < deadline, "not noticed");
+        }
+        assert_eq!(worker.run(|| 1, Duration::from_secs(1)), None);
     }
 }

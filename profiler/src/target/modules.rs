@@ -162,12 +162,20 @@ fn load(pid: u32, mapping: &Mapping) -> Option<Module> {
         Image::from_vec(bytes)
     } else if mapping.path.starts_with('/') {
         // The mapped file itself, even if deleted or replaced on disk since: by its path where
-        // that still names it (the same inode), else through `map_files`. A lookup there waits
-        // for the target's memory map's lock (see `native/stack_reader.rs`): among 1000 busy
-        // threads being born, opening libc that way kept fsprof's sampler 44 to 345 ms.
-        use std::os::unix::fs::MetadataExt;
+        // that still names it (the same inode), else through `map_files`, whose lookup waits
+        // for the target's memory map's lock (see `native/off_thread.rs`; among 1000 busy
+        // threads being born, opening libc that way took 44 to 345 ms). Where `map_files` cannot
+        // be opened either, the path's file is taken as it is, as before. Opened without
+        // blocking: a path the target replaced with a FIFO must not hang fsprof.
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let open = |path: String| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::libc::O_NONBLOCK)
+                .open(path)
+        };
         let by_path = (!mapping.deleted)
-            .then(|| std::fs::File::open(format!("/proc/{pid}/root{}", mapping.path)).ok())
+            .then(|| open(format!("/proc/{pid}/root{}", mapping.path)).ok())
             .flatten();
         let same = |file: &std::fs::File| file.metadata().is_ok_and(|m| m.ino() == mapping.inode);
         let file = match by_path {
@@ -177,7 +185,7 @@ fn load(pid: u32, mapping: &Mapping) -> Option<Module> {
                     "/proc/{pid}/map_files/{:x}-{:x}",
                     mapping.range.start, mapping.range.end
                 );
-                std::fs::File::open(by_mapping).ok().or(by_path)?
+                open(by_mapping).ok().or(by_path)?
             }
         };
         Image::map(&file).ok()?
