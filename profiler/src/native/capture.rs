@@ -492,17 +492,12 @@ impl NativeSampler {
         result
     }
 
-    /// [`NativeSampler::stack_top`], the memory map read again (through `tid`) where no mapping
-    /// known holds `sp` (a thread born since it was read).
+    /// The end of the mapping that holds `sp` (a thread's stack), 0 if none, the memory map read
+    /// again (through `tid`) where no mapping known holds it (a thread born since it was read).
     fn stack_top_of(&mut self, tid: u32, sp: u64) -> u64 {
-        if self.stack_top(sp) == 0 {
+        if !self.maps.holds(sp) {
             self.refresh(tid);
         }
-        self.stack_top(sp)
-    }
-
-    /// The end of the mapping that holds `sp` (a thread's stack), 0 if none.
-    fn stack_top(&self, sp: u64) -> u64 {
         self.maps.stack_top(sp)
     }
 
