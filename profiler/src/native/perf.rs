@@ -384,7 +384,7 @@ impl PerfSampler {
     /// each sample from now on. Fails if the thread cannot be sampled this way.
     pub fn watch(&mut self, tid: u32, addresses: [u64; SLOTS]) -> Result<(), WatchError> {
         if !self.threads.contains_key(&tid) {
-            let thread = self.open(tid)?;
+            let thread = self.open(tid, addresses)?;
             self.threads.insert(tid, thread);
         }
         let thread = self.threads.get_mut(&tid).expect("inserted");
@@ -596,7 +596,7 @@ impl PerfSampler {
     /// the thread is checked before, and again once its event exists, which is enabled only
     /// then (its credentials may have changed in between, by a setuid `exec`, which removes the
     /// events the thread had but not one opened after); one in mid-`exec` waits a tick.
-    fn open(&mut self, tid: u32) -> Result<Thread, WatchError> {
+    fn open(&mut self, tid: u32, addresses: [u64; SLOTS]) -> Result<Thread, WatchError> {
         let check = |tid| match crate::record::privilege::may_trace(tid) {
             Ok(()) => Ok(()),
             Err(Refusal::Gone) => Err(WatchError::Refused(Errno::ESRCH)),
@@ -604,7 +604,7 @@ impl PerfSampler {
             Err(Refusal::Rule(why)) => Err(WatchError::Foreign { tid, why }),
         };
         check(tid)?;
-        let thread = crate::record::privilege::with_perf(|| self.open_unchecked(tid))
+        let thread = crate::record::privilege::with_perf(|| self.open_unchecked(tid, addresses))
             .map_err(WatchError::Refused)?;
         // Enabled (or, per CPU, watched) only once the thread passed again: nothing is
         // sampled in between.
@@ -634,11 +634,12 @@ impl PerfSampler {
         Ok(thread)
     }
 
-    fn open_unchecked(&mut self, tid: u32) -> Result<Thread, Errno> {
+    fn open_unchecked(&mut self, tid: u32, addresses: [u64; SLOTS]) -> Result<Thread, Errno> {
         let index = self.free.pop().ok_or(Errno::EMFILE)?;
-        // No slots or anchors from the value's previous thread (`watch` writes the addresses
-        // only where they differ from the thread's, which start at 0).
-        self.values.write(index, VALUE_ADDRESSES, &[0; SLOTS]);
+        // The thread's slot addresses before it is sampled (written after, a sample in between
+        // copied no slot yet counted its marks as known: the two-samplers lib test failed 2 runs
+        // of 6), and no anchors from the value's previous thread.
+        self.values.write(index, VALUE_ADDRESSES, &addresses);
         self.values.write(index, VALUE_ANCHORS, &[0; ANCHORS]);
         let walk = u64::from(self.programs.rules.on);
         self.values.write(index, VALUE_WALK, &[walk]);
@@ -653,7 +654,7 @@ impl PerfSampler {
         let thread = |own| Thread {
             index,
             own,
-            addresses: [0; SLOTS],
+            addresses,
             departures: 0,
             window_start: crate::record::clock::monotonic_ns(),
             unphased: 0,
