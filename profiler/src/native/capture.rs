@@ -18,7 +18,9 @@
 use crate::native::complete::Completer;
 use crate::native::memory_map::MemoryMap;
 use crate::native::off_thread::{self, OffThread};
-use crate::native::perf::{PerfSample, PerfSampler, Switch, Taken, WatchError, ANCHORS, SLOTS};
+use crate::native::perf::{
+    Perf, PerfSample, SharedPerf, Switch, Taken, WatchError, ANCHORS, SLOTS,
+};
 use crate::native::tracer::{Pauses, Tracer};
 use crate::native::unwind::{Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame};
 use crate::profile::RawNativeStack;
@@ -110,7 +112,7 @@ pub struct NativeSampler {
     copy: StackCopy,
     unwound: Unwound,
     late: Vec<(u32, Captured)>,
-    perf: Option<PerfSampler>,
+    perf: Option<Perf>,
     /// Perf samples of deep stacks completed beyond the copy (`complete.rs`).
     pub completer: Completer,
     /// Why perf is not used, when it was wanted.
@@ -127,7 +129,7 @@ pub struct NativeSampler {
 impl NativeSampler {
     /// A native sampler for process `pid` (its memory map is read at once), sampling running
     /// threads with `perf` (a perf sampler, or why there is none), if given.
-    pub fn new(pid: u32, perf: Option<Result<PerfSampler, String>>) -> NativeSampler {
+    pub fn new(pid: u32, perf: Option<Result<Perf, String>>) -> NativeSampler {
         let (perf, perf_refused) = match perf {
             Some(Ok(sampler)) => (Some(sampler), None),
             Some(Err(why)) => (None, Some(why)),
@@ -274,7 +276,13 @@ impl NativeSampler {
 
     /// Whether perf samples with one event per CPU rather than per thread.
     pub fn perf_per_cpu(&self) -> bool {
-        self.perf.as_ref().is_some_and(PerfSampler::per_cpu)
+        self.perf.as_ref().is_some_and(|perf| perf.lock().per_cpu())
+    }
+
+    /// The perf sampler for the processes this one's recording follows to join, where it
+    /// samples per CPU (see `perf/shared.rs`).
+    pub fn share_perf(&self) -> Option<SharedPerf> {
+        self.perf.as_ref()?.share()
     }
 
     /// The samples perf took of thread `tid` since the previous call, oldest first, unwound;
@@ -282,22 +290,28 @@ impl NativeSampler {
     /// sampling the thread on first use; `None` if perf cannot sample it.
     pub fn perf_samples(&mut self, tid: u32, slots: [u64; SLOTS]) -> Option<Vec<PerfTaken>> {
         // Out of `self` while its samples, which borrow its rings, are unwound.
-        let mut perf = self.perf.take()?;
-        match perf.watch(tid, slots) {
+        let mut holder = self.perf.take()?;
+        let mut perf = holder.lock();
+        let (lost, unmatched) = (perf.lost, perf.unmatched);
+        match perf.watch_by(holder.owner(), tid, slots) {
             Ok(()) => {}
             Err(WatchError::Refused(_)) => {
-                self.perf = Some(perf);
+                drop(perf);
+                self.perf = Some(holder);
                 return None;
             }
             Err(WatchError::Foreign { tid, why }) => {
                 // Dropped whole, unread: see `WatchError::Foreign`.
+                drop(perf);
                 self.stop_perf(tid, why);
                 return None;
             }
         }
         let mut taken = Vec::new();
         let mut anchors = None;
-        let (walks, mut cut, mut returns) = (perf.walks(), false, Vec::new());
+        let owns_rules = holder.owns_rules();
+        let walks = owns_rules && perf.walks();
+        let (mut cut, mut returns) = (false, Vec::new());
         perf.take(tid, |item| match item {
             Taken::Sample(sample) => {
                 self.stats.perf_captured += 1;
@@ -344,32 +358,41 @@ impl NativeSampler {
         if let Some(anchors) = anchors {
             perf.set_anchors(tid, anchors);
         }
-        perf.walk(cut);
-        perf.rules().read_functions(self.unwinder.modules());
-        perf.rules().poll();
-        for return_address in returns {
-            if !perf.rules().knows(return_address) {
-                let rule = self.unwinder.frame_rule(return_address);
-                self.completer.anchors_chosen |= rule.is_some();
-                perf.rules().learn(return_address, rule);
+        // The walk's rules are of the process the sampler was made for: another process's
+        // stacks neither turn it on nor teach it.
+        if owns_rules {
+            perf.walk(cut);
+            perf.rules().read_functions(self.unwinder.modules());
+            perf.rules().poll();
+            for return_address in returns {
+                if !perf.rules().knows(return_address) {
+                    let rule = self.unwinder.frame_rule(return_address);
+                    self.completer.anchors_chosen |= rule.is_some();
+                    perf.rules().learn(return_address, rule);
+                }
             }
         }
+        let (lost, unmatched) = (perf.lost - lost, perf.unmatched - unmatched);
+        drop(perf);
+        holder.lost += lost;
+        holder.unmatched += unmatched;
         match crate::record::privilege::still_traceable(self.pid) {
             Ok(()) => {}
             Err(Refusal::Unsettled(_)) => {
                 // In the middle of an exec: what perf took is dropped unused (of which program
                 // is not known yet); the gate decides at the next tick.
-                self.perf = Some(perf);
+                self.perf = Some(holder);
                 return None;
             }
             Err(why) => {
                 // It ran a program its user may not trace (one with file capabilities): what
                 // perf took may be of that program, and is dropped unused, and perf with it.
+                drop(holder);
                 self.stop_perf(tid, why.to_string());
                 return None;
             }
         }
-        self.perf = Some(perf);
+        self.perf = Some(holder);
         Some(taken)
     }
 
@@ -377,9 +400,12 @@ impl NativeSampler {
     /// the next [`NativeSampler::perf_samples`] gives their addresses again: after an `exec`,
     /// they are the old program's.
     pub fn drop_perf_samples(&mut self, tid: u32) {
-        if let Some(perf) = self.perf.as_mut().filter(|perf| perf.watches(tid)) {
-            perf.take(tid, |_| {});
-            let _ = perf.watch(tid, [0; SLOTS]);
+        if let Some(holder) = &self.perf {
+            let mut perf = holder.lock();
+            if perf.watches_for(holder.owner(), tid) {
+                perf.take(tid, |_| {});
+                let _ = perf.watch_by(holder.owner(), tid, [0; SLOTS]);
+            }
         }
     }
 
@@ -394,51 +420,52 @@ impl NativeSampler {
 
     /// Whether perf samples `tid` (see [`NativeSampler::perf_samples`]).
     pub fn perf_watches(&self, tid: u32) -> bool {
-        self.perf.as_ref().is_some_and(|perf| perf.watches(tid))
+        (self.perf.as_ref()).is_some_and(|perf| perf.lock().watches_for(perf.owner(), tid))
     }
 
     /// Up to when what perf handed out is complete, where earlier than the take (see
     /// [`PerfSampler::complete_until`]).
     pub fn perf_complete_until(&self) -> Option<u64> {
-        self.perf.as_ref()?.complete_until()
+        self.perf.as_ref()?.lock().complete_until()
     }
 
     /// Per CPU, whether `tid` switched since its stream's latest switch (see
     /// [`PerfSampler::switched_unseen`]).
     pub fn perf_switched_unseen(&self, tid: u32) -> Option<bool> {
-        self.perf.as_ref()?.switched_unseen(tid)
+        self.perf.as_ref()?.lock().switched_unseen(tid)
     }
 
     /// `tid`'s time on a CPU since perf began to sample it (see [`PerfSampler::cpu_ns`]).
     pub fn perf_cpu_ns(&self, tid: u32) -> Option<u64> {
-        self.perf.as_ref()?.cpu_ns(tid)
+        self.perf.as_ref()?.lock().cpu_ns(tid)
     }
 
     /// When thread `tid` was born, if perf saw a sampled thread make it (see
     /// [`PerfSampler::birth`]).
     pub fn birth(&mut self, tid: u32) -> Option<u64> {
-        self.perf.as_mut()?.birth(tid)
+        self.perf.as_ref()?.lock().birth(tid)
     }
 
     /// Threads perf stopped following off their CPU because they left it more often than the
     /// rate returned (see [`crate::native::perf::MAX_SWITCH_RATE`]).
     pub fn perf_too_fast(&self) -> (usize, u64) {
-        self.perf
-            .as_ref()
-            .map_or((0, 0), |perf| (perf.too_fast(), perf.max_switch_rate()))
+        self.perf.as_ref().map_or((0, 0), |perf| {
+            let perf = perf.lock();
+            (perf.too_fast(), perf.max_switch_rate())
+        })
     }
 
     /// Whether perf follows `tid` off its CPU too (its samples then include its switches).
     pub fn follows_switches(&self, tid: u32) -> bool {
         self.perf
             .as_ref()
-            .is_some_and(|perf| perf.follows_switches(tid))
+            .is_some_and(|perf| perf.lock().follows_switches(tid))
     }
 
     /// The longest the sampler may wait between two calls of [`NativeSampler::perf_samples`]
     /// for a running thread without losing its samples; `None` without perf.
     pub fn perf_patience(&self) -> Option<Duration> {
-        let perf = self.perf.as_ref()?;
+        let perf = self.perf.as_ref()?.lock();
         Some(perf.period() * perf.ring_capacity() as u32)
     }
 
@@ -451,8 +478,8 @@ impl NativeSampler {
 
     /// Forgets a thread that is gone (closes its perf event).
     pub fn forget(&mut self, tid: u32) {
-        if let Some(perf) = &mut self.perf {
-            perf.forget(tid);
+        if let Some(perf) = &self.perf {
+            perf.lock().forget_for(perf.owner(), tid);
         }
         self.completer.forget(tid);
     }
@@ -706,73 +733,4 @@ fn note_returns(returns: &mut Vec<u64>, frames: &[UnwoundFrame]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn mark(sp: u64) -> RecordView {
-        RecordView {
-            feature: 1,
-            kind: 2,
-            payload: 0,
-            payload_len: 0,
-            line: 0,
-            column: 0,
-            sp,
-            position: 0,
-            extra: [0, 0],
-        }
-    }
-
-    #[test]
-    fn marks_go_after_the_frame_that_pushed_them() {
-        // main (CFA ∞) > outer (CFA 1000) > inner (CFA 900) > leaf (CFA 800); sp decreases inward.
-        let captured = Captured {
-            frames: vec![
-                UnwoundFrame {
-                    address: 4,
-                    cfa: 800,
-                },
-                UnwoundFrame {
-                    address: 3,
-                    cfa: 900,
-                },
-                UnwoundFrame {
-                    address: 2,
-                    cfa: 1000,
-                },
-                UnwoundFrame {
-                    address: 1,
-                    cfa: u64::MAX,
-                },
-            ],
-            complete: true,
-        };
-        // Pushed by main (sp 1000..), by inner (sp 850), by leaf (sp 790).
-        let stack = place(&captured, &[mark(1200), mark(850), mark(790)]);
-        assert_eq!(stack.addresses, vec![1, 2, 3, 4]);
-        assert_eq!(stack.marks_at, vec![1, 3, 4]);
-        assert!(!stack.truncated);
-    }
-
-    #[test]
-    fn marks_outside_a_cut_stack_go_first_and_order_is_kept() {
-        let captured = Captured {
-            frames: vec![
-                UnwoundFrame {
-                    address: 2,
-                    cfa: 500,
-                },
-                UnwoundFrame {
-                    address: 1,
-                    cfa: 600,
-                },
-            ],
-            complete: false,
-        };
-        // The first mark was pushed above the unwound part; the second claims an outer place
-        // than the first (a corrupt sp): it keeps its order.
-        let stack = place(&captured, &[mark(700), mark(450), mark(900)]);
-        assert_eq!(stack.marks_at, vec![0, 2, 2]);
-        assert!(stack.truncated);
-    }
-}
+mod tests;

@@ -22,8 +22,8 @@
 //! This module: those maps, events and rings, and the reading of their records into each
 //! thread's stream (`perf::Taken`), in time order. Not here: the programs (`programs.rs`; the
 //! slot copies', `bpf.rs`), the rings' layout and records (`ring.rs`), which threads to watch
-//! (`perf.rs`). Not yet: one set of events for all the processes recorded (each process's
-//! sampler opens its own).
+//! (`perf.rs`). The processes `run` follows share the set of the program they descend from
+//! (`perf/shared.rs`).
 
 use crate::native::bpf::{
     attach_tracepoint, create_map, delete_bytes, load_program, load_tracepoint_program,

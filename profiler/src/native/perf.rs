@@ -180,6 +180,8 @@ pub struct Switch {
 
 struct Thread {
     index: u32,
+    /// Which holder watches it (see [`Owner`]).
+    owner: Owner,
     /// Its own events (`None` in the per-CPU design, `cpu_wide.rs`).
     own: Option<OwnEvents>,
     addresses: [u64; SLOTS],
@@ -231,7 +233,16 @@ pub struct PerfSampler {
     programs: Programs,
     /// The per-CPU design's events and programs, where chosen (`perf/design.rs`).
     wide: Option<CpuWide>,
+    /// The latest owner given out (see [`Owner`]).
+    owners: Owner,
 }
+
+/// Who watches a thread: the process the sampler was made for ([`FIRST_OWNER`], whose code
+/// the walk's rules are), or another process of the same tree that shares its per-CPU events
+/// (`perf/shared.rs`): its threads are never walked (the rules are of another program).
+pub type Owner = u32;
+/// The owner a sampler was made for.
+pub const FIRST_OWNER: Owner = 0;
 
 /// Births remembered at most (those of threads that never ran long enough to be found, or of
 /// processes, are dropped when the map is full).
@@ -290,6 +301,7 @@ impl PerfSampler {
                 Departure { gap_ns: period_ns },
             ),
             wide: None,
+            owners: FIRST_OWNER,
         };
         if sampler.programs.rules.eager() {
             sampler.programs.rules.prepare_walk(sampler.copies.fd());
@@ -383,16 +395,7 @@ impl PerfSampler {
     /// Makes sure `tid` is being sampled, copying the slots at `addresses` (0 for none) with
     /// each sample from now on. Fails if the thread cannot be sampled this way.
     pub fn watch(&mut self, tid: u32, addresses: [u64; SLOTS]) -> Result<(), WatchError> {
-        if !self.threads.contains_key(&tid) {
-            let thread = self.open(tid, addresses)?;
-            self.threads.insert(tid, thread);
-        }
-        let thread = self.threads.get_mut(&tid).expect("inserted");
-        if thread.addresses != addresses {
-            self.values.write(thread.index, VALUE_ADDRESSES, &addresses);
-            thread.addresses = addresses;
-        }
-        Ok(())
+        self.watch_by(FIRST_OWNER, tid, addresses)
     }
 
     /// Sets the stack addresses whose words the program reads at each sample of `tid` from now
@@ -409,7 +412,7 @@ impl PerfSampler {
     /// and turned on by a later call once loaded.
     pub fn walk(&mut self, deeper: bool) {
         if self.programs.rules.turn_on(deeper, self.copies.fd()) {
-            for thread in self.threads.values() {
+            for thread in self.threads.values().filter(|t| t.owner == FIRST_OWNER) {
                 self.values.write(thread.index, VALUE_WALK, &[1]);
             }
         }
@@ -574,6 +577,12 @@ impl PerfSampler {
         self.wide.as_ref().map_or([0; 2], |wide| wide.returns)
     }
 
+    /// Whether the programs walk `tid`'s stack at its samples (its map value says so).
+    #[cfg(test)]
+    pub(super) fn walks_thread(&self, tid: u32) -> bool {
+        (self.threads.get(&tid)).is_some_and(|t| self.values.read(t.index, VALUE_WALK) != 0)
+    }
+
     /// Samples the CPUs' rings held of threads not watched (`cpu_wide.rs`; 0 otherwise).
     #[cfg(test)]
     pub(super) fn foreign_samples(&self) -> u64 {
@@ -596,7 +605,12 @@ impl PerfSampler {
     /// the thread is checked before, and again once its event exists, which is enabled only
     /// then (its credentials may have changed in between, by a setuid `exec`, which removes the
     /// events the thread had but not one opened after); one in mid-`exec` waits a tick.
-    fn open(&mut self, tid: u32, addresses: [u64; SLOTS]) -> Result<Thread, WatchError> {
+    fn open(
+        &mut self,
+        owner: Owner,
+        tid: u32,
+        addresses: [u64; SLOTS],
+    ) -> Result<Thread, WatchError> {
         let check = |tid| match crate::record::privilege::may_trace(tid) {
             Ok(()) => Ok(()),
             Err(Refusal::Gone) => Err(WatchError::Refused(Errno::ESRCH)),
@@ -604,8 +618,9 @@ impl PerfSampler {
             Err(Refusal::Rule(why)) => Err(WatchError::Foreign { tid, why }),
         };
         check(tid)?;
-        let thread = crate::record::privilege::with_perf(|| self.open_unchecked(tid, addresses))
-            .map_err(WatchError::Refused)?;
+        let thread =
+            crate::record::privilege::with_perf(|| self.open_unchecked(owner, tid, addresses))
+                .map_err(WatchError::Refused)?;
         // Enabled (or, per CPU, watched) only once the thread passed again: nothing is
         // sampled in between.
         let (wide, too_fast) = (&mut self.wide, &self.too_fast);
@@ -634,14 +649,19 @@ impl PerfSampler {
         Ok(thread)
     }
 
-    fn open_unchecked(&mut self, tid: u32, addresses: [u64; SLOTS]) -> Result<Thread, Errno> {
+    fn open_unchecked(
+        &mut self,
+        owner: Owner,
+        tid: u32,
+        addresses: [u64; SLOTS],
+    ) -> Result<Thread, Errno> {
         let index = self.free.pop().ok_or(Errno::EMFILE)?;
         // The thread's slot addresses before it is sampled (written after, a sample in between
         // copied no slot yet counted its marks as known: the two-samplers lib test failed 2 runs
         // of 6), and no anchors from the value's previous thread.
         self.values.write(index, VALUE_ADDRESSES, &addresses);
         self.values.write(index, VALUE_ANCHORS, &[0; ANCHORS]);
-        let walk = u64::from(self.programs.rules.on);
+        let walk = u64::from(self.programs.rules.on && owner == FIRST_OWNER);
         self.values.write(index, VALUE_WALK, &[walk]);
         // Per CPU, a thread no longer followed off its CPU is not once watched again (after an
         // exec): its switches only count into its time on a CPU.
@@ -653,6 +673,7 @@ impl PerfSampler {
         self.queues.clear(index);
         let thread = |own| Thread {
             index,
+            owner,
             own,
             addresses,
             departures: 0,
@@ -738,11 +759,13 @@ const MATCH_TOLERANCE_NS: u64 = 100_000;
 
 mod design;
 mod following;
+mod shared;
 
 #[cfg(test)]
 pub(super) use design::per_cpu_refused;
 pub(super) use design::Design;
 pub use following::{MAX_SWITCH_RATE, MAX_WIDE_SWITCH_RATE};
+pub use shared::{Perf, SharedPerf};
 
 #[cfg(test)]
 mod tests;

@@ -149,6 +149,10 @@ pub(super) struct Ring {
     buffer: Vec<u8>,
 }
 
+// SAFETY: the mapping is owned by this struct (unmapped on drop) and read or advanced only
+// through `&mut self`; the kernel writes its side whichever thread holds it.
+unsafe impl Send for Ring {}
+
 impl Ring {
     pub(super) fn new(event: &OwnedFd, page: usize, pages: usize) -> Result<Ring, Errno> {
         let len = (pages + 1) * page;
@@ -391,6 +395,10 @@ pub(super) struct CopyRing {
     size: usize,
     page: usize,
 }
+
+// SAFETY: as for `Ring`: both mappings are owned by this struct and the consumer position is
+// advanced only through `&mut self`.
+unsafe impl Send for CopyRing {}
 
 impl CopyRing {
     pub(super) fn new(page: usize, size: usize) -> Result<CopyRing, Errno> {

@@ -17,7 +17,7 @@
 //! is alive; nothing else is resolved in the loop.
 
 use crate::native::capture::{self, Captured, NativeSampler, PerfTaken};
-use crate::native::perf::{PerfSampler, SLOTS};
+use crate::native::perf::{Perf, PerfSampler, SharedPerf, SLOTS};
 use crate::native::unwind::UnwoundFrame;
 use crate::profile::{ProfileBuilder, Stack, MAX_STACK_FRAMES};
 use crate::record::clock::TickClock;
@@ -105,16 +105,22 @@ pub struct SamplerOptions {
     /// Threads perf samples at once, at most `perf::MAX_THREADS` (the rest by ptrace); 0 for
     /// that many.
     pub perf_threads: u32,
+    /// The per-CPU perf sampler of the process whose recording follows this one, to join
+    /// rather than make one (`perf/shared.rs`).
+    pub shared_perf: Option<SharedPerf>,
 }
 
 impl SamplerOptions {
     /// The perf sampler these options ask for (or why there is none), if any: made before the
     /// program starts by `fsprof run` (see `Rules::walk_ready`).
-    pub fn perf_sampler(&self) -> Option<Result<PerfSampler, String>> {
+    pub fn perf_sampler(&self) -> Option<Result<Perf, String>> {
         let period = self.perf.filter(|_| self.native)?;
+        if let Some(shared) = &self.shared_perf {
+            return Some(Ok(Perf::join(shared)));
+        }
         let threads = (self.perf_threads > 0).then_some(self.perf_threads);
         let threads = threads.unwrap_or(crate::native::perf::MAX_THREADS);
-        Some(PerfSampler::new(period.as_nanos() as u64, threads))
+        Some(PerfSampler::new(period.as_nanos() as u64, threads).map(Perf::own))
     }
 }
 
@@ -179,7 +185,7 @@ impl Sampler {
         pid: u32,
         descriptor_budget: usize,
         options: SamplerOptions,
-        perf: Option<Result<PerfSampler, String>>,
+        perf: Option<Result<Perf, String>>,
     ) -> Sampler {
         Sampler {
             pid,
@@ -220,6 +226,12 @@ impl Sampler {
     /// Says how the sampler's thread is scheduled (for the report).
     pub(super) fn set_priority(&mut self, priority: &'static str) {
         self.tally.priority = priority;
+    }
+
+    /// Its perf sampler for the recordings of the processes it follows to join, where it
+    /// samples per CPU (see `native/perf/shared.rs`).
+    pub fn share_perf(&self) -> Option<SharedPerf> {
+        self.native.as_ref()?.share_perf()
     }
 
     /// How the program ended, when native sampling (as the program's tracer) collected it.

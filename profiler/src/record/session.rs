@@ -114,7 +114,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     let sampling = sampler_options(options);
     let mut perf = sampling.perf_sampler();
     if let Some(Ok(perf)) = &mut perf {
-        perf.rules().walk_ready(WALK_WAIT);
+        perf.lock().rules().walk_ready(WALK_WAIT);
     }
     let mut child = match spawn(name, args, preload.library()) {
         Ok(child) => child,
@@ -130,7 +130,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     let descriptors = process::raise_open_file_limit();
 
     let mut sampler = Sampler::new(pid, descriptors, sampling, perf);
-    let mut tree = follow(pid, descriptors, options, "run");
+    let mut tree = follow(pid, descriptors, options, "run", sampler.share_perf());
     let mut status: Option<ExitStatus> = None;
     let schedule = schedule(options, &signals, (&program_name(name), pid), true);
     let mut end = schedule::record(&mut sampler, schedule, |sampler| {
@@ -240,7 +240,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     let sampling = sampler_options(options);
     let perf = sampling.perf_sampler();
     let mut sampler = Sampler::new(pid, descriptors, sampling, perf);
-    let mut tree = follow(pid, descriptors, options, "attach");
+    let mut tree = follow(pid, descriptors, options, "attach", sampler.share_perf());
     let mut next_check = Instant::now();
     let schedule = schedule(options, &signals, (&name, pid), false);
     let end = schedule::record(&mut sampler, schedule, |_| {
@@ -438,13 +438,22 @@ impl Signals {
 }
 
 /// The follower of `pid`'s children when the options ask for one (not in `fsprof top`).
-fn follow(pid: u32, descriptors: usize, options: &RecordOptions, mode: &str) -> Option<Tree> {
+/// Its followers join `shared_perf`, the program's per-CPU perf sampler, where there is one:
+/// their processes then cost no events of their own (`native/perf/shared.rs`).
+fn follow(
+    pid: u32,
+    descriptors: usize,
+    options: &RecordOptions,
+    mode: &str,
+    shared_perf: Option<crate::native::perf::SharedPerf>,
+) -> Option<Tree> {
     if !options.follow || options.top.is_some() {
         return None;
     }
     let sampling = tree::Sampling {
         options: SamplerOptions {
             perf_threads: crate::native::perf::CHILD_THREADS,
+            shared_perf,
             ..sampler_options(options)
         },
         rate_hz: options.rate_hz,
@@ -465,6 +474,7 @@ fn sampler_options(options: &RecordOptions) -> SamplerOptions {
         count_idle: options.count_idle,
         debug_dirs: options.debug_dirs.clone(),
         perf_threads: 0,
+        shared_perf: None,
     }
 }
 

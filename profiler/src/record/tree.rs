@@ -8,7 +8,9 @@
 //!
 //! A thread per process keeps each sampler as it is for one process: its ptrace stops are its
 //! thread's own (ptrace ties a tracee to the thread that attached, and the tracers wait with
-//! `__WNOTHREAD`), its clock and its priority too. Children that live only between two looks
+//! `__WNOTHREAD`), its clock and its priority too. Where the program is sampled with per-CPU
+//! perf events, every follower samples through them (`Sampling::options.shared_perf`,
+//! `native/perf/shared.rs`) rather than opening events of its own. Children that live only between two looks
 //! (a few milliseconds) are missed, as is the part of a child's life before it is found; a
 //! child whose parent exited before it was found is not found (it is no longer a descendant).
 //! Not here: what a sampler records (`sampler.rs`), or the report per process (`analysis`).

@@ -241,3 +241,74 @@ fn an_exec_ends_the_watch_in_the_kernel() {
     let _ = child.wait();
     assert!(!still, "still watched 10 s after its exec");
 }
+
+/// A second process's holder joins the per-CPU sampler (`perf/shared.rs`): its thread's
+/// samples come through the same events, its thread is not walked with the first process's
+/// rules once the walk is on, and dropping the holder forgets its threads and no other.
+#[test]
+fn a_joined_holder_samples_through_the_same_events_without_the_walk() {
+    use crate::native::perf::Perf;
+    let Some(first) = sampler() else {
+        return;
+    };
+    let first = Perf::own(first);
+    let shared = first.share().expect("a per-CPU sampler is shared");
+    let joined = Perf::join(&shared);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (a_thread, a) = spinner(&stop);
+    let (b_thread, b) = spinner(&stop);
+    first.lock().watch_by(first.owner(), a, [0, 0]).unwrap();
+    joined.lock().watch_by(joined.owner(), b, [0, 0]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut of_a, mut of_b) = (0u64, 0u64);
+    while (of_a < 50 || of_b < 50) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        let mut perf = joined.lock();
+        perf.take(b, |item| {
+            of_b += u64::from(matches!(item, Taken::Sample(_)))
+        });
+        perf.take(a, |item| {
+            of_a += u64::from(matches!(item, Taken::Sample(_)))
+        });
+        // The walk, once loaded, is the first process's only.
+        perf.walk(true);
+    }
+    let walk_deadline = Instant::now() + Duration::from_secs(5);
+    while !first.lock().walks() && Instant::now() < walk_deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        first.lock().walk(true);
+    }
+    let (walks_a, walks_b) = {
+        let perf = first.lock();
+        (perf.walks_thread(a), perf.walks_thread(b))
+    };
+    drop(joined);
+    let (still_a, still_b) = {
+        let perf = first.lock();
+        (perf.watches(a), perf.watches(b))
+    };
+    stop.store(true, Ordering::Relaxed);
+    a_thread.join().unwrap();
+    b_thread.join().unwrap();
+    eprintln!("{of_a} samples of the first holder's thread, {of_b} of the joined one's");
+    assert!(
+        of_a >= 50 && of_b >= 50,
+        "{of_a} and {of_b} samples within 10 s"
+    );
+    assert!(
+        walks_a,
+        "the walk was not turned on for the first process's thread"
+    );
+    assert!(
+        !walks_b,
+        "the joined process's thread is walked with another's rules"
+    );
+    assert!(
+        still_a,
+        "dropping the joined holder forgot the first holder's thread"
+    );
+    assert!(
+        !still_b,
+        "the joined holder's thread is still watched after it was dropped"
+    );
+}

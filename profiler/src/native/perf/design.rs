@@ -1,6 +1,6 @@
 //! Which events a perf sampler opens: one per CPU (`cpu_wide.rs`) for the process `run` starts
-//! or `attach` names, where the kernel and fsprof's privilege allow, and one per thread for the
-//! processes it starts and wherever per CPU cannot be had; `FSPROF_PER_CPU=1` asks for per
+//! or `attach` names, where the kernel and fsprof's privilege allow (the processes it starts
+//! then share them: `shared.rs`), and one per thread wherever per CPU cannot be had; `FSPROF_PER_CPU=1` asks for per
 //! CPU everywhere, `FSPROF_PER_CPU=0` for per thread. Not here: the events themselves
 //! (`perf_events.rs`, `cpu_wide.rs`).
 
@@ -61,14 +61,14 @@ pub(in crate::native) enum Design {
     /// One per CPU (`cpu_wide.rs`), asked for (`FSPROF_PER_CPU=1`): where it cannot be had,
     /// per thread, with a line that says why.
     Cpus,
-    /// Per CPU for the process `run` starts or `attach` names where it can be had, per thread
-    /// for the processes it starts and elsewhere. Each process's per-CPU set ticks on every
-    /// CPU whether the process runs or not and costs fsprof about 20 ms to open (its events, its
-    /// programs through the verifier): more than most of a build's processes live (`make -j2`
-    /// of 12 files, 31 processes: 98-116% slower per CPU against 84-100% per thread), while a
-    /// thread's own events cost each of its switches about 4 us (python3 with four threads
-    /// handing work around: 27-36% slower per CPU against 58-71% per thread; BENCHMARKS.md,
-    /// issue 39, twenty-third session). One set for a whole tree is not built yet.
+    /// Per CPU for the process `run` starts or `attach` names where it can be had (the
+    /// processes it starts join that set: `shared.rs`), per thread elsewhere. A process of its
+    /// own set would tick on every CPU whether it runs or not and cost fsprof about 20 ms to
+    /// open (its events, its programs through the verifier): more than most of a build's
+    /// processes live (`make -j2` of 12 files, 31 processes: 98-116% slower with a set each
+    /// against 84-100% per thread), while a thread's own events cost each of its switches
+    /// about 4 us (python3 with four threads handing work around: 27-36% slower per CPU against
+    /// 58-71% per thread; BENCHMARKS.md, issue 39, twenty-third session).
     Default,
 }
 

@@ -59,9 +59,9 @@ impl PerfSampler {
             wide.quiet(tid);
             return;
         }
-        let addresses = thread.addresses;
+        let (addresses, owner) = (thread.addresses, thread.owner);
         self.forget(tid);
-        let _ = self.watch(tid, addresses);
+        let _ = self.watch_by(owner, tid, addresses);
     }
 
     /// The most departures a second a thread's switches are followed at, in this design.

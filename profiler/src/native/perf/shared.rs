@@ -1,0 +1,147 @@
+//! A perf sampler as one process's native sampler holds it: its own, or the per-CPU events of
+//! the tree's first process, shared with the processes `run` follows. Per CPU, the events,
+//! programs and rings serve every watched thread whatever its process (each thread's slot
+//! addresses are in its map value, read in its own address space), so a child's threads need
+//! only a map value each: no events of its own that tick on every CPU (about 2% of each CPU's
+//! time per process in a virtual machine), no maps or rings made and no program verified per
+//! process. Not shared: the deep stacks' walk, whose rules are of the first process's code
+//! (another process's threads are not walked: `Owner`), and the counts of what was lost,
+//! which each holder counts from what it took.
+//!
+//! Not here: the sampler itself (`perf.rs`); which processes are followed (`record/tree.rs`).
+
+use super::{Owner, PerfSampler, WatchError, FIRST_OWNER, SLOTS, VALUE_ADDRESSES};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// One process's hold on a perf sampler.
+pub struct Perf {
+    sampler: Arc<Mutex<PerfSampler>>,
+    owner: Owner,
+    /// Samples lost, and samples without their marks, in what this holder took.
+    pub lost: u64,
+    pub unmatched: u64,
+}
+
+/// A per-CPU perf sampler other processes' holders can join (see [`Perf::share`]).
+#[derive(Clone)]
+pub struct SharedPerf(Arc<Mutex<PerfSampler>>);
+
+impl std::fmt::Debug for SharedPerf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedPerf")
+    }
+}
+
+impl Perf {
+    /// The holder of a sampler made for its process.
+    pub fn own(sampler: PerfSampler) -> Perf {
+        Perf {
+            sampler: Arc::new(Mutex::new(sampler)),
+            owner: FIRST_OWNER,
+            lost: 0,
+            unmatched: 0,
+        }
+    }
+
+    /// A holder for another process of `shared`'s.
+    pub fn join(shared: &SharedPerf) -> Perf {
+        let owner = lock(&shared.0).new_owner();
+        Perf {
+            sampler: Arc::clone(&shared.0),
+            owner,
+            lost: 0,
+            unmatched: 0,
+        }
+    }
+
+    /// The sampler to share with other processes, where it samples per CPU (per thread, each
+    /// process's threads have events of their own, and sharing them saves nothing).
+    pub fn share(&self) -> Option<SharedPerf> {
+        self.lock()
+            .per_cpu()
+            .then(|| SharedPerf(Arc::clone(&self.sampler)))
+    }
+
+    /// The sampler, for as long as the guard lives.
+    pub fn lock(&self) -> MutexGuard<'_, PerfSampler> {
+        lock(&self.sampler)
+    }
+
+    /// Who this holder watches threads as.
+    pub fn owner(&self) -> Owner {
+        self.owner
+    }
+
+    /// Whether the walk's rules are of this holder's process.
+    pub fn owns_rules(&self) -> bool {
+        self.owner == FIRST_OWNER
+    }
+}
+
+impl Drop for Perf {
+    /// Its threads are no longer watched (their map values go back to the sampler).
+    fn drop(&mut self) {
+        let owner = self.owner;
+        self.lock().forget_all_of(owner);
+    }
+}
+
+/// Which holder watches which thread.
+impl PerfSampler {
+    /// [`PerfSampler::watch`] for `owner`'s process. A thread another owner watched (its
+    /// process ended, and its id was reused) is watched afresh.
+    pub fn watch_by(
+        &mut self,
+        owner: Owner,
+        tid: u32,
+        addresses: [u64; SLOTS],
+    ) -> Result<(), WatchError> {
+        if self.threads.get(&tid).is_some_and(|t| t.owner != owner) {
+            self.forget(tid);
+        }
+        if !self.threads.contains_key(&tid) {
+            let thread = self.open(owner, tid, addresses)?;
+            self.threads.insert(tid, thread);
+        }
+        let thread = self.threads.get_mut(&tid).expect("inserted");
+        if thread.addresses != addresses {
+            self.values.write(thread.index, VALUE_ADDRESSES, &addresses);
+            thread.addresses = addresses;
+        }
+        Ok(())
+    }
+
+    /// Whether `tid` is being sampled for `owner`.
+    pub fn watches_for(&self, owner: Owner, tid: u32) -> bool {
+        self.threads.get(&tid).is_some_and(|t| t.owner == owner)
+    }
+
+    /// [`PerfSampler::forget`] where `owner` watches `tid`.
+    pub fn forget_for(&mut self, owner: Owner, tid: u32) {
+        if self.watches_for(owner, tid) {
+            self.forget(tid);
+        }
+    }
+
+    /// A new owner, for another process's holder (`perf/shared.rs`).
+    pub(super) fn new_owner(&mut self) -> Owner {
+        self.owners += 1;
+        self.owners
+    }
+
+    /// Forgets every thread `owner` watches (its holder is gone).
+    pub(super) fn forget_all_of(&mut self, owner: Owner) {
+        let theirs: Vec<u32> = (self.threads.iter())
+            .filter(|(_, thread)| thread.owner == owner)
+            .map(|(tid, _)| *tid)
+            .collect();
+        for tid in theirs {
+            self.forget(tid);
+        }
+    }
+}
+
+fn lock(sampler: &Mutex<PerfSampler>) -> MutexGuard<'_, PerfSampler> {
+    // A holder that panicked left the sampler whole (each call finishes its writes).
+    sampler.lock().unwrap_or_else(|e| e.into_inner())
+}
