@@ -10,8 +10,8 @@
 //! 56.7%). Here the sampler takes what the scanner found, without waiting.
 //!
 //! The schedule: every fiftieth of the time since the start (so a region that appears is found
-//! before its marks are 2% of the recording old), at least every millisecond, at most every
-//! 200 ms while none was found and every second afterwards; and at once when the sampler asks
+//! before its marks are 2% of the recording old), but no more often than every 2 ms, at most
+//! every 200 ms while none was found and every second afterwards; and at once when the sampler asks
 //! (a region it read has gone, after an exec say). Finding one is no reason to look less: a
 //! program creates its region on its first mark, often after the preloaded agent has made its
 //! own.
@@ -148,6 +148,7 @@ fn scan_until_stopped(pid: u32, shared: &Shared) {
     let started = Instant::now();
     let mut next = started;
     let mut tasks = process::TaskList::new(pid);
+    let mut files = crate::target::scanned::ScannedFiles::new(pid);
     // The address space's size at the latest full scan, and when that was.
     let mut scanned: Option<(u64, Instant)> = None;
     let size = process::AddressSpaceSize::new(pid);
@@ -180,7 +181,7 @@ fn scan_until_stopped(pid: u32, shared: &Shared) {
             held
         };
         let found;
-        (found, again) = scan(pid, &mut tasks, &held);
+        (found, again) = scan(pid, &mut tasks, &mut files, &held);
         let now = Instant::now();
         let mut state = shared.lock();
         let any = !held.is_empty() || !found.regions.is_empty();
@@ -233,21 +234,29 @@ fn unchanged(size: &process::AddressSpaceSize, scanned: &mut Option<(u64, Instan
     false
 }
 
-/// The shortest time between two scans.
-const MIN_INTERVAL: Duration = Duration::from_millis(1);
+/// The shortest time between two scans (but for a region mapped and not yet written). Every
+/// millisecond, the scanners of a build's young processes (compilers whose address space grows
+/// at every look, so that each look reads the whole map) took 6% of the machine under `make
+/// -j2` (BENCHMARKS.md, issue 39, twenty-seventh session).
+const MIN_INTERVAL: Duration = Duration::from_millis(2);
 /// The longest time between two full scans of a process whose address space kept its size.
 const FULL_SCAN: Duration = Duration::from_millis(100);
 
 /// One scan: the regions mapped in `pid` that are not in `held`, opened. Also says whether to
 /// look again soon.
-fn scan(pid: u32, tasks: &mut process::TaskList, held: &[u64]) -> (Found, bool) {
+fn scan(
+    pid: u32,
+    tasks: &mut process::TaskList,
+    files: &mut crate::target::scanned::ScannedFiles,
+    held: &[u64],
+) -> (Found, bool) {
     let mut found = Found::default();
     if tasks.read().is_err() {
         return (found, false);
     }
     let tids = tasks.tids();
-    let via = process::memory_thread(pid, tids);
-    let Ok(addresses) = process::region_addresses(pid, tids) else {
+    let via = files.memory_thread(tids);
+    let Ok(addresses) = files.region_addresses(tids) else {
         return (found, false);
     };
     let mut again = false;

@@ -8,4 +8,5 @@ pub mod names;
 pub mod process;
 pub mod region;
 pub mod remote;
+pub mod scanned;
 pub mod static_data;

@@ -5,7 +5,6 @@
 //! Only `/proc` reads live here. Reading the target's memory is `remote.rs`; deciding what to do
 //! with the answers is the sampler's job.
 
-use fsprof_shim::abi;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use std::fs::{self, File};
@@ -36,7 +35,7 @@ pub fn is_alive(pid: u32) -> bool {
     }
 }
 
-fn state_from_stat(stat: &str) -> Option<char> {
+pub(super) fn state_from_stat(stat: &str) -> Option<char> {
     // The command name is in parentheses and may itself contain spaces or ')'.
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
@@ -424,36 +423,6 @@ pub fn memory_thread(pid: u32, tids: &[u32]) -> u32 {
         return pid;
     }
     tids.iter().copied().find(|tid| *tid != pid).unwrap_or(pid)
-}
-
-/// Start addresses of the fsprof regions mapped in `pid` (mappings of the right name and size).
-/// Reads the process's maps through one of `tids` if the leader's are empty (a leader that exited
-/// before its other threads has no maps of its own).
-pub fn region_addresses(pid: u32, tids: &[u32]) -> io::Result<Vec<u64>> {
-    let mut maps = fs::read_to_string(proc_dir(pid).join("maps"))?;
-    for tid in tids.iter().filter(|tid| **tid != pid).take(3) {
-        if !maps.is_empty() {
-            break;
-        }
-        maps =
-            fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/maps"))).unwrap_or_default();
-    }
-    let wanted = format!("/memfd:{}", abi::REGION_NAME);
-    Ok(maps
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_ascii_whitespace();
-            let range = fields.next()?;
-            let path = fields.nth(4)?;
-            if path != wanted {
-                return None;
-            }
-            let (start, end) = range.split_once('-')?;
-            let start = u64::from_str_radix(start, 16).ok()?;
-            let end = u64::from_str_radix(end, 16).ok()?;
-            (end.checked_sub(start)? as usize >= abi::REGION_SIZE).then_some(start)
-        })
-        .collect())
 }
 
 /// The start of some readable mapping of `pid`, to probe whether its memory can be read at all.
