@@ -325,6 +325,10 @@ impl Rules {
         let spawned = std::thread::Builder::new()
             .name("fsprof-walk".to_owned())
             .spawn(move || {
+                // At the sampler's priority: the verifier's 15 to 20 ms of CPU, normally
+                // scheduled beside 1000 busy threads, took seconds (the walk was not there for
+                // the recording, and fsprof's exit waited for it).
+                let _ = crate::record::priority::raise();
                 let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
                 let maps = [raw[0], raw[1], raw[2], raw[3]];
                 // With fsprof's BPF privilege raised for the load (this thread's own set).

@@ -49,22 +49,45 @@ pub fn lower(raised: &str, nice: i32) {
 }
 
 /// The calling thread raised by [`raise`] while this lives, lowered again when it is dropped
-/// (on every path out of the scope that holds it).
+/// (on every path out of the scope that holds it). A thread already real-time (an outer guard
+/// holds it: `attach`'s, over its recording and its finish) is left as it is, then and after.
 pub struct Raised {
     how: &'static str,
     nice: i32,
+    already: bool,
 }
 
 impl Raised {
     /// Raises the calling thread now.
     pub fn now() -> Raised {
+        use nix::libc;
+        // SAFETY: a plain query of the calling thread.
+        let policy = unsafe { libc::sched_getscheduler(0) } & !libc::SCHED_RESET_ON_FORK;
+        if policy == libc::SCHED_FIFO {
+            return Raised {
+                how: "real-time",
+                nice: 0,
+                already: true,
+            };
+        }
         let (how, nice) = raise();
-        Raised { how, nice }
+        Raised {
+            how,
+            nice,
+            already: false,
+        }
+    }
+
+    /// How the thread is scheduled (see [`raise`]).
+    pub fn how(&self) -> &'static str {
+        self.how
     }
 }
 
 impl Drop for Raised {
     fn drop(&mut self) {
-        lower(self.how, self.nice);
+        if !self.already {
+            lower(self.how, self.nice);
+        }
     }
 }

@@ -102,15 +102,15 @@ pub fn record(
     mut stop: impl FnMut(&Sampler) -> Option<End>,
 ) -> End {
     let period = Duration::from_secs_f64(1.0 / schedule.rate_hz);
-    let (priority, nice) = priority::raise();
-    sampler.set_priority(priority);
+    let raised = priority::Raised::now();
+    sampler.set_priority(raised.how());
     // With the default 50 µs timer slack our wake-ups would be batched with the target's own
     // timers; one nanosecond keeps the sampling times independent of the target's.
     let _ = nix::sys::prctl::set_timerslack(1);
     let end = sample_until_stopped(sampler, schedule, period, &mut stop);
     sampler.end_recording();
     sampler.stop_tracing();
-    priority::lower(priority, nice);
+    drop(raised);
     end
 }
 

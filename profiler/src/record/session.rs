@@ -212,6 +212,13 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
 
 /// `fsprof attach`: records process `pid` until Ctrl-C, the duration or its exit; it keeps running.
 pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
+    // Raised from the start to fsprof's exit, the profile's finish, its files and the
+    // process's teardown included (see `priority::raise`): beside 1000 busy threads a normally
+    // scheduled fsprof took about 10 s to begin recording, by which time the program had nearly
+    // ended, and once it was raised for the recording alone, up to 25 s more to finish and exit
+    // (each of its steps waited its turn among the 1000). The finish takes the CPU it takes
+    // either way; raised, it takes it at once.
+    let _ = crate::record::priority::raise();
     check_attachable(pid)?;
     check_backend(options)?;
     check_top(options)?;
@@ -233,10 +240,6 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
             dir.display()
         );
     }
-    // Raised already while it prepares (the BPF programs, the memory map, the modules): beside
-    // 1000 busy threads a normally scheduled fsprof took about 10 s to begin recording, by which
-    // time the program had nearly ended.
-    let raised = crate::record::priority::Raised::now();
     let sampling = sampler_options(options);
     let perf = sampling.perf_sampler();
     let mut sampler = Sampler::new(pid, descriptors, sampling, perf);
@@ -259,7 +262,6 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         }
         None
     });
-    drop(raised);
     if let Some(tree) = &tree {
         tree.stop();
     }
