@@ -241,13 +241,15 @@ for part in $PARTS; do
     crowds)
       echo "== crowds: fsprof attach --duration 4 at the defaults"
       cores=$(nproc)
+      # spin's steps a second on one CPU of this machine (340M on one host, 690M on another).
+      rate=$("$WORK/spin" 1 200000000 | sed 's/.*elapsed=\([0-9.]*\).*/\1/' | awk '{print int(2e8 / $1)}')
       for n in 2 16 64 1000; do
-        # About 24 s of work at 340M iterations a second, killed after the attach: with 8 s,
-        # spin 1000 had mostly exited before fsprof attached (the shell's `sleep 0.5` took about
-        # 2 s beside 1000 busy threads), and the attach recorded 0 to 2 threads for 0.00 s. Even
-        # so, fsprof's start beside them can take seconds (its share of 2 CPUs among 1000
-        # threads): read the 1000 row's ticks and duration before its losses.
-        iters=$(python3 -c "print(int(340e6 * 24 * min($cores, $n) / $n))")
+        # About 24 s of work, killed after the attach: with 8 s, spin 1000 had mostly exited
+        # before fsprof attached (the shell's `sleep 0.5` took about 2 s beside 1000 busy
+        # threads), and the attach recorded 0 to 2 threads for 0.00 s. Even so, fsprof's start
+        # beside them can take seconds (its share of 2 CPUs among 1000 threads): read the 1000
+        # row's ticks and duration before its losses.
+        iters=$(python3 -c "print(int($rate * 24 * min($cores, $n) / $n))")
         "$WORK/spin" "$n" "$iters" > /dev/null & pid=$!
         sleep 0.5
         # fsprof's own CPU as its /proc entry last showed it (read every 50 ms; bash's `time` would add the spin
