@@ -54,8 +54,10 @@ pub const DEPARTURE_STACK_DUMP: u32 = 65_528;
 pub const SLOTS: usize = 2;
 /// Threads sampled this way at once; further threads fall back to ptrace.
 pub const MAX_THREADS: u32 = 1024;
-/// Threads sampled by perf in a child process that `run` follows (`record/tree.rs`): a child
-/// seldom has many, and a smaller map is quicker to make for each (more are stopped by ptrace).
+/// Threads sampled by perf in a child process that `run` follows (`record/tree.rs`) with
+/// per-thread events of its own: a child seldom has many, and a smaller map is quicker to make
+/// for each (more are stopped by ptrace). A child that joins the program's per-CPU sampler
+/// (`perf/shared.rs`) shares its [`MAX_THREADS`] instead.
 pub const CHILD_THREADS: u32 = 64;
 /// The most a record in a thread's ring takes: a departure's (its stack dump, registers and
 /// header). A ring with less room than this may have dropped the next record.
