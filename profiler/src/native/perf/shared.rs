@@ -8,6 +8,11 @@
 //! (another process's threads are not walked: `Owner`), and the counts of what was lost,
 //! which each holder counts from what it took.
 //!
+//! A holder whose process turned out not to be one fsprof's user may trace is dropped alone
+//! (`WatchError::Foreign` drops a per-thread sampler whole): per CPU, the `exec` program stops
+//! watching a thread before the new program's credentials are set, and a thread found foreign
+//! before it is watched has had nothing copied, so the shared ring holds none of its slots.
+//!
 //! Not here: the sampler itself (`perf.rs`); which processes are followed (`record/tree.rs`).
 
 use super::{Owner, PerfSampler, WatchError, FIRST_OWNER, SLOTS, VALUE_ADDRESSES};
