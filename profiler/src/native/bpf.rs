@@ -5,9 +5,9 @@
 
 use crate::native::map_value::{
     ANCHOR_RECORD_SIZE, COPY_HEADER, SCRATCH_SIZE, VALUE_ADDRESSES, VALUE_ANCHORS,
-    VALUE_ANCHOR_RECORD, VALUE_DEPARTED, VALUE_JITTER, VALUE_SCRATCH,
+    VALUE_ANCHOR_RECORD, VALUE_DEPARTED, VALUE_SCRATCH,
 };
-use crate::native::perf::{ANCHORS, CPU_TICKS_PER_SAMPLE, DEPTH_OFFSET, SLOTS, TICKS_PER_SAMPLE};
+use crate::native::perf::{ANCHORS, DEPTH_OFFSET, SLOTS};
 use crate::native::rules::Rules;
 use crate::native::walk::CONTEXT;
 use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE, SLOT_STATE_SIZE};
@@ -221,7 +221,6 @@ pub(super) const PSEUDO_MAP_FD: u8 = 1;
 pub(super) const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
 pub(super) const HELPER_MAP_DELETE_ELEM: i32 = 3;
 pub(super) const HELPER_KTIME_GET_NS: i32 = 5;
-const HELPER_GET_PRANDOM_U32: i32 = 7;
 pub(super) const HELPER_GET_CURRENT_PID_TGID: i32 = 14;
 pub(super) const HELPER_PROBE_READ_KERNEL: i32 = 113;
 pub(super) const HELPER_PROBE_READ_USER: i32 = 112;
@@ -282,33 +281,6 @@ fn program(
         insn(EXIT, 0, 0, 0, 0),
         insn(MOV64_REG, 6, 0, 0, 0), // r6: the value (r6-r9 survive calls)
     ]);
-    let ticks = match index {
-        Index::Watched(_) => CPU_TICKS_PER_SAMPLE,
-        _ => TICKS_PER_SAMPLE,
-    };
-    if !at_switch && ticks > 1 {
-        // Jittered sampling (see `TICKS_PER_SAMPLE`): skip the ticks still to skip; at a kept
-        // one, draw the next one's place in the next period. With one tick a period, every
-        // tick is kept.
-        let (left, place) = (VALUE_JITTER as i16, VALUE_JITTER as i16 + 4);
-        p.extend([
-            insn(LDX_W, 1, 6, left, 0),
-            insn(JEQ_IMM, 1, 0, 4, 0), // none left to skip: keep this one
-            insn(ADD64_IMM, 1, 0, 0, -1),
-            insn(STX_W, 6, 1, left, 0),
-            insn(MOV64_IMM, 0, 0, 0, 0), // dropped
-            insn(EXIT, 0, 0, 0, 0),
-            insn(CALL, 0, 0, 0, HELPER_GET_PRANDOM_U32),
-            insn(AND64_IMM, 0, 0, 0, ticks as i32 - 1), // r0: the next one's place
-            insn(LDX_W, 2, 6, place, 0),
-            insn(AND64_IMM, 2, 0, 0, ticks as i32 - 1), // r2: this one's place
-            insn(MOV64_IMM, 1, 0, 0, ticks as i32 - 1),
-            insn(SUB64_REG, 1, 2, 0, 0),
-            insn(ADD64_REG, 1, 0, 0, 0), // to skip: the rest of this period, then the place
-            insn(STX_W, 6, 1, left, 0),
-            insn(STX_W, 6, 0, place, 0),
-        ]);
-    }
     p.extend([
         insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
         insn(MOV64_REG, 7, 0, 0, 0), // r7: the time

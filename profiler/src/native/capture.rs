@@ -40,13 +40,15 @@ pub const MAX_STACK_COPY: usize = 8 * 1024 * 1024;
 /// What perf gave of a thread (see [`NativeSampler::perf_samples`]), oldest first.
 pub enum PerfTaken {
     /// A sample of its CPU time: its stack, the raw bytes of its slots at that instant
-    /// (`None`: unknown), the thread's CPU time then (ns since perf began to sample it), and
-    /// when it was taken (CLOCK_MONOTONIC, ns).
+    /// (`None`: unknown), the thread's CPU time then (ns since perf began to sample it), when
+    /// it was taken (CLOCK_MONOTONIC, ns), and the length of a CPU's tick that took it (0: the
+    /// thread's own timer, see `PerfSample::tick_ns`).
     Sample {
         captured: Captured,
         slots: Option<[Option<Vec<u8>>; SLOTS]>,
         cpu_ns: u64,
         time: u64,
+        tick_ns: u64,
     },
     /// Its stack as it left its CPU (preempted or blocked), taken at `time` (CLOCK_MONOTONIC,
     /// ns), just before the departure that follows it.
@@ -338,6 +340,7 @@ impl NativeSampler {
                     slots: sample.marks_known.then_some(sample.slots),
                     cpu_ns: sample.cpu_ns,
                     time: sample.time,
+                    tick_ns: sample.tick_ns,
                 });
             }
             Taken::Departure(sample) => {

@@ -29,7 +29,7 @@ use crate::native::bpf::{
     attach_tracepoint, create_map, delete_bytes, load_program, load_tracepoint_program,
     update_bytes, Index, BPF_MAP_TYPE_HASH,
 };
-use crate::native::perf::{PerfSample, Switch, Taken, CPU_TICKS_PER_SAMPLE, STACK_DUMP};
+use crate::native::perf::{PerfSample, Switch, Taken, STACK_DUMP};
 use crate::native::perf_events::{attach, open_cpu_event, rephase};
 use crate::native::ring::{
     match_copies, parse, DepartureStack, Record, Ring, SlotCopy, ThreadEvent,
@@ -73,13 +73,40 @@ struct Cpu {
     ring: Ring,
     /// Whether a sample came since its timer was last re-phased.
     sampled: bool,
+    timer: Timer,
 }
+
+/// A CPU's timer: the length of its ticks since it was last re-phased (or enabled), when that
+/// was (CLOCK_MONOTONIC, ns), and the length before.
+struct Timer {
+    tick_ns: u64,
+    since: u64,
+    before_ns: u64,
+}
+
+impl Timer {
+    /// The length of the tick that came at `time`. Every sample from before the latest change
+    /// was read before it was made (`CpuWide::rephase` follows a read of the rings), but those
+    /// written meanwhile, which have the length before.
+    fn at(&self, time: u64) -> u64 {
+        if time >= self.since {
+            self.tick_ns
+        } else {
+            self.before_ns
+        }
+    }
+}
+
+/// How often a CPU's timer is re-phased at most (see [`CpuWide::rephase`]).
+const REPHASE_NS: u64 = 40_000_000;
 
 /// A sample read from a CPU's ring, its stack copied out of the ring.
 struct Held {
     time: u64,
     regs: Registers,
     stack: Vec<u8>,
+    /// The length of the tick that took it.
+    tick_ns: u64,
 }
 
 enum Pending {
@@ -108,8 +135,8 @@ struct Thread {
 impl CpuWide {
     /// Creates the map of watched threads, loads the programs (the sampling one over the
     /// values `map`, putting copies in `copies`, handing over to the walk through `walk`), and
-    /// opens and enables a cpu-clock event per CPU that ticks `CPU_TICKS_PER_SAMPLE` times per
-    /// `period_ns` of wall time (each kept tick a sample of the thread running); `copies` is
+    /// opens and enables a cpu-clock event per CPU that ticks once per `period_ns` of wall time
+    /// (each tick a sample of the watched thread running, if one is); `copies` is
     /// the shared ring and its size (a departure's stack goes there too, at most one per
     /// thread per period).
     pub(super) fn new(
@@ -121,7 +148,7 @@ impl CpuWide {
         page: usize,
         pages: usize,
     ) -> Result<CpuWide, String> {
-        let tick_ns = period_ns / CPU_TICKS_PER_SAMPLE;
+        let tick_ns = period_ns;
         let pid_offset = crate::native::btf::task_pid_offset()
             .ok_or("the kernel does not describe its task_struct (no /sys/kernel/btf/vmlinux)")?;
         let watched = create_map(BPF_MAP_TYPE_HASH, 4, 4, capacity)
@@ -152,6 +179,11 @@ impl CpuWide {
                 event,
                 ring,
                 sampled: false,
+                timer: Timer {
+                    tick_ns,
+                    since: 0,
+                    before_ns: tick_ns,
+                },
             });
         }
         for cpu in &cpus {
@@ -219,7 +251,7 @@ impl CpuWide {
         for cpu in &mut self.cpus {
             let head = cpu.ring.head();
             let mut lost_at = None;
-            let sampled = &mut cpu.sampled;
+            let (sampled, timer) = (&mut cpu.sampled, &cpu.timer);
             let room = cpu.ring.drain(head, |record| match parse(record) {
                 Record::Sample { tid, sample, .. } => {
                     let Some(thread) = threads.get_mut(&tid) else {
@@ -238,6 +270,7 @@ impl CpuWide {
                         time: sample.time,
                         regs: sample.regs,
                         stack: sample.stack.bytes.to_vec(),
+                        tick_ns: timer.at(sample.time),
                     };
                     *sampled = true;
                     insert(&mut thread.pending, Pending::Sample(held));
@@ -278,12 +311,29 @@ impl CpuWide {
         self.read_at.saturating_sub(HOLD_NS)
     }
 
-    /// Starts each CPU's timer again at a random place (see `perf::rephase`) where it sampled
-    /// a watched thread since it last was.
+    /// Starts each CPU's timer again at a random place (see `perf_events::rephase`) where it
+    /// sampled a watched thread since it last was, at most every [`REPHASE_NS`]. The kernel
+    /// restarts another CPU's timer by an interprocessor interrupt, for which fsprof waits:
+    /// done at every read (every 10 ms), those were 30% of fsprof's CPU time while a
+    /// two-thread program ran (`perf record` of fsprof, 250 Hz), each one an interrupt of the
+    /// program too. Whatever the number of restarts, the ticks are systematic sampling with
+    /// random starts, as long as when they restart does not depend on what the program does.
+    /// Restarting only the timer of the CPU fsprof runs on needs no interrupt, but fsprof
+    /// tends to wake on a CPU a thread left idle (its sleep), so its restarts would follow the
+    /// program's rhythm: `sleepy`'s `hashing` read +0.2 to +1.3 that way (5 runs), +0.2 to
+    /// +1.0 this way, +0.3 to +0.5 with every CPU restarted at every read (4 runs).
     pub(super) fn rephase(&mut self, tick_ns: u64) {
+        let now = crate::record::clock::monotonic_ns();
         for cpu in &mut self.cpus {
-            if std::mem::take(&mut cpu.sampled) {
-                rephase(&cpu.event, tick_ns);
+            if cpu.sampled && now.saturating_sub(cpu.timer.since) >= REPHASE_NS {
+                cpu.sampled = false;
+                if let Some(length) = rephase(&cpu.event, tick_ns) {
+                    cpu.timer = Timer {
+                        tick_ns: length,
+                        since: crate::record::clock::monotonic_ns(),
+                        before_ns: cpu.timer.tick_ns,
+                    };
+                }
             }
         }
     }
@@ -337,6 +387,7 @@ impl CpuWide {
                             marks_known: matched.known,
                             anchors: matched.anchors,
                             instant: matched.instant,
+                            tick_ns: held.tick_ns,
                         }));
                     }
                 }
@@ -417,6 +468,7 @@ fn departure(held: &DepartureStack, time: u64) -> PerfSample<'_> {
         marks_known: false,
         anchors: Vec::new(),
         instant: Vec::new(),
+        tick_ns: 0,
     }
 }
 

@@ -21,13 +21,10 @@ pub(super) const COPY_HEADER: usize = 32;
 /// later branches after them (read apart, see `region.rs`). With the history the map was three
 /// times larger (13 MB), and making it took several milliseconds per process recorded.
 pub(super) const SCRATCH_SIZE: usize = COPY_HEADER + RECORDS_OFFSET + MARK_CAPACITY * RECORD_SIZE;
-/// Then the program's sampling state (see `perf::TICKS_PER_SAMPLE`): the timer ticks still to skip
-/// before the next sample (u32), and the place of the latest sample in its period (u32).
-pub(super) const VALUE_JITTER: usize = VALUE_SCRATCH + SLOTS * SCRATCH_SIZE;
 /// Then the anchors (see `perf::ANCHORS`): their addresses (set by fsprof, 0 for none), and the
 /// record the program builds of them at each sample (a copy header, then an address and the
 /// word read there, per anchor), put in the ring like a slot's copy with slot number `SLOTS`.
-pub(super) const VALUE_ANCHORS: usize = VALUE_JITTER + 8;
+pub(super) const VALUE_ANCHORS: usize = VALUE_SCRATCH + SLOTS * SCRATCH_SIZE;
 pub(super) const VALUE_ANCHOR_RECORD: usize = VALUE_ANCHORS + 8 * ANCHORS;
 pub(super) const ANCHOR_RECORD_SIZE: usize = COPY_HEADER + 16 * ANCHORS;
 /// Then the walk's part (`walk.rs`).

@@ -87,28 +87,19 @@ const COPIES_MAX: usize = 32 * 1024 * 1024;
 /// A read costs the sampled thread tens of ns.
 pub const ANCHORS: usize = 32;
 
-/// The task-clock timer ticks this many times per sampling period, and the program keeps the
-/// tick at a random place in each period, dropping the others (jittered sampling); [`rephase`]
-/// also restarts the ticks at random every few ms. One: each tick costs the sampled thread about
-/// 20 us of its CPU in a virtual machine, so a second doubled what sampling costs a CPU-bound
-/// program. Four (0817dca to 27873a6) biased a loop of equal steps of a few µs (a sample stands
-/// for the CPU time since the previous one, longer for a tick late in its period); one (6db9cfc
-/// to 1b48db0) under-sampled short bursts after wake-ups (the echo server's `conn-B`, 0.55 to 1.5
-/// points low at 1000 Hz) while the timer was still re-phased off the CPU, so that its next tick
-/// came a whole period after the thread's return; since 93766c5 it is not, and with one tick
-/// `conn-B` reads -0.08 to +0.61. BENCHMARKS.md (issue 18's section, and issue 39's of the
-/// twenty-second session) has the runs.
-pub(super) const TICKS_PER_SAMPLE: u64 = 1;
-
-/// [`TICKS_PER_SAMPLE`] for a CPU's timer (`cpu_wide.rs`): two. It ticks on the CPU's clock,
-/// and a thread's wake-ups fall on its ticks (why is not known: this VM's timer interrupts?),
-/// so with one tick a period the thread's samples came at the same places of each run: a
-/// loop of 700 us of `hashing`, a 500 us sleep and 300 us unmarked read `hashing` 1.9 to 2.8
-/// points high; with two, the program keeping one at random, 0 to +0.8 (BENCHMARKS.md,
-/// issue 39, twenty-third session). A power of two (the program draws a place with a mask).
-pub(super) const CPU_TICKS_PER_SAMPLE: u64 = 2;
-
-/// The CPU time between two of perf's samples of a thread at `rate_hz`: a twentieth less than
+/// The CPU time between two of perf's samples of a thread at `rate_hz`, a thread's timer's and
+/// a CPU's tick (one tick a period: each costs the interrupted thread about 20 us of its CPU in
+/// a virtual machine). Ticks every quarter period, one kept at random (0817dca to 27873a6),
+/// biased a loop of equal steps of a few µs (a sample stood for the CPU time since the previous
+/// one, longer for a tick late in its period); a CPU's timer ticked twice a period, one kept at
+/// random, until the twenty-eighth session, when its samples came to stand for their tick's
+/// length (`Sampler::calibrate`): by CPU time since the previous sample, one tick read a loop of
+/// 700 us of `hashing`, a 500 us sleep and 300 us unmarked 1.9 to 2.8 points high (the thread's
+/// CPU time between two ticks of its CPU depends on where its sleep fell). Against a loop in step
+/// with the ticks, [`rephase`] restarts them at random. BENCHMARKS.md (issue 18's section, and
+/// issue 39's of the twenty-second, twenty-third and twenty-eighth sessions) has the runs.
+///
+/// A twentieth less than
 /// `1 / rate_hz`, so that the timer's ticks are no round number of microseconds apart (950 us
 /// at 1000 Hz, 3.8 ms at 250 Hz, one a period). At 250 Hz ticks 1 ms apart (four a period, then)
 /// kept in step with a loop of 1 ms of CPU whatever tick was kept (`sleepy`'s `hashing` read
@@ -150,6 +141,10 @@ pub struct PerfSample<'a> {
     /// The words the walk read beyond the copy at the sample (`walk.rs`): (address, word),
     /// by address.
     pub instant: Vec<(u64, u64)>,
+    /// The length of the tick that took it, for a CPU's timer (`cpu_wide.rs`), which samples
+    /// whatever runs on the CPU: the running time a sample stands for. 0 for a thread's own
+    /// timer, whose samples are a period of the thread's CPU time apart.
+    pub tick_ns: u64,
 }
 
 /// What a thread's ring gave, oldest first.
@@ -292,7 +287,7 @@ impl PerfSampler {
             threads: HashMap::new(),
             free: (0..capacity).rev().collect(),
             page,
-            period_ns: period_ns.max(10_000 * TICKS_PER_SAMPLE),
+            period_ns: period_ns.max(10_000),
             lost: 0,
             unmatched: 0,
             too_fast: Default::default(),
@@ -336,9 +331,9 @@ impl PerfSampler {
     /// sample and a departure's (at most one per period: `bpf::Departure`).
     pub fn ring_capacity(&self) -> usize {
         if self.wide.is_some() {
-            // A CPU's ring, which a sample and a departure's stack per period may fill.
-            return RING_PAGES * self.page
-                / (STACK_DUMP as usize + DEPARTURE_STACK_DUMP as usize + 256);
+            // A CPU's ring, which a sample per period may fill (departures' stacks go to the
+            // shared ring, with the slot copies).
+            return RING_PAGES * self.page / (STACK_DUMP as usize + 256);
         }
         let pages = if self.threads.len() > LARGE_RINGS {
             SMALL_RING_PAGES
@@ -452,7 +447,7 @@ impl PerfSampler {
         let waiting = &mut self.queues.at_samples[thread.index as usize];
         let switch_waiting = &mut self.queues.at_switches[thread.index as usize];
         // Two samples are at least one timer tick apart.
-        let tolerance = (self.period_ns / TICKS_PER_SAMPLE / 2).min(MATCH_TOLERANCE_NS);
+        let tolerance = (self.period_ns / 2).min(MATCH_TOLERANCE_NS);
         let (mut lost, mut unmatched, mut samples) = (0u64, 0u64, 0u64);
         let departures = &mut thread.departures;
         let off_cpu = &mut thread.off_cpu;
@@ -521,7 +516,7 @@ impl PerfSampler {
         self.unmatched = self.unmatched.saturating_add(unmatched);
         thread.unphased += samples;
         if thread.unphased >= REPHASE_SAMPLES && !thread.off_cpu {
-            rephase(&own.event, self.period_ns / TICKS_PER_SAMPLE);
+            rephase(&own.event, self.period_ns);
             thread.unphased = 0;
         }
         self.stop_following_if_too_fast(tid);
@@ -545,7 +540,7 @@ impl PerfSampler {
         });
         let bound = SLOTS * 4 * RING_PAGES * self.page / STACK_DUMP as usize;
         self.queues.read(&mut self.copies, bound);
-        let tolerance = (self.period_ns / CPU_TICKS_PER_SAMPLE / 2).min(MATCH_TOLERANCE_NS);
+        let tolerance = (self.period_ns / 2).min(MATCH_TOLERANCE_NS);
         let (mut unmatched, mut departures) = (0u64, 0u64);
         let execed = wide.take(
             tid,
@@ -562,7 +557,7 @@ impl PerfSampler {
                 each(item);
             },
         );
-        wide.rephase(self.period_ns / CPU_TICKS_PER_SAMPLE);
+        wide.rephase(self.period_ns);
         self.lost = self.lost.saturating_add(std::mem::take(&mut wide.lost));
         self.unmatched = self.unmatched.saturating_add(unmatched);
         if execed {
@@ -693,7 +688,7 @@ impl PerfSampler {
         };
         let opened = (|| {
             let follow = !self.too_fast.contains(&tid);
-            let event = open_event(tid as i32, self.period_ns / TICKS_PER_SAMPLE, follow)?;
+            let event = open_event(tid as i32, self.period_ns, follow)?;
             let ring = Ring::new(&event, self.page, pages)?;
             let (map, copies) = (self.map.as_raw_fd(), self.copies.fd());
             let program = self.programs.get(map, copies, index, false)?;

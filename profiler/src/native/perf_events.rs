@@ -120,25 +120,27 @@ pub(super) fn open_cpu_event(cpu: u32, config: u32, period: u64) -> Result<Owned
 /// half times it), from its next tick on, which then comes that long after now (or after the
 /// thread's next return to a CPU). Called at each read of the thread's ring that has samples
 /// (see `perf::REPHASE_SAMPLES`), it moves the grid of ticks, which otherwise stays fixed in the
-/// thread's CPU time: keeping a random tick of several (see `perf::TICKS_PER_SAMPLE`) does not
+/// thread's CPU time: keeping a random tick of several (as 0817dca to 27873a6 did) does not
 /// move the grid, and a loop whose CPU time is near a multiple of the tick length kept in step
 /// with it (`contracts`, checks of 8, 3 and 6 us in a fixed loop: 5 points low at 250 Hz, 12 high at
 /// 1000 Hz; `blocking`'s `work` 9% high beside a busy loop). Starting again from a random place
 /// every few ms, the grid is systematic sampling with a random start, which has no bias.
 /// The kernel asks the thread's CPU to restart the timer if the thread is running (an
-/// interprocessor interrupt). A refusal leaves the timer as it was.
-pub(super) fn rephase(event: &OwnedFd, tick_ns: u64) {
+/// interprocessor interrupt). Returns the new tick's length; a refusal leaves the timer as it
+/// was.
+pub(super) fn rephase(event: &OwnedFd, tick_ns: u64) -> Option<u64> {
     let mut period = (tick_ns as f64 * (0.5 + fastrand::f64())) as u64;
     period = period.max(10_000);
     // SAFETY: a valid descriptor, and the kernel reads a u64 through the pointer (the crate's
     // `ioctls::PERIOD` passes the value itself, which the kernel would take for an address).
-    unsafe {
+    let done = unsafe {
         libc::ioctl(
             event.as_raw_fd(),
             sys::bindings::PERIOD as _,
             std::ptr::from_mut(&mut period),
         )
-    };
+    } == 0;
+    done.then_some(period)
 }
 
 /// Has `event` write its samples into `ring_event`'s ring (both the same thread's or CPU's,

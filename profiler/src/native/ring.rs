@@ -331,6 +331,7 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
         marks_known: false,
         anchors: Vec::new(),
         instant: Vec::new(),
+        tick_ns: 0,
     });
     Record::Sample {
         departure: is_departure(size),

@@ -79,13 +79,13 @@ impl Design {
     /// period. `sleepy` (700 us of
     /// `hashing`, a 500 us sleep, 300 us unmarked) read `hashing` 1.9 to 2.8 points high per
     /// CPU (three runs alone, and twice over the bound of 2.5 in the whole suite), -0.7 to +0.1
-    /// per thread. Not the samples' weights alone (each the thread's CPU time since the one
-    /// before): crediting each with its CPU's period left the running time 7-8% short, and the
-    /// read's samples with equal shares of the thread's CPU time still read `hashing` +1.4 to
-    /// +2.2, so the ticks themselves fall in `hashing` too often: the thread's wake-ups fall on
-    /// the CPU's ticks. With two ticks a period, one kept at random (`CPU_TICKS_PER_SAMPLE`),
-    /// it reads 0 to +0.8 (BENCHMARKS.md, issue 39, twenty-third session), and the whole suite
-    /// passes per CPU (twenty-fourth).
+    /// per thread. With two ticks a period, one kept at random, it read 0 to +0.8 (BENCHMARKS.md,
+    /// issue 39, twenty-third session). The samples' weights were the cause, each the thread's
+    /// CPU time since the one before: a C loop of the same rhythm, its ticks counted from
+    /// `profile.json`, read -0.6 with one tick a period (5 runs of 10 s; `perf record -a` of it,
+    /// +0.1 to +0.5), by those weights -3.9. A sample of a CPU's tick now stands for the tick's
+    /// length, scaled to the thread's running time (`Sampler::calibrate`), with one tick a
+    /// period (twenty-eighth session).
     pub(in crate::native) fn from_environment() -> Design {
         match std::env::var_os("FSPROF_PER_CPU") {
             Some(v) if v == "1" => Design::Cpus,

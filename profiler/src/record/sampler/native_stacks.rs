@@ -128,13 +128,14 @@ impl Sampler {
         // The stack of a thread leaving its CPU, for the departure that follows it.
         let mut departed: Option<(u64, Captured)> = None;
         for item in taken {
-            let (captured, slots, cpu_ns, time) = match item {
+            let (captured, slots, cpu_ns, time, tick_ns) = match item {
                 PerfTaken::Sample {
                     captured,
                     slots,
                     cpu_ns,
                     time,
-                } => (captured, slots, cpu_ns, time),
+                    tick_ns,
+                } => (captured, slots, cpu_ns, time, tick_ns),
                 PerfTaken::Departure { captured, time } => {
                     departed = Some((time, captured));
                     continue;
@@ -178,7 +179,7 @@ impl Sampler {
                 let placed = capture::place(&captured, &self.records);
                 let native = Some(self.builder.native_stack(placed));
                 if followed {
-                    self.keep_sample(tid, thread, stack, native, (cpu_ns, time));
+                    self.keep_sample(tid, thread, stack, native, (cpu_ns, time, tick_ns));
                 } else if add {
                     self.builder
                         .add_sample(thread, stack, native, period, period);
