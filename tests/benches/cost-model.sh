@@ -7,9 +7,10 @@
 # (root: kernel.bpf_stats_enabled), each BPF program's runs and nanoseconds per run.
 #
 # Parts (PARTS=, default all):
-#   samples    spin 2 threads of a hash loop: alone | default (per-thread events) | percpu
-#              (per-CPU events, FSPROF_PER_CPU=1) | r1000 (--rate 1000) | nonative
-#              | perf1000 (`perf record -F 1000 --call-graph dwarf`, where perf is installed)
+#   samples    spin 2 threads of a hash loop: alone | default (per-CPU events for the program)
+#              | percpu (FSPROF_PER_CPU=1, the same for one process) | r1000 (--rate 1000) |
+#              nonative | perf1000 (`perf record -F 1000 --call-graph dwarf`, where perf is
+#              installed); also the CPU time of spin's parent (fsprof, perf) while spin ran
 #   ticks      where the samples' cost goes: spin 2 threads, longer (about 2.5 s): alone | default
 #              | percpu | nonative | r125 | perf250 (`perf record -F 250 --call-graph dwarf`) |
 #              ptick, ptick2 (`perf record -e task-clock` at fsprof's default tick rate and half
@@ -168,19 +169,32 @@ rounds() { # rounds NAME "CONFIGS" COMMAND...: ROUNDS rounds, then medians again
   local name=$1 configs=$2
   shift 2
   echo "== $name: $*"
-  : > "$WORK/$name.tsv"; : > "$WORK/$name-cpu.tsv"
+  : > "$WORK/$name.tsv"; : > "$WORK/$name-cpu.tsv"; : > "$WORK/$name-parent.tsv"
   for r in $(seq "$ROUNDS"); do
     for c in $(echo $configs | tr ' ' '\n' | shuf); do
       echo "round $r $c"
       one "$c" "$@" | tee "$WORK/one"
       sed -n "s/.* ${METRIC:-elapsed}=\([0-9.]*\).*/\1/p" "$WORK/one" | head -1 | sed "s/^/$c\t/" >> "$WORK/$name.tsv"
       sed -n "s/.* cpu=\([0-9.]*\).*/\1/p" "$WORK/one" | head -1 | sed "s/^/$c\t/" >> "$WORK/$name-cpu.tsv"
+      sed -n "s/.* parent_cpu=\([0-9.]*\).*/\1/p" "$WORK/one" | head -1 | sed "s/^/$c\t/" >> "$WORK/$name-parent.tsv"
     done
   done
   medians "$WORK/$name.tsv" alone ${SWITCHES:-}
   if [ -z "${METRIC:-}" ] && [ -s "$WORK/$name-cpu.tsv" ]; then
     echo "  the program's CPU time (its threads', with the kernel's work in their interrupts):"
     medians "$WORK/$name-cpu.tsv" alone
+  fi
+  if [ -s "$WORK/$name-parent.tsv" ]; then
+    echo "  the CPU time of the program's parent (fsprof, perf, the shell) while the program ran:"
+    python3 - "$WORK/$name-parent.tsv" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    config, value = line.split()
+    runs.setdefault(config, []).append(1000 * float(value))
+for config, values in sorted(runs.items()):
+    print(f"  {config}: median {statistics.median(values):.1f} ms ({min(values):.1f}-{max(values):.1f})")
+PY
   fi
 }
 medians() { # medians TSV BASE [SWITCHES]: each configuration's median, against BASE's (and per switch)

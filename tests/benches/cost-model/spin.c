@@ -1,13 +1,33 @@
 // spin N ITERS: N threads, each a hash loop of ITERS steps; prints the wall time, the process's
 // CPU time (its threads', user and kernel) and how many threads ran (each thread's first
-// instant), so that a profiler's thread count has a truth.
+// instant), so that a profiler's thread count has a truth; and the CPU time its parent's
+// threads (fsprof's, under `fsprof run`) used meanwhile.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <dirent.h>
+#include <unistd.h>
 static long iters;
 static double clock_s(clockid_t c) { struct timespec t; clock_gettime(c, &t); return t.tv_sec + t.tv_nsec / 1e9; }
 static double now(void) { return clock_s(CLOCK_MONOTONIC); }
+// The CPU time of the parent's threads so far (their schedstat's first field, ns).
+static double parent_cpu(void) {
+  char dir[64], file[128];
+  snprintf(dir, sizeof dir, "/proc/%d/task", (int)getppid());
+  DIR *d = opendir(dir);
+  double sum = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(file, sizeof file, "%s/%s/schedstat", dir, e->d_name);
+    FILE *f = fopen(file, "r");
+    long ns;
+    if (f && fscanf(f, "%ld", &ns) == 1) sum += ns / 1e9;
+    if (f) fclose(f);
+  }
+  if (d) closedir(d);
+  return sum;
+}
 static void *work(void *arg) {
   unsigned long h = (unsigned long)arg;
   for (long i = 0; i < iters; i++) h = h * 6364136223846793005UL + 1442695040888963407UL + (h >> 29);
@@ -16,9 +36,11 @@ static void *work(void *arg) {
 int main(int argc, char **argv) {
   int n = atoi(argv[1]); iters = atol(argv[2]);
   pthread_t *t = malloc(n * sizeof *t);
-  double s = now();
+  double parent = parent_cpu(), s = now();
   for (int i = 0; i < n; i++) pthread_create(&t[i], 0, work, (void *)(long)i);
   long x = 0; for (int i = 0; i < n; i++) { void *r; pthread_join(t[i], &r); x += (long)r; }
-  printf("spin threads=%d elapsed=%.4f cpu=%.4f x=%ld\n", n, now() - s, clock_s(CLOCK_PROCESS_CPUTIME_ID), x);
+  double elapsed = now() - s;
+  printf("spin threads=%d elapsed=%.4f cpu=%.4f x=%ld parent_cpu=%.4f\n", n, elapsed,
+         clock_s(CLOCK_PROCESS_CPUTIME_ID), x, parent_cpu() - parent);
   return 0;
 }
