@@ -635,9 +635,9 @@ impl Sampler {
     /// them, by an amount that depends on where in its rhythm the sample fell. A loop of 700 us
     /// of `spin_hashing`, a 500 us sleep and 300 us of `spin_unmarked` (10 s, one tick a
     /// period at 250 Hz) read `spin_hashing` 2.2 to 7.1 points low by running time since the
-    /// previous sample (mean -3.9 in 5 runs), -2.0 to +0.7 (mean -0.7) this way, as the
-    /// samples' count does; with two ticks a period, one kept at random, it read -1.4 to +2.0
-    /// (BENCHMARKS.md, issue 39, twenty-eighth session).
+    /// previous sample (mean -3.9 in 5 runs), +0.22 on average this way (sd 0.79), as the
+    /// samples' count does; with two ticks a period, one kept at random, +2.81 (sd 1.55;
+    /// `tests/benches/tick-bias.sh`, BENCHMARKS.md, issue 39, twenty-eighth session).
     fn calibrate(&mut self, tid: u32, ran_ns: u64, tick_ns: u64) -> u64 {
         let Some(followed) = self.followed_mut(tid) else {
             return ran_ns;
