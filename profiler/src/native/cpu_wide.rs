@@ -148,7 +148,6 @@ impl CpuWide {
         page: usize,
         pages: usize,
     ) -> Result<CpuWide, String> {
-        let tick_ns = period_ns;
         let pid_offset = crate::native::btf::task_pid_offset()
             .ok_or("the kernel does not describe its task_struct (no /sys/kernel/btf/vmlinux)")?;
         let watched = create_map(BPF_MAP_TYPE_HASH, 4, 4, capacity)
@@ -170,7 +169,7 @@ impl CpuWide {
         let mut cpus = Vec::new();
         for cpu in online_cpus() {
             let refused = |what: &str, e: Errno| format!("{what} on CPU {cpu} ({})", e.desc());
-            let event = open_cpu_event(cpu, sys::bindings::PERF_COUNT_SW_CPU_CLOCK, tick_ns)
+            let event = open_cpu_event(cpu, sys::bindings::PERF_COUNT_SW_CPU_CLOCK, period_ns)
                 .map_err(|e| refused("perf_event_open refused", e))?;
             let ring =
                 Ring::new(&event, page, pages).map_err(|e| refused("cannot map a ring", e))?;
@@ -180,9 +179,9 @@ impl CpuWide {
                 ring,
                 sampled: false,
                 timer: Timer {
-                    tick_ns,
+                    tick_ns: period_ns,
                     since: 0,
-                    before_ns: tick_ns,
+                    before_ns: period_ns,
                 },
             });
         }
