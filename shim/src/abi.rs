@@ -20,6 +20,13 @@
 //! several regions (two copies of the shim linked into one program, each with its own thread
 //! state); a reader reads them all.
 //!
+//! A reader that starts the program can learn when a region appears instead of reading the map
+//! over and over: it sets [`ANNOUNCE_VARIABLE`] in the program's environment to the name of an
+//! abstract Unix datagram socket (at most [`MAX_ANNOUNCE_NAME`] bytes, without the leading NUL),
+//! and the process that creates a region sends it one datagram (the region's address, 8 bytes,
+//! native-endian) once the header is written. The datagram is a hint: the reader learns the
+//! sender's process from the kernel (`SO_PASSCRED`) and finds the region in its map as above.
+//!
 //! # Layout (all integers native-endian, native word size 8 bytes)
 //! ```text
 //! offset 0              RegionHeader (HEADER_SIZE bytes, zero padded)
@@ -84,6 +91,13 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 /// The memfd name; the mapping's path in `/proc/<pid>/maps` is `/memfd:` followed by this.
 pub const REGION_NAME: &str = "fsprof-region";
+/// The environment variable naming the abstract socket a new region is announced to (see
+/// "Finding a region").
+pub const ANNOUNCE_VARIABLE: &str = "FSPROF_ANNOUNCE";
+/// [`ANNOUNCE_VARIABLE`] as a C string.
+pub const ANNOUNCE_VARIABLE_C: &core::ffi::CStr = c"FSPROF_ANNOUNCE";
+/// The longest socket name announced to (an abstract address holds 107 bytes).
+pub const MAX_ANNOUNCE_NAME: usize = 100;
 /// First eight bytes of every region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FSPROFRG");
 /// Incremented on any layout change; a reader refuses a region of another version.

@@ -69,6 +69,7 @@
 #![deny(missing_docs)]
 
 pub mod abi;
+mod announce;
 mod region;
 mod stack;
 mod sys;

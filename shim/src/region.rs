@@ -3,8 +3,9 @@
 //!
 //! The layout and the reader's protocol are in `abi.rs`; this module only follows them.
 //!
-//! Cost model: the first mark of a process creates the region (memfd + mmap), the first mark of a
-//! thread claims a slot (a scan with compare-and-swap) and registers a thread-exit destructor.
+//! Cost model: the first mark of a process creates the region (memfd + mmap) and announces it
+//! (`announce.rs`), the first mark of a thread claims a slot (a scan with compare-and-swap) and
+//! registers a thread-exit destructor.
 //!
 //! Locks: the fork handlers and the thread-exit key are set up when the module that links the
 //! shim is loaded (a constructor), not at a first mark, and a thread-exit destructor is a
@@ -284,7 +285,10 @@ fn region() -> *mut RegionHeader {
         return null_mut();
     }
     match REGION.compare_exchange(null_mut(), created, AcqRel, Acquire) {
-        Ok(_) => created,
+        Ok(_) => {
+            crate::announce::region_created(created as u64);
+            created
+        }
         Err(winner) => {
             // Another thread created it first.
             // SAFETY: `created` is our own mapping of REGION_SIZE bytes and its descriptor, never

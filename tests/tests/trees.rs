@@ -199,3 +199,91 @@ fn attach_children_records_a_running_scripts_program() {
     assert_shares_match(&own, &truth);
     assert_shares_match(&report, &truth); // the script itself only waits
 }
+
+/// Programs that sleep 30 ms and then spend 80 ms in one mark, one after the other, are each
+/// read from their first marks: their regions are announced (`FSPROF_ANNOUNCE`), and their maps
+/// are otherwise looked at only every 100 ms, so that without the announcement those 80 ms
+/// would be read without marks. One started without the variable (`env -u`), whose region is not announced,
+/// is looked for as often as before (every few ms), and read as well.
+#[test]
+fn young_childrens_first_marks_are_read_announced_or_not() {
+    let _serial = serial();
+    let dir = tempdir();
+    let target = target();
+    let truth = |name: &str| {
+        dir.path()
+            .join(format!("{name}.json"))
+            .display()
+            .to_string()
+    };
+    let runs = ["first", "second", "third", "bare"];
+    let mut text = String::from("#!/bin/sh\n");
+    for name in runs {
+        let unset = if name == "bare" {
+            "env -u FSPROF_ANNOUNCE "
+        } else {
+            ""
+        };
+        text += &format!("{unset}{target} early 0.6 --truth {}\n", truth(name));
+    }
+    let path = dir.path().join("early.sh");
+    std::fs::write(&path, text).unwrap();
+    Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+    let out = dir.path().join("out");
+    let output = Command::new(fsprof())
+        .args(["run", "--rate", ACCURACY_RATE, "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "fsprof run failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = report_json(&out);
+    let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
+    let processes = report["processes"].as_array().unwrap();
+    let mut truths = Vec::new();
+    for name in runs {
+        let process = processes
+            .iter()
+            .find(|p| p["command"].as_str().unwrap().contains(&truth(name)))
+            .unwrap_or_else(|| panic!("no process wrote {name}.json:\n{text}"));
+        let pid = process["pid"].as_u64().unwrap();
+        let truth: Value =
+            serde_json::from_str(&std::fs::read_to_string(truth(name)).unwrap()).unwrap();
+        // Each process's own share of its first mark (too few samples for all its features).
+        let early = |report: &Value| {
+            let validation =
+                (report["features"].as_array().unwrap().iter()).find(|f| f["name"] == "validation");
+            (validation
+                .and_then(|f| f["instances"].as_array())
+                .into_iter()
+                .flatten())
+            .find(|i| i["payload"] == "early")
+            .map_or(0.0, |i| i["percent"].as_f64().unwrap())
+        };
+        let own = report_json_with(&out, &["--process", &pid.to_string()]);
+        let expected = truth_share(
+            truth["features"]["validation"]["instances"]["early"]
+                .as_f64()
+                .unwrap(),
+            &truth,
+        )
+        .1;
+        eprintln!(
+            "{name} (pid {pid}): early {:.2}% of its time, truth {expected:.2}%",
+            early(&own)
+        );
+        assert!(
+            early(&own) > expected / 2.0,
+            "{name}: its first 80 ms read without their mark ({:.2}% against {expected:.2}%):\n{text}",
+            early(&own)
+        );
+        truths.push(truth);
+    }
+    eprintln!("all together:");
+    assert_shares_match(&report, &sum_of(&truths));
+}

@@ -6,6 +6,7 @@
 
 use crate::native::perf::SLOTS;
 use crate::profile::Meta;
+use crate::record::announce::Registry;
 use crate::record::scanner::Scanner;
 use crate::target::region::{ReadStats, RegionReader, ThreadMarks};
 use fsprof_shim::abi::{self, RecordView};
@@ -47,11 +48,12 @@ pub struct Taken {
 }
 
 impl MarkReader {
-    /// A reader of process `pid`'s regions; its scanner starts looking at once.
-    pub fn start(pid: u32) -> MarkReader {
+    /// A reader of process `pid`'s regions; its scanner starts looking at once (woken by the
+    /// process's announcements to `registry`, if any).
+    pub fn start(pid: u32, registry: Option<&Registry>) -> MarkReader {
         MarkReader {
             regions: Vec::new(),
-            scanner: Scanner::start(pid),
+            scanner: Scanner::start(pid, registry),
             seen: Vec::new(),
             stats: ReadStats::default(),
             threads_without_slot: 0,

@@ -4,6 +4,7 @@
 //! [`crate::profile::Profile`]; formats nothing (the session hands the profile to `render/`).
 
 pub mod agent;
+pub mod announce;
 pub mod clock;
 mod embedded_agent;
 pub mod interner;

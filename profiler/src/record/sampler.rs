@@ -20,6 +20,7 @@ use crate::native::capture::{self, Captured, NativeSampler, PerfTaken};
 use crate::native::perf::{Perf, PerfSampler, SharedPerf, SLOTS};
 use crate::native::unwind::UnwoundFrame;
 use crate::profile::{ProfileBuilder, Stack, MAX_STACK_FRAMES};
+use crate::record::announce::Registry;
 use crate::record::clock::TickClock;
 use crate::record::interner::{Interner, Target};
 use crate::record::marks::MarkReader;
@@ -28,6 +29,7 @@ use crate::target::process::{self, ThreadStatus};
 use crate::target::remote::Remote;
 use foldhash::{HashMap, HashMapExt};
 use fsprof_shim::abi::{self, RecordView};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long ticks stay at the full rate after one found a thread blocked inside a mark.
@@ -108,6 +110,8 @@ pub struct SamplerOptions {
     /// The per-CPU perf sampler of the process whose recording follows this one, to join
     /// rather than make one (`perf/shared.rs`).
     pub shared_perf: Option<SharedPerf>,
+    /// Where the processes `fsprof run` started announce their regions (`announce.rs`).
+    pub announcements: Option<Arc<Registry>>,
 }
 
 impl SamplerOptions {
@@ -191,7 +195,7 @@ impl Sampler {
             pid,
             remote: Remote::new(pid),
             clock: TickClock::default(),
-            reader: MarkReader::start(pid),
+            reader: MarkReader::start(pid, options.announcements.as_deref()),
             threads: Threads {
                 states: HashMap::new(),
                 descriptor_budget,

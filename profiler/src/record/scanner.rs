@@ -14,10 +14,13 @@
 //! every 200 ms while none was found and every second afterwards; and at once when the sampler asks
 //! (a region it read has gone, after an exec say). Finding one is no reason to look less: a
 //! program creates its region on its first mark, often after the preloaded agent has made its
-//! own.
+//! own. A process whose program announces its regions (`announce.rs`: its environment names
+//! this recording's socket, as `fsprof run` sets it) is looked at when it announces one, and
+//! otherwise no more often than every [`ANNOUNCED_INTERVAL`], in case a datagram was lost.
 //!
 //! Not here: reading the regions' marks (`region.rs`), what the marks mean (`sampler.rs`).
 
+use crate::record::announce::{Registry, Wake};
 use crate::target::process;
 use crate::target::region::{RegionError, RegionReader};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -62,11 +65,19 @@ struct State {
 }
 
 impl Scanner {
-    /// Starts scanning process `pid` at once.
-    pub fn start(pid: u32) -> Scanner {
+    /// Starts scanning process `pid` at once; woken by its announcements to `registry`, if any.
+    pub fn start(pid: u32, registry: Option<&Registry>) -> Scanner {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
+        });
+        // Registered before the first scan: a region created before is found by it, one after
+        // is announced.
+        let announced = registry.map(|registry| {
+            let waker: Arc<dyn Wake> = shared.clone();
+            registry.register(pid, Arc::downgrade(&waker));
+            let (name, value) = registry.variable();
+            format!("{name}={value}")
         });
         let thread = std::thread::Builder::new()
             .name("fsprof-scanner".to_owned())
@@ -81,7 +92,7 @@ impl Scanner {
                     // Raised before the privileges that allow it go.
                     let _ = crate::record::priority::raise();
                     crate::record::privilege::drop_all(); // this thread reads /proc only
-                    scan_until_stopped(pid, &shared)
+                    scan_until_stopped(pid, &shared, announced.as_deref())
                 }
             })
             .ok();
@@ -144,11 +155,22 @@ impl Shared {
     }
 }
 
-fn scan_until_stopped(pid: u32, shared: &Shared) {
+impl Wake for Shared {
+    fn wake(&self) {
+        self.lock().asked = true;
+        self.wake.notify_all();
+    }
+}
+
+/// Scans `pid` until stopped. `entry` is the environment entry (`NAME=value`) of a process
+/// whose regions are announced to this recording.
+fn scan_until_stopped(pid: u32, shared: &Shared, entry: Option<&str>) {
     let started = Instant::now();
     let mut next = started;
     let mut tasks = process::TaskList::new(pid);
     let mut files = crate::target::scanned::ScannedFiles::new(pid);
+    // Whether the program the process runs announces its regions, as of its map's opening.
+    let mut announces = (0, false);
     // The address space's size at the latest full scan, and when that was.
     let mut scanned: Option<(u64, Instant)> = None;
     let size = process::AddressSpaceSize::new(pid);
@@ -173,7 +195,7 @@ fn scan_until_stopped(pid: u32, shared: &Shared) {
             let asked = std::mem::take(&mut state.asked);
             if !asked && !again && unchanged(&size, &mut scanned) {
                 let now = Instant::now();
-                next = now + (now.duration_since(started) / 50).clamp(MIN_INTERVAL, FULL_SCAN);
+                next = now + interval(now.duration_since(started), announces.1, FULL_SCAN);
                 continue;
             }
             let mut held = state.held.clone();
@@ -182,6 +204,9 @@ fn scan_until_stopped(pid: u32, shared: &Shared) {
         };
         let found;
         (found, again) = scan(pid, &mut tasks, &mut files, &held);
+        if let Some(entry) = entry.filter(|_| files.maps_opened() != announces.0) {
+            announces = (files.maps_opened(), files.environment_holds(entry));
+        }
         let now = Instant::now();
         let mut state = shared.lock();
         let any = !held.is_empty() || !found.regions.is_empty();
@@ -203,15 +228,26 @@ fn scan_until_stopped(pid: u32, shared: &Shared) {
         } else {
             Duration::from_millis(200)
         };
-        let interval = (now.duration_since(started) / 50).clamp(MIN_INTERVAL, longest);
         // A region mapped but not yet written (its first mark is under way): look again soon.
         next = now
             + if again {
                 Duration::from_millis(1)
             } else {
-                interval
+                interval(now.duration_since(started), announces.1, longest)
             };
     }
+}
+
+/// The time to the next look at a process scanned for `age`, at most `longest`: a fiftieth of
+/// its age, but at least [`MIN_INTERVAL`], or [`ANNOUNCED_INTERVAL`] if it `announces` its
+/// regions.
+fn interval(age: Duration, announces: bool, longest: Duration) -> Duration {
+    let least = if announces {
+        ANNOUNCED_INTERVAL
+    } else {
+        MIN_INTERVAL
+    };
+    (age / 50).clamp(least, longest.max(least))
 }
 
 /// Whether `pid`'s address space has kept the size it had at the latest full scan (`scanned`),
@@ -239,6 +275,11 @@ fn unchanged(size: &process::AddressSpaceSize, scanned: &mut Option<(u64, Instan
 /// at every look, so that each look reads the whole map) took 6% of the machine under `make
 /// -j2` (BENCHMARKS.md, issue 39, twenty-seventh session).
 const MIN_INTERVAL: Duration = Duration::from_millis(2);
+/// The shortest time between two looks at a process that announces its regions (unless it
+/// announces one): a lost datagram delays a region's marks by this much at most, early on.
+/// Every 2 ms, such looks at a build's young processes were most of what `fsprof run` cost a
+/// `make -j2` (BENCHMARKS.md, issue 39, twenty-ninth session).
+const ANNOUNCED_INTERVAL: Duration = Duration::from_millis(100);
 /// The longest time between two full scans of a process whose address space kept its size.
 const FULL_SCAN: Duration = Duration::from_millis(100);
 

@@ -10,6 +10,7 @@
 use crate::analysis::TimeView;
 use crate::profile::{Meta, Profile};
 use crate::record::agent;
+use crate::record::announce::Registry;
 use crate::record::sampler::{Sampler, SamplerOptions};
 use crate::record::schedule::{self, End, Schedule};
 use crate::record::tree::{self, Tree};
@@ -111,12 +112,20 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     // 20 ms of CPU, see `native/rules.rs`) while the program is not yet competing for the CPU,
     // and a deep program's first samples have it (rustc's first 40 to 90 ms stopped short when
     // it was verified beside the compiler).
-    let sampling = sampler_options(options);
+    // Where the program and its children announce their regions: without it (a kernel without
+    // abstract sockets, say) their maps are looked at every few milliseconds instead.
+    let listener = crate::record::announce::Listener::start().ok();
+    let announcements = listener.as_ref().map(|listener| listener.registry());
+    let sampling = SamplerOptions {
+        announcements: announcements.clone(),
+        ..sampler_options(options)
+    };
     let mut perf = sampling.perf_sampler();
     if let Some(Ok(perf)) = &mut perf {
         perf.lock().rules().walk_ready(WALK_WAIT);
     }
-    let mut child = match spawn(name, args, preload.library()) {
+    let announce = announcements.as_deref().map(|registry| registry.variable());
+    let mut child = match spawn(name, args, preload.library(), announce) {
         Ok(child) => child,
         Err(error) => {
             if let (None, Some(dir)) = (&options.output, &dir) {
@@ -130,7 +139,8 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     let descriptors = process::raise_open_file_limit();
 
     let mut sampler = Sampler::new(pid, descriptors, sampling, perf);
-    let mut tree = follow(pid, descriptors, options, "run", sampler.share_perf());
+    let shared_perf = sampler.share_perf();
+    let mut tree = follow(pid, descriptors, options, "run", shared_perf, announcements);
     let mut status: Option<ExitStatus> = None;
     let schedule = schedule(options, &signals, (&program_name(name), pid), true);
     let mut end = schedule::record(&mut sampler, schedule, |sampler| {
@@ -243,7 +253,14 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     let sampling = sampler_options(options);
     let perf = sampling.perf_sampler();
     let mut sampler = Sampler::new(pid, descriptors, sampling, perf);
-    let mut tree = follow(pid, descriptors, options, "attach", sampler.share_perf());
+    let mut tree = follow(
+        pid,
+        descriptors,
+        options,
+        "attach",
+        sampler.share_perf(),
+        None,
+    );
     let mut next_check = Instant::now();
     let schedule = schedule(options, &signals, (&name, pid), false);
     let end = schedule::record(&mut sampler, schedule, |_| {
@@ -324,7 +341,14 @@ fn check_attachable(pid: u32) -> Result<()> {
     }
 }
 
-fn spawn(name: &OsString, args: &[OsString], preload: Option<&Path>) -> Result<Child> {
+/// Starts the program with `preload` (the agent), its environment telling where to `announce`
+/// its regions (the variable and its value).
+fn spawn(
+    name: &OsString,
+    args: &[OsString],
+    preload: Option<&Path>,
+    announce: Option<(&str, &str)>,
+) -> Result<Child> {
     let mut command = Command::new(name);
     command.args(args);
     // A capable fsprof runs in the C library's secure mode, which removed variables such as
@@ -349,6 +373,9 @@ fn spawn(name: &OsString, args: &[OsString], preload: Option<&Path>) -> Result<C
         None => {
             command.env("FSPROF_BUILTINS", "0");
         }
+    }
+    if let Some((variable, value)) = announce {
+        command.env(variable, value);
     }
     crate::native::tracer::with_starting_mask(&mut command);
     command.spawn().map_err(|e| {
@@ -448,6 +475,7 @@ fn follow(
     options: &RecordOptions,
     mode: &str,
     shared_perf: Option<crate::native::perf::SharedPerf>,
+    announcements: Option<Arc<Registry>>,
 ) -> Option<Tree> {
     if !options.follow || options.top.is_some() {
         return None;
@@ -456,6 +484,7 @@ fn follow(
         options: SamplerOptions {
             perf_threads: crate::native::perf::CHILD_THREADS,
             shared_perf,
+            announcements,
             ..sampler_options(options)
         },
         rate_hz: options.rate_hz,
@@ -477,6 +506,7 @@ fn sampler_options(options: &RecordOptions) -> SamplerOptions {
         debug_dirs: options.debug_dirs.clone(),
         perf_threads: 0,
         shared_perf: None,
+        announcements: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The files a region scanner (`record/scanner.rs`) reads at each look at a process, kept
 //! open: its memory map, where the fsprof regions are found, and its leader's `stat`, which
-//! says whether the leader can still show the memory. Not here: opening the regions
+//! says whether the leader can still show the memory; and, once per program it runs, its
+//! environment (whether it announces its regions). Not here: opening the regions
 //! (`region.rs`), when to look (the scanner).
 
 use super::process::{proc_dir, state_from_stat};
@@ -17,6 +18,8 @@ pub struct ScannedFiles {
     maps: Option<fs::File>,
     stat: Option<fs::File>,
     text: String,
+    /// Times the maps were opened: once more after each `exec`.
+    maps_opened: u32,
 }
 
 /// Most bytes of a memory map read (what `/proc` says is the target's word: bounded); a map
@@ -31,6 +34,7 @@ impl ScannedFiles {
             maps: None,
             stat: None,
             text: String::new(),
+            maps_opened: 0,
         }
     }
 
@@ -54,10 +58,12 @@ impl ScannedFiles {
     pub fn region_addresses(&mut self, tids: &[u32]) -> io::Result<Vec<u64>> {
         let pid = self.pid;
         let path = || proc_dir(pid).join("maps");
+        self.maps_opened += u32::from(self.maps.is_none());
         read_kept(&mut self.maps, path, &mut self.text, MAX_MAPS_BYTES)?;
         if self.text.is_empty() {
             // Opened before an exec (or the leader has exited): opened again.
             self.maps = None;
+            self.maps_opened += 1;
             read_kept(&mut self.maps, path, &mut self.text, MAX_MAPS_BYTES)?;
         }
         for tid in tids.iter().filter(|tid| **tid != pid).take(3) {
@@ -83,7 +89,34 @@ impl ScannedFiles {
             })
             .collect())
     }
+
+    /// How many times the memory map was opened (see [`ScannedFiles::region_addresses`]): a
+    /// change tells that the process may run another program.
+    pub fn maps_opened(&self) -> u32 {
+        self.maps_opened
+    }
+
+    /// Whether the environment the process's program started with holds `entry` (`NAME=value`),
+    /// as far as [`MAX_ENVIRONMENT_BYTES`]; `false` where it cannot be read.
+    pub fn environment_holds(&self, entry: &str) -> bool {
+        use std::io::Read;
+        let Ok(file) = fs::File::open(proc_dir(self.pid).join("environ")) else {
+            return false;
+        };
+        let mut bytes = Vec::new();
+        if file
+            .take(MAX_ENVIRONMENT_BYTES)
+            .read_to_end(&mut bytes)
+            .is_err()
+        {
+            return false;
+        }
+        bytes.split(|b| *b == 0).any(|e| e == entry.as_bytes())
+    }
 }
+
+/// Most bytes of an environment read (the target's word, bounded).
+const MAX_ENVIRONMENT_BYTES: u64 = 4 << 20;
 
 /// Reads the whole of the file kept in `file` (opened at `path` first if it is not) into
 /// `text`, at most `most` bytes; a failed read closes it, to be opened again next time.

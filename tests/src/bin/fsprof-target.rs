@@ -127,6 +127,18 @@ fn main() {
             truth.active(start.elapsed());
             mixed(&truth, run_for.saturating_sub(start.elapsed()), 1);
         }
+        "early" => {
+            // Asleep for its first 30 ms (after any first look at its map), then 80 ms in one
+            // mark: a region found 100 ms after that look misses all of it. Then `mixed`.
+            ready();
+            thread::sleep(Duration::from_millis(30));
+            let start = std::time::Instant::now();
+            timed(&truth, &VALIDATION, "early", || {
+                spin(Duration::from_millis(80))
+            });
+            truth.active(start.elapsed());
+            mixed(&truth, run_for.saturating_sub(start.elapsed()), 1);
+        }
         "sleepy" => {
             ready();
             sleepy(&truth, run_for);
