@@ -8,8 +8,11 @@ use crate::profile::Meta;
 use std::time::{Duration, Instant, SystemTime};
 
 /// The longest mean interval between ticks while perf carries every thread's time (see
-/// [`TickClock::period`]).
-const SLOW_TICK: Duration = Duration::from_millis(10);
+/// [`TickClock::period`]). Every 10 ms, the ticks of the followers of a build's processes
+/// (one thread each) preempted its compilers some 400 times in 0.7 s of `make -j2` on two
+/// CPUs: 40 ms took `fsprof run`'s cost to it from 12.9% to 5.5% (BENCHMARKS.md, issue 39,
+/// twenty-ninth session).
+const SLOW_TICK: Duration = Duration::from_millis(40);
 
 /// The sampler's ticks, past and next.
 #[derive(Debug)]
