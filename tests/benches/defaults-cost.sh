@@ -10,7 +10,8 @@
 # FSPROF_PER_CPU=1), perthread (per thread for every process, FSPROF_PER_CPU=0), agent (`fsprof run --agent`), nofollow
 # (`--no-follow`), nonative (`--no-native`), r1000 (`--rate 1000`), perf1000 (`perf record -F
 # 1000 --call-graph dwarf` of the job, where perf is installed), base (another fsprof at its
-# defaults, BASE=path/to/fsprof: an earlier build, for a before and after in one run).
+# defaults, BASE=path/to/fsprof: an earlier build, for a before and after in one run), base2
+# (a third build, BASE2=path/to/fsprof).
 # The programs are those of real-programs.sh (gcc, make -j2, sqlite3, git log -p, xz -T2,
 # python3, a tokio server under loopback load, awk building a large associative array, a C loop
 # of strdup+free, python3 with threads, g++ of a template-heavy file, node, ripgrep). Each round
@@ -45,11 +46,13 @@ every = {
     "nonative": ([fsprof, "run", "--no-native", "-o", "out", "--"], {}),
     "r1000": ([fsprof, "run", "--rate", "1000", "-o", "out", "--"], {}),
     "base": ([os.environ.get("BASE", "fsprof-base"), "run", "-o", "out", "--"], {}),
+    "base2": ([os.environ.get("BASE2", "fsprof-base2"), "run", "-o", "out", "--"], {}),
     "perf1000": (["perf", "record", "-F", "1000", "--call-graph", "dwarf", "-o", "out/perf.data", "--"], {}),
 }
 asked = os.environ.get("CONFIGS", "defaults percpu").split()
-if "base" in asked and not os.environ.get("BASE"):
-    sys.exit("CONFIGS has base: set BASE=path/to/another/fsprof")
+for base in ("base", "base2"):
+    if base in asked and not os.environ.get(base.upper()):
+        sys.exit(f"CONFIGS has {base}: set {base.upper()}=path/to/another/fsprof")
 if "perf1000" in asked and not shutil.which("perf"):
     sys.exit("CONFIGS has perf1000, and perf is not installed")
 configs = {name: every[name] for name in ["alone"] + asked}
