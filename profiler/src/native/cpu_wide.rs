@@ -32,7 +32,7 @@ use crate::native::bpf::{
 use crate::native::perf::{PerfSample, Switch, Taken, STACK_DUMP};
 use crate::native::perf_events::{attach, open_cpu_event, rephase};
 use crate::native::ring::{
-    match_copies, parse, DepartureStack, Record, Ring, SlotCopy, ThreadEvent,
+    match_copies, parse, DepartureStack, Matched, Record, Ring, SlotCopy, ThreadEvent,
 };
 use crate::native::unwind::{Registers, StackView};
 use foldhash::{HashMap, HashMapExt};
@@ -405,6 +405,7 @@ impl CpuWide {
                 ThreadEvent::Departed {
                     cpu_ns,
                     preempted,
+                    slotless,
                     seq,
                     stack,
                     ..
@@ -418,7 +419,13 @@ impl CpuWide {
                     if let Some(stack) = &stack {
                         each(Taken::Departure(departure(stack, time)));
                     }
-                    let matched = match_copies(switch_waiting, time, [tolerance, 0]);
+                    let matched = match slotless {
+                        true => Matched {
+                            known: true,
+                            ..Matched::default()
+                        },
+                        false => match_copies(switch_waiting, time, [tolerance, 0]),
+                    };
                     each(Taken::Switch(Switch {
                         time,
                         out: true,

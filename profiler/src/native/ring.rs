@@ -22,6 +22,9 @@ use std::sync::atomic::{fence, Ordering};
 /// return to one, and its removal from the watched threads at an `exec`.
 pub(super) const CPU_TIME: usize = SLOTS + 2;
 pub(super) const DEPARTED: usize = SLOTS + 3;
+/// The flag of a departure's last word (switch number << 2 | flags, preempted the lowest) that
+/// says the thread had no slot known, so no copies precede it.
+pub(super) const SLOTLESS: u64 = 2;
 pub(super) const RETURNED: usize = SLOTS + 4;
 pub(super) const EXECED: usize = SLOTS + 5;
 /// The record of a thread's registers and stack as it left its CPU (`cpu_wide/programs.rs`).
@@ -75,6 +78,8 @@ pub(super) enum ThreadEvent {
         time: u64,
         cpu_ns: u64,
         preempted: bool,
+        /// It had no slot known: no copies were made (its marks are known: none).
+        slotless: bool,
         seq: u64,
         stack: Option<Box<DepartureStack>>,
     },
@@ -113,7 +118,8 @@ pub(super) fn parse_event(record: &[u8]) -> Option<(u32, ThreadEvent)> {
             time,
             cpu_ns: a,
             preempted: b & 1 == 1,
-            seq: b >> 1,
+            slotless: b & SLOTLESS != 0,
+            seq: b >> 2,
             stack: None,
         },
         RETURNED => ThreadEvent::Returned {

@@ -16,10 +16,11 @@ use crate::native::bpf::{
     SUB64_REG,
 };
 use crate::native::map_value::{
-    COPY_HEADER, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_ON_SINCE, VALUE_QUIET, VALUE_SWITCHES,
-    VALUE_SWITCH_RECORD, VALUE_TIME_RECORD,
+    COPY_HEADER, VALUE_ADDRESSES, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_ON_SINCE, VALUE_QUIET,
+    VALUE_SWITCHES, VALUE_SWITCH_RECORD, VALUE_TIME_RECORD,
 };
-use crate::native::ring::{CPU_TIME, DEPARTED, DEPARTURE_STACK, EXECED, RETURNED};
+use crate::native::perf::SLOTS;
+use crate::native::ring::{CPU_TIME, DEPARTED, DEPARTURE_STACK, EXECED, RETURNED, SLOTLESS};
 use crate::native::walk::CONTEXT;
 use std::os::fd::RawFd;
 
@@ -189,6 +190,8 @@ pub(super) fn switch_program(
     record_event(&mut p, record, DEPARTED);
     p.push(insn(STX_DW, 6, 2, record + 16, 0));
     next_switch(&mut p);
+    // The switch number above two flags (see `ring::parse_event`).
+    p.push(insn(LSH64_IMM, 1, 0, 0, 1));
     // Preempted: the switch says so, or the thread left still runnable (state 0).
     p.extend([
         insn(LDX_DW, 2, 10, CONTEXT, 0),
@@ -199,9 +202,26 @@ pub(super) fn switch_program(
         insn(JEQ_IMM, 4, 0, 1, 0),
         insn(MOV64_IMM, 5, 0, 0, 0),
         insn(OR64_REG, 1, 5, 0, 0),
-        insn(STX_DW, 6, 1, record + 24, 0),
     ]);
+    // No slot known (a thread that never marked, as most are): no copies, and the departure
+    // says so, rather than a record per slot that says there is none.
+    p.push(insn(LDX_DW, 2, 6, VALUE_ADDRESSES as i16, 0));
+    for slot in 1..SLOTS {
+        p.extend([
+            insn(LDX_DW, 3, 6, (VALUE_ADDRESSES + 8 * slot) as i16, 0),
+            insn(OR64_REG, 2, 3, 0, 0),
+        ]);
+    }
+    p.extend([
+        insn(JNE_IMM, 2, 0, 1, 0),
+        insn(OR64_IMM, 1, 0, 0, SLOTLESS as i32),
+        insn(STX_DW, 6, 1, record + 24, 0),
+        insn(AND64_IMM, 1, 0, 0, SLOTLESS as i32),
+        insn(JNE_IMM, 1, 0, 0, 0), // patched: over the copies
+    ]);
+    let slotless = p.len() - 1;
     crate::native::bpf::copy_slots(&mut p, copies, true);
+    p[slotless].off = (p.len() - slotless - 1) as i16;
     output(&mut p, copies, record);
     p[quiet_leaving].off = (p.len() - quiet_leaving - 1) as i16;
     // Its last switch (it is dead): watched no more, so that its id, once reused, is not.
