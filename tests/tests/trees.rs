@@ -31,15 +31,15 @@ fn script(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-/// `fsprof run --rate ACCURACY_RATE -o DIR/out [extra] -- DIR/tree.sh`.
-fn record(dir: &Path, extra: &[&str]) -> std::path::PathBuf {
+/// `fsprof run --rate ACCURACY_RATE -o DIR/out [extra] -- SCRIPT`.
+fn record(dir: &Path, script: &Path, extra: &[&str]) -> std::path::PathBuf {
     let out = dir.join(format!("out{}", extra.len()));
     let output = Command::new(fsprof())
         .args(["run", "--rate", ACCURACY_RATE, "-o"])
         .arg(&out)
         .args(extra)
         .arg("--")
-        .arg(script(dir))
+        .arg(script)
         .output()
         .unwrap();
     assert!(
@@ -76,7 +76,7 @@ fn sum_of(truths: &[Value]) -> Value {
 fn a_scripts_children_are_each_reported_against_their_truth_and_together() {
     let _serial = serial();
     let dir = tempdir();
-    let out = record(dir.path(), &[]);
+    let out = record(dir.path(), &script(dir.path()), &[]);
     let report = report_json(&out);
     let processes = report["processes"].as_array().unwrap();
     let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
@@ -120,7 +120,7 @@ fn a_scripts_children_are_each_reported_against_their_truth_and_together() {
 fn no_follow_records_the_script_alone() {
     let _serial = serial();
     let dir = tempdir();
-    let out = record(dir.path(), &["--no-follow"]);
+    let out = record(dir.path(), &script(dir.path()), &["--no-follow"]);
     let report = report_json(&out);
     assert_eq!(report["processes"].as_array().map(Vec::len), Some(0));
     // Built-in features aside (its `wait` for the children, from its stacks).
@@ -229,19 +229,7 @@ fn young_childrens_first_marks_are_read_announced_or_not() {
     let path = dir.path().join("early.sh");
     std::fs::write(&path, text).unwrap();
     Command::new("chmod").arg("+x").arg(&path).status().unwrap();
-    let out = dir.path().join("out");
-    let output = Command::new(fsprof())
-        .args(["run", "--rate", ACCURACY_RATE, "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "fsprof run failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let out = record(dir.path(), &path, &[]);
     let report = report_json(&out);
     let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
     let processes = report["processes"].as_array().unwrap();

@@ -109,9 +109,10 @@ impl Listener {
             .spawn({
                 let (registry, socket, stop) = (registry.clone(), socket.clone(), stop.clone());
                 move || {
-                    // As the scanners it wakes: a program that loads the CPUs must not keep
-                    // its regions from being found.
-                    let _ = crate::record::priority::raise();
+                    // Normally scheduled, unlike the scanners it wakes: any local process can
+                    // send to the socket (its name is listed in /proc/net/unix), and a flood
+                    // must not keep a real-time thread busy. A program that loads the CPUs may
+                    // delay an announcement by a time slice; the scanners' own looks remain.
                     crate::record::privilege::drop_all();
                     receive(&registry, &socket, &stop);
                 }

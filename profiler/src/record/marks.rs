@@ -73,6 +73,12 @@ impl MarkReader {
         self.scanner.wait_for_first_scan(limit);
     }
 
+    /// Asks the scanner to look at once (the process ran another program).
+    pub fn look_again(&self) {
+        self.scanner
+            .ask(self.regions.iter().map(RegionReader::address));
+    }
+
     /// Takes the regions the scanner found, and forgets those no longer mapped.
     pub fn take_regions(&mut self) -> Taken {
         let found = self

@@ -126,6 +126,11 @@ impl Sampler {
         }
         let exec = self.image_token.is_some();
         self.image_token = token;
+        // This program's regions, and whether it announces them, are looked for at once rather
+        // than at the pace its scanner chose for what it found first: the program before the
+        // `exec` (the scanner may have looked before the first tick), whose environment may
+        // have named the socket where this one's does not (`env -u FSPROF_ANNOUNCE`).
+        self.reader.look_again();
         let pid = self.pid;
         self.builder
             .image(crate::target::process::thread_name(pid, pid));
