@@ -169,8 +169,9 @@ fn scan_until_stopped(pid: u32, shared: &Shared, entry: Option<&str>) {
     let mut next = started;
     let mut tasks = process::TaskList::new(pid);
     let mut files = crate::target::scanned::ScannedFiles::new(pid);
-    // Whether the program the process runs announces its regions, as of its map's opening.
-    let mut announces = (0, false);
+    // Whether the program the process runs announces its regions, read from its environment
+    // when its map was opened the `environment_read`th time (once per program it runs).
+    let (mut announces, mut environment_read) = (false, 0);
     // The address space's size at the latest full scan, and when that was.
     let mut scanned: Option<(u64, Instant)> = None;
     let size = process::AddressSpaceSize::new(pid);
@@ -195,7 +196,7 @@ fn scan_until_stopped(pid: u32, shared: &Shared, entry: Option<&str>) {
             let asked = std::mem::take(&mut state.asked);
             if !asked && !again && unchanged(&size, &mut scanned) {
                 let now = Instant::now();
-                next = now + interval(now.duration_since(started), announces.1, FULL_SCAN);
+                next = now + interval(now.duration_since(started), announces, FULL_SCAN);
                 continue;
             }
             let mut held = state.held.clone();
@@ -204,8 +205,9 @@ fn scan_until_stopped(pid: u32, shared: &Shared, entry: Option<&str>) {
         };
         let found;
         (found, again) = scan(pid, &mut tasks, &mut files, &held);
-        if let Some(entry) = entry.filter(|_| files.maps_opened() != announces.0) {
-            announces = (files.maps_opened(), files.environment_holds(entry));
+        if let Some(entry) = entry.filter(|_| files.maps_opened() != environment_read) {
+            environment_read = files.maps_opened();
+            announces = files.environment_holds(entry);
         }
         let now = Instant::now();
         let mut state = shared.lock();
@@ -233,7 +235,7 @@ fn scan_until_stopped(pid: u32, shared: &Shared, entry: Option<&str>) {
             + if again {
                 Duration::from_millis(1)
             } else {
-                interval(now.duration_since(started), announces.1, longest)
+                interval(now.duration_since(started), announces, longest)
             };
     }
 }
