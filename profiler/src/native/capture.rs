@@ -142,7 +142,7 @@ impl NativeSampler {
         }
         let mut sampler = NativeSampler {
             pid,
-            tracer: Tracer::new(pid),
+            tracer: Tracer::new(pid, perf.is_none()),
             unwinder: Unwinder::new(),
             maps: MemoryMap::new(pid),
             copy: StackCopy::default(),
