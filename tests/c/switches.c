@@ -2,8 +2,17 @@
  * blocks and is woken at every hand-over: a program that leaves its CPU hundreds of thousands of
  * times a second, for tests/benches/switch-cost.sh. Prints the wall time per hand-over and the
  * context switches of its two threads per second (each counts its own with
- * getrusage(RUSAGE_THREAD)). Usage: switches SECONDS */
+ * getrusage(RUSAGE_THREAD)). Built with -DMARKED (and fsprof.h, linked with the agent), each
+ * thread hands over inside a mark of its own. Usage: switches SECONDS */
 #define _GNU_SOURCE
+#ifdef MARKED
+#include "fsprof.h"
+#define MARK(name) fsprof_mark(fsprof_feature_new("hand-over"), name)
+#define UNMARK() fsprof_unmark()
+#else
+#define MARK(name)
+#define UNMARK()
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,9 +40,11 @@ static void *echo(void *unused) {
     (void)unused;
     char byte;
     long before = own_switches();
+    MARK("echo");
     while (read(there[0], &byte, 1) == 1 && byte) {
         if (write(back[1], &byte, 1) != 1) break;
     }
+    UNMARK();
     switches[1] = own_switches() - before;
     return NULL;
 }
@@ -46,12 +57,14 @@ int main(int argc, char **argv) {
     long before = own_switches(), rounds = 0;
     double start = now(), end = start + seconds;
     char byte = 1;
+    MARK("send");
     while (now() < end) {
         for (int i = 0; i < 1000; i++) {
             if (write(there[1], &byte, 1) != 1 || read(back[0], &byte, 1) != 1) return 1;
         }
         rounds += 1000;
     }
+    UNMARK();
     double elapsed = now() - start;
     switches[0] = own_switches() - before;
     byte = 0;

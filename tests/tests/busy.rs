@@ -170,24 +170,101 @@ fn blocked_time_inside_marks_is_what_the_program_measured() {
 /// its own switches over the run: above the threshold (`MAX_SWITCH_RATE`, 20000 a second per
 /// thread with per-thread events, `MAX_WIDE_SWITCH_RATE`, 50 000, per CPU) fsprof must stop
 /// following its threads and say so; far below it (a busy host slowed the program down) it must
-/// keep following them and say nothing; just below it either is right.
+/// keep following them and say nothing; just below it either is right. Per CPU that holds for
+/// threads inside marks (each switch recorded with their marks); threads without marks have
+/// their short stretches off the CPU folded by the kernel (`ring::FOLD_MOST_NS`), a record
+/// every few milliseconds whatever their rate, and stay followed.
 #[test]
 fn threads_that_switch_too_often_are_no_longer_followed_and_the_report_says_so() {
     let _serial = serial();
     if !perf_or_say("switches are not followed at all") {
         return;
     }
+    let (plain_dir, marked_dir) = (tempdir(), tempdir());
+    let plain = support::native::build_c_program(plain_dir.path(), "switches");
+    let marked = support::native::build_c_program_with(
+        marked_dir.path(),
+        "switches",
+        &["-DMARKED", "-lfsprof_agent"],
+    );
+    for (program, is_marked) in [(marked, true), (plain, false)] {
+        let dir = tempdir();
+        // On one CPU, so that the threads wake each other by switching rather than across CPUs
+        // (the first this test may use: a container's CPU set may leave CPU 0 out).
+        let output = std::process::Command::new(fsprof())
+            .args(["run", "--rate", ACCURACY_RATE, "-o"])
+            .arg(dir.path())
+            .args(["--", "taskset", "-c", &first_allowed_cpu()])
+            .arg(&program)
+            .arg("1")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr),
+        );
+        assert!(output.status.success(), "{stderr}");
+        // "N ns per hand-over, M switches per second" (both threads').
+        let per_thread = stdout
+            .split(", ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no switch rate in {stdout:?}"))
+            / 2.0;
+        let report = report_json(dir.path());
+        let per_cpu = report["meta"]["perf_per_cpu"] == true;
+        let threshold = match per_cpu {
+            true => 50_000.0,
+            false => 20_000.0,
+        };
+        let notes = notes_of(&report);
+        let said = notes.contains(&format!(
+            "2 thread(s) left their CPU more than {threshold} times a second"
+        ));
+        let what = if is_marked { "marked" } else { "unmarked" };
+        eprintln!("{what}: {per_thread:.0} switches a second per thread (threshold {threshold}); the report says so: {said}");
+        // Its rate over the whole run, following included: above the threshold, some window of
+        // fsprof's was above it too (and once fsprof stops following, the rate jumps). Far below
+        // it, fsprof never stopped following (it would have jumped).
+        if per_cpu && !is_marked {
+            assert!(
+                !said,
+                "{what}, {per_thread:.0} a second, and the note: {notes}\n{stderr}"
+            );
+        } else if per_thread > threshold {
+            assert!(
+                said,
+                "{what}, {per_thread:.0} a second, and no note: {notes}\n{stderr}"
+            );
+        } else if per_thread < threshold / 1.5 {
+            assert!(
+                !said,
+                "{what}, {per_thread:.0} a second, and the note: {notes}\n{stderr}"
+            );
+        }
+    }
+}
+
+/// A thread without marks that blocks often and briefly (sleeps of 100 us, whose stretches off
+/// the CPU the kernel folds into totals: `ring::FOLD_MOST_NS`), then 300 ms in a `read`, three
+/// times: the `read`'s departure comes so soon after a sleep's that its stack is rarely copied,
+/// yet its blocked time must be under its own stack (`[input]`), as the program measured it,
+/// not under a sleep's (`Sampler::refresh_folded`: without it, all of it went to the sleeps).
+#[test]
+fn a_long_block_after_folded_short_ones_has_its_own_stack() {
+    let _serial = serial();
+    if !perf_or_say("no switch is followed or folded") {
+        return;
+    }
     let build = tempdir();
-    let program = support::native::build_c_program(build.path(), "switches");
+    let program = support::native::build_c_program(build.path(), "folds");
     let dir = tempdir();
-    // On one CPU, so that the threads wake each other by switching rather than across CPUs (the
-    // first this test may use: a container's CPU set may leave CPU 0 out).
     let output = std::process::Command::new(fsprof())
-        .args(["run", "--rate", ACCURACY_RATE, "-o"])
+        .args(["run", "-o"])
         .arg(dir.path())
-        .args(["--", "taskset", "-c", &first_allowed_cpu()])
+        .arg("--")
         .arg(&program)
-        .arg("1")
         .output()
         .unwrap();
     let (stdout, stderr) = (
@@ -195,38 +272,28 @@ fn threads_that_switch_too_often_are_no_longer_followed_and_the_report_says_so()
         String::from_utf8_lossy(&output.stderr),
     );
     assert!(output.status.success(), "{stderr}");
-    // "N ns per hand-over, M switches per second" (both threads').
-    let per_thread = stdout
-        .split(", ")
-        .nth(1)
+    let measured_ms: f64 = stdout
+        .strip_prefix("in read ")
         .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no switch rate in {stdout:?}"))
-        / 2.0;
-    let report = report_json(dir.path());
-    let threshold = match report["meta"]["perf_per_cpu"] == true {
-        true => 50_000.0,
-        false => 20_000.0,
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no time in read in {stdout:?}"));
+    // Blocked time outside the program's own marks: only --idle counts it.
+    let stacks = folded_with(dir.path(), &["--idle"]);
+    let under = |feature: &str| -> f64 {
+        let us: u64 = (stacks.iter())
+            .filter(|(frames, _)| frames.iter().any(|f| f.starts_with(feature)))
+            .map(|(_, us)| us)
+            .sum();
+        us as f64 / 1e3
     };
-    let notes = notes_of(&report);
-    let said = notes.contains(&format!(
-        "2 thread(s) left their CPU more than {threshold} times a second"
-    ));
-    eprintln!("{per_thread:.0} switches a second per thread (threshold {threshold}); the report says so: {said}");
-    // Its rate over the whole run, following included: above the threshold, some window of
-    // fsprof's was above it too (and once fsprof stops following, the rate jumps). Far below it,
-    // fsprof never stopped following (it would have jumped).
-    if per_thread > threshold {
-        assert!(
-            said,
-            "{per_thread:.0} a second, and no note: {notes}\n{stderr}"
-        );
-    } else if per_thread < threshold / 1.5 {
-        assert!(
-            !said,
-            "{per_thread:.0} a second, and the note: {notes}\n{stderr}"
-        );
-    }
+    let (input_ms, sleep_ms) = (under("[input]"), under("[sleep]"));
+    eprintln!(
+        "read: {input_ms:.1} ms reported, {measured_ms:.1} ms measured; sleeps {sleep_ms:.1} ms"
+    );
+    assert!(
+        (0.85 * measured_ms..=1.1 * measured_ms).contains(&input_ms),
+        "read: {input_ms:.1} ms reported, {measured_ms:.1} ms measured (sleeps {sleep_ms:.1} ms)\n{stderr}"
+    );
 }
 
 fn notes_of(report: &serde_json::Value) -> String {

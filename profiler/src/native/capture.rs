@@ -21,6 +21,7 @@ use crate::native::off_thread::{self, OffThread};
 use crate::native::perf::{
     Perf, PerfSample, SharedPerf, Switch, Taken, WatchError, ANCHORS, SLOTS,
 };
+use crate::native::ring::Folded;
 use crate::native::tracer::{Pauses, Tracer};
 use crate::native::unwind::{Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame};
 use crate::profile::RawNativeStack;
@@ -55,6 +56,8 @@ pub enum PerfTaken {
     Departure { captured: Captured, time: u64 },
     /// It left its CPU, or came back to one.
     Switch(Switch),
+    /// Its short stretches off its CPU, folded (see `ring::FOLD_MOST_NS`).
+    Folded(Folded),
     /// Records may be missing here (see `Taken::Gap`); those before are complete up to `at`.
     Gap { at: u64 },
 }
@@ -356,6 +359,7 @@ impl NativeSampler {
                 }
             }
             Taken::Switch(switch) => taken.push(PerfTaken::Switch(switch)),
+            Taken::Folded(folded) => taken.push(PerfTaken::Folded(folded)),
             Taken::Gap { at } => taken.push(PerfTaken::Gap { at }),
         });
         if let Some(anchors) = anchors {
@@ -436,6 +440,12 @@ impl NativeSampler {
     /// [`PerfSampler::switched_unseen`]).
     pub fn perf_switched_unseen(&self, tid: u32) -> Option<bool> {
         self.perf.as_ref()?.lock().switched_unseen(tid)
+    }
+
+    /// When `tid` left its CPU, if it is blocked since a departure folded (see
+    /// [`PerfSampler::folded_open`]).
+    pub fn perf_folded_open(&self, tid: u32) -> Option<u64> {
+        self.perf.as_ref()?.lock().folded_open(tid)
     }
 
     /// `tid`'s time on a CPU since perf began to sample it (see [`PerfSampler::cpu_ns`]).

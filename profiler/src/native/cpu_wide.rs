@@ -5,7 +5,9 @@
 //! thread's own event's program does; a program at the scheduler's `sched_switch` tracepoint
 //! records each departure of a watched thread from its CPU (its slots, whether it was preempted,
 //! its time on a CPU so far, and at most once a period its registers and the top of its stack)
-//! and each return to one; and a program at the start of every `exec` (`sched_prepare_exec`,
+//! and each return to one, except that a thread without marks folds its short stretches off
+//! the CPU into totals by kind, recorded with its next departure that is recorded
+//! (`ring::FOLD_MOST_NS`); and a program at the start of every `exec` (`sched_prepare_exec`,
 //! before the new program's credentials are set) removes the thread from the map, so nothing of
 //! a program that turned set-user-id is read: fsprof watches the thread again only once its exec
 //! gate passed it. A switch costs that program's run (about 200 ns for a thread not followed,
@@ -16,8 +18,9 @@
 //! Some switches onto a CPU pass without the `sched_switch` tracepoint on some kernels (seen on
 //! Linux 6.18, 1 return in a few hundred): a thread found running after a departure, at a
 //! sample or its next departure, has its return inferred there (`programs::inferred_return`).
-//! A thread that leaves its CPU too often (`perf/following.rs`) is made quiet: its switches
-//! are counted into its time on a CPU and recorded no more.
+//! A thread that leaves its CPU too often with marks (`perf/following.rs`: the departures
+//! recorded count) is made quiet: its switches are counted into its time on a CPU and recorded
+//! no more.
 //!
 //! This module: those maps, events and rings, and the reading of their records into each
 //! thread's stream (`perf::Taken`), in time order. Not here: the programs (`programs.rs`; the
@@ -455,6 +458,12 @@ impl CpuWide {
                     }));
                 }
                 ThreadEvent::Execed { .. } => execed = true,
+                ThreadEvent::Folded { folded, seq } => {
+                    if thread.missed(seq) {
+                        each(Taken::Gap { at: thread.latest });
+                    }
+                    each(Taken::Folded(folded));
+                }
             }
             thread.latest = thread.latest.max(time);
         }

@@ -43,7 +43,22 @@ pub(super) const VALUE_TIME_RECORD: usize = VALUE_SWITCH_RECORD + COPY_HEADER;
 /// Then whether the thread's switches are no longer recorded (set by fsprof: not 0), only
 /// counted into its time on a CPU (see `perf::MAX_SWITCH_RATE`).
 pub(super) const VALUE_QUIET: usize = VALUE_TIME_RECORD + COPY_HEADER;
-pub(super) const VALUE_SIZE: usize = VALUE_QUIET + 8;
+/// Then the folding of short stretches off the CPU (`cpu_wide/programs.rs`, `fold`): when the
+/// thread left its CPU in a departure folded (0: none open), how it left (one of the
+/// [`FOLD_KINDS`]; for a departure recorded too, whether it blocked), the CPU time up to which a preemption is near
+/// the end of a block (see `ring::JUST_BACK_NS`), the folded time not yet recorded per kind,
+/// and the record that carries it.
+pub(super) const VALUE_FOLD_LEFT: usize = VALUE_QUIET + 8;
+pub(super) const VALUE_FOLD_KIND: usize = VALUE_FOLD_LEFT + 8;
+pub(super) const VALUE_NEAR_UNTIL: usize = VALUE_FOLD_KIND + 8;
+pub(super) const VALUE_FOLDED: usize = VALUE_NEAR_UNTIL + 8;
+pub(super) const VALUE_FOLD_RECORD: usize = VALUE_FOLDED + 8 * FOLD_KINDS;
+/// A fold record: time, index and kind, the folded time per kind, the switch number.
+pub(super) const FOLD_RECORD: usize = 16 + 8 * FOLD_KINDS + 8;
+pub(super) const VALUE_SIZE: usize = VALUE_FOLD_RECORD + FOLD_RECORD;
+/// The kinds of folded stretches: blocked, preempted near the end of a block, preempted
+/// elsewhere (their numbers in `VALUE_FOLD_KIND` and the order of `VALUE_FOLDED`).
+pub(super) const FOLD_KINDS: usize = 3;
 const _: () = assert!(VALUE_SIZE.is_multiple_of(8), "values hold aligned words");
 
 /// The map's values, mapped into fsprof (the BPF array is created mmapable).

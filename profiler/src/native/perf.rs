@@ -23,11 +23,11 @@ use crate::native::bpf::{
 };
 use crate::native::cpu_wide::CpuWide;
 use crate::native::map_value::{
-    Values, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_QUIET, VALUE_SIZE,
-    VALUE_SWITCHES, VALUE_WALK,
+    Values, FOLD_KINDS, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED,
+    VALUE_FOLD_KIND, VALUE_FOLD_LEFT, VALUE_QUIET, VALUE_SIZE, VALUE_SWITCHES, VALUE_WALK,
 };
 use crate::native::perf_events::{attach, open_event, open_switch_event, output_to, rephase};
-use crate::native::ring::{match_copies, parse, CopyRing, Record, Ring, Unmatched};
+use crate::native::ring::{match_copies, parse, CopyRing, Folded, Record, Ring, Unmatched};
 use crate::native::rules::Rules;
 use crate::native::unwind::{Registers, StackView};
 use crate::record::privilege::Refusal;
@@ -156,6 +156,8 @@ pub enum Taken<'a> {
     Departure(PerfSample<'a>),
     /// It left its CPU or came back to one.
     Switch(Switch),
+    /// Its short stretches off its CPU, folded (per CPU only, see `ring::FOLD_MOST_NS`).
+    Folded(Folded),
     /// Records may be missing here: the kernel dropped what did not fit in the thread's full
     /// ring (a lost record says so), or the ring was nearly full when read, so what came after
     /// its last record may have been dropped. What was recorded before is complete up to `at`,
@@ -387,6 +389,17 @@ impl PerfSampler {
         let handed = self.wide.as_ref()?.switches_handed(tid)?;
         let index = self.threads.get(&tid)?.index;
         Some(self.values.read(index, VALUE_SWITCHES) != handed)
+    }
+
+    /// Per CPU, when `tid` left its CPU, if it is blocked since a departure that the
+    /// `sched_switch` program folded (not recorded: see `ring::FOLD_MOST_NS`); read again if the
+    /// departure changed between the two words.
+    pub fn folded_open(&self, tid: u32) -> Option<u64> {
+        self.wide.as_ref()?;
+        let index = self.threads.get(&tid)?.index;
+        let left = self.values.read(index, VALUE_FOLD_LEFT);
+        let blocked = self.values.read(index, VALUE_FOLD_KIND) == 0;
+        (left != 0 && blocked && self.values.read(index, VALUE_FOLD_LEFT) == left).then_some(left)
     }
 
     /// Makes sure `tid` is being sampled, copying the slots at `addresses` (0 for none) with
@@ -667,6 +680,8 @@ impl PerfSampler {
         self.values.write(index, VALUE_QUIET, &[u64::from(quiet)]);
         // Nothing known of its time on a CPU, and no switch counted.
         self.values.write(index, VALUE_CPU_NS, &[0, 0, 0]);
+        self.values
+            .write(index, VALUE_FOLD_LEFT, &[0; 3 + FOLD_KINDS]);
         self.queues.clear(index);
         let thread = |own| Thread {
             index,

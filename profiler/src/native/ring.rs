@@ -29,6 +29,24 @@ pub(super) const RETURNED: usize = SLOTS + 4;
 pub(super) const EXECED: usize = SLOTS + 5;
 /// The record of a thread's registers and stack as it left its CPU (`cpu_wide/programs.rs`).
 pub(super) const DEPARTURE_STACK: usize = SLOTS + 6;
+/// The record of a thread's short stretches off its CPU folded since its previous record.
+pub(super) const FOLDED: usize = SLOTS + 7;
+
+/// A stretch off the CPU of a thread without marks, that left with no stack copied (most of its
+/// departures: one a period has its stack), is folded into its thread's totals by kind rather
+/// than recorded, if it lasts at most this long. Following python3's four threads through
+/// 80 000 switches a second, a record at each departure and each return cost 386 ns per run of
+/// the `sched_switch` program, and fsprof read them with 110 to 150 ms of its CPU in 2 s;
+/// folded, 161 ns and 50 to 60 ms (BENCHMARKS.md, issue 39). Longer ones are recorded whole as
+/// they end (a departure at its own time, then its return): at most one per this much of the
+/// thread's time; a tick reads the stack of a thread blocked that long in a folded departure
+/// (`Sampler::refresh_folded`).
+pub const FOLD_MOST_NS: u64 = 1_000_000;
+/// A thread preempted within this much running after a block ended is still on its way out of
+/// the blocking call (see `Sampler::switch`). In a CPU-limited cgroup, where a woken thread
+/// is throttled as soon as it runs, 20 us and 200 us gave the same shares (`builtins.c`'s
+/// `waiting` 528 and 611 ms against 530 and 608 measured; with none, 412 against 647).
+pub const JUST_BACK_NS: u64 = 50_000;
 
 /// A thread's user registers and the top of its stack as it left its CPU, copied by the
 /// `sched_switch` program just before its departure's record.
@@ -93,6 +111,21 @@ pub(super) enum ThreadEvent {
     },
     /// It was removed from the watched threads as it began an `exec`.
     Execed { time: u64 },
+    /// Its short stretches off its CPU since its previous record, folded (see
+    /// [`FOLD_MOST_NS`]); `seq` as for a departure.
+    Folded { folded: Folded, seq: u64 },
+}
+
+/// A thread's stretches off its CPU folded up to `time` (see [`FOLD_MOST_NS`]), in ns: blocked;
+/// preempted within [`JUST_BACK_NS`] of running after a block ended, or after a preemption
+/// whose stack was copied (no sample since); preempted elsewhere. It left each with no marks
+/// and no stack copied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Folded {
+    pub time: u64,
+    pub blocked_ns: u64,
+    pub near_ns: u64,
+    pub far_ns: u64,
 }
 
 impl ThreadEvent {
@@ -101,12 +134,14 @@ impl ThreadEvent {
             ThreadEvent::Departed { time, .. }
             | ThreadEvent::Returned { time, .. }
             | ThreadEvent::Execed { time, .. } => *time,
+            ThreadEvent::Folded { folded, .. } => folded.time,
         }
     }
 }
 
-/// Decodes a per-CPU program's event record (32 bytes: time, index, kind, two words): the
-/// value index it came from and the event; `None` for any other record.
+/// Decodes a per-CPU program's event record (32 bytes: time, index, kind, two words; a fold's
+/// 48: time, index, kind, three times, its switch number): the value index it came from and
+/// the event; `None` for any other record.
 pub(super) fn parse_event(record: &[u8]) -> Option<(u32, ThreadEvent)> {
     let word = |at: usize| -> Option<u64> {
         Some(u64::from_ne_bytes(record.get(at..at + 8)?.try_into().ok()?))
@@ -129,6 +164,15 @@ pub(super) fn parse_event(record: &[u8]) -> Option<(u32, ThreadEvent)> {
             inferred: b & 1 == 1,
         },
         EXECED => ThreadEvent::Execed { time },
+        FOLDED => ThreadEvent::Folded {
+            folded: Folded {
+                time,
+                blocked_ns: a,
+                near_ns: b,
+                far_ns: word(32)?,
+            },
+            seq: word(40)? >> 1,
+        },
         _ => return None,
     };
     Some((index, event))

@@ -444,6 +444,7 @@ impl Sampler {
             // Its running time is in perf's samples, its time off the CPU in its switches.
             let running = known.unwrap_or_else(|| self.running_by_switches(tid));
             self.refresh_off_cpu(tid, own_tid, running);
+            self.refresh_folded(tid, own_tid);
             self.add_off_cpu(tid, thread, Some(known_until), false);
             self.add_wakeups(tid, thread, false);
             self.note_ticked(tid, own_tid);

@@ -264,6 +264,9 @@ fn leaves_with_its_stack(mut perf: PerfSampler) {
             Taken::Sample(_) => assert!(departed.is_none(), "a stack left unmatched"),
             // Records may be missing (a late read on a loaded machine): pairs start again.
             Taken::Gap { .. } => departed = None,
+            // Short stretches since the previous record, folded: recorded just before a
+            // departure, after its stack.
+            Taken::Folded(_) => {}
             Taken::Switch(switch) => {
                 assert!(departed.is_none(), "a departure before an arrival");
                 arrived = switch.time;

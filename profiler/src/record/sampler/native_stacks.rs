@@ -140,6 +140,11 @@ impl Sampler {
                     departed = Some((time, captured));
                     continue;
                 }
+                PerfTaken::Folded(folded) if followed => {
+                    self.folded(tid, own_tid, thread, folded, before_switch.as_ref());
+                    continue;
+                }
+                PerfTaken::Folded(_) => continue,
                 PerfTaken::Gap { at } => {
                     departed = None;
                     if followed {
@@ -199,6 +204,20 @@ impl Sampler {
                 truncated,
             )));
         }
+        self.follow_from_now(tid, thread, follows, latest);
+        watched.then_some(covered)
+    }
+
+    /// After thread `tid`'s samples were taken (sample thread `thread`; `latest`: its latest
+    /// sample's stack, if one was taken): following its switches begins (from the next tick on)
+    /// or ends, as perf's sampler `follows` them now.
+    fn follow_from_now(
+        &mut self,
+        tid: u32,
+        thread: u32,
+        follows: bool,
+        latest: Option<Option<Native>>,
+    ) {
         // The thread's CPU time when following begins, from which its samples' shares count.
         let unfollowed = |state: &ThreadState| state.followed.is_none();
         let begins = follows && self.threads.states.get(&tid).is_some_and(unfollowed);
@@ -238,7 +257,6 @@ impl Sampler {
                 _ => {}
             }
         }
-        watched.then_some(covered)
     }
 
     /// Thread `tid`'s latest perf sample: its stack and marks (interned, and in `self.records`).

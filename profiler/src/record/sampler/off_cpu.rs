@@ -37,6 +37,7 @@
 use super::native_stacks::snapshot_records;
 use super::*;
 use crate::native::perf::Switch;
+use crate::native::ring::JUST_BACK_NS;
 use crate::record::clock::monotonic_ns;
 use crate::target::process;
 
@@ -44,11 +45,6 @@ use crate::target::process;
 const WAKEUP_READ_NS: u64 = 20_000_000;
 /// Blocked stretches remembered between two reads; the waits of more go to these.
 const MAX_WOKEN: usize = 64;
-/// A thread preempted within this much running after a block ended is still on its way out of
-/// the blocking call (see [`Sampler::switch`]). In a CPU-limited cgroup, where a woken thread
-/// is throttled as soon as it runs, 20 us and 200 us gave the same shares (`builtins.c`'s
-/// `waiting` 528 and 611 ms against 530 and 608 measured; with none, 412 against 647).
-const JUST_BACK_NS: u64 = 50_000;
 
 /// A thread's latest perf sample, for the time off its CPU that follows it: its native stack,
 /// its marks as placed on it (each with the stack address it was pushed at) and their stack.
@@ -244,6 +240,13 @@ impl Sampler {
                 };
             }
             self.add_off_cpu(tid, thread, Some(switch.time), true);
+            return;
+        }
+        // A block the kernel folded, opened by a tick as it lasted (see `refresh_folded`),
+        // recorded whole as it ended: already open.
+        if self.followed_mut(tid).is_some_and(|f| {
+            (f.off.as_ref()).is_some_and(|off| off.left == switch.time && !off.preempted)
+        }) {
             return;
         }
         // All slots copied (a thread without one gives no marks), or the marks are unknown.
@@ -736,3 +739,5 @@ impl Sampler {
 fn same_places(a: &[RecordView], b: &[RecordView]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.sp == b.sp)
 }
+
+mod folded;
