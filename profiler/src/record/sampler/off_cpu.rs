@@ -469,7 +469,10 @@ impl Sampler {
     /// Thread `tid`'s waits for a CPU after its wake-ups since the previous read of its
     /// scheduling totals (at most every [`WAKEUP_READ_NS`] unless `now`), shared evenly among
     /// the blocked stretches that ended since, each moved from its blocked time to its active
-    /// time (see the module's header).
+    /// time (see the module's header). A stretch's share is at most its bound, and what it
+    /// cannot take goes to the others: split evenly and the excess dropped, python3's four
+    /// threads (80 000 switches a second) lost 240 ms of their 798 ms of waits, and each read
+    /// 83-91% of its run and wait time.
     pub(super) fn add_wakeups(&mut self, tid: u32, thread: u32, now: bool) {
         let pid = self.pid;
         let time = monotonic_ns();
@@ -491,11 +494,14 @@ impl Sampler {
         if wakeups.balance <= 0 {
             return;
         }
-        let share = wakeups.balance as u64 / woken.len() as u64;
+        let (mut left, mut count) = (wakeups.balance as u64, woken.len() as u64);
         wakeups.balance = 0;
+        let mut woken = woken;
+        woken.sort_unstable_by_key(|(_, _, most)| *most);
         for (stack, native, most) in woken {
-            self.builder
-                .add_active(thread, stack, native, share.min(most));
+            let share = (left / count).min(most);
+            (left, count) = (left - share, count - 1);
+            self.builder.add_active(thread, stack, native, share);
         }
     }
 
