@@ -541,9 +541,27 @@ mod tests {
     /// A child's exit raises one SIGCHLD, which the tracer whose thread started the child
     /// takes: it passes it on to the other tracer, which wakes, and no further (a signal passed
     /// on is not passed on again: when it was, the two passed it back and forth thousands of
-    /// times a second). Other tests' children may add a wake or two.
+    /// times a second). Other tests' children may add a wake or two; and the signal is the
+    /// process's, which another test's thread (SIGCHLD not blocked there, unlike fsprof's own
+    /// threads) may take and drop: the other tracer then never wakes (1 suite in 6). Up to
+    /// three children, then: one must wake the other tracer, none may pass it on and on.
     #[test]
     fn a_sigchld_taken_by_one_tracer_wakes_the_other_once() {
+        let mut theirs_each = Vec::new();
+        for _ in 0..3 {
+            let (mine, theirs) = one_child_between_two_tracers();
+            assert!(mine <= 10, "this tracer woke {mine} times");
+            assert!(theirs <= 10, "the other tracer woke {theirs} times");
+            theirs_each.push(theirs);
+            if theirs >= 1 {
+                return;
+            }
+        }
+        panic!("the other tracer never woke: {theirs_each:?}");
+    }
+
+    /// Two tracers, one child started and reaped: how many times each woke in 400 ms.
+    fn one_child_between_two_tracers() -> (usize, usize) {
         let ready = Arc::new(Barrier::new(2));
         let other = {
             let ready = ready.clone();
@@ -558,11 +576,6 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let mine = wakes(&tracer, Duration::from_millis(400));
         child.wait().unwrap();
-        let theirs = other.join().unwrap();
-        assert!(mine <= 10, "this tracer woke {mine} times");
-        assert!(
-            (1..=10).contains(&theirs),
-            "the other tracer woke {theirs} times"
-        );
+        (mine, other.join().unwrap())
     }
 }
