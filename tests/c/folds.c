@@ -2,10 +2,12 @@
  * for long, 300 ms in a `read` of a timerfd; three times. The kernel folds its short stretches
  * off the CPU (fsprof's `ring::FOLD_MOST_NS`), and the long block's departure comes so soon
  * after a short one that its stack is rarely copied: it must still have its own stack, the
- * `read`'s, not a sleep's. It first runs 100 ms, so that fsprof finds it running after its
- * exec and follows it from then on. Prints the time it measured blocked in `read`. */
+ * `read`'s, not a sleep's. It first runs for the milliseconds its argument says (default 0):
+ * without them it is running at a tick after its exec only one time in ten. Prints the time it
+ * measured blocked in `read`. Usage: folds [MS] */
 #define _GNU_SOURCE
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -17,9 +19,9 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     volatile unsigned long spin = 0;
-    for (double until = now() + 0.1; now() < until;) spin++;
+    for (double until = now() + (argc > 1 ? atof(argv[1]) : 0) / 1e3; now() < until;) spin++;
     int timer = timerfd_create(CLOCK_MONOTONIC, 0);
     if (timer < 0) return 1;
     double in_read = 0;

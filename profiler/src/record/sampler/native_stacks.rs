@@ -102,7 +102,13 @@ impl Sampler {
         add: bool,
     ) -> Option<u64> {
         let native = self.native.as_mut()?;
-        let watched = native.perf_watches(tid);
+        // Per CPU, the process's main thread is watched blocked too: watching costs a map
+        // entry, and a program that blocks nine tenths of its time after its `exec` (all of
+        // them under `fsprof run`) was otherwise followed only once a tick found it running,
+        // its blocks until then read once and the first stack standing for all (`folds.c`
+        // without its first 100 ms of CPU: its `read` read 0 or all of the sleeps' time in 5
+        // runs of 8).
+        let watched = native.perf_watches(tid) || (tid == self.pid && native.perf_per_cpu());
         if !native.uses_perf() || !(running || watched) {
             return None;
         }
