@@ -191,19 +191,9 @@ fn threads_that_switch_too_often_are_no_longer_followed_and_the_report_says_so()
         let dir = tempdir();
         // On one CPU, so that the threads wake each other by switching rather than across CPUs
         // (the first this test may use: a container's CPU set may leave CPU 0 out).
-        let output = std::process::Command::new(fsprof())
-            .args(["run", "--rate", ACCURACY_RATE, "-o"])
-            .arg(dir.path())
-            .args(["--", "taskset", "-c", &first_allowed_cpu()])
-            .arg(&program)
-            .arg("1")
-            .output()
-            .unwrap();
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr),
-        );
-        assert!(output.status.success(), "{stderr}");
+        let cpu = first_allowed_cpu();
+        let command = ["taskset", "-c", &cpu, program.to_str().unwrap(), "1"];
+        let (stdout, stderr) = run_program(dir.path(), &["--rate", ACCURACY_RATE], &command);
         // "N ns per hand-over, M switches per second" (both threads').
         let per_thread = stdout
             .split(", ")
@@ -269,19 +259,7 @@ fn a_long_block_after_folded_short_ones_has_its_own_stack() {
 
 fn long_block_after_short_ones(program: &std::path::Path, spin_ms: &str) {
     let dir = tempdir();
-    let output = std::process::Command::new(fsprof())
-        .args(["run", "-o"])
-        .arg(dir.path())
-        .arg("--")
-        .arg(program)
-        .arg(spin_ms)
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-    );
-    assert!(output.status.success(), "{stderr}");
+    let (stdout, stderr) = run_program(dir.path(), &[], &[program.to_str().unwrap(), spin_ms]);
     let measured_ms: f64 = stdout
         .strip_prefix("in read ")
         .and_then(|rest| rest.split_whitespace().next())
@@ -304,6 +282,23 @@ fn long_block_after_short_ones(program: &std::path::Path, spin_ms: &str) {
         (0.85 * measured_ms..=1.1 * measured_ms).contains(&input_ms),
         "after {spin_ms} ms of CPU, read: {input_ms:.1} ms reported, {measured_ms:.1} ms measured (sleeps {sleep_ms:.1} ms)\n{stderr}"
     );
+}
+
+/// `fsprof run OPTIONS -o DIR -- COMMAND`, which must succeed: its stdout (the program's) and
+/// stderr.
+fn run_program(dir: &std::path::Path, options: &[&str], command: &[&str]) -> (String, String) {
+    let output = std::process::Command::new(fsprof())
+        .arg("run")
+        .args(options)
+        .arg("-o")
+        .arg(dir)
+        .arg("--")
+        .args(command)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    (String::from_utf8_lossy(&output.stdout).into_owned(), stderr)
 }
 
 fn notes_of(report: &serde_json::Value) -> String {
