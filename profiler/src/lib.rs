@@ -9,6 +9,16 @@
 //! [`analysis`] computes costs per feature and instance; the [`render`]ers print them, fold the
 //! stacks and draw flamegraphs. [`cli`] is the command line.
 
+/// A line on stderr, as `eprintln!` writes it, except that a stderr that cannot take it (a
+/// closed pipe, a full disk it was sent to) is not a panic: fsprof's files, its exit code and the
+/// program's release come first.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod analysis;
 pub(crate) mod cache;
 pub mod cli;
@@ -69,7 +79,7 @@ pub fn diff(paths: &[PathBuf; 2], options: &DiffOptions) -> Result<Vec<u8>> {
             .each_ref()
             .map(|p| render::folded::fold(p, view, false));
         render::flamegraph::write_differential(&a, &b, svg)?;
-        eprintln!("fsprof: wrote {}", svg.display());
+        say!("fsprof: wrote {}", svg.display());
     }
     let path_texts = paths.each_ref().map(|p| p.display().to_string());
     let sides = || {
@@ -123,13 +133,13 @@ fn report_profile(
         };
         output::write_named(out, svg.as_bytes())
             .with_context(|| format!("cannot write {}", out.display()))?;
-        eprintln!("fsprof: wrote {}", out.display());
+        say!("fsprof: wrote {}", out.display());
         return Ok(Vec::new());
     }
     if let Some(svg) = &options.flamegraph {
         let folded = render::folded::fold(&profile, view, options.features_only);
         render::flamegraph::write_file(&folded, svg)?;
-        eprintln!("fsprof: wrote {}", svg.display());
+        say!("fsprof: wrote {}", svg.display());
         return Ok(Vec::new());
     }
     let bytes = match options.format {
@@ -170,6 +180,6 @@ fn report_profile(
         return Ok(bytes);
     };
     output::write_named(out, &bytes).with_context(|| format!("cannot write {}", out.display()))?;
-    eprintln!("fsprof: wrote {}", out.display());
+    say!("fsprof: wrote {}", out.display());
     Ok(Vec::new())
 }

@@ -10,7 +10,7 @@ fn main() -> ExitCode {
     // Before anything else: a copy of fsprof holding privilege its user lacks becomes that user,
     // keeping only what the perf backend needs, and that only if it may be used.
     if let Err(error) = fsprof::record::privilege::settle() {
-        eprintln!("fsprof: error: {error}");
+        let _ = writeln!(std::io::stderr(), "fsprof: error: {error}");
         return ExitCode::FAILURE;
     }
     let command = Cli::parse_command();
@@ -55,7 +55,7 @@ fn main() -> ExitCode {
                 .chain()
                 .map(|e| fsprof::target::names::clean(&e.to_string()))
                 .collect();
-            eprintln!("fsprof: error: {}", chain.join(": "));
+            let _ = writeln!(std::io::stderr(), "fsprof: error: {}", chain.join(": "));
             ExitCode::FAILURE
         }
     }

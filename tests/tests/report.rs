@@ -211,3 +211,80 @@ fn links_planted_in_the_output_directory_are_not_followed() {
     let profile = std::fs::symlink_metadata(out.join("profile.json")).unwrap();
     assert!(profile.file_type().is_file());
 }
+
+/// A disk that takes no more (here a file-size limit, which fails writes as a full disk does, for
+/// fsprof and the program alike): the report is printed whole (on stderr, a pipe), the files not written are named,
+/// none is left partial (before: the report lost, a 0- or 4096-byte profile.json left), and fsprof
+/// exits with the program's code (before: 1).
+#[test]
+fn a_full_disk_loses_only_the_files_and_says_which() {
+    use std::os::unix::process::CommandExt;
+    let _shared = support::shared();
+    let dir = tempdir();
+    let out = dir.path().join("out");
+    const LIMIT: u64 = 2048;
+    let mut command = Command::new(fsprof());
+    command.args(["run", "-o"]).arg(&out).args([
+        "--",
+        "sh",
+        "-c",
+        "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; exit 3",
+    ]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: LIMIT,
+                rlim_max: LIMIT,
+            };
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            match libc::setrlimit(libc::RLIMIT_FSIZE, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("No feature: "),
+        "no report printed: {stderr}"
+    );
+    assert!(stderr.contains("not written: "), "{stderr}");
+    assert!(stderr.contains("profile.json"), "{stderr}");
+    let left: Vec<(String, u64)> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            (name, entry.metadata().unwrap().len())
+        })
+        .collect();
+    assert!(
+        left.iter()
+            .all(|(name, len)| name != "profile.json" && !name.ends_with(".tmp") && *len < LIMIT),
+        "partial files left: {left:?}"
+    );
+}
+
+/// A stderr that takes nothing (`fsprof run ... 2>&1 | head -1`, the reader gone): the program's
+/// exit code and the files all the same (before: a panic on the first message that failed, exit
+/// 101).
+#[test]
+fn a_closed_stderr_costs_nothing_but_the_messages() {
+    let _shared = support::shared();
+    let dir = tempdir();
+    let out = dir.path().join("out");
+    let mut child = Command::new(fsprof())
+        .args(["run", "-o"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "exit 3"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(3));
+    assert!(out.join("profile.json").is_file());
+}

@@ -145,7 +145,7 @@ impl NativeSampler {
         }
         let mut sampler = NativeSampler {
             pid,
-            tracer: Tracer::new(pid, perf.is_none()),
+            tracer: Tracer::new(pid),
             unwinder: Unwinder::new(),
             maps: MemoryMap::new(pid),
             copy: StackCopy::default(),
@@ -211,8 +211,7 @@ impl NativeSampler {
         }
     }
 
-    /// Attaches to `tid` for a sample (which detaches it again, unless the tracer keeps its
-    /// threads: see `tracer.rs`), if not yet done; whether it is attached. `running`: the thread was running at the tick.
+    /// Attaches to `tid` for a sample (which detaches it again: see `tracer.rs`), if not yet done; whether it is attached. `running`: the thread was running at the tick.
     pub fn attach(&mut self, tid: u32, running: bool) -> bool {
         if self.tracer.is_attached(tid) {
             return true;

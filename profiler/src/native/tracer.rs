@@ -13,9 +13,10 @@
 //! file-capability program runs it without its privilege, unless its tracer holds
 //! `CAP_SYS_PTRACE` (a capable fsprof holds none, nor does a user's): `sudo` in a recorded build
 //! would fail. Between samples nothing of the program is traced: its signals, its `exec`s and
-//! its exits are its own. A tracer that holds `CAP_SYS_PTRACE` (root's fsprof) takes nothing
-//! from such a program, and, where ptrace samples every running thread, stays attached once it
-//! has seized a thread ([`Tracer::new`]).
+//! its exits are its own, and its signals never wait for fsprof: a thread kept attached between
+//! samples (root's fsprof did that with `--backend ptrace`) stopped at every signal it was sent
+//! until fsprof passed it on, and a program taking a timer signal every 100 us ran 6 times
+//! slower (issue 40's `sigreal.c`; BENCHMARKS.md).
 //!
 //! The target is never left stopped or traced: [`Tracer::detach_all`] (also run on drop, so on
 //! errors and panics) stops each thread still attached once more only to detach it, passing on
@@ -105,8 +106,6 @@ impl Pauses {
 /// The ptrace side of a session with one target process.
 pub struct Tracer {
     pid: u32,
-    /// Threads stay attached between samples (see [`Tracer::new`]).
-    keep: bool,
     threads: HashMap<u32, Traced>,
     exit: Option<std::process::ExitStatus>,
     pauses: Pauses,
@@ -116,25 +115,12 @@ pub struct Tracer {
 impl Tracer {
     /// A tracer for process `pid`, attached to nothing yet. Must be used from one thread only
     /// (ptrace ties a tracee to the thread that attached): the one that creates it. It blocks
-    /// SIGCHLD in that thread (to wait for stops with a timeout) until dropped. Threads stay
-    /// attached between samples only if `may_keep` (ptrace samples every running thread, so
-    /// the saved system calls count) and the tracer holds `CAP_SYS_PTRACE`; where perf samples
-    /// running threads, a ptrace sample is rare, and a thread kept attached had the program's
-    /// job-control stops pass through fsprof (after SIGSTOP one thread was seen running, with
-    /// fsprof as its tracer, in 2 of 6 suites: `release.rs`).
-    pub fn new(pid: u32, may_keep: bool) -> Tracer {
+    /// SIGCHLD in that thread (to wait for stops with a timeout) until dropped.
+    pub fn new(pid: u32) -> Tracer {
         let old_mask = block_sigchld();
         tracers().push(gettid());
-        let keep = may_keep
-            && caps::has_cap(
-                None,
-                caps::CapSet::Effective,
-                caps::Capability::CAP_SYS_PTRACE,
-            )
-            .unwrap_or(false);
         Tracer {
             pid,
-            keep,
             threads: HashMap::new(),
             exit: None,
             pauses: Pauses::default(),
@@ -222,19 +208,9 @@ impl Tracer {
         let event = status >> 16;
         if event == libc::PTRACE_EVENT_STOP {
             // Any trap stop consumes a pending interrupt (a group stop included): the thread is
-            // let go. Detached in a group stop (SIGSTOP, Ctrl-Z), it stays stopped, as without
-            // us; kept, it is listened to there.
-            if !self.keep {
-                ptrace(libc::PTRACE_DETACH, tid, 0);
-                self.threads.remove(&tid);
-            } else if let Some(thread) = self.threads.get_mut(&tid) {
-                thread.interrupt_pending = false;
-                let request = match is_job_stop(signal) {
-                    true => libc::PTRACE_LISTEN,
-                    false => libc::PTRACE_CONT,
-                };
-                ptrace(request, tid, 0);
-            }
+            // let go. Detached in a group stop (SIGSTOP, Ctrl-Z), it stays stopped, as without us.
+            ptrace(libc::PTRACE_DETACH, tid, 0);
+            self.threads.remove(&tid);
         } else if event == 0 {
             // Signal-delivery stop: deliver the signal as if we were not here.
             ptrace(libc::PTRACE_CONT, tid, signal as usize);
@@ -244,7 +220,7 @@ impl Tracer {
     }
 
     /// Stops thread `tid` (seized by [`Tracer::seize`]), calls `copy` with its registers while it
-    /// is stopped, and lets it run again (detached, unless kept). `None` if it could not be stopped in
+    /// is stopped, and lets it run again, detached. `None` if it could not be stopped in
     /// time (it stays attached, and is detached when its stop arrives), is in a job-control stop
     /// (detached, it stays in it), or is gone.
     pub fn sample<R>(&mut self, tid: u32, copy: impl FnOnce(Registers) -> R) -> Option<R> {
@@ -284,14 +260,10 @@ impl Tracer {
         }
     }
 
-    /// Lets thread `tid`, stopped for a sample, run again: detached, unless kept.
+    /// Lets thread `tid`, stopped for a sample, run again, detached.
     fn release(&mut self, tid: u32) {
-        if self.keep {
-            ptrace(libc::PTRACE_CONT, tid, 0);
-        } else {
-            ptrace(libc::PTRACE_DETACH, tid, 0);
-            self.threads.remove(&tid);
-        }
+        ptrace(libc::PTRACE_DETACH, tid, 0);
+        self.threads.remove(&tid);
     }
 
     /// Waits for an event of `tid` until `deadline`; other threads' events are handled meanwhile.
@@ -566,12 +538,12 @@ mod tests {
         let other = {
             let ready = ready.clone();
             std::thread::spawn(move || {
-                let tracer = Tracer::new(std::process::id(), true);
+                let tracer = Tracer::new(std::process::id());
                 ready.wait();
                 wakes(&tracer, Duration::from_millis(400))
             })
         };
-        let tracer = Tracer::new(std::process::id(), true);
+        let tracer = Tracer::new(std::process::id());
         ready.wait();
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let mine = wakes(&tracer, Duration::from_millis(400));

@@ -216,7 +216,7 @@ pub fn with_perf<T>(f: impl FnOnce() -> T) -> T {
     let result = f();
     if caps::clear(None, CapSet::Effective).is_err() {
         // Never go on with them raised (capset cannot refuse to lower a set, but if it did).
-        eprintln!("fsprof: error: cannot lower its capabilities again; aborting");
+        say!("fsprof: error: cannot lower its capabilities again; aborting");
         std::process::abort();
     }
     result

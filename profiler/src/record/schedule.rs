@@ -185,9 +185,9 @@ fn sample_until_stopped(
 }
 
 /// Ctrl-Z while recording: fsprof and the program both got SIGTSTP. The program's signal waits
-/// for its tracer where fsprof traces a thread (every signal to a traced thread does: between
-/// stops only a tracer with `CAP_SYS_PTRACE` stays attached), so fsprof first lets its events through
-/// (the program stops: a group stop, which fsprof listens to) and only then stops itself. On
+/// for its tracer where fsprof traces a thread (every signal to a traced thread does: a thread
+/// is traced only for its sample, or until a late stop comes), so fsprof first lets its events
+/// through (the program stops: a group stop) and only then stops itself. On
 /// `fg` both get SIGCONT and run on. Stopping at once, as SIGTSTP's default would, left the
 /// program's SIGTSTP to be delivered after `fg`: the program stayed stopped.
 ///

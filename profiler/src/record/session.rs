@@ -106,7 +106,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         agent::Preload::Off
     };
     if let Some(note) = preload.note() {
-        eprintln!("fsprof: {note}");
+        say!("fsprof: {note}");
     }
     // The perf sampler before the program: the kernel verifies the stack walk's program (15 to
     // 20 ms of CPU, see `native/rules.rs`) while the program is not yet competing for the CPU,
@@ -198,7 +198,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     if let Some(dir) = &dir {
         // The program's exit code is returned whatever happened to the files (said above).
         if let Err(error) = write_outputs(dir, profile, &options.rules) {
-            eprintln!(
+            say!(
                 "fsprof: {}",
                 crate::target::names::clean(&format!("{error:#}"))
             );
@@ -214,7 +214,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     if signals.terminated.load(Ordering::Relaxed) {
         // SIGTERM or SIGHUP came to fsprof alone (from `timeout`, say): the program was not
         // asked to stop.
-        eprintln!("fsprof: stopped by SIGTERM or SIGHUP; the program (pid {pid}) keeps running");
+        say!("fsprof: stopped by SIGTERM or SIGHUP; the program (pid {pid}) keeps running");
         return Ok(128 + 15);
     }
     wait_for_program(&mut child, pid, &signals, &end)
@@ -244,7 +244,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         Some(_) => None,
     };
     if let Some(dir) = &dir {
-        eprintln!(
+        say!(
             "fsprof: recording process {pid} ({name}) at {} Hz into {}; Ctrl-C to stop",
             options.rate_hz,
             dir.display()
@@ -399,13 +399,13 @@ fn spawn(
 fn wait_for_program(child: &mut Child, pid: u32, signals: &Signals, end: &End) -> Result<i32> {
     signals.interrupted.store(false, Ordering::Relaxed);
     match end {
-        End::Duration => eprintln!(
+        End::Duration => say!(
             "fsprof: recording stopped after --duration; the program (pid {pid}) goes on, and fsprof will exit with its exit code"
         ),
-        End::Refused(why) => eprintln!(
+        End::Refused(why) => say!(
             "fsprof: recording stopped: this fsprof's user can no longer trace the program (pid {pid}): {why}; waiting for it to exit, Ctrl-C to stop waiting"
         ),
-        _ => eprintln!("fsprof: waiting for the program (pid {pid}) to exit; Ctrl-C again to stop waiting"),
+        _ => say!("fsprof: waiting for the program (pid {pid}) to exit; Ctrl-C again to stop waiting"),
     }
     loop {
         match child.try_wait() {
@@ -419,7 +419,7 @@ fn wait_for_program(child: &mut Child, pid: u32, signals: &Signals, end: &End) -
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
         }
         if signals.any() {
-            eprintln!("fsprof: leaving the program (pid {pid}) running");
+            say!("fsprof: leaving the program (pid {pid}) running");
             return Ok(if signals.terminated.load(Ordering::Relaxed) {
                 128 + 15
             } else {
@@ -644,7 +644,7 @@ fn write_outputs(dir: &Path, mut profile: Profile, rules: &crate::rules::RuleSet
     let recorded = profile.to_json();
     crate::rules::apply(&mut profile, rules);
     let text = crate::text_report(&profile, view);
-    eprint!("\n{text}");
+    say!("\n{}", text.trim_end_matches('\n'));
     let mut files: Vec<(PathBuf, Result<Vec<u8>>)> = vec![
         (dir.join(crate::profile::FILE_NAME), recorded),
         (dir.join(REPORT_FILE), Ok(text.into_bytes())),
@@ -666,7 +666,7 @@ fn write_outputs(dir: &Path, mut profile: Profile, rules: &crate::rules::RuleSet
         match result {
             Ok(()) => written.push(path.display().to_string()),
             Err(error) => {
-                eprintln!(
+                say!(
                     "fsprof: {}",
                     crate::target::names::clean(&format!("{error:#}"))
                 );
@@ -679,7 +679,7 @@ fn write_outputs(dir: &Path, mut profile: Profile, rules: &crate::rules::RuleSet
             true => last,
             false => format!("{} and {last}", written.join(", ")),
         };
-        eprintln!(
+        say!(
             "fsprof: wrote {all} (re-render with: fsprof report {})",
             dir.display()
         );

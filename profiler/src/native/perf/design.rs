@@ -21,7 +21,7 @@ impl PerfSampler {
             Design::Cpus => match self.open_wide(capacity) {
                 Ok(events) => Some(events),
                 Err(why) => {
-                    eprintln!("fsprof: {why}; sampling with per-thread events instead");
+                    say!("fsprof: {why}; sampling with per-thread events instead");
                     None
                 }
             },
