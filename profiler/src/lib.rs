@@ -20,14 +20,13 @@ macro_rules! say {
 }
 
 pub mod analysis;
-pub(crate) mod cache;
 pub mod cli;
 #[cfg(test)]
 mod fuzz;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod native;
-pub(crate) mod output;
+pub mod os;
 pub mod profile;
 pub mod record;
 pub mod render;
@@ -131,7 +130,7 @@ fn report_profile(
                 path.display()
             );
         };
-        output::write_named(out, svg.as_bytes())
+        os::output::write_named(out, svg.as_bytes())
             .with_context(|| format!("cannot write {}", out.display()))?;
         say!("fsprof: wrote {}", out.display());
         return Ok(Vec::new());
@@ -179,7 +178,8 @@ fn report_profile(
     let Some(out) = &options.output else {
         return Ok(bytes);
     };
-    output::write_named(out, &bytes).with_context(|| format!("cannot write {}", out.display()))?;
+    os::output::write_named(out, &bytes)
+        .with_context(|| format!("cannot write {}", out.display()))?;
     say!("fsprof: wrote {}", out.display());
     Ok(Vec::new())
 }

@@ -9,7 +9,7 @@ fn main() -> ExitCode {
     fsprof::native::tracer::block_sigchld_from_start();
     // Before anything else: a copy of fsprof holding privilege its user lacks becomes that user,
     // keeping only what the perf backend needs, and that only if it may be used.
-    if let Err(error) = fsprof::record::privilege::settle() {
+    if let Err(error) = fsprof::os::privilege::settle() {
         let _ = writeln!(std::io::stderr(), "fsprof: error: {error}");
         return ExitCode::FAILURE;
     }
@@ -19,7 +19,7 @@ fn main() -> ExitCode {
         _ => false,
     };
     if !perf_wanted {
-        fsprof::record::privilege::drop_all();
+        fsprof::os::privilege::drop_all();
     }
     let result = match command {
         Command::Run { program, options } => {
@@ -53,7 +53,7 @@ fn main() -> ExitCode {
             // Errors can quote a file's or a process's contents: print them safely.
             let chain: Vec<String> = error
                 .chain()
-                .map(|e| fsprof::target::names::clean(&e.to_string()))
+                .map(|e| fsprof::profile::clean(&e.to_string()))
                 .collect();
             let _ = writeln!(std::io::stderr(), "fsprof: error: {}", chain.join(": "));
             ExitCode::FAILURE

@@ -35,7 +35,6 @@
 //! `profile/builder.rs` builds one while recording.
 //! Version 1 had no native stacks (`--no-native` profiles still have none).
 
-use crate::target::names::PayloadKind;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -356,6 +355,22 @@ pub struct BeyondCopy {
     pub native_completed: u64,
 }
 
+/// What kind of instance a payload names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadKind {
+    /// `file:line:column` of the code that marked.
+    Location,
+    /// A name given by the program.
+    Name,
+    /// The return address of a call that marked (C ABI, no payload), as `0x…` until symbolized.
+    CallSite,
+    /// An alternative a parser tried: `choice, branch N` (the offset in the payload's detail).
+    Alternative,
+    /// A check at a boundary: `value (from -> to)`.
+    Boundary,
+}
+
 /// An instance payload.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Payload {
@@ -530,11 +545,11 @@ impl Profile {
             .collect()
     }
 
-    /// Writes the profile as `dir/profile.json`, whole or not at all (`output.rs`).
+    /// Writes the profile as `dir/profile.json`, whole or not at all (`os/output.rs`).
     pub fn save(&self, dir: &Path) -> Result<PathBuf> {
         let path = dir.join(FILE_NAME);
         let json = self.to_json()?;
-        crate::output::write(&path, &json)
+        crate::os::output::write(&path, &json)
             .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(path)
     }
@@ -643,7 +658,7 @@ impl Profile {
     /// Replaces control and bidi characters in every text that reaches a terminal: a profile is a
     /// file anyone may have written.
     fn sanitise(&mut self) {
-        let clean = |text: &mut String| *text = crate::target::names::clean(text);
+        let clean = |text: &mut String| *text = clean(text);
         self.features.iter_mut().for_each(clean);
         for payload in &mut self.payloads {
             clean(&mut payload.text);
@@ -739,7 +754,25 @@ fn read_bounded(file: &Path) -> Result<Vec<u8>> {
 }
 
 mod builder;
+#[cfg(test)]
+pub(crate) mod fixtures;
 mod merge;
 mod native_table;
 pub use builder::{ProfileBuilder, RawNativeStack, Symbolize};
 pub use merge::merge;
+/// `text` safe to print on a terminal: control characters (escape sequences) and the bidi and
+/// other invisible format characters that can make text display as something else are replaced
+/// by U+FFFD. Everything fsprof prints that came from a target or a file goes through this.
+pub fn clean(text: &str) -> String {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+    };
+    if text.chars().any(unsafe_char) {
+        text.chars()
+            .map(|c| if unsafe_char(c) { '\u{FFFD}' } else { c })
+            .collect()
+    } else {
+        text.to_owned()
+    }
+}

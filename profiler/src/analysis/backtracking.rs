@@ -125,8 +125,8 @@ pub fn backtracking(profile: &Profile, view: TimeView) -> HashMap<u32, Vec<Branc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::PayloadKind;
     use crate::profile::{Frame, LaterBranch, Meta, Payload, ProfileBuilder, Stack};
-    use crate::target::names::PayloadKind;
 
     /// An alternative (choice, branch, offset), or `None` for an antimark.
     type Alternative<'a> = Option<(&'a str, u32, u64)>;

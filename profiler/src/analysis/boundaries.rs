@@ -89,8 +89,8 @@ pub fn boundaries(profile: &Profile, view: TimeView) -> HashMap<u32, Vec<Edge>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::PayloadKind;
     use crate::profile::{Frame, Meta, Payload, ProfileBuilder, Stack};
-    use crate::target::names::PayloadKind;
 
     #[test]
     fn checks_cost_on_their_edge_and_value_the_innermost_one_wins() {

@@ -339,7 +339,7 @@ fn count_native(report: &mut FeatureReport, profile: &Profile, group: &SampleGro
         .frames
         .last()
         .and_then(|f| profile.native_frames.get(*f as usize));
-    if innermost.is_some_and(|frame| crate::record::agent::is_agent_path(&frame.module)) {
+    if innermost.is_some_and(|frame| crate::target::modules::is_agent_path(&frame.module)) {
         report.agent_ns = report.agent_ns.saturating_add(ns);
     }
 }
@@ -467,8 +467,8 @@ pub fn group_weights(profile: &Profile, view: TimeView) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::PayloadKind;
     use crate::profile::{Frame, Meta, Payload, ProfileBuilder, Stack};
-    use crate::target::names::PayloadKind;
 
     fn mark(feature: u32, payload: u32) -> Frame {
         Frame {
@@ -625,7 +625,7 @@ mod tests {
 
     #[test]
     fn an_instance_lists_its_three_most_expensive_paths() {
-        use crate::render::folded::tests::{build, S};
+        use crate::profile::fixtures::{build, S};
         // One instance reached through five call paths, 500 µs down to 100 µs.
         let samples: Vec<S> = (0..5u64)
             .map(|i| S {
@@ -645,7 +645,7 @@ mod tests {
 
     #[test]
     fn top_instances_get_the_native_paths_that_reached_their_marks() {
-        use crate::render::folded::tests::{build, S};
+        use crate::profile::fixtures::{build, S};
         let s = |marks, native, us| S {
             marks,
             native: Some(native),

@@ -62,7 +62,7 @@ pub fn functions(profile: &Profile, view: TimeView) -> FunctionReport {
         .native_frames
         .iter()
         .map(|frame| {
-            (!crate::record::agent::is_agent_path(&frame.module)).then(|| {
+            (!crate::target::modules::is_agent_path(&frame.module)).then(|| {
                 let name = display_name(frame);
                 *by_name.entry(name.clone()).or_insert_with(|| {
                     names.push(name);
@@ -158,7 +158,7 @@ fn display_name(frame: &NativeFrame) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::folded::tests::{build, S};
+    use crate::profile::fixtures::{build, S};
 
     /// f0 > f1 > f2 (300), f0 > f1 (200), f0 > f3 (500), f0 > f4 > f4 (100), and 50 without a
     /// native stack (the fake symbolizer names address n `fn`, with no file).

@@ -82,8 +82,8 @@ pub fn keep_process(profile: &mut Profile, which: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::fixtures::{build, S};
     use crate::profile::{merge, Process};
-    use crate::render::folded::tests::{build, S};
 
     fn tree() -> Profile {
         let s = |tid, us| S {

@@ -78,7 +78,7 @@ pub(super) fn first_twenty(items: impl ExactSizeIterator<Item = String>) -> Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::folded::tests::{build, S};
+    use crate::profile::fixtures::{build, S};
 
     fn profile() -> Profile {
         let s = |tid, us| S {

@@ -214,8 +214,8 @@ impl Trie {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::PayloadKind;
     use crate::profile::{Frame, Meta, Payload, ProfileBuilder};
-    use crate::target::names::PayloadKind;
 
     fn mark(feature: u32, payload: u32) -> Frame {
         Frame {

@@ -24,8 +24,8 @@ use crate::native::perf::{
 use crate::native::ring::Folded;
 use crate::native::tracer::{Pauses, Tracer};
 use crate::native::unwind::{Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame};
+use crate::os::privilege::Refusal;
 use crate::profile::RawNativeStack;
-use crate::record::privilege::Refusal;
 use crate::target::modules::Module;
 use crate::target::process;
 use crate::target::remote::Remote;
@@ -141,7 +141,7 @@ impl NativeSampler {
             None => (None, None),
         };
         if perf.is_none() {
-            crate::record::privilege::drop_all(); // nothing else needs it
+            crate::os::privilege::drop_all(); // nothing else needs it
         }
         let mut sampler = NativeSampler {
             pid,
@@ -382,7 +382,7 @@ impl NativeSampler {
         drop(perf);
         holder.lost += lost;
         holder.unmatched += unmatched;
-        match crate::record::privilege::still_traceable(self.pid) {
+        match crate::os::privilege::still_traceable(self.pid) {
             Ok(()) => {}
             Err(Refusal::Unsettled(_)) => {
                 // In the middle of an exec: what perf took is dropped unused (of which program
@@ -416,9 +416,9 @@ impl NativeSampler {
     }
 
     /// Ends perf sampling for good (perf is already out of `self`), because `tid` turned out not
-    /// to be a thread this fsprof's user may trace (see `privilege.rs`).
+    /// to be a thread this fsprof's user may trace (see `os/privilege.rs`).
     fn stop_perf(&mut self, tid: u32, why: String) {
-        crate::record::privilege::drop_all();
+        crate::os::privilege::drop_all();
         self.perf_refused = Some(format!(
             "perf sampling was stopped when thread {tid} turned out not to be one this fsprof's user may trace ({why})"
         ));
@@ -687,9 +687,9 @@ fn worker(slot: &mut Option<Result<OffThread, ()>>) -> Option<&mut OffThread> {
         .ok()
 }
 
-/// The worker's priority: the sampler's (`record/priority.rs`).
+/// The worker's priority: the sampler's (`os/priority.rs`).
 fn raise_priority() {
-    let _ = crate::record::priority::raise();
+    let _ = crate::os::priority::raise();
 }
 
 /// Copies the stack from `regs.sp` to the end of its mapping (see [`MemoryMap::stack_len`]).

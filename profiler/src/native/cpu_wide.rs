@@ -218,7 +218,7 @@ impl CpuWide {
         self.threads.insert(
             tid,
             Thread {
-                watched_at: crate::record::clock::monotonic_ns(),
+                watched_at: crate::os::time::monotonic_ns(),
                 pending: VecDeque::new(),
                 seq: None,
                 latest: 0,
@@ -247,7 +247,7 @@ impl CpuWide {
     /// Moves every CPU's samples to their threads' queues, and hands `birth` each thread or
     /// process a watched thread made (its id and when).
     pub(super) fn read_cpus(&mut self, mut birth: impl FnMut(u32, u64)) {
-        self.read_at = crate::record::clock::monotonic_ns();
+        self.read_at = crate::os::time::monotonic_ns();
         let threads = &mut self.threads;
         let (lost, foreign) = (&mut self.lost, &mut self.foreign);
         for cpu in &mut self.cpus {
@@ -282,12 +282,12 @@ impl CpuWide {
                 }
                 Record::Lost(count) => {
                     *lost = lost.saturating_add(count);
-                    lost_at = Some(crate::record::clock::monotonic_ns());
+                    lost_at = Some(crate::os::time::monotonic_ns());
                 }
                 _ => {}
             });
             if room < STACK_DUMP as usize + 1024 {
-                lost_at.get_or_insert_with(crate::record::clock::monotonic_ns);
+                lost_at.get_or_insert_with(crate::os::time::monotonic_ns);
             }
             if let Some(at) = lost_at {
                 // Where in a thread's stream the loss was is not known: at the read (one gap
@@ -325,14 +325,14 @@ impl CpuWide {
     /// program's rhythm: `sleepy`'s `hashing` read +0.2 to +1.3 that way (5 runs), +0.2 to
     /// +1.0 this way, +0.3 to +0.5 with every CPU restarted at every read (4 runs).
     pub(super) fn rephase(&mut self, tick_ns: u64) {
-        let now = crate::record::clock::monotonic_ns();
+        let now = crate::os::time::monotonic_ns();
         for cpu in &mut self.cpus {
             if cpu.sampled && now.saturating_sub(cpu.timer.since) >= REPHASE_NS {
                 cpu.sampled = false;
                 if let Some(length) = rephase(&cpu.event, tick_ns) {
                     cpu.timer = Timer {
                         tick_ns: length,
-                        since: crate::record::clock::monotonic_ns(),
+                        since: crate::os::time::monotonic_ns(),
                         before_ns: cpu.timer.tick_ns,
                     };
                 }

@@ -15,13 +15,15 @@
 //! this user's, in a directory only this user may write, is read; its size is bounded, every
 //! rule checked, and a file that fails is read again from the module.
 //!
-//! Kept in `functions/` in fsprof's cache directory (`cache.rs`), at most [`FILES`] tables,
+//! Kept in `functions/` in fsprof's cache directory (`os/cache.rs`), at most [`FILES`] tables,
 //! the least recently used removed first; none when the directory the cache is in (`$HOME`,
 //! `$XDG_CACHE_HOME`) is another user's (root run with a user's environment). Not here: reading the tables (`functions.rs`).
 
-use crate::cache::{check_owned, fnv1a, make_private_dir, write_atomically, FNV_PRIME, FNV_START};
 use crate::native::rules::{decode, encode};
 use crate::native::unwind::FrameRule;
+use crate::os::cache::{
+    check_owned, fnv1a, make_private_dir, write_atomically, FNV_PRIME, FNV_START,
+};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -62,7 +64,7 @@ pub fn load(key: u64, most: usize) -> Option<Vec<(u64, Option<FrameRule>)>> {
 fn load_from(dir: &Path, key: u64, most: usize) -> Option<Vec<(u64, Option<FrameRule>)>> {
     use std::io::Read;
     let path = dir.join(name(key));
-    // Only this user's, as the agent's copy (`cache.rs`): a plain file (not followed if a
+    // Only this user's, as the agent's copy (`os/cache.rs`): a plain file (not followed if a
     // link, nor waited on if a pipe) that no other user may write.
     check_owned(dir).ok()?;
     let file = (std::fs::OpenOptions::new().read(true))
@@ -140,7 +142,7 @@ fn store_in(dir: &Path, key: u64, table: &[(u64, Option<FrameRule>)]) {
 /// Where the tables are kept; none if the nearest existing directory above fsprof's cache
 /// directory is not this user's (nothing is made in another user's home).
 fn dir() -> Result<PathBuf, String> {
-    let fsprof = crate::cache::dir()?;
+    let fsprof = crate::os::cache::dir()?;
     let holder = (fsprof.ancestors().skip(1))
         .find_map(|dir| std::fs::metadata(dir).ok())
         .ok_or("no directory")?;

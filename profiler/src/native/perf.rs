@@ -30,7 +30,7 @@ use crate::native::perf_events::{attach, open_event, open_switch_event, output_t
 use crate::native::ring::{match_copies, parse, CopyRing, Folded, Record, Ring, Unmatched};
 use crate::native::rules::Rules;
 use crate::native::unwind::{Registers, StackView};
-use crate::record::privilege::Refusal;
+use crate::os::privilege::Refusal;
 use foldhash::{HashMap, HashMapExt, HashSet};
 use nix::errno::Errno;
 use nix::libc;
@@ -253,7 +253,7 @@ impl PerfSampler {
     /// and what to do.
     pub fn new(period_ns: u64, capacity: u32) -> Result<PerfSampler, String> {
         let design = Design::from_environment();
-        crate::record::privilege::with_perf(|| PerfSampler::create(period_ns, capacity, design))
+        crate::os::privilege::with_perf(|| PerfSampler::create(period_ns, capacity, design))
     }
 
     /// [`PerfSampler::new`], in the design asked for.
@@ -263,7 +263,7 @@ impl PerfSampler {
         design: Design,
     ) -> Result<PerfSampler, String> {
         let capacity = capacity.clamp(1, MAX_THREADS);
-        if let Some(why) = crate::record::privilege::perf_withheld() {
+        if let Some(why) = crate::os::privilege::perf_withheld() {
             return Err(why.to_owned());
         }
         if !cfg!(target_arch = "x86_64") {
@@ -372,7 +372,7 @@ impl PerfSampler {
     pub fn cpu_ns(&self, tid: u32) -> Option<u64> {
         let thread = self.threads.get(&tid)?;
         if self.wide.is_some() {
-            let now = crate::record::clock::monotonic_ns();
+            let now = crate::os::time::monotonic_ns();
             return Some(self.values.cpu_ns(thread.index, now));
         }
         let mut value = [0u8; 8];
@@ -621,16 +621,15 @@ impl PerfSampler {
         tid: u32,
         addresses: [u64; SLOTS],
     ) -> Result<Thread, WatchError> {
-        let check = |tid| match crate::record::privilege::may_trace(tid) {
+        let check = |tid| match crate::os::privilege::may_trace(tid) {
             Ok(()) => Ok(()),
             Err(Refusal::Gone) => Err(WatchError::Refused(Errno::ESRCH)),
             Err(Refusal::Unsettled(_)) => Err(WatchError::Refused(Errno::EAGAIN)),
             Err(Refusal::Rule(why)) => Err(WatchError::Foreign { tid, why }),
         };
         check(tid)?;
-        let thread =
-            crate::record::privilege::with_perf(|| self.open_unchecked(owner, tid, addresses))
-                .map_err(WatchError::Refused)?;
+        let thread = crate::os::privilege::with_perf(|| self.open_unchecked(owner, tid, addresses))
+            .map_err(WatchError::Refused)?;
         // Enabled (or, per CPU, watched) only once the thread passed again: nothing is
         // sampled in between.
         let (wide, too_fast) = (&mut self.wide, &self.too_fast);
@@ -689,7 +688,7 @@ impl PerfSampler {
             own,
             addresses,
             departures: 0,
-            window_start: crate::record::clock::monotonic_ns(),
+            window_start: crate::os::time::monotonic_ns(),
             unphased: 0,
             off_cpu: false,
         };

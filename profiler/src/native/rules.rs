@@ -328,12 +328,12 @@ impl Rules {
                 // At the sampler's priority: the verifier's 15 to 20 ms of CPU, normally
                 // scheduled beside 1000 busy threads, took seconds (the walk was not there for
                 // the recording, and fsprof's exit waited for it).
-                let _ = crate::record::priority::raise();
+                let _ = crate::os::priority::raise();
                 let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
                 let maps = [raw[0], raw[1], raw[2], raw[3]];
                 // With fsprof's BPF privilege raised for the load (this thread's own set).
                 let load = || crate::native::bpf::load_walk(maps, raw[4]);
-                let _ = send.send(crate::record::privilege::with_perf(load));
+                let _ = send.send(crate::os::privilege::with_perf(load));
             });
         match spawned {
             Ok(_) => Walk::Loading(loaded),
@@ -386,7 +386,7 @@ impl Rules {
             .name("fsprof-functions".to_owned())
             .spawn(move || {
                 // It reads files only (and its helpers inherit this).
-                crate::record::privilege::drop_all();
+                crate::os::privilege::drop_all();
                 for module in &new {
                     if current.load(Ordering::Relaxed) != generation {
                         return; // the program called exec: these modules are gone
@@ -499,7 +499,7 @@ mod tests {
 
     /// A copies ring and a child's rules, made as root; `None` (and said) where BPF is refused.
     fn child_rules() -> Option<(CopyRing, Rules)> {
-        let made = crate::record::privilege::with_perf(|| {
+        let made = crate::os::privilege::with_perf(|| {
             let ring = CopyRing::new(page_size(), 1 << 16).map_err(|e| e.desc().to_owned())?;
             let child = Rules::new(true).map_err(|e| e.desc().to_owned())?;
             Ok::<_, String>((ring, child))

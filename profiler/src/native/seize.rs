@@ -78,7 +78,7 @@ fn lock() -> std::sync::MutexGuard<'static, (u64, Vec<Seizing>)> {
 /// The watcher: looks every [`GRACE`] for a seize that is due, reaps for it, looks again a
 /// [`GRACE`] later.
 fn watch() {
-    crate::record::privilege::drop_all(); // it reads /proc and reaps its own tracees only
+    crate::os::privilege::drop_all(); // it reads /proc and reaps its own tracees only
     let mut seizing = lock();
     loop {
         let now = Instant::now();

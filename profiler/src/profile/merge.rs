@@ -208,7 +208,7 @@ fn add_counters(meta: &mut Meta, child: &Meta) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::folded::tests::{build, S};
+    use crate::profile::fixtures::{build, S};
 
     fn process(pid: u32, parent: Option<u32>) -> Process {
         Process {

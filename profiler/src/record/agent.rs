@@ -157,13 +157,6 @@ fn interpreter(path: &Path) -> Option<Option<String>> {
     Some(Some(String::from_utf8_lossy(name).into_owned()))
 }
 
-/// Whether the mapping path `path` (from `/proc/PID/maps`) is the agent library.
-pub fn is_agent_path(path: &str) -> bool {
-    Path::new(path)
-        .file_name()
-        .is_some_and(|name| name.as_encoded_bytes().starts_with(b"libfsprof_agent"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,7 +189,5 @@ mod tests {
             resolve_program(OsStr::new("sh")).and_then(|p| interpreter(&p)),
             Some(Some(sh))
         );
-        assert!(is_agent_path("/a/b/libfsprof_agent.so"));
-        assert!(!is_agent_path("/a/libfsprof_agent.so/libc.so.6"));
     }
 }

@@ -113,7 +113,7 @@ impl Listener {
                     // send to the socket (its name is listed in /proc/net/unix), and a flood
                     // must not keep a real-time thread busy. A program that loads the CPUs may
                     // delay an announcement by a time slice; the scanners' own looks remain.
-                    crate::record::privilege::drop_all();
+                    crate::os::privilege::drop_all();
                     receive(&registry, &socket, &stop);
                 }
             })

@@ -13,7 +13,7 @@
 //!
 //! Not here: whether a program gets the agent at all (`agent.rs`), and `FSPROF_AGENT`.
 
-use crate::cache::{check_owned, fnv1a, make_private_dir, write_atomically, FNV_START};
+use crate::os::cache::{check_owned, fnv1a, make_private_dir, write_atomically, FNV_START};
 use std::fs;
 use std::path::PathBuf;
 
@@ -26,7 +26,7 @@ pub fn path() -> Result<PathBuf, String> {
     if LIBRARY.is_empty() {
         return Err("this fsprof was built without it (its build found no agent sources)".into());
     }
-    let dir = crate::cache::dir()?.join(format!("agent-{:016x}", fnv1a(FNV_START, LIBRARY)));
+    let dir = crate::os::cache::dir()?.join(format!("agent-{:016x}", fnv1a(FNV_START, LIBRARY)));
     let file = dir.join(super::agent::LIBRARY);
     let describe = |e: String| format!("cannot keep it in {}: {e}", dir.display());
     make_private_dir(&dir).map_err(describe)?;

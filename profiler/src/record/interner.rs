@@ -7,9 +7,10 @@
 //! alternatives it interned were, for the later branches that tell they failed. It does not
 //! decide what a sample is: the sampler hands it the records of one mark stack at a time.
 
+use crate::profile::PayloadKind;
 use crate::profile::{Frame, Payload, ProfileBuilder};
 use crate::symbolize::call_sites::{CallSites, Callers};
-use crate::target::names::{self, PayloadKind};
+use crate::target::names;
 use crate::target::remote::Remote;
 use crate::target::static_data::WithModules;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};

@@ -117,7 +117,7 @@ impl MarkReader {
     /// Copies every thread's marks from every region. Returns `false` when a region could not
     /// be read (it is dropped, and looked for again): this tick's marks are incomplete.
     pub fn read(&mut self) -> bool {
-        self.read_ns = crate::record::clock::monotonic_ns();
+        self.read_ns = crate::os::time::monotonic_ns();
         self.marks.clear();
         self.unreadable.clear();
         let before = self.regions.len();

@@ -1,6 +1,5 @@
 //! Recording: the `run` and `attach` sessions, the sampling loop that turns each tick into
-//! samples, the scanner that finds the target's regions, the agent `run` preloads, and what a
-//! capable copy of fsprof may do. Reads the target through `target/` and `native/`; writes a
+//! samples, the scanner that finds the target's regions, the agent `run` preloads. Reads the target through `target/` and `native/`; writes a
 //! [`crate::profile::Profile`]; formats nothing (the session hands the profile to `render/`).
 
 pub mod agent;
@@ -9,8 +8,6 @@ pub mod clock;
 mod embedded_agent;
 pub mod interner;
 pub mod marks;
-pub mod priority;
-pub mod privilege;
 pub mod progress;
 pub mod sampler;
 pub mod scanner;

@@ -416,7 +416,7 @@ impl Sampler {
         // Every switch before this instant is in the records perf_samples reads: a thread off
         // its CPU then was off until at least then, and no later instant is known (taken
         // later, a return between the two was counted twice: blocked, and in its samples).
-        let known_until = crate::record::clock::monotonic_ns();
+        let known_until = crate::os::time::monotonic_ns();
         let unfollowed = |s: &ThreadState| s.followed.is_none();
         let was_unfollowed = self.threads.states.get(&tid).is_some_and(unfollowed);
         let by_perf = self.perf_samples(tid, own_tid, thread, known.unwrap_or(true), slow);

@@ -90,8 +90,8 @@ impl Scanner {
                     // CPUs: each thread's first 2 to 40 waits for a CPU, most of its first
                     // second, read outside the mark it was in). Its scans are rare and short.
                     // Raised before the privileges that allow it go.
-                    let _ = crate::record::priority::raise();
-                    crate::record::privilege::drop_all(); // this thread reads /proc only
+                    let _ = crate::os::priority::raise();
+                    crate::os::privilege::drop_all(); // this thread reads /proc only
                     scan_until_stopped(pid, &shared, announced.as_deref())
                 }
             })

@@ -1,12 +1,12 @@
 //! The recording loop: when the sampler ticks. Ticks come at jittered intervals (uniform from 0.5
 //! to 1.5 times the mean period the tick clock asks for, so that periodic behaviour in the target
 //! cannot alias with the sampling), with the sampler's thread raised to real-time priority where
-//! the system allows it (`priority.rs`), until the target exits, the caller stops it or the duration elapses;
+//! the system allows it (`os/priority.rs`), until the target exits, the caller stops it or the duration elapses;
 //! Ctrl-Z suspends fsprof without leaving the target stuck; a status line shows progress on a
 //! terminal (`status.rs`). What a tick reads is the sampler's business (`sampler.rs`), how often
 //! the next comes the clock's (`clock.rs`).
 
-use crate::record::priority;
+use crate::os::priority;
 use crate::record::sampler::Sampler;
 use crate::record::status::Status;
 use crate::record::top::Top;

@@ -15,7 +15,6 @@ use crate::record::sampler::{Sampler, SamplerOptions};
 use crate::record::schedule::{self, End, Schedule};
 use crate::record::tree::{self, Tree};
 use crate::render;
-use crate::target::names;
 use crate::target::process;
 use crate::target::remote::Remote;
 use anyhow::{bail, Context, Result};
@@ -171,7 +170,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     if status.is_none() {
         status = sampler.exit_status(); // collected while detaching
     }
-    crate::record::privilege::drop_all(); // no kernel object is made after recording
+    crate::os::privilege::drop_all(); // no kernel object is made after recording
     if matches!(end, End::TargetExited(_)) {
         // The sampler saw it go; collect its status unless detaching did (if our parent ignores
         // SIGCHLD there is none), and say how it ended either way (once, with the status
@@ -198,10 +197,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     if let Some(dir) = &dir {
         // The program's exit code is returned whatever happened to the files (said above).
         if let Err(error) = write_outputs(dir, profile, &options.rules) {
-            say!(
-                "fsprof: {}",
-                crate::target::names::clean(&format!("{error:#}"))
-            );
+            say!("fsprof: {}", crate::profile::clean(&format!("{error:#}")));
         }
     }
 
@@ -228,7 +224,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     // ended, and once it was raised for the recording alone, up to 25 s more to finish and exit
     // (each of its steps waited its turn among the 1000). The finish takes the CPU it takes
     // either way; raised, it takes it at once.
-    let _ = crate::record::priority::raise();
+    let _ = crate::os::priority::raise();
     check_attachable(pid)?;
     check_backend(options)?;
     check_top(options)?;
@@ -282,7 +278,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     if let Some(tree) = &tree {
         tree.stop();
     }
-    crate::record::privilege::drop_all(); // no kernel object is made after recording
+    crate::os::privilege::drop_all(); // no kernel object is made after recording
     let meta = meta("attach", command.clone(), pid, options, &end);
     let mut profile = sampler.finish(meta);
     if let Some(tree) = tree {
@@ -314,8 +310,8 @@ fn check_attachable(pid: u32) -> Result<()> {
     if pid == std::process::id() {
         bail!("fsprof cannot profile itself");
     }
-    if let Err(why) = crate::record::privilege::may_trace(pid) {
-        bail!("{}", crate::record::privilege::refusal(pid, &why));
+    if let Err(why) = crate::os::privilege::may_trace(pid) {
+        bail!("{}", crate::os::privilege::refusal(pid, &why));
     }
     let address = match process::some_readable_address(pid) {
         Ok(Some(address)) => address,
@@ -354,7 +350,7 @@ fn spawn(
     // A capable fsprof runs in the C library's secure mode, which removed variables such as
     // LD_LIBRARY_PATH and TMPDIR from its environment; the program runs as the user, without
     // privilege, and gets the user's environment back.
-    let user_environment = crate::record::privilege::user_environment();
+    let user_environment = crate::os::privilege::user_environment();
     let user_preload = match &user_environment {
         Some(environment) => {
             command.env_clear().envs(environment.iter().cloned());
@@ -538,7 +534,7 @@ fn schedule(
         rate_hz: options.rate_hz,
         duration: options.duration,
         suspend: Arc::clone(&signals.suspend),
-        top: (options.top.as_ref()).map(|_| format!("{} (pid {pid})", names::clean(name))),
+        top: (options.top.as_ref()).map(|_| format!("{} (pid {pid})", crate::profile::clean(name))),
     }
 }
 
@@ -620,7 +616,7 @@ pub fn prepare_output(explicit: Option<&Path>, program: &str) -> Result<PathBuf>
             }
         }
     };
-    crate::output::probe(&dir).with_context(|| {
+    crate::os::output::probe(&dir).with_context(|| {
         format!(
             "output directory {} is not writable (choose another with -o DIR)",
             dir.display()
@@ -632,7 +628,7 @@ pub fn prepare_output(explicit: Option<&Path>, program: &str) -> Result<PathBuf>
 /// Prints the report to stderr, then saves the profile (as recorded, with the rules the user
 /// gave, for later reports: `fsprof report` applies rules itself), the text report, the two
 /// flamegraphs and the boundary graph (if any, these with `rules` applied), each whole or not at
-/// all (`output.rs`). A file that cannot be written (a full disk) is said and skipped; the error,
+/// all (`os/output.rs`). A file that cannot be written (a full disk) is said and skipped; the error,
 /// after every other file was tried, names those not written.
 fn write_outputs(dir: &Path, mut profile: Profile, rules: &crate::rules::RuleSet) -> Result<()> {
     let view = if profile.meta.count_idle {
@@ -660,16 +656,13 @@ fn write_outputs(dir: &Path, mut profile: Profile, rules: &crate::rules::RuleSet
     let (mut written, mut failed) = (Vec::new(), Vec::new());
     for (path, bytes) in files {
         let result = bytes.and_then(|bytes| {
-            crate::output::write(&path, &bytes)
+            crate::os::output::write(&path, &bytes)
                 .with_context(|| format!("cannot write {}", path.display()))
         });
         match result {
             Ok(()) => written.push(path.display().to_string()),
             Err(error) => {
-                say!(
-                    "fsprof: {}",
-                    crate::target::names::clean(&format!("{error:#}"))
-                );
+                say!("fsprof: {}", crate::profile::clean(&format!("{error:#}")));
                 failed.push(path.display().to_string());
             }
         }

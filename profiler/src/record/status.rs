@@ -84,7 +84,7 @@ fn line(builder: &ProfileBuilder, threads: usize, elapsed: Duration, width: usiz
         if threads == 1 { "" } else { "s" }
     );
     for (feature, ns) in progress.top_features().into_iter().take(TOP) {
-        let name = crate::target::names::clean(builder.feature_name(feature));
+        let name = crate::profile::clean(builder.feature_name(feature));
         let part = format!(" · {name} {:.0}%", progress.percent(ns));
         if line.chars().count() + part.chars().count() > width {
             break;

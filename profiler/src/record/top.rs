@@ -167,10 +167,10 @@ fn rows(builder: &ProfileBuilder, now: &Progress, before: &Progress) -> Vec<Row<
     };
     let mut rows = Vec::new();
     for (feature, ns) in features {
-        let name = crate::target::names::clean(builder.feature_name(feature));
+        let name = crate::profile::clean(builder.feature_name(feature));
         rows.push(row(recent(ns, before.features.get(&feature)), ns, name));
         for (payload, ns) in now.top_instances(feature).into_iter().take(INSTANCES) {
-            let text = crate::target::names::clean(builder.payload_text(payload));
+            let text = crate::profile::clean(builder.payload_text(payload));
             let old = before.instances.get(&(feature, payload));
             rows.push(row(recent(ns, old), ns, format!("  {text}")));
         }

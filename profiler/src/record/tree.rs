@@ -132,14 +132,14 @@ impl Tree {
             return;
         }
         // A capable fsprof records only what its user may trace (a set-user-id child, say, it
-        // may not): see `privilege.rs`. Its command line is read first, so that it is one of
+        // may not): see `os/privilege.rs`. Its command line is read first, so that it is one of
         // a program that passed (one run since is checked by the follower's sampler).
         let command = process::command_line(pid);
-        match crate::record::privilege::may_trace(pid) {
+        match crate::os::privilege::may_trace(pid) {
             Ok(()) => {}
-            Err(crate::record::privilege::Refusal::Unsettled(_))
+            Err(crate::os::privilege::Refusal::Unsettled(_))
                 if *self.unsettled.entry(pid).or_insert_with(Instant::now)
-                    + crate::record::privilege::MOST_UNSETTLED
+                    + crate::os::privilege::MOST_UNSETTLED
                     > Instant::now() =>
             {
                 // In the middle of an exec: found again at the next scan.
@@ -258,7 +258,7 @@ fn record(pid: u32, mut command: Vec<String>, sampling: Sampling, stop: &AtomicB
         if Instant::now() >= next_check {
             next_check = Instant::now() + Duration::from_millis(50);
             let now = process::command_line(pid);
-            if !now.is_empty() && crate::record::privilege::may_trace(pid).is_ok() {
+            if !now.is_empty() && crate::os::privilege::may_trace(pid).is_ok() {
                 command = now;
             }
             if !process::is_alive(pid) {

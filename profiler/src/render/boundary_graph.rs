@@ -192,7 +192,7 @@ fn stroke_widths(graphs: &[(&str, &[Edge])]) -> impl Fn(&Edge, f64) -> f64 {
 
 /// `text` escaped for XML, control characters replaced.
 fn xml(text: &str) -> String {
-    crate::target::names::clean(text)
+    crate::profile::clean(text)
         .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

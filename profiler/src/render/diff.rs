@@ -25,7 +25,7 @@ pub fn text(diff: &Diff, sides: [Side<'_>; 2], view: &str) -> String {
             out,
             "{letter}: {} ({}): {:.0} ms counted",
             about.path,
-            crate::target::names::clean(&about.command.join(" ")),
+            crate::profile::clean(&about.command.join(" ")),
             diff.total_ns[side] as f64 / 1e6
         );
     }
@@ -48,7 +48,7 @@ pub fn text(diff: &Diff, sides: [Side<'_>; 2], view: &str) -> String {
             diff.percent(1, ns[1]),
             change,
             times,
-            crate::target::names::clean(name)
+            crate::profile::clean(name)
         );
     };
     for feature in &diff.features {

@@ -96,7 +96,7 @@ pub fn render(folded: &Folded, mut out: impl Write) -> Result<()> {
 /// Renders the SVG into a file.
 pub fn write_file(folded: &Folded, path: &std::path::Path) -> Result<()> {
     let svg = svg(folded)?;
-    crate::output::write_named(path, &svg)
+    crate::os::output::write_named(path, &svg)
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
@@ -134,7 +134,7 @@ pub fn write_differential(a: &Folded, b: &Folded, path: &std::path::Path) -> Res
         flamegraph::from_lines(&mut options, lines.lines(), &mut svg)
             .context("drawing the differential flamegraph")?;
     }
-    crate::output::write_named(path, &svg)
+    crate::os::output::write_named(path, &svg)
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
@@ -157,8 +157,8 @@ fn write_empty(folded: &Folded, mut out: impl Write) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::super::folded::fold;
-    use super::super::folded::tests::{build, S};
     use super::*;
+    use crate::profile::fixtures::{build, S};
 
     fn svg(folded: &Folded) -> String {
         let mut out = Vec::new();

@@ -631,7 +631,7 @@ fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
 mod tests {
     use super::*;
     use crate::analysis::analyse;
-    use crate::render::folded::tests::{build, S};
+    use crate::profile::fixtures::{build, S};
 
     #[test]
     fn instances_list_their_call_paths_only_with_native_stacks() {

@@ -14,10 +14,10 @@
 
 use super::pattern::FrameNames;
 use super::RuleSet;
+use crate::profile::{clean, PayloadKind};
 use crate::profile::{Frame, NativeFrame, NativeStack, Payload, Profile, Stack, MAX_STACK_FRAMES};
 use crate::symbolize::call_sites::{short_path, NOT_FOUND};
 use crate::symbolize::runtime_code;
-use crate::target::names::{self, PayloadKind};
 use std::collections::{HashMap, HashSet};
 
 /// Applies `rules` to `profile`'s samples (see the module's header); adds a note naming the
@@ -324,12 +324,12 @@ impl Payloads {
     /// The instance of a call made at `frame`: `function (file:line)`, as the agent's call
     /// sites are named.
     fn call_site(&mut self, frame: &NativeFrame) -> u32 {
-        let function = names::clean(&frame.function);
+        let function = clean(&frame.function);
         let text = match (&frame.file, frame.line) {
             (Some(file), Some(line)) => {
-                format!("{function} ({}:{line})", names::clean(short_path(file)))
+                format!("{function} ({}:{line})", clean(short_path(file)))
             }
-            (Some(file), None) => format!("{function} ({})", names::clean(short_path(file))),
+            (Some(file), None) => format!("{function} ({})", clean(short_path(file))),
             _ => function,
         };
         self.id(text)
@@ -338,7 +338,7 @@ impl Payloads {
     /// The instance of a feature whose call site is not in the stack (it was not unwound that
     /// far): named after the feature's outermost function.
     fn not_found(&mut self, function: &str) -> u32 {
-        let text = format!("{NOT_FOUND} {}", names::clean(function));
+        let text = format!("{NOT_FOUND} {}", clean(function));
         self.id(text)
     }
 
@@ -526,7 +526,7 @@ fn note(profile: &mut Profile, rules: &RuleSet, ids: &HashMap<u32, u32>, found: 
 mod tests {
     use super::*;
     use crate::analysis::counted_marks;
-    use crate::render::folded::tests::{build, S};
+    use crate::profile::fixtures::{build, S};
     use crate::rules::from_spec;
 
     /// A test frame: its function, file and line, and module.

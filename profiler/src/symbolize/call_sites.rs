@@ -436,7 +436,7 @@ impl CallSites {
             None => Class::Program,
             Some(module)
                 if runtime_code::is_runtime_module(&module.path)
-                    || crate::record::agent::is_agent_path(&module.path) =>
+                    || crate::target::modules::is_agent_path(&module.path) =>
             {
                 Class::Runtime
             }
@@ -501,7 +501,7 @@ impl CallSites {
         let find = |maps: &[Mapping]| {
             maps.iter()
                 .find(|m| m.range.contains(&address))
-                .map(|m| crate::record::agent::is_agent_path(&m.path))
+                .map(|m| crate::target::modules::is_agent_path(&m.path))
         };
         if let Some(found) = find(&self.maps) {
             return found;
@@ -606,18 +606,15 @@ fn name(symbolizer: &mut Symbolizer, address: u64) -> String {
     let Some(frame) = own.or(frames.last()) else {
         return format!("{address:#x}");
     };
-    let function = crate::target::names::clean(&frame.function);
+    let function = crate::profile::clean(&frame.function);
     match (&frame.file, frame.line) {
         (Some(file), Some(line)) => {
             format!(
                 "{function} ({}:{line})",
-                crate::target::names::clean(short_path(file))
+                crate::profile::clean(short_path(file))
             )
         }
-        (Some(file), None) => format!(
-            "{function} ({})",
-            crate::target::names::clean(short_path(file))
-        ),
+        (Some(file), None) => format!("{function} ({})", crate::profile::clean(short_path(file))),
         _ => function,
     }
 }

@@ -238,3 +238,22 @@ pub fn load_bias(image: &[u8], start: u64, offset: u64) -> Option<u64> {
             .wrapping_sub(segment.p_vaddr(endian)),
     )
 }
+
+/// Whether the mapping path `path` (from `/proc/PID/maps`) is fsprof's agent library
+/// (`libfsprof_agent*`): its frames are fsprof's, not the program's.
+pub fn is_agent_path(path: &str) -> bool {
+    std::path::Path::new(path)
+        .file_name()
+        .is_some_and(|name| name.as_encoded_bytes().starts_with(b"libfsprof_agent"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agent_is_known_by_its_file_name() {
+        assert!(is_agent_path("/a/b/libfsprof_agent.so"));
+        assert!(!is_agent_path("/a/libfsprof_agent.so/libc.so.6"));
+    }
+}

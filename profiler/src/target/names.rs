@@ -8,7 +8,7 @@
 //! address and is shown as `0x…`; this module does not symbolize it. An alternative's and a
 //! boundary's payload also keep their parts (`Detail`) for the analyses that use them.
 
-use crate::profile::{Detail, Payload};
+use crate::profile::{clean, Detail, Payload, PayloadKind};
 use crate::target::remote::Memory;
 use fsprof_shim::abi::{self, RecordView};
 
@@ -16,22 +16,6 @@ use fsprof_shim::abi::{self, RecordView};
 pub const MAX_NAME: usize = 256;
 /// Longest payload string we read.
 pub const MAX_PAYLOAD: usize = 1024;
-
-/// What kind of instance a payload names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PayloadKind {
-    /// `file:line:column` of the code that marked.
-    Location,
-    /// A name given by the program.
-    Name,
-    /// The return address of a call that marked (C ABI, no payload), as `0x…` until symbolized.
-    CallSite,
-    /// An alternative a parser tried: `choice, branch N` (the offset in the payload's detail).
-    Alternative,
-    /// A check at a boundary: `value (from -> to)`.
-    Boundary,
-}
 
 /// Reads the name of the feature whose descriptor is at `address`.
 pub fn feature_name(remote: &impl Memory, address: u64) -> String {
@@ -109,23 +93,6 @@ fn plain_payload(remote: &impl Memory, record: &RecordView) -> Option<(PayloadKi
         )),
         abi::KIND_CALL_SITE => Some((PayloadKind::CallSite, format!("{:#x}", record.payload))),
         other => Some((PayloadKind::Name, format!("<unknown payload kind {other}>"))),
-    }
-}
-
-/// `text` safe to print on a terminal: control characters (escape sequences) and the bidi and
-/// other invisible format characters that can make text display as something else are replaced
-/// by U+FFFD. Everything fsprof prints that came from a target or a file goes through this.
-pub fn clean(text: &str) -> String {
-    let unsafe_char = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
-    };
-    if text.chars().any(unsafe_char) {
-        text.chars()
-            .map(|c| if unsafe_char(c) { '\u{FFFD}' } else { c })
-            .collect()
-    } else {
-        text.to_owned()
     }
 }
 

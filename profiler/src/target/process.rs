@@ -74,7 +74,7 @@ pub fn command_line(pid: u32) -> Vec<String> {
             bytes
                 .split(|b| *b == 0)
                 .filter(|arg| !arg.is_empty())
-                .map(|arg| crate::target::names::clean(&String::from_utf8_lossy(arg)))
+                .map(|arg| crate::profile::clean(&String::from_utf8_lossy(arg)))
                 .collect()
         })
         .unwrap_or_default()
@@ -206,7 +206,7 @@ pub fn namespace_tid(pid: u32, tid: u32) -> Option<u32> {
 /// A thread's name (`comm`), or an empty string.
 pub fn thread_name(pid: u32, tid: u32) -> String {
     fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/comm")))
-        .map(|name| crate::target::names::clean(name.trim_end()))
+        .map(|name| crate::profile::clean(name.trim_end()))
         .unwrap_or_default()
 }
 

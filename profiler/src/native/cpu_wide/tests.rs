@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 /// A per-CPU perf sampler at a 1 ms period; `None` (the test skipped, and said) where not root.
 fn sampler() -> Option<PerfSampler> {
-    let made =
-        crate::record::privilege::with_perf(|| PerfSampler::create(1_000_000, 64, Design::Cpus));
+    let made = crate::os::privilege::with_perf(|| PerfSampler::create(1_000_000, 64, Design::Cpus));
     match made {
         Ok(perf) if perf.per_cpu() => Some(perf),
         Ok(_) => {

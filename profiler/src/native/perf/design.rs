@@ -35,7 +35,7 @@ impl PerfSampler {
     /// programs).
     fn open_wide(&mut self, capacity: u32) -> Result<CpuWide, String> {
         const ASKED: &str = "per-CPU events (FSPROF_PER_CPU=1) are not available";
-        if crate::record::privilege::elevated() {
+        if crate::os::privilege::elevated() {
             return Err(format!(
                 "{ASKED} to a capable copy of fsprof yet: run it as root"
             ));

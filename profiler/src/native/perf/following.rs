@@ -44,7 +44,7 @@ impl PerfSampler {
         let Some(thread) = self.threads.get_mut(&tid) else {
             return;
         };
-        let now = crate::record::clock::monotonic_ns();
+        let now = crate::os::time::monotonic_ns();
         let elapsed = now.saturating_sub(thread.window_start);
         if !follows || elapsed < SWITCH_WINDOW_NS {
             return;

@@ -137,7 +137,7 @@ fn sampled_with_its_slot(mut perf: PerfSampler) {
 /// test skipped, and said) where not root: only root is sure to have perf events and BPF,
 /// elsewhere this backend is off.
 fn sampler(threads: u32) -> Option<PerfSampler> {
-    root_only(crate::record::privilege::with_perf(|| {
+    root_only(crate::os::privilege::with_perf(|| {
         PerfSampler::create(1_000_000, threads, Design::Threads)
     }))
 }
@@ -145,7 +145,7 @@ fn sampler(threads: u32) -> Option<PerfSampler> {
 /// [`sampler`] in the per-CPU design (`cpu_wide.rs`); `None` (skipped, and said) where the
 /// kernel cannot have it (see `design::per_cpu_refused`).
 fn sampler_per_cpu(threads: u32) -> Option<PerfSampler> {
-    let perf = root_only(crate::record::privilege::with_perf(|| {
+    let perf = root_only(crate::os::privilege::with_perf(|| {
         PerfSampler::create(1_000_000, threads, Design::Cpus)
     }))?;
     if !perf.per_cpu() {

@@ -1,6 +1,6 @@
 //! What the sampler does at an `exec` of the process it records: the program image starts
 //! anew ([`Sampler::new_image`]), and a capable fsprof decides again whether its user may trace
-//! the process ([`ExecGate`], see `privilege.rs`): a program that turned set-user-id,
+//! the process ([`ExecGate`], see `os/privilege.rs`): a program that turned set-user-id,
 //! set-group-id or capable by its `exec` is recorded no further. Whatever was recorded before
 //! the `exec` stays.
 //!
@@ -26,7 +26,7 @@
 //! (`sampler.rs`).
 
 use super::Sampler;
-use crate::record::privilege::{self, Refusal, MOST_UNSETTLED};
+use crate::os::privilege::{self, Refusal, MOST_UNSETTLED};
 use crate::target::process::ThreadStatus;
 use std::time::Instant;
 

@@ -75,7 +75,7 @@ impl Sampler {
         // sample of it is empty and its next one starts there (see `Sampler::sample_thread`).
         let last_time = match (born_ns, self.clock.last()) {
             (Some(born), Some(last)) => {
-                let age = crate::record::clock::monotonic_ns().saturating_sub(born);
+                let age = crate::os::time::monotonic_ns().saturating_sub(born);
                 Instant::now()
                     .checked_sub(Duration::from_nanos(age))
                     .unwrap_or(last)

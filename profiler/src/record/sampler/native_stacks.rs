@@ -6,7 +6,7 @@
 
 use super::off_cpu::LatestSample;
 use super::*;
-use crate::record::clock::monotonic_ns;
+use crate::os::time::monotonic_ns;
 
 /// Most a departure's sample of the thread's stack comes before the departure's own record.
 /// Both are written as the thread leaves its CPU, microseconds apart, but a loaded machine

@@ -38,7 +38,7 @@ use super::native_stacks::snapshot_records;
 use super::*;
 use crate::native::perf::Switch;
 use crate::native::ring::JUST_BACK_NS;
-use crate::record::clock::monotonic_ns;
+use crate::os::time::monotonic_ns;
 use crate::target::process;
 
 /// A thread's scheduling totals are read at most this often (for its wake-ups' waits).

@@ -8,7 +8,7 @@ use super::super::native_stacks::snapshot_records;
 use super::super::*;
 use super::{same_places, LatestSample, OffCpu, MAX_WOKEN};
 use crate::native::ring::{Folded, FOLD_MOST_NS};
-use crate::record::clock::monotonic_ns;
+use crate::os::time::monotonic_ns;
 
 impl Sampler {
     /// Takes thread `tid`'s short stretches off its CPU, folded by the kernel (see

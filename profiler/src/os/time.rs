@@ -1,0 +1,9 @@
+//! The clock fsprof and the kernel's records share: CLOCK_MONOTONIC in nanoseconds. Not here:
+//! the tick clock of a recording (`record/clock.rs`).
+
+/// CLOCK_MONOTONIC now, in ns: the clock of perf's records (and of `Instant`).
+pub fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
+}
