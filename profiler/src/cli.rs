@@ -1,9 +1,10 @@
 //! The command line (clap). Parsed arguments are turned into plain option structs here, so the
 //! rest of the crate never sees clap types.
 
-use crate::record::session::{Backend, RecordOptions};
+use crate::commands::report::{DiffFormat, DiffOptions, Format, ReportOptions};
+use crate::commands::session::{Backend, RecordOptions};
 use crate::rules::RuleSet;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -232,37 +233,6 @@ impl RuleArgs {
     }
 }
 
-/// Output formats of `fsprof report`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// The text report.
-    Text,
-    /// The report as JSON.
-    Json,
-    /// Collapsed stacks, one line per distinct stack, root first: `frame;frame;... COUNT`, with
-    /// COUNT the stack's time in microseconds (rounded; the report's time view, see --idle).
-    /// Mark frames read `[feature] payload`.
-    Folded,
-    /// A gzipped pprof profile (`profile.proto`), for `go tool pprof`, Pyroscope or Parca: the
-    /// combined stacks (marks as frames), sample counts and time in ns, and `feature` and
-    /// `instance` labels on each sample (`go tool pprof -tagfocus=feature=output FILE`). Binary:
-    /// redirect stdout or use --output.
-    Pprof,
-    /// speedscope's JSON file format (open it at https://www.speedscope.app): one profile per
-    /// thread, its stacks (marks as frames) weighted by their time in ns.
-    Speedscope,
-}
-
-/// Output formats of `fsprof diff`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DiffFormat {
-    /// A table: per feature and instance, ms and % in A and B, B - A and B/A.
-    Text,
-    /// JSON: `{"a", "b", "features": [{"name", "a_ms", "b_ms", "a_percent", "b_percent",
-    /// "ratio", "instances": [{"payload", ...}]}]}`.
-    Json,
-}
-
 fn parse_rate(text: &str) -> Result<f64, String> {
     let rate: f64 = text.parse().map_err(|_| format!("not a number: {text}"))?;
     if !(1.0..=20_000.0).contains(&rate) {
@@ -316,42 +286,6 @@ pub enum Command {
     Agent,
     /// `fsprof completions` and `fsprof manpage`: text generated from this command line.
     Print(String),
-}
-
-/// What `fsprof diff` renders.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DiffOptions {
-    /// Output format.
-    pub format: DiffFormat,
-    /// Also write the differential flamegraph here.
-    pub flamegraph: Option<PathBuf>,
-    /// Force the all-time view.
-    pub idle: bool,
-    /// The feature rules to apply to both profiles' native stacks.
-    pub rules: RuleSet,
-}
-
-/// What `fsprof report` renders.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReportOptions {
-    /// Output format (ignored with `flamegraph`).
-    pub format: Format,
-    /// Write the format's output to this file instead of stdout.
-    pub output: Option<PathBuf>,
-    /// Force the all-time view.
-    pub idle: bool,
-    /// Folded stacks or flamegraph of the marks alone.
-    pub features_only: bool,
-    /// Write a flamegraph SVG here instead of printing.
-    pub flamegraph: Option<PathBuf>,
-    /// Write the boundary graph's SVG here instead of printing.
-    pub boundaries: Option<PathBuf>,
-    /// Only the samples of the thread of this name or id.
-    pub thread: Option<String>,
-    /// Only the samples of the process of this id or program.
-    pub process: Option<String>,
-    /// The feature rules to apply to the native stacks.
-    pub rules: RuleSet,
 }
 
 impl RecordArgs {

@@ -10,7 +10,7 @@
 //! `fuzzing` feature only. Not here: the readers.
 
 use crate::analysis::{self, TimeView};
-use crate::cli::{Format, ReportOptions};
+use crate::commands::report::{Format, ReportOptions};
 use crate::profile::Profile;
 use crate::rules::RuleSet;
 use std::path::Path;
@@ -46,7 +46,11 @@ pub fn profile_file(bytes: &[u8]) -> bool {
                 rules: RuleSet::catalog(),
             };
             // A report may refuse a profile (a filter that matches nothing): not a failure.
-            let _ = crate::report_profile(profile.clone(), Path::new("fuzzed"), &options);
+            let _ = crate::commands::report::report_profile(
+                profile.clone(),
+                Path::new("fuzzed"),
+                &options,
+            );
         }
         let filtered = ReportOptions {
             format: Format::Text,
@@ -59,7 +63,11 @@ pub fn profile_file(bytes: &[u8]) -> bool {
             process: Some(process.clone()).filter(|_| !idle),
             rules: RuleSet::default(),
         };
-        let _ = crate::report_profile(profile.clone(), Path::new("fuzzed"), &filtered);
+        let _ = crate::commands::report::report_profile(
+            profile.clone(),
+            Path::new("fuzzed"),
+            &filtered,
+        );
         let view = if idle {
             TimeView::All
         } else {

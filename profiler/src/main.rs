@@ -23,13 +23,13 @@ fn main() -> ExitCode {
     }
     let result = match command {
         Command::Run { program, options } => {
-            fsprof::record::session::run(&program, &options).map(|code| code as u8)
+            fsprof::commands::session::run(&program, &options).map(|code| code as u8)
         }
         Command::Attach { pid, options } => {
-            fsprof::record::session::attach(pid, &options).map(|()| 0)
+            fsprof::commands::session::attach(pid, &options).map(|()| 0)
         }
         Command::Report { path, options } => {
-            if options.format == fsprof::cli::Format::Pprof
+            if options.format == fsprof::commands::report::Format::Pprof
                 && options.output.is_none()
                 && std::io::stdout().is_terminal()
             {
@@ -37,11 +37,11 @@ fn main() -> ExitCode {
                     "a pprof profile is binary: redirect stdout to a file (`> app.pb.gz`) or pass `-o app.pb.gz`"
                 ))
             } else {
-                fsprof::report(&path, &options).and_then(|bytes| write(&bytes))
+                fsprof::commands::report::report(&path, &options).and_then(|bytes| write(&bytes))
             }
         }
         Command::Diff { paths, options } => {
-            fsprof::diff(&paths, &options).and_then(|bytes| write(&bytes))
+            fsprof::commands::report::diff(&paths, &options).and_then(|bytes| write(&bytes))
         }
         Command::Agent => fsprof::record::agent::library()
             .and_then(|path| write(format!("{}\n", path.display()).as_bytes())),

@@ -223,7 +223,7 @@ impl Sampler {
     }
 
     /// The profile so far and the number of threads followed (for the status line).
-    pub(super) fn progress(&self) -> (&ProfileBuilder, usize) {
+    pub(crate) fn progress(&self) -> (&ProfileBuilder, usize) {
         (&self.builder, self.threads.states.len())
     }
 

@@ -2,14 +2,13 @@
 //! to 1.5 times the mean period the tick clock asks for, so that periodic behaviour in the target
 //! cannot alias with the sampling), with the sampler's thread raised to real-time priority where
 //! the system allows it (`os/priority.rs`), until the target exits, the caller stops it or the duration elapses;
-//! Ctrl-Z suspends fsprof without leaving the target stuck; a status line shows progress on a
-//! terminal (`status.rs`). What a tick reads is the sampler's business (`sampler.rs`), how often
+//! Ctrl-Z suspends fsprof without leaving the target stuck; a [`Live`] view the caller gives
+//! shows progress. What a tick reads is the sampler's business (`sampler.rs`), how often
 //! the next comes the clock's (`clock.rs`).
 
 use crate::os::priority;
+use crate::profile::ProfileBuilder;
 use crate::record::sampler::Sampler;
-use crate::record::status::Status;
-use crate::record::top::Top;
 use crate::target::process;
 use std::time::{Duration, Instant};
 
@@ -50,47 +49,24 @@ pub struct Schedule {
     pub duration: Option<Duration>,
     /// Set by SIGTSTP (Ctrl-Z): fsprof is to suspend itself, see [`suspend`].
     pub suspend: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// `fsprof top`: the live view's title (else the status line shows progress).
-    pub top: Option<String>,
-    /// Whether the status line may be drawn (not over a launched program's terminal output).
-    pub status: bool,
 }
 
-/// What shows progress while recording.
-enum Live {
-    Status(Status),
-    Top(Box<Top>),
-}
-
-impl Live {
-    /// `fsprof top`'s view if `top` has a title and stdout is a terminal, else the status line
-    /// (drawn only if `status`).
-    fn new(top: Option<String>, status: bool) -> Live {
-        match top.and_then(|title| Top::new(title).ok()) {
-            Some(top) => Live::Top(Box::new(top)),
-            None => Live::Status(Status::new(status)),
-        }
-    }
-
-    /// After each tick; false when the user asked to stop (in `fsprof top`).
-    fn update(&mut self, sampler: &Sampler) -> bool {
-        let (builder, threads) = sampler.progress();
-        match self {
-            Live::Status(status) => {
-                status.update(builder, threads);
-                true
-            }
-            Live::Top(top) => top.update(builder, threads),
-        }
-    }
-
+/// What shows progress while recording (the session chooses: a status line, `fsprof top`'s
+/// view, or nothing for a follower).
+pub trait Live {
+    /// After each tick, with the profile built so far and the number of threads known; false
+    /// when the user asked to stop.
+    fn update(&mut self, builder: &ProfileBuilder, threads: usize) -> bool;
     /// When recording stops.
-    fn clear(&mut self) {
-        match self {
-            Live::Status(status) => status.clear(),
-            Live::Top(top) => top.restore(),
-        }
+    fn clear(&mut self);
+}
+
+/// No live view.
+impl Live for () {
+    fn update(&mut self, _: &ProfileBuilder, _: usize) -> bool {
+        true
     }
+    fn clear(&mut self) {}
 }
 
 /// Samples until the target exits, `stop` returns a reason, or the duration elapses. Intervals are
@@ -99,6 +75,7 @@ impl Live {
 pub fn record(
     sampler: &mut Sampler,
     schedule: Schedule,
+    live: &mut dyn Live,
     mut stop: impl FnMut(&Sampler) -> Option<End>,
 ) -> End {
     let period = Duration::from_secs_f64(1.0 / schedule.rate_hz);
@@ -107,7 +84,7 @@ pub fn record(
     // With the default 50 µs timer slack our wake-ups would be batched with the target's own
     // timers; one nanosecond keeps the sampling times independent of the target's.
     let _ = nix::sys::prctl::set_timerslack(1);
-    let end = sample_until_stopped(sampler, schedule, period, &mut stop);
+    let end = sample_until_stopped(sampler, schedule, period, live, &mut stop);
     sampler.end_recording();
     sampler.stop_tracing();
     drop(raised);
@@ -118,12 +95,12 @@ fn sample_until_stopped(
     sampler: &mut Sampler,
     schedule: Schedule,
     period: Duration,
+    live: &mut dyn Live,
     stop: &mut impl FnMut(&Sampler) -> Option<End>,
 ) -> End {
     let start = Instant::now();
     let mut next = start;
     let mut current = period;
-    let mut live = Live::new(schedule.top.clone(), schedule.status);
     // Fault injection for tests: a panic in the middle of recording, to prove that the target is
     // released (detached, running) when fsprof fails.
     let panic_after: Option<u64> = std::env::var("FSPROF_TEST_PANIC_AFTER_TICKS")
@@ -165,7 +142,8 @@ fn sample_until_stopped(
         // The tick's CPU time, not its wall time: a tick that was preempted or stopped must not
         // make the next wait longer.
         let cost = thread_cpu_time().saturating_sub(cpu_before);
-        if !live.update(sampler) {
+        let (builder, threads) = sampler.progress();
+        if !live.update(builder, threads) {
             live.clear();
             sampler.tick();
             return End::Interrupted;

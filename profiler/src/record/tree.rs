@@ -244,11 +244,9 @@ fn record(pid: u32, mut command: Vec<String>, sampling: Sampling, stop: &AtomicB
         rate_hz: sampling.rate_hz,
         duration: None,
         suspend: Arc::default(),
-        top: None,
-        status: false,
     };
     let mut next_check = Instant::now();
-    let end = schedule::record(&mut sampler, schedule, |_| {
+    let end = schedule::record(&mut sampler, schedule, &mut (), |_| {
         if stop.load(Ordering::Relaxed) {
             return Some(End::Interrupted);
         }

@@ -8,8 +8,8 @@
 //! It reads the profile being built (`progress.rs`); it does not change it. `top.rs` is the
 //! full-screen view of the same (`fsprof top`).
 
+use crate::commands::progress::Progress;
 use crate::profile::ProfileBuilder;
-use crate::record::progress::Progress;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 

@@ -8,6 +8,7 @@
 //! or killed.
 
 use crate::analysis::TimeView;
+use crate::commands::live::LiveView;
 use crate::profile::{Meta, Profile};
 use crate::record::agent;
 use crate::record::announce::Registry;
@@ -141,8 +142,9 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     let shared_perf = sampler.share_perf();
     let mut tree = follow(pid, descriptors, options, "run", shared_perf, announcements);
     let mut status: Option<ExitStatus> = None;
-    let schedule = schedule(options, &signals, (&program_name(name), pid), true);
-    let mut end = schedule::record(&mut sampler, schedule, |sampler| {
+    let schedule = schedule(options, &signals);
+    let mut live = live(options, (&program_name(name), pid), true);
+    let mut end = schedule::record(&mut sampler, schedule, &mut live, |sampler| {
         if signals.any() {
             return Some(End::Interrupted);
         }
@@ -258,8 +260,9 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         None,
     );
     let mut next_check = Instant::now();
-    let schedule = schedule(options, &signals, (&name, pid), false);
-    let end = schedule::record(&mut sampler, schedule, |_| {
+    let schedule = schedule(options, &signals);
+    let mut live = live(options, (&name, pid), false);
+    let end = schedule::record(&mut sampler, schedule, &mut live, |_| {
         if signals.any() {
             return Some(End::Interrupted);
         }
@@ -522,20 +525,22 @@ fn check_backend(options: &RecordOptions) -> Result<()> {
 
 /// The loop's schedule for recording program `name`, process `pid`; `launched`: `run`'s
 /// program, which writes to fsprof's terminal unless its stdout is redirected.
-fn schedule(
-    options: &RecordOptions,
-    signals: &Signals,
-    (name, pid): (&str, u32),
-    launched: bool,
-) -> Schedule {
-    use std::io::IsTerminal;
+fn schedule(options: &RecordOptions, signals: &Signals) -> Schedule {
     Schedule {
-        status: !launched || !std::io::stdout().is_terminal(),
         rate_hz: options.rate_hz,
         duration: options.duration,
         suspend: Arc::clone(&signals.suspend),
-        top: (options.top.as_ref()).map(|_| format!("{} (pid {pid})", crate::profile::clean(name))),
     }
+}
+
+/// What shows progress while recording program `name`, process `pid`: `fsprof top`'s view if
+/// asked for and stdout is a terminal, else the status line, drawn unless `launched` (`run`'s
+/// program) writes to fsprof's terminal (its stdout not redirected).
+fn live(options: &RecordOptions, (name, pid): (&str, u32), launched: bool) -> LiveView {
+    use std::io::IsTerminal;
+    let title =
+        (options.top.as_ref()).map(|_| format!("{} (pid {pid})", crate::profile::clean(name)));
+    LiveView::new(title, !launched || !std::io::stdout().is_terminal())
 }
 
 fn meta(mode: &str, command: Vec<String>, pid: u32, options: &RecordOptions, end: &End) -> Meta {
@@ -639,7 +644,7 @@ fn write_outputs(dir: &Path, mut profile: Profile, rules: &crate::rules::RuleSet
     profile.meta.rules = crate::rules::saved(rules);
     let recorded = profile.to_json();
     crate::rules::apply(&mut profile, rules);
-    let text = crate::text_report(&profile, view);
+    let text = crate::commands::report::text_report(&profile, view);
     say!("\n{}", text.trim_end_matches('\n'));
     let mut files: Vec<(PathBuf, Result<Vec<u8>>)> = vec![
         (dir.join(crate::profile::FILE_NAME), recorded),

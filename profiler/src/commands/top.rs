@@ -7,8 +7,8 @@
 //! when recording fails); it writes no file. The status line of `run` and `attach` is
 //! `status.rs`.
 
+use crate::commands::progress::Progress;
 use crate::profile::ProfileBuilder;
-use crate::record::progress::Progress;
 use anyhow::{bail, Context, Result};
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
