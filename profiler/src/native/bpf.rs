@@ -1,8 +1,14 @@
 //! The BPF side of the perf backend: raw `bpf(2)` commands (maps, program loading) and the
-//! hand-assembled program attached to each thread's perf event, which copies the thread's mark
-//! slots at the sample's instant into a ring shared by all threads. It only builds and loads;
-//! `perf.rs` attaches, `ring.rs` reads.
+//! program attached to each thread's perf event, which copies the thread's mark slots at the
+//! sample's instant into a ring shared by all threads (written with `asm.rs`'s instructions
+//! and labels). It only builds and loads; `perf.rs` attaches, `ring.rs` reads.
 
+use crate::native::asm::{
+    insn, Asm, Insn, ADD64_IMM, CALL, EXIT, HELPER_GET_CURRENT_PID_TGID, HELPER_KTIME_GET_NS,
+    HELPER_MAP_LOOKUP_ELEM, HELPER_PROBE_READ_USER, HELPER_RINGBUF_OUTPUT, JEQ_IMM, JLE_IMM,
+    JLT_REG, JNE_IMM, LDX_DW, LDX_W, LD_IMM64, MOV64_IMM, MOV64_REG, MUL64_IMM, PSEUDO_MAP_FD,
+    RB_NO_WAKEUP, STX_DW, STX_W, ST_DW, ST_W,
+};
 use crate::native::map_value::{
     ANCHOR_RECORD_SIZE, COPY_HEADER, SCRATCH_SIZE, VALUE_ADDRESSES, VALUE_ANCHORS,
     VALUE_ANCHOR_RECORD, VALUE_DEPARTED, VALUE_SCRATCH,
@@ -176,65 +182,6 @@ fn create_map_with(
     bpf(BPF_MAP_CREATE, &mut attr)
 }
 
-/// One BPF instruction.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(super) struct Insn {
-    code: u8,
-    regs: u8,
-    pub(super) off: i16,
-    imm: i32,
-}
-
-pub(super) fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn {
-        code,
-        regs: dst | (src << 4),
-        off,
-        imm,
-    }
-}
-
-// Opcodes used below (linux/bpf.h, bpf_common.h).
-pub(super) const ST_W: u8 = 0x62; // *(u32 *)(dst + off) = imm
-pub(super) const ST_DW: u8 = 0x7a; // *(u64 *)(dst + off) = imm
-pub(super) const STX_DW: u8 = 0x7b; // *(u64 *)(dst + off) = src
-pub(super) const LDX_DW: u8 = 0x79; // dst = *(u64 *)(src + off)
-pub(super) const LDX_W: u8 = 0x61; // dst = *(u32 *)(src + off)
-pub(super) const STX_W: u8 = 0x63; // *(u32 *)(dst + off) = src
-pub(super) const ADD64_REG: u8 = 0x0f;
-pub(super) const SUB64_REG: u8 = 0x1f;
-pub(super) const AND64_IMM: u8 = 0x57;
-pub(super) const LD_IMM64: u8 = 0x18;
-pub(super) const MOV64_REG: u8 = 0xbf;
-pub(super) const MOV64_IMM: u8 = 0xb7;
-pub(super) const ADD64_IMM: u8 = 0x07;
-pub(super) const MUL64_IMM: u8 = 0x27;
-pub(super) const JEQ_IMM: u8 = 0x15;
-pub(super) const JNE_IMM: u8 = 0x55;
-pub(super) const JLE_IMM: u8 = 0xb5;
-pub(super) const JLT_REG: u8 = 0xad;
-pub(super) const JGT_IMM: u8 = 0x25;
-pub(super) const CALL: u8 = 0x85;
-pub(super) const EXIT: u8 = 0x95;
-pub(super) const PSEUDO_MAP_FD: u8 = 1;
-pub(super) const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
-pub(super) const HELPER_MAP_DELETE_ELEM: i32 = 3;
-pub(super) const HELPER_KTIME_GET_NS: i32 = 5;
-pub(super) const HELPER_GET_CURRENT_PID_TGID: i32 = 14;
-pub(super) const HELPER_PROBE_READ_KERNEL: i32 = 113;
-pub(super) const HELPER_PROBE_READ_USER: i32 = 112;
-pub(super) const HELPER_RINGBUF_OUTPUT: i32 = 130;
-pub(super) const HELPER_RINGBUF_RESERVE: i32 = 131;
-pub(super) const HELPER_RINGBUF_SUBMIT: i32 = 132;
-pub(super) const HELPER_RINGBUF_QUERY: i32 = 134;
-pub(super) const HELPER_GET_CURRENT_TASK_BTF: i32 = 158;
-pub(super) const HELPER_TASK_PT_REGS: i32 = 175;
-/// `bpf_ringbuf_query` flag: the bytes written and not yet read.
-pub(super) const RB_AVAIL_DATA: i32 = 0;
-/// `bpf_ringbuf_output` flag: wake nobody (fsprof reads the ring on its own schedule).
-pub(super) const RB_NO_WAKEUP: i32 = 1;
-
 /// Where a program finds the map value index of the thread it runs for; it keeps the index in
 /// the stack word at [`INDEX_SLOT`] for the rest of the program.
 #[derive(Clone, Copy)]
@@ -272,16 +219,16 @@ fn program(
     let departure = at_switch.map(|d| d.gap_ns);
     let at_switch = at_switch.is_some();
     let result = i32::from(!at_switch);
-    let mut p = vec![insn(STX_DW, 10, 1, CONTEXT, 0)]; // the context, for the walk
+    let mut p = Asm::new();
+    p.push(insn(STX_DW, 10, 1, CONTEXT, 0)); // the context, for the walk
     index_of_thread(&mut p, index);
     p.extend(value_of_thread(map));
+    let go_on = p.label();
+    p.jump(JNE_IMM, 0, 0, 0, go_on); // a value: go on
+    p.extend([insn(MOV64_IMM, 0, 0, 0, 1), insn(EXIT, 0, 0, 0, 0)]);
+    p.bind(go_on);
     p.extend([
-        insn(JNE_IMM, 0, 0, 2, 0), // a value: go on
-        insn(MOV64_IMM, 0, 0, 0, 1),
-        insn(EXIT, 0, 0, 0, 0),
         insn(MOV64_REG, 6, 0, 0, 0), // r6: the value (r6-r9 survive calls)
-    ]);
-    p.extend([
         insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
         insn(MOV64_REG, 7, 0, 0, 0), // r7: the time
     ]);
@@ -297,12 +244,12 @@ fn program(
         departed(&mut p, gap_ns);
     }
     p.extend([insn(MOV64_IMM, 0, 0, 0, result), insn(EXIT, 0, 0, 0, 0)]);
-    p
+    p.finish()
 }
 
 /// Puts the thread's map value index in the stack word at [`INDEX_SLOT`]; for
 /// `Index::Watched`, returns 0 at once where the running thread is not watched.
-fn index_of_thread(p: &mut Vec<Insn>, index: Index) {
+fn index_of_thread(p: &mut Asm, index: Index) {
     match index {
         Index::Fixed(index) => p.push(insn(ST_W, 10, 0, INDEX_SLOT, index as i32)),
         Index::Watched(watched) => {
@@ -311,20 +258,21 @@ fn index_of_thread(p: &mut Vec<Insn>, index: Index) {
                 insn(STX_W, 10, 0, INDEX_SLOT, 0), // the thread's id, the lower half
             ]);
             watched_index(p, watched, INDEX_SLOT);
+            let watched = p.label();
+            p.jump(JNE_IMM, 0, 0, 0, watched);
             p.extend([
-                insn(JNE_IMM, 0, 0, 2, 0),
                 insn(MOV64_IMM, 0, 0, 0, 0), // not watched: no sample
                 insn(EXIT, 0, 0, 0, 0),
-                insn(LDX_W, 1, 0, 0, 0),
-                insn(STX_W, 10, 1, INDEX_SLOT, 0),
             ]);
+            p.bind(watched);
+            p.extend([insn(LDX_W, 1, 0, 0, 0), insn(STX_W, 10, 1, INDEX_SLOT, 0)]);
         }
     }
 }
 
 /// `r0` = the entry of the thread whose id is the stack word at `key` in the hash map
 /// `watched` (a pointer to its u32 map value index), or 0.
-pub(super) fn watched_index(p: &mut Vec<Insn>, watched: RawFd, key: i16) {
+pub(super) fn watched_index(p: &mut Asm, watched: RawFd, key: i16) {
     p.extend([
         insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, watched),
         insn(0, 0, 0, 0, 0),
@@ -347,15 +295,14 @@ pub(super) fn value_of_thread(map: RawFd) -> [Insn; 5] {
 
 /// For each slot, its copy record (see [`program`]) put in the ring `copies`: `r6` is the
 /// value, `r7` the time, the index at [`INDEX_SLOT`]; uses r1-r5, r8, r9.
-pub(super) fn copy_slots(p: &mut Vec<Insn>, copies: RawFd, at_switch: bool) {
+pub(super) fn copy_slots(p: &mut Asm, copies: RawFd, at_switch: bool) {
     let kind = i32::from(at_switch) << 8;
     for slot in 0..SLOTS {
         let address = (VALUE_ADDRESSES + 8 * slot) as i16;
         let header = (VALUE_SCRATCH + slot * SCRATCH_SIZE) as i16;
         let copy = header as i32 + COPY_HEADER as i32;
         let result = header + 24;
-        // Jumps to `output` are patched once its place is known.
-        let mut to_output = Vec::new();
+        let output = p.label();
         p.extend([
             insn(STX_DW, 6, 7, header, 0),
             insn(LDX_W, 1, 10, INDEX_SLOT, 0),
@@ -366,27 +313,26 @@ pub(super) fn copy_slots(p: &mut Vec<Insn>, copies: RawFd, at_switch: bool) {
             insn(ST_DW, 6, 0, result, 0),
             insn(MOV64_IMM, 8, 0, 0, COPY_HEADER as i32), // r8: the record's size
         ]);
-        to_output.push(p.len());
+        p.jump(JEQ_IMM, 3, 0, 0, output); // no slot
         p.extend([
-            insn(JEQ_IMM, 3, 0, 0, 0), // no slot
             insn(MOV64_REG, 1, 6, 0, 0),
             insn(ADD64_IMM, 1, 0, 0, copy),
             insn(MOV64_IMM, 2, 0, 0, SLOT_STATE_SIZE as i32),
             insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
             insn(STX_DW, 6, 0, result, 0),
         ]);
-        to_output.push(p.len());
+        p.jump(JNE_IMM, 0, 0, 0, output); // unreadable
         p.extend([
-            insn(JNE_IMM, 0, 0, 0, 0), // unreadable
             insn(MOV64_IMM, 8, 0, 0, (COPY_HEADER + SLOT_STATE_SIZE) as i32),
             insn(LDX_W, 2, 6, (copy + DEPTH_OFFSET) as i16, 0),
-            insn(JLE_IMM, 2, 0, 1, MARK_CAPACITY as i32),
-            insn(MOV64_IMM, 2, 0, 0, MARK_CAPACITY as i32),
-            insn(MUL64_IMM, 2, 0, 0, RECORD_SIZE as i32),
         ]);
-        to_output.push(p.len());
+        let within = p.label();
+        p.jump(JLE_IMM, 2, 0, MARK_CAPACITY as i32, within);
+        p.push(insn(MOV64_IMM, 2, 0, 0, MARK_CAPACITY as i32));
+        p.bind(within);
+        p.push(insn(MUL64_IMM, 2, 0, 0, RECORD_SIZE as i32));
+        p.jump(JEQ_IMM, 2, 0, 0, output); // no records
         p.extend([
-            insn(JEQ_IMM, 2, 0, 0, 0), // no records
             insn(MOV64_REG, 9, 2, 0, 0),
             insn(LDX_DW, 3, 6, address, 0),
             insn(ADD64_IMM, 3, 0, 0, RECORDS_OFFSET as i32),
@@ -395,16 +341,12 @@ pub(super) fn copy_slots(p: &mut Vec<Insn>, copies: RawFd, at_switch: bool) {
             insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
             insn(STX_DW, 6, 0, result, 0),
         ]);
-        to_output.push(p.len());
+        p.jump(JNE_IMM, 0, 0, 0, output); // unreadable
         p.extend([
-            insn(JNE_IMM, 0, 0, 0, 0), // unreadable
             insn(MOV64_REG, 8, 9, 0, 0),
             insn(ADD64_IMM, 8, 0, 0, (COPY_HEADER + RECORDS_OFFSET) as i32),
         ]);
-        let output = p.len();
-        for at in to_output {
-            p[at].off = (output - at - 1) as i16;
-        }
+        p.bind(output);
         p.extend([
             insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
             insn(0, 0, 0, 0, 0),
@@ -432,30 +374,29 @@ pub(super) struct Departure {
 /// blocked, its block gets the stack it blocked at, which the rules' features need (a wait in
 /// `pthread_mutex_lock` is `locks`). The gap bounds what this costs a thread that leaves its
 /// CPU very often (a copy of up to 64 KiB each) to one per sampling period.
-fn departed(p: &mut Vec<Insn>, gap_ns: u64) {
+fn departed(p: &mut Asm, gap_ns: u64) {
     let last = VALUE_DEPARTED as i16;
     let gap = gap_ns.min(i32::MAX as u64) as i32;
+    let too_recent = p.label();
+    p.extend([insn(LDX_DW, 2, 6, last, 0), insn(ADD64_IMM, 2, 0, 0, gap)]);
+    p.jump(JLT_REG, 7, 2, 0, too_recent); // the previous one too recent: no sample
     p.extend([
-        insn(LDX_DW, 2, 6, last, 0),
-        insn(ADD64_IMM, 2, 0, 0, gap),
-        insn(JLT_REG, 7, 2, 3, 0), // the previous one too recent: no sample (past the exit)
         insn(STX_DW, 6, 7, last, 0),
         insn(MOV64_IMM, 0, 0, 0, 1),
         insn(EXIT, 0, 0, 0, 0),
     ]);
+    p.bind(too_recent);
 }
 
 /// At a sample: the anchors' record (see `perf::ANCHORS`) in the value's scratch, the time
 /// (`r7`), the index (at [`INDEX_SLOT`]) and slot number SLOTS, then each anchor's address and the word read there (0
 /// when it has none or the read fails), put in the ring `copies`. `r6` is the value.
-fn anchors(p: &mut Vec<Insn>, copies: RawFd) {
+fn anchors(p: &mut Asm, copies: RawFd) {
     let record = VALUE_ANCHOR_RECORD as i16;
     // No record at all while the thread has no anchors (most threads: shallow stacks).
-    p.extend([
-        insn(LDX_DW, 3, 6, VALUE_ANCHORS as i16, 0),
-        insn(JEQ_IMM, 3, 0, 0, 0), // patched below
-    ]);
-    let skip = p.len() - 1;
+    let skip = p.label();
+    p.push(insn(LDX_DW, 3, 6, VALUE_ANCHORS as i16, 0));
+    p.jump(JEQ_IMM, 3, 0, 0, skip);
     p.extend([
         insn(STX_DW, 6, 7, record, 0),
         insn(LDX_W, 1, 10, INDEX_SLOT, 0),
@@ -467,16 +408,20 @@ fn anchors(p: &mut Vec<Insn>, copies: RawFd) {
     for anchor in 0..ANCHORS {
         let address = (VALUE_ANCHORS + 8 * anchor) as i16;
         let pair = record + (COPY_HEADER + 16 * anchor) as i16;
+        let none = p.label();
         p.extend([
             insn(LDX_DW, 3, 6, address, 0),
             insn(STX_DW, 6, 3, pair, 0),
             insn(ST_DW, 6, 0, pair + 8, 0),
-            insn(JEQ_IMM, 3, 0, 4, 0), // no anchor
+        ]);
+        p.jump(JEQ_IMM, 3, 0, 0, none); // no anchor
+        p.extend([
             insn(MOV64_REG, 1, 6, 0, 0),
             insn(ADD64_IMM, 1, 0, 0, i32::from(pair) + 8),
             insn(MOV64_IMM, 2, 0, 0, 8),
             insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
         ]);
+        p.bind(none);
     }
     p.extend([
         insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
@@ -487,7 +432,7 @@ fn anchors(p: &mut Vec<Insn>, copies: RawFd) {
         insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
         insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
     ]);
-    p[skip].off = (p.len() - skip - 1) as i16;
+    p.bind(skip);
 }
 
 /// Loads [`program`] for the thread whose map value is `index`; `walk`: the scratch and the

@@ -2,6 +2,7 @@
 //! otherwise) and unwinding them from copies (framehop). Produces return addresses and frame
 //! addresses; naming them is `symbolize/`'s job, after recording.
 
+mod asm;
 pub mod bpf;
 mod btf;
 pub mod capture;

@@ -27,10 +27,13 @@
 //! This module: the walk's layout in a thread's map value and its instructions. Not here: what
 //! it knows (`rules.rs`), loading and attaching (`bpf.rs`, `perf.rs`), the ring (`ring.rs`).
 
-use crate::native::bpf::{
-    insn, Insn, ADD64_IMM, ADD64_REG, AND64_IMM, CALL, HELPER_MAP_LOOKUP_ELEM,
-    HELPER_PROBE_READ_USER, HELPER_RINGBUF_OUTPUT, JEQ_IMM, JNE_IMM, LDX_DW, LDX_W, LD_IMM64,
-    MOV64_IMM, MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, STX_DW, STX_W, ST_DW, ST_W, SUB64_REG,
+use crate::native::asm::{
+    insn, Asm, Insn, Label, ADD64_IMM, ADD64_REG, AND64_IMM, ARSH64_IMM, CALL, EXIT,
+    HELPER_MAP_LOOKUP_ELEM, HELPER_PROBE_READ_KERNEL, HELPER_PROBE_READ_USER,
+    HELPER_RINGBUF_OUTPUT, HELPER_TAIL_CALL, JA, JEQ_IMM, JGE_IMM, JGE_REG, JGT_IMM, JGT_REG,
+    JLE_REG, JLT_REG, JNE_IMM, JNE_REG, LDX_B, LDX_DW, LDX_H, LDX_W, LD_IMM64, LSH64_IMM, MAY_GOTO,
+    MOV64_IMM, MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, RSH64_IMM, RSH64_REG, STX_DW, STX_W, ST_DW,
+    ST_W, SUB64_REG, XOR64_REG,
 };
 use crate::native::map_value::{COPY_HEADER, VALUE_WALK};
 use crate::native::perf::{SLOTS, STACK_DUMP};
@@ -114,30 +117,6 @@ const KERNEL_STACK: i32 = 16 * 1024;
 /// The user code and stack segments on x86-64 (`__USER_CS`, `__USER_DS`).
 const USER_CS: i32 = 0x33;
 const USER_SS: i32 = 0x2b;
-const HELPER_PROBE_READ_KERNEL: i32 = 113;
-
-const LDX_B: u8 = 0x71;
-const LDX_H: u8 = 0x69;
-const LSH64_IMM: u8 = 0x67;
-const ARSH64_IMM: u8 = 0xc7;
-const JA: u8 = 0x05;
-const EXIT: u8 = 0x95;
-const HELPER_TAIL_CALL: i32 = 12;
-/// Jumps when the kernel's budget of loop iterations is spent (Linux 6.9): loops whose
-/// counters live in memory then verify in a few passes (the states converge), where a
-/// counted loop is verified once per iteration, and a walk's branches pile up past the
-/// verifier's bound.
-const MAY_GOTO: u8 = 0xe5;
-const RSH64_IMM: u8 = 0x77;
-const RSH64_REG: u8 = 0x7f;
-const XOR64_REG: u8 = 0xaf;
-const JGE_IMM: u8 = 0x35;
-const JGT_IMM: u8 = 0x25;
-const JLT_REG: u8 = 0xad;
-const JLE_REG: u8 = 0xbd;
-const JGE_REG: u8 = 0x3d;
-const JGT_REG: u8 = 0x2d;
-const JNE_REG: u8 = 0x5d;
 
 /// The hand-over at the end of a thread's sampling program (`r6` its map value, `r7` the
 /// sample's time, the thread's index at `bpf::INDEX_SLOT`): for a thread that walks, the time
@@ -145,12 +124,12 @@ const JNE_REG: u8 = 0x5d;
 /// scratch, and the program tail-calls the walk (`maps`: the scratch, the program array),
 /// which ends the sample's program (returning 1, as it does). Without the walk loaded (the
 /// process walks no stack), the call falls through.
-pub(super) fn hand_over(p: &mut Vec<Insn>, maps: [RawFd; 2]) {
+pub(super) fn hand_over(p: &mut Asm, maps: [RawFd; 2]) {
     let [scratch, programs] = maps;
-    let mut skip = Vec::new();
-    p.extend([insn(LDX_DW, 1, 6, ON as i16, 0), insn(JEQ_IMM, 1, 0, 0, 0)]);
-    skip.push(p.len() - 1);
-    scratch_of(p, scratch, &mut skip);
+    let skip = p.label();
+    p.push(insn(LDX_DW, 1, 6, ON as i16, 0));
+    p.jump(JEQ_IMM, 1, 0, 0, skip);
+    scratch_of(p, scratch, skip);
     p.extend([
         insn(STX_DW, 0, 7, TIME as i16, 0),
         insn(LDX_W, 1, 10, crate::native::bpf::INDEX_SLOT, 0),
@@ -161,40 +140,40 @@ pub(super) fn hand_over(p: &mut Vec<Insn>, maps: [RawFd; 2]) {
         insn(MOV64_IMM, 3, 0, 0, 0),
         insn(CALL, 0, 0, 0, HELPER_TAIL_CALL),
     ]);
-    patch(p, &skip);
+    p.bind(skip);
 }
 
-/// `r0` = this CPU's scratch; jumps to `to_none` without it.
-fn scratch_of(p: &mut Vec<Insn>, scratch: RawFd, to_none: &mut Vec<usize>) {
+/// `r0` = this CPU's scratch; jumps to `none` without it.
+fn scratch_of(p: &mut Asm, scratch: RawFd, none: Label) {
     p.push(insn(ST_W, 10, 0, INDEX, 0));
     map_lookup(p, scratch, INDEX);
-    p.push(insn(JEQ_IMM, 0, 0, 0, 0));
-    to_none.push(p.len() - 1);
+    p.jump(JEQ_IMM, 0, 0, 0, none);
 }
 
 /// The walk, a program of its own (its loops take the kernel's verifier some 15 ms: once per
 /// process, not per thread), tail-called by [`hand_over`] (see the module's documentation).
 /// `maps`: the rules, the bitmap, the functions' table, the scratch; `copies`: the ring.
 pub(super) fn program(maps: [RawFd; 4], copies: RawFd) -> Vec<Insn> {
-    let mut p = vec![insn(STX_DW, 10, 1, CONTEXT, 0)];
-    let mut to_end = Vec::new();
+    let mut p = Asm::new();
+    p.push(insn(STX_DW, 10, 1, CONTEXT, 0));
+    let end = p.label();
     let [rules, bitmap, functions, scratch] = maps;
     let maps = [rules, bitmap, functions];
-    scratch_of(&mut p, scratch, &mut to_end);
+    scratch_of(&mut p, scratch, end);
     p.extend([
         insn(MOV64_REG, 6, 0, 0, 0), // r6: the scratch
         insn(LDX_DW, 7, 6, TIME as i16, 0),
     ]);
-    walk(&mut p, maps, copies, &mut to_end);
-    patch(&mut p, &to_end);
+    walk(&mut p, maps, copies, end);
+    p.bind(end);
     p.extend([insn(MOV64_IMM, 0, 0, 0, 1), insn(EXIT, 0, 0, 0, 0)]);
-    p
+    p.finish()
 }
 
 /// The walk's instructions: `r6` is the scratch, `r7` the sample's time; ends jumping to
-/// `to_end`, or at its end.
-fn walk(p: &mut Vec<Insn>, maps: [RawFd; 3], copies: RawFd, to_end: &mut Vec<usize>) {
-    registers(p, to_end);
+/// `end`, or at its end.
+fn walk(p: &mut Asm, maps: [RawFd; 3], copies: RawFd, end: Label) {
+    registers(p, end);
     p.extend([
         insn(STX_DW, 6, 2, FIRST_BP as i16, 0),
         insn(STX_DW, 10, 9, STACK_POINTER, 0),
@@ -208,7 +187,7 @@ fn walk(p: &mut Vec<Insn>, maps: [RawFd; 3], copies: RawFd, to_end: &mut Vec<usi
     // From the innermost frame, by its function's body rule (as if it had been called from
     // the instruction after the one it is at, its return address in the slot below the stack
     // pointer).
-    let mut to_out = Vec::new();
+    let out = p.label();
     p.extend([
         insn(LDX_DW, 1, 10, STACK_POINTER, 0),
         insn(ADD64_IMM, 1, 0, 0, -8),
@@ -219,29 +198,25 @@ fn walk(p: &mut Vec<Insn>, maps: [RawFd; 3], copies: RawFd, to_end: &mut Vec<usi
         insn(LDX_DW, 1, 6, FIRST_BP as i16, 0),
         insn(STX_DW, 6, 1, BP as i16, 0),
     ]);
-    let mut failed = Vec::new();
-    follow(p, maps, &mut failed);
-    p.extend([
-        insn(LDX_DW, 1, 6, ROOT as i16, 0),
-        insn(JNE_IMM, 1, 0, 0, 0),
-    ]);
-    to_out.push(p.len() - 1);
+    follow(p, maps);
+    p.push(insn(LDX_DW, 1, 6, ROOT as i16, 0));
+    p.jump(JNE_IMM, 1, 0, 0, out);
     // Else from return addresses found among the words at the end of the copy first (the
     // fewest frames to walk), then among those from the stack pointer. None where the end of
     // the copy cannot be read: the copy held the whole stack (most threads).
-    let mut next = Vec::new();
+    let next = p.label();
     p.extend([
         insn(LDX_DW, 9, 6, END as i16, 0),
         insn(ADD64_IMM, 9, 0, 0, -8 * SCAN_WORDS as i32),
     ]);
-    window(p, maps, AT_THE_END, [&mut to_out, &mut next, to_end]);
-    patch(p, &next);
+    window(p, maps, AT_THE_END, [out, next, end]);
+    p.bind(next);
     p.push(insn(LDX_DW, 9, 10, STACK_POINTER, 0));
-    let mut none = Vec::new();
-    window(p, maps, AT_THE_TOP, [&mut to_out, &mut none, to_end]);
-    patch(p, &none);
-    patch(p, &to_out);
-    output(p, copies, to_end);
+    let none = p.label();
+    window(p, maps, AT_THE_TOP, [out, none, end]);
+    p.bind(none);
+    p.bind(out);
+    output(p, copies, end);
 }
 
 /// Walk attempts from the words at the end of the copy, and from the stack pointer: a word
@@ -251,62 +226,55 @@ const AT_THE_END: usize = 6;
 const AT_THE_TOP: usize = 3;
 
 /// Reads the [`SCAN_WORDS`] words from the address in `r9` and tries up to `attempts` of them
-/// that are learnt return addresses, in order, as the walk's start: jumps to `to_out` after
-/// the first walk that reached the root or a bound, to `to_none` when none did, to `to_unreadable` if the
-/// words cannot be read.
-fn window(p: &mut Vec<Insn>, maps: [RawFd; 3], attempts: usize, to: [&mut Vec<usize>; 3]) {
-    let [to_out, to_none, to_unreadable] = to;
+/// that are learnt return addresses, in order, as the walk's start: jumps to `out` after
+/// the first walk that reached the root or a bound, to `none` when none did, to `unreadable`
+/// if the words cannot be read.
+fn window(p: &mut Asm, maps: [RawFd; 3], attempts: usize, to: [Label; 3]) {
+    let [out, none, unreadable] = to;
     p.extend([
         insn(MOV64_REG, 1, 6, 0, 0),
         insn(ADD64_IMM, 1, 0, 0, SCAN as i32),
         insn(MOV64_IMM, 2, 0, 0, (SCAN_WORDS * 8) as i32),
         insn(MOV64_REG, 3, 9, 0, 0),
         insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
-        insn(JNE_IMM, 0, 0, 0, 0),
     ]);
-    to_unreadable.push(p.len() - 1);
+    p.jump(JNE_IMM, 0, 0, 0, unreadable);
     p.push(insn(ST_DW, 6, 0, NEXT as i16, 0));
     for _ in 0..attempts {
-        let mut found = Vec::new();
-        scan(p, maps, [&mut found, to_none]);
-        patch(p, &found);
-        let mut failed = Vec::new();
+        let found = p.label();
+        scan(p, maps, [found, none]);
+        p.bind(found);
         p.extend([
             insn(LDX_DW, 1, 6, FIRST_BP as i16, 0),
             insn(STX_DW, 6, 1, BP as i16, 0),
         ]);
-        follow(p, maps, &mut failed);
-        patch(p, &failed);
+        follow(p, maps);
         // At the root, or at a bound (the frames walked, the words kept: a deep recursion):
         // out; else the next attempt (keeping the words read: all of them are the stack's at
         // the sample, whichever the unwinder will need).
-        p.extend([
-            insn(LDX_DW, 1, 6, ROOT as i16, 0),
-            insn(JNE_IMM, 1, 0, 0, 0),
-            insn(LDX_DW, 1, 6, FRAMES as i16, 0),
-            insn(JGE_IMM, 1, 0, 0, WALK_FRAMES),
-            insn(LDX_DW, 1, 6, COUNT as i16, 0),
-            insn(JGE_IMM, 1, 0, 0, WALK_PAIRS as i32),
-        ]);
-        to_out.extend([p.len() - 5, p.len() - 3, p.len() - 1]);
+        p.push(insn(LDX_DW, 1, 6, ROOT as i16, 0));
+        p.jump(JNE_IMM, 1, 0, 0, out);
+        p.push(insn(LDX_DW, 1, 6, FRAMES as i16, 0));
+        p.jump(JGE_IMM, 1, 0, WALK_FRAMES, out);
+        p.push(insn(LDX_DW, 1, 6, COUNT as i16, 0));
+        p.jump(JGE_IMM, 1, 0, WALK_PAIRS as i32, out);
     }
-    p.push(insn(JA, 0, 0, 0, 0));
-    to_none.push(p.len() - 1);
+    p.jump(JA, 0, 0, 0, none);
 }
 
 /// Looks up the words of the window (read at SCAN, from the address in `r9`) from the NEXT
 /// one, in the bitmap, then the rules: at the first that is a learnt return address, sets
-/// SLOT, RA and NEXT (the one after it) and jumps to `to_found`; if none, to `to_none`. Uses
+/// SLOT, RA and NEXT (the one after it) and jumps to `found`; if none, to `none`. Uses
 /// `r8`.
-fn scan(p: &mut Vec<Insn>, maps: [RawFd; 3], to: [&mut Vec<usize>; 2]) {
+fn scan(p: &mut Asm, maps: [RawFd; 3], to: [Label; 2]) {
     let [rules, bitmap, _] = maps;
-    let [to_found, to_none] = to;
-    let top = p.len();
-    let mut to_top = Vec::new();
+    let [found, none] = to;
+    let (next_word, exhausted) = (p.label(), p.label());
+    let top = p.here();
+    p.jump(MAY_GOTO, 0, 0, 0, exhausted);
+    p.push(insn(LDX_DW, 8, 6, NEXT as i16, 0));
+    p.jump(JGE_IMM, 8, 0, SCAN_WORDS as i32, exhausted);
     p.extend([
-        insn(MAY_GOTO, 0, 0, 0, 0),
-        insn(LDX_DW, 8, 6, NEXT as i16, 0),
-        insn(JGE_IMM, 8, 0, 0, SCAN_WORDS as i32),
         insn(MOV64_REG, 1, 8, 0, 0),
         insn(LSH64_IMM, 1, 0, 0, 3),
         insn(MOV64_REG, 2, 6, 0, 0),
@@ -327,19 +295,16 @@ fn scan(p: &mut Vec<Insn>, maps: [RawFd; 3], to: [&mut Vec<usize>; 2]) {
         insn(STX_W, 10, 4, INDEX, 0),
     ]);
     map_lookup(p, bitmap, INDEX);
-    p.push(insn(JEQ_IMM, 0, 0, 0, 0));
-    to_top.push(p.len() - 1);
+    p.jump(JEQ_IMM, 0, 0, 0, next_word);
     p.extend([
         insn(LDX_DW, 3, 0, 0, 0),
         insn(LDX_DW, 5, 10, BIT, 0),
         insn(RSH64_REG, 3, 5, 0, 0),
         insn(AND64_IMM, 3, 0, 0, 1),
-        insn(JEQ_IMM, 3, 0, 0, 0),
     ]);
-    to_top.push(p.len() - 1);
+    p.jump(JEQ_IMM, 3, 0, 0, next_word);
     map_lookup(p, rules, KEY);
-    p.push(insn(JEQ_IMM, 0, 0, 0, 0));
-    to_top.push(p.len() - 1);
+    p.jump(JEQ_IMM, 0, 0, 0, next_word);
     p.extend([
         insn(LDX_DW, 1, 10, KEY, 0),
         insn(STX_DW, 6, 1, RA as i16, 0),
@@ -348,64 +313,59 @@ fn scan(p: &mut Vec<Insn>, maps: [RawFd; 3], to: [&mut Vec<usize>; 2]) {
         insn(LSH64_IMM, 1, 0, 0, 3),
         insn(ADD64_REG, 1, 9, 0, 0),
         insn(STX_DW, 6, 1, SLOT as i16, 0),
-        insn(JA, 0, 0, 0, 0),
     ]);
-    to_found.push(p.len() - 1);
-    let back = p.len();
-    p.push(insn(JA, 0, 0, (top as i64 - back as i64 - 1) as i16, 0));
-    for at in to_top {
-        p[at].off = (back - at - 1) as i16;
-    }
-    p.push(insn(JA, 0, 0, 0, 0));
-    to_none.push(p.len() - 1);
-    let none = p.len() - 1;
-    p[top].off = (none - top - 1) as i16;
-    p[top + 2].off = (none - top - 3) as i16;
+    p.jump(JA, 0, 0, 0, found);
+    p.bind(next_word);
+    p.jump(JA, 0, 0, 0, top);
+    p.bind(exhausted);
+    p.jump(JA, 0, 0, 0, none);
 }
 
 /// The walk from SLOT and RA, with rbp as in BP, keeping the words read beyond the
-/// copy (COUNT of them); ends at a frame it cannot follow (jumping to `to_failed`), or after
+/// copy (COUNT of them); ends at a frame it cannot follow, or after
 /// [`WALK_FRAMES`]. Uses `r9`.
-fn follow(p: &mut Vec<Insn>, maps: [RawFd; 3], to_failed: &mut Vec<usize>) {
+fn follow(p: &mut Asm, maps: [RawFd; 3]) {
     p.extend([
         insn(STX_DW, 10, 9, WINDOW, 0),
         insn(ST_DW, 6, 0, FRAMES as i16, 0),
         insn(ST_DW, 6, 0, CACHED as i16, 0),
     ]);
-    let to_out = to_failed;
-    let top = p.len();
+    let out = p.label();
+    let top = p.here();
+    p.jump(MAY_GOTO, 0, 0, 0, out);
+    p.push(insn(LDX_DW, 1, 6, FRAMES as i16, 0));
+    p.jump(JGE_IMM, 1, 0, WALK_FRAMES, out);
     p.extend([
-        insn(MAY_GOTO, 0, 0, 0, 0),
-        insn(LDX_DW, 1, 6, FRAMES as i16, 0),
-        insn(JGE_IMM, 1, 0, 0, WALK_FRAMES),
         insn(ADD64_IMM, 1, 0, 0, 1),
         insn(STX_DW, 6, 1, FRAMES as i16, 0),
         insn(LDX_DW, 1, 6, RA as i16, 0),
         insn(STX_DW, 10, 1, KEY, 0),
     ]);
-    to_out.push(top);
-    to_out.push(top + 2);
-    frame_rule(p, maps, to_out);
+    frame_rule(p, maps, out);
     p.extend([
         insn(LDX_B, 2, 0, 6, 0), // r2: the kind
         insn(LDX_W, 3, 0, 0, 0), // r3: the CFA's offset
         insn(LDX_H, 4, 0, 4, 0), // r4: where rbp was saved, from the CFA
         insn(LSH64_IMM, 4, 0, 0, 48),
         insn(ARSH64_IMM, 4, 0, 0, 48),
-        insn(JEQ_IMM, 2, 0, 7, KIND_SP),
-        insn(JEQ_IMM, 2, 0, 3, KIND_BP),
-        insn(JNE_IMM, 2, 0, 0, KIND_ROOT), // unknown
-        insn(ST_DW, 6, 0, ROOT as i16, 1),
     ]);
-    to_out.push(p.len() - 2);
-    p.push(insn(JA, 0, 0, 0, 0));
-    to_out.push(p.len() - 1);
-    p.extend([insn(LDX_DW, 1, 6, BP as i16, 0), insn(JEQ_IMM, 1, 0, 0, 0)]);
-    to_out.push(p.len() - 1);
+    let (by_sp, by_bp, cfa) = (p.label(), p.label(), p.label());
+    p.jump(JEQ_IMM, 2, 0, KIND_SP, by_sp);
+    p.jump(JEQ_IMM, 2, 0, KIND_BP, by_bp);
+    p.jump(JNE_IMM, 2, 0, KIND_ROOT, out); // unknown
+    p.push(insn(ST_DW, 6, 0, ROOT as i16, 1));
+    p.jump(JA, 0, 0, 0, out);
+    p.bind(by_bp);
+    p.push(insn(LDX_DW, 1, 6, BP as i16, 0));
+    p.jump(JEQ_IMM, 1, 0, 0, out);
+    p.jump(JA, 0, 0, 0, cfa);
+    p.bind(by_sp);
     p.extend([
-        insn(JA, 0, 0, 2, 0),
         insn(LDX_DW, 1, 6, SLOT as i16, 0), // the stack pointer: after the callee returned
         insn(ADD64_IMM, 1, 0, 0, 8),
+    ]);
+    p.bind(cfa);
+    p.extend([
         insn(ADD64_REG, 1, 3, 0, 0), // r1: the CFA
         insn(STX_DW, 6, 1, BASE as i16, 0),
         insn(STX_DW, 6, 4, SAVED as i16, 0),
@@ -413,114 +373,113 @@ fn follow(p: &mut Vec<Insn>, maps: [RawFd; 3], to_failed: &mut Vec<usize>) {
     ]);
     // The CFA the rule gives, else a few others (see TRIES), until the word below it is a
     // return address.
-    let retry = p.len();
-    p.extend([
-        insn(MAY_GOTO, 0, 0, 0, 0),
-        insn(LDX_DW, 1, 6, TRY as i16, 0),
-        insn(JGE_IMM, 1, 0, 0, TRIES.len() as i32),
-    ]);
-    to_out.push(retry);
-    to_out.push(retry + 2);
+    let retry = p.here();
+    p.jump(MAY_GOTO, 0, 0, 0, out);
+    p.push(insn(LDX_DW, 1, 6, TRY as i16, 0));
+    p.jump(JGE_IMM, 1, 0, TRIES.len() as i32, out);
     p.extend([
         insn(ADD64_IMM, 1, 0, 0, 1),
         insn(STX_DW, 6, 1, TRY as i16, 0),
         insn(LDX_DW, 2, 6, BASE as i16, 0),
     ]);
     for (at, try_) in TRIES.iter().enumerate().skip(1) {
+        let other = p.label();
+        p.jump(JNE_IMM, 1, 0, at as i32 + 1, other);
         match *try_ {
-            Try::Beyond(more) => p.extend([
-                insn(JNE_IMM, 1, 0, 1, at as i32 + 1),
-                insn(ADD64_IMM, 2, 0, 0, more),
-            ]),
+            Try::Beyond(more) => p.push(insn(ADD64_IMM, 2, 0, 0, more)),
             Try::Small(cfa) => p.extend([
-                insn(JNE_IMM, 1, 0, 2, at as i32 + 1),
                 insn(LDX_DW, 2, 6, SLOT as i16, 0),
                 insn(ADD64_IMM, 2, 0, 0, 8 + cfa),
             ]),
         }
+        p.bind(other);
     }
-    let mut to_retry = Vec::new();
+    let next_try = p.label();
     p.extend([
         insn(MOV64_REG, 1, 2, 0, 0),
         insn(LDX_DW, 2, 6, SLOT as i16, 0),
-        insn(JLE_REG, 1, 2, 0, 0), // not above the callee's: garbage
     ]);
-    to_retry.push(p.len() - 1);
+    p.jump(JLE_REG, 1, 2, 0, next_try); // not above the callee's: garbage
     p.extend([
         insn(MOV64_REG, 9, 1, 0, 0), // r9: the CFA
         insn(LDX_DW, 4, 6, SAVED as i16, 0),
-        insn(JEQ_IMM, 4, 0, 0, 0), // rbp not saved: unchanged
     ]);
-    let bp_kept = p.len() - 1;
+    let bp_kept = p.label();
+    p.jump(JEQ_IMM, 4, 0, 0, bp_kept); // rbp not saved: unchanged
     p.push(insn(ADD64_REG, 1, 4, 0, 0));
-    read(p, &mut to_retry);
+    read(p, next_try);
     p.extend([
         insn(LDX_DW, 1, 6, WORD as i16, 0),
         insn(STX_DW, 6, 1, NEW_BP as i16, 0),
     ]);
     keep(p);
-    patch(p, &[bp_kept]);
+    p.bind(bp_kept);
     p.extend([insn(MOV64_REG, 1, 9, 0, 0), insn(ADD64_IMM, 1, 0, 0, -8)]);
-    read(p, &mut to_retry);
+    read(p, next_try);
     keep(p);
     // A return address: one with a rule (this frame's, if it is the same: a recursion).
     p.extend([
         insn(LDX_DW, 1, 6, WORD as i16, 0),
         insn(STX_DW, 10, 1, KEY, 0),
         insn(LDX_DW, 2, 6, RA as i16, 0),
-        insn(JNE_REG, 1, 2, 3, 0),
+    ]);
+    let (other, same, taken) = (p.label(), p.label(), p.label());
+    p.jump(JNE_REG, 1, 2, 0, other);
+    p.extend([
         insn(MOV64_REG, 0, 6, 0, 0),
         insn(ADD64_IMM, 0, 0, 0, RULE as i32),
-        insn(JA, 0, 0, 0, 0),
     ]);
-    let same = p.len() - 1;
-    rule_of(p, maps, &mut to_retry);
-    patch(p, &[same]);
-    p.push(insn(JA, 0, 0, 1, 0));
-    let back = p.len();
-    p.push(insn(JA, 0, 0, 0, 0));
-    for at in to_retry {
-        p[at].off = (back - at - 1) as i16;
-    }
-    p[back].off = (retry as i64 - back as i64 - 1) as i16;
+    p.jump(JA, 0, 0, 0, same);
+    p.bind(other);
+    rule_of(p, maps, next_try);
+    p.bind(same);
+    p.jump(JA, 0, 0, 0, taken);
+    p.bind(next_try);
+    p.jump(JA, 0, 0, 0, retry);
     // Taken: the frame's caller is there (`r0`: its rule).
+    p.bind(taken);
     p.extend([
         insn(LDX_DW, 1, 0, 0, 0),
         insn(STX_DW, 6, 1, RULE as i16, 0),
         insn(ST_DW, 6, 0, CACHED as i16, 1),
         insn(LDX_DW, 1, 6, SAVED as i16, 0),
-        insn(JEQ_IMM, 1, 0, 2, 0),
+    ]);
+    let bp_unsaved = p.label();
+    p.jump(JEQ_IMM, 1, 0, 0, bp_unsaved);
+    p.extend([
         insn(LDX_DW, 1, 6, NEW_BP as i16, 0),
         insn(STX_DW, 6, 1, BP as i16, 0),
+    ]);
+    p.bind(bp_unsaved);
+    p.extend([
         insn(MOV64_REG, 1, 9, 0, 0),
         insn(ADD64_IMM, 1, 0, 0, -8),
         insn(STX_DW, 6, 1, SLOT as i16, 0),
         insn(LDX_DW, 1, 10, KEY, 0),
         insn(STX_DW, 6, 1, RA as i16, 0),
     ]);
-    let back = p.len();
-    p.push(insn(JA, 0, 0, (top as i64 - back as i64 - 1) as i16, 0));
-    patch(p, to_out);
-    to_out.clear();
+    p.jump(JA, 0, 0, 0, top);
+    p.bind(out);
     p.push(insn(LDX_DW, 9, 10, WINDOW, 0));
 }
 
 /// `r0` = a pointer to the rule of the frame at RA, which RULE then holds: the one found when
 /// its slot was taken (all but the first frame of a walk: one lookup per frame, not two),
-/// else [`rule_of`]'s; jumps to `to_none` without one.
-fn frame_rule(p: &mut Vec<Insn>, maps: [RawFd; 3], to_none: &mut Vec<usize>) {
+/// else [`rule_of`]'s; jumps to `none` without one.
+fn frame_rule(p: &mut Asm, maps: [RawFd; 3], none: Label) {
+    let (lookup, cached) = (p.label(), p.label());
+    p.push(insn(LDX_DW, 1, 6, CACHED as i16, 0));
+    p.jump(JEQ_IMM, 1, 0, 0, lookup);
     p.extend([
-        insn(LDX_DW, 1, 6, CACHED as i16, 0),
-        insn(JEQ_IMM, 1, 0, 4, 0),
         insn(ST_DW, 6, 0, CACHED as i16, 0),
         insn(MOV64_REG, 0, 6, 0, 0),
         insn(ADD64_IMM, 0, 0, 0, RULE as i32),
-        insn(JA, 0, 0, 0, 0),
     ]);
-    let cached = p.len() - 1;
-    rule_of(p, maps, to_none);
+    p.jump(JA, 0, 0, 0, cached);
+    p.bind(lookup);
+    rule_of(p, maps, none);
     p.extend([insn(LDX_DW, 1, 0, 0, 0), insn(STX_DW, 6, 1, RULE as i16, 0)]);
-    patch(p, &[cached]);
+    p.bind(cached);
 }
 
 /// A CFA tried after the rule's: beyond it by so many bytes (a call made with more pushed than
@@ -550,14 +509,10 @@ const TRIES: [Try; 11] = [
 ];
 
 /// Puts the record in the ring: a copy header, then COUNT pairs.
-fn output(p: &mut Vec<Insn>, copies: RawFd, to_end: &mut Vec<usize>) {
-    p.extend([
-        insn(LDX_DW, 3, 6, COUNT as i16, 0),
-        insn(JEQ_IMM, 3, 0, 0, 0),
-    ]);
-    to_end.push(p.len() - 1);
-    p.push(insn(JGT_IMM, 3, 0, 0, WALK_PAIRS as i32));
-    to_end.push(p.len() - 1);
+fn output(p: &mut Asm, copies: RawFd, end: Label) {
+    p.push(insn(LDX_DW, 3, 6, COUNT as i16, 0));
+    p.jump(JEQ_IMM, 3, 0, 0, end);
+    p.jump(JGT_IMM, 3, 0, WALK_PAIRS as i32, end);
     let record = WALK_RECORD as i16;
     p.extend([
         insn(STX_DW, 6, 7, record, 0),
@@ -577,23 +532,26 @@ fn output(p: &mut Vec<Insn>, copies: RawFd, to_end: &mut Vec<usize>) {
     ]);
 }
 
-/// `r9` = the user stack pointer at the sample, `r2` = its rbp; jumps out (`to_end`) if there
+/// `r9` = the user stack pointer at the sample, `r2` = its rbp; jumps to `end` if there
 /// are none. In user code they are the interrupted registers; in the kernel (a system call, a
 /// page fault), the user registers saved at the top of the thread's kernel stack, 16 KiB
 /// aligned on x86-64, if they look like user registers (user code and stack segments).
-fn registers(p: &mut Vec<Insn>, to_end: &mut Vec<usize>) {
+fn registers(p: &mut Asm, end: Label) {
+    let (kernel, user) = (p.label(), p.label());
     p.extend([
         insn(LDX_DW, 1, 10, CONTEXT, 0),
         insn(LDX_DW, 2, 1, PT_CS, 0),
         insn(AND64_IMM, 2, 0, 0, 3), // the privilege level
-        insn(JEQ_IMM, 2, 0, 5, 0),
+    ]);
+    p.jump(JEQ_IMM, 2, 0, 0, kernel);
+    p.extend([
         insn(LDX_DW, 9, 1, PT_SP, 0),
         insn(LDX_DW, 2, 1, PT_IP, 0),
         insn(STX_DW, 6, 2, IP as i16, 0),
         insn(LDX_DW, 2, 1, PT_BP, 0),
-        insn(JA, 0, 0, 0, 0),
     ]);
-    let user = p.len() - 1;
+    p.jump(JA, 0, 0, 0, user);
+    p.bind(kernel);
     let regs = SCAN as i32;
     p.extend([
         insn(LDX_DW, 3, 1, PT_SP, 0),
@@ -603,26 +561,19 @@ fn registers(p: &mut Vec<Insn>, to_end: &mut Vec<usize>) {
         insn(ADD64_IMM, 1, 0, 0, regs),
         insn(MOV64_IMM, 2, 0, 0, PT_REGS_SIZE),
         insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
-        insn(JNE_IMM, 0, 0, 0, 0),
     ]);
-    to_end.push(p.len() - 1);
-    p.extend([
-        insn(LDX_DW, 2, 6, (regs + i32::from(PT_CS)) as i16, 0),
-        insn(JNE_IMM, 2, 0, 0, USER_CS),
-    ]);
-    to_end.push(p.len() - 1);
-    p.extend([
-        insn(LDX_DW, 2, 6, (regs + i32::from(PT_SS)) as i16, 0),
-        insn(JNE_IMM, 2, 0, 0, USER_SS),
-    ]);
-    to_end.push(p.len() - 1);
+    p.jump(JNE_IMM, 0, 0, 0, end);
+    p.push(insn(LDX_DW, 2, 6, (regs + i32::from(PT_CS)) as i16, 0));
+    p.jump(JNE_IMM, 2, 0, USER_CS, end);
+    p.push(insn(LDX_DW, 2, 6, (regs + i32::from(PT_SS)) as i16, 0));
+    p.jump(JNE_IMM, 2, 0, USER_SS, end);
     p.extend([
         insn(LDX_DW, 9, 6, (regs + i32::from(PT_SP)) as i16, 0),
         insn(LDX_DW, 2, 6, (regs + i32::from(PT_IP)) as i16, 0),
         insn(STX_DW, 6, 2, IP as i16, 0),
         insn(LDX_DW, 2, 6, (regs + i32::from(PT_BP)) as i16, 0),
     ]);
-    patch(p, &[user]);
+    p.bind(user);
 }
 
 /// The bit of the bitmap that stands for `word`: its index, and the bit in that u64.
@@ -635,82 +586,84 @@ pub(super) fn bit(word: u64) -> (usize, u32) {
 }
 
 /// `r0` = a pointer to the rule of the return address at [`KEY`] (as the program reads a
-/// rule: see [`encode`]): the one learnt, else its function's body rule; jumps to `to_none`
+/// rule: see [`encode`]): the one learnt, else its function's body rule; jumps to `none`
 /// without one.
-fn rule_of(p: &mut Vec<Insn>, maps: [RawFd; 3], to_none: &mut Vec<usize>) {
+fn rule_of(p: &mut Asm, maps: [RawFd; 3], none: Label) {
     let [rules, _, functions] = maps;
     map_lookup(p, rules, KEY);
-    p.push(insn(JNE_IMM, 0, 0, 0, 0));
-    let learnt = p.len() - 1;
+    let learnt = p.label();
+    p.jump(JNE_IMM, 0, 0, 0, learnt);
     p.extend([
         insn(LDX_DW, 1, 10, KEY, 0),
         insn(ADD64_IMM, 1, 0, 0, -1),
         insn(STX_DW, 6, 1, PC as i16, 0),
     ]);
-    find(p, functions, to_none);
+    find(p, functions, none);
     p.push(insn(ADD64_IMM, 0, 0, 0, 8));
-    patch(p, &[learnt]);
+    p.bind(learnt);
     // None for a function the walk cannot follow, or past the end of a module's code.
-    p.extend([insn(LDX_B, 1, 0, 6, 0), insn(JEQ_IMM, 1, 0, 0, 0)]);
-    to_none.push(p.len() - 1);
+    p.push(insn(LDX_B, 1, 0, 6, 0));
+    p.jump(JEQ_IMM, 1, 0, 0, none);
 }
 
 /// `r0` = the entry of the functions' table for the function at PC (the last that starts at
-/// or before it), by binary search; jumps to `to_none` without one.
-fn find(p: &mut Vec<Insn>, functions: RawFd, to_none: &mut Vec<usize>) {
-    let entry = |p: &mut Vec<Insn>, to_none: &mut Vec<usize>| {
+/// or before it), by binary search; jumps to `none` without one.
+fn find(p: &mut Asm, functions: RawFd, none: Label) {
+    let entry = |p: &mut Asm| {
         map_lookup(p, functions, INDEX);
-        p.push(insn(JEQ_IMM, 0, 0, 0, 0));
-        to_none.push(p.len() - 1);
+        p.jump(JEQ_IMM, 0, 0, 0, none);
     };
     p.push(insn(ST_W, 10, 0, INDEX, 0));
-    entry(p, to_none);
-    p.extend([insn(LDX_DW, 1, 0, 0, 0), insn(JEQ_IMM, 1, 0, 0, 0)]);
-    to_none.push(p.len() - 1);
+    entry(p);
+    p.push(insn(LDX_DW, 1, 0, 0, 0));
+    p.jump(JEQ_IMM, 1, 0, 0, none);
     p.extend([
         insn(ADD64_IMM, 1, 0, 0, 1),
         insn(STX_DW, 6, 1, HIGH as i16, 0),
         insn(ST_DW, 6, 0, LOW as i16, 1),
     ]);
-    let top = p.len();
+    let (done, before, next) = (p.label(), p.label(), p.label());
+    let top = p.here();
+    p.jump(MAY_GOTO, 0, 0, 0, none);
     p.extend([
-        insn(MAY_GOTO, 0, 0, 0, 0),
         insn(LDX_DW, 1, 6, LOW as i16, 0),
         insn(LDX_DW, 2, 6, HIGH as i16, 0),
-        insn(JGE_REG, 1, 2, 0, 0),
+    ]);
+    p.jump(JGE_REG, 1, 2, 0, done);
+    p.extend([
         insn(ADD64_REG, 1, 2, 0, 0),
         insn(RSH64_IMM, 1, 0, 0, 1),
         insn(STX_DW, 6, 1, MIDDLE as i16, 0),
         insn(STX_W, 10, 1, INDEX, 0),
     ]);
-    to_none.push(top);
-    let done = top + 3;
-    entry(p, to_none);
+    entry(p);
     p.extend([
         insn(LDX_DW, 4, 0, 0, 0),
         insn(LDX_DW, 5, 6, PC as i16, 0),
         insn(LDX_DW, 1, 6, MIDDLE as i16, 0),
-        insn(JGT_REG, 4, 5, 3, 0), // starts after it: before the middle
+    ]);
+    p.jump(JGT_REG, 4, 5, 0, before); // starts after it: before the middle
+    p.extend([
         insn(ADD64_IMM, 1, 0, 0, 1),
         insn(STX_DW, 6, 1, LOW as i16, 0),
-        insn(JA, 0, 0, 1, 0),
-        insn(STX_DW, 6, 1, HIGH as i16, 0),
     ]);
-    let back = p.len();
-    p.push(insn(JA, 0, 0, (top as i64 - back as i64 - 1) as i16, 0));
-    p[done].off = (p.len() - done - 1) as i16;
+    p.jump(JA, 0, 0, 0, next);
+    p.bind(before);
+    p.push(insn(STX_DW, 6, 1, HIGH as i16, 0));
+    p.bind(next);
+    p.jump(JA, 0, 0, 0, top);
+    p.bind(done);
     p.extend([
         insn(LDX_DW, 1, 6, LOW as i16, 0),
         insn(ADD64_IMM, 1, 0, 0, -1),
-        insn(JEQ_IMM, 1, 0, 0, 0),
     ]);
-    to_none.push(p.len() - 1);
+    p.jump(JEQ_IMM, 1, 0, 0, none);
     p.push(insn(STX_W, 10, 1, INDEX, 0));
-    entry(p, to_none);
+    entry(p);
 }
 
 /// `r0` = the value of `map` for the key at `key` on the program's stack, or 0.
-fn map_lookup(p: &mut Vec<Insn>, map: RawFd, key: i16) {
+fn map_lookup(p: &mut Asm, map: RawFd, key: i16) {
     p.extend([
         insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, map),
         insn(0, 0, 0, 0, 0),
@@ -722,57 +675,62 @@ fn map_lookup(p: &mut Vec<Insn>, map: RawFd, key: i16) {
 
 /// Reads the word at the address in `r1` into WORD (and the address into AT): from the words
 /// read last (WINDOW_WORDS) if they hold it, else from the stack, [`READ_BYTES`] from there
-/// on, else (the end of the stack is nearer) that word alone; a failed read jumps out (added
-/// to `to_out`).
-fn read(p: &mut Vec<Insn>, to_out: &mut Vec<usize>) {
-    let mut done = Vec::new();
+/// on, else (the end of the stack is nearer) that word alone; a failed read jumps to
+/// `failed`.
+fn read(p: &mut Asm, failed: Label) {
+    let (done, from_stack, word_alone) = (p.label(), p.label(), p.label());
     p.extend([
         insn(STX_DW, 6, 1, AT as i16, 0),
         insn(LDX_DW, 2, 6, WINDOW_AT as i16, 0),
-        insn(JEQ_IMM, 2, 0, 6, 0), // no words read yet
-        insn(SUB64_REG, 1, 2, 0, 0),
-        insn(JGT_IMM, 1, 0, 4, READ_BYTES - 8), // not among them
+    ]);
+    p.jump(JEQ_IMM, 2, 0, 0, from_stack); // no words read yet
+    p.push(insn(SUB64_REG, 1, 2, 0, 0));
+    p.jump(JGT_IMM, 1, 0, READ_BYTES - 8, from_stack); // not among them
+    p.extend([
         insn(ADD64_REG, 1, 6, 0, 0),
         insn(LDX_DW, 1, 1, WINDOW_WORDS as i16, 0),
         insn(STX_DW, 6, 1, WORD as i16, 0),
-        insn(JA, 0, 0, 0, 0),
     ]);
-    done.push(p.len() - 1);
+    p.jump(JA, 0, 0, 0, done);
+    p.bind(from_stack);
     p.extend([
         insn(MOV64_REG, 1, 6, 0, 0),
         insn(ADD64_IMM, 1, 0, 0, WINDOW_WORDS as i32),
         insn(MOV64_IMM, 2, 0, 0, READ_BYTES),
         insn(LDX_DW, 3, 6, AT as i16, 0),
         insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
-        insn(JNE_IMM, 0, 0, 5, 0),
+    ]);
+    p.jump(JNE_IMM, 0, 0, 0, word_alone);
+    p.extend([
         insn(LDX_DW, 1, 6, AT as i16, 0),
         insn(STX_DW, 6, 1, WINDOW_AT as i16, 0),
         insn(LDX_DW, 1, 6, WINDOW_WORDS as i16, 0),
         insn(STX_DW, 6, 1, WORD as i16, 0),
-        insn(JA, 0, 0, 0, 0),
     ]);
-    done.push(p.len() - 1);
+    p.jump(JA, 0, 0, 0, done);
+    p.bind(word_alone);
     p.extend([
         insn(MOV64_REG, 1, 6, 0, 0),
         insn(ADD64_IMM, 1, 0, 0, WORD as i32),
         insn(MOV64_IMM, 2, 0, 0, 8),
         insn(LDX_DW, 3, 6, AT as i16, 0),
         insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
-        insn(JNE_IMM, 0, 0, 0, 0),
     ]);
-    to_out.push(p.len() - 1);
-    patch(p, &done);
+    p.jump(JNE_IMM, 0, 0, 0, failed);
+    p.bind(done);
 }
 
 /// Puts (AT, WORD) in the record if AT lies beyond the copy and there is room.
-fn keep(p: &mut Vec<Insn>) {
-    let start = p.len();
+fn keep(p: &mut Asm) {
+    let skip = p.label();
     p.extend([
         insn(LDX_DW, 1, 6, AT as i16, 0),
         insn(LDX_DW, 2, 6, END as i16, 0),
-        insn(JLT_REG, 1, 2, 0, 0), // in the copy
-        insn(LDX_DW, 3, 6, COUNT as i16, 0),
-        insn(JGE_IMM, 3, 0, 0, WALK_PAIRS as i32), // full
+    ]);
+    p.jump(JLT_REG, 1, 2, 0, skip); // in the copy
+    p.push(insn(LDX_DW, 3, 6, COUNT as i16, 0));
+    p.jump(JGE_IMM, 3, 0, WALK_PAIRS as i32, skip); // full
+    p.extend([
         insn(MOV64_REG, 4, 3, 0, 0),
         insn(ADD64_IMM, 4, 0, 0, 1),
         insn(STX_DW, 6, 4, COUNT as i16, 0),
@@ -783,13 +741,5 @@ fn keep(p: &mut Vec<Insn>) {
         insn(LDX_DW, 2, 6, WORD as i16, 0),
         insn(STX_DW, 5, 2, PAIRS as i16 + 8, 0),
     ]);
-    patch(p, &[start + 2, start + 4]);
-}
-
-/// Points the jumps at `from` to the next instruction.
-fn patch(p: &mut [Insn], from: &[usize]) {
-    let here = p.len();
-    for at in from {
-        p[*at].off = (here - at - 1) as i16;
-    }
+    p.bind(skip);
 }
