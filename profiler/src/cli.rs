@@ -9,9 +9,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The default sampling rate. At 250 Hz the target's slowdown stays within about 1%, even with
-/// every core busy (BENCHMARKS.md), and a 10-second run of a busy thread gives about 2500
-/// samples, a feature's share known to about one percentage point. Short runs want `--rate 1000`.
+/// The default sampling rate. At 250 Hz a CPU-bound program with every core busy ran 1 to 3%
+/// slower in the latest measurements, and 1000 Hz costs it a few points more (BENCHMARKS.md);
+/// a 10-second run of a busy thread gives about 2500 samples, a feature's share known to about
+/// one percentage point. Short runs want `--rate 1000`.
 pub const DEFAULT_RATE_HZ: f64 = 250.0;
 
 /// fsprof: a feature-specific profiler. Reports how much time each feature marked in a program

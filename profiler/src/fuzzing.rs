@@ -85,7 +85,7 @@ pub fn profile_file(bytes: &[u8]) -> bool {
 /// first slots' history, from the start and from a point the input's last word gives. Returns
 /// how many records and history entries came through.
 pub fn region(bytes: &[u8]) -> usize {
-    crate::target::region::read_arbitrary(bytes)
+    crate::program::region::read_arbitrary(bytes)
 }
 
 #[cfg(test)]
@@ -137,7 +137,7 @@ mod tests {
         let address = fsprof_shim::region_address().expect("marking made a region");
         let used = fsprof_shim::abi::HEADER_SIZE + 2 * fsprof_shim::abi::SLOT_SIZE;
         let mut valid = vec![0u8; used];
-        crate::target::remote::Remote::new(std::process::id())
+        crate::program::remote::Remote::new(std::process::id())
             .read(address as u64, &mut valid)
             .unwrap();
         assert!(region(&valid) > 0, "the valid region read as empty");

@@ -6,8 +6,8 @@
 //! 1. [`os`]: what fsprof asks of the system for itself (privilege, priority, its clock, its
 //!    cache, writing files whole);
 //! 2. [`profile`]: the saved, versioned format, and the builder that makes one;
-//! 3. [`target`]: reading the target process (`/proc`, its memory, its regions, modules and
-//!    strings), all of it untrusted input;
+//! 3. [`program`]: reading the program being profiled (`/proc`, its memory, its regions,
+//!    modules and strings), all of it untrusted input;
 //! 4. [`native`]: native stacks, taken (perf and BPF, `/proc`, ptrace) and unwound;
 //! 5. [`symbolize`]: naming addresses;
 //! 6. [`record`]: the recording loop that turns ticks into samples of marks and stacks;
@@ -37,8 +37,8 @@ pub mod fuzzing;
 pub mod native;
 pub mod os;
 pub mod profile;
+pub mod program;
 pub mod record;
 pub mod render;
 pub mod rules;
 pub mod symbolize;
-pub mod target;

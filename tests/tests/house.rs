@@ -26,7 +26,7 @@ const STAGES: [&str; 15] = [
     "fuzz",
     "os",
     "profile",
-    "target",
+    "program",
     "native",
     "symbolize",
     "record",

@@ -339,7 +339,7 @@ fn count_native(report: &mut FeatureReport, profile: &Profile, group: &SampleGro
         .frames
         .last()
         .and_then(|f| profile.native_frames.get(*f as usize));
-    if innermost.is_some_and(|frame| crate::target::modules::is_agent_path(&frame.module)) {
+    if innermost.is_some_and(|frame| crate::program::modules::is_agent_path(&frame.module)) {
         report.agent_ns = report.agent_ns.saturating_add(ns);
     }
 }

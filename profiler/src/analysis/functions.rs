@@ -62,7 +62,7 @@ pub fn functions(profile: &Profile, view: TimeView) -> FunctionReport {
         .native_frames
         .iter()
         .map(|frame| {
-            (!crate::target::modules::is_agent_path(&frame.module)).then(|| {
+            (!crate::program::modules::is_agent_path(&frame.module)).then(|| {
                 let name = display_name(frame);
                 *by_name.entry(name.clone()).or_insert_with(|| {
                     names.push(name);

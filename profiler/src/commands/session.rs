@@ -10,14 +10,14 @@
 use crate::analysis::TimeView;
 use crate::commands::live::LiveView;
 use crate::profile::{Meta, Profile};
+use crate::program::process;
+use crate::program::remote::Remote;
 use crate::record::agent;
 use crate::record::announce::Registry;
+use crate::record::children::{self, Tree};
 use crate::record::sampler::{Sampler, SamplerOptions};
 use crate::record::schedule::{self, End, Schedule};
-use crate::record::tree::{self, Tree};
 use crate::render;
-use crate::target::process;
-use crate::target::remote::Remote;
 use anyhow::{bail, Context, Result};
 use nix::errno::Errno;
 use std::ffi::OsString;
@@ -413,7 +413,7 @@ fn wait_for_program(child: &mut Child, pid: u32, signals: &Signals, end: &End) -
             Err(_) => return Ok(1),
         }
         if signals.suspend.swap(false, Ordering::Relaxed)
-            && !crate::target::process::own_group_is_orphaned()
+            && !crate::program::process::own_group_is_orphaned()
         {
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
         }
@@ -479,7 +479,7 @@ fn follow(
     if !options.follow || options.top.is_some() {
         return None;
     }
-    let sampling = tree::Sampling {
+    let sampling = children::Sampling {
         options: SamplerOptions {
             perf_threads: crate::native::perf::CHILD_THREADS,
             shared_perf,

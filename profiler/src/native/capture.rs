@@ -26,9 +26,9 @@ use crate::native::tracer::{Pauses, Tracer};
 use crate::native::unwind::{Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame};
 use crate::os::privilege::Refusal;
 use crate::profile::RawNativeStack;
-use crate::target::modules::Module;
-use crate::target::process;
-use crate::target::remote::Remote;
+use crate::program::modules::Module;
+use crate::program::process;
+use crate::program::remote::Remote;
 use fsprof_shim::abi::RecordView;
 use std::time::{Duration, Instant};
 

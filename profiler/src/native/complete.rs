@@ -43,7 +43,7 @@
 use crate::native::capture::{Captured, MAX_STACK_COPY};
 use crate::native::perf::ANCHORS;
 use crate::native::unwind::{read_word, StackView, UnwoundFrame};
-use crate::target::remote::Remote;
+use crate::program::remote::Remote;
 use std::collections::HashMap;
 
 /// Seam slots compared.

@@ -8,7 +8,7 @@
 use crate::native::capture::MAX_STACK_COPY;
 use crate::native::off_thread::{self, OffThread};
 use crate::native::unwind::Unwinder;
-use crate::target::modules::{self, Mapping, Module};
+use crate::program::modules::{self, Mapping, Module};
 use std::time::{Duration, Instant};
 
 /// Longest interval between two reads of the memory map while addresses fall outside it. The

@@ -130,7 +130,7 @@ impl OffThread {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::remote::Remote;
+    use crate::program::remote::Remote;
 
     #[test]
     fn a_read_is_made_by_the_worker() {

@@ -12,7 +12,7 @@ use crate::native::bpf::{
 };
 use crate::native::unwind::FrameRule;
 use crate::native::walk::{bit, SCRATCH_SIZE};
-use crate::target::modules::Module;
+use crate::program::modules::Module;
 use nix::errno::Errno;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -391,7 +391,7 @@ impl Rules {
                     if current.load(Ordering::Relaxed) != generation {
                         return; // the program called exec: these modules are gone
                     }
-                    let functions = crate::native::functions::functions(module, most);
+                    let functions = crate::native::walk_tables::functions(module, most);
                     if send.send((generation, functions)).is_err() {
                         return;
                     }

@@ -24,7 +24,7 @@
 //! Nothing here reads the target: the words come from the copy the unwinder walks, the code
 //! from the modules' files.
 
-use crate::target::modules::{Image, Module};
+use crate::program::modules::{Image, Module};
 use std::ops::Range;
 
 /// How far above a frame's stack pointer its return address is looked for: a frame of musl's

@@ -19,7 +19,7 @@
 
 use crate::native::scan::Scanner;
 use crate::profile::MAX_NATIVE_FRAMES;
-use crate::target::modules::{Image, Module};
+use crate::program::modules::{Image, Module};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Unwinder as _};
 use std::collections::HashMap;

@@ -1,6 +1,6 @@
 //! The user's cache directory for what fsprof keeps between runs (the agent's copy,
 //! `record/embedded_agent.rs`; the functions' tables of large libraries,
-//! `native/functions_cache.rs`): where it is, private directories in it, and files written
+//! `native/walk_tables_cache.rs`): where it is, private directories in it, and files written
 //! whole or not at all.
 //!
 //! The directory is `$XDG_CACHE_HOME/fsprof` (`~/.cache/fsprof` without `XDG_CACHE_HOME`). Its

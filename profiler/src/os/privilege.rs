@@ -26,7 +26,7 @@
 //! checks are the whole story for them.
 //!
 //! Not here: choosing a backend (the sampler), advice for a read the kernel refused
-//! (`target/process.rs`).
+//! (`program/process.rs`).
 
 use caps::{CapSet, Capability, CapsHashSet};
 use nix::unistd::{Gid, Uid};

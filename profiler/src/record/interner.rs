@@ -9,10 +9,10 @@
 
 use crate::profile::PayloadKind;
 use crate::profile::{Frame, Payload, ProfileBuilder};
+use crate::program::names;
+use crate::program::remote::Remote;
+use crate::program::static_data::WithModules;
 use crate::symbolize::call_sites::{CallSites, Callers};
-use crate::target::names;
-use crate::target::remote::Remote;
-use crate::target::static_data::WithModules;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use fsprof_shim::abi::{self, RecordView};
 use std::cell::Cell;

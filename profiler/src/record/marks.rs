@@ -6,9 +6,9 @@
 
 use crate::native::perf::SLOTS;
 use crate::profile::Meta;
+use crate::program::region::{ReadStats, RegionReader, ThreadMarks};
 use crate::record::announce::Registry;
 use crate::record::scanner::Scanner;
-use crate::target::region::{ReadStats, RegionReader, ThreadMarks};
 use fsprof_shim::abi::{self, RecordView};
 use std::time::Duration;
 

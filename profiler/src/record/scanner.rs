@@ -20,9 +20,9 @@
 //!
 //! Not here: reading the regions' marks (`region.rs`), what the marks mean (`sampler.rs`).
 
+use crate::program::process;
+use crate::program::region::{RegionError, RegionReader};
 use crate::record::announce::{Registry, Wake};
-use crate::target::process;
-use crate::target::region::{RegionError, RegionReader};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -168,7 +168,7 @@ fn scan_until_stopped(pid: u32, shared: &Shared, entry: Option<&str>) {
     let started = Instant::now();
     let mut next = started;
     let mut tasks = process::TaskList::new(pid);
-    let mut files = crate::target::scanned::ScannedFiles::new(pid);
+    let mut files = crate::program::scanned::ScannedFiles::new(pid);
     // Whether the program the process runs announces its regions, read from its environment
     // when its map was opened the `environment_read`th time (once per program it runs).
     let (mut announces, mut environment_read) = (false, 0);
@@ -290,7 +290,7 @@ const FULL_SCAN: Duration = Duration::from_millis(100);
 fn scan(
     pid: u32,
     tasks: &mut process::TaskList,
-    files: &mut crate::target::scanned::ScannedFiles,
+    files: &mut crate::program::scanned::ScannedFiles,
     held: &[u64],
 ) -> (Found, bool) {
     let mut found = Found::default();

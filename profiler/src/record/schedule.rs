@@ -8,8 +8,8 @@
 
 use crate::os::priority;
 use crate::profile::ProfileBuilder;
+use crate::program::process;
 use crate::record::sampler::Sampler;
-use crate::target::process;
 use std::time::{Duration, Instant};
 
 /// Why recording stopped.

@@ -119,7 +119,7 @@ pub fn combined<'a>(
         let frame = &profile.native_frames[*frame as usize];
         // The agent's own frames (under an interposed call) are not the program's: their time
         // is the call's (the report's note gives the agent's cost).
-        if !crate::target::modules::is_agent_path(&frame.module) {
+        if !crate::program::modules::is_agent_path(&frame.module) {
             out.push(StackFrame::Native(frame));
         }
     }

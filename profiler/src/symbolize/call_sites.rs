@@ -29,11 +29,11 @@
 //! call (a mark's push) whose address is the runtime's.
 
 use crate::native::unwind::{StackView, Unwinder, Unwound, UnwoundFrame};
+use crate::program::modules::{self, Mapping, Module};
+use crate::program::names;
+use crate::program::remote::Remote;
 use crate::symbolize::runtime_code;
 use crate::symbolize::symbols::Symbolizer;
-use crate::target::modules::{self, Mapping, Module};
-use crate::target::names;
-use crate::target::remote::Remote;
 use fsprof_shim::abi::RecordView;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -436,7 +436,7 @@ impl CallSites {
             None => Class::Program,
             Some(module)
                 if runtime_code::is_runtime_module(&module.path)
-                    || crate::target::modules::is_agent_path(&module.path) =>
+                    || crate::program::modules::is_agent_path(&module.path) =>
             {
                 Class::Runtime
             }
@@ -501,7 +501,7 @@ impl CallSites {
         let find = |maps: &[Mapping]| {
             maps.iter()
                 .find(|m| m.range.contains(&address))
-                .map(|m| crate::target::modules::is_agent_path(&m.path))
+                .map(|m| crate::program::modules::is_agent_path(&m.path))
         };
         if let Some(found) = find(&self.maps) {
             return found;

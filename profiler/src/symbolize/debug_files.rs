@@ -4,7 +4,7 @@
 //! `.gnu_debugaltlink` names. Only regular files are opened; what they contain is checked, not
 //! trusted. Parsing them is `symbols.rs`'s job.
 
-use crate::target::modules::{Image, Module};
+use crate::program::modules::{Image, Module};
 use object::Object;
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};

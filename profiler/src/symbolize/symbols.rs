@@ -35,7 +35,7 @@ use super::demangle::{bounded, demangle, is_cpp, is_mangled, MAX_MANGLED};
 use super::function_ranges::FunctionRanges;
 use crate::profile::Symbolize;
 use crate::profile::{Callee, ModuleFile, NativeFrame};
-use crate::target::modules::{Image, Module};
+use crate::program::modules::{Image, Module};
 use addr2line::gimli;
 use object::{
     CompressionFormat, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind,

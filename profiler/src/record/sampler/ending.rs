@@ -5,7 +5,7 @@
 
 use super::Sampler;
 use crate::profile::{Meta, Profile, ProfileBuilder};
-use crate::target::modules::Module;
+use crate::program::modules::Module;
 use std::path::PathBuf;
 
 impl Sampler {

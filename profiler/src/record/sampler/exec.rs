@@ -27,7 +27,7 @@
 
 use super::Sampler;
 use crate::os::privilege::{self, Refusal, MOST_UNSETTLED};
-use crate::target::process::ThreadStatus;
+use crate::program::process::ThreadStatus;
 use std::time::Instant;
 
 /// The process's image as last checked.
@@ -133,7 +133,7 @@ impl Sampler {
         self.reader.look_again();
         let pid = self.pid;
         self.builder
-            .image(crate::target::process::thread_name(pid, pid));
+            .image(crate::program::process::thread_name(pid, pid));
         if !exec {
             return false;
         }

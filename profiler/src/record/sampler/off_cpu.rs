@@ -39,7 +39,7 @@ use super::*;
 use crate::native::perf::Switch;
 use crate::native::ring::JUST_BACK_NS;
 use crate::os::time::monotonic_ns;
-use crate::target::process;
+use crate::program::process;
 
 /// A thread's scheduling totals are read at most this often (for its wake-ups' waits).
 const WAKEUP_READ_NS: u64 = 20_000_000;

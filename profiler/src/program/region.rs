@@ -12,7 +12,7 @@
 //! A slot that changed under us is retried, and after that reported as unreadable for this sample,
 //! never as a torn stack. Addresses in records are not followed here; `names.rs` does that.
 
-use crate::target::remote::Remote;
+use crate::program::remote::Remote;
 use fsprof_shim::abi::{self, HeaderView, RecordView, SlotState, MARK_CAPACITY, SLOT_COUNT};
 use memmap2::{Mmap, MmapOptions};
 use nix::errno::Errno;

@@ -8,9 +8,9 @@
 //! relocation over them makes the read fail rather than give bytes the program never saw. It does
 //! not read the live process (that is `remote.rs`) and does not interpret the bytes (`names.rs`).
 
-use crate::target::modules::{Mapping, Module};
-use crate::target::remote::Memory;
-use crate::target::remote::Remote;
+use crate::program::modules::{Mapping, Module};
+use crate::program::remote::Memory;
+use crate::program::remote::Remote;
 use nix::errno::Errno;
 use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader, Rela as _, SectionHeader};
@@ -170,7 +170,7 @@ impl<'a> File<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::modules;
+    use crate::program::modules;
     use fsprof_shim::Feature;
 
     /// In `.data.rel.ro`: its name pointer is relocated at load time.
@@ -207,7 +207,7 @@ mod tests {
         memory.read(address, &mut bytes).unwrap();
         assert_eq!(bytes, in_memory);
         assert_eq!(
-            crate::target::names::feature_name(&memory, address),
+            crate::program::names::feature_name(&memory, address),
             "read from the file"
         );
         // The name's bytes (read-only data) too, and any piece of the descriptor.

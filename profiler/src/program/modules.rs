@@ -156,7 +156,7 @@ fn load(pid: u32, mapping: &Mapping) -> Option<Module> {
     let image = if mapping.path == "[vdso]" {
         let len = (mapping.range.end - mapping.range.start).min(MAX_VDSO) as usize;
         let mut bytes = vec![0u8; len];
-        crate::target::remote::Remote::new(pid)
+        crate::program::remote::Remote::new(pid)
             .read(mapping.range.start, &mut bytes)
             .ok()?;
         Image::from_vec(bytes)

@@ -16,9 +16,9 @@
 //! Not here: what a sampler records (`sampler.rs`), or the report per process (`analysis`).
 
 use crate::profile::{self, Meta, Process, Profile};
+use crate::program::process;
 use crate::record::sampler::{Recorded, Sampler, SamplerOptions};
 use crate::record::schedule::{self, End, Schedule};
-use crate::target::process;
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -9,7 +9,7 @@
 //! boundary's payload also keep their parts (`Detail`) for the analyses that use them.
 
 use crate::profile::{clean, Detail, Payload, PayloadKind};
-use crate::target::remote::Memory;
+use crate::program::remote::Memory;
 use fsprof_shim::abi::{self, RecordView};
 
 /// Longest feature name we read.
@@ -113,7 +113,7 @@ fn read_string(remote: &impl Memory, address: u64, len: u64, max: usize) -> Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::remote::Remote;
+    use crate::program::remote::Remote;
     use fsprof_shim::Feature;
 
     static F: Feature = Feature::new("feature\nwith control");

@@ -10,9 +10,9 @@
 //! Parses with gimli (the reader framehop uses); it does not unwind, and holds nothing: the
 //! table is written into a BPF map by `rules.rs`.
 
-use crate::native::functions_cache::{self, CACHED_FROM};
 use crate::native::unwind::FrameRule;
-use crate::target::modules::Module;
+use crate::native::walk_tables_cache::{self, CACHED_FROM};
+use crate::program::modules::Module;
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext,
     UnwindSection, X86_64,
@@ -36,7 +36,7 @@ const FDES_PER_THREAD: usize = 32_000;
 /// Appends the functions of `module` with an FDE in its `.eh_frame` (until `out` has `most`):
 /// those `.eh_frame_hdr` lists, read by several threads when they are many, else those
 /// `.eh_frame` holds, in order. A large module's, listed by its `.eh_frame_hdr`, is kept on
-/// disk (`functions_cache.rs`) and taken from there when it was.
+/// disk (`walk_tables_cache.rs`) and taken from there when it was.
 fn module_functions(module: &Module, out: &mut Vec<(u64, Option<FrameRule>)>, most: usize) {
     use object::{Object, ObjectSection};
     let Ok(file) = object::File::parse(&*module.image) else {
@@ -58,9 +58,9 @@ fn module_functions(module: &Module, out: &mut Vec<(u64, Option<FrameRule>)>, mo
     let key = header.map(|(address, bytes)| {
         let addresses = [section.address(), data.len() as u64, address];
         let addresses: Vec<u8> = addresses.iter().flat_map(|a| a.to_le_bytes()).collect();
-        functions_cache::key(&[&addresses, bytes])
+        walk_tables_cache::key(&[&addresses, bytes])
     });
-    if let Some(table) = key.and_then(|key| functions_cache::load(key, most)) {
+    if let Some(table) = key.and_then(|key| walk_tables_cache::load(key, most)) {
         let biased =
             (table.into_iter()).map(|(start, rule)| (start.wrapping_add(module.bias), rule));
         out.extend(biased.filter(|(start, _)| module.range.contains(start)));
@@ -93,7 +93,7 @@ fn module_functions(module: &Module, out: &mut Vec<(u64, Option<FrameRule>)>, mo
             if let Some(key) = key.filter(|_| whole && out.len() >= CACHED_FROM) {
                 let unbiased =
                     (out.iter()).map(|(start, rule)| (start.wrapping_sub(module.bias), *rule));
-                functions_cache::store(key, &unbiased.collect::<Vec<_>>());
+                walk_tables_cache::store(key, &unbiased.collect::<Vec<_>>());
             }
         }
         None => {
