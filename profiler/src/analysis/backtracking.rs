@@ -21,7 +21,7 @@
 //!
 //! Numbers only; renderers format them. Not here: the time of instances (features.rs).
 
-use super::features::{group_weights, TimeView};
+use super::weights::{group_weights, TimeView};
 use crate::profile::{Detail, Profile};
 use std::collections::{HashMap, HashSet};
 

@@ -9,7 +9,7 @@
 //!
 //! Numbers only: the text and JSON renderers list them, `render/boundary_graph.rs` draws them.
 
-use super::features::{group_weights, TimeView};
+use super::weights::{group_weights, TimeView};
 use crate::profile::{Detail, Profile};
 use std::collections::HashMap;
 

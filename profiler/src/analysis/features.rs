@@ -5,7 +5,7 @@
 //! when a mark; features are independent: nested features both count a sample; a `write` under
 //! the program's `output` mark is that mark's cost).
 //!
-//! Which time a sample stands for is the [`TimeView`]; [`group_weights`] gives it for every sample
+//! Which time a sample stands for is the [`TimeView`]; `weights.rs`'s `group_weights` gives it for every sample
 //! group (the folded stacks and flamegraphs count with it). In the default view, blocked time
 //! counts only inside one of the program's own marks: a thread blocked in a libc call that only
 //! the agent marked (a parked worker in `pthread_cond_wait`, a `poll` loop between requests) is
@@ -18,7 +18,8 @@
 //! user sees which use of a feature costs. This module computes numbers only; the renderers turn
 //! them into text, JSON or flamegraphs.
 
-use super::attribution::{attribute, innermost_marks, inside_own_mark};
+use super::attribution::{attribute, innermost_marks};
+use super::weights::{counts_image, TimeView};
 use crate::profile::{Profile, SampleGroup};
 use crate::symbolize::runtime_code;
 use std::collections::HashMap;
@@ -29,31 +30,6 @@ pub const PATH_INSTANCES: usize = 5;
 pub const PATHS_PER_INSTANCE: usize = 3;
 /// Native frames a call path shows: the innermost ones before the mark.
 pub const PATH_FRAMES: usize = 4;
-
-/// Which part of the threads' time counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TimeView {
-    /// Running or runnable time, plus blocked time inside one of the program's own marks (the
-    /// default): a thread idle outside them, even inside a built-in mark (a libc call the agent
-    /// marked), does not dilute the profile.
-    Active,
-    /// All wall time of every thread (`--idle`).
-    All,
-}
-
-impl TimeView {
-    /// A sentence for reports.
-    pub fn describe(self) -> &'static str {
-        match self {
-            TimeView::Active => {
-                "time counted: threads running or waiting for a CPU, plus blocked time inside the \
-                 program's own marks (threads blocked elsewhere, built-in waits included, do not \
-                 count; --idle counts all thread time)"
-            }
-            TimeView::All => "time counted: all wall time of every thread, idle or not (--idle)",
-        }
-    }
-}
 
 /// The cost of one feature.
 #[derive(Clone, Debug, PartialEq)]
@@ -344,12 +320,6 @@ fn count_native(report: &mut FeatureReport, profile: &Profile, group: &SampleGro
     }
 }
 
-/// Whether `group`'s program image counts in `view`: in the default view, only the last image a
-/// process ran (a wrapper script's time before it `exec`s the program is reported apart).
-fn counts_image(profile: &Profile, view: TimeView, group: &SampleGroup) -> bool {
-    view == TimeView::All || profile.is_last_image(group.image)
-}
-
 /// The time of each program image the program's process ran (not its children's), when there
 /// were several.
 fn image_times(profile: &Profile, view: TimeView) -> Vec<ImageTime> {
@@ -444,29 +414,10 @@ fn top_paths(found: PathCosts) -> Vec<CallPath> {
     paths
 }
 
-/// The time each sample group stands for in `view`, indexed like [`Profile::samples`]: the same
-/// rule as [`analyse`] (in the active view, a sample inside some feature's mark counts its wall
-/// time, blocked time included; other samples their active time), so the weights add up to the
-/// report's total.
-pub fn group_weights(profile: &Profile, view: TimeView) -> Vec<u64> {
-    let inside_own_mark: Vec<bool> = match view {
-        TimeView::All => Vec::new(),
-        TimeView::Active => profile.stacks.iter().map(inside_own_mark).collect(),
-    };
-    profile
-        .samples
-        .iter()
-        .map(|group| match view {
-            _ if !counts_image(profile, view, group) => 0,
-            TimeView::Active if !inside_own_mark[group.stack as usize] => group.active_ns,
-            _ => group.wall_ns,
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::group_weights;
     use crate::profile::PayloadKind;
     use crate::profile::{Frame, Meta, Payload, ProfileBuilder, Stack};
 

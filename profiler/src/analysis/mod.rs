@@ -15,6 +15,7 @@ mod processes;
 mod structure;
 mod threads;
 mod tree;
+mod weights;
 
 pub use attribution::{counted_marks, inside_own_mark};
 pub use backtracking::BranchCost;
@@ -27,6 +28,7 @@ pub use threads::{keep_thread, thread_times, ThreadTime};
 pub use tree::{Tree, TreeNode, MAX_NODES};
 
 pub use features::{
-    analyse, group_weights, CallPath, FeatureCost, FeatureReport, ImageTime, InstanceCost,
-    TimeView, PATHS_PER_INSTANCE, PATH_FRAMES, PATH_INSTANCES,
+    analyse, CallPath, FeatureCost, FeatureReport, ImageTime, InstanceCost, PATHS_PER_INSTANCE,
+    PATH_FRAMES, PATH_INSTANCES,
 };
+pub use weights::{group_weights, TimeView};

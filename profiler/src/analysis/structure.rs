@@ -5,8 +5,8 @@
 
 use super::backtracking::{backtracking, BranchCost};
 use super::boundaries::{boundaries, Edge};
-use super::features::TimeView;
 use super::tree::{trees, Tree};
+use super::weights::TimeView;
 use crate::profile::Profile;
 use std::collections::HashMap;
 

@@ -19,7 +19,7 @@
 //!
 //! Numbers only: the renderers format them. Not here: the time of each feature and instance.
 
-use super::features::{group_weights, TimeView};
+use super::weights::{group_weights, TimeView};
 use crate::profile::{Profile, Stack};
 use std::collections::HashMap;
 

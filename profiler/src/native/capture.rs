@@ -23,7 +23,9 @@ use crate::native::perf::{
 };
 use crate::native::ring::Folded;
 use crate::native::tracer::{Pauses, Tracer};
-use crate::native::unwind::{Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame};
+use crate::native::unwind::{
+    Captured, Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame,
+};
 use crate::os::privilege::Refusal;
 use crate::profile::RawNativeStack;
 use crate::program::modules::Module;
@@ -31,12 +33,6 @@ use crate::program::process;
 use crate::program::remote::Remote;
 use fsprof_shim::abi::RecordView;
 use std::time::{Duration, Instant};
-
-/// Most of a stack copied per sample, from the stack pointer up: deeper stacks are cut (and marked
-/// as such). Only the part in use is copied (from the stack pointer to the mapping's end), so a
-/// shallow stack costs what it did; 8 MiB is a main thread's usual whole stack (a 40,000-frame
-/// recursion of 200-byte frames).
-pub const MAX_STACK_COPY: usize = 8 * 1024 * 1024;
 
 /// What perf gave of a thread (see [`NativeSampler::perf_samples`]), oldest first.
 pub enum PerfTaken {
@@ -60,15 +56,6 @@ pub enum PerfTaken {
     Folded(Folded),
     /// Records may be missing here (see `Taken::Gap`); those before are complete up to `at`.
     Gap { at: u64 },
-}
-
-/// A thread's native stack at one sample.
-#[derive(Clone, Debug, Default)]
-pub struct Captured {
-    /// Frames, innermost first.
-    pub frames: Vec<UnwoundFrame>,
-    /// Whether unwinding reached the thread's root.
-    pub complete: bool,
 }
 
 /// Counters for the profile's metadata.

@@ -40,8 +40,9 @@
 //! sample's copy is an anchor only when an earlier sample's copy ended at the same frame. Not
 //! here: the unwinding (`unwind.rs`), the copies (`perf.rs`).
 
-use crate::native::capture::{Captured, MAX_STACK_COPY};
+use crate::native::memory_map::MAX_STACK_COPY;
 use crate::native::perf::ANCHORS;
+use crate::native::unwind::Captured;
 use crate::native::unwind::{read_word, StackView, UnwoundFrame};
 use crate::program::remote::Remote;
 use std::collections::HashMap;

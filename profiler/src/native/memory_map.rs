@@ -5,11 +5,16 @@
 //! opening a module (through `/proc/PID/map_files`): both are done by the worker where there is
 //! one, and callers refresh only where they must. Not here: unwinding (`unwind.rs`), naming (`symbolize/`).
 
-use crate::native::capture::MAX_STACK_COPY;
 use crate::native::off_thread::{self, OffThread};
 use crate::native::unwind::Unwinder;
 use crate::program::modules::{self, Mapping, Module};
 use std::time::{Duration, Instant};
+
+/// Most of a stack copied per sample, from the stack pointer up: deeper stacks are cut (and marked
+/// as such). Only the part in use is copied (from the stack pointer to the mapping's end), so a
+/// shallow stack costs what it did; 8 MiB is a main thread's usual whole stack (a 40,000-frame
+/// recursion of 200-byte frames).
+pub const MAX_STACK_COPY: usize = 8 * 1024 * 1024;
 
 /// Longest interval between two reads of the memory map while addresses fall outside it. The
 /// interval starts at 1 ms and doubles while reads find nothing new: a program starting up maps

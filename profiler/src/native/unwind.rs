@@ -25,6 +25,15 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Unwinder as _};
 use std::collections::HashMap;
 use std::ops::{Deref, Range};
 
+/// A thread's native stack at one sample.
+#[derive(Clone, Debug, Default)]
+pub struct Captured {
+    /// Frames, innermost first.
+    pub frames: Vec<UnwoundFrame>,
+    /// Whether unwinding reached the thread's root.
+    pub complete: bool,
+}
+
 /// How many frame sizes are remembered (see [`FrameSizes`]).
 const MAX_FRAME_SIZES: usize = 1 << 16;
 

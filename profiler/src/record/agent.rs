@@ -98,7 +98,7 @@ fn find_library() -> Result<PathBuf, String> {
             Err(format!("{ENV}={} is not a file", path.display()))
         };
     }
-    super::embedded_agent::path()
+    super::embedded_agent::path(LIBRARY)
 }
 
 fn absolute(path: PathBuf) -> PathBuf {

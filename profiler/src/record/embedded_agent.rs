@@ -20,14 +20,14 @@ use std::path::PathBuf;
 /// The agent built with this fsprof; empty when it was built without (see `build.rs`).
 static LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libfsprof_agent.so"));
 
-/// The path of the cached copy of the carried agent, written there first if need be; or why
-/// there is none, as a sentence.
-pub fn path() -> Result<PathBuf, String> {
+/// The path of the cached copy of the carried agent (its file named `name`), written there
+/// first if need be; or why there is none, as a sentence.
+pub fn path(name: &str) -> Result<PathBuf, String> {
     if LIBRARY.is_empty() {
         return Err("this fsprof was built without it (its build found no agent sources)".into());
     }
     let dir = crate::os::cache::dir()?.join(format!("agent-{:016x}", fnv1a(FNV_START, LIBRARY)));
-    let file = dir.join(super::agent::LIBRARY);
+    let file = dir.join(name);
     let describe = |e: String| format!("cannot keep it in {}: {e}", dir.display());
     make_private_dir(&dir).map_err(describe)?;
     if fs::read(&file).is_ok_and(|bytes| bytes == LIBRARY) {

@@ -16,8 +16,9 @@
 //! Strings behind mark addresses are read once per unique address (cached here) while the target
 //! is alive; nothing else is resolved in the loop.
 
-use crate::native::capture::{self, Captured, NativeSampler, PerfTaken};
-use crate::native::perf::{Perf, PerfSampler, SharedPerf, SLOTS};
+use crate::native::capture::{self, NativeSampler, PerfTaken};
+use crate::native::perf::{Perf, PerfSampler, SharedPerf};
+use crate::native::unwind::Captured;
 use crate::native::unwind::UnwoundFrame;
 use crate::profile::{ProfileBuilder, Stack, MAX_STACK_FRAMES};
 use crate::program::process::{self, ThreadStatus};
@@ -28,7 +29,7 @@ use crate::record::interner::{Interner, Target};
 use crate::record::marks::MarkReader;
 use crate::symbolize::call_sites::Callers;
 use foldhash::{HashMap, HashMapExt};
-use fsprof_shim::abi::{self, RecordView};
+use fsprof_shim::abi::RecordView;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -7,6 +7,7 @@
 use super::off_cpu::LatestSample;
 use super::*;
 use crate::os::time::monotonic_ns;
+use crate::record::marks::snapshot_records;
 
 /// Most a departure's sample of the thread's stack comes before the departure's own record.
 /// Both are written as the thread leaves its CPU, microseconds apart, but a loaded machine
@@ -381,37 +382,6 @@ impl Sampler {
     }
 }
 
-/// Decodes the slots the kernel copied at a perf sample into the thread's records (all slots,
-/// in order) and the logical depth if some were not recorded. A copy of a slot the thread does
-/// not hold has none of its marks: a free slot it may have claimed since (see
-/// `MarkReader::slot_addresses`), or its own slot, released as it exits. `None` if a copy
-/// cannot be parsed.
-pub(super) fn snapshot_records(
-    own_tid: u32,
-    slots: &[Option<Vec<u8>>; SLOTS],
-) -> Option<(Vec<RecordView>, Option<u32>)> {
-    let mut records = Vec::new();
-    let mut truncated_depth = None;
-    for bytes in slots.iter().flatten() {
-        let state = abi::parse_slot_state(bytes.get(..abi::SLOT_STATE_SIZE)?)?;
-        // An odd `seq` (a push under way) is fine here: the thread was interrupted, so the copy
-        // is its slot at one instant of its own order of writes, in which the records below
-        // `depth` are always whole (a push writes its record before raising `depth`).
-        if state.tid != own_tid {
-            continue;
-        }
-        let recorded = (state.depth as usize).min(abi::MARK_CAPACITY);
-        for index in 0..recorded {
-            let at = abi::RECORDS_OFFSET + index * abi::RECORD_SIZE;
-            records.push(abi::parse_record(bytes.get(at..at + abi::RECORD_SIZE)?)?);
-        }
-        if state.depth as usize > recorded {
-            truncated_depth = Some(state.depth);
-        }
-    }
-    Some((records, truncated_depth))
-}
-
 /// Whether two copies of a thread's records are of the same marks (call sites aside, which one
 /// may have found and the other not yet).
 fn same_marks(a: &[RecordView], b: &[RecordView]) -> bool {
@@ -422,6 +392,7 @@ fn same_marks(a: &[RecordView], b: &[RecordView]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fsprof_shim::abi;
 
     /// A copied slot of thread `tid` holding `depth` records (zeroed).
     fn slot(tid: u32, depth: u32) -> Option<Vec<u8>> {

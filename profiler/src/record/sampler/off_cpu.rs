@@ -34,12 +34,12 @@
 //! loop of 700 us in one mark and 300 us outside, with a sleep in a second mark, read 1 to 2
 //! points too little of the first and too much of the second.
 
-use super::native_stacks::snapshot_records;
 use super::*;
 use crate::native::perf::Switch;
 use crate::native::ring::JUST_BACK_NS;
 use crate::os::time::monotonic_ns;
 use crate::program::process;
+use crate::record::marks::snapshot_records;
 
 /// A thread's scheduling totals are read at most this often (for its wake-ups' waits).
 const WAKEUP_READ_NS: u64 = 20_000_000;

@@ -4,11 +4,11 @@
 //! one (`off_cpu.rs`), and the stack of a long block that began folded, read at a tick. Not
 //! here: the stretches recorded one by one.
 
-use super::super::native_stacks::snapshot_records;
 use super::super::*;
 use super::{same_places, LatestSample, OffCpu, MAX_WOKEN};
 use crate::native::ring::{Folded, FOLD_MOST_NS};
 use crate::os::time::monotonic_ns;
+use crate::record::marks::snapshot_records;
 
 impl Sampler {
     /// Takes thread `tid`'s short stretches off its CPU, folded by the kernel (see
