@@ -1,7 +1,7 @@
 //! The BPF instruction set as fsprof's hand-written programs use it: one instruction ([`Insn`],
 //! made by [`insn`]), the opcodes and kernel helpers they call, and an assembler ([`Asm`]) whose
 //! jumps go to labels, bound where their target is, the offsets computed when the program is
-//! whole. Not here: what the programs do (`bpf.rs`, `walk.rs`, `cpu_wide/programs.rs`), loading
+//! whole. Not here: what the programs do (`sampling.rs`, `walk.rs`, `cpu_wide/programs.rs`), loading
 //! and attaching them (`bpf.rs`).
 
 /// One BPF instruction.

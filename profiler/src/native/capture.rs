@@ -16,12 +16,12 @@
 //! Symbolization is not done here.
 
 use crate::native::complete::Completer;
+use crate::native::layout::{ANCHORS, SLOTS};
 use crate::native::memory_map::MemoryMap;
 use crate::native::off_thread::{self, OffThread};
-use crate::native::perf::{
-    Perf, PerfSample, SharedPerf, Switch, Taken, WatchError, ANCHORS, SLOTS,
-};
-use crate::native::ring::Folded;
+use crate::native::perf::{Perf, SharedPerf, WatchError};
+use crate::native::stream::Folded;
+use crate::native::stream::{PerfSample, Switch, Taken};
 use crate::native::tracer::{Pauses, Tracer};
 use crate::native::unwind::{
     Captured, Registers, StackCopy, StackView, Unwinder, Unwound, UnwoundFrame,
@@ -52,7 +52,7 @@ pub enum PerfTaken {
     Departure { captured: Captured, time: u64 },
     /// It left its CPU, or came back to one.
     Switch(Switch),
-    /// Its short stretches off its CPU, folded (see `ring::FOLD_MOST_NS`).
+    /// Its short stretches off its CPU, folded (see `layout::FOLD_MOST_NS`).
     Folded(Folded),
     /// Records may be missing here (see `Taken::Gap`); those before are complete up to `at`.
     Gap { at: u64 },

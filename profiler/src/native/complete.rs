@@ -9,7 +9,7 @@
 //!   the same words in the image (a different call path, or the same one shifted, puts other
 //!   words there);
 //! * the anchors: at each sample the BPF program also reads the words at a few return-address
-//!   slots of the thread's outer frames, as they were at that instant (`perf::ANCHORS`: one slot
+//!   slots of the thread's outer frames, as they were at that instant (`layout::ANCHORS`: one slot
 //!   per distinct return address, nearest the copy first, chosen from an image); every one of
 //!   them must hold the same word in the image. A thread that went back up and down another
 //!   way (`left_root` then `right_root`) has another return address in some slot;
@@ -40,8 +40,8 @@
 //! sample's copy is an anchor only when an earlier sample's copy ended at the same frame. Not
 //! here: the unwinding (`unwind.rs`), the copies (`perf.rs`).
 
+use crate::native::layout::ANCHORS;
 use crate::native::memory_map::MAX_STACK_COPY;
-use crate::native::perf::ANCHORS;
 use crate::native::unwind::Captured;
 use crate::native::unwind::{read_word, StackView, UnwoundFrame};
 use crate::program::remote::Remote;

@@ -1,13 +1,13 @@
 //! The per-CPU design of the perf backend (by default for the program's own process, for every
 //! process with `FSPROF_PER_CPU=1`: `perf/design.rs`): no event on any thread. Each CPU has one
-//! cpu-clock event whose program (`bpf::program` with `Index::Watched`) keeps the samples of
+//! cpu-clock event whose program (`sampling::program` with `Index::Watched`) keeps the samples of
 //! watched threads only (a hash map of thread ids that fsprof fills) and copies their slots as a
 //! thread's own event's program does; a program at the scheduler's `sched_switch` tracepoint
 //! records each departure of a watched thread from its CPU (its slots, whether it was preempted,
 //! its time on a CPU so far, and at most once a period its registers and the top of its stack)
 //! and each return to one, except that a thread without marks folds its short stretches off
 //! the CPU into totals by kind, recorded with its next departure that is recorded
-//! (`ring::FOLD_MOST_NS`); and a program at the start of every `exec` (`sched_prepare_exec`,
+//! (`layout::FOLD_MOST_NS`); and a program at the start of every `exec` (`sched_prepare_exec`,
 //! before the new program's credentials are set) removes the thread from the map, so nothing of
 //! a program that turned set-user-id is read: fsprof watches the thread again only once its exec
 //! gate passed it. A switch costs that program's run (about 200 ns for a thread not followed,
@@ -24,19 +24,21 @@
 //!
 //! This module: those maps, events and rings, and the reading of their records into each
 //! thread's stream (`perf::Taken`), in time order. Not here: the programs (`programs.rs`; the
-//! slot copies', `bpf.rs`), the rings' layout and records (`ring.rs`), which threads to watch
+//! slot copies', `fragments.rs`), the rings' layout and records (`ring.rs`), which threads to watch
 //! (`perf.rs`). The processes `run` follows share the set of the program they descend from
 //! (`perf/shared.rs`).
 
 use crate::native::bpf::{
-    attach_tracepoint, create_map, delete_bytes, load_program, load_tracepoint_program,
-    update_bytes, Index, BPF_MAP_TYPE_HASH,
+    attach_tracepoint, create_map, delete_bytes, load_tracepoint_program, update_bytes,
+    BPF_MAP_TYPE_HASH,
 };
-use crate::native::perf::{PerfSample, Switch, Taken, STACK_DUMP};
+use crate::native::layout::STACK_DUMP;
 use crate::native::perf_events::{attach, open_cpu_event, rephase};
 use crate::native::ring::{
     match_copies, parse, DepartureStack, Matched, Record, Ring, SlotCopy, ThreadEvent,
 };
+use crate::native::sampling::{load_program, Index};
+use crate::native::stream::{PerfSample, Switch, Taken};
 use crate::native::unwind::{Registers, StackView};
 use foldhash::{HashMap, HashMapExt};
 use nix::errno::Errno;
@@ -541,9 +543,8 @@ fn online_cpus() -> Vec<u32> {
     cpus
 }
 
-mod programs;
+pub(super) mod programs;
 #[cfg(test)]
 mod tests;
 
-pub(super) use programs::cpu_time;
 use programs::{exec_program, switch_program};

@@ -10,26 +10,28 @@
 //!
 //! This module watches threads (their events, which `perf_events.rs` opens, with the BPF program
 //! attached) and matches each sample with its slot copies; the rings and their records are
-//! `ring.rs`, the maps and the program `bpf.rs`. It does not unwind (`unwind.rs`), decode slots (`fsprof_shim::abi`) or decide which
+//! `ring.rs`, the program `sampling.rs` (loaded by `bpf.rs`), the layout they share `layout.rs`. It does not unwind (`unwind.rs`), decode slots (`fsprof_shim::abi`) or decide which
 //! threads to sample (the sampler). Everything read from a ring or a map came from the target's
 //! memory or the kernel's copy of it and is bounded before use.
 //!
-//! The BPF program (`bpf.rs`, `walk.rs`) is hand-assembled: Rust's BPF toolchains (aya,
+//! The BPF programs (`sampling.rs`, `walk.rs`, with `asm.rs`'s labels) are hand-assembled: Rust's BPF toolchains (aya,
 //! libbpf-rs) need a separate compiler, which `cargo build` cannot assume. It needs `CAP_BPF`
 //! and `CAP_PERFMON` (or root); where refused, [`PerfSampler::new`] says why (ptrace then).
 
-use crate::native::bpf::{
-    create_map, load_program, page_size, Departure, Index, Programs, BPF_MAP_TYPE_ARRAY,
-};
+use crate::native::bpf::{create_map, page_size, BPF_MAP_TYPE_ARRAY};
 use crate::native::cpu_wide::CpuWide;
-use crate::native::map_value::{
-    Values, FOLD_KINDS, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED,
-    VALUE_FOLD_KIND, VALUE_FOLD_LEFT, VALUE_QUIET, VALUE_SIZE, VALUE_SWITCHES, VALUE_WALK,
+use crate::native::layout::{ANCHORS, DEPARTURE_STACK_DUMP, SLOTS, STACK_DUMP};
+use crate::native::layout::{
+    FOLD_KINDS, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_FOLD_KIND,
+    VALUE_FOLD_LEFT, VALUE_QUIET, VALUE_SIZE, VALUE_SWITCHES, VALUE_WALK,
 };
+use crate::native::map_value::Values;
 use crate::native::perf_events::{attach, open_event, open_switch_event, output_to, rephase};
-use crate::native::ring::{match_copies, parse, CopyRing, Folded, Record, Ring, Unmatched};
+use crate::native::ring::{match_copies, parse, CopyRing, Record, Ring, Unmatched};
 use crate::native::rules::Rules;
-use crate::native::unwind::{Registers, StackView};
+use crate::native::sampling::{load_program, Departure, Index, Programs};
+use crate::native::stream::{Switch, Taken};
+
 use crate::os::privilege::Refusal;
 use foldhash::{HashMap, HashMapExt, HashSet};
 use nix::errno::Errno;
@@ -37,21 +39,6 @@ use nix::libc;
 use perf_event_open_sys as sys;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-/// Bytes of stack copied per sample, from the stack pointer up. At most 65528 (a sample record's
-/// size is a 16-bit number); deeper stacks are cut (and marked as such). The kernel writes this
-/// many bytes per sample whatever the stack's depth, in the thread's time: 48 KiB cost two busy
-/// threads 5% at 1 kHz, 16 KiB 2.5% as perf record's 8 KiB did (BENCHMARKS.md), and the stacks
-/// of the tests' programs, python3 and ripgrep unwind as completely.
-pub const STACK_DUMP: u32 = 16 * 1024;
-/// Bytes of stack copied as a thread leaves its CPU (`bpf::Departure`): the most a record holds
-/// (per CPU, the `sched_switch` program copies 16 pages from the stack pointer's page up, less
-/// what lies below the stack pointer in its page: `cpu_wide/programs.rs`). A departure's stack that does not reach its root is not used, and the latest sample's stands
-/// in; with 16 KiB, the deep stacks of `Regex::new` were cut at nearly every departure, so the
-/// waits drawn at their own stack were those of shallower code: `regex-compile` read 3 to 6
-/// points low beside two busy loops.
-pub const DEPARTURE_STACK_DUMP: u32 = 65_528;
-/// Slots copied per sample: one per region the thread marks in (the program's shim, the agent's).
-pub const SLOTS: usize = 2;
 /// Threads sampled this way at once; further threads fall back to ptrace.
 pub const MAX_THREADS: u32 = 1024;
 /// Threads sampled by perf in a child process that `run` follows (`record/tree.rs`) with
@@ -79,14 +66,6 @@ const COPIES_PER_CPU: usize = 1024 * 1024;
 /// At most this many bytes for that ring, however many CPUs.
 const COPIES_MAX: usize = 32 * 1024 * 1024;
 
-/// Stack words the program reads at each sample besides the top of the stack, for threads
-/// that have some: where fsprof completes a deep stack with an image of the thread's outer
-/// stack read later (beyond what the walk read, `walk.rs`: a recursion of thousands of
-/// frames), the words at a few of that image's return-address slots, as they were at the
-/// sample, tell whether the image was still the thread's stack then (`native/complete.rs`).
-/// A read costs the sampled thread tens of ns.
-pub const ANCHORS: usize = 32;
-
 /// The CPU time between two of perf's samples of a thread at `rate_hz`, a thread's timer's and
 /// a CPU's tick (one tick a period: each costs the interrupted thread about 20 us of its CPU in
 /// a virtual machine). Ticks every quarter period, one kept at random (0817dca to 27873a6),
@@ -107,74 +86,6 @@ pub const ANCHORS: usize = 32;
 /// these lengths are not.
 pub fn sampling_period(rate_hz: f64) -> std::time::Duration {
     std::time::Duration::from_secs_f64(0.95 / rate_hz)
-}
-
-/// Offset of `depth` in a slot (after `seq` and `tid`).
-pub(super) const DEPTH_OFFSET: i32 = 8;
-
-/// Registers perf copies (bits of `enum perf_event_x86_regs`): bp, sp, ip, in this order.
-#[cfg(target_arch = "x86_64")]
-pub(super) const REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
-#[cfg(not(target_arch = "x86_64"))]
-pub(super) const REGS_MASK: u64 = 0;
-
-/// One sample of one thread, as its ring holds it.
-#[derive(Debug)]
-pub struct PerfSample<'a> {
-    /// When it was taken (CLOCK_MONOTONIC, ns).
-    pub time: u64,
-    /// The thread's time on a CPU when it was taken (its task-clock count, ns): what it ran
-    /// since its previous sample is the difference.
-    pub cpu_ns: u64,
-    /// Registers at the sample.
-    pub regs: Registers,
-    /// The top of its stack (in the ring: not copied).
-    pub stack: StackView<'a>,
-    /// The raw bytes of each of the thread's slots, copied at the sample: its state and the
-    /// records below its depth. `None` where the thread had no slot (or its address was not yet
-    /// given), and all `None` when the marks are unknown.
-    pub slots: [Option<Vec<u8>>; SLOTS],
-    /// Whether `slots` are this sample's (else its marks are unknown: a copy failed, or was lost).
-    pub marks_known: bool,
-    /// The anchors read at the sample: (address, word there), for the addresses set then.
-    pub anchors: Vec<(u64, u64)>,
-    /// The words the walk read beyond the copy at the sample (`walk.rs`): (address, word),
-    /// by address.
-    pub instant: Vec<(u64, u64)>,
-    /// The length of the tick that took it, for a CPU's timer (`cpu_wide.rs`), which samples
-    /// whatever runs on the CPU: the running time a sample stands for. 0 for a thread's own
-    /// timer, whose samples are a period of the thread's CPU time apart.
-    pub tick_ns: u64,
-}
-
-/// What a thread's ring gave, oldest first.
-pub enum Taken<'a> {
-    /// A sample of its CPU time.
-    Sample(PerfSample<'a>),
-    /// Its registers and stack as it left its CPU, preempted or blocked (see `bpf::Departure`),
-    /// just before the departure that follows it; its slots are that departure's.
-    Departure(PerfSample<'a>),
-    /// It left its CPU or came back to one.
-    Switch(Switch),
-    /// Its short stretches off its CPU, folded (per CPU only, see `ring::FOLD_MOST_NS`).
-    Folded(Folded),
-    /// Records may be missing here: the kernel dropped what did not fit in the thread's full
-    /// ring (a lost record says so), or the ring was nearly full when read, so what came after
-    /// its last record may have been dropped. What was recorded before is complete up to `at`,
-    /// the time of the latest record before it (0 if none was read this time).
-    Gap { at: u64 },
-}
-
-/// The thread left its CPU (`out`) or came back to one, at `time` (CLOCK_MONOTONIC, ns). Leaving,
-/// it was either preempted (still runnable: waiting for a CPU from then on) or blocked; its slots
-/// are the copies made as it left (`marks_known` as for a sample; never for a return).
-#[derive(Debug)]
-pub struct Switch {
-    pub time: u64,
-    pub out: bool,
-    pub preempted: bool,
-    pub slots: [Option<Vec<u8>>; SLOTS],
-    pub marks_known: bool,
 }
 
 struct Thread {
@@ -330,7 +241,7 @@ impl PerfSampler {
 
     /// Sampling periods the smallest ring of a sampled thread holds: a reader must come back
     /// before a thread has run that many periods, or samples are lost. A period may bring a
-    /// sample and a departure's (at most one per period: `bpf::Departure`).
+    /// sample and a departure's (at most one per period: `sampling::Departure`).
     pub fn ring_capacity(&self) -> usize {
         if self.wide.is_some() {
             // A CPU's ring, which a sample per period may fill (departures' stacks go to the
@@ -392,7 +303,7 @@ impl PerfSampler {
     }
 
     /// Per CPU, when `tid` left its CPU, if it is blocked since a departure that the
-    /// `sched_switch` program folded (not recorded: see `ring::FOLD_MOST_NS`); read again if the
+    /// `sched_switch` program folded (not recorded: see `layout::FOLD_MOST_NS`); read again if the
     /// departure changed between the two words.
     pub fn folded_open(&self, tid: u32) -> Option<u64> {
         self.wide.as_ref()?;

@@ -7,7 +7,7 @@
 //! attached, a ring shared, the timer re-phased); it does not map their rings, load programs or
 //! decide when to enable them.
 
-use super::perf::{DEPARTURE_STACK_DUMP, REGS_MASK, STACK_DUMP};
+use crate::native::layout::{DEPARTURE_STACK_DUMP, REGS_MASK, STACK_DUMP};
 use nix::errno::Errno;
 use nix::libc;
 use perf_event_open_sys as sys;
@@ -44,7 +44,7 @@ const SAMPLE: u32 = sys::bindings::PERF_SAMPLE_IDENTIFIER
 
 /// A software event that counts `tid`'s departures from its CPU, each one an overflow (so that
 /// its program copies the slots then). Its program has it write a sample (as the task-clock
-/// event's, into that event's ring) only where the thread was preempted (`bpf::Departure`).
+/// event's, into that event's ring) only where the thread was preempted (`sampling::Departure`).
 pub(super) fn open_switch_event(tid: i32) -> Result<OwnedFd, Errno> {
     let mut attr = software_event(sys::bindings::PERF_COUNT_SW_CONTEXT_SWITCHES, 1, SAMPLE);
     attr.sample_regs_user = REGS_MASK;

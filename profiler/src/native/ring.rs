@@ -1,12 +1,17 @@
 //! The rings perf and BPF fill, read from fsprof's side: a thread's sample ring (registers and
 //! the top of its stack per sample) and the ring of slot copies (and anchors) the BPF program
 //! writes, with the decoding of their records and the matching of copies to their samples. Every size read from a ring is bounded before use; nothing here
-//! opens events or loads programs (`perf.rs`, `bpf.rs`).
+//! opens events or loads programs (`perf.rs`, `bpf.rs`; their layout is `layout.rs`).
 
 use crate::native::bpf::map_shared;
 use crate::native::bpf::{create_map, BPF_MAP_TYPE_RINGBUF};
-use crate::native::map_value::COPY_HEADER;
-use crate::native::perf::{PerfSample, ANCHORS, SLOTS, STACK_DUMP};
+use crate::native::layout::COPY_HEADER;
+use crate::native::layout::{ANCHORS, SLOTS, STACK_DUMP};
+use crate::native::layout::{
+    CPU_TIME, DEPARTED, DEPARTURE_STACK, EXECED, FOLDED, RETURNED, SLOTLESS,
+};
+use crate::native::stream::Folded;
+use crate::native::stream::PerfSample;
 use crate::native::unwind::{Registers, StackView};
 use crate::native::walk::{WALK_PAIRS, WALK_RECORD_SIZE};
 use fsprof_shim::abi::SLOT_SIZE;
@@ -16,37 +21,6 @@ use perf_event_open_sys as sys;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, Ordering};
-
-/// Slot numbers of the records the per-CPU programs add (`cpu_wide.rs`): the thread's time on a
-/// CPU at a sample (matched with the sample as its slots are), its departure from its CPU, its
-/// return to one, and its removal from the watched threads at an `exec`.
-pub(super) const CPU_TIME: usize = SLOTS + 2;
-pub(super) const DEPARTED: usize = SLOTS + 3;
-/// The flag of a departure's last word (switch number << 2 | flags, preempted the lowest) that
-/// says the thread had no slot known, so no copies precede it.
-pub(super) const SLOTLESS: u64 = 2;
-pub(super) const RETURNED: usize = SLOTS + 4;
-pub(super) const EXECED: usize = SLOTS + 5;
-/// The record of a thread's registers and stack as it left its CPU (`cpu_wide/programs.rs`).
-pub(super) const DEPARTURE_STACK: usize = SLOTS + 6;
-/// The record of a thread's short stretches off its CPU folded since its previous record.
-pub(super) const FOLDED: usize = SLOTS + 7;
-
-/// A stretch off the CPU of a thread without marks, that left with no stack copied (most of its
-/// departures: one a period has its stack), is folded into its thread's totals by kind rather
-/// than recorded, if it lasts at most this long. Following python3's four threads through
-/// 80 000 switches a second, a record at each departure and each return cost 386 ns per run of
-/// the `sched_switch` program, and fsprof read them with 110 to 150 ms of its CPU in 2 s;
-/// folded, 161 ns and 50 to 60 ms (BENCHMARKS.md, issue 39). Longer ones are recorded whole as
-/// they end (a departure at its own time, then its return): at most one per this much of the
-/// thread's time; a tick reads the stack of a thread blocked that long in a folded departure
-/// (`Sampler::refresh_folded`).
-pub const FOLD_MOST_NS: u64 = 1_000_000;
-/// A thread preempted within this much running after a block ended is still on its way out of
-/// the blocking call (see `Sampler::switch`). In a CPU-limited cgroup, where a woken thread
-/// is throttled as soon as it runs, 20 us and 200 us gave the same shares (`builtins.c`'s
-/// `waiting` 528 and 611 ms against 530 and 608 measured; with none, 412 against 647).
-pub const JUST_BACK_NS: u64 = 50_000;
 
 /// A thread's user registers and the top of its stack as it left its CPU, copied by the
 /// `sched_switch` program just before its departure's record.
@@ -114,18 +88,6 @@ pub(super) enum ThreadEvent {
     /// Its short stretches off its CPU since its previous record, folded (see
     /// [`FOLD_MOST_NS`]); `seq` as for a departure.
     Folded { folded: Folded, seq: u64 },
-}
-
-/// A thread's stretches off its CPU folded up to `time` (see [`FOLD_MOST_NS`]), in ns: blocked;
-/// preempted within [`JUST_BACK_NS`] of running after a block ended, or after a preemption
-/// whose stack was copied (no sample since); preempted elsewhere. It left each with no marks
-/// and no stack copied.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Folded {
-    pub time: u64,
-    pub blocked_ns: u64,
-    pub near_ns: u64,
-    pub far_ns: u64,
 }
 
 impl ThreadEvent {
@@ -414,7 +376,7 @@ pub(super) fn parse_copy(record: &[u8]) -> Option<(u32, SlotCopy)> {
         (index_and_slot >> 32) as u8 as usize,
         index_and_slot >> 40 & 1 == 1,
     );
-    // Slot number SLOTS: the anchors' record (see `perf::ANCHORS`); SLOTS + 1: the walk's
+    // Slot number SLOTS: the anchors' record (see `layout::ANCHORS`); SLOTS + 1: the walk's
     // (`walk.rs`); CPU_TIME: the thread's time on a CPU at the sample (`cpu_wide.rs`).
     if slot > CPU_TIME || index_and_slot >> 41 != 0 {
         return None;

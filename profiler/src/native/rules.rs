@@ -10,6 +10,7 @@ use crate::native::bpf::{
     create_map, create_sparse_hash, delete_elem, update_elem, BPF_MAP_TYPE_ARRAY,
     BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_PROG_ARRAY,
 };
+use crate::native::layout::{encode, BITMAP_BITS};
 use crate::native::unwind::FrameRule;
 use crate::native::walk::{bit, SCRATCH_SIZE};
 use crate::program::modules::Module;
@@ -20,38 +21,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Bits of the bitmap of learnt return addresses, which the scan looks at before the rules.
-pub const BITMAP_BITS: usize = 1 << 20;
 /// Return addresses whose rules are kept, per process.
 pub const MAX_RULES: u32 = 1 << 15;
-
-/// The kinds of [`FrameRule`] in the map's values.
-pub(super) const KIND_SP: i32 = 1;
-pub(super) const KIND_BP: i32 = 2;
-pub(super) const KIND_ROOT: i32 = 3;
-
-/// A rule as the program reads it: the CFA's offset (u32), then where rbp was saved relative
-/// to the CFA (i16, 0 for not saved), then the kind (u8). Never 0.
-pub(super) fn encode(rule: FrameRule) -> u64 {
-    let (kind, cfa, saved) = match rule {
-        FrameRule::StackPointer { cfa, bp_saved } => (KIND_SP, cfa, bp_saved),
-        FrameRule::FramePointer { cfa, bp_saved } => (KIND_BP, cfa, bp_saved),
-        FrameRule::Root => (KIND_ROOT, 0, 0),
-    };
-    u64::from(cfa) | u64::from(saved as u16) << 32 | (kind as u64) << 48
-}
-
-/// The rule [`encode`] made `word` from; `None` if it made none (`word` read from a file).
-pub(super) fn decode(word: u64) -> Option<FrameRule> {
-    let (cfa, bp_saved) = ((word & 0xffff_ffff) as u32, (word >> 32) as u16 as i16);
-    let rule = match (word >> 48) as i32 {
-        KIND_SP => FrameRule::StackPointer { cfa, bp_saved },
-        KIND_BP => FrameRule::FramePointer { cfa, bp_saved },
-        KIND_ROOT => FrameRule::Root,
-        _ => return None,
-    };
-    (encode(rule) == word && cfa < 1 << 30).then_some(rule)
-}
 
 /// The rules of a process's return addresses, as the programs read them: a hash map, and a
 /// bitmap of them (by [`bit`]) mapped into fsprof; made with the walk's other maps when the
@@ -332,7 +303,7 @@ impl Rules {
                 let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
                 let maps = [raw[0], raw[1], raw[2], raw[3]];
                 // With fsprof's BPF privilege raised for the load (this thread's own set).
-                let load = || crate::native::bpf::load_walk(maps, raw[4]);
+                let load = || load_walk(maps, raw[4]);
                 let _ = send.send(crate::os::privilege::with_perf(load));
             });
         match spawned {
@@ -489,6 +460,12 @@ impl Rules {
             unsafe { maps.bits.add(index).write_volatile(word) };
         }
     }
+}
+
+/// Loads the walk (`walk.rs`), which the threads' programs tail-call; `maps`: the rules, the
+/// bitmap, the functions' table, the scratch. Its loops need Linux 6.9 (`may_goto`).
+fn load_walk(maps: [RawFd; 4], copies: RawFd) -> Result<OwnedFd, String> {
+    crate::native::bpf::load(crate::native::walk::program(maps, copies))
 }
 
 #[cfg(test)]

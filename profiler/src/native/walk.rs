@@ -35,9 +35,10 @@ use crate::native::asm::{
     MOV64_IMM, MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, RSH64_IMM, RSH64_REG, STX_DW, STX_W, ST_DW,
     ST_W, SUB64_REG, XOR64_REG,
 };
-use crate::native::map_value::{COPY_HEADER, VALUE_WALK};
-use crate::native::perf::{SLOTS, STACK_DUMP};
-use crate::native::rules::{BITMAP_BITS, KIND_BP, KIND_ROOT, KIND_SP};
+use crate::native::layout::CONTEXT;
+use crate::native::layout::{BITMAP_BITS, KIND_BP, KIND_ROOT, KIND_SP};
+use crate::native::layout::{COPY_HEADER, VALUE_WALK};
+use crate::native::layout::{SLOTS, STACK_DUMP};
 use std::os::fd::RawFd;
 
 /// Frames walked at most per attempt (those in the copy included): rustc's stacks have up to
@@ -100,7 +101,6 @@ const _: () = assert!(SCAN_WORDS.is_power_of_two() && BITMAP_BITS.is_power_of_tw
 /// Offsets on the program's stack: the key for rule lookups, the saved context, the index and
 /// bit for bitmap lookups, the stack pointer.
 const KEY: i16 = -16;
-pub(super) const CONTEXT: i16 = -24;
 const INDEX: i16 = -32;
 const BIT: i16 = -40;
 const STACK_POINTER: i16 = -48;
@@ -132,7 +132,7 @@ pub(super) fn hand_over(p: &mut Asm, maps: [RawFd; 2]) {
     scratch_of(p, scratch, skip);
     p.extend([
         insn(STX_DW, 0, 7, TIME as i16, 0),
-        insn(LDX_W, 1, 10, crate::native::bpf::INDEX_SLOT, 0),
+        insn(LDX_W, 1, 10, crate::native::layout::INDEX_SLOT, 0),
         insn(STX_DW, 0, 1, THREAD as i16, 0),
         insn(LDX_DW, 1, 10, CONTEXT, 0),
         insn(LD_IMM64, 2, PSEUDO_MAP_FD, 0, programs),

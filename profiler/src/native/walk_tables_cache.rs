@@ -19,7 +19,7 @@
 //! the least recently used removed first; none when the directory the cache is in (`$HOME`,
 //! `$XDG_CACHE_HOME`) is another user's (root run with a user's environment). Not here: reading the tables (`functions.rs`).
 
-use crate::native::rules::{decode, encode};
+use crate::native::layout::{decode, encode};
 use crate::native::unwind::FrameRule;
 use crate::os::cache::{
     check_owned, fnv1a, make_private_dir, write_atomically, FNV_PRIME, FNV_START,

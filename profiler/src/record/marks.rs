@@ -4,7 +4,7 @@
 //! describe one instant; and the later branches of alternatives the slots' histories gained. It counts what the report's metadata says of the reading. It does not
 //! sample: the sampler asks it for a thread's marks and decides what they stand for.
 
-use crate::native::perf::SLOTS;
+use crate::native::layout::SLOTS;
 use crate::profile::Meta;
 use crate::program::region::{ReadStats, RegionReader, ThreadMarks};
 use crate::record::announce::Registry;

@@ -3,7 +3,7 @@
 //! each return to one, with the thread's time on a CPU counted there), the ones at the start
 //! and the end of an `exec` (which stop watching the thread), and the part of the sampling
 //! program that records a thread's time on a CPU at each sample. Not here: the sampling
-//! program itself and the slot copies (`bpf.rs`), the maps, events and links (`cpu_wide.rs`),
+//! program itself (`sampling.rs`) and the slot copies (`fragments.rs`), the maps, events and links (`cpu_wide.rs`),
 //! the records' parsing (`ring.rs`).
 
 use crate::native::asm::{
@@ -15,18 +15,19 @@ use crate::native::asm::{
     MOV64_REG, OR64_IMM, OR64_REG, PSEUDO_MAP_FD, RB_AVAIL_DATA, RB_NO_WAKEUP, RSH64_IMM, STX_DW,
     STX_W, ST_DW, ST_W, SUB64_REG,
 };
-use crate::native::bpf::{value_of_thread, watched_index, INDEX_SLOT};
-use crate::native::map_value::{
+use crate::native::fragments::{value_of_thread, watched_index};
+use crate::native::layout::CONTEXT;
+use crate::native::layout::INDEX_SLOT;
+use crate::native::layout::SLOTS;
+use crate::native::layout::{
     COPY_HEADER, FOLD_KINDS, FOLD_RECORD, VALUE_ADDRESSES, VALUE_CPU_NS, VALUE_DEPARTED,
     VALUE_FOLDED, VALUE_FOLD_KIND, VALUE_FOLD_LEFT, VALUE_FOLD_RECORD, VALUE_NEAR_UNTIL,
     VALUE_ON_SINCE, VALUE_QUIET, VALUE_SWITCHES, VALUE_SWITCH_RECORD, VALUE_TIME_RECORD,
 };
-use crate::native::perf::SLOTS;
-use crate::native::ring::{
+use crate::native::layout::{
     CPU_TIME, DEPARTED, DEPARTURE_STACK, EXECED, FOLDED, FOLD_MOST_NS, JUST_BACK_NS, RETURNED,
     SLOTLESS,
 };
-use crate::native::walk::CONTEXT;
 use std::os::fd::RawFd;
 
 /// The kinds of folded stretches, as `VALUE_FOLD_KIND` holds them (see `ring::Folded`).
@@ -36,7 +37,7 @@ const FAR: i32 = 2;
 /// A task's state bit once it has exited, as it leaves its CPU for the last time.
 const TASK_DEAD: i32 = 0x80;
 
-/// Part of the sampling program (`bpf::program`, `r6` the value, `r7` the time, the index at
+/// Part of the sampling program (`sampling::program`, `r6` the value, `r7` the time, the index at
 /// `INDEX_SLOT`): the thread's time on a CPU at the sample in the ring `copies` (slot number
 /// [`CPU_TIME`]): what it ran up to its latest departure, and since it came back. A thread
 /// watched while it ran counts from its first sample.
@@ -343,7 +344,7 @@ pub(super) fn switch_program(
 /// Part of the program at `sched_switch`, for a watched thread leaving its CPU and followed
 /// (`r6` its value, `r7` the time, its time on a CPU counted): its stack, at most once per
 /// `gap_ns` (see [`departure_stack`]); then, without marks (no slot known), without a stack
-/// copied now and not at its last switch, its departure is folded (see `ring::FOLD_MOST_NS`:
+/// copied now and not at its last switch, its departure is folded (see `layout::FOLD_MOST_NS`:
 /// when and how it left are kept in its value, and its return adds the stretch to its kind's
 /// total); else the folded totals are recorded, then its slots' copies and its departure.
 fn departed(p: &mut Asm, copies: RawFd, copies_size: usize, gap_ns: u64) {
@@ -369,7 +370,7 @@ fn departed(p: &mut Asm, copies: RawFd, copies_size: usize, gap_ns: u64) {
             insn(OR64_REG, 8, 3, 0, 0),
         ]);
     }
-    // Folded (see `ring::FOLD_MOST_NS`): no slot, no stack copied now, not its last switch.
+    // Folded (see `layout::FOLD_MOST_NS`): no slot, no stack copied now, not its last switch.
     let (recorded, leaving_end) = (p.label(), p.label());
     p.jump(JNE_IMM, 8, 0, 0, recorded);
     p.push(insn(LDX_DW, 1, 6, VALUE_DEPARTED as i16, 0));
@@ -433,7 +434,7 @@ fn departed(p: &mut Asm, copies: RawFd, copies_size: usize, gap_ns: u64) {
     ]);
     let slotless = p.label();
     p.jump(JNE_IMM, 1, 0, 0, slotless); // over the copies
-    crate::native::bpf::copy_slots(p, copies, true);
+    crate::native::fragments::copy_slots(p, copies, true);
     p.bind(slotless);
     output(p, copies, record);
     p.bind(leaving_end);

@@ -2,7 +2,8 @@
 //! elsewhere skipped): only watched threads are sampled, their switches come with their time on
 //! a CPU, and an `exec` ends the watch in the kernel.
 
-use crate::native::perf::{Design, PerfSampler, Taken};
+use crate::native::perf::{Design, PerfSampler};
+use crate::native::stream::Taken;
 use nix::libc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -18,7 +18,7 @@ pub const MAX_SWITCH_RATE: u64 = 20_000;
 /// 4% of a thread's time at this rate. Not lower: the estimate that replaces following is far
 /// less exact per thread (those four threads' time read 28% low to 72% high against their own
 /// schedstat at 5000 a second, 5 to 9% low followed). Only recorded departures count: those
-/// of a thread without marks are mostly folded (`ring::FOLD_MOST_NS`), a record every few
+/// of a thread without marks are mostly folded (`layout::FOLD_MOST_NS`), a record every few
 /// milliseconds whatever its rate, and it stays followed.
 pub const MAX_WIDE_SWITCH_RATE: u64 = 50_000;
 const SWITCH_WINDOW_NS: u64 = 200_000_000;

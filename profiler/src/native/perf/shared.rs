@@ -15,7 +15,8 @@
 //!
 //! Not here: the sampler itself (`perf.rs`); which processes are followed (`record/tree.rs`).
 
-use super::{Owner, PerfSampler, WatchError, FIRST_OWNER, SLOTS, VALUE_ADDRESSES};
+use super::{Owner, PerfSampler, WatchError, FIRST_OWNER};
+use crate::native::layout::{SLOTS, VALUE_ADDRESSES};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// One process's hold on a perf sampler.

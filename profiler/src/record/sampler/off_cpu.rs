@@ -35,8 +35,8 @@
 //! points too little of the first and too much of the second.
 
 use super::*;
-use crate::native::perf::Switch;
-use crate::native::ring::JUST_BACK_NS;
+use crate::native::layout::JUST_BACK_NS;
+use crate::native::stream::Switch;
 use crate::os::time::monotonic_ns;
 use crate::program::process;
 use crate::record::marks::snapshot_records;

@@ -1,18 +1,19 @@
 //! A followed thread's stretches off its CPU that the kernel folded rather than recorded (see
-//! `ring::FOLD_MOST_NS`: short ones, of a thread without marks, that left with no stack copied):
+//! `layout::FOLD_MOST_NS`: short ones, of a thread without marks, that left with no stack copied):
 //! their totals by kind, added with the native stacks such stretches get when recorded one by
 //! one (`off_cpu.rs`), and the stack of a long block that began folded, read at a tick. Not
 //! here: the stretches recorded one by one.
 
 use super::super::*;
 use super::{same_places, LatestSample, OffCpu, MAX_WOKEN};
-use crate::native::ring::{Folded, FOLD_MOST_NS};
+use crate::native::layout::FOLD_MOST_NS;
+use crate::native::stream::Folded;
 use crate::os::time::monotonic_ns;
 use crate::record::marks::snapshot_records;
 
 impl Sampler {
     /// Takes thread `tid`'s short stretches off its CPU, folded by the kernel (see
-    /// `ring::FOLD_MOST_NS`; sample thread `thread`, `latest` its latest perf sample): each kind
+    /// `layout::FOLD_MOST_NS`; sample thread `thread`, `latest` its latest perf sample): each kind
     /// is added as one stretch of its total length, with no marks (the thread had no slot), and
     /// the native stack a stretch of its kind gets in [`Sampler::switch`] where the kernel
     /// copied none: blocked, the latest block's that had one; preempted near a block's end,
@@ -71,7 +72,7 @@ impl Sampler {
     }
 
     /// At a tick, for followed thread `tid` (own thread id `own_tid`) blocked since a departure
-    /// that the kernel folded (see `ring::FOLD_MOST_NS`: it left without marks or a stack
+    /// that the kernel folded (see `layout::FOLD_MOST_NS`: it left without marks or a stack
     /// copied) for longer than a folded stretch may last: the stretch is opened here, as if its
     /// departure had been recorded, with no marks and its stack read now (it has not run since),
     /// and the ticks add it as it lasts; the departure the kernel records as the block ends is

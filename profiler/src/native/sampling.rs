@@ -1,0 +1,251 @@
+//! The program attached to a thread's sampling event (its own, or its CPU's: [`Index`]), and to
+//! its context-switch event where there is one: it copies the thread's mark slots at the
+//! sample's instant into a ring shared by all threads, with the anchors' words and, for a CPU's
+//! event, the thread's time on a CPU, then hands over to the walk (`walk.rs`); and the programs
+//! a sampler keeps loaded per map value index ([`Programs`]). Written with `asm.rs`; loaded by
+//! `bpf.rs`. Not here: the per-CPU design's other programs (`cpu_wide/programs.rs`).
+
+use crate::native::asm::{
+    insn, Asm, Insn, ADD64_IMM, CALL, EXIT, HELPER_GET_CURRENT_PID_TGID, HELPER_KTIME_GET_NS,
+    HELPER_PROBE_READ_USER, HELPER_RINGBUF_OUTPUT, JEQ_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_W,
+    LD_IMM64, MOV64_IMM, MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, STX_DW, STX_W, ST_DW, ST_W,
+};
+use crate::native::bpf::load;
+use crate::native::fragments::{copy_slots, value_of_thread, watched_index};
+use crate::native::layout::{
+    ANCHORS, ANCHOR_RECORD_SIZE, CONTEXT, COPY_HEADER, INDEX_SLOT, SLOTS, VALUE_ANCHORS,
+    VALUE_ANCHOR_RECORD, VALUE_DEPARTED,
+};
+use crate::native::rules::Rules;
+use nix::errno::Errno;
+use std::os::fd::{OwnedFd, RawFd};
+
+/// Where a program finds the map value index of the thread it runs for; it keeps the index in
+/// the stack word at [`INDEX_SLOT`] for the rest of the program.
+#[derive(Clone, Copy)]
+pub(super) enum Index {
+    /// The event is the thread's own (one per thread): the index is written into the program.
+    Fixed(u32),
+    /// The event is a CPU's (`cpu_wide.rs`): the index is looked up by the running thread's id
+    /// in the hash map of watched threads; for a thread not there the program returns 0 (no
+    /// sample is written) at once.
+    Watched(RawFd),
+}
+
+/// The program for the thread whose map value is `index`: takes the time, then for each slot
+/// builds a copy record in the value's scratch area (the time, `index`, the slot's number and
+/// address, the copy's result) and puts it in the ring buffer `copies`. The copy is the slot's
+/// state, then only the records below its depth (deeper ones may lie on pages never touched,
+/// which a copy made without faulting cannot read); a slot without an address, or whose copy
+/// failed, gives the header alone. The thread is the one interrupted, so its slots hold still.
+/// Returns 1, so the kernel writes the sample (after these copies), for a sampling event. For a
+/// context-switch event (`at_switch`: the thread is leaving its CPU), its copies say so (bit 8
+/// of the slot's number), to be told apart from the samples' own, and it returns 0 (the event
+/// writes nothing of its own) unless the thread's previous such sample is old enough: see
+/// [`Departure`]. A CPU's sampling event (`Index::Watched`) also puts the thread's time on a
+/// CPU in the ring (`cpu_wide::cpu_time`).
+fn program(
+    map: RawFd,
+    copies: RawFd,
+    walk: [RawFd; 2],
+    index: Index,
+    at_switch: Option<Departure>,
+) -> Vec<Insn> {
+    let departure = at_switch.map(|d| d.gap_ns);
+    let at_switch = at_switch.is_some();
+    let result = i32::from(!at_switch);
+    let mut p = Asm::new();
+    p.push(insn(STX_DW, 10, 1, CONTEXT, 0)); // the context, for the walk
+    index_of_thread(&mut p, index);
+    p.extend(value_of_thread(map));
+    let go_on = p.label();
+    p.jump(JNE_IMM, 0, 0, 0, go_on); // a value: go on
+    p.extend([insn(MOV64_IMM, 0, 0, 0, 1), insn(EXIT, 0, 0, 0, 0)]);
+    p.bind(go_on);
+    p.extend([
+        insn(MOV64_REG, 6, 0, 0, 0), // r6: the value (r6-r9 survive calls)
+        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
+        insn(MOV64_REG, 7, 0, 0, 0), // r7: the time
+    ]);
+    copy_slots(&mut p, copies, at_switch);
+    if !at_switch {
+        if matches!(index, Index::Watched(_)) {
+            crate::native::cpu_wide::programs::cpu_time(&mut p, copies);
+        }
+        anchors(&mut p, copies);
+        crate::native::walk::hand_over(&mut p, walk);
+    }
+    if let Some(gap_ns) = departure {
+        departed(&mut p, gap_ns);
+    }
+    p.extend([insn(MOV64_IMM, 0, 0, 0, result), insn(EXIT, 0, 0, 0, 0)]);
+    p.finish()
+}
+
+/// Puts the thread's map value index in the stack word at [`INDEX_SLOT`]; for
+/// `Index::Watched`, returns 0 at once where the running thread is not watched.
+fn index_of_thread(p: &mut Asm, index: Index) {
+    match index {
+        Index::Fixed(index) => p.push(insn(ST_W, 10, 0, INDEX_SLOT, index as i32)),
+        Index::Watched(watched) => {
+            p.extend([
+                insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_PID_TGID),
+                insn(STX_W, 10, 0, INDEX_SLOT, 0), // the thread's id, the lower half
+            ]);
+            watched_index(p, watched, INDEX_SLOT);
+            let watched = p.label();
+            p.jump(JNE_IMM, 0, 0, 0, watched);
+            p.extend([
+                insn(MOV64_IMM, 0, 0, 0, 0), // not watched: no sample
+                insn(EXIT, 0, 0, 0, 0),
+            ]);
+            p.bind(watched);
+            p.extend([insn(LDX_W, 1, 0, 0, 0), insn(STX_W, 10, 1, INDEX_SLOT, 0)]);
+        }
+    }
+}
+
+/// What the program run as a thread leaves its CPU needs to tell whether the kernel should
+/// write a sample of it (its registers and stack, into the thread's ring): the least time
+/// between two such samples of one thread.
+#[derive(Clone, Copy)]
+pub(super) struct Departure {
+    pub(super) gap_ns: u64,
+}
+
+/// At a departure: returns 1 (the kernel writes the event's sample: the thread's user registers
+/// and stack, which show the code it was running, or the system call it blocks in) if its
+/// previous such sample is at least `gap_ns` old (the time in `r7`; `r6` is the value, which
+/// keeps the sample's time). Preempted, its wait for a CPU gets the stack it was preempted at;
+/// blocked, its block gets the stack it blocked at, which the rules' features need (a wait in
+/// `pthread_mutex_lock` is `locks`). The gap bounds what this costs a thread that leaves its
+/// CPU very often (a copy of up to 64 KiB each) to one per sampling period.
+fn departed(p: &mut Asm, gap_ns: u64) {
+    let last = VALUE_DEPARTED as i16;
+    let gap = gap_ns.min(i32::MAX as u64) as i32;
+    let too_recent = p.label();
+    p.extend([insn(LDX_DW, 2, 6, last, 0), insn(ADD64_IMM, 2, 0, 0, gap)]);
+    p.jump(JLT_REG, 7, 2, 0, too_recent); // the previous one too recent: no sample
+    p.extend([
+        insn(STX_DW, 6, 7, last, 0),
+        insn(MOV64_IMM, 0, 0, 0, 1),
+        insn(EXIT, 0, 0, 0, 0),
+    ]);
+    p.bind(too_recent);
+}
+
+/// At a sample: the anchors' record (see `layout::ANCHORS`) in the value's scratch, the time
+/// (`r7`), the index (at [`INDEX_SLOT`]) and slot number SLOTS, then each anchor's address and the word read there (0
+/// when it has none or the read fails), put in the ring `copies`. `r6` is the value.
+fn anchors(p: &mut Asm, copies: RawFd) {
+    let record = VALUE_ANCHOR_RECORD as i16;
+    // No record at all while the thread has no anchors (most threads: shallow stacks).
+    let skip = p.label();
+    p.push(insn(LDX_DW, 3, 6, VALUE_ANCHORS as i16, 0));
+    p.jump(JEQ_IMM, 3, 0, 0, skip);
+    p.extend([
+        insn(STX_DW, 6, 7, record, 0),
+        insn(LDX_W, 1, 10, INDEX_SLOT, 0),
+        insn(STX_W, 6, 1, record + 8, 0),
+        insn(ST_W, 6, 0, record + 12, SLOTS as i32),
+        insn(ST_DW, 6, 0, record + 16, 0),
+        insn(ST_DW, 6, 0, record + 24, 0),
+    ]);
+    for anchor in 0..ANCHORS {
+        let address = (VALUE_ANCHORS + 8 * anchor) as i16;
+        let pair = record + (COPY_HEADER + 16 * anchor) as i16;
+        let none = p.label();
+        p.extend([
+            insn(LDX_DW, 3, 6, address, 0),
+            insn(STX_DW, 6, 3, pair, 0),
+            insn(ST_DW, 6, 0, pair + 8, 0),
+        ]);
+        p.jump(JEQ_IMM, 3, 0, 0, none); // no anchor
+        p.extend([
+            insn(MOV64_REG, 1, 6, 0, 0),
+            insn(ADD64_IMM, 1, 0, 0, i32::from(pair) + 8),
+            insn(MOV64_IMM, 2, 0, 0, 8),
+            insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+        ]);
+        p.bind(none);
+    }
+    p.extend([
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 6, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(record)),
+        insn(MOV64_IMM, 3, 0, 0, ANCHOR_RECORD_SIZE as i32),
+        insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
+        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
+    ]);
+    p.bind(skip);
+}
+
+/// Loads [`program`] for the thread whose map value is `index`; `walk`: the scratch and the
+/// program array of its hand-over to the walk (`walk.rs`).
+pub(super) fn load_program(
+    map: RawFd,
+    copies: RawFd,
+    walk: [RawFd; 2],
+    index: Index,
+    at_switch: Option<Departure>,
+) -> Result<OwnedFd, String> {
+    load(program(map, copies, walk, index, at_switch))
+}
+
+/// The programs a perf sampler attaches to its threads' events, per map value index (the one
+/// copying at samples, and the one copying at departures), with the rules their walks follow
+/// and what a departure samples.
+pub(super) struct Programs {
+    loaded: [Vec<Option<OwnedFd>>; 2],
+    pub(super) rules: Rules,
+    departure: Departure,
+}
+
+impl Programs {
+    pub(super) fn new(rules: Rules, departure: Departure) -> Programs {
+        Programs {
+            loaded: Default::default(),
+            rules,
+            departure,
+        }
+    }
+
+    /// Keeps `loaded` as the program [`Programs::get`] gives for `index` and `switch`.
+    pub(super) fn keep(&mut self, index: u32, switch: bool, loaded: OwnedFd) {
+        let cache = &mut self.loaded[usize::from(switch)];
+        if cache.len() <= index as usize {
+            cache.resize_with(index as usize + 1, || None);
+        }
+        cache[index as usize] = Some(loaded);
+    }
+
+    /// The program for map value `index` (the one that copies slots at samples, or at
+    /// departures if `switch`) of the map `map`, putting its copies in `copies`: loaded once per
+    /// index and kept, since a thread that ends frees its index for the next. Loading one (the
+    /// kernel checks it) takes about 300 µs, which a new thread spent running before perf
+    /// counted it: twice per thread, 0.6 ms of the 0.9 ms between the tick that found it and its
+    /// event's enabling (`requests`, strace -T).
+    pub(super) fn get(
+        &mut self,
+        map: RawFd,
+        copies: RawFd,
+        index: u32,
+        switch: bool,
+    ) -> Result<OwnedFd, Errno> {
+        let cache = &self.loaded[usize::from(switch)];
+        if cache.get(index as usize).is_none_or(|kept| kept.is_none()) {
+            let departure = switch.then_some(self.departure);
+            let walk = self.rules.hand_over();
+            let loaded = load_program(map, copies, walk, Index::Fixed(index), departure)
+                .map_err(|_| Errno::EPERM)?;
+            self.keep(index, switch, loaded);
+        }
+        let program = self.loaded[usize::from(switch)][index as usize]
+            .as_ref()
+            .expect("loaded");
+        program
+            .try_clone()
+            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0)))
+    }
+}
