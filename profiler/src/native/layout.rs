@@ -2,8 +2,8 @@
 //! anchors, registers), each sampled thread's map value (the slot addresses and anchors fsprof
 //! writes, the programs' scratch and state), the records the programs put in the rings (their
 //! slot numbers), the program stack words they pass between them, and the frame rules in the
-//! walk's maps (`encode`, `decode`). Every other part of `native/` imports it; it imports none of
-//! them. Not here: the maps and rings themselves (`bpf.rs`, `map_value.rs`, `ring.rs`), the
+//! walk's maps (`encode`, `decode`). Every other part of `native/` imports it; it imports
+//! nothing of `native/` but the frame rule's type (`unwind.rs`). Not here: the maps and rings themselves (`bpf.rs`, `map_value.rs`, `ring.rs`), the
 //! programs (`sampling.rs`, `walk.rs`, `cpu_wide/programs.rs`).
 
 use crate::native::unwind::FrameRule;
