@@ -645,7 +645,10 @@ fn write_outputs(dir: &Path, mut profile: Profile, rules: &crate::rules::RuleSet
     let recorded = profile.to_json();
     crate::rules::apply(&mut profile, rules);
     let text = crate::commands::report::text_report(&profile, view);
-    say!("\n{}", text.trim_end_matches('\n'));
+    {
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), "\n{text}");
+    }
     let mut files: Vec<(PathBuf, Result<Vec<u8>>)> = vec![
         (dir.join(crate::profile::FILE_NAME), recorded),
         (dir.join(REPORT_FILE), Ok(text.into_bytes())),

@@ -23,7 +23,7 @@
 //! no more.
 //!
 //! This module: those maps, events and rings, and the reading of their records into each
-//! thread's stream (`perf::Taken`), in time order. Not here: the programs (`programs.rs`; the
+//! thread's stream (`stream::Taken`), in time order. Not here: the programs (`programs.rs`; the
 //! slot copies', `fragments.rs`), the rings' layout and records (`ring.rs`), which threads to watch
 //! (`perf.rs`). The processes `run` follows share the set of the program they descend from
 //! (`perf/shared.rs`).

@@ -80,7 +80,7 @@ pub(in crate::native) const VALUE_QUIET: usize = VALUE_TIME_RECORD + COPY_HEADER
 /// Then the folding of short stretches off the CPU (`cpu_wide/programs.rs`, `fold`): when the
 /// thread left its CPU in a departure folded (0: none open), how it left (one of the
 /// [`FOLD_KINDS`]; for a departure recorded too, whether it blocked), the CPU time up to which a preemption is near
-/// the end of a block (see `ring::JUST_BACK_NS`), the folded time not yet recorded per kind,
+/// the end of a block (see `layout::JUST_BACK_NS`), the folded time not yet recorded per kind,
 /// and the record that carries it.
 pub(in crate::native) const VALUE_FOLD_LEFT: usize = VALUE_QUIET + 8;
 pub(in crate::native) const VALUE_FOLD_KIND: usize = VALUE_FOLD_LEFT + 8;

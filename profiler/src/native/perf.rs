@@ -41,7 +41,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Threads sampled this way at once; further threads fall back to ptrace.
 pub const MAX_THREADS: u32 = 1024;
-/// Threads sampled by perf in a child process that `run` follows (`record/tree.rs`) with
+/// Threads sampled by perf in a child process that `run` follows (`record/children.rs`) with
 /// per-thread events of its own: a child seldom has many, and a smaller map is quicker to make
 /// for each (more are stopped by ptrace). A child that joins the program's per-CPU sampler
 /// (`perf/shared.rs`) shares its [`MAX_THREADS`] instead.

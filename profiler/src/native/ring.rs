@@ -353,7 +353,7 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
 }
 
 /// Whether a sample whose user stack dump is `size` bytes is a context-switch event's (asked
-/// for `perf::DEPARTURE_STACK_DUMP` bytes, which the kernel may trim to fit a record, never to
+/// for `layout::DEPARTURE_STACK_DUMP` bytes, which the kernel may trim to fit a record, never to
 /// [`STACK_DUMP`] or less) rather than a sampling event's ([`STACK_DUMP`]). Not by the event id
 /// a sample carries: where several context-switch events fire at one switch (two fsprof
 /// sessions, or one per process of a tree, each with its own per CPU), the kernel prepares the

@@ -1,7 +1,7 @@
 //! What the BPF walk (`walk.rs`) knows of a process's code, in maps its programs read: the
 //! rules of return addresses learnt by the unwinder (a hash map, and a bitmap of them for the
 //! walk's scan), and the functions' table, each function's start and its body's rule
-//! (`functions.rs`), read on threads of their own when the modules are known; and the walk's
+//! (`walk_tables.rs`), read on threads of their own when the modules are known; and the walk's
 //! program, loaded when first needed. The walk's instructions are `walk.rs`, the rules' forms
 //! `unwind.rs` ([`FrameRule`]).
 
@@ -66,7 +66,7 @@ struct WalkMaps {
     map: OwnedFd,
     bitmap: OwnedFd,
     bits: *mut u64,
-    /// The functions' table (see `functions.rs`): entry 0 holds their number, then each
+    /// The functions' table (see `walk_tables.rs`): entry 0 holds their number, then each
     /// function's start and its body's rule, by start.
     functions: OwnedFd,
     table: *mut u64,

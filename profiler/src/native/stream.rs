@@ -65,8 +65,8 @@ pub struct Switch {
     pub marks_known: bool,
 }
 
-/// A thread's stretches off its CPU folded up to `time` (see [`FOLD_MOST_NS`]), in ns: blocked;
-/// preempted within [`JUST_BACK_NS`] of running after a block ended, or after a preemption
+/// A thread's stretches off its CPU folded up to `time` (see `layout::FOLD_MOST_NS`), in ns: blocked;
+/// preempted within `layout::JUST_BACK_NS` of running after a block ended, or after a preemption
 /// whose stack was copied (no sample since); preempted elsewhere. It left each with no marks
 /// and no stack copied.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -42,7 +42,7 @@ const DETACH_TIMEOUT: Duration = Duration::from_millis(500);
 /// Rounds of detaching threads that did not stop in time.
 const DETACH_ROUNDS: usize = 3;
 /// The threads of fsprof that trace, by thread id (one per process recorded, each on its own
-/// thread: see `record/tree.rs`). Each waits only for its own thread's tracees (`__WNOTHREAD`),
+/// thread: see `record/children.rs`). Each waits only for its own thread's tracees (`__WNOTHREAD`),
 /// but SIGCHLD goes to the process, and one tracer's wait may take the signal another's tracee
 /// raised: the tracer that takes a SIGCHLD from the kernel passes it on to every other as a
 /// signal of their own (`tgkill`), so that each looks at its tracees at once ([`wait_for_sigchld`]).
@@ -324,7 +324,7 @@ impl Tracer {
     /// Stops `tid` and detaches it; it stays in `threads` if it could not be stopped.
     fn detach(&mut self, tid: u32) {
         // A thread must be stopped to be detached. Interrupting again is harmless when an
-        // interrupt is pending, and stops a thread in a listened-to group stop again.
+        // interrupt is pending.
         if !ptrace(libc::PTRACE_INTERRUPT, tid, 0) {
             self.threads.remove(&tid);
             return;

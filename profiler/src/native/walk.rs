@@ -8,7 +8,7 @@
 //! that were not the thread's at that instant.
 //!
 //! Each frame's rule (`rules.rs`): the one the unwinder learnt for that return address, else
-//! the rule of the body of the function it is in (`functions.rs`, a binary search of the
+//! the rule of the body of the function it is in (`walk_tables.rs`, a binary search of the
 //! functions' table), taken only if the word it points at is a return address too, else a few
 //! CFAs beyond it are tried (a call made with more pushed), and two small ones (a prologue).
 //! The walk starts at the instruction pointer, as if called from there; failing that (the
@@ -119,7 +119,7 @@ const USER_CS: i32 = 0x33;
 const USER_SS: i32 = 0x2b;
 
 /// The hand-over at the end of a thread's sampling program (`r6` its map value, `r7` the
-/// sample's time, the thread's index at `bpf::INDEX_SLOT`): for a thread that walks, the time
+/// sample's time, the thread's index at `layout::INDEX_SLOT`): for a thread that walks, the time
 /// and the thread's index go in the CPU's
 /// scratch, and the program tail-calls the walk (`maps`: the scratch, the program array),
 /// which ends the sample's program (returning 1, as it does). Without the walk loaded (the

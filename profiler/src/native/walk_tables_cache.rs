@@ -1,4 +1,4 @@
-//! The functions' tables of large modules (`functions.rs`) kept on disk between runs: reading
+//! The functions' tables of large modules (`walk_tables.rs`) kept on disk between runs: reading
 //! rustc's driver's 107,000 functions takes 30 to 60 ms of a busy machine, during which the BPF
 //! walk cannot follow the driver's frames and the compiler's first stacks stop short; from this
 //! cache the table is ready in a few milliseconds (perf keeps build ids' files in `~/.debug` for
@@ -17,7 +17,7 @@
 //!
 //! Kept in `functions/` in fsprof's cache directory (`os/cache.rs`), at most [`FILES`] tables,
 //! the least recently used removed first; none when the directory the cache is in (`$HOME`,
-//! `$XDG_CACHE_HOME`) is another user's (root run with a user's environment). Not here: reading the tables (`functions.rs`).
+//! `$XDG_CACHE_HOME`) is another user's (root run with a user's environment). Not here: reading the tables (`walk_tables.rs`).
 
 use crate::native::layout::{decode, encode};
 use crate::native::unwind::FrameRule;

@@ -1,7 +1,7 @@
 //! One profile from the profiles of a process tree (`fsprof run` following a program's
 //! children): the tables joined (equal features, payloads, stacks and frames become one), each
 //! thread and program image tagged with its process, the counters of the recordings added up.
-//! Not here: recording the processes (`record/tree.rs`) or reporting per process (`analysis`).
+//! Not here: recording the processes (`record/children.rs`) or reporting per process (`analysis`).
 
 use super::*;
 use std::hash::Hash;

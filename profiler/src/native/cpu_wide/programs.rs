@@ -30,7 +30,7 @@ use crate::native::layout::{
 };
 use std::os::fd::RawFd;
 
-/// The kinds of folded stretches, as `VALUE_FOLD_KIND` holds them (see `ring::Folded`).
+/// The kinds of folded stretches, as `VALUE_FOLD_KIND` holds them (see `stream::Folded`).
 const BLOCKED: i32 = 0;
 const NEAR: i32 = 1;
 const FAR: i32 = 2;

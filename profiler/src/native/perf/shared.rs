@@ -13,7 +13,7 @@
 //! watching a thread before the new program's credentials are set, and a thread found foreign
 //! before it is watched has had nothing copied, so the shared ring holds none of its slots.
 //!
-//! Not here: the sampler itself (`perf.rs`); which processes are followed (`record/tree.rs`).
+//! Not here: the sampler itself (`perf.rs`); which processes are followed (`record/children.rs`).
 
 use super::{Owner, PerfSampler, WatchError, FIRST_OWNER};
 use crate::native::layout::{SLOTS, VALUE_ADDRESSES};

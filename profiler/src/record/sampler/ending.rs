@@ -1,6 +1,6 @@
 //! The end of a recording: [`Sampler::end`] detaches from the target and fills the report's
 //! recording fields; [`Recorded::finish`] then names the native stacks' frames, which can wait
-//! until the whole recording has ended (`tree.rs`). Not here: what is recorded (`sampler.rs`),
+//! until the whole recording has ended (`children.rs`). Not here: what is recorded (`sampler.rs`),
 //! naming a frame (`symbolize`).
 
 use super::Sampler;
@@ -17,7 +17,7 @@ impl Sampler {
     /// Ends the recording (detaches from the target, closes its events, fills `meta`'s
     /// recording fields) and keeps what it took for [`Recorded::finish`], which names the
     /// native stacks' frames: a followed child's names are left until the program has ended,
-    /// so that they do not take CPU from it (`tree.rs`).
+    /// so that they do not take CPU from it (`children.rs`).
     pub fn end(mut self, mut meta: Meta) -> Recorded {
         self.flush_pending();
         self.end_recording();
