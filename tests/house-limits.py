@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Checks the house's limits on the workspace's Rust sources (the developers' guide, issue 15):
-files at most 800 lines, structs at most 15 fields, functions at most 150 lines. Prints each
-excess and exits 1 if there is any. Usage: tests/house-limits.py [ROOT]
+"""Lists the workspace's Rust files over 800 lines, structs over 15 fields and functions over 150
+lines: the sizes at which the developers' guide asks whether a room does two jobs. A hint for a
+reader, not a rule: a room that does one job may be longer, and one that does two is split by
+job, never by line count (packing code or fields to get under a number is what this must not
+cause, so nothing fails on it and no test runs it). Usage: tests/house-limits.py [ROOT]
 
 Counts lines as `wc -l` does. A struct's fields are the `name: Type` lines directly inside its
 braces (tuple structs and enums are not counted); a function runs from its `fn` line to the
@@ -24,7 +26,7 @@ for top in ("agent/src", "profiler/src", "shim/src", "tests/src"):
             rel = os.path.relpath(path, root)
             lines = open(path, encoding="utf-8").read().split("\n")[:-1]
             if len(lines) > MAX_FILE:
-                excess.append(f"{rel}: {len(lines)} lines (limit {MAX_FILE})")
+                excess.append(f"{rel}: {len(lines)} lines (hint {MAX_FILE})")
             tests_from = next((i for i, l in enumerate(lines) if l.startswith("#[cfg(test)]")), len(lines))
             for i, line in enumerate(lines[:tests_from]):
                 indent = len(line) - len(line.lstrip())
@@ -36,7 +38,7 @@ for top in ("agent/src", "profiler/src", "shim/src", "tests/src"):
                             fields += 1
                         j += 1
                     if fields > MAX_FIELDS:
-                        excess.append(f"{rel}:{i + 1}: struct {struct.group(3)} has {fields} fields (limit {MAX_FIELDS})")
+                        excess.append(f"{rel}:{i + 1}: struct {struct.group(3)} has {fields} fields (hint {MAX_FIELDS})")
                 function = re.match(r"\s*(pub(\([a-z]+\))? )?(const )?(unsafe )?(extern \"C(-unwind)?\" )?fn (\w+)", line)
                 if function and not line.rstrip().endswith(";"):
                     j = i + 1
@@ -44,8 +46,7 @@ for top in ("agent/src", "profiler/src", "shim/src", "tests/src"):
                         j += 1
                     length = j - i + 1
                     if length > MAX_FN:
-                        excess.append(f"{rel}:{i + 1}: fn {function.group(7)} is {length} lines (limit {MAX_FN})")
+                        excess.append(f"{rel}:{i + 1}: fn {function.group(7)} is {length} lines (hint {MAX_FN})")
 for line in excess:
     print(line)
-print(f"{len(excess)} over the limits" if excess else "within the limits")
-sys.exit(1 if excess else 0)
+print(f"{len(excess)} past the sizes that ask whether a room does two jobs" if excess else "nothing past those sizes")

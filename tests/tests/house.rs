@@ -1,24 +1,9 @@
-//! The house's limits hold (the developers' guide): no source file over 800 lines, no struct over
-//! 15 fields, no function over 150 lines, as `tests/house-limits.py` reads the workspace.
+//! The house's shape holds: each stage of the profiler uses only the stages before it, and no
+//! module imports one that imports it back. (Sizes are not checked: `tests/house-limits.py` lists
+//! the rooms past the guide's hints, for a reader to ask whether they do two jobs.)
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::process::Command;
-
-#[test]
-fn files_structs_and_functions_stay_within_the_limits() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let output = Command::new("python3")
-        .arg(root.join("tests/house-limits.py"))
-        .arg(root)
-        .output()
-        .expect("python3 runs tests/house-limits.py");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stdout)
-    );
-}
 
 /// The profiler's stages, lowest first (as `profiler/src/lib.rs` declares them): a file may use
 /// its own stage and the ones before it, never a later one. `fuzz` is the unit tests' mutation
