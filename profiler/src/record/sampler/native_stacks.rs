@@ -251,8 +251,9 @@ impl Sampler {
                 (true, None) => {
                     let cpu_ns = cpu_ns.unwrap_or(0);
                     let run_delay = process::sched_times(self.pid, tid).map(|t| t.wait_ns);
+                    let now = monotonic_ns();
                     let mut followed =
-                        off_cpu::Followed::new(self.clock.ticks(), cpu_ns, run_delay);
+                        off_cpu::Followed::new(self.clock.ticks(), cpu_ns, run_delay, now);
                     // Its event was enabled only now: if it is off its CPU, the kernel
                     // recorded no departure (see `seed_off_cpu`, at the tick's end).
                     if let Ok(Some(running)) = state.status.is_running() {

@@ -5,7 +5,7 @@
 //! here: the stretches recorded one by one.
 
 use super::super::*;
-use super::{same_places, LatestSample, OffCpu, MAX_WOKEN};
+use super::{same_places, LatestSample};
 use crate::native::layout::FOLD_MOST_NS;
 use crate::native::stream::Folded;
 use crate::os::time::monotonic_ns;
@@ -40,34 +40,8 @@ impl Sampler {
         let Some(followed) = self.followed_mut(tid) else {
             return;
         };
-        let blocked = followed
-            .blocked_with
-            .and_then(|(with, native)| (with == stack).then_some(native));
-        let near = match followed.back {
-            Some(back) if back.stack == stack => back.native,
-            _ => blocked,
-        };
-        followed.latest = Some((stack, folded.time));
-        let wakeups = &mut followed.wakeups;
-        let preempted_ns = folded.near_ns + folded.far_ns;
-        wakeups.balance = wakeups.balance.saturating_sub_unsigned(preempted_ns);
-        if folded.blocked_ns > 0 && wakeups.woken.len() < MAX_WOKEN {
-            wakeups.woken.push((stack, blocked, folded.blocked_ns));
-        }
-        for (ns, native, active) in [
-            (folded.blocked_ns, blocked, false),
-            (folded.near_ns, near, true),
-            (folded.far_ns, far, true),
-        ] {
-            if ns == 0 {
-                continue;
-            }
-            if active && native.is_none() {
-                self.tally.unplaced_ns += ns;
-            }
-            let active_ns = if active { ns } else { 0 };
-            self.builder
-                .add_sample(thread, stack, native, ns, active_ns);
+        for addition in followed.folded(&folded, stack, far) {
+            self.add(thread, addition);
         }
     }
 
@@ -81,7 +55,7 @@ impl Sampler {
     /// before a long `read`), and a thread that exited before its records were read lost its
     /// last block whole (python's 1 s sleep just before its exit, 1 recording in 40).
     pub(in crate::record::sampler) fn refresh_folded(&mut self, tid: u32, own_tid: u32) {
-        if self.followed_mut(tid).is_none_or(|f| f.off.is_some()) {
+        if self.followed_mut(tid).is_none_or(|f| f.is_off()) {
             return;
         }
         let Some(left) = self.native.as_ref().and_then(|n| n.perf_folded_open(tid)) else {
@@ -103,18 +77,7 @@ impl Sampler {
             self.builder.native_stack(placed)
         });
         if let Some(followed) = self.followed_mut(tid) {
-            followed.back = None;
-            followed.off = Some(OffCpu {
-                since: left,
-                left,
-                blocked_seen: left,
-                preempted: false,
-                tentative: false,
-                stack,
-                native,
-                left_with_stack: false,
-                captured,
-            });
+            followed.open_block(left, stack, native, captured);
         }
     }
 }
