@@ -51,19 +51,10 @@ struct ThreadState {
     own_tid: Option<u32>,
     interval: weight::TickInterval,
     seen_at: u64,
-    /// The native stack last captured, reused while the thread does not run.
-    last_native: Option<Captured>,
-    /// Whether the thread was running at its previous sample.
-    was_running: bool,
-    /// Times the thread was scheduled, as read at its previous sample (when read).
-    last_pcount: Option<u64>,
+    /// Its native stacks so far, for samples that reuse them.
+    stacks: native_stacks::StackHistory,
     /// This tick's sample, when it waits for the thread's late stop.
     pending: Option<PendingSample>,
-    /// Its latest perf sample (always a `Native::Perf`), which stands for the ticks at which the
-    /// thread has not run a whole period since.
-    last_perf: Option<Native>,
-    /// Its stack was not read at its previous sample because it had last run on fsprof's CPU.
-    skipped: bool,
     /// Its scheduling totals at its previous sample while perf samples it, with that tick's
     /// count.
     last_sched: Option<(u64, process::SchedTimes)>,
@@ -337,7 +328,7 @@ impl Sampler {
                         pending.add(&mut self.builder, Some(id));
                         self.tally.native_late += 1;
                     }
-                    state.last_native = Some(captured);
+                    state.stacks.read(captured, None);
                 }
             }
         }
@@ -481,7 +472,7 @@ impl Sampler {
         let Some(state) = self.threads.states.get(&tid) else {
             return false;
         };
-        state.last_pcount.is_some() && process::times_scheduled(self.pid, tid) == state.last_pcount
+        (state.stacks).not_run_since(process::times_scheduled(self.pid, tid))
     }
 
     /// Adds thread `tid`'s sample of this tick, `(wall_ns, active_ns)` long, with its marks and

@@ -153,13 +153,12 @@ impl Sampler {
             native.drop_perf_samples(tid);
         }
         if let Some(state) = self.threads.states.get_mut(&tid) {
-            (state.last_perf, state.last_native) = (None, None);
             state.followed = None;
             // The new program's stack is read at the next sample even if the thread is blocked
             // then, as a new thread's is: otherwise one that blocked before a tick found it
             // running (python3 sleeping, exec'd by `sh`, at 250 Hz: 10 of 12 runs) was never
             // read, its whole wait without a stack.
-            state.was_running = true;
+            state.stacks.new_program();
         }
         true
     }

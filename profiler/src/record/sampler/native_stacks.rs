@@ -40,40 +40,14 @@ impl Sampler {
             // Its time is wall time, which only the ticks sample.
             self.clock.hold_fast(Instant::now() + FAST_HOLD);
         }
-        // Running, or blocked since it was last seen running, or its previous read was skipped
-        // (see `blocked`), or never captured.
-        let stop = if running
-            || state.was_running
-            || state.skipped
-            || (matters && state.last_native.is_none())
-        {
-            true
-        } else if !matters {
-            false
-        } else {
-            // Not running now nor at the previous sample: stop it only if it ran in between.
-            let pcount = process::times_scheduled(self.pid, tid);
-            let ran = pcount.is_none() || pcount != state.last_pcount;
-            state.last_pcount = pcount;
-            ran
-        };
-        state.was_running = running;
-        if !stop {
-            return state
-                .last_native
-                .clone()
-                .map_or(Native::None, Native::Captured);
+        let pid = self.pid;
+        if !(state.stacks).must_read(running, matters, || process::times_scheduled(pid, tid)) {
+            return state.stacks.standing();
         }
         if running && native.perf_watches(tid) {
             // Its latest perf sample (see `Sampler::perf_samples`) stands for this instant too:
             // it has run less than a period since.
-            let state = self.threads.states.get_mut(&tid).expect("sampled");
-            return match &state.last_perf {
-                Some(Native::Perf(captured, records, truncated)) => {
-                    Native::Perf(captured.clone(), records.clone(), *truncated)
-                }
-                _ => Native::BeforePerf,
-            };
+            return state.stacks.perf_standing();
         }
         if running {
             self.clock.needs_every_tick(); // sampled by ptrace at the ticks
@@ -244,7 +218,7 @@ impl Sampler {
         }
         if let Some(state) = self.threads.states.get_mut(&tid) {
             if let Some(latest) = latest {
-                state.last_perf = latest;
+                state.stacks.set_latest_perf(latest);
             }
             // Followed from the next tick on (this one's time is the tick's).
             match (follows, &state.followed) {
@@ -269,14 +243,9 @@ impl Sampler {
 
     /// Thread `tid`'s latest perf sample: its stack and marks (interned, and in `self.records`).
     fn latest_sample(&mut self, tid: u32) -> Option<LatestSample> {
-        let Some(ThreadState {
-            last_perf: Some(Native::Perf(captured, records, truncated)),
-            ..
-        }) = self.threads.states.get(&tid)
-        else {
-            return None;
-        };
-        let (captured, records, truncated) = (captured.clone(), records.clone(), *truncated);
+        let state = self.threads.states.get(&tid)?;
+        let (captured, records, truncated) = state.stacks.latest_perf()?;
+        let (captured, records, truncated) = (captured.clone(), records.to_vec(), truncated);
         let stack = self.intern_records(records, truncated);
         Some(LatestSample {
             captured,
@@ -307,16 +276,14 @@ impl Sampler {
     /// tick's once its stack is copied; `None` when only a stop can take it.
     pub(super) fn blocked(&mut self, tid: u32, own_tid: u32) -> Option<Native> {
         let state = self.threads.states.get_mut(&tid)?;
-        let retry = std::mem::take(&mut state.skipped);
+        let retry = state.stacks.take_skipped();
         let captured = match self.native.as_mut()?.blocked_stack(tid, retry) {
             capture::Blocked::Taken(captured) => captured,
             capture::Blocked::Skip => {
                 // Its previous stack may be from before it last ran (another image, even, after
                 // an exec): never reuse it; the next sample tries again, and reads it then even
                 // on fsprof's CPU (a thread preempted on its way to sleep has long got there).
-                let state = self.threads.states.get_mut(&tid)?;
-                state.last_native = None;
-                state.skipped = true;
+                self.threads.states.get_mut(&tid)?.stacks.skip();
                 return Some(Native::None);
             }
             capture::Blocked::Stop => return None,
@@ -328,9 +295,9 @@ impl Sampler {
             .all(|old| reader.again(old).is_some_and(|new| new.same_marks(old)));
         // The stack is the thread's now (it did not run while it was copied), whatever its
         // marks: later samples of the same block may reuse it.
+        let scheduled = process::times_scheduled(self.pid, tid);
         let state = self.threads.states.get_mut(&tid)?;
-        state.last_pcount = process::times_scheduled(self.pid, tid);
-        state.last_native = Some(captured.clone());
+        state.stacks.read(captured.clone(), Some(scheduled));
         if !unchanged {
             self.tally.native_moved += 1; // it ran, and marked, between the tick and the copy
             return Some(Native::None);
@@ -359,10 +326,8 @@ impl Sampler {
         let Some((captured, fresh)) = captured else {
             return Native::Pending;
         };
-        if !running {
-            state.last_pcount = process::times_scheduled(self.pid, tid);
-        }
-        state.last_native = Some(captured.clone());
+        let scheduled = (!running).then(|| process::times_scheduled(self.pid, tid));
+        state.stacks.read(captured.clone(), scheduled);
         // The sample is the marks read at the tick. A thread stops at its next return to user
         // space, which in a busy thread on a virtual machine (slow inter-processor interrupts)
         // is often its next system call rather than the instant it was asked to: a sample taken
@@ -389,6 +354,9 @@ fn same_marks(a: &[RecordView], b: &[RecordView]) -> bool {
     let key = |r: &RecordView| (r.feature, r.kind, r.payload, r.sp, r.position);
     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| key(a) == key(b))
 }
+
+mod history;
+pub(super) use history::StackHistory;
 
 #[cfg(test)]
 mod tests {
