@@ -72,7 +72,7 @@ const COPIES_MAX: usize = 32 * 1024 * 1024;
 /// biased a loop of equal steps of a few µs (a sample stood for the CPU time since the previous
 /// one, longer for a tick late in its period); a CPU's timer ticked twice a period, one kept at
 /// random, until the twenty-eighth session, when its samples came to stand for their tick's
-/// length (`Sampler::calibrate`): by CPU time since the previous sample, one tick read a loop of
+/// length (`Credit::calibrate`, `record/sampler/off_cpu/followed.rs`): by CPU time since the previous sample, one tick read a loop of
 /// 700 us of `hashing`, a 500 us sleep and 300 us unmarked 1.9 to 2.8 points high (the thread's
 /// CPU time between two ticks of its CPU depends on where its sleep fell). Against a loop in step
 /// with the ticks, [`rephase`] restarts them at random. BENCHMARKS.md (issue 18's section, and

@@ -472,7 +472,7 @@ impl Sampler {
         let Some(state) = self.threads.states.get(&tid) else {
             return false;
         };
-        (state.stacks).not_run_since(process::times_scheduled(self.pid, tid))
+        (state.stacks).not_run_since(|| process::times_scheduled(self.pid, tid))
     }
 
     /// Adds thread `tid`'s sample of this tick, `(wall_ns, active_ns)` long, with its marks and

@@ -84,7 +84,7 @@ impl Design {
     /// CPU time since the one before: a C loop of the same rhythm, its ticks counted from
     /// `profile.json`, read -0.6 with one tick a period (5 runs of 10 s; `perf record -a` of it,
     /// +0.1 to +0.5), by those weights -3.9. A sample of a CPU's tick now stands for the tick's
-    /// length, scaled to the thread's running time (`Sampler::calibrate`), with one tick a
+    /// length, scaled to the thread's running time (`Credit::calibrate`), with one tick a
     /// period (twenty-eighth session).
     pub(in crate::native) fn from_environment() -> Design {
         match std::env::var_os("FSPROF_PER_CPU") {

@@ -211,7 +211,7 @@ impl Sampler {
     /// Takes a gap in thread `tid`'s records (sample thread `thread`), those before it complete
     /// up to `at`: a stretch off the CPU still open is added up to `at` and closed, as the
     /// thread may have come back in the gap (else the ticks would add it on while the thread
-    /// ran); what it ran in the gap is shared among its next samples (see [`Sampler::credit`]),
+    /// ran); what it ran in the gap is shared among its next samples (see `Credit::credit`),
     /// and its waits for a CPU count from the next read of its totals on, those of the gap
     /// unknown.
     pub(super) fn gap(&mut self, tid: u32, thread: u32, at: u64) {
@@ -336,7 +336,7 @@ impl Sampler {
 
     /// Adds a perf sample of thread `tid` (sample thread `thread`), taken at `at.1` when the
     /// thread had run `at.0`, for its running time since the previous one: at most a period
-    /// (see [`Sampler::credit`]).
+    /// (see `Credit::credit`).
     pub(super) fn keep_sample(
         &mut self,
         tid: u32,
@@ -431,5 +431,5 @@ fn same_places(a: &[RecordView], b: &[RecordView]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.sp == b.sp)
 }
 
-mod folded;
 mod followed;
+mod short_stretches;

@@ -103,10 +103,10 @@ impl StackHistory {
         self.last = Some(captured);
     }
 
-    /// Whether the thread has not been scheduled since its count was last read (`now` its count
-    /// now); false where unknown.
-    pub fn not_run_since(&self, now: Option<u64>) -> bool {
-        self.scheduled.is_some() && now == self.scheduled
+    /// Whether the thread has not been scheduled since its count was last read (`now` reads its
+    /// count now, only if one was read before); false where unknown.
+    pub fn not_run_since(&self, now: impl FnOnce() -> Option<u64>) -> bool {
+        self.scheduled.is_some() && now() == self.scheduled
     }
 
     /// Whether its previous read was skipped (then this one reads it even on fsprof's CPU);

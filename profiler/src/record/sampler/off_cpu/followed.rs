@@ -3,8 +3,10 @@
 //! its waits for a CPU after wake-ups not yet shared out, and the CPU time its samples were
 //! credited. Each method takes what the switches, samples and ticks tell and returns what to add
 //! to the profile ([`Addition`]s, with stacks already interned); nothing here reads the target,
-//! interns marks or writes the profile (the sampler's glue in `off_cpu.rs` and `folded.rs` does,
-//! and says why each rule is as it is).
+//! interns marks or writes the profile (the sampler's glue in `off_cpu.rs` and
+//! `short_stretches.rs` does). Each rule says why it is as it is where it is kept: here for the
+//! stacks a departure borrows and the time a sample stands for, in the glue for what a tick
+//! reads.
 
 use crate::native::layout::JUST_BACK_NS;
 use crate::native::stream::Folded;
@@ -351,7 +353,8 @@ impl Followed {
 
     /// Takes a gap in its records: its waits for a CPU count from `run_delay_ns` (read at
     /// `now`) on, and its next sample stands for a period at most (see `Credit::credit`).
-    /// The stretch still open must have been added up to the gap and closed before.
+    /// A known stretch still open must have been added up to the gap and closed before (a
+    /// tentative one stays open: the next switch tells whether it was one).
     pub fn gap(&mut self, run_delay_ns: Option<u64>, now: u64) {
         self.credit.gap = true;
         self.back = None;
