@@ -7,9 +7,15 @@
 //! that is mapped, even if deleted), and mapped read-only into fsprof. The bias comes from the
 //! file's `PT_LOAD` segments, not from `start - offset`. The vdso is copied from the target's
 //! memory. Unwinding (`unwind.rs`) and symbolization (`symbols.rs`) both use these.
+//!
+//! A file mapped once is shared by every process of the recording that maps it ([`shared`]): a
+//! build runs the same compiler, assembler and libraries in process after process, and mapping
+//! each again (its pages faulted in anew, its parse redone, unmapped at the end with a TLB flush
+//! that interrupts the other CPUs) was most of what setting up a followed process cost.
 
+use std::collections::HashMap;
 use std::ops::{Deref, Range};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex};
 
 /// A module mapped into the target.
 #[derive(Clone)]
@@ -77,6 +83,8 @@ pub struct Mapping {
     pub offset: u64,
     /// Inode (0 for anonymous mappings).
     pub inode: u64,
+    /// The device the inode is on (as `stat`'s `st_dev` encodes it; 0 for anonymous mappings).
+    pub device: u64,
     /// Path or pseudo-name (`[stack]`, `[vdso]`), `" (deleted)"` removed; empty when anonymous.
     pub path: String,
     /// The file was deleted (or replaced) since it was mapped.
@@ -104,7 +112,11 @@ fn parse_mapping(line: &str) -> Option<Mapping> {
     let (start, end) = fields.next()?.split_once('-')?;
     let perms = fields.next()?.as_bytes();
     let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
-    let _device = fields.next()?;
+    let (major, minor) = fields.next()?.split_once(':')?;
+    let device = nix::libc::makedev(
+        u32::from_str_radix(major, 16).ok()?,
+        u32::from_str_radix(minor, 16).ok()?,
+    );
     let inode = fields.next()?.parse().ok()?;
     let path = fields.next().unwrap_or("").trim_start();
     let (path, deleted) = match path.strip_suffix(" (deleted)") {
@@ -118,6 +130,7 @@ fn parse_mapping(line: &str) -> Option<Mapping> {
         execute: perms[2] == b'x',
         offset,
         inode,
+        device,
         path: path.to_owned(),
         deleted,
     })
@@ -161,34 +174,7 @@ fn load(pid: u32, mapping: &Mapping) -> Option<Module> {
             .ok()?;
         Image::from_vec(bytes)
     } else if mapping.path.starts_with('/') {
-        // The mapped file itself, even if deleted or replaced on disk since: by its path where
-        // that still names it (the same inode), else through `map_files`, whose lookup waits
-        // for the target's memory map's lock (see `native/off_thread.rs`; among 1000 busy
-        // threads being born, opening libc that way took 44 to 345 ms). Where `map_files` cannot
-        // be opened either, the path's file is taken as it is, as before. Opened without
-        // blocking: a path the target replaced with a FIFO must not hang fsprof.
-        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-        let open = |path: String| {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(nix::libc::O_NONBLOCK)
-                .open(path)
-        };
-        let by_path = (!mapping.deleted)
-            .then(|| open(format!("/proc/{pid}/root{}", mapping.path)).ok())
-            .flatten();
-        let same = |file: &std::fs::File| file.metadata().is_ok_and(|m| m.ino() == mapping.inode);
-        let file = match by_path {
-            Some(file) if same(&file) => file,
-            by_path => {
-                let by_mapping = format!(
-                    "/proc/{pid}/map_files/{:x}-{:x}",
-                    mapping.range.start, mapping.range.end
-                );
-                open(by_mapping).ok().or(by_path)?
-            }
-        };
-        Image::map(&file).ok()?
+        shared(mapping).or_else(|| map_file(pid, mapping))?
     } else {
         return None; // anonymous executable memory (a JIT): nothing to read
     };
@@ -210,6 +196,75 @@ fn load(pid: u32, mapping: &Mapping) -> Option<Module> {
         inode: mapping.inode,
         image,
     })
+}
+
+/// Maps the file behind `mapping` (a path) into fsprof.
+fn map_file(pid: u32, mapping: &Mapping) -> Option<Image> {
+    // The mapped file itself, even if deleted or replaced on disk since: by its path where
+    // that still names it (the same inode), else through `map_files`, whose lookup waits
+    // for the target's memory map's lock (see `native/off_thread.rs`; among 1000 busy
+    // threads being born, opening libc that way took 44 to 345 ms). Where `map_files` cannot
+    // be opened either, the path's file is taken as it is, as before. Opened without
+    // blocking: a path the target replaced with a FIFO must not hang fsprof.
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let open = |path: String| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(path)
+    };
+    let by_path = (!mapping.deleted)
+        .then(|| open(format!("/proc/{pid}/root{}", mapping.path)).ok())
+        .flatten();
+    let same = |file: &std::fs::File| file.metadata().is_ok_and(|m| m.ino() == mapping.inode);
+    let file = match by_path {
+        Some(file) if same(&file) => file,
+        by_path => {
+            let by_mapping = format!(
+                "/proc/{pid}/map_files/{:x}-{:x}",
+                mapping.range.start, mapping.range.end
+            );
+            open(by_mapping).ok().or(by_path)?
+        }
+    };
+    let image = Image::map(&file).ok()?;
+    share(mapping, &file, &image);
+    Some(image)
+}
+
+/// Files mapped by earlier loads, by device and inode: each mapping here keeps its inode in use,
+/// so that no other file can take its number while it is kept.
+static SHARED: LazyLock<Mutex<HashMap<(u64, u64), Image>>> = LazyLock::new(Mutex::default);
+
+/// Most files kept in [`SHARED`]. When it is full, files no module uses any more are let go.
+const MAX_SHARED: usize = 1024;
+
+/// The image of the file `mapping` maps, if an earlier load mapped it.
+fn shared(mapping: &Mapping) -> Option<Image> {
+    if mapping.inode == 0 {
+        return None;
+    }
+    let shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    shared.get(&(mapping.device, mapping.inode)).cloned()
+}
+
+/// Keeps `image`, mapped from `file`, for later loads of the file `mapping` maps: only if `file`
+/// is that very file (its device and inode are the mapping's).
+fn share(mapping: &Mapping, file: &std::fs::File, image: &Image) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(metadata) = file.metadata() else {
+        return;
+    };
+    if mapping.inode == 0 || (metadata.dev(), metadata.ino()) != (mapping.device, mapping.inode) {
+        return;
+    }
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if shared.len() >= MAX_SHARED {
+        shared.retain(|_, image| Arc::strong_count(&image.0) > 1);
+    }
+    if shared.len() < MAX_SHARED {
+        shared.insert((mapping.device, mapping.inode), image.clone());
+    }
 }
 
 /// The load bias of an ELF file whose executable segment is mapped at `start` from file offset
@@ -255,5 +310,36 @@ mod tests {
     fn the_agent_is_known_by_its_file_name() {
         assert!(is_agent_path("/a/b/libfsprof_agent.so"));
         assert!(!is_agent_path("/a/libfsprof_agent.so/libc.so.6"));
+    }
+
+    #[test]
+    fn a_mapping_names_its_device_as_stat_does() {
+        let line = "7f00a000-7f00b000 r-xp 00001000 fd:12 4242   /usr/lib/x.so (deleted)";
+        let mapping = parse_mapping(line).unwrap();
+        assert_eq!(mapping.device, nix::libc::makedev(0xfd, 0x12));
+        assert_eq!((mapping.inode, mapping.offset), (4242, 0x1000));
+        assert_eq!(
+            (mapping.path.as_str(), mapping.deleted),
+            ("/usr/lib/x.so", true)
+        );
+    }
+
+    /// This test's own executable, loaded twice, is mapped once when the map's device and inode
+    /// are the file's (as on a plain file system), and never shared when they are not.
+    #[test]
+    fn a_file_loaded_again_shares_its_mapping() {
+        use std::os::unix::fs::MetadataExt;
+        let pid = std::process::id();
+        let maps = read_maps(pid, pid).unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let mapping = maps
+            .iter()
+            .find(|m| m.execute && std::path::Path::new(&m.path) == exe)
+            .expect("the test's executable is mapped");
+        let first = load(pid, mapping).unwrap();
+        let again = load(pid, mapping).unwrap();
+        let stat = std::fs::metadata(&exe).unwrap();
+        let verified = (stat.dev(), stat.ino()) == (mapping.device, mapping.inode);
+        assert_eq!(Arc::ptr_eq(&first.image.0, &again.image.0), verified);
     }
 }
