@@ -328,3 +328,113 @@ fn attach_to_an_unmarked_program_says_what_was_recorded() {
     let report = report_json(&out);
     assert!(function(&report, "lone")["self_percent"].as_f64().unwrap() > 20.0);
 }
+
+/// The stripped program with MiniDebugInfo, made as Fedora makes it (`nm` for the function
+/// symbols `.dynsym` lacks, `objcopy --keep-symbols` of the debug file, `xz`, `objcopy
+/// --add-section .gnu_debugdata`): its functions get their names back with no debug file, with
+/// the self time the program measured, and no note says symbols are missing.
+#[test]
+fn minidebuginfo_names_a_stripped_program_without_a_debug_file() {
+    let _serial = serial();
+    let build = tempdir();
+    let exe = build_c_program(build.path(), "functions");
+    let run = |program: &str, args: &[&std::ffi::OsStr]| {
+        let output = Command::new(program).args(args).output().unwrap();
+        assert!(output.status.success(), "{program} {args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    // `nm --format=posix`: name, kind, value, size.
+    let names = |text: String, kinds: &[&str]| -> std::collections::BTreeSet<String> {
+        (text.lines())
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let name = fields.next()?;
+                let kind = fields.next()?;
+                (kinds.is_empty() || kinds.contains(&kind)).then(|| name.to_owned())
+            })
+            .collect()
+    };
+    let dynamic = names(
+        run(
+            "nm",
+            &[
+                "-D".as_ref(),
+                "--format=posix".as_ref(),
+                "--defined-only".as_ref(),
+                exe.as_os_str(),
+            ],
+        ),
+        &[],
+    );
+    let functions = names(
+        run(
+            "nm",
+            &[
+                "--format=posix".as_ref(),
+                "--defined-only".as_ref(),
+                exe.as_os_str(),
+            ],
+        ),
+        &["T", "t", "D"],
+    );
+    let keep: Vec<&String> = functions.difference(&dynamic).collect();
+    for name in ["outer", "inner", "lone", "rec"] {
+        assert!(keep.iter().any(|k| *k == name), "{name} not kept: {keep:?}");
+    }
+    let dir = build.path();
+    let (keep_file, debug, mini) = (dir.join("keep"), dir.join("debug"), dir.join("mini"));
+    let keep_text: String = keep.iter().map(|name| format!("{name}\n")).collect();
+    std::fs::write(&keep_file, keep_text).unwrap();
+    run(
+        "objcopy",
+        &[
+            "--only-keep-debug".as_ref(),
+            exe.as_os_str(),
+            debug.as_os_str(),
+        ],
+    );
+    let keep_option = format!("--keep-symbols={}", keep_file.display());
+    run(
+        "objcopy",
+        &[
+            "-S".as_ref(),
+            "--remove-section".as_ref(),
+            ".gdb_index".as_ref(),
+            "--remove-section".as_ref(),
+            ".comment".as_ref(),
+            keep_option.as_ref(),
+            debug.as_os_str(),
+            mini.as_os_str(),
+        ],
+    );
+    run("xz", &["-T1".as_ref(), mini.as_os_str()]);
+    run("strip", &["-s".as_ref(), exe.as_os_str()]);
+    let section = format!(".gnu_debugdata={}.xz", mini.display());
+    run(
+        "objcopy",
+        &["--add-section".as_ref(), section.as_ref(), exe.as_os_str()],
+    );
+    let sections = run("readelf", &["-S".as_ref(), exe.as_os_str()]);
+    assert!(
+        !sections.contains(".symtab") && sections.contains(".gnu_debugdata"),
+        "{sections}"
+    );
+    let (_dir, truth, report, stderr) = profile_functions(&exe, &[]);
+    let total = truth["total_ms"].as_f64().unwrap();
+    for name in ["outer", "inner", "lone", "rec"] {
+        let measured = truth["self_ms"][name].as_f64().unwrap() * 100.0 / total;
+        let got = function(&report, name)["self_percent"].as_f64().unwrap();
+        let bound = bound_of(&report, measured);
+        assert!(
+            (got - measured).abs() <= bound,
+            "{name}: self {got:.2}% against {measured:.2}% measured (bound {bound:.2})\n{stderr}"
+        );
+    }
+    let notes = report["meta"]["notes"].as_array().unwrap();
+    assert!(
+        !notes
+            .iter()
+            .any(|n| n.as_str().unwrap().starts_with("no symbols for functions")),
+        "{notes:?}"
+    );
+}

@@ -7,5 +7,6 @@ mod call_targets;
 mod debug_files;
 mod demangle;
 mod function_ranges;
+mod mini_debug_info;
 pub mod runtime_code;
 pub mod symbols;

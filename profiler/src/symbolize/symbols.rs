@@ -12,7 +12,8 @@
 //!    `.gnu_debuglink` (`<dir>/<name>`, `<dir>/.debug/<name>`, `<debugdir>/<dir>/<name>`; accepted
 //!    when the build ids match or, without them, the CRC-32 does), with the dwz supplementary
 //!    file its `.gnu_debugaltlink` names;
-//! 2. the symbol table (`.symtab`, else the debug file's `.symtab`, else `.dynsym`): the function
+//! 2. the symbol table (`.symtab`, else the debug file's `.symtab`, else `.dynsym` with the
+//!    MiniDebugInfo's `.symtab`, from `.gnu_debugdata`: `mini_debug_info.rs`): the function
 //!    symbol nearest at or below the address whose size covers it;
 //! 3. `module+0xSTART`: the start of the function covering the address as the unwind tables
 //!    state it (`function_ranges.rs`: a stripped binary keeps them), so that all of a function's
@@ -26,7 +27,7 @@
 //! Finding the separate debug files is `debug_files.rs`'s job, demangling and cutting names
 //! `demangle.rs`'s; the tests are in `symbols/tests.rs`.
 //!
-//! Not handled: split DWARF (`.dwo`/`.dwp` files), MiniDebugInfo (`.gnu_debugdata`), debuginfod,
+//! Not handled: split DWARF (`.dwo`/`.dwp` files), debuginfod,
 //! non-ELF files, and a per-address cache (callers symbolize each distinct address once).
 
 use super::call_targets::CallTargets;
@@ -375,6 +376,11 @@ impl Parsed {
         }
         if symbols.is_empty() {
             symbols = Symbols::from_table(&module.image, object.dynamic_symbol_table());
+            if let Some(mini) = super::mini_debug_info::decompressed(&object) {
+                if let Ok(mini_object) = object::File::parse(&*mini) {
+                    symbols = symbols.with(Symbols::from_table(&mini, mini_object.symbol_table()));
+                }
+            }
         }
         let plt = (object.sections())
             .filter(|section| {
@@ -673,19 +679,22 @@ impl Bytes {
 
 // ---- Symbol tables -------------------------------------------------------------------------
 
-/// A module's function symbols, sorted by address; names stay in the file's bytes.
+/// A module's function symbols, sorted by address; names stay in their files' bytes.
 #[derive(Default)]
 struct Symbols {
-    image: Option<Image>,
+    /// The files the names lie in (the module's, or a debug file's; also its MiniDebugInfo's).
+    images: Vec<Image>,
     entries: Vec<Symbol>,
 }
 
 struct Symbol {
     address: u64,
     size: u64,
-    /// Offset of the name in the image.
+    /// Offset of the name in its image.
     name: usize,
     name_len: u32,
+    /// Which of the images the name lies in.
+    image: u32,
 }
 
 impl Symbols {
@@ -728,6 +737,7 @@ impl Symbols {
                         size: symbol.size(),
                         name: at,
                         name_len: name.len().min(MAX_MANGLED) as u32,
+                        image: 0,
                     },
                 ))
             })
@@ -736,9 +746,30 @@ impl Symbols {
         entries.dedup_by_key(|(_, symbol)| symbol.address);
         let entries: Vec<Symbol> = entries.into_iter().map(|(_, symbol)| symbol).collect();
         Symbols {
-            image: (!entries.is_empty()).then(|| image.clone()),
+            images: if entries.is_empty() {
+                Vec::new()
+            } else {
+                vec![image.clone()]
+            },
             entries,
         }
+    }
+
+    /// These symbols and `other`'s: at an address both name, this table's symbol.
+    fn with(mut self, other: Symbols) -> Symbols {
+        if other.is_empty() {
+            return self;
+        }
+        let base = self.images.len() as u32;
+        self.images.extend(other.images);
+        let others = other.entries.into_iter().map(|symbol| Symbol {
+            image: symbol.image + base,
+            ..symbol
+        });
+        self.entries.extend(others);
+        self.entries.sort_by_key(|symbol| symbol.address); // stable: this table's first
+        self.entries.dedup_by_key(|symbol| symbol.address);
+        self
     }
 
     fn is_empty(&self) -> bool {
@@ -747,7 +778,6 @@ impl Symbols {
 
     /// The raw name of the symbol nearest at or below `svma` whose size covers it.
     fn lookup(&self, svma: u64) -> Option<&[u8]> {
-        let image = self.image.as_ref()?;
         let after = self
             .entries
             .partition_point(|symbol| symbol.address <= svma);
@@ -756,6 +786,7 @@ impl Symbols {
             .rev()
             .take(MAX_SYMBOLS_BACK)
             .find(|symbol| svma - symbol.address < symbol.size)?;
+        let image = self.images.get(symbol.image as usize)?;
         image.get(symbol.name..symbol.name + symbol.name_len as usize)
     }
 }
