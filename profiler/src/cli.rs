@@ -7,6 +7,7 @@ use crate::rules::RuleSet;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The default sampling rate. At 250 Hz a CPU-bound program with every core busy ran 1 to 3%
@@ -194,6 +195,12 @@ struct RecordArgs {
     /// debug link (DIR/<the module's directory>/<the name its .gnu_debuglink gives>). Repeatable.
     #[arg(long, value_name = "DIR")]
     debug_dir: Vec<PathBuf>,
+    /// Fetch no debug files from the debuginfod servers DEBUGINFOD_URLS names. Without it, the
+    /// debug files of modules without symbols that no directory holds are fetched by build id
+    /// once recording has ended, into ~/.cache/fsprof/debuginfod (DEBUGINFOD_TIMEOUT and
+    /// DEBUGINFOD_MAXSIZE are honoured).
+    #[arg(long)]
+    offline: bool,
     #[command(flatten)]
     rules: RuleArgs,
 }
@@ -302,6 +309,10 @@ impl RecordArgs {
             backend: args.backend,
             agent: false,
             debug_dirs: args.debug_dir,
+            debuginfod: match args.offline {
+                true => None,
+                false => crate::symbolize::debuginfod::Debuginfod::from_env().map(Arc::new),
+            },
             top: None,
             follow: false,
             rules: args.rules.into_rules()?,

@@ -437,3 +437,136 @@ fn a_binary_deleted_while_it_runs_is_still_symbolized() {
         "alpha_inner named in {named} of {total} µs"
     );
 }
+
+/// The build id of `file` in hex, as `readelf -n` prints it.
+fn build_id(file: &Path) -> String {
+    let output = Command::new("readelf")
+        .arg("-n")
+        .arg(file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    (text.lines())
+        .find_map(|line| line.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("no build id in {}: {text}", file.display()))
+        .trim()
+        .to_owned()
+}
+
+/// A debuginfod server (Debian's `debuginfod`) on 127.0.0.1 serving the `.debug` files under
+/// `served`; returns it once it serves each of `ids`, with its URL.
+fn start_debuginfod(dir: &Path, served: &Path, ids: &[String]) -> (Guarded, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = Guarded(
+        Command::new("debuginfod")
+            .arg("-F")
+            .arg(served)
+            .args(["-p", &port.to_string(), "-d"])
+            .arg(dir.join("debuginfod.sqlite"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("debuginfod is needed (Debian: apt-get install debuginfod)"),
+    );
+    // Whether the server answers 200 for `id`'s debug file (HTTP/1.0: the answer ends with
+    // the connection).
+    let serves = |id: &String| -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+        let request = format!("GET /buildid/{id}/debuginfo HTTP/1.0\r\n\r\n");
+        let mut answer = Vec::new();
+        let _ = stream.write_all(request.as_bytes());
+        let _ = stream.read_to_end(&mut answer);
+        answer.starts_with(b"HTTP/1.1 200") || answer.starts_with(b"HTTP/1.0 200")
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if ids.iter().all(serves) {
+            return (server, url);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "debuginfod did not serve {ids:?} within 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The chain program and its library, both stripped (`strip -s`), their debug files served by a
+/// local debuginfod: with `DEBUGINFOD_URLS` naming it, the stacks show every chain by name
+/// (the executable's functions have no other name) and the library's function with its source
+/// file (DWARF only the fetched file has); both files land in the user's cache. With
+/// `--offline` and an empty cache, the executable's functions have no names.
+#[test]
+fn a_stripped_program_and_library_get_their_names_from_debuginfod() {
+    let _serial = serial();
+    let dir = tempdir();
+    let program = build_c_chain(dir.path());
+    let library = program.lib_dir.join("libleaf.so");
+    let served = dir.path().join("served");
+    std::fs::create_dir(&served).unwrap();
+    let mut ids = Vec::new();
+    for file in [&program.exe, &library] {
+        let name = file.file_name().unwrap().to_string_lossy();
+        let debug = served.join(format!("{name}.debug"));
+        let kept = Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .args([file.as_os_str(), debug.as_os_str()])
+            .status();
+        assert!(kept.unwrap().success());
+        assert!(Command::new("strip")
+            .arg("-s")
+            .arg(file)
+            .status()
+            .unwrap()
+            .success());
+        ids.push(build_id(file));
+    }
+    let (_server, url) = start_debuginfod(dir.path(), &served, &ids);
+    let record = |out: &str, cache: &Path, offline: bool| {
+        let status = Command::new(fsprof())
+            .args(["run", "-o"])
+            .arg(dir.path().join(out))
+            .args(offline.then_some("--offline"))
+            .arg("--")
+            .arg(&program.exe)
+            .args(["2", "--truth"])
+            .arg(dir.path().join("truth.json"))
+            .env("DEBUGINFOD_URLS", &url)
+            .env("XDG_CACHE_HOME", cache)
+            .env_remove("http_proxy")
+            .env_remove("HTTP_PROXY")
+            .env_remove("ALL_PROXY")
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let cache = dir.path().join("cache");
+    record("out", &cache, false);
+    check_chains(dir.path(), &truth(dir.path()));
+    for id in &ids {
+        let file = cache.join("fsprof/debuginfod").join(id).join("debuginfo");
+        assert!(file.is_file(), "{} was not fetched", file.display());
+    }
+    let report = std::fs::read_to_string(dir.path().join("out/report.txt")).unwrap();
+    assert!(
+        report.contains("leaf_work (") && report.contains("libleaf.c"),
+        "{report}"
+    );
+    assert!(!report.contains("no symbols for chain"), "{report}");
+
+    let empty = dir.path().join("empty-cache");
+    record("offline", &empty, true);
+    let report = std::fs::read_to_string(dir.path().join("offline/report.txt")).unwrap();
+    assert!(report.contains("no symbols for chain"), "{report}");
+    assert!(!empty.join("fsprof/debuginfod").exists());
+}

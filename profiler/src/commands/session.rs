@@ -18,6 +18,7 @@ use crate::record::children::{self, Tree};
 use crate::record::sampler::{Sampler, SamplerOptions};
 use crate::record::schedule::{self, End, Schedule};
 use crate::render;
+use crate::symbolize::debuginfod::Debuginfod;
 use anyhow::{bail, Context, Result};
 use nix::errno::Errno;
 use std::ffi::OsString;
@@ -68,6 +69,9 @@ pub struct RecordOptions {
     pub agent: bool,
     /// Where to look for separate debug files first (then `/usr/lib/debug`).
     pub debug_dirs: Vec<PathBuf>,
+    /// The debuginfod servers to fetch the debug files found nowhere else from, after
+    /// recording (`DEBUGINFOD_URLS`, unless `--offline`).
+    pub debuginfod: Option<Arc<Debuginfod>>,
     /// `fsprof top`: show the live view (this title) and write no output.
     pub top: Option<String>,
     /// Record the program's child processes too (`run` unless `--no-follow`; `attach
@@ -503,6 +507,7 @@ fn sampler_options(options: &RecordOptions) -> SamplerOptions {
             .then(|| crate::native::perf::sampling_period(options.rate_hz)),
         count_idle: options.count_idle,
         debug_dirs: options.debug_dirs.clone(),
+        debuginfod: options.debuginfod.clone(),
         perf_threads: 0,
         shared_perf: None,
         announcements: None,

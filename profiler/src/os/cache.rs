@@ -9,7 +9,7 @@
 //! checks its own files).
 
 use std::fs::{self, DirBuilder, OpenOptions};
-use std::io::Write;
+use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -70,6 +70,12 @@ pub fn check_owned(path: &Path) -> Result<(), String> {
 /// renamed into place: a reader sees the old file or the whole new one. Not synced to disk
 /// (after a crash the file may be short or empty; both users check what they read).
 pub fn write_atomically(file: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
+    write_atomically_from(file, &mut &*bytes, mode)
+}
+
+/// Like [`write_atomically`], with what `from` reads to its end (a download, say): a read that
+/// fails leaves no file.
+pub fn write_atomically_from(file: &Path, from: &mut dyn Read, mode: u32) -> Result<(), String> {
     let name = file.file_name().unwrap_or_default().to_string_lossy();
     // The thread too: two threads of one fsprof may write at once.
     let unique = format!("{}.{:?}", std::process::id(), std::thread::current().id());
@@ -80,8 +86,8 @@ pub fn write_atomically(file: &Path, bytes: &[u8], mode: u32) -> Result<(), Stri
         .create_new(true)
         .mode(mode)
         .open(&temporary)
-        .and_then(|mut out| out.write_all(bytes))
-        .and_then(|()| fs::rename(&temporary, file));
+        .and_then(|mut out| std::io::copy(from, &mut out))
+        .and_then(|_| fs::rename(&temporary, file));
     if let Err(e) = written {
         let _ = fs::remove_file(&temporary);
         return Err(e.to_string());

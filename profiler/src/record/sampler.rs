@@ -96,6 +96,8 @@ pub struct SamplerOptions {
     pub count_idle: bool,
     /// Where to look for separate debug files first (then `/usr/lib/debug`).
     pub debug_dirs: Vec<std::path::PathBuf>,
+    /// Where to fetch the debug files found nowhere else from, once recording has ended.
+    pub debuginfod: Option<Arc<crate::symbolize::debuginfod::Debuginfod>>,
     /// Threads perf samples at once, at most `perf::MAX_THREADS` (the rest by ptrace); 0 for
     /// that many.
     pub perf_threads: u32,

@@ -1,9 +1,11 @@
 //! Finding a module's separate debug file: by build id under the debug directories, then by
 //! `.gnu_debuglink` next to the file and under the debug directories (accepted when the build
 //! ids match or, without them, the CRC-32 does), and the dwz supplementary file that
-//! `.gnu_debugaltlink` names. Only regular files are opened; what they contain is checked, not
+//! `.gnu_debugaltlink` names; and by build id from debuginfod servers (`debuginfod.rs`) where
+//! none is found here. Only regular files are opened; what they contain is checked, not
 //! trusted. Parsing them is `symbols.rs`'s job.
 
+use super::debuginfod::Debuginfod;
 use crate::program::modules::{Image, Module};
 use object::Object;
 use std::ffi::OsStr;
@@ -12,8 +14,24 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-/// The separate debug file of the module whose ELF is `object`, and its path.
+/// The separate debug file of the module whose ELF is `object`, and its path: under the debug
+/// directories, else from `debuginfod`'s servers (by build id).
 pub(super) fn find_debug_file(
+    module: &Module,
+    object: &object::File,
+    debug_dirs: &[PathBuf],
+    debuginfod: Option<&Debuginfod>,
+) -> Option<(Image, PathBuf)> {
+    find_local_debug_file(module, object, debug_dirs).or_else(|| {
+        let id = build_id(object)?;
+        let path = debuginfod?.debuginfo(id, &module.name)?;
+        let image = open_regular(&path)?;
+        matches(&image, Some(id), None).then_some((image, path))
+    })
+}
+
+/// The separate debug file of the module whose ELF is `object` under the debug directories.
+fn find_local_debug_file(
     module: &Module,
     object: &object::File,
     debug_dirs: &[PathBuf],

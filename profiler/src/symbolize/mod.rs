@@ -5,6 +5,7 @@
 pub mod call_sites;
 mod call_targets;
 mod debug_files;
+pub mod debuginfod;
 mod demangle;
 mod function_ranges;
 mod mini_debug_info;

@@ -27,11 +27,15 @@
 //! Finding the separate debug files is `debug_files.rs`'s job, demangling and cutting names
 //! `demangle.rs`'s; the tests are in `symbols/tests.rs`.
 //!
-//! Not handled: split DWARF (`.dwo`/`.dwp` files), debuginfod,
+//! Debug files no directory holds are fetched by build id from debuginfod servers where the
+//! symbolizer is given them (`debuginfod.rs`: only after recording).
+//!
+//! Not handled: split DWARF (`.dwo`/`.dwp` files),
 //! non-ELF files, and a per-address cache (callers symbolize each distinct address once).
 
 use super::call_targets::CallTargets;
 use super::debug_files::{find_debug_file, find_sup_file};
+use super::debuginfod::Debuginfod;
 use super::demangle::{bounded, demangle, is_cpp, is_mangled, MAX_MANGLED};
 use super::function_ranges::FunctionRanges;
 use crate::profile::Symbolize;
@@ -62,6 +66,8 @@ pub struct Symbolizer {
     /// Sorted by start address.
     modules: Vec<Entry>,
     debug_dirs: Vec<PathBuf>,
+    /// Where debug files not found in the directories are fetched from, if anywhere.
+    debuginfod: Option<Arc<Debuginfod>>,
     /// Modules some address of which had no name but `module+0x…`, each with the first such
     /// name (for the note: a debug file that lacks one function reads otherwise as none).
     unnamed: std::collections::BTreeMap<String, String>,
@@ -80,15 +86,22 @@ struct Entry {
 
 /// The parsed files of every symbolizer of this fsprof (shared by the processes of a tree,
 /// which run the same programs and libraries: a `make -j` runs `cc1` dozens of times), by the
-/// file's identity (inode, path, length) and the debug directories searched. Each is parsed
+/// file's identity (inode, path, length), the debug directories searched and whether debuginfod
+/// is asked. Each is parsed
 /// once, by the first symbolizer that needs it (the others wait for it).
-type Shared = HashMap<(u64, String, usize, Vec<PathBuf>), Arc<OnceLock<Arc<Mutex<Parsed>>>>>;
+type Shared = HashMap<(u64, String, usize, Vec<PathBuf>, bool), Arc<OnceLock<Arc<Mutex<Parsed>>>>>;
 
 /// The parsed files of `module` (see [`Shared`]); the vdso's, which has no file, its own.
-fn parsed(module: &Module, debug_dirs: &[PathBuf]) -> Arc<Mutex<Parsed>> {
+fn parsed(
+    module: &Module,
+    debug_dirs: &[PathBuf],
+    debuginfod: Option<&Debuginfod>,
+) -> Arc<Mutex<Parsed>> {
     static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
     let parse = || {
-        let parsed = catch_unwind(AssertUnwindSafe(|| Parsed::new(module, debug_dirs)));
+        let parsed = catch_unwind(AssertUnwindSafe(|| {
+            Parsed::new(module, debug_dirs, debuginfod)
+        }));
         Arc::new(Mutex::new(parsed.unwrap_or_default()))
     };
     if module.inode == 0 {
@@ -99,6 +112,7 @@ fn parsed(module: &Module, debug_dirs: &[PathBuf]) -> Arc<Mutex<Parsed>> {
         module.path.clone(),
         module.image.len(),
         debug_dirs.to_vec(),
+        debuginfod.is_some(),
     );
     let once = {
         let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
@@ -141,9 +155,17 @@ impl Symbolizer {
         Symbolizer {
             modules,
             debug_dirs,
+            debuginfod: None,
             unnamed: Default::default(),
             exporters: HashMap::new(),
         }
+    }
+
+    /// This symbolizer, fetching the debug files it finds nowhere else from `debuginfod`'s
+    /// servers (only after recording: a fetch may take seconds).
+    pub fn with_debuginfod(mut self, debuginfod: Option<Arc<Debuginfod>>) -> Symbolizer {
+        self.debuginfod = debuginfod;
+        self
     }
 
     /// Adds a module the target mapped since (parsed on its first lookup).
@@ -175,10 +197,10 @@ impl Symbolizer {
             return vec![frame(format!("{address:#x}"), None, None, "", false)];
         };
         let module = &entry.module;
-        let debug_dirs = &self.debug_dirs;
+        let (debug_dirs, debuginfod) = (&self.debug_dirs, self.debuginfod.as_deref());
         let parsed = entry
             .parsed
-            .get_or_insert_with(|| parsed(module, debug_dirs));
+            .get_or_insert_with(|| parsed(module, debug_dirs, debuginfod));
         let mut parsed = parsed.lock().unwrap_or_else(|e| e.into_inner());
         // The address the ELF file states (its SVMA): what DWARF and symbol tables use.
         let svma = address.wrapping_sub(module.bias);
@@ -220,10 +242,10 @@ impl Symbolizer {
             .map(|index| &mut self.modules[index])
             .filter(|entry| entry.module.range.contains(&(return_address - 1)))?;
         let module = &entry.module;
-        let debug_dirs = &self.debug_dirs;
+        let (debug_dirs, debuginfod) = (&self.debug_dirs, self.debuginfod.as_deref());
         let parsed = entry
             .parsed
-            .get_or_insert_with(|| parsed(module, debug_dirs));
+            .get_or_insert_with(|| parsed(module, debug_dirs, debuginfod));
         let parsed = parsed.lock().unwrap_or_else(|e| e.into_inner());
         let svma = return_address.wrapping_sub(module.bias);
         let mut callee = catch_unwind(AssertUnwindSafe(|| {
@@ -315,8 +337,12 @@ impl Symbolizer {
         }
         let names: Vec<&str> = self.unnamed.keys().map(String::as_str).collect();
         let first: Vec<&str> = self.unnamed.values().map(String::as_str).collect();
+        let debuginfod = match &self.debuginfod {
+            Some(_) => "; the debuginfod servers DEBUGINFOD_URLS names were asked too",
+            None => "; or set DEBUGINFOD_URLS to a debuginfod server for fsprof to fetch them (Debian: https://debuginfod.debian.net, Ubuntu: https://debuginfod.ubuntu.com, Fedora: https://debuginfod.fedoraproject.org)",
+        };
         Some(format!(
-            "no symbols for {} (first {}): {} functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses); install the debug symbols (Debian and Ubuntu: the -dbgsym packages; Fedora: debuginfo-install) or point fsprof at a directory of separate debug files with --debug-dir DIR (by build id: DIR/.build-id/xx/yyyy.debug; /usr/lib/debug is searched always)",
+            "no symbols for {} (first {}): {} functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses); install the debug symbols (Debian and Ubuntu: the -dbgsym packages; Fedora: debuginfo-install) or point fsprof at a directory of separate debug files with --debug-dir DIR (by build id: DIR/.build-id/xx/yyyy.debug; /usr/lib/debug is searched always){debuginfod}",
             names.join(", "),
             first.join(", "),
             if names.len() == 1 { "its" } else { "their" }
@@ -342,7 +368,7 @@ struct Parsed {
 }
 
 impl Parsed {
-    fn new(module: &Module, debug_dirs: &[PathBuf]) -> Parsed {
+    fn new(module: &Module, debug_dirs: &[PathBuf], debuginfod: Option<&Debuginfod>) -> Parsed {
         let Ok(object) = object::File::parse(&*module.image) else {
             return Parsed::default();
         };
@@ -350,7 +376,7 @@ impl Parsed {
         let debug = if own_dwarf && has_symtab(&object) {
             None
         } else {
-            find_debug_file(module, &object, debug_dirs)
+            find_debug_file(module, &object, debug_dirs, debuginfod)
         };
         let debug_object = debug
             .as_ref()

@@ -91,6 +91,7 @@ impl Sampler {
             meta,
             modules,
             debug_dirs: self.options.debug_dirs,
+            debuginfod: self.options.debuginfod,
         }
     }
 }
@@ -101,6 +102,7 @@ pub struct Recorded {
     meta: Meta,
     modules: Vec<Module>,
     debug_dirs: Vec<PathBuf>,
+    debuginfod: Option<std::sync::Arc<crate::symbolize::debuginfod::Debuginfod>>,
 }
 
 impl Recorded {
@@ -109,7 +111,8 @@ impl Recorded {
         let mut symbolizer = crate::symbolize::symbols::Symbolizer::with_extra_debug_dirs(
             &self.modules,
             &self.debug_dirs,
-        );
+        )
+        .with_debuginfod(self.debuginfod);
         let mut profile = self.builder.finish(self.meta, &mut symbolizer);
         profile.meta.notes.extend(symbolizer.unnamed_note());
         profile.modules = symbolizer.modules_used();

@@ -457,7 +457,7 @@ fn rust_names_without_hash() {
         .is_some_and(|file| file.ends_with("symbols/tests.rs")));
 
     // Demangling the symbol table's name directly, too.
-    let parsed = Parsed::new(&module, &[]);
+    let parsed = Parsed::new(&module, &[], None);
     let raw = parsed
         .symbols
         .lookup(address.wrapping_sub(module.bias))
@@ -593,7 +593,7 @@ fn hostile_files_do_not_panic() {
             image: Image::from_vec(bytes),
             ..base.clone()
         };
-        let parsed = Parsed::new(&module, &[]);
+        let parsed = Parsed::new(&module, &[], None);
         for address in module.range.clone() {
             let frames = parsed.frames(&module, address);
             assert!(!frames.is_empty());
