@@ -363,3 +363,73 @@ fn ripgrep_on_a_tree_names_its_own_code_at_every_instance() {
     );
     assert!(stderr.contains("input"), "{stderr}");
 }
+
+/// node running CPU-bound JavaScript with `--perf-basic-prof` (node writes `/tmp/perf-PID.map`
+/// for its JIT-compiled code): its functions get their names from that map, in the function view
+/// and the flamegraph, with stacks unwound through the JIT's frames (they keep frame pointers);
+/// and the two functions' self time splits as the script measured (TurboFan's inlining off, so
+/// that each function's time stays in its own frame).
+#[test]
+fn nodes_javascript_functions_are_named_from_its_perf_map() {
+    let _serial = serial();
+    let dir = tempdir();
+    let out = dir.path().join("out");
+    let truth_path = dir.path().join("truth.json");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/jit.js");
+    let output = Command::new(fsprof())
+        .args(["run", "--rate", ACCURACY_RATE, "-o"])
+        .arg(&out)
+        .args([
+            "--",
+            "node",
+            "--perf-basic-prof",
+            "--interpreted-frames-native-stack",
+        ])
+        .arg("--no-turbo-inlining")
+        .arg(&script)
+        .arg("4")
+        .arg(&truth_path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report = report_json(&out);
+    let pid = report["meta"]["pid"].as_u64().unwrap();
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    let truth: Value = serde_json::from_slice(&std::fs::read(&truth_path).unwrap()).unwrap();
+    let total = truth["total_ms"].as_f64().unwrap();
+    let names = ["fsprofHashA", "fsprofHashB"];
+    // Each function's self share, summed over its JIT tiers' entries (`JS:^`, `JS:*`...).
+    let share = |name: &str| -> f64 {
+        (report["functions"].as_array().unwrap().iter())
+            .filter(|f| f["name"].as_str().unwrap().contains(name))
+            .map(|f| f["self_percent"].as_f64().unwrap())
+            .sum()
+    };
+    let (a, b) = (share(names[0]), share(names[1]));
+    let measured: Vec<f64> = (names.iter())
+        .map(|name| truth["self_ms"][name].as_f64().unwrap())
+        .collect();
+    let summary = format!(
+        "reported {a:.1}% and {b:.1}%, measured {:.1}% and {:.1}% of {total:.0} ms\n{stderr}",
+        measured[0] * 100.0 / total,
+        measured[1] * 100.0 / total
+    );
+    // Named: nearly all of the time the two functions took (node's start-up, its compiler
+    // threads and the loop around them take the rest).
+    let both = (measured[0] + measured[1]) * 100.0 / total;
+    assert!(a + b >= both - 10.0, "{summary}");
+    // Split between them as measured.
+    let split = a * 100.0 / (a + b);
+    let truth_split = measured[0] * 100.0 / (measured[0] + measured[1]);
+    let bound = share_bound(truth_split, samples_of(&report), TOLERANCE);
+    assert!(
+        (split - truth_split).abs() <= bound,
+        "split {split:.1}% against {truth_split:.1}% (bound {bound:.1}): {summary}"
+    );
+    let flamegraph = std::fs::read_to_string(out.join("flamegraph.svg")).unwrap();
+    assert!(
+        names.iter().all(|name| flamegraph.contains(name)),
+        "the flamegraph does not name both functions"
+    );
+}

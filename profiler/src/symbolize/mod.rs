@@ -9,5 +9,6 @@ pub mod debuginfod;
 mod demangle;
 mod function_ranges;
 mod mini_debug_info;
+pub mod perf_map;
 pub mod runtime_code;
 pub mod symbols;

@@ -27,6 +27,9 @@
 //! Finding the separate debug files is `debug_files.rs`'s job, demangling and cutting names
 //! `demangle.rs`'s; the tests are in `symbols/tests.rs`.
 //!
+//! An address no module holds is named from the process's perf map where it has one
+//! (`perf_map.rs`: JIT-compiled code), else shown as it is (`0x…`).
+//!
 //! Debug files no directory holds are fetched by build id from debuginfod servers where the
 //! symbolizer is given them (`debuginfod.rs`: only after recording).
 //!
@@ -38,6 +41,7 @@ use super::debug_files::{find_debug_file, find_sup_file};
 use super::debuginfod::Debuginfod;
 use super::demangle::{bounded, demangle, is_cpp, is_mangled, MAX_MANGLED};
 use super::function_ranges::FunctionRanges;
+use super::perf_map::PerfMap;
 use crate::profile::Symbolize;
 use crate::profile::{Callee, ModuleFile, NativeFrame};
 use crate::program::modules::{Image, Module};
@@ -51,6 +55,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// The module a JIT-compiled function's frame names.
+const JIT_MODULE: &str = "[jit]";
 /// Where distributions install separate debug files.
 const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
 /// Most frames (physical plus inlined) returned for one address; deeper inlined ones are dropped.
@@ -68,6 +74,8 @@ pub struct Symbolizer {
     debug_dirs: Vec<PathBuf>,
     /// Where debug files not found in the directories are fetched from, if anywhere.
     debuginfod: Option<Arc<Debuginfod>>,
+    /// JIT-compiled functions, for addresses no module holds.
+    jit: PerfMap,
     /// Modules some address of which had no name but `module+0x…`, each with the first such
     /// name (for the note: a debug file that lacks one function reads otherwise as none).
     unnamed: std::collections::BTreeMap<String, String>,
@@ -156,6 +164,7 @@ impl Symbolizer {
             modules,
             debug_dirs,
             debuginfod: None,
+            jit: PerfMap::default(),
             unnamed: Default::default(),
             exporters: HashMap::new(),
         }
@@ -165,6 +174,12 @@ impl Symbolizer {
     /// servers (only after recording: a fetch may take seconds).
     pub fn with_debuginfod(mut self, debuginfod: Option<Arc<Debuginfod>>) -> Symbolizer {
         self.debuginfod = debuginfod;
+        self
+    }
+
+    /// This symbolizer, naming the addresses no module holds from `jit` (JIT-compiled code).
+    pub fn with_perf_map(mut self, jit: PerfMap) -> Symbolizer {
+        self.jit = jit;
         self
     }
 
@@ -194,7 +209,10 @@ impl Symbolizer {
             .map(|index| &mut self.modules[index])
             .filter(|entry| entry.module.range.contains(&address))
         else {
-            return vec![frame(format!("{address:#x}"), None, None, "", false)];
+            return vec![match self.jit.lookup(address) {
+                Some(name) => frame(name.to_owned(), None, None, JIT_MODULE, false),
+                None => frame(format!("{address:#x}"), None, None, "", false),
+            }];
         };
         let module = &entry.module;
         let (debug_dirs, debuginfod) = (&self.debug_dirs, self.debuginfod.as_deref());

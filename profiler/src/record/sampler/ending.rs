@@ -112,7 +112,10 @@ impl Recorded {
             &self.modules,
             &self.debug_dirs,
         )
-        .with_debuginfod(self.debuginfod);
+        .with_debuginfod(self.debuginfod)
+        .with_perf_map(crate::symbolize::perf_map::PerfMap::of_process(
+            self.meta.pid,
+        ));
         let mut profile = self.builder.finish(self.meta, &mut symbolizer);
         profile.meta.notes.extend(symbolizer.unnamed_note());
         profile.modules = symbolizer.modules_used();
