@@ -14,7 +14,9 @@ pub fn merge(
     children: Vec<(Process, Profile)>,
 ) -> Profile {
     let mut merged = Joined::default();
-    let mut notes = std::mem::take(&mut root.meta.notes);
+    let root_notes = std::mem::take(&mut root.meta.notes);
+    // Each child's note, with the processes that gave it, in the order first given.
+    let mut child_notes: Vec<(String, Vec<(u32, String)>)> = Vec::new();
     let mut meta = root.meta.clone();
     merged.add(root, 0);
     let mut processes = vec![root_process];
@@ -22,7 +24,13 @@ pub fn merge(
         let index = processes.len() as u32;
         let name = process.command.first().cloned().unwrap_or_default();
         for note in &profile.meta.notes {
-            notes.push(format!("process {} ({name}): {note}", process.pid));
+            if root_notes.contains(note) {
+                continue;
+            }
+            match child_notes.iter_mut().find(|(text, _)| text == note) {
+                Some((_, processes)) => processes.push((process.pid, name.clone())),
+                None => child_notes.push((note.clone(), vec![(process.pid, name.clone())])),
+            }
         }
         add_counters(&mut meta, &profile.meta);
         for feature in &profile.meta.builtin_features {
@@ -33,7 +41,12 @@ pub fn merge(
         merged.add(profile, index);
         processes.push(process);
     }
-    meta.notes = notes;
+    meta.notes = root_notes;
+    (meta.notes).extend(
+        child_notes
+            .iter()
+            .map(|(note, processes)| format!("{}: {note}", describe_processes(processes))),
+    );
     Profile {
         format: FORMAT.to_owned(),
         version: VERSION,
@@ -50,6 +63,39 @@ pub fn merge(
         modules: merged.modules.values,
         processes,
     }
+}
+
+/// Most processes a merged note names one by one.
+const PROCESSES_NAMED: usize = 4;
+
+/// `process 12 (bash)`, or `3 processes (12, 13, 14: bash)` for a note several gave.
+fn describe_processes(processes: &[(u32, String)]) -> String {
+    if let [(pid, name)] = processes {
+        return format!("process {pid} ({name})");
+    }
+    let mut pids: Vec<String> = (processes.iter().take(PROCESSES_NAMED))
+        .map(|(pid, _)| pid.to_string())
+        .collect();
+    if processes.len() > PROCESSES_NAMED {
+        pids.push("…".to_owned());
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for (_, name) in processes {
+        if names.contains(&name.as_str()) {
+            continue;
+        }
+        if names.len() == PROCESSES_NAMED {
+            names.push("…");
+            break;
+        }
+        names.push(name);
+    }
+    format!(
+        "{} processes ({}: {})",
+        processes.len(),
+        pids.join(", "),
+        names.join(", ")
+    )
 }
 
 /// A table whose equal values share one index.
@@ -250,5 +296,38 @@ mod tests {
             .collect();
         assert_eq!(output.len(), 2);
         assert_eq!(output[0], output[1]);
+    }
+
+    #[test]
+    fn a_note_several_processes_gave_is_given_once() {
+        let noted = |notes: &[&str]| {
+            let mut profile = build(&[]);
+            profile.meta.notes = notes.iter().map(|n| n.to_string()).collect();
+            profile
+        };
+        let root = noted(&["the program's own", "shared with the root"]);
+        let children = (2..=7)
+            .map(|pid| {
+                let note = if pid == 7 {
+                    "its own"
+                } else {
+                    "no symbols for bash"
+                };
+                (
+                    process(pid, Some(1)),
+                    noted(&[note, "shared with the root"]),
+                )
+            })
+            .collect();
+        let merged = merge(root, process(1, None), children);
+        assert_eq!(
+            merged.meta.notes,
+            [
+                "the program's own",
+                "shared with the root",
+                "5 processes (2, 3, 4, 5, …: p2, p3, p4, p5, …): no symbols for bash",
+                "process 7 (p7): its own",
+            ]
+        );
     }
 }

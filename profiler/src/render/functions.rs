@@ -2,9 +2,10 @@
 //! report's `functions` array. Text lists the functions with the most self time, then the
 //! callers and callees of the first of them (seed 003's graph, in text: where the hot code is
 //! called from, and what of its time is spent further in); more of
-//! both when the program has no marks, since the view is then the whole report. It does not
-//! analyse.
+//! both when the program has no marks, since the view is then the whole report; long template
+//! arguments elided in text (`short_names.rs`), whole in JSON. It does not analyse.
 
+use super::short_names::elide_arguments;
 use crate::analysis::{FunctionCost, FunctionReport};
 use serde_json::{json, Value};
 use std::fmt::Write;
@@ -42,7 +43,7 @@ pub fn text(out: &mut String, report: &FunctionReport, whole: bool) {
             "  {:5.1}%  {:5.1}%  {}",
             pct(function.self_ns),
             pct(function.total_ns),
-            function.name
+            elide_arguments(&function.name)
         );
     }
     let rest = report.functions.len() - shown.len();
@@ -63,7 +64,7 @@ pub fn text(out: &mut String, report: &FunctionReport, whole: bool) {
         let _ = writeln!(
             out,
             "  {}: self {:.1}%, total {:.1}%",
-            function.name,
+            elide_arguments(&function.name),
             pct(function.self_ns),
             pct(function.total_ns)
         );
@@ -76,6 +77,7 @@ pub fn text(out: &mut String, report: &FunctionReport, whole: bool) {
                 .filter(|(_, ns)| pct(*ns) >= LEAST_PERCENT)
                 .take(5)
             {
+                let name = elide_arguments(name);
                 let _ = writeln!(out, "      {label} {:5.1}%  {name}", pct(*ns));
             }
         }

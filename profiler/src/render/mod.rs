@@ -13,6 +13,7 @@ pub mod folded;
 pub mod functions;
 pub mod json;
 pub mod pprof;
+pub mod short_names;
 pub mod speedscope;
 pub mod stacks;
 pub mod text;

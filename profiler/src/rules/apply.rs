@@ -270,12 +270,22 @@ fn overlay(
             if active.contains(&feature) {
                 continue;
             }
-            let site = frames[..from]
-                .iter()
-                .rev()
-                .find(|&&outer| classes[outer as usize].call_site);
+            let site = (frames[..from].iter().enumerate().rev())
+                .find(|&(_, &outer)| classes[outer as usize].call_site);
             let payload = match (site, callee) {
-                (Some(&outer), _) => payloads.call_site(&named[outer as usize]),
+                (Some((at, &outer)), _) => {
+                    // A call site in a function without a name is told by its nearest named
+                    // caller's (`calculate_dominance_info > cc1plus+0x9b2ca0`).
+                    let site = &named[outer as usize];
+                    let caller = (!has_name(site))
+                        .then(|| {
+                            (frames[..at].iter().rev().take(MAX_CALLERS_LOOKED_AT))
+                                .map(|&frame| &named[frame as usize])
+                                .find(|frame| has_name(frame))
+                        })
+                        .flatten();
+                    payloads.call_site(site, caller)
+                }
                 (None, Some(callee)) => payloads.not_found(callee),
                 (None, None) => payloads.not_found(&named[frame as usize].function),
             };
@@ -291,6 +301,18 @@ fn overlay(
         }
     }
     out
+}
+
+/// Most frames out from an unnamed call site looked at for a named caller.
+const MAX_CALLERS_LOOKED_AT: usize = 16;
+
+/// Whether `frame`'s function has a name (not `module+0x…` nor `0x…`, what symbolization gives
+/// code it cannot name).
+fn has_name(frame: &NativeFrame) -> bool {
+    let unnamed = frame.function.starts_with("0x")
+        || (frame.function.strip_prefix(frame.module.as_str()))
+            .is_some_and(|rest| rest.starts_with("+0x"));
+    !unnamed
 }
 
 fn antimark(feature: u32) -> Frame {
@@ -322,9 +344,12 @@ impl Payloads {
     }
 
     /// The instance of a call made at `frame`: `function (file:line)`, as the agent's call
-    /// sites are named.
-    fn call_site(&mut self, frame: &NativeFrame) -> u32 {
-        let function = clean(&frame.function);
+    /// sites are named; `caller > function` where a `caller` is given.
+    fn call_site(&mut self, frame: &NativeFrame, caller: Option<&NativeFrame>) -> u32 {
+        let function = match caller {
+            Some(caller) => format!("{} > {}", clean(&caller.function), clean(&frame.function)),
+            None => clean(&frame.function),
+        };
         let text = match (&frame.file, frame.line) {
             (Some(file), Some(line)) => {
                 format!("{function} ({}:{line})", clean(short_path(file)))
@@ -540,7 +565,7 @@ mod tests {
     );
 
     /// The frames the tests' addresses stand for.
-    const FRAMES: [Named; 9] = [
+    const FRAMES: [Named; 10] = [
         ("main", Some(("src/main.c", 5)), "prog"),
         ("myprog::render", Some(("src/main.rs", 10)), "prog"),
         (
@@ -557,7 +582,8 @@ mod tests {
         ("core::fmt::Formatter::pad", None, "prog"),
         ("myprog::log", Some(("src/main.rs", 30)), "prog"),
         ("write", None, "libc.so.6"),
-        ("write", None, "prog"), // a static program's own copy
+        ("write", None, "prog"),       // a static program's own copy
+        ("prog+0x1230", None, "prog"), // a function without a name
     ];
 
     /// A profile of `samples`, each (its marks, its native stack as indexes into FRAMES root
@@ -632,6 +658,27 @@ mod tests {
             .notes
             .iter()
             .any(|n| n.contains("formatting (from --feature)")));
+    }
+
+    #[test]
+    fn a_call_site_without_a_name_is_told_by_its_nearest_named_caller() {
+        let mut p = profile(&[
+            (vec![], vec![0, 9, 7], vec![]),
+            (vec![], vec![0, 6, 7], vec![]),
+        ]);
+        apply(&mut p, &rules(&["output=libc.so*!write"]));
+        let counted = counted(&p);
+        assert_eq!(
+            counted[0],
+            [("output".to_owned(), "main > prog+0x1230".to_owned())]
+        );
+        assert_eq!(
+            counted[1],
+            [(
+                "output".to_owned(),
+                "myprog::log (src/main.rs:30)".to_owned()
+            )]
+        );
     }
 
     #[test]
