@@ -275,11 +275,13 @@ fn overlay(
             let payload = match (site, callee) {
                 (Some((at, &outer)), _) => {
                     // A call site in a function without a name is told by its nearest named
-                    // caller's (`calculate_dominance_info > cc1plus+0x9b2ca0`).
+                    // caller's in the program (`calculate_dominance_info > cc1plus+0x9b2ca0`;
+                    // not the C library's start, which calls every `main`).
                     let site = &named[outer as usize];
                     let caller = (!has_name(site))
                         .then(|| {
                             (frames[..at].iter().rev().take(MAX_CALLERS_LOOKED_AT))
+                                .filter(|&&frame| classes[frame as usize].call_site)
                                 .map(|&frame| &named[frame as usize])
                                 .find(|frame| has_name(frame))
                         })
