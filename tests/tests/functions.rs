@@ -217,7 +217,7 @@ fn a_stripped_program_gets_one_name_per_function_by_module_and_start() {
     assert!(
         notes.iter().any(|n| {
             let n = n.as_str().unwrap();
-            n.starts_with("no symbols for functions") && n.contains("-dbgsym")
+            n.starts_with("no symbols for functions") && n.contains("--debug-dir")
         }),
         "{notes:?}"
     );

@@ -78,7 +78,7 @@ pub struct Symbolizer {
     jit: PerfMap,
     /// Modules some address of which had no name but `module+0x…`, each with the first such
     /// name (for the note: a debug file that lacks one function reads otherwise as none).
-    unnamed: std::collections::BTreeMap<String, String>,
+    unnamed: std::collections::BTreeMap<String, Unnamed>,
     /// Which module defines an imported name that has no symbol version (see `exporter`).
     exporters: HashMap<String, String>,
 }
@@ -229,7 +229,11 @@ impl Symbolizer {
                     .strip_prefix(module.name.as_str())
                     .is_some_and(|rest| rest.starts_with("+0x"));
                 if unnamed && !self.unnamed.contains_key(&module.name) {
-                    (self.unnamed).insert(module.name.clone(), frames[0].function.clone());
+                    let first = Unnamed {
+                        first: frames[0].function.clone(),
+                        path: module.path.clone(),
+                    };
+                    self.unnamed.insert(module.name.clone(), first);
                 }
                 frames
             }
@@ -348,24 +352,69 @@ impl Symbolizer {
     }
 
     /// A note naming the modules some addresses of which had no symbol (a stripped binary, say),
-    /// and how to get their symbols; `None` if every address had a name.
+    /// what was looked for, and how to get their symbols, a line for the system's files and one
+    /// for the others; `None` if every address had a name.
     pub fn unnamed_note(&self) -> Option<String> {
         if self.unnamed.is_empty() {
             return None;
         }
         let names: Vec<&str> = self.unnamed.keys().map(String::as_str).collect();
-        let first: Vec<&str> = self.unnamed.values().map(String::as_str).collect();
-        let debuginfod = match &self.debuginfod {
-            Some(_) => "; the debuginfod servers DEBUGINFOD_URLS names were asked too",
-            None => "; or set DEBUGINFOD_URLS to a debuginfod server for fsprof to fetch them (Debian: https://debuginfod.debian.net, Ubuntu: https://debuginfod.ubuntu.com, Fedora: https://debuginfod.fedoraproject.org)",
-        };
-        Some(format!(
-            "no symbols for {} (first {}): {} functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses); install the debug symbols (Debian and Ubuntu: the -dbgsym packages; Fedora: debuginfo-install) or point fsprof at a directory of separate debug files with --debug-dir DIR (by build id: DIR/.build-id/xx/yyyy.debug; /usr/lib/debug is searched always){debuginfod}",
+        let first: Vec<&str> = self.unnamed.values().map(|u| u.first.as_str()).collect();
+        let dirs: Vec<String> = (self.debug_dirs.iter())
+            .map(|dir| dir.display().to_string())
+            .collect();
+        let mut note = format!(
+            "no symbols for {} (first {}): {} functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses). Looked for: debug files under {} (by build id and debug link), MiniDebugInfo, {}.",
             names.join(", "),
             first.join(", "),
-            if names.len() == 1 { "its" } else { "their" }
-        ))
+            if names.len() == 1 { "its" } else { "their" },
+            dirs.join(", "),
+            match self.debuginfod {
+                Some(_) => "the debuginfod servers DEBUGINFOD_URLS names",
+                None => "no debuginfod server (DEBUGINFOD_URLS is not set, or --offline)",
+            }
+        );
+        let (system, other): (Vec<_>, Vec<_>) =
+            (self.unnamed.iter()).partition(|(_, unnamed)| is_system_file(&unnamed.path));
+        let list = |modules: &[(&String, &Unnamed)]| {
+            let names: Vec<&str> = modules.iter().map(|(name, _)| name.as_str()).collect();
+            names.join(", ")
+        };
+        if !system.is_empty() {
+            let debuginfod = match self.debuginfod {
+                Some(_) => "",
+                None => ", or set DEBUGINFOD_URLS for fsprof to fetch them (Debian: https://debuginfod.debian.net, Ubuntu: https://debuginfod.ubuntu.com, Fedora: https://debuginfod.fedoraproject.org)",
+            };
+            note += &format!(
+                "\n    the system's ({}): install their debug symbols (Debian and Ubuntu: the -dbgsym packages; Fedora: debuginfo-install){debuginfod}",
+                list(&system)
+            );
+        }
+        if !other.is_empty() {
+            note += &format!(
+                "\n    others ({}): build them with -g, or keep their debug files (objcopy --only-keep-debug) in a directory given with --debug-dir DIR, as DIR/.build-id/xx/yyyy.debug",
+                list(&other)
+            );
+        }
+        Some(note)
     }
+}
+
+/// A module with an address that had no name.
+struct Unnamed {
+    /// The first such address's name (`module+0xSTART`).
+    first: String,
+    /// The module's path.
+    path: String,
+}
+
+/// Whether `path` is a file the system's packages installed (not one built by the user or
+/// installed by hand under `/usr/local`).
+fn is_system_file(path: &str) -> bool {
+    !path.starts_with("/usr/local/")
+        && ["/usr/", "/lib/", "/lib64/", "/bin/", "/sbin/"]
+            .iter()
+            .any(|dir| path.starts_with(dir))
 }
 
 /// What a module's files give: DWARF, if any, and its function symbols; the function ranges of

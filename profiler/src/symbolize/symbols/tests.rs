@@ -710,3 +710,50 @@ fn plt_stubs_are_named_and_are_not_missing_symbols() {
     assert_eq!(symbolizer.symbolize(plt + 4)[0].function, "[PLT of plt]");
     assert_eq!(symbolizer.unnamed_note(), None);
 }
+
+/// Two stripped copies of one program, one where the system keeps its files: the note names
+/// both, says what was looked for, and advises each kind on its own line.
+#[test]
+fn the_missing_symbols_note_advises_the_systems_files_and_the_others_apart() {
+    let dir = temp_dir("unnamed-note");
+    let source = "__attribute__((noinline)) int f(int x) { return x * 3; }\nint main(int c, char **v) { return f(c); }\n";
+    let program = compile(&dir, "gcc", source, "stripped", &["-O2", "-s"]);
+    let own = file_module(&program);
+    let mut system = file_module(&program);
+    system.name = "systool".to_owned();
+    system.path = "/usr/bin/systool".to_owned();
+    let size = own.range.end - own.range.start;
+    system.range = own.range.end + 0x10_0000..own.range.end + 0x10_0000 + size;
+    system.bias = system.range.start - own.range.start;
+    let at = own.range.start + 4;
+    let mut symbolizer = Symbolizer::with_debug_dirs(&[own, system], no_debug_dirs());
+    assert!(symbolizer.symbolize(at)[0]
+        .function
+        .starts_with("stripped+0x"));
+    let shifted = at + 0x10_0000 + size;
+    assert!(symbolizer.symbolize(shifted)[0]
+        .function
+        .starts_with("systool+0x"));
+    let note = symbolizer.unnamed_note().unwrap();
+    let lines: Vec<&str> = note.lines().collect();
+    assert!(
+        lines[0].starts_with("no symbols for stripped, systool (first "),
+        "{note}"
+    );
+    assert!(
+        lines[0].contains("Looked for: debug files under /nonexistent/fsprof-debug"),
+        "{note}"
+    );
+    assert!(lines[0].contains("no debuginfod server"), "{note}");
+    assert!(
+        lines[1].starts_with("    the system's (systool): install")
+            && lines[1].contains("DEBUGINFOD_URLS"),
+        "{note}"
+    );
+    assert!(
+        lines[2].starts_with("    others (stripped): build them with -g")
+            && lines[2].contains("--debug-dir"),
+        "{note}"
+    );
+    assert_eq!(lines.len(), 3, "{note}");
+}
