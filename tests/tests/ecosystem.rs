@@ -498,3 +498,43 @@ fn fsprof_top_shows_the_features_live_and_q_gives_the_terminal_back() {
     assert!(!pane.contains("now %"), "the table is still shown: {pane}");
     assert!(pane.contains("fsprof: waiting for the program"), "{pane}");
 }
+
+/// `fsprof top --agent` on a C program whose allocations the agent marks: the instance, a call
+/// site the profile keeps as an address until recording ends, is shown by the name the report
+/// gives it (`main (…/strdups.c:23)`), found while the program runs, not as an address.
+#[test]
+fn fsprof_top_names_call_sites_while_recording() {
+    let _serial = serial();
+    let dir = tempdir();
+    let exe = support::native::build_c_program(dir.path(), "strdups");
+    let exit = dir.path().join("exit");
+    let tmux = Tmux(format!("fsprof-test-names-{}", std::process::id()));
+    let command = format!(
+        "{} top --agent -- {} 8 --truth {}; echo EXIT=$? > {}; sleep 60",
+        fsprof().display(),
+        exe.display(),
+        dir.path().join("truth.json").display(),
+        exit.display()
+    );
+    let size = ["-x", "120", "-y", "30"];
+    tmux.run(&[&["new-session", "-d", "-s", "top"][..], &size, &[&command]].concat());
+    let named = |pane: &str| {
+        (pane.lines()).any(|line| line.contains(" main (") && line.contains("strdups.c:"))
+    };
+    let pane = tmux.wait_for(std::time::Duration::from_secs(20), named);
+    assert!(named(&pane), "{pane}");
+    // No instance row (three numbers, then its name) is an address.
+    let addresses: Vec<&str> = (pane.lines())
+        .filter(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            words.len() >= 4
+                && words[..3].iter().all(|w| w.parse::<f64>().is_ok())
+                && words[3].starts_with("0x")
+        })
+        .collect();
+    assert!(addresses.is_empty(), "{pane}");
+    tmux.run(&["send-keys", "-t", "top", "q"]);
+    let pane = tmux.wait_for(std::time::Duration::from_secs(30), |_| exit.exists());
+    let code = std::fs::read_to_string(&exit).unwrap_or_default();
+    assert_eq!(code.trim(), "EXIT=0", "{pane}");
+}

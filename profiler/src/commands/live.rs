@@ -13,10 +13,10 @@ pub enum LiveView {
 }
 
 impl LiveView {
-    /// `fsprof top`'s view if `top` has a title and stdout is a terminal, else the status line
-    /// (drawn only if `status`).
-    pub fn new(top: Option<String>, status: bool) -> LiveView {
-        match top.and_then(|title| Top::new(title).ok()) {
+    /// `fsprof top`'s view of process `pid` if `top` has a title and stdout is a terminal, else
+    /// the status line (drawn only if `status`).
+    pub fn new(top: Option<String>, pid: u32, status: bool) -> LiveView {
+        match top.and_then(|title| Top::new(title, pid).ok()) {
             Some(top) => LiveView::Top(Box::new(top)),
             None => LiveView::Status(Status::new(status)),
         }

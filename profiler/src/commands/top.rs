@@ -4,9 +4,12 @@
 //! the share of all of it so far, and the time so far. `q`, Esc or Ctrl-C stop recording.
 //!
 //! It reads the profile being built (`progress.rs`) and restores the terminal when dropped (also
-//! when recording fails); it writes no file. The status line of `run` and `attach` is
-//! `status.rs`.
+//! when recording fails); it writes no file. Call sites (the built-in features' instances), which
+//! the profile names only once recording has ended, are named as they appear by a thread of
+//! their own (`call_site_names.rs`), as the report will name them; until then, and for a call
+//! not resolved yet, their address shows. The status line of `run` and `attach` is `status.rs`.
 
+use crate::commands::call_site_names::CallSiteNames;
 use crate::commands::progress::Progress;
 use crate::profile::ProfileBuilder;
 use anyhow::{bail, Context, Result};
@@ -36,13 +39,15 @@ pub struct Top {
     next_keys: Instant,
     /// The totals at the previous draw, for the last second's shares.
     previous: Progress,
+    /// The call sites' names, as they come.
+    names: CallSiteNames,
     restored: bool,
 }
 
 impl Top {
     /// Fails unless stdout is a terminal; otherwise takes it over (alternate screen, raw mode).
-    /// `title` heads the view (the program and its pid).
-    pub fn new(title: String) -> Result<Top> {
+    /// `title` heads the view (the program and its pid); `pid` is the process recorded.
+    pub fn new(title: String, pid: u32) -> Result<Top> {
         if !std::io::stdout().is_terminal() {
             bail!("fsprof top needs a terminal on stdout; to record without one, use fsprof run or fsprof attach");
         }
@@ -58,6 +63,7 @@ impl Top {
             next_draw: start,
             next_keys: start,
             previous: Progress::default(),
+            names: CallSiteNames::start(pid),
             restored: false,
         };
         let _ = top.terminal.hide_cursor();
@@ -85,7 +91,7 @@ impl Top {
                 progress.samples,
                 if threads == 1 { "" } else { "s" }
             );
-            let rows = rows(builder, &progress, &self.previous);
+            let rows = rows(builder, &progress, &self.previous, &self.names);
             let _ = self.terminal.draw(|frame| {
                 let [top, rest] = Layout::vertical([Constraint::Length(2), Constraint::Min(1)])
                     .areas(frame.area());
@@ -145,7 +151,12 @@ fn quit_pressed() -> bool {
 
 /// The table's rows: each feature, by its share of the last second (then of all time), and its
 /// top instances under it.
-fn rows(builder: &ProfileBuilder, now: &Progress, before: &Progress) -> Vec<Row<'static>> {
+fn rows(
+    builder: &ProfileBuilder,
+    now: &Progress,
+    before: &Progress,
+    names: &CallSiteNames,
+) -> Vec<Row<'static>> {
     let window = now.total_ns.saturating_sub(before.total_ns).max(1) as f64;
     let recent =
         |ns: u64, old: Option<&u64>| ns.saturating_sub(*old.unwrap_or(&0)) as f64 * 100.0 / window;
@@ -170,7 +181,7 @@ fn rows(builder: &ProfileBuilder, now: &Progress, before: &Progress) -> Vec<Row<
         let name = crate::profile::clean(builder.feature_name(feature));
         rows.push(row(recent(ns, before.features.get(&feature)), ns, name));
         for (payload, ns) in now.top_instances(feature).into_iter().take(INSTANCES) {
-            let text = crate::profile::clean(builder.payload_text(payload));
+            let text = crate::profile::clean(&names.name(builder.payload_text(payload)));
             let old = before.instances.get(&(feature, payload));
             rows.push(row(recent(ns, old), ns, format!("  {text}")));
         }

@@ -592,7 +592,9 @@ fn after_call(remote: &Remote, address: u64) -> bool {
 
 /// The name of the call whose return address is `address`: the innermost function at the call
 /// instruction (`address - 1`), inlined or not, with its line.
-fn name(symbolizer: &mut Symbolizer, address: u64) -> String {
+/// The name of the call site whose return address is `address`: `function (file:line)` of the
+/// program's innermost frame there (also `fsprof top`'s, while recording).
+pub fn name(symbolizer: &mut Symbolizer, address: u64) -> String {
     if address == 0 {
         return "[unknown call site]".to_owned();
     }
