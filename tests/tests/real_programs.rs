@@ -388,6 +388,7 @@ fn nodes_javascript_functions_are_named_from_its_perf_map() {
         .arg(&script)
         .arg("4")
         .arg(&truth_path)
+        .current_dir(dir.path()) // node leaves its isolate logs there
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -28,6 +28,8 @@ pub fn merge(
                 continue;
             }
             match child_notes.iter_mut().find(|(text, _)| text == note) {
+                Some((_, processes))
+                    if processes.last().is_some_and(|(p, _)| *p == process.pid) => {}
                 Some((_, processes)) => processes.push((process.pid, name.clone())),
                 None => child_notes.push((note.clone(), vec![(process.pid, name.clone())])),
             }

@@ -72,16 +72,61 @@ pub fn elide_arguments(name: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// An instance's text as the text report shows it: where it names functions (a call site,
+/// `function (file:line)` or `caller > function`, the built-in features' instances) each is
+/// shortened by [`elide_arguments`] and the place is kept; any other text (a program's own
+/// instance: a query, a path, a rule) is left whole.
+pub fn elide_instance(text: &str) -> Cow<'_, str> {
+    let (prefix, rest) = match text.strip_prefix('[').and_then(|t| t.split_once("] ")) {
+        Some((tag, rest)) => (&text[..tag.len() + 3], rest),
+        None => ("", text),
+    };
+    // The place: ` (file:line)` at the end, with no bracket in it.
+    let (functions, place) = match rest.rsplit_once(" (") {
+        Some((head, tail))
+            if tail.ends_with(')')
+                && !tail[..tail.len() - 1].contains(['(', ')'])
+                && tail.contains(['/', '.', ':']) =>
+        {
+            (head, &rest[head.len()..])
+        }
+        _ => (rest, ""),
+    };
+    let parts: Vec<&str> = functions.split(" > ").collect();
+    if !parts.iter().all(|part| is_function_name(part)) {
+        return Cow::Borrowed(text);
+    }
+    let parts: Vec<Cow<str>> = parts.into_iter().map(elide_arguments).collect();
+    Cow::Owned(format!("{prefix}{}{place}", parts.join(" > ")))
+}
+
+/// Whether `text` reads as one function's name: no space outside its brackets (a C++ name's
+/// spaces are in its argument and parameter lists, but for `(anonymous namespace)`).
+fn is_function_name(text: &str) -> bool {
+    let mut depth = 0i32;
+    for byte in text.bytes() {
+        match byte {
+            b'(' | b'<' | b'[' | b'{' => depth += 1,
+            b')' | b'>' | b']' | b'}' => depth -= 1,
+            b' ' if depth <= 0 => return false,
+            _ => {}
+        }
+    }
+    !text.is_empty()
+}
+
 /// The operator name starting at byte `at` of `name` whose symbol holds angle brackets, if one
 /// does (`operator<<=`, `operator->*`...).
 fn operator_at(name: &str, at: usize) -> Option<&str> {
-    let rest = name[at..].strip_prefix("operator")?;
+    // Bytes, not characters: `at` may lie inside a character (the scans go byte by byte).
+    let rest = name.as_bytes().get(at..)?.strip_prefix(b"operator")?;
     let symbol = [
         "<=>", "<<=", ">>=", "->*", "<<", ">>", "<=", ">=", "->", "<", ">",
     ]
     .into_iter()
-    .find(|symbol| rest.starts_with(symbol))?;
-    Some(&name[at..at + "operator".len() + symbol.len()])
+    .find(|symbol| rest.starts_with(symbol.as_bytes()))?;
+    // What matched is ASCII, so `at` starts a character and so does the end.
+    name.get(at..at + "operator".len() + symbol.len())
 }
 
 /// The byte index of the `)` closing the `(` at byte `open`, or `bytes.len()` if it is not
@@ -197,6 +242,36 @@ mod tests {
     }
 
     #[test]
+    fn an_instance_keeps_its_place_and_a_programs_own_text() {
+        assert_eq!(
+            elide_instance(
+                "myprog::log (/a/very/long/path/to/the/sources/of/myprog/src/log.rs:30)"
+            ),
+            "myprog::log (/a/very/long/path/to/the/sources/of/myprog/src/log.rs:30)"
+        );
+        assert_eq!(
+            elide_instance("walk_tree_1(tree_node**, tree_node* (*)(tree_node**, int*, void*), void*) (tree.cc:12)"),
+            "walk_tree_1(…) (tree.cc:12)"
+        );
+        assert_eq!(
+            elide_instance("duplicate_eh_regions(function*, eh_region_d*, int, tree_node* (*)(tree_node*, void*), void*)"),
+            "duplicate_eh_regions(…)"
+        );
+        assert_eq!(
+            elide_instance("calculate_dominance_info(cdi_direction) > cc1plus+0x9b2ca0"),
+            "calculate_dominance_info(cdi_direction) > cc1plus+0x9b2ca0"
+        );
+        assert_eq!(
+            elide_instance("[call site not found] std::map<std::basic_string<char>, int>::find(x)"),
+            "[call site not found] std::map<…>::find(x)"
+        );
+        let query = "SELECT a, b FROM t WHERE (a > 1) AND vec<abcdefghijklmnop> (x.sql:3)";
+        assert_eq!(elide_instance(query), query);
+        assert_eq!(elide_instance("rule-a"), "rule-a");
+        assert_eq!(elide_instance(""), "");
+    }
+
+    #[test]
     fn a_list_cut_short_is_elided_to_its_end() {
         assert_eq!(
             elide_arguments("std::map<std::basic_string<char, std::char_tr"),
@@ -204,5 +279,12 @@ mod tests {
         );
         assert_eq!(elide_arguments("a<b"), "a<b");
         assert_eq!(elide_arguments("é<ü>"), "é<ü>");
+        // A scan inside a list meets characters of several bytes.
+        assert_eq!(elide_arguments("Vec<é>::new"), "Vec<é>::new");
+        assert_eq!(elide_arguments("f<\u{FFFD}>"), "f<\u{FFFD}>");
+        assert_eq!(
+            elide_arguments("a<ééééééééééééééééé, operator<<>(x)"),
+            "a<…>(x)"
+        );
     }
 }

@@ -311,15 +311,10 @@ fn feature_tables(out: &mut String, report: &FeatureReport) {
                 ", idle time not counted"
             ),
         );
-        let width = feature
-            .instances
-            .iter()
-            .map(|i| ms(i.ns).len())
-            .max()
-            .unwrap_or(0);
         let (shown, rest) = feature
             .instances
             .split_at(feature.instances.len().min(INSTANCES_LISTED));
+        let width = shown.iter().map(|i| ms(i.ns).len()).max().unwrap_or(0);
         for instance in shown {
             let _ = writeln!(
                 out,
@@ -330,7 +325,7 @@ fn feature_tables(out: &mut String, report: &FeatureReport) {
                 } else {
                     ms(instance.ns)
                 },
-                super::short_names::elide_arguments(&instance.payload),
+                super::short_names::elide_instance(&instance.payload),
                 blocked(instance.blocked_ns, "  (+ ", " waiting)"),
             );
             // Paths under half a percent would read 0%: left out.

@@ -87,7 +87,10 @@ impl Debuginfod {
         let hex: String = id.iter().map(|byte| format!("{byte:02x}")).collect();
         let dir = self.cache.join(&hex);
         let file = dir.join("debuginfo");
-        if file.is_file() {
+        // Taken only as a plain file of this user's (not through a link someone placed).
+        if cache::check_owned(&file).is_ok()
+            && std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file())
+        {
             return Some(file);
         }
         let missing = dir.join("missing");
@@ -120,24 +123,22 @@ impl Debuginfod {
     /// had it, `Some(false)` when every server asked said it has none (remembered), `None`
     /// when a server could not be asked.
     fn fetch(&self, hex: &str, name: &str, file: &std::path::Path) -> Option<bool> {
-        let loopback = |server: &String| {
-            let host = server.split("://").nth(1).unwrap_or("");
-            ["127.0.0.1", "localhost", "[::1]"]
-                .iter()
-                .any(|name| host == *name || host.starts_with(&format!("{name}:")))
+        let agent = |proxy: bool| {
+            let mut config = ureq::Agent::config_builder();
+            if !proxy {
+                config = config.proxy(None);
+            }
+            config
+                .timeout_resolve(Some(self.timeout))
+                .timeout_connect(Some(self.timeout))
+                .timeout_recv_response(Some(self.timeout))
+                .timeout_recv_body(Some(BODY_TIMEOUT))
+                .user_agent(concat!("fsprof/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .new_agent()
         };
-        let mut config = ureq::Agent::config_builder();
-        if self.servers.iter().all(loopback) {
-            config = config.proxy(None); // a proxy (from the environment) cannot reach them
-        }
-        let agent = config
-            .timeout_resolve(Some(self.timeout))
-            .timeout_connect(Some(self.timeout))
-            .timeout_recv_response(Some(self.timeout))
-            .timeout_recv_body(Some(BODY_TIMEOUT))
-            .user_agent(concat!("fsprof/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .new_agent();
+        // A proxy (from the environment) cannot reach this machine's own servers.
+        let (proxied, direct) = (agent(true), agent(false));
         let mut unanswered = false;
         for (index, server) in self.servers.iter().enumerate() {
             if self.lock_down().contains(&index) {
@@ -146,16 +147,28 @@ impl Debuginfod {
             }
             let progress = std::io::stderr().is_terminal();
             if progress {
-                eprint!("\r\x1b[Kfsprof: fetching the debug file of {name} from {server}");
+                eprint!(
+                    "\r\x1b[Kfsprof: fetching the debug file of {} from {}",
+                    crate::profile::clean(name),
+                    crate::profile::clean(host(server))
+                );
             }
             let url = format!("{server}/buildid/{hex}/debuginfo");
+            let agent = if is_loopback(server) {
+                &direct
+            } else {
+                &proxied
+            };
             let result = agent.get(&url).call();
             let outcome = match result {
                 Ok(mut response) => {
                     let mut body = (response.body_mut().with_config())
                         .limit(self.max_size)
                         .reader();
-                    cache::write_atomically_from(file, &mut body, 0o600).is_ok()
+                    let written = cache::write_atomically_from(file, &mut body, 0o600).is_ok();
+                    // Cut short (too large, too slow, a full disk): not an answer that it has none.
+                    unanswered |= !written;
+                    written
                 }
                 Err(ureq::Error::StatusCode(404)) => false,
                 Err(_) => {
@@ -181,6 +194,25 @@ impl Debuginfod {
     fn lock_down(&self) -> std::sync::MutexGuard<'_, HashSet<usize>> {
         self.down.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The host (and port) of URL `server`, without its scheme, credentials or path.
+fn host(server: &str) -> &str {
+    let rest = server.split_once("://").map_or(server, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host)
+}
+
+/// Whether URL `server` names this machine (`127.0.0.1`, `localhost`, `[::1]`, with any port).
+fn is_loopback(server: &str) -> bool {
+    let host = host(server);
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.split(':').next().unwrap_or(""),
+    };
+    matches!(name, "127.0.0.1" | "localhost" | "::1")
 }
 
 #[cfg(test)]
@@ -297,6 +329,29 @@ mod tests {
     }
 
     #[test]
+    fn a_server_is_local_by_its_host_alone() {
+        for local in [
+            "http://127.0.0.1:8002",
+            "http://localhost/x",
+            "http://[::1]:80/",
+            "http://u:p@localhost:1",
+        ] {
+            assert!(is_loopback(local), "{local}");
+        }
+        for remote in [
+            "https://localhost:1@evil.example",
+            "https://debuginfod.debian.net",
+            "http://127.0.0.1.example",
+        ] {
+            assert!(!is_loopback(remote), "{remote}");
+        }
+        assert_eq!(
+            host("https://user:secret@debuginfod.example:8002/path"),
+            "debuginfod.example:8002"
+        );
+    }
+
+    #[test]
     fn a_file_past_the_size_bound_is_not_kept() {
         let (url, _) = server("200 OK", b"twelve bytes");
         let cache = Cache::new();
@@ -304,5 +359,7 @@ mod tests {
         debuginfod.max_size = 4;
         assert_eq!(debuginfod.debuginfo(&[7], "big"), None);
         assert!(!debuginfod.cache.join("07/debuginfo").exists());
+        // Not taken for an answer that no server has it.
+        assert!(!debuginfod.cache.join("07/missing").exists());
     }
 }

@@ -25,12 +25,75 @@ pub(super) fn decompressed(object: &object::File) -> Option<Image> {
         .saturating_mul(64)
         .saturating_add(16 << 20)
         .min(MAX_DECOMPRESSED);
+    // The decoder holds a whole block in memory before it writes any of it: the sizes the
+    // chunks state are added up first, and a stream past the bound is not decoded at all.
+    if unpacked_size(data, limit as u64)? > limit as u64 {
+        return None;
+    }
     let mut out = Bounded {
         bytes: Vec::new(),
         limit,
     };
     lzma_rs::xz_decompress(&mut &*data, &mut out).ok()?;
     Some(Image::from_vec(out.bytes))
+}
+
+/// The bytes an xz stream of LZMA2 blocks decodes to, by the sizes its chunks state (the
+/// decoder holds each chunk to its size), counted until past `most`; `None` when it is not such
+/// a stream. The index at the stream's end is not read: it would only repeat what the blocks say,
+/// and could say otherwise.
+fn unpacked_size(data: &[u8], most: u64) -> Option<u64> {
+    const MAGIC: &[u8] = &[0xfd, b'7', b'z', b'X', b'Z', 0];
+    if !data.starts_with(MAGIC) {
+        return None;
+    }
+    let check = match *data.get(7)? & 0x0f {
+        0 => 0,
+        1..=3 => 4,
+        4..=6 => 8,
+        7..=9 => 16,
+        10..=12 => 32,
+        _ => 64,
+    };
+    let be16 = |at: usize| -> Option<u64> {
+        Some(u64::from(u16::from_be_bytes([
+            *data.get(at)?,
+            *data.get(at + 1)?,
+        ])))
+    };
+    let (mut at, mut total) = (12usize, 0u64);
+    loop {
+        let block = at;
+        let header = usize::from(*data.get(at)?);
+        if header == 0 {
+            return Some(total); // the index: no more blocks
+        }
+        at += (header + 1) * 4;
+        // LZMA2 chunks, to the end marker.
+        loop {
+            let control = *data.get(at)?;
+            let (unpacked, skip) = match control {
+                0x00 => break,
+                0x01 | 0x02 => {
+                    let size = be16(at + 1)? + 1;
+                    (size, 3 + size as usize)
+                }
+                0x80..=0xff => {
+                    let unpacked = (u64::from(control & 0x1f) << 16) + be16(at + 1)? + 1;
+                    let packed = be16(at + 3)? as usize + 1;
+                    (unpacked, 5 + usize::from(control >= 0xc0) + packed)
+                }
+                _ => return None,
+            };
+            total += unpacked;
+            if total > most {
+                return Some(total);
+            }
+            at = at.checked_add(skip)?;
+        }
+        at += 1; // the end marker
+        at = block + (at - block).div_ceil(4) * 4 + check;
+    }
 }
 
 /// A buffer that refuses to grow past `limit` bytes.
@@ -60,8 +123,14 @@ mod tests {
 
     /// `bytes` compressed by the `xz` command, as distributions make the section.
     fn xz(bytes: &[u8]) -> Vec<u8> {
+        xz_with(bytes, &[])
+    }
+
+    /// `bytes` compressed by `xz` with `options`.
+    fn xz_with(bytes: &[u8], options: &[&str]) -> Vec<u8> {
         let mut child = Command::new("xz")
             .args(["-c", "-T1"])
+            .args(options)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -100,11 +169,24 @@ mod tests {
     fn a_section_is_decompressed_within_its_bound() {
         let small = b"\x7fELF, say".repeat(1000);
         assert_eq!(&*of(&with_section(&xz(&small))).unwrap(), &small[..]);
-        // 64 MiB of zeros compress to a few KiB: past 64 times that plus 16 MiB.
+        // 64 MiB of zeros compress to a few KiB: past 64 times that plus 16 MiB, and found so
+        // from the chunks' sizes, before decoding.
         let zeros = vec![0u8; 64 << 20];
         let bomb = xz(&zeros);
         assert!(bomb.len() * 64 + (16 << 20) < zeros.len());
+        assert!(unpacked_size(&bomb, 16 << 20).unwrap() > 16 << 20);
+        assert_eq!(unpacked_size(&bomb, u64::MAX), Some(64 << 20));
         assert!(of(&with_section(&bomb)).is_none());
         assert!(of(&with_section(b"not xz at all")).is_none());
+        // Several blocks, each counted.
+        let blocks = xz_with(&small.repeat(300), &["--block-size=4096"]);
+        assert_eq!(
+            unpacked_size(&blocks, u64::MAX),
+            Some(small.len() as u64 * 300)
+        );
+        assert_eq!(
+            &*of(&with_section(&blocks)).unwrap(),
+            &small.repeat(300)[..]
+        );
     }
 }

@@ -14,6 +14,8 @@ use std::path::Path;
 
 /// Most bytes of a perf map read.
 const MAX_BYTES: u64 = 256 << 20;
+/// Most functions kept from one map (a large JIT's has a few hundred thousand).
+const MAX_FUNCTIONS: usize = 1 << 20;
 /// Longest name kept.
 const MAX_NAME: usize = 4096;
 
@@ -80,17 +82,15 @@ impl PerfMap {
                     name: name[..cut].to_owned(),
                 })
             })
+            .take(MAX_FUNCTIONS)
             .collect();
-        // Stable, so that of two at one start the later line stays last, and wins below.
+        // Stable, so that of two at one start the later line comes later; reversed, it comes
+        // first, and is the one kept.
         functions.sort_by_key(|function| function.start);
-        let mut kept: Vec<Function> = Vec::with_capacity(functions.len());
-        for function in functions {
-            match kept.last_mut() {
-                Some(last) if last.start == function.start => *last = function,
-                _ => kept.push(function),
-            }
-        }
-        PerfMap { functions: kept }
+        functions.reverse();
+        functions.dedup_by_key(|function| function.start);
+        functions.reverse();
+        PerfMap { functions }
     }
 
     /// The name of the function holding `address`, if the map has one.
