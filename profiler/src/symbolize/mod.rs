@@ -11,4 +11,5 @@ mod function_ranges;
 mod mini_debug_info;
 pub mod perf_map;
 pub mod runtime_code;
+mod symbol_table;
 pub mod symbols;

@@ -24,8 +24,9 @@
 //! most 64 frames come back per address. Every file is untrusted: a bad one only makes lookups
 //! fall back (parsing and lookups also run under `catch_unwind`, in case a parser panics).
 //!
-//! Finding the separate debug files is `debug_files.rs`'s job, demangling and cutting names
-//! `demangle.rs`'s; the tests are in `symbols/tests.rs`.
+//! Finding the separate debug files is `debug_files.rs`'s job, keeping a symbol table
+//! `symbol_table.rs`'s, demangling and cutting names `demangle.rs`'s; the tests are in
+//! `symbols/tests.rs`.
 //!
 //! An address no module holds is named from the process's perf map where it has one
 //! (`perf_map.rs`: JIT-compiled code), else shown as it is (`0x…`).
@@ -39,16 +40,15 @@
 use super::call_targets::CallTargets;
 use super::debug_files::{find_debug_file, find_sup_file};
 use super::debuginfod::Debuginfod;
-use super::demangle::{bounded, demangle, is_cpp, is_mangled, MAX_MANGLED};
+use super::demangle::{bounded, demangle, is_cpp, is_mangled};
 use super::function_ranges::FunctionRanges;
 use super::perf_map::PerfMap;
+use super::symbol_table::Symbols;
 use crate::profile::Symbolize;
 use crate::profile::{Callee, ModuleFile, NativeFrame};
 use crate::program::modules::{Image, Module};
 use addr2line::gimli;
-use object::{
-    CompressionFormat, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind,
-};
+use object::{CompressionFormat, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -64,8 +64,6 @@ const MAX_FRAMES: usize = 64;
 /// Most inlined frames read from DWARF for one address before keeping the outermost
 /// [`MAX_FRAMES`].
 const MAX_FRAMES_READ: usize = 1024;
-/// How many symbols before the nearest one a lookup also tries (for symbols nested in others).
-const MAX_SYMBOLS_BACK: usize = 16;
 
 /// Symbolizes addresses in a target's modules, parsing each module's files once, on first use.
 pub struct Symbolizer {
@@ -767,120 +765,6 @@ impl Bytes {
         // are for as long as an `Image` referring to them lives, and `self` now holds one; the
         // slice is only used by the context that is dropped before `self` (see above).
         unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) }
-    }
-}
-
-// ---- Symbol tables -------------------------------------------------------------------------
-
-/// A module's function symbols, sorted by address; names stay in their files' bytes.
-#[derive(Default)]
-struct Symbols {
-    /// The files the names lie in (the module's, or a debug file's; also its MiniDebugInfo's).
-    images: Vec<Image>,
-    entries: Vec<Symbol>,
-}
-
-struct Symbol {
-    address: u64,
-    size: u64,
-    /// Offset of the name in its image.
-    name: usize,
-    name_len: u32,
-    /// Which of the images the name lies in.
-    image: u32,
-}
-
-impl Symbols {
-    /// The defined function symbols of `table`, read from `image`.
-    fn from_table<'data>(
-        image: &Image,
-        table: Option<object::read::SymbolTable<'data, '_>>,
-    ) -> Symbols {
-        let Some(table) = table else {
-            return Symbols::default();
-        };
-        let base = image.as_ptr() as usize;
-        // (rank, symbol): at one address, globals win over weak symbols over locals.
-        let mut entries: Vec<(u8, Symbol)> = table
-            .symbols()
-            .filter(|symbol| {
-                symbol.kind() == SymbolKind::Text
-                    && symbol.is_definition()
-                    && symbol.size() > 0
-                    && symbol.address() != 0
-            })
-            .filter_map(|symbol| {
-                let name = symbol.name_bytes().ok()?;
-                let at = (name.as_ptr() as usize).checked_sub(base)?;
-                if name.is_empty() || at + name.len() > image.len() {
-                    return None;
-                }
-                // (object's `is_global` is true for weak symbols too.)
-                let rank = if symbol.is_weak() {
-                    1
-                } else if symbol.is_global() {
-                    0
-                } else {
-                    2
-                };
-                Some((
-                    rank,
-                    Symbol {
-                        address: symbol.address(),
-                        size: symbol.size(),
-                        name: at,
-                        name_len: name.len().min(MAX_MANGLED) as u32,
-                        image: 0,
-                    },
-                ))
-            })
-            .collect();
-        entries.sort_unstable_by_key(|(rank, symbol)| (symbol.address, *rank));
-        entries.dedup_by_key(|(_, symbol)| symbol.address);
-        let entries: Vec<Symbol> = entries.into_iter().map(|(_, symbol)| symbol).collect();
-        Symbols {
-            images: if entries.is_empty() {
-                Vec::new()
-            } else {
-                vec![image.clone()]
-            },
-            entries,
-        }
-    }
-
-    /// These symbols and `other`'s: at an address both name, this table's symbol.
-    fn with(mut self, other: Symbols) -> Symbols {
-        if other.is_empty() {
-            return self;
-        }
-        let base = self.images.len() as u32;
-        self.images.extend(other.images);
-        let others = other.entries.into_iter().map(|symbol| Symbol {
-            image: symbol.image + base,
-            ..symbol
-        });
-        self.entries.extend(others);
-        self.entries.sort_by_key(|symbol| symbol.address); // stable: this table's first
-        self.entries.dedup_by_key(|symbol| symbol.address);
-        self
-    }
-
-    fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// The raw name of the symbol nearest at or below `svma` whose size covers it.
-    fn lookup(&self, svma: u64) -> Option<&[u8]> {
-        let after = self
-            .entries
-            .partition_point(|symbol| symbol.address <= svma);
-        let symbol = self.entries[..after]
-            .iter()
-            .rev()
-            .take(MAX_SYMBOLS_BACK)
-            .find(|symbol| svma - symbol.address < symbol.size)?;
-        let image = self.images.get(symbol.image as usize)?;
-        image.get(symbol.name..symbol.name + symbol.name_len as usize)
     }
 }
 
