@@ -29,43 +29,36 @@ pub fn elide_arguments(name: &str) -> Cow<'_, str> {
             at += operator.len();
             continue;
         }
-        // An argument list opens after a name (`vec<`, `Vec<`, `>::f<`), not at a name's start
-        // (Rust's `<T as Trait>::f`, whose `<` qualifies the whole path).
-        if bytes[at] == b'(' {
-            let end = closing_parenthesis(bytes, at);
-            let inside = &name[at + 1..end.min(name.len())];
-            if inside.len() <= PARAMETERS_KEPT {
-                out.push('(');
-                out.push_str(&elide_arguments(inside));
-                if end < name.len() {
-                    out.push(')');
-                }
-            } else {
-                out.push_str("(…)");
+        // A parameter list; an argument list, which opens after a name (`vec<`, `Vec<`,
+        // `>::f<`), not at a name's start (Rust's `<T as Trait>::f`, whose `<` qualifies the
+        // whole path).
+        let (end, brackets, kept) = match bytes[at] {
+            b'(' => (closing_parenthesis(bytes, at), ['(', ')'], PARAMETERS_KEPT),
+            b'<' if at > 0
+                && (bytes[at - 1].is_ascii_alphanumeric()
+                    || matches!(bytes[at - 1], b'_' | b'>')) =>
+            {
+                (closing(name, at), ['<', '>'], KEPT)
             }
-            at = end.saturating_add(1);
-            continue;
-        }
-        let opens = bytes[at] == b'<'
-            && at > 0
-            && (bytes[at - 1].is_ascii_alphanumeric() || matches!(bytes[at - 1], b'_' | b'>'));
-        if !opens {
-            let c = name[at..].chars().next().unwrap_or('?');
-            out.push(c);
-            at += c.len_utf8();
-            continue;
-        }
-        let end = closing(name, at);
+            _ => {
+                let c = name[at..].chars().next().unwrap_or('?');
+                out.push(c);
+                at += c.len_utf8();
+                continue;
+            }
+        };
         let inside = &name[at + 1..end.min(name.len())];
-        if inside.len() <= KEPT {
+        if inside.len() <= kept {
             // Short: kept, its own nested lists too.
-            out.push('<');
+            out.push(brackets[0]);
             out.push_str(&elide_arguments(inside));
             if end < name.len() {
-                out.push('>');
+                out.push(brackets[1]);
             }
         } else {
-            out.push_str("<…>");
+            out.push(brackets[0]);
+            out.push('…');
+            out.push(brackets[1]);
         }
         at = end.saturating_add(1);
     }
