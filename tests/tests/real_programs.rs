@@ -370,6 +370,19 @@ fn ripgrep_on_a_tree_names_its_own_code_at_every_instance() {
 /// that each function's time stays in its own frame).
 #[test]
 fn nodes_javascript_functions_are_named_from_its_perf_map() {
+    node_names_its_javascript(&["node", "--perf-basic-prof"]);
+}
+
+/// The same with `--perf-prof`: node writes a jitdump (`jit-PID.dump`, in its working directory)
+/// and no perf map, and runs as a shell's child, whose jitdump is read as well.
+#[test]
+fn nodes_javascript_functions_are_named_from_its_jitdump_in_a_child() {
+    node_names_its_javascript(&["sh", "-c", "node --perf-prof \"$@\"; true", "node"]);
+}
+
+/// Runs `node`, as `command` starts it (the script and its arguments follow), under fsprof and
+/// checks its two functions' names and split.
+fn node_names_its_javascript(command: &[&str]) {
     let _serial = serial();
     let dir = tempdir();
     let out = dir.path().join("out");
@@ -378,17 +391,13 @@ fn nodes_javascript_functions_are_named_from_its_perf_map() {
     let output = Command::new(fsprof())
         .args(["run", "--rate", ACCURACY_RATE, "-o"])
         .arg(&out)
-        .args([
-            "--",
-            "node",
-            "--perf-basic-prof",
-            "--interpreted-frames-native-stack",
-        ])
-        .arg("--no-turbo-inlining")
+        .arg("--")
+        .args(command)
+        .args(["--interpreted-frames-native-stack", "--no-turbo-inlining"])
         .arg(&script)
         .arg("4")
         .arg(&truth_path)
-        .current_dir(dir.path()) // node leaves its isolate logs there
+        .current_dir(dir.path()) // node leaves its isolate logs and jitdump there
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

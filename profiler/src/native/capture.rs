@@ -28,7 +28,7 @@ use crate::native::unwind::{
 };
 use crate::os::privilege::Refusal;
 use crate::profile::RawNativeStack;
-use crate::program::modules::Module;
+use crate::program::modules::{JitDump, Module};
 use crate::program::process;
 use crate::program::remote::Remote;
 use fsprof_shim::abi::RecordView;
@@ -654,8 +654,8 @@ impl NativeSampler {
         self.tracer.pauses()
     }
 
-    /// Every module loaded during the session, for symbolization.
-    pub fn into_modules(self) -> Vec<Module> {
+    /// Every module loaded during the session, and the jitdump files mapped, for symbolization.
+    pub fn into_modules(self) -> (Vec<Module>, Vec<JitDump>) {
         self.maps.into_modules()
     }
 }

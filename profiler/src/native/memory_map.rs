@@ -7,7 +7,7 @@
 
 use crate::native::off_thread::{self, OffThread};
 use crate::native::unwind::Unwinder;
-use crate::program::modules::{self, Mapping, Module};
+use crate::program::modules::{self, JitDump, Mapping, Module};
 use std::time::{Duration, Instant};
 
 /// Most of a stack copied per sample, from the stack pointer up: deeper stacks are cut (and marked
@@ -22,8 +22,8 @@ pub const MAX_STACK_COPY: usize = 8 * 1024 * 1024;
 /// not make fsprof read its map at every sample.
 pub const MAPS_REFRESH: Duration = Duration::from_millis(100);
 
-/// A read of the memory map and the modules in it.
-type ReadMap = std::io::Result<(Vec<Mapping>, Vec<Module>)>;
+/// A read of the memory map, the modules in it and the jitdump files newly mapped.
+type ReadMap = std::io::Result<(Vec<Mapping>, Vec<Module>, Vec<JitDump>)>;
 
 /// The memory map of process `pid`, and the modules seen in it.
 pub struct MemoryMap {
@@ -31,6 +31,8 @@ pub struct MemoryMap {
     maps: Vec<Mapping>,
     /// Every module loaded during the session (modules unloaded since included).
     seen: Vec<Module>,
+    /// Every jitdump file mapped during the session, opened when first seen.
+    jit_dumps: Vec<JitDump>,
     next_refresh: Instant,
     refresh_interval: Duration,
 }
@@ -42,6 +44,7 @@ impl MemoryMap {
             pid,
             maps: Vec::new(),
             seen: Vec::new(),
+            jit_dumps: Vec::new(),
             next_refresh: Instant::now(),
             refresh_interval: Duration::from_millis(1),
         }
@@ -57,10 +60,12 @@ impl MemoryMap {
             return;
         }
         let (pid, known) = (self.pid, unwinder.modules().to_vec());
+        let known_dumps: Vec<_> = self.jit_dumps.iter().map(JitDump::id).collect();
         let read = move || {
             let maps = modules::read_maps(pid, via)?;
             let loaded = modules::modules(pid, &maps, &known);
-            Ok::<_, std::io::Error>((maps, loaded))
+            let dumps = modules::jit_dumps(pid, &maps, &known_dumps);
+            Ok::<_, std::io::Error>((maps, loaded, dumps))
         };
         let read = match worker {
             Some(worker) => match worker.late::<ReadMap>() {
@@ -72,7 +77,7 @@ impl MemoryMap {
             },
             None => read(),
         };
-        let Ok((maps, loaded)) = read else {
+        let Ok((maps, loaded, dumps)) = read else {
             self.next_refresh = now + MAPS_REFRESH;
             return;
         };
@@ -89,6 +94,11 @@ impl MemoryMap {
                 .any(|m| m.range.start == module.range.start && m.path == module.path);
             if !known {
                 self.seen.push(module.clone());
+            }
+        }
+        for dump in dumps {
+            if !self.jit_dumps.iter().any(|known| known.id() == dump.id()) {
+                self.jit_dumps.push(dump);
             }
         }
         unwinder.set_modules(loaded);
@@ -117,8 +127,8 @@ impl MemoryMap {
         (end.saturating_sub(sp) as usize).min(MAX_STACK_COPY)
     }
 
-    /// Every module seen during the session.
-    pub fn into_modules(self) -> Vec<Module> {
-        self.seen
+    /// Every module seen during the session, and the jitdump files it mapped.
+    pub fn into_modules(self) -> (Vec<Module>, Vec<JitDump>) {
+        (self.seen, self.jit_dumps)
     }
 }

@@ -140,7 +140,8 @@ fn parse_mapping(line: &str) -> Option<Mapping> {
 /// file and address are unchanged is reused rather than opened again.
 pub fn modules(pid: u32, maps: &[Mapping], known: &[Module]) -> Vec<Module> {
     let mut out: Vec<Module> = Vec::new();
-    for mapping in maps.iter().filter(|m| m.execute) {
+    // A jitdump is mapped executable to be seen, and holds no code (`jit_dumps`).
+    for mapping in maps.iter().filter(|m| m.execute && !is_jitdump_path(&m.path)) {
         // Another executable segment of a file already seen (rare: split text sections).
         if let Some(module) = out
             .iter_mut()
@@ -200,6 +201,14 @@ fn load(pid: u32, mapping: &Mapping) -> Option<Module> {
 
 /// Maps the file behind `mapping` (a path) into fsprof.
 fn map_file(pid: u32, mapping: &Mapping) -> Option<Image> {
+    let file = open_mapped(pid, mapping)?;
+    let image = Image::map(&file).ok()?;
+    share(mapping, &file, &image);
+    Some(image)
+}
+
+/// Opens the file behind `mapping` (a path).
+fn open_mapped(pid: u32, mapping: &Mapping) -> Option<std::fs::File> {
     // The mapped file itself, even if deleted or replaced on disk since: by its path where
     // that still names it (the same inode), else through `map_files`, whose lookup waits
     // for the target's memory map's lock (see `native/off_thread.rs`; among 1000 busy
@@ -227,9 +236,57 @@ fn map_file(pid: u32, mapping: &Mapping) -> Option<Image> {
             open(by_mapping).ok().or(by_path)?
         }
     };
-    let image = Image::map(&file).ok()?;
-    share(mapping, &file, &image);
-    Some(image)
+    Some(file)
+}
+
+/// A jitdump file the target mapped, opened while it was mapped.
+pub struct JitDump {
+    device: u64,
+    inode: u64,
+    pub file: std::fs::File,
+}
+
+/// Opens the jitdump files mapped in `maps` that `known` does not hold. A JIT maps its dump
+/// (`jit-PID.dump`, perf's name for it) so that profilers find it there; it writes its records
+/// on, and they are read once recording has ended (`symbolize/jitdump.rs`).
+pub fn jit_dumps(pid: u32, maps: &[Mapping], known: &[(u64, u64)]) -> Vec<JitDump> {
+    let mut found: Vec<JitDump> = Vec::new();
+    for mapping in maps
+        .iter()
+        .filter(|m| m.inode != 0 && is_jitdump_path(&m.path))
+    {
+        let id = (mapping.device, mapping.inode);
+        if known.contains(&id) || found.iter().any(|dump| dump.id() == id) {
+            continue;
+        }
+        // The very file mapped, or none (`open_mapped` may fall back to whatever the path
+        // names now).
+        use std::os::unix::fs::MetadataExt;
+        let mapped = |file: &std::fs::File| file.metadata().is_ok_and(|m| (m.dev(), m.ino()) == id);
+        if let Some(file) = open_mapped(pid, mapping).filter(mapped) {
+            found.push(JitDump {
+                device: mapping.device,
+                inode: mapping.inode,
+                file,
+            });
+        }
+    }
+    found
+}
+
+impl JitDump {
+    /// The device and inode of its file.
+    pub fn id(&self) -> (u64, u64) {
+        (self.device, self.inode)
+    }
+}
+
+/// Whether `path` names a jitdump file: `jit-<number>.dump`.
+fn is_jitdump_path(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.strip_prefix("jit-")
+        .and_then(|rest| rest.strip_suffix(".dump"))
+        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Files mapped by earlier loads, by device and inode: each mapping here keeps its inode in use,
@@ -305,6 +362,20 @@ pub fn is_agent_path(path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jitdump_is_known_by_its_file_name() {
+        assert!(is_jitdump_path("/tmp/jd/jit-26719.dump"));
+        assert!(is_jitdump_path("jit-1.dump"));
+        for not in [
+            "/tmp/jit-.dump",
+            "/tmp/jit-12.dump.bak",
+            "/tmp/xjit-12.dump",
+            "/a/jit-1a.dump",
+        ] {
+            assert!(!is_jitdump_path(not), "{not}");
+        }
+    }
 
     #[test]
     fn the_agent_is_known_by_its_file_name() {

@@ -29,7 +29,7 @@
 //! `symbols/tests.rs`.
 //!
 //! An address no module holds is named from the process's perf map where it has one
-//! (`perf_map.rs`: JIT-compiled code), else shown as it is (`0x…`).
+//! (`jit_code.rs`: JIT-compiled code), else shown as it is (`0x…`).
 //!
 //! Debug files no directory holds are fetched by build id from debuginfod servers where the
 //! symbolizer is given them (`debuginfod.rs`: only after recording).
@@ -42,7 +42,7 @@ use super::debug_files::{find_debug_file, find_sup_file};
 use super::debuginfod::Debuginfod;
 use super::demangle::{bounded, demangle, is_cpp, is_mangled};
 use super::function_ranges::FunctionRanges;
-use super::perf_map::PerfMap;
+use super::jit_code::JitCode;
 use super::symbol_table::Symbols;
 use crate::profile::Symbolize;
 use crate::profile::{Callee, ModuleFile, NativeFrame};
@@ -73,7 +73,7 @@ pub struct Symbolizer {
     /// Where debug files not found in the directories are fetched from, if anywhere.
     debuginfod: Option<Arc<Debuginfod>>,
     /// JIT-compiled functions, for addresses no module holds.
-    jit: PerfMap,
+    jit: JitCode,
     /// Modules some address of which had no name but `module+0x…`, each with the first such
     /// name (for the note: a debug file that lacks one function reads otherwise as none).
     unnamed: std::collections::BTreeMap<String, Unnamed>,
@@ -162,7 +162,7 @@ impl Symbolizer {
             modules,
             debug_dirs,
             debuginfod: None,
-            jit: PerfMap::default(),
+            jit: JitCode::default(),
             unnamed: Default::default(),
             exporters: HashMap::new(),
         }
@@ -176,7 +176,7 @@ impl Symbolizer {
     }
 
     /// This symbolizer, naming the addresses no module holds from `jit` (JIT-compiled code).
-    pub fn with_perf_map(mut self, jit: PerfMap) -> Symbolizer {
+    pub fn with_jit_code(mut self, jit: JitCode) -> Symbolizer {
         self.jit = jit;
         self
     }

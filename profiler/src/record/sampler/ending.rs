@@ -5,7 +5,8 @@
 
 use super::Sampler;
 use crate::profile::{Meta, Profile, ProfileBuilder};
-use crate::program::modules::Module;
+use crate::program::modules::{JitDump, Module};
+use crate::symbolize::jit_code::JitCode;
 use std::path::PathBuf;
 
 impl Sampler {
@@ -31,7 +32,7 @@ impl Sampler {
         meta.reading.mark_capacity = fsprof_shim::abi::MARK_CAPACITY as u32;
         meta.sampling.sampler_priority = self.tally.priority.to_owned();
         let mut notes = self.tally.notes;
-        let mut modules = Vec::new();
+        let (mut modules, mut jit_dumps) = (Vec::new(), Vec::new());
         if let Some(mut native) = self.native {
             native.detach();
             meta.native_stacks.native = true;
@@ -81,7 +82,7 @@ impl Sampler {
                     "native stacks were taken with ptrace (each running thread stopped for an instant per sample) because perf is not available: {why}"
                 ));
             }
-            modules = native.into_modules();
+            (modules, jit_dumps) = native.into_modules();
         }
         meta.notes = notes;
         // Call sites are named here, with or without native stacks.
@@ -90,6 +91,7 @@ impl Sampler {
             builder: self.builder,
             meta,
             modules,
+            jit_dumps,
             debug_dirs: self.options.debug_dirs,
             debuginfod: self.options.debuginfod,
         }
@@ -101,6 +103,7 @@ pub struct Recorded {
     builder: ProfileBuilder,
     meta: Meta,
     modules: Vec<Module>,
+    jit_dumps: Vec<JitDump>,
     debug_dirs: Vec<PathBuf>,
     debuginfod: Option<std::sync::Arc<crate::symbolize::debuginfod::Debuginfod>>,
 }
@@ -113,9 +116,7 @@ impl Recorded {
             &self.debug_dirs,
         )
         .with_debuginfod(self.debuginfod)
-        .with_perf_map(crate::symbolize::perf_map::PerfMap::of_process(
-            self.meta.pid,
-        ));
+        .with_jit_code(JitCode::of_process(self.meta.pid, &self.jit_dumps));
         let mut profile = self.builder.finish(self.meta, &mut symbolizer);
         profile.meta.notes.extend(symbolizer.unnamed_note());
         profile.modules = symbolizer.modules_used();
