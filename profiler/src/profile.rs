@@ -758,7 +758,7 @@ mod builder;
 pub(crate) mod fixtures;
 mod merge;
 mod native_table;
-pub use builder::{ProfileBuilder, RawNativeStack, Symbolize};
+pub use builder::{ProfileBuilder, RawNativeStack, Snapshot, Symbolize};
 pub use merge::merge;
 /// `text` safe to print on a terminal: control characters (escape sequences) and the bidi and
 /// other invisible format characters that can make text display as something else are replaced

@@ -417,6 +417,11 @@ fn a_status_line_shows_progress_on_a_terminal_and_nowhere_else() {
     assert!(!String::from_utf8_lossy(&piped.stderr).contains("\x1b["));
 }
 
+/// Whether the shell wrote its exit line to `file` (it creates the file before it writes).
+fn exited(file: &Path) -> bool {
+    std::fs::read_to_string(file).is_ok_and(|text| text.ends_with('\n'))
+}
+
 /// A tmux server of its own, killed when dropped.
 struct Tmux(String);
 
@@ -492,7 +497,7 @@ fn fsprof_top_shows_the_features_live_and_q_gives_the_terminal_back() {
     // Pressed while the program runs (10 s: found on screen within 15 s), which fsprof then
     // waits for.
     tmux.run(&["send-keys", "-t", "top", "q"]);
-    let pane = tmux.wait_for(std::time::Duration::from_secs(30), |_| exit.exists());
+    let pane = tmux.wait_for(std::time::Duration::from_secs(30), |_| exited(&exit));
     let code = std::fs::read_to_string(&exit).unwrap_or_default();
     assert_eq!(code.trim(), "EXIT=0", "{pane}");
     assert!(!pane.contains("now %"), "the table is still shown: {pane}");
@@ -534,7 +539,90 @@ fn fsprof_top_names_call_sites_while_recording() {
         .collect();
     assert!(addresses.is_empty(), "{pane}");
     tmux.run(&["send-keys", "-t", "top", "q"]);
-    let pane = tmux.wait_for(std::time::Duration::from_secs(30), |_| exit.exists());
+    let pane = tmux.wait_for(std::time::Duration::from_secs(30), |_| exited(&exit));
     let code = std::fs::read_to_string(&exit).unwrap_or_default();
     assert_eq!(code.trim(), "EXIT=0", "{pane}");
+}
+
+/// `fsprof top` at the defaults on a program nobody marked (`unmarked`: formatting, regex,
+/// serialization, sorting, each timed by the program): the live table lists the features the
+/// report's rules find in the native stacks, with the report's instance names (the program's
+/// lines), and each feature's share of all time so far within its bound of what the program
+/// measured over its whole run (its rounds repeat every few milliseconds: a share at any moment
+/// is the whole run's).
+#[test]
+fn fsprof_top_lists_the_features_the_rules_find_as_the_report_does() {
+    let _serial = serial();
+    let dir = tempdir();
+    let exit = dir.path().join("exit");
+    let truth_path = dir.path().join("truth.json");
+    let program = Path::new(target()).with_file_name("unmarked");
+    let tmux = Tmux(format!("fsprof-test-rules-{}", std::process::id()));
+    let command = format!(
+        "{} top -- {} 8 --truth {}; echo EXIT=$? > {}; sleep 60",
+        fsprof().display(),
+        program.display(),
+        truth_path.display(),
+        exit.display()
+    );
+    let size = ["-x", "160", "-y", "50"];
+    tmux.run(&[&["new-session", "-d", "-s", "top"][..], &size, &[&command]].concat());
+    // The last table shown before the program ended.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    let mut table = String::new();
+    while !exited(&exit) && std::time::Instant::now() < deadline {
+        let pane = tmux.run(&["capture-pane", "-p", "-t", "top"]);
+        if pane.contains("now %") && pane.contains("unmarked.rs:") {
+            table = pane;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let code = std::fs::read_to_string(&exit).unwrap_or_default();
+    assert_eq!(code.trim(), "EXIT=0", "{table}");
+    // "fsprof top: unmarked (pid N) · 8 s · 2031 samples · 1 thread · q to quit"
+    let samples: u64 = (table.split(" · "))
+        .find_map(|part| part.strip_suffix(" samples")?.parse().ok())
+        .unwrap_or_else(|| panic!("no sample count: {table}"));
+    // Rows: "  41.0     44.5       0.90  sorting": now %, total %, total s, name.
+    let rows: Vec<(f64, String)> = (table.lines())
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let numbers: Vec<f64> = (words.iter().take(3))
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            (numbers.len() == 3 && words.len() > 3).then(|| (numbers[1], words[3..].join(" ")))
+        })
+        .collect();
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth_path).unwrap()).unwrap();
+    let total = truth["total_ms"].as_f64().unwrap();
+    let mut summary = format!("{samples} samples\n");
+    let mut off = Vec::new();
+    for name in [
+        "formatting",
+        "regex-compile",
+        "regex-match",
+        "serialization",
+        "sorting",
+    ] {
+        let measured = truth["features"][name]["ms"].as_f64().unwrap() * 100.0 / total;
+        let shown = rows.iter().position(|(_, row)| row == name);
+        let share = shown.map_or(0.0, |at| rows[at].0);
+        let bound = share_bound(measured, samples, TOLERANCE);
+        summary +=
+            &format!("  {name:<14} top {share:6.2}%  truth {measured:6.2}%  bound {bound:.2}\n");
+        if shown.is_none() || (share - measured).abs() > bound {
+            off.push(name);
+        }
+        // Its first instance, the row below it, is named as the report names it.
+        let instance = shown
+            .and_then(|at| rows.get(at + 1))
+            .map(|(_, row)| row.as_str());
+        assert!(
+            instance.is_some_and(|row| row.contains("unmarked.rs:")),
+            "{name}'s first instance is not the program's line: {instance:?}\n{table}"
+        );
+    }
+    eprintln!("{summary}");
+    assert!(off.is_empty(), "off: {off:?}\n{summary}\n{table}");
 }

@@ -13,10 +13,16 @@ pub enum LiveView {
 }
 
 impl LiveView {
-    /// `fsprof top`'s view of process `pid` if `top` has a title and stdout is a terminal, else
-    /// the status line (drawn only if `status`).
-    pub fn new(top: Option<String>, pid: u32, status: bool) -> LiveView {
-        match top.and_then(|title| Top::new(title, pid).ok()) {
+    /// `fsprof top`'s view of process `pid` if `top` has a title and stdout is a terminal (its
+    /// table made with `rules`, counting idle time if `count_idle`), else the status line
+    /// (drawn only if `status`).
+    pub fn new(
+        top: Option<String>,
+        pid: u32,
+        (rules, count_idle): (&crate::rules::RuleSet, bool),
+        status: bool,
+    ) -> LiveView {
+        match top.and_then(|title| Top::new(title, pid, rules.clone(), count_idle).ok()) {
             Some(top) => LiveView::Top(Box::new(top)),
             None => LiveView::Status(Status::new(status)),
         }

@@ -4,8 +4,8 @@
 //! top`), and `report` and `diff` of saved profiles (`report.rs`). Above every stage: it calls
 //! them in order; none of them calls it. Not here: parsing the command line (`cli.rs`).
 
-mod call_site_names;
 pub mod live;
+mod live_report;
 pub mod progress;
 pub mod report;
 pub mod session;

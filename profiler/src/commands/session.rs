@@ -545,7 +545,13 @@ fn live(options: &RecordOptions, (name, pid): (&str, u32), launched: bool) -> Li
     use std::io::IsTerminal;
     let title =
         (options.top.as_ref()).map(|_| format!("{} (pid {pid})", crate::profile::clean(name)));
-    LiveView::new(title, pid, !launched || !std::io::stdout().is_terminal())
+    let report = (&options.rules, options.count_idle);
+    LiveView::new(
+        title,
+        pid,
+        report,
+        !launched || !std::io::stdout().is_terminal(),
+    )
 }
 
 fn meta(mode: &str, command: Vec<String>, pid: u32, options: &RecordOptions, end: &End) -> Meta {

@@ -1,15 +1,15 @@
 //! `fsprof top`'s live view: while recording, a full-screen table of the features and their top
 //! instances, refreshed every second (like `py-spy top`), drawn with ratatui on stdout's
-//! terminal (alternate screen, raw mode). Columns: the share of the last second's counted time,
-//! the share of all of it so far, and the time so far. `q`, Esc or Ctrl-C stop recording.
+//! terminal (alternate screen, raw mode). Columns: the share of the counted time since the table
+//! before, the share of all of it so far, and the time so far. `q`, Esc or Ctrl-C stop recording.
 //!
-//! It reads the profile being built (`progress.rs`) and restores the terminal when dropped (also
-//! when recording fails); it writes no file. Call sites (the built-in features' instances), which
-//! the profile names only once recording has ended, are named as they appear by a thread of
-//! their own (`call_site_names.rs`), as the report will name them; until then, and for a call
-//! not resolved yet, their address shows. The status line of `run` and `attach` is `status.rs`.
+//! The table is the report's, computed on a thread of its own from a copy of the profile being
+//! built (`live_report.rs`): the same features (the program's marks, the agent's, those the rules
+//! find in the native stacks), the same names, the same attribution. It restores the terminal
+//! when dropped (also when recording fails); it writes no file. The status line of `run` and
+//! `attach` is `status.rs`.
 
-use crate::commands::call_site_names::CallSiteNames;
+use crate::commands::live_report::{LiveReport, Table as Lines};
 use crate::commands::progress::Progress;
 use crate::profile::ProfileBuilder;
 use anyhow::{bail, Context, Result};
@@ -27,8 +27,6 @@ use std::time::{Duration, Instant};
 const EVERY: Duration = Duration::from_secs(1);
 /// How often keys are looked at.
 const KEYS_EVERY: Duration = Duration::from_millis(50);
-/// Instances listed under each feature.
-const INSTANCES: usize = 3;
 
 /// The live view (see the module's documentation).
 pub struct Top {
@@ -37,17 +35,21 @@ pub struct Top {
     start: Instant,
     next_draw: Instant,
     next_keys: Instant,
-    /// The totals at the previous draw, for the last second's shares.
-    previous: Progress,
-    /// The call sites' names, as they come.
-    names: CallSiteNames,
+    /// The table, made as the report is.
+    live: LiveReport,
     restored: bool,
 }
 
 impl Top {
     /// Fails unless stdout is a terminal; otherwise takes it over (alternate screen, raw mode).
-    /// `title` heads the view (the program and its pid); `pid` is the process recorded.
-    pub fn new(title: String, pid: u32) -> Result<Top> {
+    /// `title` heads the view (the program and its pid); `pid` is the process recorded, `rules`
+    /// those the report applies; `count_idle`: all thread time counts (`--idle`).
+    pub fn new(
+        title: String,
+        pid: u32,
+        rules: crate::rules::RuleSet,
+        count_idle: bool,
+    ) -> Result<Top> {
         if !std::io::stdout().is_terminal() {
             bail!("fsprof top needs a terminal on stdout; to record without one, use fsprof run or fsprof attach");
         }
@@ -62,8 +64,7 @@ impl Top {
             start,
             next_draw: start,
             next_keys: start,
-            previous: Progress::default(),
-            names: CallSiteNames::start(pid),
+            live: LiveReport::start(pid, rules, count_idle),
             restored: false,
         };
         let _ = top.terminal.hide_cursor();
@@ -83,15 +84,18 @@ impl Top {
         }
         if now >= self.next_draw {
             self.next_draw = now + EVERY;
-            let progress = Progress::of(builder);
+            self.live.offer(builder);
             let header = format!(
                 "fsprof top: {} · {:.0} s · {} samples · {threads} thread{} · q to quit",
                 self.title,
                 now.duration_since(self.start).as_secs_f64(),
-                progress.samples,
+                Progress::of(builder).samples,
                 if threads == 1 { "" } else { "s" }
             );
-            let rows = rows(builder, &progress, &self.previous, &self.names);
+            let rows = match self.live.table() {
+                Some(table) => rows(&table),
+                None => vec![Row::new(["", "", "", "(naming the first stacks…)"])],
+            };
             let _ = self.terminal.draw(|frame| {
                 let [top, rest] = Layout::vertical([Constraint::Length(2), Constraint::Min(1)])
                     .areas(frame.area());
@@ -111,7 +115,6 @@ impl Top {
                 );
                 frame.render_widget(table, rest);
             });
-            self.previous = progress;
         }
         true
     }
@@ -149,42 +152,21 @@ fn quit_pressed() -> bool {
     false
 }
 
-/// The table's rows: each feature, by its share of the last second (then of all time), and its
-/// top instances under it.
-fn rows(
-    builder: &ProfileBuilder,
-    now: &Progress,
-    before: &Progress,
-    names: &CallSiteNames,
-) -> Vec<Row<'static>> {
-    let window = now.total_ns.saturating_sub(before.total_ns).max(1) as f64;
-    let recent =
-        |ns: u64, old: Option<&u64>| ns.saturating_sub(*old.unwrap_or(&0)) as f64 * 100.0 / window;
-    let mut features = now.top_features();
-    features.sort_by(|a, b| {
-        let (ra, rb) = (
-            recent(a.1, before.features.get(&a.0)),
-            recent(b.1, before.features.get(&b.0)),
-        );
-        rb.total_cmp(&ra).then(b.1.cmp(&a.1))
-    });
-    let row = |recent: f64, ns: u64, name: String| {
+/// The table's rows: each feature, by its share of the last table's time (then of all time),
+/// and its top instances under it.
+fn rows(table: &Lines) -> Vec<Row<'static>> {
+    let row = |line: &crate::commands::live_report::Line, indent: &str| {
         Row::new([
-            format!("{recent:7.1}"),
-            format!("{:7.1}", now.percent(ns)),
-            format!("{:9.2}", ns as f64 / 1e9),
-            name,
+            format!("{:7.1}", line.recent_percent),
+            format!("{:7.1}", line.percent),
+            format!("{:9.2}", line.ns as f64 / 1e9),
+            format!("{indent}{}", line.name),
         ])
     };
     let mut rows = Vec::new();
-    for (feature, ns) in features {
-        let name = crate::profile::clean(builder.feature_name(feature));
-        rows.push(row(recent(ns, before.features.get(&feature)), ns, name));
-        for (payload, ns) in now.top_instances(feature).into_iter().take(INSTANCES) {
-            let text = crate::profile::clean(&names.name(builder.payload_text(payload)));
-            let old = before.instances.get(&(feature, payload));
-            rows.push(row(recent(ns, old), ns, format!("  {text}")));
-        }
+    for (feature, instances) in &table.features {
+        rows.push(row(feature, ""));
+        rows.extend(instances.iter().map(|instance| row(instance, "  ")));
     }
     rows
 }

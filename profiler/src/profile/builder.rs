@@ -39,6 +39,48 @@ pub struct RawNativeStack {
     pub marks: Option<u32>,
 }
 
+/// The profile being built, as [`ProfileBuilder::snapshot`] copied it.
+pub struct Snapshot {
+    features: Vec<String>,
+    payloads: Vec<Payload>,
+    stacks: Vec<Stack>,
+    threads: Vec<Thread>,
+    samples: Vec<SampleGroup>,
+    images: Vec<Image>,
+    /// The native stacks recorded since the snapshot before.
+    pub new_native_stacks: Vec<RawNativeStack>,
+}
+
+impl Snapshot {
+    /// The profile of this snapshot, whose native stacks are `native` (all so far: those of the
+    /// snapshots before, then [`Snapshot::new_native_stacks`]), named by `symbolize`. Payloads
+    /// are as recorded (call sites as `0x…`); no later branches.
+    pub fn into_profile(
+        self,
+        meta: Meta,
+        native: &[RawNativeStack],
+        symbolize: impl Symbolize,
+    ) -> Profile {
+        let (frames, native_stacks) = name_native_stacks(native.iter().cloned(), symbolize);
+        Profile {
+            format: FORMAT.to_owned(),
+            version: VERSION,
+            meta,
+            features: self.features,
+            payloads: self.payloads,
+            stacks: self.stacks,
+            threads: self.threads,
+            samples: self.samples,
+            native_frames: frames,
+            native_stacks,
+            images: self.images,
+            later_branches: Vec::new(),
+            modules: Vec::new(),
+            processes: Vec::new(),
+        }
+    }
+}
+
 /// What [`ProfileBuilder::finish`] asks of a symbolizer (a function of the address alone gives
 /// the frames, and no call's callee).
 pub trait Symbolize {
@@ -186,15 +228,30 @@ impl ProfileBuilder {
         addresses
     }
 
+    /// The number of distinct native stacks so far.
+    pub fn native_stack_count(&self) -> usize {
+        self.native_stacks.len()
+    }
+
+    /// The profile so far, for a live view (`commands/live_report.rs`): the tables as they
+    /// are, and the native stacks from the `native_from`th on (the caller keeps the earlier
+    /// ones). Costs a copy of the tables: asked for at most about once a second.
+    pub fn snapshot(&self, native_from: usize) -> Snapshot {
+        Snapshot {
+            features: self.features.clone(),
+            payloads: self.payloads.clone(),
+            stacks: self.stacks.clone(),
+            threads: self.threads.clone(),
+            samples: self.samples.clone(),
+            images: self.images.clone(),
+            new_native_stacks: self.native_stacks.stacks_from(native_from),
+        }
+    }
+
     /// The finished profile. `symbolize` gives the frames at each address of
     /// [`ProfileBuilder::native_addresses`], outermost first (more than one when functions were
     /// inlined there; at least one), and what the calls of callers call.
-    pub fn finish(self, mut meta: Meta, mut symbolize: impl Symbolize) -> Profile {
-        let mut frames = Vec::new();
-        let mut frame_ids = HashMap::new();
-        // By address, and whether it is a caller's (a return address less one) or the
-        // innermost frame's.
-        let mut expanded: HashMap<(u64, bool), Vec<u32>> = HashMap::new();
+    pub fn finish(self, mut meta: Meta, symbolize: impl Symbolize) -> Profile {
         if self.native_stacks.cut > 0 {
             meta.notes.push(format!(
                 "{} native stacks were cut to their innermost {} frames: the profile keeps at most {} M frames of native stacks in all",
@@ -203,58 +260,8 @@ impl ProfileBuilder {
                 native_table::FRAME_BUDGET >> 20
             ));
         }
-        let mut native_stacks = Vec::new();
-        for raw in self.native_stacks.into_stacks() {
-            let mut stack = NativeStack {
-                frames: Vec::with_capacity(raw.addresses.len()),
-                marks_at: Vec::with_capacity(raw.marks_at.len()),
-                truncated: raw.truncated,
-                marks: raw.marks,
-            };
-            // A mark pushed by a physical frame goes right after that frame's own function, before
-            // the functions inlined into it at the current address (they run inside it: black_box,
-            // an iterator's next). A mark pushed by an inlined helper is thus drawn one level
-            // too shallow; nothing in a sample tells which inlined function pushed it.
-            let mut marks = raw.marks_at.iter().peekable();
-            while marks.next_if(|at| **at == 0).is_some() {
-                stack.marks_at.push(0);
-            }
-            for (index, address) in raw.addresses.iter().enumerate() {
-                let before = stack.frames.len() as u32;
-                let caller = index + 1 < raw.addresses.len();
-                let ids = expanded.entry((*address, caller)).or_insert_with(|| {
-                    let mut symbolized = symbolize.frames(*address);
-                    if symbolized.is_empty() {
-                        symbolized.push(NativeFrame {
-                            function: format!("{address:#x}"),
-                            file: None,
-                            line: None,
-                            module: String::new(),
-                            inlined: false,
-                            calls: None,
-                        });
-                    }
-                    if caller {
-                        let calls = symbolize.calls(address.wrapping_add(1));
-                        if let Some(innermost) = symbolized.last_mut() {
-                            innermost.calls = calls;
-                        }
-                    }
-                    symbolized
-                        .into_iter()
-                        .map(|frame| intern(&mut frames, &mut frame_ids, frame))
-                        .collect()
-                });
-                stack.frames.extend_from_slice(ids);
-                while marks.next_if(|at| **at as usize <= index + 1).is_some() {
-                    stack.marks_at.push(before + 1);
-                }
-            }
-            for _ in marks {
-                stack.marks_at.push(stack.frames.len() as u32);
-            }
-            native_stacks.push(stack);
-        }
+        let (frames, native_stacks) =
+            name_native_stacks(self.native_stacks.into_stacks(), symbolize);
         // Renamed payloads may have become equal (two calls on one line): keep the first.
         let mut first: HashMap<&Payload, u32> = HashMap::new();
         let remap: Vec<u32> = (0..self.payloads.len() as u32)
@@ -295,6 +302,72 @@ impl ProfileBuilder {
             processes: Vec::new(),
         }
     }
+}
+
+/// The native stacks `raw`, their addresses named by `symbolize` (each once), and the table of
+/// the frames they name.
+fn name_native_stacks(
+    raw: impl IntoIterator<Item = RawNativeStack>,
+    mut symbolize: impl Symbolize,
+) -> (Vec<NativeFrame>, Vec<NativeStack>) {
+    let mut frames = Vec::new();
+    let mut frame_ids = HashMap::new();
+    // By address, and whether it is a caller's (a return address less one) or the
+    // innermost frame's.
+    let mut expanded: HashMap<(u64, bool), Vec<u32>> = HashMap::new();
+    let mut native_stacks = Vec::new();
+    for raw in raw {
+        let mut stack = NativeStack {
+            frames: Vec::with_capacity(raw.addresses.len()),
+            marks_at: Vec::with_capacity(raw.marks_at.len()),
+            truncated: raw.truncated,
+            marks: raw.marks,
+        };
+        // A mark pushed by a physical frame goes right after that frame's own function, before
+        // the functions inlined into it at the current address (they run inside it: black_box,
+        // an iterator's next). A mark pushed by an inlined helper is thus drawn one level
+        // too shallow; nothing in a sample tells which inlined function pushed it.
+        let mut marks = raw.marks_at.iter().peekable();
+        while marks.next_if(|at| **at == 0).is_some() {
+            stack.marks_at.push(0);
+        }
+        for (index, address) in raw.addresses.iter().enumerate() {
+            let before = stack.frames.len() as u32;
+            let caller = index + 1 < raw.addresses.len();
+            let ids = expanded.entry((*address, caller)).or_insert_with(|| {
+                let mut symbolized = symbolize.frames(*address);
+                if symbolized.is_empty() {
+                    symbolized.push(NativeFrame {
+                        function: format!("{address:#x}"),
+                        file: None,
+                        line: None,
+                        module: String::new(),
+                        inlined: false,
+                        calls: None,
+                    });
+                }
+                if caller {
+                    let calls = symbolize.calls(address.wrapping_add(1));
+                    if let Some(innermost) = symbolized.last_mut() {
+                        innermost.calls = calls;
+                    }
+                }
+                symbolized
+                    .into_iter()
+                    .map(|frame| intern(&mut frames, &mut frame_ids, frame))
+                    .collect()
+            });
+            stack.frames.extend_from_slice(ids);
+            while marks.next_if(|at| **at as usize <= index + 1).is_some() {
+                stack.marks_at.push(before + 1);
+            }
+        }
+        for _ in marks {
+            stack.marks_at.push(stack.frames.len() as u32);
+        }
+        native_stacks.push(stack);
+    }
+    (frames, native_stacks)
 }
 
 fn intern<T: Clone + Eq + std::hash::Hash>(

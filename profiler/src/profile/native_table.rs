@@ -74,6 +74,29 @@ impl NativeTable {
         id
     }
 
+    /// The number of distinct stacks.
+    pub fn len(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// Copies of the stacks from the `first`th on, in the order of their ids.
+    pub fn stacks_from(&self, first: usize) -> Vec<RawNativeStack> {
+        (self.stacks.iter().skip(first))
+            .map(|stored| self.raw(stored))
+            .collect()
+    }
+
+    fn raw(&self, stored: &Stored) -> RawNativeStack {
+        RawNativeStack {
+            addresses: (stored.addresses.iter())
+                .map(|id| self.addresses[*id as usize])
+                .collect(),
+            marks_at: stored.marks_at.clone(),
+            truncated: stored.truncated,
+            marks: stored.marks,
+        }
+    }
+
     /// The distinct addresses of all stacks.
     pub fn addresses(&self) -> &[u64] {
         &self.addresses

@@ -141,7 +141,10 @@ fn parse_mapping(line: &str) -> Option<Mapping> {
 pub fn modules(pid: u32, maps: &[Mapping], known: &[Module]) -> Vec<Module> {
     let mut out: Vec<Module> = Vec::new();
     // A jitdump is mapped executable to be seen, and holds no code (`jit_dumps`).
-    for mapping in maps.iter().filter(|m| m.execute && !is_jitdump_path(&m.path)) {
+    for mapping in maps
+        .iter()
+        .filter(|m| m.execute && !is_jitdump_path(&m.path))
+    {
         // Another executable segment of a file already seen (rare: split text sections).
         if let Some(module) = out
             .iter_mut()
