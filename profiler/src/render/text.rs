@@ -531,13 +531,13 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
     }
     if meta.reading.torn_dropped > 0 {
         notes.push(format!(
-            "{} thread samples were skipped because the thread was changing its marks on every retry; their time went to the thread's next sample",
+            "{} samples were skipped because the thread was changing its marks on every retry; their time went to the thread's next sample",
             meta.reading.torn_dropped
         ));
     }
     if meta.reading.marks_unsettled * 100 > meta.sampling.ticks.max(1) {
         notes.push(format!(
-            "{} thread samples combine marks copied a moment apart from the program's and the agent's regions (the thread changed them while they were copied, and had no perf sample, copied at one instant, to take them from): a built-in feature may show there without the program's own mark around it, so nested features may count a little twice",
+            "{} samples combine marks copied a moment apart from the program's and the agent's regions (the thread changed them while they were copied, and had no perf sample, copied at one instant, to take them from): a built-in feature may show there without the program's own mark around it, so nested features may count a little twice",
             meta.reading.marks_unsettled
         ));
     }
@@ -606,7 +606,7 @@ fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
             .map(|(count, why)| format!("{count} because {why}"))
             .collect();
             notes.push(format!(
-                "{:.0}% of thread samples ({without} of {native_samples}) have no native stack (they count in the tables, not in flamegraph.svg): {}",
+                "{:.0}% of the samples for which a native stack was sought ({without} of {native_samples}: a running thread's, or a blocked one's inside a mark; the header's count has blocked threads' samples too, which seek none) have none (they count in the tables, not in flamegraph.svg): {}",
                 without as f64 * 100.0 / native_samples as f64,
                 causes.join(", ")
             ));
@@ -707,7 +707,7 @@ mod tests {
         assert_eq!(notes.len(), 1, "{notes:?}");
         let note = &notes[0];
         assert!(
-            note.starts_with("16% of thread samples (17 of 105)"),
+            note.starts_with("16% of the samples for which a native stack was sought (17 of 105: "),
             "{note}"
         );
         assert!(note.contains("12 because it did not run"), "{note}");
