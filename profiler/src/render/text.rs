@@ -294,7 +294,10 @@ fn header(report: &FeatureReport, meta: &Meta, (threads, processes): (usize, usi
 /// One table per feature: its share, its instances and their most expensive call paths.
 fn feature_tables(out: &mut String, report: &FeatureReport) {
     let total = ms(report.total_ns);
-    for feature in &report.features {
+    // A feature seen only in samples that count no time (a blocked thread's, outside every
+    // wait) has nothing to show: "Allocation accounts for 0.00% (0 / 3196 ms)" and no line.
+    let shown = (report.features.iter()).filter(|f| f.ns > 0 || f.blocked_ns > 0);
+    for feature in shown {
         let _ = writeln!(
             out,
             "{} accounts for {:.2}% of {} ({} / {total} ms){}",
