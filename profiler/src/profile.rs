@@ -202,6 +202,49 @@ pub struct Meta {
     /// `NAME=PATTERN,...`: `fsprof report` applies them too. The built-in catalog is not here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<String>,
+    /// The modules some of whose functions went without a name, and where names were looked
+    /// for: the report's note about missing symbols, one for the whole process tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing_symbols: Option<MissingSymbols>,
+}
+
+/// Modules whose functions went unnamed (`module+0xSTART`), and where names were looked for.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MissingSymbols {
+    /// By name, each once.
+    pub modules: Vec<UnnamedModule>,
+    /// The directories searched for separate debug files.
+    pub debug_dirs: Vec<String>,
+    /// Whether debuginfod servers were asked.
+    pub debuginfod: bool,
+}
+
+/// A module with functions left unnamed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UnnamedModule {
+    /// Its file name.
+    pub name: String,
+    /// The first unnamed function's name (`module+0xSTART`).
+    pub first: String,
+    /// The system's packages installed it (its debug symbols are a package away).
+    pub system: bool,
+}
+
+impl MissingSymbols {
+    /// Adds `other`'s modules not listed yet (a child process's).
+    pub fn join(&mut self, other: &MissingSymbols) {
+        for module in &other.modules {
+            if !self.modules.iter().any(|m| m.name == module.name) {
+                self.modules.push(module.clone());
+            }
+        }
+        for dir in &other.debug_dirs {
+            if !self.debug_dirs.contains(dir) {
+                self.debug_dirs.push(dir.clone());
+            }
+        }
+        self.debuginfod |= other.debuginfod;
+    }
 }
 
 /// How the marks were read: regions, torn copies, threads without a slot.

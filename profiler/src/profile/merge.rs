@@ -35,6 +35,9 @@ pub fn merge(
             }
         }
         add_counters(&mut meta, &profile.meta);
+        if let Some(missing) = &profile.meta.missing_symbols {
+            (meta.missing_symbols.get_or_insert_with(Default::default)).join(missing);
+        }
         for feature in &profile.meta.builtin_features {
             if !meta.builtin_features.contains(feature) {
                 meta.builtin_features.push(feature.clone());

@@ -32,7 +32,7 @@ use crate::analysis::{
     BranchCost, CallPath, Edge, FeatureReport, FunctionReport, ProcessTime, ThreadTime, TimeView,
     Tree, MAX_NODES,
 };
-use crate::profile::Meta;
+use crate::profile::{Meta, MissingSymbols};
 use std::fmt::Write;
 
 /// Formats milliseconds like the paper: whole numbers, with a decimal below 10 ms (`<0.1` for
@@ -480,6 +480,7 @@ fn boundaries(out: &mut String, edges: &[Edge], report: &FeatureReport) {
 /// The notes under the tables: what the reader should know of how the recording went.
 fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
     let mut notes = meta.notes.clone();
+    notes.extend(meta.missing_symbols.as_ref().map(missing_symbols_note));
     let builtin: Vec<&str> = report
         .features
         .iter()
@@ -569,6 +570,49 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
     notes
 }
 
+/// The note naming the modules some functions of which had no name (a stripped binary, say),
+/// what was looked for, and how to get their symbols: a line for the system's files and one for
+/// the others.
+fn missing_symbols_note(missing: &MissingSymbols) -> String {
+    let names: Vec<&str> = (missing.modules.iter()).map(|m| m.name.as_str()).collect();
+    let first: Vec<&str> = (missing.modules.iter()).map(|m| m.first.as_str()).collect();
+    let mut note = format!(
+        "no symbols for {} (first {}): {} functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses). Looked for: debug files under {} (by build id and debug link), MiniDebugInfo, {}.",
+        names.join(", "),
+        first.join(", "),
+        if names.len() == 1 { "its" } else { "their" },
+        missing.debug_dirs.join(", "),
+        match missing.debuginfod {
+            true => "the debuginfod servers DEBUGINFOD_URLS names",
+            false => "no debuginfod server (DEBUGINFOD_URLS is not set, or --offline)",
+        }
+    );
+    let list = |system: bool| {
+        let names: Vec<&str> = (missing.modules.iter())
+            .filter(|m| m.system == system)
+            .map(|m| m.name.as_str())
+            .collect();
+        names.join(", ")
+    };
+    let system = list(true);
+    if !system.is_empty() {
+        let debuginfod = match missing.debuginfod {
+            true => "",
+            false => ", or set DEBUGINFOD_URLS for fsprof to fetch them (Debian: https://debuginfod.debian.net, Ubuntu: https://debuginfod.ubuntu.com, Fedora: https://debuginfod.fedoraproject.org)",
+        };
+        note += &format!(
+            "\n    the system's ({system}): install their debug symbols (Debian and Ubuntu: the -dbgsym packages; Fedora: debuginfo-install){debuginfod}"
+        );
+    }
+    let others = list(false);
+    if !others.is_empty() {
+        note += &format!(
+            "\n    others ({others}): build them with -g, or keep their debug files (objcopy --only-keep-debug) in a directory given with --debug-dir DIR, as DIR/.build-id/xx/yyyy.debug"
+        );
+    }
+    note
+}
+
 /// Least time waiting for a CPU without a native stack, in ms, that the notes mention.
 const PREEMPTED_NOTE_MS: u64 = 10;
 
@@ -652,6 +696,52 @@ mod tests {
     use super::*;
     use crate::analysis::analyse;
     use crate::profile::fixtures::{build, S};
+
+    /// The note names every module, says what was looked for, and advises each kind of module
+    /// on its own line.
+    #[test]
+    fn the_missing_symbols_note_advises_the_systems_files_and_the_others_apart() {
+        let module = |name: &str, system| crate::profile::UnnamedModule {
+            name: name.to_owned(),
+            first: format!("{name}+0x1130"),
+            system,
+        };
+        let mut missing = MissingSymbols {
+            modules: vec![module("stripped", false)],
+            debug_dirs: vec!["/usr/lib/debug".to_owned()],
+            debuginfod: false,
+        };
+        // A child's modules join the list once.
+        missing.join(&MissingSymbols {
+            modules: vec![module("systool", true), module("stripped", false)],
+            debug_dirs: vec!["/usr/lib/debug".to_owned()],
+            debuginfod: false,
+        });
+        let note = missing_symbols_note(&missing);
+        let lines: Vec<&str> = note.lines().collect();
+        assert!(
+            lines[0].starts_with(
+                "no symbols for stripped, systool (first stripped+0x1130, systool+0x1130): their"
+            ),
+            "{note}"
+        );
+        assert!(
+            lines[0].contains("Looked for: debug files under /usr/lib/debug"),
+            "{note}"
+        );
+        assert!(lines[0].contains("no debuginfod server"), "{note}");
+        assert!(
+            lines[1].starts_with("    the system's (systool): install")
+                && lines[1].contains("DEBUGINFOD_URLS"),
+            "{note}"
+        );
+        assert!(
+            lines[2].starts_with("    others (stripped): build them with -g")
+                && lines[2].contains("--debug-dir"),
+            "{note}"
+        );
+        assert_eq!(lines.len(), 3, "{note}");
+    }
 
     #[test]
     fn instances_list_their_call_paths_only_with_native_stacks() {

@@ -45,7 +45,7 @@ use super::function_ranges::FunctionRanges;
 use super::jit_code::JitCode;
 use super::symbol_table::Symbols;
 use crate::profile::Symbolize;
-use crate::profile::{Callee, ModuleFile, NativeFrame};
+use crate::profile::{Callee, MissingSymbols, ModuleFile, NativeFrame, UnnamedModule};
 use crate::program::modules::{Image, Module};
 use addr2line::gimli;
 use object::{CompressionFormat, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
@@ -349,52 +349,25 @@ impl Symbolizer {
             .collect()
     }
 
-    /// A note naming the modules some addresses of which had no symbol (a stripped binary, say),
-    /// what was looked for, and how to get their symbols, a line for the system's files and one
-    /// for the others; `None` if every address had a name.
-    pub fn unnamed_note(&self) -> Option<String> {
+    /// The modules some addresses of which had no symbol (a stripped binary, say), and what was
+    /// looked for, for the report's note (`render/text.rs`); `None` if every address had a name.
+    pub fn missing_symbols(&self) -> Option<MissingSymbols> {
         if self.unnamed.is_empty() {
             return None;
         }
-        let names: Vec<&str> = self.unnamed.keys().map(String::as_str).collect();
-        let first: Vec<&str> = self.unnamed.values().map(|u| u.first.as_str()).collect();
-        let dirs: Vec<String> = (self.debug_dirs.iter())
-            .map(|dir| dir.display().to_string())
-            .collect();
-        let mut note = format!(
-            "no symbols for {} (first {}): {} functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses). Looked for: debug files under {} (by build id and debug link), MiniDebugInfo, {}.",
-            names.join(", "),
-            first.join(", "),
-            if names.len() == 1 { "its" } else { "their" },
-            dirs.join(", "),
-            match self.debuginfod {
-                Some(_) => "the debuginfod servers DEBUGINFOD_URLS names",
-                None => "no debuginfod server (DEBUGINFOD_URLS is not set, or --offline)",
-            }
-        );
-        let (system, other): (Vec<_>, Vec<_>) =
-            (self.unnamed.iter()).partition(|(_, unnamed)| is_system_file(&unnamed.path));
-        let list = |modules: &[(&String, &Unnamed)]| {
-            let names: Vec<&str> = modules.iter().map(|(name, _)| name.as_str()).collect();
-            names.join(", ")
-        };
-        if !system.is_empty() {
-            let debuginfod = match self.debuginfod {
-                Some(_) => "",
-                None => ", or set DEBUGINFOD_URLS for fsprof to fetch them (Debian: https://debuginfod.debian.net, Ubuntu: https://debuginfod.ubuntu.com, Fedora: https://debuginfod.fedoraproject.org)",
-            };
-            note += &format!(
-                "\n    the system's ({}): install their debug symbols (Debian and Ubuntu: the -dbgsym packages; Fedora: debuginfo-install){debuginfod}",
-                list(&system)
-            );
-        }
-        if !other.is_empty() {
-            note += &format!(
-                "\n    others ({}): build them with -g, or keep their debug files (objcopy --only-keep-debug) in a directory given with --debug-dir DIR, as DIR/.build-id/xx/yyyy.debug",
-                list(&other)
-            );
-        }
-        Some(note)
+        Some(MissingSymbols {
+            modules: (self.unnamed.iter())
+                .map(|(name, unnamed)| UnnamedModule {
+                    name: name.clone(),
+                    first: unnamed.first.clone(),
+                    system: is_system_file(&unnamed.path),
+                })
+                .collect(),
+            debug_dirs: (self.debug_dirs.iter())
+                .map(|dir| dir.display().to_string())
+                .collect(),
+            debuginfod: self.debuginfod.is_some(),
+        })
     }
 }
 

@@ -118,7 +118,7 @@ impl Recorded {
         .with_debuginfod(self.debuginfod)
         .with_jit_code(JitCode::of_process(self.meta.pid, &self.jit_dumps));
         let mut profile = self.builder.finish(self.meta, &mut symbolizer);
-        profile.meta.notes.extend(symbolizer.unnamed_note());
+        profile.meta.missing_symbols = symbolizer.missing_symbols();
         profile.modules = symbolizer.modules_used();
         profile
     }

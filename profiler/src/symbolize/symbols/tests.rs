@@ -708,13 +708,13 @@ fn plt_stubs_are_named_and_are_not_missing_symbols() {
     };
     let mut symbolizer = Symbolizer::with_debug_dirs(&[file_module(&program)], no_debug_dirs());
     assert_eq!(symbolizer.symbolize(plt + 4)[0].function, "[PLT of plt]");
-    assert_eq!(symbolizer.unnamed_note(), None);
+    assert_eq!(symbolizer.missing_symbols(), None);
 }
 
-/// Two stripped copies of one program, one where the system keeps its files: the note names
-/// both, says what was looked for, and advises each kind on its own line.
+/// Two stripped copies of one program, one where the system keeps its files: both are listed as
+/// missing symbols, the system's as such, with the directories looked in.
 #[test]
-fn the_missing_symbols_note_advises_the_systems_files_and_the_others_apart() {
+fn modules_without_symbols_are_listed_the_systems_apart() {
     let dir = temp_dir("unnamed-note");
     let source = "__attribute__((noinline)) int f(int x) { return x * 3; }\nint main(int c, char **v) { return f(c); }\n";
     let program = compile(&dir, "gcc", source, "stripped", &["-O2", "-s"]);
@@ -734,26 +734,12 @@ fn the_missing_symbols_note_advises_the_systems_files_and_the_others_apart() {
     assert!(symbolizer.symbolize(shifted)[0]
         .function
         .starts_with("systool+0x"));
-    let note = symbolizer.unnamed_note().unwrap();
-    let lines: Vec<&str> = note.lines().collect();
-    assert!(
-        lines[0].starts_with("no symbols for stripped, systool (first "),
-        "{note}"
-    );
-    assert!(
-        lines[0].contains("Looked for: debug files under /nonexistent/fsprof-debug"),
-        "{note}"
-    );
-    assert!(lines[0].contains("no debuginfod server"), "{note}");
-    assert!(
-        lines[1].starts_with("    the system's (systool): install")
-            && lines[1].contains("DEBUGINFOD_URLS"),
-        "{note}"
-    );
-    assert!(
-        lines[2].starts_with("    others (stripped): build them with -g")
-            && lines[2].contains("--debug-dir"),
-        "{note}"
-    );
-    assert_eq!(lines.len(), 3, "{note}");
+    let missing = symbolizer.missing_symbols().unwrap();
+    let listed: Vec<(&str, bool)> = (missing.modules.iter())
+        .map(|m| (m.name.as_str(), m.system))
+        .collect();
+    assert_eq!(listed, [("stripped", false), ("systool", true)]);
+    assert!(missing.modules[0].first.starts_with("stripped+0x"));
+    assert_eq!(missing.debug_dirs, ["/nonexistent/fsprof-debug"]);
+    assert!(!missing.debuginfod);
 }
