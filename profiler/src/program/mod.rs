@@ -3,6 +3,7 @@
 //! (feature names, payloads) its marks point to. Everything read here is untrusted input: every
 //! length and depth is bounded. Nothing here decides when to read (that is `record/`).
 
+pub mod custom_labels;
 pub mod modules;
 pub mod names;
 pub mod process;
