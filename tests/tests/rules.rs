@@ -1,7 +1,8 @@
 //! Feature rules over native stacks end to end: a Rust program nobody marked (`unmarked`, which
 //! times its own formatting, regex compiling and matching, serialization, sorting, a map's
 //! growth, panics and UTF-8 validation) and a C++ one (`tests/c/catalog.cpp`: exceptions,
-//! std::regex, dynamic_cast, locales, new and delete) run by the real `fsprof run` with the
+//! std::regex, dynamic_cast, locales, new and delete), and a Go one (`tests/go/unmarked.go`:
+//! sort, fmt, encoding/json, regexp) run by the real `fsprof run` with the
 //! defaults, then reported with the built-in rules and with rules given at report time to the
 //! saved profile.
 
@@ -107,6 +108,85 @@ fn a_program_nobody_marked_gets_its_libraries_features_at_its_own_lines() {
         text.contains("features found in the native stacks by rules"),
         "{text}"
     );
+}
+
+/// A Go program nobody marked (`tests/go/unmarked.go`, built with the Go toolchain) gets its
+/// standard library's features from the built-in rules (sort, fmt, encoding/json, regexp),
+/// each within its bound of what the program measured, at the program's own lines: the Go
+/// distribution's packages are the runtime, a Go method matches by its type's name.
+#[test]
+fn a_go_program_nobody_marked_gets_its_standard_librarys_features() {
+    let _serial = serial();
+    let Some(go) = go() else {
+        return;
+    };
+    let dir = tempdir();
+    let program = dir.path().join("unmarked-go");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("go/unmarked.go");
+    let built = Command::new(go)
+        .arg("build")
+        .arg("-o")
+        .arg(&program)
+        .arg(&source)
+        .env("GOFLAGS", "-buildvcs=false")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let truth_path = dir.path().join("truth.json");
+    let out = dir.path().join("out");
+    run(
+        &out,
+        &[],
+        &[],
+        &[program.as_os_str(), "4".as_ref(), truth_path.as_os_str()],
+    );
+    let report = report_json(&out);
+    let truth: Value = serde_json::from_slice(&std::fs::read(&truth_path).unwrap()).unwrap();
+    let total = truth["total_ms"].as_f64().unwrap();
+    let samples = timed_samples_of(&report);
+    let mut table = format!("  {samples} samples\n");
+    let mut over = Vec::new();
+    for (name, measured) in truth["features"].as_object().unwrap() {
+        let expected = measured["ms"].as_f64().unwrap() * 100.0 / total;
+        let reported = percent(&report, name);
+        let bound = share_bound(expected, samples, TOLERANCE);
+        table += &format!(
+            "  {name:<14} report {reported:6.2}%  truth {expected:6.2}%  bound {bound:.2}\n"
+        );
+        if (reported - expected).abs() > bound {
+            over.push(name.clone());
+        }
+        let instances = payloads(&report, name);
+        assert!(
+            instances
+                .first()
+                .is_some_and(|p| p.starts_with("main.main (") && p.contains("unmarked.go:")),
+            "{name}'s instances are not the program's lines: {instances:?}"
+        );
+    }
+    eprintln!("{table}");
+    assert!(over.is_empty(), "shares off ({over:?}):\n{table}");
+}
+
+/// `go`, if installed; in CI its absence is a failure.
+fn go() -> Option<&'static str> {
+    let found = Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "go is not installed: apt-get install golang-go"
+        );
+        eprintln!("go is not installed (apt-get install golang-go): Go's rules not checked");
+        return None;
+    }
+    Some("go")
 }
 
 /// A C++ program nobody marked (`tests/c/catalog.cpp`) gets the catalog's C++ features at its

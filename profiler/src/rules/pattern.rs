@@ -405,10 +405,15 @@ fn simple_path(name: &str) -> String {
             }
             '(' if !operator => {
                 // A parameter list: the end of the name, unless a path goes on after it
-                // (a function-local name).
+                // (a function-local name). A Go method's receiver (`os.(*File).Sync`) is its
+                // type's name: `os.File.Sync`.
                 match closing_paren(name, i) {
                     Some(end) if name[end + 1..].trim_start().starts_with("::") => {
                         skip_to = end + 1
+                    }
+                    Some(end) if before.ends_with('.') && name[end + 1..].starts_with('.') => {
+                        out.push_str(name[i + 1..end].trim_start_matches('*'));
+                        skip_to = end + 1;
                     }
                     _ => break,
                 }
@@ -529,6 +534,19 @@ mod tests {
             path("myprog::main::{{closure}}"),
             "myprog::main::{{closure}}"
         );
+        // Go: a method's receiver is its type's name.
+        assert_eq!(path("os.(*File).Sync"), "os.File.Sync");
+        assert_eq!(
+            path("encoding/json.(*encodeState).marshal"),
+            "encoding/json.encodeState.marshal"
+        );
+        assert_eq!(path("sort.IntSlice.Less"), "sort.IntSlice.Less");
+        assert_eq!(path("main.main.func2"), "main.main.func2");
+        assert!(hit("internal/poll.FD.Write", "internal/poll.(*FD).Write"));
+        assert!(!hit(
+            "internal/poll.FD.Write",
+            "internal/poll.(*FD).WriteMsg"
+        ));
     }
 
     #[test]
