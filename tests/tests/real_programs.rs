@@ -442,3 +442,86 @@ fn node_names_its_javascript(command: &[&str]) {
         "the flamegraph does not name both functions"
     );
 }
+
+/// node in a container of its own (new PID and mount namespaces, its own `/tmp`: `unshare`, as
+/// root) writes its perf map as `/tmp/perf-1.map` there; `fsprof attach` to it from outside
+/// names its JavaScript functions from that map, read through the process's root.
+#[test]
+fn nodes_perf_map_in_a_container_names_its_functions() {
+    let _serial = serial();
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root: the container test needs unshare"
+        );
+        eprintln!("not root: no container made, the perf map in a container not checked");
+        return;
+    }
+    let dir = tempdir();
+    let inside = dir.path().join("container-tmp");
+    std::fs::create_dir_all(&inside).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/jit.js");
+    std::fs::copy(&script, inside.join("jit.js")).unwrap();
+    // Its /tmp is `inside`; the script and its truth are there.
+    let shell = format!(
+        "mount --bind {} /tmp && cd /tmp && exec node --perf-basic-prof --interpreted-frames-native-stack --no-turbo-inlining jit.js 8 /tmp/truth.json",
+        inside.display()
+    );
+    let mut container = Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &shell,
+        ])
+        .spawn()
+        .unwrap();
+    // node: the child unshare forked (pid 1 in its namespace).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let node = loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", container.id()))
+                .unwrap_or_default();
+        let child = children
+            .split_whitespace()
+            .next()
+            .and_then(|c| c.parse::<u32>().ok());
+        let exe = child.and_then(|c| std::fs::read_link(format!("/proc/{c}/exe")).ok());
+        if exe.is_some_and(|exe| exe.to_string_lossy().contains("node")) {
+            break child.unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "node did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let out = dir.path().join("out");
+    let output = Command::new(fsprof())
+        .args(["attach", "--duration", "3", "-o"])
+        .arg(&out)
+        .arg(node.to_string())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let status = container.wait().unwrap();
+    assert!(output.status.success() && status.success(), "{stderr}");
+    assert!(
+        !Path::new(&format!("/tmp/perf-{node}.map")).exists(),
+        "node wrote its map outside its container"
+    );
+    let report = report_json(&out);
+    let share = |name: &str| -> f64 {
+        (report["functions"].as_array().unwrap().iter())
+            .filter(|f| f["name"].as_str().unwrap().contains(name))
+            .map(|f| f["self_percent"].as_f64().unwrap())
+            .sum()
+    };
+    let (a, b) = (share("fsprofHashA"), share("fsprofHashB"));
+    // The script spends nearly all its time in the two: named, they hold most of the window.
+    assert!(
+        a > 10.0 && b > 10.0 && a + b > 60.0,
+        "{a:.1}% and {b:.1}%\n{stderr}"
+    );
+}

@@ -1,38 +1,87 @@
 //! Perf map files: the `/tmp/perf-PID.map` that node (`--perf-basic-prof`), the JVM's agents,
 //! LuaJIT, .NET, wasmtime and others write, one line per function: `START SIZE NAME`, both
-//! numbers hex. Not here: the table of names (`jit_code.rs`), jitdump files (`jitdump.rs`), or a
-//! map written in another PID namespace's `/tmp`.
+//! numbers hex; in a container, its own `/tmp` under its own pid. Not here: the table of names
+//! (`jit_code.rs`), jitdump files (`jitdump.rs`).
 //!
 //! The file is the target's (anyone may write `/tmp`): it is taken only as a regular file, not
-//! through a symbolic link, owned by root or by this fsprof's user (as `perf report` takes it),
-//! at most [`MAX_BYTES`] of it, names cut at [`MAX_NAME`](super::jit_code::MAX_NAME) bytes.
+//! through a symbolic link, owned by root, by this fsprof's user (as `perf report` takes it) or
+//! by the process's own, at most [`MAX_BYTES`] of it, names cut at
+//! [`MAX_NAME`](super::jit_code::MAX_NAME) bytes.
 
 use super::jit_code::{cut_name, JitFunction, MAX_FUNCTIONS};
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::Path;
 
 /// Most bytes of a perf map read.
 const MAX_BYTES: u64 = 256 << 20;
 
 /// The functions of process `pid`'s perf map, in the order written; none when it has none or
-/// when the file may not be trusted.
+/// when the file may not be trusted. A process in a container (another PID or mount
+/// namespace) writes its map in its own `/tmp` under its own pid: while it lives, that one is
+/// read, through its root.
 pub fn read(pid: u32) -> Vec<JitFunction> {
-    read_path(Path::new(&format!("/tmp/perf-{pid}.map")))
-}
-
-fn read_path(path: &Path) -> Vec<JitFunction> {
+    let owners = owners(pid);
+    if let Some(file) = open_in_its_root(pid) {
+        return read_file(file, &owners);
+    }
     let opened = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path);
-    let Ok(file) = opened else {
-        return Vec::new();
+        .open(format!("/tmp/perf-{pid}.map"));
+    match opened {
+        Ok(file) => read_file(file, &owners),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Who may own a perf map fsprof reads: root, fsprof's user, and the process's own user
+/// (while it lives: the map is its own doing).
+fn owners(pid: u32) -> Vec<u32> {
+    let mut owners = vec![0, nix::unistd::geteuid().as_raw()];
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let uid = (status.lines())
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1)?.parse::<u32>().ok());
+    owners.extend(uid);
+    owners
+}
+
+/// The perf map of process `pid` in its own root, by its own pid, where either differs from
+/// fsprof's (a container); `None` otherwise, or where it has none. Resolved inside that root
+/// (`openat2`'s `RESOLVE_IN_ROOT`): a link there cannot lead out of it.
+fn open_in_its_root(pid: u32) -> Option<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let own_pid = crate::program::process::namespace_tid(pid, pid)?;
+    let mount_namespace = |of: &str| std::fs::read_link(format!("/proc/{of}/ns/mnt")).ok();
+    if own_pid == pid && mount_namespace("self") == mount_namespace(&pid.to_string()) {
+        return None;
+    }
+    let root = std::fs::File::open(format!("/proc/{pid}/root")).ok()?;
+    let path = std::ffi::CString::new(format!("tmp/perf-{own_pid}.map")).ok()?;
+    use nix::libc;
+    // SAFETY: `open_how` is plain data, zeroed then filled.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: the path is a valid C string, `how` lives through the call and its size is given.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
     };
-    let me = nix::unistd::geteuid().as_raw();
+    // SAFETY: a descriptor openat2 just returned, owned by no one else.
+    (fd >= 0).then(|| unsafe { std::fs::File::from_raw_fd(fd as i32) })
+}
+
+/// The functions of an opened perf map: a regular file owned by one of `owners`.
+fn read_file(file: std::fs::File, owners: &[u32]) -> Vec<JitFunction> {
     let trusted = file
         .metadata()
-        .is_ok_and(|m| m.is_file() && (m.uid() == 0 || m.uid() == me));
+        .is_ok_and(|m| m.is_file() && owners.contains(&m.uid()));
     if !trusted {
         return Vec::new();
     }
@@ -67,6 +116,18 @@ fn parse(text: &str) -> Vec<JitFunction> {
 mod tests {
     use super::*;
     use crate::symbolize::jit_code::{JitCode, MAX_NAME};
+    use std::path::Path;
+
+    fn read_path(path: &Path) -> Vec<JitFunction> {
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(path);
+        match opened {
+            Ok(file) => read_file(file, &[0, nix::unistd::geteuid().as_raw()]),
+            Err(_) => Vec::new(),
+        }
+    }
 
     #[test]
     fn lines_name_their_ranges() {
