@@ -273,6 +273,10 @@ pub struct ReadingMeta {
     /// holds were pushed between two reads, and the backtracking view may miss their waste.
     #[serde(default)]
     pub later_branches_lost: u64,
+    /// The program published custom labels (the custom-labels ABI), read at its samples: each
+    /// label a mark of the feature its key names.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub custom_labels: bool,
 }
 
 /// How the sampler ticked: its scheduling, and its ticks late, stretched or slow.
@@ -412,6 +416,9 @@ pub enum PayloadKind {
     Alternative,
     /// A check at a boundary: `value (from -> to)`.
     Boundary,
+    /// A label's value, published by the program by the custom-labels ABI (its key is the
+    /// feature; `program/custom_labels.rs`), not pushed from a stack frame.
+    Label,
 }
 
 /// An instance payload.

@@ -626,3 +626,70 @@ fn fsprof_top_lists_the_features_the_rules_find_as_the_report_does() {
     eprintln!("{summary}");
     assert!(off.is_empty(), "off: {off:?}\n{summary}\n{table}");
 }
+
+/// A program with no fsprof shim that publishes custom labels by the custom-labels ABI v1 (as
+/// parca-agent reads them; `tests/c/labels.c`: `request=GET /a` with `tenant=acme`, `request=GET
+/// /b`, none) gets its labels as features, read at each sample: each label's key a feature, its
+/// value the instance, each within its bound of the time the program measured under it.
+#[test]
+fn labels_published_by_the_custom_labels_abi_are_features() {
+    let _serial = serial();
+    let dir = tempdir();
+    let exe = support::native::build_exporting_c_program(dir.path(), "labels");
+    let truth_path = dir.path().join("truth.json");
+    let out = dir.path().join("out");
+    let output = Command::new(fsprof())
+        .args(["run", "--rate", ACCURACY_RATE, "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&exe)
+        .args(["4", "--truth"])
+        .arg(&truth_path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("The program publishes labels (the custom-labels ABI"),
+        "{stderr}"
+    );
+    let report = report_json(&out);
+    let truth: Value = serde_json::from_slice(&std::fs::read(&truth_path).unwrap()).unwrap();
+    let total = truth["total_ms"].as_f64().unwrap();
+    let samples = samples_of(&report);
+    let feature = |name: &str| {
+        (report["features"].as_array().unwrap().iter())
+            .find(|f| f["name"] == name)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let mut table = format!("{samples} samples\n");
+    let mut off = Vec::new();
+    for (name, measured) in truth["features"].as_object().unwrap() {
+        let reported = feature(name);
+        let shares = std::iter::once((
+            name.clone(),
+            reported["percent"].as_f64().unwrap_or(0.0),
+            measured["ms"].as_f64().unwrap(),
+        ))
+        .chain(
+            (measured["instances"].as_object().unwrap().iter()).map(|(value, ms)| {
+                let instance = (reported["instances"].as_array().into_iter().flatten())
+                    .find(|i| i["payload"] == value.as_str());
+                let percent = instance.map_or(0.0, |i| i["percent"].as_f64().unwrap());
+                (format!("{name}={value}"), percent, ms.as_f64().unwrap())
+            }),
+        );
+        for (what, percent, ms) in shares {
+            let expected = ms * 100.0 / total;
+            let bound = share_bound(expected, samples, TOLERANCE);
+            table +=
+                &format!("  {what:<20} {percent:6.2}%  truth {expected:6.2}%  bound {bound:.2}\n");
+            if (percent - expected).abs() > bound {
+                off.push(what);
+            }
+        }
+    }
+    eprintln!("{table}");
+    assert!(off.is_empty(), "off: {off:?}\n{table}\n{stderr}");
+}

@@ -20,7 +20,7 @@
 
 use super::attribution::{attribute, innermost_marks};
 use super::weights::{counts_image, TimeView};
-use crate::profile::{Profile, SampleGroup};
+use crate::profile::{PayloadKind, Profile, SampleGroup};
 use crate::symbolize::runtime_code;
 use std::collections::HashMap;
 
@@ -369,6 +369,16 @@ fn call_path<'a>(profile: &'a Profile, group: &SampleGroup, mark: usize) -> (Vec
         .marks_at
         .get(mark)
         .map_or(0, |at| (*at as usize).min(native.frames.len()));
+    // A label (custom labels) is placed at the root, pushed from no frame: its path is where
+    // the thread was, the stack's innermost frames.
+    let marks = native.marks.unwrap_or(group.stack);
+    let label = (profile.stacks.get(marks as usize))
+        .and_then(|stack| stack.frames.get(mark)?.payload)
+        .and_then(|payload| profile.payloads.get(payload as usize))
+        .is_some_and(|payload| payload.kind == PayloadKind::Label);
+    if label {
+        before = native.frames.len();
+    }
     // A built-in mark placed at the interposed call (its call site in the program was not found
     // in this stack) has the runtime's frames before it: the path is of the program's frames.
     let runtime = |frame: &u32| {

@@ -75,6 +75,7 @@ pub(super) const HELPER_MAP_DELETE_ELEM: i32 = 3;
 pub(super) const HELPER_KTIME_GET_NS: i32 = 5;
 pub(super) const HELPER_TAIL_CALL: i32 = 12;
 pub(super) const HELPER_GET_CURRENT_PID_TGID: i32 = 14;
+pub(super) const HELPER_GET_CURRENT_TASK: i32 = 35;
 pub(super) const HELPER_PROBE_READ_USER: i32 = 112;
 pub(super) const HELPER_PROBE_READ_KERNEL: i32 = 113;
 pub(super) const HELPER_RINGBUF_OUTPUT: i32 = 130;

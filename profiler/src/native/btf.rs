@@ -12,6 +12,20 @@ pub fn task_pid_offset() -> Option<u32> {
     *OFFSET.get_or_init(|| member_offset("task_struct", "pid"))
 }
 
+/// The byte offset of a thread's thread pointer (x86-64's `fs` base) in the kernel's
+/// `task_struct` (`thread.fsbase`), read once per fsprof; `None` where the kernel does not
+/// describe it (or on other architectures).
+pub fn thread_pointer_offset() -> Option<u32> {
+    static OFFSET: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        if !cfg!(target_arch = "x86_64") {
+            return None;
+        }
+        let thread = member_offset("task_struct", "thread")?;
+        thread.checked_add(member_offset("thread_struct", "fsbase")?)
+    })
+}
+
 /// The byte offset of `member` in the kernel's `struct name`, if the kernel describes it (a
 /// top-level member, not a bit field).
 pub fn member_offset(name: &str, member: &str) -> Option<u32> {

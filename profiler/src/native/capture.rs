@@ -28,6 +28,7 @@ use crate::native::unwind::{
 };
 use crate::os::privilege::Refusal;
 use crate::profile::RawNativeStack;
+use crate::program::custom_labels::CustomLabels;
 use crate::program::modules::{JitDump, Module};
 use crate::program::process;
 use crate::program::remote::Remote;
@@ -46,6 +47,8 @@ pub enum PerfTaken {
         cpu_ns: u64,
         time: u64,
         tick_ns: u64,
+        /// The pointer to the thread's custom label set then (see `PerfSample::labels`).
+        labels: Option<u64>,
     },
     /// Its stack as it left its CPU (preempted or blocked), taken at `time` (CLOCK_MONOTONIC,
     /// ns), just before the departure that follows it.
@@ -116,6 +119,9 @@ pub struct NativeSampler {
     /// The worker that reads the target where that waits for its memory map's lock, once one
     /// was needed (`Err`: it could not be started, and the reads are made here).
     reads: Option<Result<OffThread, ()>>,
+    /// Whether the process publishes custom labels that perf's program reads at each sample
+    /// (see [`NativeSampler::look_for_labels`]), and how many modules were looked in.
+    labels: (bool, usize),
 }
 
 impl NativeSampler {
@@ -144,9 +150,11 @@ impl NativeSampler {
             stats: NativeStats::default(),
             attach_error: None,
             reads: None,
+            labels: (false, 0),
         };
         // Here, not by the worker: nothing is sampled yet, and the first map is needed whole.
         sampler.maps.refresh(pid, &mut sampler.unwinder, None);
+        sampler.look_for_labels();
         sampler
     }
 
@@ -154,6 +162,37 @@ impl NativeSampler {
     fn refresh(&mut self, via: u32) {
         self.maps
             .refresh(via, &mut self.unwinder, worker(&mut self.reads));
+        self.look_for_labels();
+    }
+
+    /// Whether the process's custom labels are read at its samples.
+    pub fn reads_labels(&self) -> bool {
+        self.labels.0
+    }
+
+    /// Has perf's program read the process's custom labels at each sample, once its modules
+    /// show the ABI (`program/custom_labels.rs`): looked for again while modules come (a
+    /// library loaded at start may be mapped after the first read, and relocated later still).
+    fn look_for_labels(&mut self) {
+        let (found, looked) = self.labels;
+        let modules = self.unwinder.modules();
+        if found || modules.len() == looked {
+            return;
+        }
+        self.labels.1 = modules.len();
+        let Some(perf) = &self.perf else {
+            return;
+        };
+        let Ok(exe) = std::fs::read_link(format!("/proc/{}/exe", self.pid)) else {
+            return;
+        };
+        let exe = exe.to_string_lossy();
+        let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
+        let remote = Remote::new(self.pid);
+        if let Some(labels) = CustomLabels::find(&remote, modules, exe) {
+            perf.lock().read_labels(perf.owner(), labels.tls_offset);
+            self.labels.0 = true;
+        }
     }
 
     /// Handles the target's pending events (signals, exits) without blocking. Threads that
@@ -330,6 +369,7 @@ impl NativeSampler {
                     cpu_ns: sample.cpu_ns,
                     time: sample.time,
                     tick_ns: sample.tick_ns,
+                    labels: sample.labels,
                 });
             }
             Taken::Departure(sample) => {

@@ -391,6 +391,7 @@ impl CpuWide {
                             marks_known: matched.known,
                             anchors: matched.anchors,
                             instant: matched.instant,
+                            labels: matched.labels,
                             tick_ns: held.tick_ns,
                         }));
                     }
@@ -485,6 +486,7 @@ fn departure(held: &DepartureStack, time: u64) -> PerfSample<'_> {
         marks_known: false,
         anchors: Vec::new(),
         instant: Vec::new(),
+        labels: None,
         tick_ns: 0,
     }
 }

@@ -89,7 +89,13 @@ pub(in crate::native) const VALUE_FOLDED: usize = VALUE_NEAR_UNTIL + 8;
 pub(in crate::native) const VALUE_FOLD_RECORD: usize = VALUE_FOLDED + 8 * FOLD_KINDS;
 /// A fold record: time, index and kind, the folded time per kind, the switch number.
 pub(in crate::native) const FOLD_RECORD: usize = 16 + 8 * FOLD_KINDS + 8;
-pub(in crate::native) const VALUE_SIZE: usize = VALUE_FOLD_RECORD + FOLD_RECORD;
+/// Then where the thread's custom labels lie (`program/custom_labels.rs`): the offset of their
+/// thread-local pointer from its thread pointer (set by fsprof; 0: none), and the record that
+/// carries the pointer read at a sample (a copy header with slot number [`LABELS`], the
+/// pointer in its address field).
+pub(in crate::native) const VALUE_LABELS_OFFSET: usize = VALUE_FOLD_RECORD + FOLD_RECORD;
+pub(in crate::native) const VALUE_LABELS_RECORD: usize = VALUE_LABELS_OFFSET + 8;
+pub(in crate::native) const VALUE_SIZE: usize = VALUE_LABELS_RECORD + COPY_HEADER;
 /// The kinds of folded stretches: blocked, preempted near the end of a block, preempted
 /// elsewhere (their numbers in `VALUE_FOLD_KIND` and the order of `VALUE_FOLDED`).
 pub(in crate::native) const FOLD_KINDS: usize = 3;
@@ -115,6 +121,8 @@ pub(in crate::native) const EXECED: usize = SLOTS + 5;
 pub(in crate::native) const DEPARTURE_STACK: usize = SLOTS + 6;
 /// The record of a thread's short stretches off its CPU folded since its previous record.
 pub(in crate::native) const FOLDED: usize = SLOTS + 7;
+/// The record of a thread's custom-labels pointer at a sample (see [`VALUE_LABELS_OFFSET`]).
+pub(in crate::native) const LABELS: usize = SLOTS + 8;
 
 /// A stretch off the CPU of a thread without marks, that left with no stack copied (most of its
 /// departures: one a period has its stack), is folded into its thread's totals by kind rather

@@ -23,7 +23,7 @@ use crate::native::cpu_wide::CpuWide;
 use crate::native::layout::{ANCHORS, DEPARTURE_STACK_DUMP, SLOTS, STACK_DUMP};
 use crate::native::layout::{
     FOLD_KINDS, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_FOLD_KIND,
-    VALUE_FOLD_LEFT, VALUE_QUIET, VALUE_SIZE, VALUE_SWITCHES, VALUE_WALK,
+    VALUE_FOLD_LEFT, VALUE_LABELS_OFFSET, VALUE_QUIET, VALUE_SIZE, VALUE_SWITCHES, VALUE_WALK,
 };
 use crate::native::map_value::Values;
 use crate::native::perf_events::{attach, open_event, open_switch_event, output_to, rephase};
@@ -145,6 +145,9 @@ pub struct PerfSampler {
     wide: Option<CpuWide>,
     /// The latest owner given out (see [`Owner`]).
     owners: Owner,
+    /// Per owner whose custom labels are read, the offset of their thread-local pointer from a
+    /// thread's thread pointer (see `layout::VALUE_LABELS_OFFSET`).
+    labels: HashMap<Owner, i64>,
 }
 
 /// Who watches a thread: the process the sampler was made for ([`FIRST_OWNER`], whose code
@@ -212,6 +215,7 @@ impl PerfSampler {
             ),
             wide: None,
             owners: FIRST_OWNER,
+            labels: HashMap::new(),
         };
         if sampler.programs.rules.eager() {
             sampler.programs.rules.prepare_walk(sampler.copies.fd());
@@ -319,6 +323,17 @@ impl PerfSampler {
         self.watch_by(FIRST_OWNER, tid, addresses)
     }
 
+    /// Has the program read, at each sample of `owner`'s threads from now on, the pointer to
+    /// their custom label set, `offset` bytes from their thread pointer (see
+    /// `program/custom_labels.rs`); it comes with their samples (`PerfSample::labels`).
+    pub fn read_labels(&mut self, owner: Owner, offset: i64) {
+        self.labels.insert(owner, offset);
+        for thread in self.threads.values().filter(|t| t.owner == owner) {
+            self.values
+                .write(thread.index, VALUE_LABELS_OFFSET, &[offset as u64]);
+        }
+    }
+
     /// Sets the stack addresses whose words the program reads at each sample of `tid` from now
     /// on (0: none); see [`ANCHORS`].
     pub fn set_anchors(&mut self, tid: u32, anchors: [u64; ANCHORS]) {
@@ -392,6 +407,7 @@ impl PerfSampler {
                 let matched = match_copies(waiting, sample.time, [tolerance, tolerance]);
                 (sample.slots, sample.marks_known) = (matched.slots, matched.known);
                 (sample.anchors, sample.instant) = (matched.anchors, matched.instant);
+                sample.labels = matched.labels;
                 unmatched += u64::from(!sample.marks_known);
                 samples += 1;
                 each(Taken::Sample(*sample));
@@ -581,6 +597,9 @@ impl PerfSampler {
         // of 6), and no anchors from the value's previous thread.
         self.values.write(index, VALUE_ADDRESSES, &addresses);
         self.values.write(index, VALUE_ANCHORS, &[0; ANCHORS]);
+        let labels = self.labels.get(&owner).copied().unwrap_or(0);
+        self.values
+            .write(index, VALUE_LABELS_OFFSET, &[labels as u64]);
         let walk = u64::from(self.programs.rules.on && owner == FIRST_OWNER);
         self.values.write(index, VALUE_WALK, &[walk]);
         // Per CPU, a thread no longer followed off its CPU is not once watched again (after an

@@ -8,7 +8,7 @@ use crate::native::bpf::{create_map, BPF_MAP_TYPE_RINGBUF};
 use crate::native::layout::COPY_HEADER;
 use crate::native::layout::{ANCHORS, SLOTS, STACK_DUMP};
 use crate::native::layout::{
-    CPU_TIME, DEPARTED, DEPARTURE_STACK, EXECED, FOLDED, RETURNED, SLOTLESS,
+    CPU_TIME, DEPARTED, DEPARTURE_STACK, EXECED, FOLDED, LABELS, RETURNED, SLOTLESS,
 };
 use crate::native::stream::Folded;
 use crate::native::stream::PerfSample;
@@ -343,6 +343,7 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
         marks_known: false,
         anchors: Vec::new(),
         instant: Vec::new(),
+        labels: None,
         tick_ns: 0,
     });
     Record::Sample {
@@ -377,8 +378,9 @@ pub(super) fn parse_copy(record: &[u8]) -> Option<(u32, SlotCopy)> {
         index_and_slot >> 40 & 1 == 1,
     );
     // Slot number SLOTS: the anchors' record (see `layout::ANCHORS`); SLOTS + 1: the walk's
-    // (`walk.rs`); CPU_TIME: the thread's time on a CPU at the sample (`cpu_wide.rs`).
-    if slot > CPU_TIME || index_and_slot >> 41 != 0 {
+    // (`walk.rs`); CPU_TIME: the thread's time on a CPU at the sample (`cpu_wide.rs`); LABELS:
+    // its custom labels' pointer (`sampling.rs`).
+    if (slot > CPU_TIME && slot != LABELS) || index_and_slot >> 41 != 0 {
         return None;
     }
     let address = word(16)?;
@@ -572,6 +574,8 @@ pub(super) struct Matched {
     pub(super) instant: Vec<(u64, u64)>,
     /// The thread's time on a CPU then, where a per-CPU program said (`cpu_wide.rs`).
     pub(super) cpu_ns: Option<u64>,
+    /// The pointer to its custom label set then (0: none), where its labels are read.
+    pub(super) labels: Option<u64>,
 }
 
 /// What was copied at `time` (a sample's or a switch's), from its thread's queue: copies made
@@ -591,7 +595,7 @@ pub(super) fn match_copies(
     let mut slots: [Option<Vec<u8>>; SLOTS] = Default::default();
     let mut found = [false; SLOTS];
     let mut ok = true;
-    let (mut anchors, mut instant, mut cpu_ns) = (Vec::new(), Vec::new(), None);
+    let (mut anchors, mut instant, mut cpu_ns, mut labels) = (Vec::new(), Vec::new(), None, None);
     while let Some(copy) = waiting.front() {
         if copy.time > time.saturating_add(within[1]) {
             break;
@@ -611,6 +615,10 @@ pub(super) fn match_copies(
             cpu_ns = Some(copy.address);
             continue;
         }
+        if copy.slot == LABELS {
+            labels = Some(copy.address);
+            continue;
+        }
         found[copy.slot] = true;
         ok &= copy.ok;
         if copy.address != 0 && copy.ok {
@@ -624,6 +632,7 @@ pub(super) fn match_copies(
         anchors,
         instant,
         cpu_ns,
+        labels,
     }
 }
 

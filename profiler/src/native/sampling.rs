@@ -6,15 +6,16 @@
 //! `bpf.rs`. Not here: the per-CPU design's other programs (`cpu_wide/programs.rs`).
 
 use crate::native::asm::{
-    insn, Asm, Insn, ADD64_IMM, CALL, EXIT, HELPER_GET_CURRENT_PID_TGID, HELPER_KTIME_GET_NS,
-    HELPER_PROBE_READ_USER, HELPER_RINGBUF_OUTPUT, JEQ_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_W,
-    LD_IMM64, MOV64_IMM, MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, STX_DW, STX_W, ST_DW, ST_W,
+    insn, Asm, Insn, ADD64_IMM, ADD64_REG, CALL, EXIT, HELPER_GET_CURRENT_PID_TGID,
+    HELPER_GET_CURRENT_TASK, HELPER_KTIME_GET_NS, HELPER_PROBE_READ_KERNEL, HELPER_PROBE_READ_USER,
+    HELPER_RINGBUF_OUTPUT, JEQ_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_W, LD_IMM64, MOV64_IMM,
+    MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, STX_DW, STX_W, ST_DW, ST_W,
 };
 use crate::native::bpf::load;
 use crate::native::fragments::{copy_slots, value_of_thread, watched_index};
 use crate::native::layout::{
-    ANCHORS, ANCHOR_RECORD_SIZE, CONTEXT, COPY_HEADER, INDEX_SLOT, SLOTS, VALUE_ANCHORS,
-    VALUE_ANCHOR_RECORD, VALUE_DEPARTED,
+    ANCHORS, ANCHOR_RECORD_SIZE, CONTEXT, COPY_HEADER, INDEX_SLOT, LABELS, SLOTS, VALUE_ANCHORS,
+    VALUE_ANCHOR_RECORD, VALUE_DEPARTED, VALUE_LABELS_OFFSET, VALUE_LABELS_RECORD,
 };
 use crate::native::rules::Rules;
 use nix::errno::Errno;
@@ -73,6 +74,9 @@ fn program(
             crate::native::cpu_wide::programs::cpu_time(&mut p, copies);
         }
         anchors(&mut p, copies);
+        if let Some(thread_pointer) = crate::native::btf::thread_pointer_offset() {
+            labels(&mut p, copies, thread_pointer);
+        }
         crate::native::walk::hand_over(&mut p, walk);
     }
     if let Some(gap_ns) = departure {
@@ -175,6 +179,57 @@ fn anchors(p: &mut Asm, copies: RawFd) {
         insn(MOV64_REG, 2, 6, 0, 0),
         insn(ADD64_IMM, 2, 0, 0, i32::from(record)),
         insn(MOV64_IMM, 3, 0, 0, ANCHOR_RECORD_SIZE as i32),
+        insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
+        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
+    ]);
+    p.bind(skip);
+}
+
+/// At a sample of a thread whose custom labels fsprof reads (the value's labels offset is not
+/// 0): the pointer to its current label set, read at its thread pointer (the task's
+/// `thread.fsbase`, at `thread_pointer` in its `task_struct`) plus that offset, put in the ring
+/// `copies` as a copy header with slot number [`LABELS`], the pointer as its address (0 when
+/// either read fails). `r6` is the value, `r7` the time.
+fn labels(p: &mut Asm, copies: RawFd, thread_pointer: u32) {
+    let record = VALUE_LABELS_RECORD as i16;
+    let skip = p.label();
+    let output = p.label();
+    p.push(insn(LDX_DW, 1, 6, VALUE_LABELS_OFFSET as i16, 0));
+    p.jump(JEQ_IMM, 1, 0, 0, skip);
+    p.extend([
+        insn(STX_DW, 6, 7, record, 0),
+        insn(LDX_W, 1, 10, INDEX_SLOT, 0),
+        insn(STX_W, 6, 1, record + 8, 0),
+        insn(ST_W, 6, 0, record + 12, LABELS as i32),
+        insn(ST_DW, 6, 0, record + 16, 0),
+        insn(ST_DW, 6, 0, record + 24, 0),
+        // The thread pointer, into the record's result word for now.
+        insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_TASK),
+        insn(MOV64_REG, 3, 0, 0, 0),
+        insn(ADD64_IMM, 3, 0, 0, thread_pointer as i32),
+        insn(MOV64_REG, 1, 6, 0, 0),
+        insn(ADD64_IMM, 1, 0, 0, i32::from(record) + 24),
+        insn(MOV64_IMM, 2, 0, 0, 8),
+        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
+    ]);
+    p.jump(JNE_IMM, 0, 0, 0, output);
+    p.extend([
+        insn(LDX_DW, 3, 6, record + 24, 0),
+        insn(LDX_DW, 1, 6, VALUE_LABELS_OFFSET as i16, 0),
+        insn(ADD64_REG, 3, 1, 0, 0),
+        insn(MOV64_REG, 1, 6, 0, 0),
+        insn(ADD64_IMM, 1, 0, 0, i32::from(record) + 16),
+        insn(MOV64_IMM, 2, 0, 0, 8),
+        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+    ]);
+    p.bind(output);
+    p.extend([
+        insn(ST_DW, 6, 0, record + 24, 0),
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 6, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(record)),
+        insn(MOV64_IMM, 3, 0, 0, COPY_HEADER as i32),
         insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
         insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
     ]);

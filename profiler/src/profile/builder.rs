@@ -144,6 +144,11 @@ impl ProfileBuilder {
         id
     }
 
+    /// The mark stack of id `id` (as [`ProfileBuilder::stack`] gave it).
+    pub fn stack_by_id(&self, id: u32) -> &Stack {
+        &self.stacks[id as usize]
+    }
+
     /// The sample groups so far, with their mark stacks.
     pub fn groups(&self) -> impl Iterator<Item = (&Stack, &SampleGroup)> {
         (self.samples.iter()).map(|group| (&self.stacks[group.stack as usize], group))

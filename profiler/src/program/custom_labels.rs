@@ -89,36 +89,46 @@ impl CustomLabels {
 
     fn try_read(&self, memory: &impl Memory, thread_pointer: u64) -> Option<Vec<Label>> {
         let set = read_u64(memory, thread_pointer.wrapping_add_signed(self.tls_offset))?;
-        if set == 0 {
-            return Some(Vec::new());
-        }
-        let mut header = [0u8; 16];
-        memory.read(set, &mut header).ok()?;
-        let storage = u64::from_ne_bytes(header[..8].try_into().ok()?);
-        let count = u64::from_ne_bytes(header[8..].try_into().ok()?).min(MAX_LABELS as u64);
-        let mut raw = vec![0u8; count as usize * LABEL_BYTES];
-        if count > 0 {
-            memory.read(storage, &mut raw).ok()?;
-        }
-        let mut labels: Vec<Label> = Vec::new();
-        for label in raw.chunks_exact(LABEL_BYTES) {
-            let word = |at: usize| u64::from_ne_bytes(label[at..at + 8].try_into().unwrap());
-            let (key_len, key_buf, value_len, value_buf) = (word(0), word(8), word(16), word(24));
-            if key_buf == 0 {
-                continue;
-            }
-            let key = read_text(memory, key_buf, key_len)?;
-            if labels.iter().any(|l| l.key == key) {
-                continue;
-            }
-            let value = match value_buf {
-                0 => String::new(),
-                _ => read_text(memory, value_buf, value_len)?,
-            };
-            labels.push(Label { key, value });
-        }
-        Some(labels)
+        Some(read_set(memory, set))
     }
+}
+
+/// The labels of the label set at `set` (0: none), as [`CustomLabels::read`] reads them; none
+/// when it cannot be read.
+pub fn read_set(memory: &impl Memory, set: u64) -> Vec<Label> {
+    try_read_set(memory, set).unwrap_or_default()
+}
+
+fn try_read_set(memory: &impl Memory, set: u64) -> Option<Vec<Label>> {
+    if set == 0 {
+        return Some(Vec::new());
+    }
+    let mut header = [0u8; 16];
+    memory.read(set, &mut header).ok()?;
+    let storage = u64::from_ne_bytes(header[..8].try_into().ok()?);
+    let count = u64::from_ne_bytes(header[8..].try_into().ok()?).min(MAX_LABELS as u64);
+    let mut raw = vec![0u8; count as usize * LABEL_BYTES];
+    if count > 0 {
+        memory.read(storage, &mut raw).ok()?;
+    }
+    let mut labels: Vec<Label> = Vec::new();
+    for label in raw.chunks_exact(LABEL_BYTES) {
+        let word = |at: usize| u64::from_ne_bytes(label[at..at + 8].try_into().unwrap());
+        let (key_len, key_buf, value_len, value_buf) = (word(0), word(8), word(16), word(24));
+        if key_buf == 0 {
+            continue;
+        }
+        let key = read_text(memory, key_buf, key_len)?;
+        if labels.iter().any(|l| l.key == key) {
+            continue;
+        }
+        let value = match value_buf {
+            0 => String::new(),
+            _ => read_text(memory, value_buf, value_len)?,
+        };
+        labels.push(Label { key, value });
+    }
+    Some(labels)
 }
 
 /// Whether a module's file name is the ABI's library's: `libcustomlabels*.so`.

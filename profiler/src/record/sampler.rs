@@ -701,6 +701,7 @@ impl Sampler {
 
 mod ending;
 mod exec;
+mod labels;
 mod later_branches;
 mod lifecycle;
 mod native_stacks;

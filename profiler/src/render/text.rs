@@ -255,6 +255,11 @@ fn header(report: &FeatureReport, meta: &Meta, (threads, processes): (usize, usi
             "recording stopped before the first sample"
         };
         let _ = writeln!(out, "No samples were taken: {why}.");
+    } else if meta.reading.custom_labels && meta.reading.regions == 0 {
+        let _ = writeln!(
+            out,
+            "The program publishes labels (the custom-labels ABI, as parca-agent reads them), read at each sample: each label's key is a feature, its value the instance; the other features are the built-in ones."
+        );
     } else if report.features.is_empty() || meta.reading.regions == 0 {
         let _ = writeln!(
             out,

@@ -185,6 +185,12 @@ pub fn build_c_program(dir: &Path, name: &str) -> PathBuf {
     build_plain_c_program(dir, name, &[])
 }
 
+/// [`build_c_program`] with its symbols exported (`-rdynamic`): a program that publishes a
+/// thread-local for outside readers, as the custom-labels ABI asks.
+pub fn build_exporting_c_program(dir: &Path, name: &str) -> PathBuf {
+    build_plain_c_program(dir, name, &["-rdynamic"])
+}
+
 /// [`build_c_program`], linked statically: the C library inside the executable.
 pub fn build_static_c_program(dir: &Path, name: &str) -> PathBuf {
     build_plain_c_program(dir, name, &["-static"])

@@ -36,6 +36,7 @@ impl Sampler {
         if let Some(mut native) = self.native {
             native.detach();
             meta.native_stacks.native = true;
+            meta.reading.custom_labels = native.reads_labels();
             let stats = &native.stats;
             meta.native_stacks.native_backend =
                 if native.uses_perf() { "perf" } else { "ptrace" }.to_owned();

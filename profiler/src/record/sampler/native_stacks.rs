@@ -109,14 +109,15 @@ impl Sampler {
         // The stack of a thread leaving its CPU, for the departure that follows it.
         let mut departed: Option<(u64, Captured)> = None;
         for item in taken {
-            let (captured, slots, cpu_ns, time, tick_ns) = match item {
+            let (captured, slots, cpu_ns, time, tick_ns, labels) = match item {
                 PerfTaken::Sample {
                     captured,
                     slots,
                     cpu_ns,
                     time,
                     tick_ns,
-                } => (captured, slots, cpu_ns, time, tick_ns),
+                    labels,
+                } => (captured, slots, cpu_ns, time, tick_ns, labels),
                 PerfTaken::Departure { captured, time } => {
                     departed = Some((time, captured));
                     continue;
@@ -155,14 +156,19 @@ impl Sampler {
                 continue;
             };
             self.resolve_captured(own_tid, &mut records, &captured.frames);
-            let stack = self.intern_records(records, truncated);
+            let unlabelled = self.intern_records(records, truncated);
+            let (stack, labelled) = self.with_labels(unlabelled, labels);
             let before = self
                 .threads
                 .states
                 .get_mut(&tid)
                 .and_then(|state| state.before_perf.take());
             if add || before.is_some() {
-                let placed = capture::place(&captured, &self.records);
+                let mut placed = capture::place(&captured, &self.records);
+                // The labels, outermost, are placed at the thread's root.
+                placed
+                    .marks_at
+                    .splice(0..0, std::iter::repeat_n(0, labelled));
                 let native = Some(self.builder.native_stack(placed));
                 if followed {
                     self.keep_sample(tid, thread, stack, native, (cpu_ns, time, tick_ns));
@@ -174,10 +180,11 @@ impl Sampler {
                     self.add_before_perf(before, stack, native);
                 }
             }
+            // Its marks without the labels: the stretch off the CPU after it is placed by them.
             before_switch = Some(LatestSample {
                 captured: captured.clone(),
                 records: self.records.clone(),
-                stack,
+                stack: unlabelled,
             });
             latest = Some(Some(Native::Perf(
                 captured,
