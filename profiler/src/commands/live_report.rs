@@ -48,8 +48,6 @@ pub struct Line {
 #[derive(Clone, Debug, Default)]
 pub struct Table {
     pub features: Vec<(Line, Vec<Line>)>,
-    /// The counted time of the profile copied.
-    pub total_ns: u64,
 }
 
 /// The thread that makes the tables, and the latest it made.
@@ -107,7 +105,9 @@ impl LiveReport {
         };
         let snapshot = builder.snapshot(self.native_sent);
         self.native_sent += snapshot.new_native_stacks.len();
-        self.next_copy = now + EVERY.max(took * BACKOFF);
+        // The copy is made on the recording thread: it counts with the analysis.
+        let copied = now.elapsed();
+        self.next_copy = now + EVERY.max((took + copied) * BACKOFF);
         if send.try_send(snapshot).is_err() {
             self.send = None; // the thread is gone
         }
@@ -133,7 +133,7 @@ fn make_tables(
 ) {
     let mut names = Names::new(pid);
     let mut native: Vec<RawNativeStack> = Vec::new();
-    let mut before: Option<Arc<Table>> = None;
+    let mut before = Totals::default();
     let view = if count_idle {
         TimeView::All
     } else {
@@ -142,6 +142,7 @@ fn make_tables(
     while let Ok(mut snapshot) = receive.recv() {
         let started = Instant::now();
         native.append(&mut snapshot.new_native_stacks);
+        names.maps_read = false;
         names.cover(native.iter().flat_map(|stack| &stack.addresses));
         let meta = Meta {
             count_idle,
@@ -156,8 +157,8 @@ fn make_tables(
         profile.modules = names.symbolizer.modules_used();
         crate::rules::apply(&mut profile, rules);
         let report = analyse(&profile, view);
-        let table = Arc::new(table(&report, before.as_deref()));
-        before = Some(Arc::clone(&table));
+        let table = Arc::new(table(&report, &before));
+        before = Totals::of(&report);
         let mut latest = lock(latest);
         latest.table = Some(table);
         latest.busy = false;
@@ -165,53 +166,67 @@ fn make_tables(
     }
 }
 
-/// The table of `report`, its recent shares against the table `before`.
-fn table(report: &FeatureReport, before: Option<&Table>) -> Table {
-    let window = report
-        .total_ns
-        .saturating_sub(before.map_or(0, |b| b.total_ns))
-        .max(1) as f64;
+/// Every feature's and instance's time in a report (by name, as the report gives them), for
+/// the recent shares of the next.
+#[derive(Default)]
+struct Totals {
+    total_ns: u64,
+    features: HashMap<String, u64>,
+    instances: HashMap<(String, String), u64>,
+}
+
+impl Totals {
+    fn of(report: &FeatureReport) -> Totals {
+        let mut totals = Totals {
+            total_ns: report.total_ns,
+            ..Totals::default()
+        };
+        for feature in &report.features {
+            totals.features.insert(feature.name.clone(), feature.ns);
+            for instance in &feature.instances {
+                let key = (feature.name.clone(), instance.payload.clone());
+                totals.instances.insert(key, instance.ns);
+            }
+        }
+        totals
+    }
+}
+
+/// The table of `report`, its recent shares against the totals `before`.
+fn table(report: &FeatureReport, before: &Totals) -> Table {
+    let window = report.total_ns.saturating_sub(before.total_ns).max(1) as f64;
     let line = |name: &str, ns: u64, old: u64| Line {
         name: crate::profile::clean(name),
         recent_percent: ns.saturating_sub(old) as f64 * 100.0 / window,
         percent: report.percent(ns),
         ns,
     };
-    let old_feature = |name: &str| {
-        before
-            .and_then(|b| b.features.iter().find(|(f, _)| f.name == name))
-            .map(|(f, instances)| (f.ns, instances))
-    };
     let mut features: Vec<(Line, Vec<Line>)> = (report.features.iter())
         .filter(|feature| feature.ns > 0)
         .map(|feature| {
-            let old = old_feature(&feature.name);
             let instances = (feature.instances.iter().take(INSTANCES))
                 .map(|instance| {
-                    let old_ns = old
-                        .and_then(|(_, lines)| lines.iter().find(|l| l.name == instance.payload))
-                        .map_or(0, |l| l.ns);
-                    line(&instance.payload, instance.ns, old_ns)
+                    let key = (feature.name.clone(), instance.payload.clone());
+                    let old = before.instances.get(&key).copied().unwrap_or(0);
+                    line(&instance.payload, instance.ns, old)
                 })
                 .collect();
-            (
-                line(&feature.name, feature.ns, old.map_or(0, |(ns, _)| ns)),
-                instances,
-            )
+            let old = before.features.get(&feature.name).copied().unwrap_or(0);
+            (line(&feature.name, feature.ns, old), instances)
         })
         .collect();
     features.sort_by(|(a, _), (b, _)| {
         (b.recent_percent.total_cmp(&a.recent_percent)).then(b.ns.cmp(&a.ns))
     });
-    Table {
-        features,
-        total_ns: report.total_ns,
-    }
+    Table { features }
 }
 
 /// The names of the process's addresses, each found once.
 struct Names {
     pid: u32,
+    /// The memory map was read for this copy already (a read takes the target's memory map's
+    /// lock: once a copy at most).
+    maps_read: bool,
     symbolizer: Symbolizer,
     modules: Vec<Module>,
     frames: HashMap<u64, Vec<NativeFrame>>,
@@ -223,6 +238,7 @@ impl Names {
     fn new(pid: u32) -> Names {
         Names {
             pid,
+            maps_read: false,
             symbolizer: Symbolizer::new(&[]),
             modules: Vec::new(),
             frames: HashMap::new(),
@@ -241,7 +257,7 @@ impl Names {
                 break;
             }
         }
-        if !outside {
+        if !outside || std::mem::replace(&mut self.maps_read, true) {
             return;
         }
         let Ok(maps) = modules::read_maps(self.pid, self.pid) else {
@@ -307,7 +323,7 @@ impl Symbolize for &mut Names {
             return callee.clone();
         }
         let callee = self.symbolizer.calls(return_address);
-        if self.calls.len() < MAX_NAMED {
+        if self.calls.len() < MAX_NAMED && self.covered(return_address) {
             self.calls.insert(return_address, callee.clone());
         }
         callee

@@ -28,7 +28,7 @@ use crate::native::unwind::{
 };
 use crate::os::privilege::Refusal;
 use crate::profile::RawNativeStack;
-use crate::program::custom_labels::CustomLabels;
+use crate::program::custom_labels::{CustomLabels, Missing};
 use crate::program::modules::{JitDump, Module};
 use crate::program::process;
 use crate::program::remote::Remote;
@@ -120,9 +120,22 @@ pub struct NativeSampler {
     /// was needed (`Err`: it could not be started, and the reads are made here).
     reads: Option<Result<OffThread, ()>>,
     /// Whether the process publishes custom labels that perf's program reads at each sample
-    /// (see [`NativeSampler::look_for_labels`]), and how many modules were looked in.
-    labels: (bool, usize),
+    /// (see [`NativeSampler::look_for_labels`]).
+    labels: LabelsSearch,
 }
+
+/// The search for a process's custom labels: found, or how many modules were looked in, and
+/// while a module exports them unreadable yet, when to look again and how many more times.
+#[derive(Default)]
+struct LabelsSearch {
+    found: bool,
+    modules: usize,
+    again: Option<(Instant, u32)>,
+}
+
+/// How often, and how many times, a module that exports custom labels not readable yet is
+/// looked at again (its loader relocates it within milliseconds of mapping it).
+const LABELS_AGAIN: (Duration, u32) = (Duration::from_millis(50), 40);
 
 impl NativeSampler {
     /// A native sampler for process `pid` (its memory map is read at once), sampling running
@@ -150,7 +163,7 @@ impl NativeSampler {
             stats: NativeStats::default(),
             attach_error: None,
             reads: None,
-            labels: (false, 0),
+            labels: LabelsSearch::default(),
         };
         // Here, not by the worker: nothing is sampled yet, and the first map is needed whole.
         sampler.maps.refresh(pid, &mut sampler.unwinder, None);
@@ -167,19 +180,21 @@ impl NativeSampler {
 
     /// Whether the process's custom labels are read at its samples.
     pub fn reads_labels(&self) -> bool {
-        self.labels.0
+        self.labels.found
     }
 
     /// Has perf's program read the process's custom labels at each sample, once its modules
     /// show the ABI (`program/custom_labels.rs`): looked for again while modules come (a
     /// library loaded at start may be mapped after the first read, and relocated later still).
     fn look_for_labels(&mut self) {
-        let (found, looked) = self.labels;
         let modules = self.unwinder.modules();
-        if found || modules.len() == looked {
+        let search = &mut self.labels;
+        let now = Instant::now();
+        let again = search.again.is_some_and(|(at, _)| now >= at);
+        if search.found || (modules.len() == search.modules && !again) {
             return;
         }
-        self.labels.1 = modules.len();
+        search.modules = modules.len();
         let Some(perf) = &self.perf else {
             return;
         };
@@ -188,10 +203,16 @@ impl NativeSampler {
         };
         let exe = exe.to_string_lossy();
         let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
-        let remote = Remote::new(self.pid);
-        if let Some(labels) = CustomLabels::find(&remote, modules, exe) {
-            perf.lock().read_labels(perf.owner(), labels.tls_offset);
-            self.labels.0 = true;
+        match CustomLabels::find(&Remote::new(self.pid), modules, exe) {
+            Ok(labels) => {
+                perf.lock().read_labels(perf.owner(), labels.tls_offset);
+                (search.found, search.again) = (true, None);
+            }
+            Err(Missing::NotYet) => {
+                let left = search.again.map_or(LABELS_AGAIN.1, |(_, left)| left);
+                search.again = (left.checked_sub(1)).map(|left| (now + LABELS_AGAIN.0, left));
+            }
+            Err(Missing::Absent) => search.again = None,
         }
     }
 

@@ -33,6 +33,8 @@ pub struct MemoryMap {
     seen: Vec<Module>,
     /// Every jitdump file mapped during the session, opened when first seen.
     jit_dumps: Vec<JitDump>,
+    /// The jitdump files tried (by device and inode), opened or not: each is tried once.
+    jit_dumps_tried: Vec<(u64, u64)>,
     next_refresh: Instant,
     refresh_interval: Duration,
 }
@@ -45,6 +47,7 @@ impl MemoryMap {
             maps: Vec::new(),
             seen: Vec::new(),
             jit_dumps: Vec::new(),
+            jit_dumps_tried: Vec::new(),
             next_refresh: Instant::now(),
             refresh_interval: Duration::from_millis(1),
         }
@@ -60,7 +63,7 @@ impl MemoryMap {
             return;
         }
         let (pid, known) = (self.pid, unwinder.modules().to_vec());
-        let known_dumps: Vec<_> = self.jit_dumps.iter().map(JitDump::id).collect();
+        let known_dumps = self.jit_dumps_tried.clone();
         let read = move || {
             let maps = modules::read_maps(pid, via)?;
             let loaded = modules::modules(pid, &maps, &known);
@@ -99,6 +102,11 @@ impl MemoryMap {
         for dump in dumps {
             if !self.jit_dumps.iter().any(|known| known.id() == dump.id()) {
                 self.jit_dumps.push(dump);
+            }
+        }
+        for id in modules::jit_dump_ids(&maps) {
+            if !self.jit_dumps_tried.contains(&id) && self.jit_dumps_tried.len() < 64 {
+                self.jit_dumps_tried.push(id);
             }
         }
         unwinder.set_modules(loaded);

@@ -39,6 +39,16 @@ pub struct CustomLabels {
     pub tls_offset: i64,
 }
 
+/// Why [`CustomLabels::find`] found no labels to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// No module exports the ABI.
+    Absent,
+    /// A module exports it, but its version or its thread-local's place cannot be read yet
+    /// (the loader relocates a library after mapping it): to be looked for again.
+    NotYet,
+}
+
 /// One label.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Label {
@@ -48,36 +58,42 @@ pub struct Label {
 
 impl CustomLabels {
     /// The ABI in `modules` of the process whose memory is `memory`, if the executable
-    /// (`executable`: its path) or a `libcustomlabels*.so` exports it at version 1.
+    /// (`executable`: its path) or a `libcustomlabels*.so` exports it at version 1; else
+    /// whether a module exports its symbols though they cannot be read yet ([`Missing`]).
     pub fn find(
         memory: &impl Memory,
         modules: &[Module],
         executable: &str,
-    ) -> Option<CustomLabels> {
-        modules.iter().find_map(|module| {
+    ) -> Result<CustomLabels, Missing> {
+        let mut missing = Missing::Absent;
+        for module in modules {
             let library = is_library_name(&module.name);
             if !library && module.path != executable {
-                return None;
+                continue;
             }
-            let symbols = Exported::of(&module.image)?;
-            let version = read_u32(memory, module.bias.wrapping_add(symbols.version))?;
-            if version != VERSION {
-                return None;
+            let Some(symbols) = Exported::of(&module.image) else {
+                continue;
+            };
+            // Exported: a loader that has not relocated it yet, or a version not known here.
+            missing = Missing::NotYet;
+            let version = read_u32(memory, module.bias.wrapping_add(symbols.version));
+            if version != Some(VERSION) {
+                continue;
             }
             let tls_offset = match library {
                 // The loader's TLS descriptor for the symbol: its argument (the second word)
                 // is the offset from the thread pointer for a library in static TLS.
-                true => {
-                    let slot = module
-                        .bias
-                        .wrapping_add(symbols.descriptor?)
-                        .wrapping_add(8);
-                    read_u64(memory, slot)? as i64
-                }
-                false => symbols.executable_offset?,
+                true => symbols.descriptor.and_then(|descriptor| {
+                    let slot = module.bias.wrapping_add(descriptor).wrapping_add(8);
+                    read_u64(memory, slot).map(|offset| offset as i64)
+                }),
+                false => symbols.executable_offset,
             };
-            (tls_offset < 0 && tls_offset > -MAX_TLS_OFFSET).then_some(CustomLabels { tls_offset })
-        })
+            if let Some(tls_offset) = tls_offset.filter(|o| *o < 0 && *o > -MAX_TLS_OFFSET) {
+                return Ok(CustomLabels { tls_offset });
+            }
+        }
+        Err(missing)
     }
 
     /// The labels of the thread whose thread pointer is `thread_pointer`, in the set's order,

@@ -249,7 +249,8 @@ pub struct JitDump {
     pub file: std::fs::File,
 }
 
-/// Opens the jitdump files mapped in `maps` that `known` does not hold. A JIT maps its dump
+/// Opens the jitdump files mapped in `maps` that `known` does not hold (those tried before,
+/// opened or not), at most [`MAX_JIT_DUMPS`] with `known`. A JIT maps its dump
 /// (`jit-PID.dump`, perf's name for it) so that profilers find it there; it writes its records
 /// on, and they are read once recording has ended (`symbolize/jitdump.rs`).
 pub fn jit_dumps(pid: u32, maps: &[Mapping], known: &[(u64, u64)]) -> Vec<JitDump> {
@@ -261,6 +262,9 @@ pub fn jit_dumps(pid: u32, maps: &[Mapping], known: &[(u64, u64)]) -> Vec<JitDum
         let id = (mapping.device, mapping.inode);
         if known.contains(&id) || found.iter().any(|dump| dump.id() == id) {
             continue;
+        }
+        if known.len() + found.len() >= MAX_JIT_DUMPS {
+            break;
         }
         // The very file mapped, or none (`open_mapped` may fall back to whatever the path
         // names now).
@@ -282,6 +286,17 @@ impl JitDump {
     pub fn id(&self) -> (u64, u64) {
         (self.device, self.inode)
     }
+}
+
+/// Most jitdump files opened per process (a JIT writes one; each is kept open to the end).
+const MAX_JIT_DUMPS: usize = 4;
+
+/// The device and inode of every jitdump file mapped in `maps`.
+pub fn jit_dump_ids(maps: &[Mapping]) -> Vec<(u64, u64)> {
+    (maps.iter())
+        .filter(|m| m.inode != 0 && is_jitdump_path(&m.path))
+        .map(|m| (m.device, m.inode))
+        .collect()
 }
 
 /// Whether `path` names a jitdump file: `jit-<number>.dump`.

@@ -173,6 +173,8 @@ pub struct Sampler {
     image_token: Option<u64>,
     /// Whether fsprof's user may still trace the process, decided again at each `exec`.
     gate: exec::ExecGate,
+    /// The custom labels' keys and values seen, within their bounds (`labels.rs`).
+    labels: labels::Seen,
 }
 
 impl Sampler {
@@ -208,6 +210,7 @@ impl Sampler {
             options,
             image_token: None,
             gate: exec::ExecGate::new(pid),
+            labels: labels::Seen::default(),
         }
     }
 

@@ -485,7 +485,12 @@ fn boundaries(out: &mut String, edges: &[Edge], report: &FeatureReport) {
 /// The notes under the tables: what the reader should know of how the recording went.
 fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
     let mut notes = meta.notes.clone();
-    notes.extend(meta.missing_symbols.as_ref().map(missing_symbols_note));
+    let missing = meta.missing_symbols.as_ref();
+    notes.extend(
+        missing
+            .filter(|m| !m.modules.is_empty())
+            .map(missing_symbols_note),
+    );
     let builtin: Vec<&str> = report
         .features
         .iter()
@@ -579,8 +584,10 @@ fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String> {
 /// what was looked for, and how to get their symbols: a line for the system's files and one for
 /// the others.
 fn missing_symbols_note(missing: &MissingSymbols) -> String {
-    let names: Vec<&str> = (missing.modules.iter()).map(|m| m.name.as_str()).collect();
-    let first: Vec<&str> = (missing.modules.iter()).map(|m| m.first.as_str()).collect();
+    // The names are the target's files' (a profile is a file anyone may have written).
+    let clean = crate::profile::clean;
+    let names: Vec<String> = (missing.modules.iter()).map(|m| clean(&m.name)).collect();
+    let first: Vec<String> = (missing.modules.iter()).map(|m| clean(&m.first)).collect();
     let mut note = format!(
         "no symbols for {} (first {}): {} functions are named module+0xSTART (the function's start, from the unwind tables, as `nm` and `objdump` show addresses). Looked for: debug files under {} (by build id and debug link), MiniDebugInfo, {}.",
         names.join(", "),
@@ -593,9 +600,9 @@ fn missing_symbols_note(missing: &MissingSymbols) -> String {
         }
     );
     let list = |system: bool| {
-        let names: Vec<&str> = (missing.modules.iter())
+        let names: Vec<String> = (missing.modules.iter())
             .filter(|m| m.system == system)
-            .map(|m| m.name.as_str())
+            .map(|m| clean(&m.name))
             .collect();
         names.join(", ")
     };

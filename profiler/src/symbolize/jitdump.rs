@@ -6,9 +6,10 @@
 //! line records and unwinding records (V8's names already carry the source place, and JIT code
 //! is walked by its frame pointers), the table of names (`jit_code.rs`).
 //!
-//! The file is the target's: read as untrusted, at most as long as it was when reading began
-//! and at most [`MAX_RECORDS`] records, names cut at [`MAX_NAME`] bytes, the code itself
-//! skipped, never read; a record cut short or of an impossible size ends the reading.
+//! The file is the target's: read as untrusted, at most as long as it was when reading began,
+//! at most [`MAX_RECORDS`] records and [`MAX_NAME_BYTES`] of names, each cut at [`MAX_NAME`]
+//! bytes, the code itself skipped, never read; a record cut short or of an impossible size
+//! ends the reading.
 
 use super::jit_code::{cut_name, JitFunction, MAX_NAME};
 use std::collections::HashMap;
@@ -28,6 +29,8 @@ const CODE_LOAD: u32 = 0;
 const CODE_MOVE: u32 = 1;
 /// Most records read (a large program's JIT writes a few hundred thousand).
 const MAX_RECORDS: usize = 1 << 24;
+/// Most bytes of names kept from one file.
+const MAX_NAME_BYTES: usize = 64 << 20;
 
 /// The functions a jitdump names, in the order written (of two at one address the later is
 /// the current one), at most `limit` of them; none when `file` is not a jitdump.
@@ -66,8 +69,9 @@ fn read_records(reader: &mut Reader, limit: usize, functions: &mut Vec<JitFuncti
     reader.skip(header_size - 12)?;
     // The latest function at each start, for moves.
     let mut at: HashMap<u64, usize> = HashMap::new();
+    let mut name_bytes = 0usize;
     for _ in 0..MAX_RECORDS {
-        if functions.len() >= limit {
+        if functions.len() >= limit || name_bytes >= MAX_NAME_BYTES {
             break;
         }
         let record_start = reader.at;
@@ -91,6 +95,7 @@ fn read_records(reader: &mut Reader, limit: usize, functions: &mut Vec<JitFuncti
                 let name = String::from_utf8_lossy(name.split(|b| *b == 0).next().unwrap_or(&[]));
                 let end = start.checked_add(code_size).filter(|end| *end > start);
                 if let (Some(end), false) = (end, name.is_empty()) {
+                    name_bytes += name.len();
                     at.insert(start, functions.len());
                     functions.push(JitFunction {
                         start,
@@ -108,6 +113,7 @@ fn read_records(reader: &mut Reader, limit: usize, functions: &mut Vec<JitFuncti
                 let name = at.get(&old).map(|&i| functions[i].name.clone());
                 let end = new.checked_add(code_size).filter(|end| *end > new);
                 if let (Some(name), Some(end)) = (name, end) {
+                    name_bytes += name.len();
                     at.insert(new, functions.len());
                     functions.push(JitFunction {
                         start: new,

@@ -3,7 +3,8 @@
 //! numbers hex; in a container, its own `/tmp` under its own pid. Not here: the table of names
 //! (`jit_code.rs`), jitdump files (`jitdump.rs`).
 //!
-//! The file is the target's (anyone may write `/tmp`): it is taken only as a regular file, not
+//! The file is the target's (anyone may write `/tmp`): it is looked at before it is opened
+//! (`O_PATH`: a device node there is never opened) and taken only as a regular file, not
 //! through a symbolic link, owned by root, by this fsprof's user (as `perf report` takes it) or
 //! by the process's own, at most [`MAX_BYTES`] of it, names cut at
 //! [`MAX_NAME`](super::jit_code::MAX_NAME) bytes.
@@ -21,17 +22,32 @@ const MAX_BYTES: u64 = 256 << 20;
 /// read, through its root.
 pub fn read(pid: u32) -> Vec<JitFunction> {
     let owners = owners(pid);
-    if let Some(file) = open_in_its_root(pid) {
-        return read_file(file, &owners);
+    let found = open_in_its_root(pid).or_else(|| {
+        (std::fs::OpenOptions::new().read(true))
+            .custom_flags(nix::libc::O_PATH | nix::libc::O_NOFOLLOW)
+            .open(format!("/tmp/perf-{pid}.map"))
+            .ok()
+    });
+    match found.and_then(|found| reopen_if_trusted(&found, &owners)) {
+        Some(file) => read_file(file),
+        None => Vec::new(),
     }
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(format!("/tmp/perf-{pid}.map"));
-    match opened {
-        Ok(file) => read_file(file, &owners),
-        Err(_) => Vec::new(),
+}
+
+/// The file `found` (opened with `O_PATH`: nothing opened yet, no device touched) opened for
+/// reading, if it is a regular file owned by one of `owners`.
+fn reopen_if_trusted(found: &std::fs::File, owners: &[u32]) -> Option<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let meta = found.metadata().ok()?;
+    if !meta.is_file() || !owners.contains(&meta.uid()) {
+        return None;
     }
+    let file = (std::fs::OpenOptions::new().read(true))
+        .custom_flags(nix::libc::O_NOCTTY | nix::libc::O_NONBLOCK)
+        .open(format!("/proc/self/fd/{}", found.as_raw_fd()))
+        .ok()?;
+    let again = file.metadata().ok()?;
+    ((again.dev(), again.ino()) == (meta.dev(), meta.ino())).then_some(file)
 }
 
 /// Who may own a perf map fsprof reads: root, fsprof's user, and the process's own user
@@ -47,8 +63,9 @@ fn owners(pid: u32) -> Vec<u32> {
 }
 
 /// The perf map of process `pid` in its own root, by its own pid, where either differs from
-/// fsprof's (a container); `None` otherwise, or where it has none. Resolved inside that root
-/// (`openat2`'s `RESOLVE_IN_ROOT`): a link there cannot lead out of it.
+/// fsprof's (a container), as an `O_PATH` descriptor; `None` otherwise, or where it has none.
+/// Resolved inside that root (`openat2`'s `RESOLVE_IN_ROOT`): a link there cannot lead out of
+/// it.
 fn open_in_its_root(pid: u32) -> Option<std::fs::File> {
     use std::os::fd::{AsRawFd, FromRawFd};
     let own_pid = crate::program::process::namespace_tid(pid, pid)?;
@@ -61,7 +78,7 @@ fn open_in_its_root(pid: u32) -> Option<std::fs::File> {
     use nix::libc;
     // SAFETY: `open_how` is plain data, zeroed then filled.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC) as u64;
+    how.flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
     // SAFETY: the path is a valid C string, `how` lives through the call and its size is given.
     let fd = unsafe {
@@ -77,14 +94,8 @@ fn open_in_its_root(pid: u32) -> Option<std::fs::File> {
     (fd >= 0).then(|| unsafe { std::fs::File::from_raw_fd(fd as i32) })
 }
 
-/// The functions of an opened perf map: a regular file owned by one of `owners`.
-fn read_file(file: std::fs::File, owners: &[u32]) -> Vec<JitFunction> {
-    let trusted = file
-        .metadata()
-        .is_ok_and(|m| m.is_file() && owners.contains(&m.uid()));
-    if !trusted {
-        return Vec::new();
-    }
+/// The functions of an opened perf map (at most [`MAX_BYTES`] of it).
+fn read_file(file: std::fs::File) -> Vec<JitFunction> {
     let mut bytes = Vec::new();
     if file.take(MAX_BYTES).read_to_end(&mut bytes).is_err() {
         return Vec::new();
@@ -121,10 +132,11 @@ mod tests {
     fn read_path(path: &Path) -> Vec<JitFunction> {
         let opened = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .custom_flags(nix::libc::O_PATH | nix::libc::O_NOFOLLOW)
             .open(path);
         match opened {
-            Ok(file) => read_file(file, &[0, nix::unistd::geteuid().as_raw()]),
+            Ok(file) => reopen_if_trusted(&file, &[0, nix::unistd::geteuid().as_raw()])
+                .map_or(Vec::new(), read_file),
             Err(_) => Vec::new(),
         }
     }
@@ -163,6 +175,11 @@ mod tests {
         std::os::unix::fs::symlink(&real, &link).unwrap();
         assert_eq!(read_path(&real)[0].name, "named");
         assert!(read_path(&link).is_empty());
+        // Not a regular file: looked at, never opened (a FIFO would block an open for reading).
+        let fifo = dir.join("fifo.map");
+        let _ = std::fs::remove_file(&fifo);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(read_path(&fifo).is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -210,6 +210,12 @@ impl Publisher {
         let memory = Remote::new(pid);
         let labels =
             CustomLabels::find(&memory, &found, &exe.to_string_lossy()).expect("the ABI is found");
+        // This test's own process exports nothing.
+        let own = std::fs::read_link("/proc/self/exe").unwrap();
+        let this = std::process::id();
+        let ours = modules::modules(this, &modules::read_maps(this, this).unwrap(), &[]);
+        let none = CustomLabels::find(&Remote::new(this), &ours, &own.to_string_lossy());
+        assert_eq!(none, Err(Missing::Absent));
         (self.threads.iter())
             .map(|(name, pointer)| (name.clone(), labels.read(&memory, *pointer)))
             .collect()

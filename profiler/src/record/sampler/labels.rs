@@ -1,11 +1,29 @@
 //! Custom labels (`program/custom_labels.rs`) as features: each label a mark of the feature its
-//! key names, its value the instance, outermost in the sample's mark stack (as the program's own
-//! marks count: its time, blocked or not, is the label's), read from the label set whose
-//! pointer perf's program copied at the sample. Not here: finding the labels (`native/capture.rs`)
-//! or copying the pointer (`native/sampling.rs`).
+//! key names, its value the instance, outermost in the mark stack of a sample taken on a CPU,
+//! read from the label set whose pointer perf's program copied at the sample. The labels are
+//! the target's: at most [`MAX_KEYS`] keys and [`MAX_VALUES`] values over a recording (a label
+//! per request id would grow the profile without end), later ones counted under
+//! [`OTHER_VALUES`]. Not here: the time off the CPU after a sample (placed by the thread's
+//! marks alone), finding the labels (`native/capture.rs`), copying the pointer
+//! (`native/sampling.rs`).
 
 use super::Sampler;
 use crate::profile::{Frame, Payload, PayloadKind, Stack};
+use std::collections::HashSet;
+
+/// Most distinct label keys (features) over a recording.
+const MAX_KEYS: usize = 64;
+/// Most distinct label values (instances) over a recording.
+const MAX_VALUES: usize = 4096;
+/// The instance of a value past [`MAX_VALUES`].
+const OTHER_VALUES: &str = "[other values]";
+
+/// The labels seen so far.
+#[derive(Default)]
+pub(super) struct Seen {
+    keys: HashSet<String>,
+    values: HashSet<(String, String)>,
+}
 
 impl Sampler {
     /// Mark stack `stack` with the labels of the set at `set` (the pointer a sample copied; 0 or
@@ -15,27 +33,45 @@ impl Sampler {
             return (stack, 0);
         };
         let labels = crate::program::custom_labels::read_set(&self.remote, set);
-        if labels.is_empty() {
-            return (stack, 0);
-        }
-        let mut frames: Vec<Frame> = labels
-            .into_iter()
-            .map(|label| Frame {
-                feature: self.builder.feature(crate::profile::clean(&label.key)),
+        let mut frames: Vec<Frame> = Vec::with_capacity(labels.len());
+        for label in labels {
+            let key = crate::profile::clean(&label.key);
+            let mut value = crate::profile::clean(&label.value);
+            let seen = &mut self.labels;
+            if !seen.keys.contains(&key) {
+                if seen.keys.len() >= MAX_KEYS {
+                    continue;
+                }
+                seen.keys.insert(key.clone());
+            }
+            let pair = (key.clone(), value.clone());
+            if !seen.values.contains(&pair) {
+                if seen.values.len() >= MAX_VALUES {
+                    value = OTHER_VALUES.to_owned();
+                } else {
+                    seen.values.insert(pair);
+                }
+            }
+            frames.push(Frame {
+                feature: self.builder.feature(key),
                 payload: Some(self.builder.payload(Payload {
                     kind: PayloadKind::Label,
-                    text: crate::profile::clean(&label.value),
+                    text: value,
                     detail: None,
                 })),
                 builtin: false,
-            })
-            .collect();
+            });
+        }
         let added = frames.len();
+        if added == 0 {
+            return (stack, 0);
+        }
         let marks = self.builder.stack_by_id(stack);
         frames.extend_from_slice(&marks.frames);
         let labelled = Stack {
             frames,
-            truncated_depth: marks.truncated_depth,
+            truncated_depth: (marks.truncated_depth)
+                .map(|depth| depth.saturating_add(added as u32)),
         };
         (self.builder.stack(labelled), added)
     }
