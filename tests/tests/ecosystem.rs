@@ -629,20 +629,57 @@ fn fsprof_top_lists_the_features_the_rules_find_as_the_report_does() {
 
 /// A program with no fsprof shim that publishes custom labels by the custom-labels ABI v1 (as
 /// parca-agent reads them; `tests/c/labels.c`: `request=GET /a` with `tenant=acme`, `request=GET
-/// /b`, none) gets its labels as features, read at each sample: each label's key a feature, its
-/// value the instance, each within its bound of the time the program measured under it.
+/// /b`, none) gets its labels as features, copied at each sample: each label's key a feature,
+/// its value the instance, each within its bound of the time the program measured under it.
 #[test]
 fn labels_published_by_the_custom_labels_abi_are_features() {
     let _serial = serial();
     let dir = tempdir();
     let exe = support::native::build_exporting_c_program(dir.path(), "labels");
+    labels_are_features(&exe);
+}
+
+/// The same with a Rust program that labels its work with the `custom-labels` crate
+/// (`tests/rust/labelled`, built here apart from the workspace: the crate needs libclang),
+/// whose label set changes in place: only a copy made at the sample's instant tells which
+/// value was current.
+#[test]
+fn labels_set_by_the_custom_labels_crate_are_features() {
+    let _serial = serial();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("rust/labelled/Cargo.toml");
+    let target_dir = Path::new(target())
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("labelled");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let built = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "building tests/rust/labelled failed (the custom-labels crate needs libclang: apt-get install libclang-dev): {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    labels_are_features(&target_dir.join("release/labelled"));
+}
+
+/// Runs `exe` (which writes its truth as `tests/c/labels.c` does) under fsprof and checks its
+/// labels' shares.
+fn labels_are_features(exe: &Path) {
+    let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     let out = dir.path().join("out");
     let output = Command::new(fsprof())
         .args(["run", "--rate", ACCURACY_RATE, "-o"])
         .arg(&out)
         .arg("--")
-        .arg(&exe)
+        .arg(exe)
         .args(["4", "--truth"])
         .arg(&truth_path)
         .output()

@@ -47,8 +47,8 @@ pub enum PerfTaken {
         cpu_ns: u64,
         time: u64,
         tick_ns: u64,
-        /// The pointer to the thread's custom label set then (see `PerfSample::labels`).
-        labels: Option<u64>,
+        /// The thread's custom labels then (see `PerfSample::labels`).
+        labels: Option<Vec<crate::program::custom_labels::Label>>,
     },
     /// Its stack as it left its CPU (preempted or blocked), taken at `time` (CLOCK_MONOTONIC,
     /// ns), just before the departure that follows it.

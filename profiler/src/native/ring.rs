@@ -10,10 +10,12 @@ use crate::native::layout::{ANCHORS, SLOTS, STACK_DUMP};
 use crate::native::layout::{
     CPU_TIME, DEPARTED, DEPARTURE_STACK, EXECED, FOLDED, LABELS, RETURNED, SLOTLESS,
 };
+use crate::native::layout::{LABELS_MOST, LABEL_ENTRY, LABEL_KEY, LABEL_VALUE};
 use crate::native::stream::Folded;
 use crate::native::stream::PerfSample;
 use crate::native::unwind::{Registers, StackView};
 use crate::native::walk::{WALK_PAIRS, WALK_RECORD_SIZE};
+use crate::program::custom_labels::Label;
 use fsprof_shim::abi::SLOT_SIZE;
 use nix::errno::Errno;
 use nix::libc;
@@ -574,8 +576,8 @@ pub(super) struct Matched {
     pub(super) instant: Vec<(u64, u64)>,
     /// The thread's time on a CPU then, where a per-CPU program said (`cpu_wide.rs`).
     pub(super) cpu_ns: Option<u64>,
-    /// The pointer to its custom label set then (0: none), where its labels are read.
-    pub(super) labels: Option<u64>,
+    /// Its custom labels then, as the program copied them (`sampling.rs`).
+    pub(super) labels: Option<Vec<Label>>,
 }
 
 /// What was copied at `time` (a sample's or a switch's), from its thread's queue: copies made
@@ -616,7 +618,7 @@ pub(super) fn match_copies(
             continue;
         }
         if copy.slot == LABELS {
-            labels = Some(copy.address);
+            labels = Some(parse_labels(&copy.bytes));
             continue;
         }
         found[copy.slot] = true;
@@ -634,6 +636,31 @@ pub(super) fn match_copies(
         cpu_ns,
         labels,
     }
+}
+
+/// The labels of a labels record's bytes (after its header; see `layout::VALUE_LABELS_RECORD`):
+/// as many as it says, at most [`LABELS_MOST`], lengths bounded by their room; labels with an
+/// empty key (a null one) left out, and of two with one key the first kept.
+pub(super) fn parse_labels(bytes: &[u8]) -> Vec<Label> {
+    let word = |at: usize| -> u64 {
+        (bytes.get(at..at + 8)).map_or(0, |w| u64::from_ne_bytes(w.try_into().expect("8")))
+    };
+    let count = (word(0) as usize).min(LABELS_MOST);
+    let mut labels: Vec<Label> = Vec::with_capacity(count);
+    for entry in (0..count).map(|i| 8 + i * LABEL_ENTRY) {
+        let text = |at: usize, len: u64, most: usize| {
+            let len = (len as usize).min(most);
+            let bytes = bytes.get(at..at + len).unwrap_or(&[]);
+            String::from_utf8_lossy(bytes).into_owned()
+        };
+        let key = text(entry + 16, word(entry), LABEL_KEY);
+        if key.is_empty() || labels.iter().any(|l| l.key == key) {
+            continue;
+        }
+        let value = text(entry + 16 + LABEL_KEY, word(entry + 8), LABEL_VALUE);
+        labels.push(Label { key, value });
+    }
+    labels
 }
 
 /// The (address, word) pairs of an anchors' or a walk's record (after its header), at most
@@ -689,6 +716,33 @@ mod tests {
 
     /// Arbitrary records, and valid ones mutated, are decoded or refused: never a panic, and a
     /// sample's stack never longer than its record.
+    #[test]
+    fn labels_are_decoded_within_their_room() {
+        let mut bytes = vec![0u8; 8 + LABELS_MOST * LABEL_ENTRY];
+        bytes[..8].copy_from_slice(&99u64.to_ne_bytes()); // more than there is room for
+        let mut put = |index: usize, key: &[u8], key_len: u64, value: &[u8]| {
+            let at = 8 + index * LABEL_ENTRY;
+            bytes[at..at + 8].copy_from_slice(&key_len.to_ne_bytes());
+            bytes[at + 8..at + 16].copy_from_slice(&(value.len() as u64).to_ne_bytes());
+            bytes[at + 16..at + 16 + key.len()].copy_from_slice(key);
+            let v = at + 16 + LABEL_KEY;
+            bytes[v..v + value.len()].copy_from_slice(value);
+        };
+        put(0, b"request", 7, b"GET /a");
+        put(1, b"", 0, b"a null key");
+        put(2, b"request", 7, b"a duplicate");
+        put(3, b"tenant", u64::MAX, b"acme"); // a length past its room: cut to it
+        let labels = parse_labels(&bytes);
+        assert_eq!(labels.len(), 2, "{labels:?}");
+        assert_eq!(
+            (labels[0].key.as_str(), labels[0].value.as_str()),
+            ("request", "GET /a")
+        );
+        assert_eq!(labels[1].key.len(), LABEL_KEY);
+        assert!(labels[1].key.starts_with("tenant"));
+        assert!(parse_labels(&bytes[..3]).is_empty());
+    }
+
     #[test]
     fn a_birth_is_decoded_and_a_short_one_refused() {
         let mut record = vec![0u8; 32];

@@ -8,14 +8,15 @@
 use crate::native::asm::{
     insn, Asm, Insn, ADD64_IMM, ADD64_REG, CALL, EXIT, HELPER_GET_CURRENT_PID_TGID,
     HELPER_GET_CURRENT_TASK, HELPER_KTIME_GET_NS, HELPER_PROBE_READ_KERNEL, HELPER_PROBE_READ_USER,
-    HELPER_RINGBUF_OUTPUT, JEQ_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_W, LD_IMM64, MOV64_IMM,
+    HELPER_RINGBUF_OUTPUT, JEQ_IMM, JLE_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_W, LD_IMM64, MOV64_IMM,
     MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, STX_DW, STX_W, ST_DW, ST_W,
 };
 use crate::native::bpf::load;
 use crate::native::fragments::{copy_slots, value_of_thread, watched_index};
 use crate::native::layout::{
-    ANCHORS, ANCHOR_RECORD_SIZE, CONTEXT, COPY_HEADER, INDEX_SLOT, LABELS, SLOTS, VALUE_ANCHORS,
-    VALUE_ANCHOR_RECORD, VALUE_DEPARTED, VALUE_LABELS_OFFSET, VALUE_LABELS_RECORD,
+    ANCHORS, ANCHOR_RECORD_SIZE, CONTEXT, COPY_HEADER, INDEX_SLOT, LABELS, LABELS_MOST,
+    LABELS_RECORD, LABEL_ENTRY, LABEL_KEY, LABEL_VALUE, SLOTS, VALUE_ANCHORS, VALUE_ANCHOR_RECORD,
+    VALUE_DEPARTED, VALUE_LABELS_OFFSET, VALUE_LABELS_RECORD, VALUE_LABELS_TEMP,
 };
 use crate::native::rules::Rules;
 use nix::errno::Errno;
@@ -186,12 +187,15 @@ fn anchors(p: &mut Asm, copies: RawFd) {
 }
 
 /// At a sample of a thread whose custom labels fsprof reads (the value's labels offset is not
-/// 0): the pointer to its current label set, read at its thread pointer (the task's
-/// `thread.fsbase`, at `thread_pointer` in its `task_struct`) plus that offset, put in the ring
-/// `copies` as a copy header with slot number [`LABELS`], the pointer as its address (0 when
-/// either read fails). `r6` is the value, `r7` the time.
+/// 0): its labels as they are at that instant, put in the ring `copies` (see
+/// `layout::VALUE_LABELS_RECORD`): the pointer to its label set, read at its thread pointer
+/// (the task's `thread.fsbase`, at `thread_pointer` in its `task_struct`) plus that offset,
+/// then the set's first [`LABELS_MOST`] labels, each key and value copied (cut to
+/// [`LABEL_KEY`] and [`LABEL_VALUE`] bytes; a null key as empty). A read that fails ends the
+/// copy there. `r6` is the value, `r7` the time; `r8` and `r9` are used.
 fn labels(p: &mut Asm, copies: RawFd, thread_pointer: u32) {
     let record = VALUE_LABELS_RECORD as i16;
+    let temp = VALUE_LABELS_TEMP as i16;
     let skip = p.label();
     let output = p.label();
     p.push(insn(LDX_DW, 1, 6, VALUE_LABELS_OFFSET as i16, 0));
@@ -203,33 +207,95 @@ fn labels(p: &mut Asm, copies: RawFd, thread_pointer: u32) {
         insn(ST_W, 6, 0, record + 12, LABELS as i32),
         insn(ST_DW, 6, 0, record + 16, 0),
         insn(ST_DW, 6, 0, record + 24, 0),
-        // The thread pointer, into the record's result word for now.
+        insn(ST_DW, 6, 0, record + 32, 0), // no label copied yet
+        // The thread pointer, into the temporary words.
         insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_TASK),
         insn(MOV64_REG, 3, 0, 0, 0),
         insn(ADD64_IMM, 3, 0, 0, thread_pointer as i32),
         insn(MOV64_REG, 1, 6, 0, 0),
-        insn(ADD64_IMM, 1, 0, 0, i32::from(record) + 24),
+        insn(ADD64_IMM, 1, 0, 0, i32::from(temp)),
         insn(MOV64_IMM, 2, 0, 0, 8),
         insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
     ]);
     p.jump(JNE_IMM, 0, 0, 0, output);
+    // The set's address, into the record's address field.
     p.extend([
-        insn(LDX_DW, 3, 6, record + 24, 0),
+        insn(LDX_DW, 3, 6, temp, 0),
         insn(LDX_DW, 1, 6, VALUE_LABELS_OFFSET as i16, 0),
         insn(ADD64_REG, 3, 1, 0, 0),
         insn(MOV64_REG, 1, 6, 0, 0),
         insn(ADD64_IMM, 1, 0, 0, i32::from(record) + 16),
         insn(MOV64_IMM, 2, 0, 0, 8),
         insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+        insn(LDX_DW, 3, 6, record + 16, 0),
     ]);
+    p.jump(JEQ_IMM, 3, 0, 0, output); // no set
+                                      // Its header: storage (r8) and count (r9, at most LABELS_MOST).
+    p.extend([
+        insn(MOV64_REG, 1, 6, 0, 0),
+        insn(ADD64_IMM, 1, 0, 0, i32::from(temp)),
+        insn(MOV64_IMM, 2, 0, 0, 24),
+        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+    ]);
+    p.jump(JNE_IMM, 0, 0, 0, output);
+    p.extend([insn(LDX_DW, 8, 6, temp, 0), insn(LDX_DW, 9, 6, temp + 8, 0)]);
+    for label in 0..LABELS_MOST {
+        let entry = record + (COPY_HEADER + 8 + label * LABEL_ENTRY) as i16;
+        p.jump(JLE_IMM, 9, 0, label as i32, output); // no more labels
+        p.extend([
+            insn(MOV64_REG, 3, 8, 0, 0),
+            insn(ADD64_IMM, 3, 0, 0, 32 * label as i32),
+            insn(MOV64_REG, 1, 6, 0, 0),
+            insn(ADD64_IMM, 1, 0, 0, i32::from(temp)),
+            insn(MOV64_IMM, 2, 0, 0, 32),
+            insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+        ]);
+        p.jump(JNE_IMM, 0, 0, 0, output);
+        // The key: its length (0 for a null key), cut, then its bytes.
+        let (key_kept, key_cut) = (p.label(), p.label());
+        p.extend([insn(LDX_DW, 2, 6, temp, 0), insn(LDX_DW, 3, 6, temp + 8, 0)]);
+        p.jump(JNE_IMM, 3, 0, 0, key_kept);
+        p.push(insn(MOV64_IMM, 2, 0, 0, 0));
+        p.bind(key_kept);
+        p.jump(JLE_IMM, 2, 0, LABEL_KEY as i32, key_cut);
+        p.push(insn(MOV64_IMM, 2, 0, 0, LABEL_KEY as i32));
+        p.bind(key_cut);
+        p.extend([
+            insn(STX_DW, 6, 2, entry, 0),
+            insn(MOV64_REG, 1, 6, 0, 0),
+            insn(ADD64_IMM, 1, 0, 0, i32::from(entry) + 16),
+            insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+        ]);
+        // The value: its length, cut, then its bytes.
+        let value_cut = p.label();
+        p.extend([
+            insn(LDX_DW, 2, 6, temp + 16, 0),
+            insn(LDX_DW, 3, 6, temp + 24, 0),
+        ]);
+        p.jump(JLE_IMM, 2, 0, LABEL_VALUE as i32, value_cut);
+        p.push(insn(MOV64_IMM, 2, 0, 0, LABEL_VALUE as i32));
+        p.bind(value_cut);
+        p.extend([
+            insn(STX_DW, 6, 2, entry + 8, 0),
+            insn(MOV64_REG, 1, 6, 0, 0),
+            insn(
+                ADD64_IMM,
+                1,
+                0,
+                0,
+                i32::from(entry) + (16 + LABEL_KEY) as i32,
+            ),
+            insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+            insn(ST_DW, 6, 0, record + 32, label as i32 + 1),
+        ]);
+    }
     p.bind(output);
     p.extend([
-        insn(ST_DW, 6, 0, record + 24, 0),
         insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
         insn(0, 0, 0, 0, 0),
         insn(MOV64_REG, 2, 6, 0, 0),
         insn(ADD64_IMM, 2, 0, 0, i32::from(record)),
-        insn(MOV64_IMM, 3, 0, 0, COPY_HEADER as i32),
+        insn(MOV64_IMM, 3, 0, 0, LABELS_RECORD as i32),
         insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
         insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
     ]);

@@ -29,9 +29,9 @@ pub struct PerfSample<'a> {
     /// The words the walk read beyond the copy at the sample (`walk.rs`): (address, word),
     /// by address.
     pub instant: Vec<(u64, u64)>,
-    /// The pointer to the thread's custom label set at the sample (0: none), for a process
-    /// whose labels are read (`program/custom_labels.rs`).
-    pub labels: Option<u64>,
+    /// The thread's custom labels at the sample, for a process whose labels are read
+    /// (`program/custom_labels.rs`), as perf's program copied them.
+    pub labels: Option<Vec<crate::program::custom_labels::Label>>,
     /// The length of the tick that took it, for a CPU's timer (`cpu_wide.rs`), which samples
     /// whatever runs on the CPU: the running time a sample stands for. 0 for a thread's own
     /// timer, whose samples are a period of the thread's CPU time apart.

@@ -1,14 +1,14 @@
 //! Custom labels (`program/custom_labels.rs`) as features: each label a mark of the feature its
 //! key names, its value the instance, outermost in the mark stack of a sample taken on a CPU,
-//! read from the label set whose pointer perf's program copied at the sample. The labels are
+//! as perf's program copied them at the sample (`native/sampling.rs`). The labels are
 //! the target's: at most [`MAX_KEYS`] keys and [`MAX_VALUES`] values over a recording (a label
 //! per request id would grow the profile without end), later ones counted under
 //! [`OTHER_VALUES`]. Not here: the time off the CPU after a sample (placed by the thread's
-//! marks alone), finding the labels (`native/capture.rs`), copying the pointer
-//! (`native/sampling.rs`).
+//! marks alone), finding the labels (`native/capture.rs`), copying them (`native/sampling.rs`).
 
 use super::Sampler;
 use crate::profile::{Frame, Payload, PayloadKind, Stack};
+use crate::program::custom_labels::Label;
 use std::collections::HashSet;
 
 /// Most distinct label keys (features) over a recording.
@@ -26,13 +26,12 @@ pub(super) struct Seen {
 }
 
 impl Sampler {
-    /// Mark stack `stack` with the labels of the set at `set` (the pointer a sample copied; 0 or
-    /// `None`: none) outermost, and how many labels it gained.
-    pub(super) fn with_labels(&mut self, stack: u32, set: Option<u64>) -> (u32, usize) {
-        let Some(set) = set.filter(|set| *set != 0) else {
+    /// Mark stack `stack` with `labels` (those a sample copied) outermost, and how many labels
+    /// it gained.
+    pub(super) fn with_labels(&mut self, stack: u32, labels: Option<Vec<Label>>) -> (u32, usize) {
+        let Some(labels) = labels.filter(|labels| !labels.is_empty()) else {
             return (stack, 0);
         };
-        let labels = crate::program::custom_labels::read_set(&self.remote, set);
         let mut frames: Vec<Frame> = Vec::with_capacity(labels.len());
         for label in labels {
             let key = crate::profile::clean(&label.key);
