@@ -10,23 +10,6 @@ use std::path::Path;
 use std::process::Command;
 use support::*;
 
-/// `go`, if installed; in CI its absence is a failure.
-fn go() -> Option<&'static str> {
-    let found = Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "go is not installed: apt-get install golang-go"
-        );
-        eprintln!("go is not installed (apt-get install golang-go): pprof output not checked");
-        return None;
-    }
-    Some("go")
-}
-
 /// What `go tool pprof -top` says of `file` with `filter` (`-tagfocus` arguments, if any): the
 /// time of the samples kept and of all samples, in ms.
 fn pprof_ms(file: &Path, filter: Option<String>) -> (f64, f64) {

@@ -172,23 +172,6 @@ fn a_go_program_nobody_marked_gets_its_standard_librarys_features() {
     assert!(over.is_empty(), "shares off ({over:?}):\n{table}");
 }
 
-/// `go`, if installed; in CI its absence is a failure.
-fn go() -> Option<&'static str> {
-    let found = Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "go is not installed: apt-get install golang-go"
-        );
-        eprintln!("go is not installed (apt-get install golang-go): Go's rules not checked");
-        return None;
-    }
-    Some("go")
-}
-
 /// A C++ program nobody marked (`tests/c/catalog.cpp`) gets the catalog's C++ features at its
 /// own lines: exceptions (at the function that throws), std::regex compiling and matching,
 /// dynamic_cast, locales, operator new/delete, an ofstream's writes and snprintf, each within its bound of the time the

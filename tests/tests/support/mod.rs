@@ -714,3 +714,20 @@ impl Drop for BusyLoops {
         }
     }
 }
+
+/// `go`, if installed; in CI its absence is a failure.
+pub fn go() -> Option<&'static str> {
+    let found = Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "go is not installed: apt-get install golang-go"
+        );
+        eprintln!("go is not installed (apt-get install golang-go): not checked");
+        return None;
+    }
+    Some("go")
+}
