@@ -1,6 +1,7 @@
 //! Pieces the hand-written programs share (`sampling.rs`, `cpu_wide/programs.rs`): finding the
-//! running thread's map value, by its id or by the index a program keeps, and copying its mark
-//! slots into the ring of copies. Not here: the programs themselves.
+//! running thread's map value, by its id or by the index a program keeps, copying its mark
+//! slots into the ring of copies, and putting a record built in its value there. Not here: the
+//! programs themselves.
 
 use crate::native::asm::{
     insn, Asm, Insn, ADD64_IMM, CALL, HELPER_MAP_LOOKUP_ELEM, HELPER_PROBE_READ_USER,
@@ -100,4 +101,17 @@ pub(in crate::native) fn copy_slots(p: &mut Asm, copies: RawFd, at_switch: bool)
             insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
         ]);
     }
+}
+
+/// Puts the `size`-byte record at `record` in the value `r6` in the ring `copies`.
+pub(in crate::native) fn output_sized(p: &mut Asm, copies: RawFd, record: i16, size: usize) {
+    p.extend([
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 6, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(record)),
+        insn(MOV64_IMM, 3, 0, 0, size as i32),
+        insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
+        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
+    ]);
 }

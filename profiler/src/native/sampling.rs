@@ -8,11 +8,11 @@
 use crate::native::asm::{
     insn, Asm, Insn, ADD64_IMM, ADD64_REG, CALL, EXIT, HELPER_GET_CURRENT_PID_TGID,
     HELPER_GET_CURRENT_TASK, HELPER_KTIME_GET_NS, HELPER_PROBE_READ_KERNEL, HELPER_PROBE_READ_USER,
-    HELPER_RINGBUF_OUTPUT, JEQ_IMM, JLE_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_W, LD_IMM64, MOV64_IMM,
-    MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, STX_DW, STX_W, ST_DW, ST_W,
+    JEQ_IMM, JLE_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_W, MOV64_IMM, MOV64_REG, STX_DW, STX_W, ST_DW,
+    ST_W,
 };
 use crate::native::bpf::load;
-use crate::native::fragments::{copy_slots, value_of_thread, watched_index};
+use crate::native::fragments::{copy_slots, output_sized, value_of_thread, watched_index};
 use crate::native::layout::{
     ANCHORS, ANCHOR_RECORD_SIZE, CONTEXT, COPY_HEADER, INDEX_SLOT, LABELS, LABELS_MOST,
     LABELS_RECORD, LABEL_ENTRY, LABEL_KEY, LABEL_VALUE, SLOTS, VALUE_ANCHORS, VALUE_ANCHOR_RECORD,
@@ -174,15 +174,7 @@ fn anchors(p: &mut Asm, copies: RawFd) {
         ]);
         p.bind(none);
     }
-    p.extend([
-        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
-        insn(0, 0, 0, 0, 0),
-        insn(MOV64_REG, 2, 6, 0, 0),
-        insn(ADD64_IMM, 2, 0, 0, i32::from(record)),
-        insn(MOV64_IMM, 3, 0, 0, ANCHOR_RECORD_SIZE as i32),
-        insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
-        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
-    ]);
+    output_sized(p, copies, record, ANCHOR_RECORD_SIZE);
     p.bind(skip);
 }
 
@@ -290,15 +282,7 @@ fn labels(p: &mut Asm, copies: RawFd, thread_pointer: u32) {
         ]);
     }
     p.bind(output);
-    p.extend([
-        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
-        insn(0, 0, 0, 0, 0),
-        insn(MOV64_REG, 2, 6, 0, 0),
-        insn(ADD64_IMM, 2, 0, 0, i32::from(record)),
-        insn(MOV64_IMM, 3, 0, 0, LABELS_RECORD as i32),
-        insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
-        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
-    ]);
+    output_sized(p, copies, record, LABELS_RECORD);
     p.bind(skip);
 }
 

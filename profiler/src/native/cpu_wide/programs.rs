@@ -15,7 +15,7 @@ use crate::native::asm::{
     MOV64_REG, OR64_IMM, OR64_REG, PSEUDO_MAP_FD, RB_AVAIL_DATA, RB_NO_WAKEUP, RSH64_IMM, STX_DW,
     STX_W, ST_DW, ST_W, SUB64_REG,
 };
-use crate::native::fragments::{value_of_thread, watched_index};
+use crate::native::fragments::{output_sized, value_of_thread, watched_index};
 use crate::native::layout::CONTEXT;
 use crate::native::layout::INDEX_SLOT;
 use crate::native::layout::SLOTS;
@@ -217,19 +217,6 @@ fn record_event(p: &mut Asm, record: i16, kind: usize) {
 /// Puts the 32-byte record at `record` in the value `r6` in the ring `copies`.
 fn output(p: &mut Asm, copies: RawFd, record: i16) {
     output_sized(p, copies, record, COPY_HEADER);
-}
-
-/// Puts the `size`-byte record at `record` in the value `r6` in the ring `copies`.
-fn output_sized(p: &mut Asm, copies: RawFd, record: i16, size: usize) {
-    p.extend([
-        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
-        insn(0, 0, 0, 0, 0),
-        insn(MOV64_REG, 2, 6, 0, 0),
-        insn(ADD64_IMM, 2, 0, 0, i32::from(record)),
-        insn(MOV64_IMM, 3, 0, 0, size as i32),
-        insn(MOV64_IMM, 4, 0, 0, RB_NO_WAKEUP),
-        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
-    ]);
 }
 
 /// The next switch number of the value `r6` in `r1`, counted.
