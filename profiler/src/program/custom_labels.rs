@@ -167,21 +167,15 @@ impl Exported {
         let endian = header.endian().ok()?;
         let sections = header.sections(endian, image).ok()?;
         let symbols = sections.symbols(endian, image, elf::SHT_DYNSYM).ok()?;
-        let (mut version, mut set): (Option<u64>, Option<(usize, u64)>) = (None, None);
-        for (index, symbol) in symbols.iter().enumerate() {
-            if symbol.st_shndx(endian) == elf::SHN_UNDEF {
-                continue;
-            }
-            match symbols.symbol_name(endian, symbol).ok()? {
-                VERSION_SYMBOL if symbol.st_type() == elf::STT_OBJECT => {
-                    version = Some(symbol.st_value(endian))
-                }
-                SET_SYMBOL if symbol.st_type() == elf::STT_TLS => {
-                    set = Some((index, symbol.st_value(endian)))
-                }
-                _ => {}
-            }
-        }
+        let lookup = Lookup::new(&sections, endian, image);
+        let version = lookup
+            .find(&symbols, VERSION_SYMBOL)
+            .filter(|(_, symbol)| symbol.st_type() == elf::STT_OBJECT)
+            .map(|(_, symbol)| symbol.st_value(endian));
+        let set = lookup
+            .find(&symbols, SET_SYMBOL)
+            .filter(|(_, symbol)| symbol.st_type() == elf::STT_TLS)
+            .map(|(index, symbol)| (index, symbol.st_value(endian)));
         let (set_index, set_value) = set?;
         let mut found = Exported {
             version: version?,
@@ -214,6 +208,66 @@ impl Exported {
             }
         }
         Some(found)
+    }
+}
+
+type Symbols<'data> = object::read::elf::SymbolTable<'data, elf::FileHeader64<Endianness>>;
+type Sections<'data> = object::read::elf::SectionTable<'data, elf::FileHeader64<Endianness>>;
+
+/// Finding a defined dynamic symbol by name through the module's hash table, as the loader
+/// does: a program that exports every symbol (gcc's `cc1`, for plugins, has tens of thousands)
+/// is searched in a few probes rather than by comparing every name, which took 43% of the CPU
+/// fsprof spent following a build's processes (BENCHMARKS.md, issue 39).
+struct Lookup<'data> {
+    endian: Endianness,
+    gnu: Option<object::read::elf::GnuHashTable<'data, elf::FileHeader64<Endianness>>>,
+    sysv: Option<object::read::elf::HashTable<'data, elf::FileHeader64<Endianness>>>,
+    versions: object::read::elf::VersionTable<'data, elf::FileHeader64<Endianness>>,
+}
+
+impl<'data> Lookup<'data> {
+    fn new(sections: &Sections<'data>, endian: Endianness, image: &'data [u8]) -> Lookup<'data> {
+        Lookup {
+            endian,
+            gnu: sections
+                .gnu_hash(endian, image)
+                .ok()
+                .flatten()
+                .map(|(t, _)| t),
+            sysv: sections.hash(endian, image).ok().flatten().map(|(t, _)| t),
+            versions: sections
+                .versions(endian, image)
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The defined symbol named `name` and its index; the table is searched whole only in a
+    /// module without a hash table.
+    fn find(
+        &self,
+        symbols: &Symbols<'data>,
+        name: &[u8],
+    ) -> Option<(usize, &'data elf::Sym64<Endianness>)> {
+        let endian = self.endian;
+        let found = if let Some(table) = &self.gnu {
+            let hash = elf::gnu_hash(name);
+            table
+                .find(endian, name, hash, None, symbols, &self.versions)
+                .map(|(index, symbol)| (index.0, symbol))
+        } else if let Some(table) = &self.sysv {
+            let hash = elf::hash(name);
+            table
+                .find(endian, name, hash, None, symbols, &self.versions)
+                .map(|(index, symbol)| (index.0, symbol))
+        } else {
+            symbols
+                .iter()
+                .enumerate()
+                .find(|(_, symbol)| symbols.symbol_name(endian, symbol).is_ok_and(|n| n == name))
+        };
+        found.filter(|(_, symbol)| symbol.st_shndx(endian) != elf::SHN_UNDEF)
     }
 }
 

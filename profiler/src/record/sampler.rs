@@ -512,6 +512,14 @@ impl Sampler {
                     self.reader.settled(own_tid);
                 }
                 let mut placed = capture::place(&captured, &self.records);
+                // With the labels of the thread's latest perf sample, outermost.
+                let labels = (self.threads.states.get(&tid))
+                    .map(|state| state.stacks.latest_labels().to_vec())
+                    .unwrap_or_default();
+                let (own, _) = self.with_labels(own, &labels);
+                let added;
+                (stack, added) = self.with_labels(stack, &labels);
+                placed.marks_at.splice(0..0, std::iter::repeat_n(0, added));
                 placed.marks = (own != stack).then_some(own);
                 Some(self.builder.native_stack(placed))
             }

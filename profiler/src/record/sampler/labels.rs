@@ -7,7 +7,7 @@
 //! marks alone), finding the labels (`native/capture.rs`), copying them (`native/sampling.rs`).
 
 use super::Sampler;
-use crate::profile::{Frame, Payload, PayloadKind, Stack};
+use crate::profile::{Frame, Payload, PayloadKind, RawNativeStack, Stack};
 use crate::program::custom_labels::Label;
 use std::collections::HashSet;
 
@@ -26,12 +26,50 @@ pub(super) struct Seen {
 }
 
 impl Sampler {
+    /// Mark stack `stack` and native stack `placed` (placed by those marks) with `labels`
+    /// outermost, the native stack interned.
+    pub(super) fn labelled(
+        &mut self,
+        stack: u32,
+        placed: Option<RawNativeStack>,
+        labels: &[Label],
+    ) -> (u32, Option<u32>) {
+        let (stack, added) = self.with_labels(stack, labels);
+        let native = placed.map(|mut placed| {
+            placed.marks_at.splice(0..0, std::iter::repeat_n(0, added));
+            self.builder.native_stack(placed)
+        });
+        (stack, native)
+    }
+
+    /// As [`Sampler::labelled`], with thread `tid`'s latest labels (its latest perf sample's:
+    /// they hold while it is off its CPU, and are the best known for its time since).
+    pub(super) fn with_latest_labels(
+        &mut self,
+        tid: u32,
+        stack: u32,
+        placed: Option<RawNativeStack>,
+    ) -> (u32, Option<u32>) {
+        let labels = match self.threads.states.get(&tid) {
+            Some(state) if !state.stacks.latest_labels().is_empty() => {
+                state.stacks.latest_labels().to_vec()
+            }
+            _ => {
+                return (
+                    stack,
+                    placed.map(|placed| self.builder.native_stack(placed)),
+                )
+            }
+        };
+        self.labelled(stack, placed, &labels)
+    }
+
     /// Mark stack `stack` with `labels` (those a sample copied) outermost, and how many labels
     /// it gained.
-    pub(super) fn with_labels(&mut self, stack: u32, labels: Option<Vec<Label>>) -> (u32, usize) {
-        let Some(labels) = labels.filter(|labels| !labels.is_empty()) else {
+    pub(super) fn with_labels(&mut self, stack: u32, labels: &[Label]) -> (u32, usize) {
+        if labels.is_empty() {
             return (stack, 0);
-        };
+        }
         let mut frames: Vec<Frame> = Vec::with_capacity(labels.len());
         for label in labels {
             let key = crate::profile::clean(&label.key);

@@ -104,6 +104,7 @@ impl Sampler {
         let period = self.options.perf.map_or(0, |p| p.as_nanos() as u64);
         let mut covered = 0u64;
         let mut latest = None;
+        let mut latest_labels = None;
         // The latest sample's stack and marks, for the time off the CPU that follows it.
         let mut before_switch = self.latest_sample(tid);
         // The stack of a thread leaving its CPU, for the departure that follows it.
@@ -157,7 +158,8 @@ impl Sampler {
             };
             self.resolve_captured(own_tid, &mut records, &captured.frames);
             let unlabelled = self.intern_records(records, truncated);
-            let (stack, labelled) = self.with_labels(unlabelled, labels);
+            let labels = labels.unwrap_or_default();
+            let (stack, labelled) = self.with_labels(unlabelled, &labels);
             let before = self
                 .threads
                 .states
@@ -185,12 +187,17 @@ impl Sampler {
                 captured: captured.clone(),
                 records: self.records.clone(),
                 stack: unlabelled,
+                labels: labels.clone(),
             });
+            latest_labels = Some(labels);
             latest = Some(Some(Native::Perf(
                 captured,
                 self.records.clone(),
                 truncated,
             )));
+        }
+        if let (Some(labels), Some(state)) = (latest_labels, self.threads.states.get_mut(&tid)) {
+            state.stacks.set_latest_labels(labels);
         }
         self.follow_from_now(tid, thread, follows, latest);
         watched.then_some(covered)
@@ -253,11 +260,13 @@ impl Sampler {
         let state = self.threads.states.get(&tid)?;
         let (captured, records, truncated) = state.stacks.latest_perf()?;
         let (captured, records, truncated) = (captured.clone(), records.to_vec(), truncated);
+        let labels = state.stacks.latest_labels().to_vec();
         let stack = self.intern_records(records, truncated);
         Some(LatestSample {
             captured,
             records: self.records.clone(),
             stack,
+            labels,
         })
     }
 

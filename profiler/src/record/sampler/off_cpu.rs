@@ -55,7 +55,11 @@ const WAKEUP_READ_NS: u64 = 20_000_000;
 pub(super) struct LatestSample {
     pub captured: Captured,
     pub records: Vec<RecordView>,
+    /// Its marks, without its custom labels.
     pub stack: u32,
+    /// Its custom labels (`labels.rs`), which hold while the thread is off its CPU: it cannot
+    /// change them there.
+    pub labels: Vec<crate::program::custom_labels::Label>,
 }
 
 impl Sampler {
@@ -116,13 +120,12 @@ impl Sampler {
             .then(|| snapshot_records(own_tid, &switch.slots))
             .flatten();
         let has_departed = departed.is_some();
-        let (stack, native) = match (copied, latest, departed) {
+        let (stack, placed) = match (copied, latest, departed) {
             (Some((mut records, truncated)), _, Some(departed)) => {
                 // Its marks and its stack, both as it left.
                 self.resolve_captured(own_tid, &mut records, &departed.frames);
                 let stack = self.intern_records(records, truncated);
-                let placed = capture::place(&departed, &self.records);
-                (stack, Some(self.builder.native_stack(placed)))
+                (stack, Some(capture::place(&departed, &self.records)))
             }
             (Some((mut records, truncated)), latest, None) => {
                 if let Some(latest) = latest {
@@ -137,17 +140,14 @@ impl Sampler {
                 // would be placed on frames of the sample's stack that were not theirs, a
                 // spliced stack (`deep leaves` beside two busy loops: 8 to 20% of the leaves'
                 // time).
-                let native = latest
+                let placed = latest
                     .filter(|l| {
                         switch.preempted
                             && l.stack == stack
                             && same_places(&l.records, &self.records)
                     })
-                    .map(|latest| {
-                        let placed = capture::place(&latest.captured, &self.records);
-                        self.builder.native_stack(placed)
-                    });
-                (stack, native)
+                    .map(|latest| capture::place(&latest.captured, &self.records));
+                (stack, placed)
             }
             (None, Some(LatestSample { stack, .. }), _) => {
                 // A copy failed or was lost: the latest sample's marks stand in (in the tables;
@@ -157,6 +157,11 @@ impl Sampler {
             }
             (None, None, _) => return, // nothing to attribute it to: left out
         };
+        // The labels of its latest sample, outermost: a thread waiting for a CPU under labels
+        // spends that time under them (beside a busy process, a third of a label's time went
+        // to no feature without them).
+        let labels = latest.map_or(&[][..], |l| l.labels.as_slice());
+        let (stack, native) = self.labelled(stack, placed, labels);
         if let Some(followed) = self.followed_mut(tid) {
             followed.left(Departure {
                 time: switch.time,
@@ -191,6 +196,7 @@ impl Sampler {
             return;
         };
         let stack = self.stack_of(own_tid, None);
+        let (stack, _) = self.with_latest_labels(tid, stack, None);
         if let Some(followed) = self.followed_mut(tid) {
             followed.open_seeded(running, since, stack);
         }
@@ -312,6 +318,7 @@ impl Sampler {
                 // Its stack is its latest sample's, placed with the marks it left with: kept
                 // only while they stand.
                 let stack = self.stack_of(own_tid, None);
+                let (stack, _) = self.with_latest_labels(tid, stack, None);
                 if let Some(followed) = self.followed_mut(tid) {
                     followed.refreshed(stack, None, None);
                 }
@@ -325,10 +332,8 @@ impl Sampler {
             }
         }
         let stack = self.stack_of(own_tid, captured.as_ref().map(|c| c.frames.as_slice()));
-        let native = captured.as_ref().map(|captured| {
-            let placed = capture::place(captured, &self.records);
-            self.builder.native_stack(placed)
-        });
+        let placed = (captured.as_ref()).map(|captured| capture::place(captured, &self.records));
+        let (stack, native) = self.with_latest_labels(tid, stack, placed);
         if let Some(followed) = self.followed_mut(tid) {
             followed.refreshed(stack, native, captured);
         }
@@ -393,6 +398,7 @@ impl Sampler {
             return;
         }
         let stack = self.stack_of(own_tid, None);
+        let (stack, _) = self.with_latest_labels(tid, stack, None);
         if let Some(followed) = self.followed_mut(tid) {
             followed.ticked(generation, stack, read_ns);
         }

@@ -6,6 +6,7 @@
 
 use super::super::Native;
 use crate::native::unwind::Captured;
+use crate::program::custom_labels::Label;
 
 /// One thread's native stacks so far.
 pub struct StackHistory {
@@ -20,6 +21,8 @@ pub struct StackHistory {
     /// Its latest perf sample (always a `Native::Perf`), which stands for the ticks at which the
     /// thread has not run a whole period since.
     last_perf: Option<Native>,
+    /// The custom labels of its latest perf sample (none where the process publishes none).
+    last_labels: Vec<Label>,
 }
 
 impl Default for StackHistory {
@@ -31,6 +34,7 @@ impl Default for StackHistory {
             scheduled: None,
             skipped: false,
             last_perf: None,
+            last_labels: Vec::new(),
         }
     }
 }
@@ -87,6 +91,16 @@ impl StackHistory {
             }
             _ => None,
         }
+    }
+
+    /// The custom labels its latest perf sample copied.
+    pub fn latest_labels(&self) -> &[Label] {
+        &self.last_labels
+    }
+
+    /// Keeps `labels` as those of its latest perf sample.
+    pub fn set_latest_labels(&mut self, labels: Vec<Label>) {
+        self.last_labels = labels;
     }
 
     /// Keeps `latest` (a `Native::Perf`, or `None`) as its latest perf sample.
