@@ -256,6 +256,11 @@ impl Sampler {
         }
     }
 
+    /// The process's current program image (changed by each `exec`), once a tick has seen it.
+    pub fn image(&self) -> Option<u64> {
+        self.image_token
+    }
+
     /// Why recording stopped early, if it did: the process ran a program this fsprof's user may
     /// not trace (see `exec.rs`).
     pub fn refused(&self) -> Option<&str> {

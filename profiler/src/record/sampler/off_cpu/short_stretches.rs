@@ -31,12 +31,12 @@ impl Sampler {
             return;
         };
         let stack = self.intern_records(records, truncated);
-        let far = latest
+        let placed = latest
             .filter(|l| l.stack == stack && same_places(&l.records, &self.records))
-            .map(|latest| {
-                let placed = capture::place(&latest.captured, &self.records);
-                self.builder.native_stack(placed)
-            });
+            .map(|latest| capture::place(&latest.captured, &self.records));
+        // With the labels of the latest sample, as a departure recorded whole has them.
+        let labels = latest.map_or(&[][..], |l| l.labels.as_slice());
+        let (stack, far) = self.labelled(stack, placed, labels);
         let Some(followed) = self.followed_mut(tid) else {
             return;
         };
@@ -72,10 +72,8 @@ impl Sampler {
             return;
         };
         let stack = self.intern_records(records, truncated);
-        let native = captured.as_ref().map(|captured| {
-            let placed = capture::place(captured, &self.records);
-            self.builder.native_stack(placed)
-        });
+        let placed = (captured.as_ref()).map(|captured| capture::place(captured, &self.records));
+        let (stack, native) = self.with_latest_labels(tid, stack, placed);
         if let Some(followed) = self.followed_mut(tid) {
             followed.open_block(left, stack, native, captured);
         }
