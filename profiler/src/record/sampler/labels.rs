@@ -50,17 +50,9 @@ impl Sampler {
         stack: u32,
         placed: Option<RawNativeStack>,
     ) -> (u32, Option<u32>) {
-        let labels = match self.threads.states.get(&tid) {
-            Some(state) if !state.stacks.latest_labels().is_empty() => {
-                state.stacks.latest_labels().to_vec()
-            }
-            _ => {
-                return (
-                    stack,
-                    placed.map(|placed| self.builder.native_stack(placed)),
-                )
-            }
-        };
+        let labels = (self.threads.states.get(&tid))
+            .map(|state| state.stacks.latest_labels().to_vec())
+            .unwrap_or_default();
         self.labelled(stack, placed, &labels)
     }
 
