@@ -718,7 +718,7 @@ fn run_with_a_duration_records_that_long_and_waits_for_the_program() {
 
 /// `fsprof attach PID -o OUT`, with stderr piped.
 fn attach_to(pid: u32, out: &std::path::Path) -> Guarded {
-    let child = Command::new(fsprof())
+    let child = as_from_a_terminal(&mut Command::new(fsprof()))
         .args(["attach", &pid.to_string(), "-o"])
         .arg(out)
         .stderr(Stdio::piped())
@@ -730,7 +730,7 @@ fn attach_to(pid: u32, out: &std::path::Path) -> Guarded {
 /// `fsprof run -o DIR -- fsprof-target mixed 30 --ready READY`: a run that a test ends early.
 fn run_until_killed(dir: &std::path::Path, ready: &std::path::Path) -> Command {
     let mut command = Command::new(fsprof());
-    command
+    as_from_a_terminal(&mut command)
         .args(["run", "-o"])
         .arg(dir)
         .args(["--", target(), "mixed", "30", "--ready"])

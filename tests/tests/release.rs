@@ -101,7 +101,7 @@ fn attach(pid: u32, dir: &std::path::Path, env: &[(&str, &str)]) -> Guarded {
 
 fn attach_command(pid: u32, dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> Command {
     let mut command = Command::new(fsprof());
-    command
+    as_from_a_terminal(&mut command)
         .args(["attach", &pid.to_string(), "-o"])
         .arg(dir.join("out"))
         .args(args)
@@ -207,7 +207,7 @@ fn sigterm_during_run_releases_the_program_it_leaves_running() {
     let dir = tempdir();
     let ready = dir.path().join("ready");
     let mut fsprof = Guarded(
-        Command::new(fsprof())
+        as_from_a_terminal(&mut Command::new(fsprof()))
             .args(["run", "--backend", "ptrace", "-o"])
             .arg(dir.path().join("out"))
             .args(["--", target(), "threads", "30", "--ready"])
@@ -365,7 +365,7 @@ fn after_duration_the_program_fsprof_waits_for_is_released() {
     let dir = tempdir();
     let ready = dir.path().join("ready");
     let mut fsprof = Guarded(
-        Command::new(fsprof())
+        as_from_a_terminal(&mut Command::new(fsprof()))
             .args(["run", "--backend", "ptrace", "--duration", "1", "-o"])
             .arg(dir.path().join("out"))
             .args(["--", target(), "threads", "30", "--ready"])

@@ -79,7 +79,7 @@ fn run_preloaded(program: &Path, args: &[&str], limit: Duration) -> (i32, String
 /// through `fork` and `exec` (it did, for a session, before the mask fsprof started with was
 /// given back to the program). Signals 32 and up are the C library's own (glibc's `posix_spawn`
 /// leaves two ignored in the child, a fork does not; its start installs their handlers anyway):
-/// not compared.
+/// not compared. Signals ignored when fsprof starts (`nohup`'s SIGHUP) stay ignored.
 #[test]
 fn the_program_starts_with_the_signal_mask_it_has_without_fsprof() {
     let dir = tempdir();
@@ -94,17 +94,28 @@ fn the_program_starts_with_the_signal_mask_it_has_without_fsprof() {
             })
             .collect()
     };
-    let alone = masks(
-        &Command::new(read[0])
-            .args(&read[1..])
-            .output()
-            .unwrap()
-            .stdout,
-    );
+    // Started as `nohup` starts a program (SIGHUP ignored), both ways: fsprof once took the
+    // signal for its own handler, and the program it started lost the ignoring.
+    let hangup_ignored = |command: &mut Command| {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only `signal`, async-signal-safe, runs between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    };
+    let mut alone = Command::new(read[0]);
+    hangup_ignored(alone.args(&read[1..]));
+    let alone = masks(&alone.output().unwrap().stdout);
     assert_eq!(alone.len(), 2, "{alone:?}");
+    assert_ne!(alone[1] & 1, 0, "SIGHUP not ignored: {alone:?}");
     for flags in [&[][..], &["--agent"], &["--no-native"]] {
         let out = dir.path().join("out");
-        let under = Command::new(fsprof())
+        let mut under = Command::new(fsprof());
+        hangup_ignored(&mut under);
+        let under = under
             .arg("run")
             .args(flags)
             .arg("-o")

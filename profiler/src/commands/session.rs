@@ -450,22 +450,37 @@ impl Signals {
             terminated: Arc::default(),
             suspend: Arc::default(),
         };
-        signal_hook::flag::register(signal_hook::consts::SIGTSTP, Arc::clone(&signals.suspend))
-            .context("installing the Ctrl-Z handler")?;
-        signal_hook::flag::register(
-            signal_hook::consts::SIGINT,
-            Arc::clone(&signals.interrupted),
-        )
-        .context("installing the Ctrl-C handler")?;
-        for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
-            signal_hook::flag::register(signal, Arc::clone(&signals.terminated))
-                .context("installing the SIGTERM and SIGHUP handlers")?;
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGTSTP};
+        let handlers = [
+            (SIGTSTP, &signals.suspend, "the Ctrl-Z handler"),
+            (SIGINT, &signals.interrupted, "the Ctrl-C handler"),
+            (SIGTERM, &signals.terminated, "the SIGTERM handler"),
+            (SIGHUP, &signals.terminated, "the SIGHUP handler"),
+        ];
+        for (signal, flag, what) in handlers {
+            // A signal ignored when fsprof started (`nohup`, a shell's background job) stays
+            // ignored, for fsprof and for the program it starts, which inherits the
+            // disposition through `exec` as it would without fsprof.
+            if !ignored(signal) {
+                signal_hook::flag::register(signal, Arc::clone(flag))
+                    .with_context(|| format!("installing {what}"))?;
+            }
         }
         Ok(signals)
     }
 
     fn any(&self) -> bool {
         self.interrupted.load(Ordering::Relaxed) || self.terminated.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether `signal`'s disposition is to be ignored (left so by whoever started fsprof).
+fn ignored(signal: i32) -> bool {
+    // SAFETY: a query of the current action (no new one), into a zeroed struct of our own.
+    unsafe {
+        let mut action: nix::libc::sigaction = std::mem::zeroed();
+        nix::libc::sigaction(signal, std::ptr::null(), &mut action) == 0
+            && action.sa_sigaction == nix::libc::SIG_IGN
     }
 }
 

@@ -157,6 +157,22 @@ pub fn tempdir() -> TestDir {
     }
 }
 
+/// Has `command` start with SIGINT, SIGTERM, SIGHUP and SIGTSTP at their default actions, as from a
+/// terminal: the suite may run where they are ignored (a shell's background job ignores SIGINT,
+/// `nohup` SIGHUP), and fsprof leaves a signal ignored at its start ignored.
+pub fn as_from_a_terminal(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only `signal`, async-signal-safe, runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGTSTP] {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+            Ok(())
+        })
+    }
+}
+
 /// A test's directory (its profiles, the target's truth): removed when the test passes, kept
 /// when it fails (dropped while the thread panics), its path printed with the failure, so that
 /// a rare failure seen once in a whole suite's run leaves its recording to look at.
