@@ -33,6 +33,32 @@ pub(super) fn open_event(tid: i32, period_ns: u64, follow: bool) -> Result<Owned
     open(attr, tid)
 }
 
+/// A task-clock event on `tid` that only counts, enabled: the thread's time on a CPU as the
+/// kernel's clock measures it, which, unlike the thread's CPU-time clock, includes time a
+/// hypervisor took from the CPU while the thread ran on it (steal), as the samplers' times do.
+/// Read with [`counted_ns`]. For tests that compare those times with the thread's.
+#[cfg(test)]
+pub(super) fn open_counter(tid: i32) -> Result<OwnedFd, Errno> {
+    let mut attr = sys::bindings::perf_event_attr {
+        size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+        type_: sys::bindings::PERF_TYPE_SOFTWARE,
+        config: sys::bindings::PERF_COUNT_SW_TASK_CLOCK as u64,
+        ..Default::default()
+    };
+    attr.set_exclude_hv(1);
+    open(attr, tid)
+}
+
+/// What the counter [`open_counter`] made has counted, in ns.
+#[cfg(test)]
+pub(super) fn counted_ns(counter: &OwnedFd) -> u64 {
+    let mut value = 0u64;
+    // SAFETY: reads 8 bytes into a u64 of our own.
+    let read = unsafe { libc::read(counter.as_raw_fd(), (&raw mut value).cast(), 8) };
+    assert_eq!(read, 8, "reading a task-clock counter");
+    value
+}
+
 /// What a sample of either event holds, in the order the kernel writes it: the event's id
 /// first (the two share a ring), the thread, the time, its count, registers and stack.
 const SAMPLE: u32 = sys::bindings::PERF_SAMPLE_IDENTIFIER

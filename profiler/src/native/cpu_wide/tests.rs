@@ -63,9 +63,17 @@ fn spinner(stop: &Arc<AtomicBool>) -> (std::thread::JoinHandle<()>, u32) {
 }
 
 /// The kernel's count of `tid`'s time on a CPU (ns), from its schedstat.
+/// `tid`'s CPU time (ns): without steal.
 fn schedstat_ns(tid: u32) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap();
     text.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// A counter of `tid`'s time on a CPU by the kernel's clock (steal included, as in the
+/// samplers' times; the thread's CPU-time clock and schedstat leave steal out: on a host whose
+/// hypervisor took 40% of the CPUs they read half of what the switches counted).
+fn on_cpu_counter(tid: u32) -> std::os::fd::OwnedFd {
+    crate::native::perf_events::open_counter(tid as i32).expect("a task-clock counter")
 }
 
 /// Two threads spin; one is watched. Its samples come (about one per period of its CPU time,
@@ -79,7 +87,11 @@ fn a_cpu_samples_only_the_threads_watched() {
     let stop = Arc::new(AtomicBool::new(false));
     let (watched_thread, watched) = spinner(&stop);
     let (other_thread, other) = spinner(&stop);
-    let before = schedstat_ns(watched);
+    let counter = on_cpu_counter(watched);
+    let (before, cpu_before) = (
+        crate::native::perf_events::counted_ns(&counter),
+        schedstat_ns(watched),
+    );
     perf.watch(watched, [0, 0]).unwrap();
     let (mut samples, mut first, mut last, mut departures) = (0u64, None, 0u64, 0u64);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -95,7 +107,8 @@ fn a_cpu_samples_only_the_threads_watched() {
             _ => {}
         });
     }
-    let ran_ms = (schedstat_ns(watched) - before) as f64 / 1e6;
+    let ran_ms = (crate::native::perf_events::counted_ns(&counter) - before) as f64 / 1e6;
+    let cpu_ms = (schedstat_ns(watched) - cpu_before) as f64 / 1e6;
     stop.store(true, Ordering::Relaxed);
     watched_thread.join().unwrap();
     other_thread.join().unwrap();
@@ -119,11 +132,14 @@ fn a_cpu_samples_only_the_threads_watched() {
     // About one sample per period (1 ms, less a twentieth) of the thread's CPU time, none
     // lost. More where other threads share its CPU (not understood yet: up to 1.25 times as
     // many beside this binary's other tests); each sample stands for the CPU time since the
-    // one before, so the shares hold.
-    let expected = ran_ms / 0.95;
+    // one before, so the shares hold. Time a hypervisor takes is counted but holds no
+    // periods (the timer fires once as the CPU comes back): at least one sample per period
+    // of the time the thread ran without steal (its CPU-time clock), at most one per period
+    // of its time counted.
+    let (expected_least, expected_most) = (cpu_ms / 0.95, ran_ms / 0.95);
     assert!(
-        samples as f64 >= expected * 0.8 - 5.0 && samples as f64 <= expected * 1.5 + 5.0,
-        "{samples} samples over {ran_ms:.1} ms of CPU time"
+        samples as f64 >= expected_least * 0.8 - 5.0 && samples as f64 <= expected_most * 1.5 + 5.0,
+        "{samples} samples over {ran_ms:.1} ms on a CPU, {cpu_ms:.1} ms of CPU time"
     );
 }
 
@@ -148,13 +164,17 @@ fn switches_come_in_turn_with_the_time_on_a_cpu() {
             while !go.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            let start = thread_cpu_ns();
+            let counter = on_cpu_counter(gettid());
+            let start = crate::native::perf_events::counted_ns(&counter);
             for _ in 0..ROUNDS {
                 let until = thread_cpu_ns() + 2_000_000;
                 while thread_cpu_ns() < until {}
                 std::thread::sleep(Duration::from_millis(1));
             }
-            ran.store(thread_cpu_ns() - start, Ordering::SeqCst);
+            ran.store(
+                crate::native::perf_events::counted_ns(&counter) - start,
+                Ordering::SeqCst,
+            );
         })
     };
     while tid.load(Ordering::SeqCst) == 0 {
@@ -207,7 +227,7 @@ fn switches_come_in_turn_with_the_time_on_a_cpu() {
     let error = counted as f64 / ran as f64 - 1.0;
     assert!(
         error.abs() < 0.05,
-        "{counted} ns on a CPU by the switches, {ran} by the thread's own clock"
+        "{counted} ns on a CPU by the switches, {ran} by the kernel's count of the thread's"
     );
 }
 
