@@ -48,9 +48,6 @@ pub struct Followed {
     /// Where it was as following began (runnable or not, and when), until the tick's end
     /// opens its stretch off the CPU (see [`Followed::open_seeded`]).
     seed: Option<(bool, u64)>,
-    /// Whether it may have left its CPU since its latest sample (a departure, folded or not, a
-    /// gap in its records, or no sample yet): see `Credit::calibrate`.
-    may_have_left: bool,
 }
 
 /// The CPU time a followed thread's samples stand for.
@@ -190,7 +187,6 @@ impl Followed {
                 woken: Vec::new(),
             },
             seed: None,
-            may_have_left: true,
         }
     }
 
@@ -298,7 +294,6 @@ impl Followed {
             });
         }
         self.latest = Some((stack, time));
-        self.may_have_left = true;
         // A stretch seeded by `open_seeded` has been added up to its `since` (a tentative one
         // not at all).
         let since = self.off.as_ref().map_or(0, |off| off.since);
@@ -372,7 +367,6 @@ impl Followed {
     /// tentative one stays open: the next switch tells whether it was one).
     pub fn gap(&mut self, run_delay_ns: Option<u64>, now: u64) {
         self.credit.gap = true;
-        self.may_have_left = true;
         self.back = None;
         let wakeups = &mut self.wakeups;
         wakeups.woken.clear();
@@ -465,7 +459,6 @@ impl Followed {
             _ => blocked,
         };
         self.latest = Some((stack, folded.time));
-        self.may_have_left = true;
         let wakeups = &mut self.wakeups;
         let preempted_ns = folded.near_ns + folded.far_ns;
         wakeups.balance = wakeups.balance.saturating_sub_unsigned(preempted_ns);
@@ -529,9 +522,8 @@ impl Followed {
         self.latest = Some((stack, time));
         self.back = None;
         let (mut ns, lost) = self.credit.credit(cpu_ns, period_ns);
-        let stayed = !std::mem::replace(&mut self.may_have_left, false);
         if tick_ns > 0 {
-            ns = self.credit.calibrate(ns, tick_ns, stayed);
+            ns = self.credit.calibrate(ns, tick_ns);
         }
         (ns, lost)
     }
@@ -627,21 +619,7 @@ impl Credit {
     /// 15-25% of their time, the ratio fell from 2.8 in a recording's first quarter to 1.2 in
     /// its last, and a thread's samples added 1218 ms for its 969 ms of running time
     /// (`fsprof-chain`'s two threads read up to 3325 ms each in a 3 s run).
-    ///
-    /// A thread that stayed on its CPU since its previous sample (`stayed`) yet ran more than
-    /// two ticks since had ticks missing there: the hypervisor took its CPU (the timer fires
-    /// once as the CPU comes back) or the timer's interrupt came late, both where the thread
-    /// was then, which is where this sample found it. That running time beyond two ticks is
-    /// this sample's own, outside the ratio: spread over other samples, a burst of steal in one
-    /// place went to all of them, where the program's own clock had it in the place (a program
-    /// alternating 3 ms and 1 ms labels read the 3 ms one 4 to 12 points low with 30-50% of
-    /// the CPUs stolen).
-    fn calibrate(&mut self, ran_ns: u64, tick_ns: u64, stayed: bool) -> u64 {
-        let held = match stayed {
-            true => ran_ns.saturating_sub(2 * tick_ns),
-            false => 0,
-        };
-        let ran_ns = ran_ns - held;
+    fn calibrate(&mut self, ran_ns: u64, tick_ns: u64) -> u64 {
         self.ran_ns = self.ran_ns.saturating_add(ran_ns);
         self.ticks_ns = self.ticks_ns.saturating_add(tick_ns);
         let decayed = |sum: u64| sum - sum / RECENT_SAMPLES;
@@ -654,7 +632,7 @@ impl Credit {
         let room = (self.ran_ns.saturating_add(tick_ns)).saturating_sub(self.added_ns);
         let ns = u64::try_from(scaled).unwrap_or(u64::MAX).min(room);
         self.added_ns = self.added_ns.saturating_add(ns);
-        ns + held
+        ns
     }
 }
 
@@ -773,46 +751,16 @@ mod tests {
     }
 
     #[test]
-    fn a_burst_of_running_time_without_ticks_after_a_departure_is_shared_among_the_next_samples() {
-        // As below, but the thread left its CPU before the burst: it may have run elsewhere.
-        let mut f = Followed::new(0, 0, None, 0);
-        let (mut cpu, mut added, mut burst) = (0, 0, 0);
-        for i in 1..=2000u64 {
-            if i == 20 {
-                f.left(departure(i * 10 - 5, true, 1, None));
-                f.returned(i * 10 - 4);
-                let _ = f.take_stretch(i * 10 - 4, true);
-            }
-            cpu += if i == 20 { 100 * MS } else { MS };
-            let ns = f.sampled(1, (cpu, i * 10, MS), MS).0;
-            if i == 20 {
-                burst = ns;
-            }
-            added += ns;
-        }
-        assert!(burst < 10 * MS, "{burst} ns for the sample after 100 ms");
-        let (end, _) = f.last_run(cpu, MS);
-        let added = added + end.map_or(0, |(_, ns)| ns);
-        assert!((cpu..=cpu + MS).contains(&added), "{added} ns for {cpu} ns");
-    }
-
-    #[test]
     fn samples_of_a_cpus_ticks_do_not_carry_a_burst_of_running_time_again_and_again() {
         // Ticks of 1 ms, a sample after each ms of running, but for 100 ms run early between
         // two samples (a hypervisor's burst): the samples add the running time, a tick more at
         // most (a ratio of all samples carried the burst again in each: 341 ms more).
         let mut f = Followed::new(0, 0, None, 0);
-        let (mut cpu, mut added, mut burst) = (0, 0, 0);
+        let (mut cpu, mut added) = (0, 0);
         for i in 1..=2000u64 {
             cpu += if i == 20 { 100 * MS } else { MS };
-            let ns = f.sampled(1, (cpu, i, MS), MS).0;
-            if i == 20 {
-                burst = ns;
-            }
-            added += ns;
+            added += f.sampled(1, (cpu, i, MS), MS).0;
         }
-        // The thread stayed on its CPU: the burst is where the sample after it found it.
-        assert!(burst >= 99 * MS, "{burst} ns for the sample after 100 ms");
         let (end, _) = f.last_run(cpu, MS);
         let added = added + end.map_or(0, |(_, ns)| ns);
         assert!(
