@@ -59,9 +59,8 @@ struct Credit {
     /// Running time of samples lost in gaps, not yet shared among the samples after them.
     owed_ns: u64,
     /// For samples of a CPU's ticks (see `Credit::calibrate`): the running time they were
-    /// credited, the lengths of their ticks, and what was added for them.
+    /// credited, and what was added for them.
     ran_ns: u64,
-    ticks_ns: u64,
     added_ns: u64,
     /// The running time and tick lengths of the latest samples of a CPU's ticks, each older
     /// one weighing less by a factor of `1 - 1 / RECENT_SAMPLES`.
@@ -175,7 +174,6 @@ impl Followed {
                 gap: false,
                 owed_ns: 0,
                 ran_ns: 0,
-                ticks_ns: 0,
                 added_ns: 0,
                 recent_ran_ns: 0,
                 recent_ticks_ns: 0,
@@ -621,7 +619,6 @@ impl Credit {
     /// (`fsprof-chain`'s two threads read up to 3325 ms each in a 3 s run).
     fn calibrate(&mut self, ran_ns: u64, tick_ns: u64) -> u64 {
         self.ran_ns = self.ran_ns.saturating_add(ran_ns);
-        self.ticks_ns = self.ticks_ns.saturating_add(tick_ns);
         let decayed = |sum: u64| sum - sum / RECENT_SAMPLES;
         self.recent_ran_ns = decayed(self.recent_ran_ns).saturating_add(ran_ns);
         self.recent_ticks_ns = decayed(self.recent_ticks_ns).saturating_add(tick_ns);
