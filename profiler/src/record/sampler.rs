@@ -53,8 +53,8 @@ struct ThreadState {
     seen_at: u64,
     /// Its native stacks so far, for samples that reuse them.
     stacks: native_stacks::StackHistory,
-    /// This tick's sample, when it waits for the thread's late stop.
-    pending: Option<PendingSample>,
+    /// Its samples that wait for its late stop.
+    pending: LateStop,
     /// Its scheduling totals at its previous sample while perf samples it, with that tick's
     /// count.
     last_sched: Option<(u64, process::SchedTimes)>,
@@ -309,7 +309,7 @@ impl Sampler {
         self.interner
             .settle(pid, || process::memory_thread_cached(cache, pid, tids));
         self.read_marks();
-        self.flush_pending();
+        self.flush_pending(Some(now));
         // Set again below by any thread whose time only the ticks can see.
         let first = self.clock.before_first();
         self.clock.begin(
@@ -332,7 +332,7 @@ impl Sampler {
             native.poll();
             for (tid, captured) in native.take_late() {
                 if let Some(state) = self.threads.states.get_mut(&tid) {
-                    if let Some(pending) = state.pending.take() {
+                    for pending in state.pending.take() {
                         let placed = capture::place(&captured, &pending.records);
                         let id = self.builder.native_stack(placed);
                         pending.add(&mut self.builder, Some(id));
@@ -533,12 +533,13 @@ impl Sampler {
                 // Completed when the thread stops (it has not run since this instant, so
                 // its stack and marks are still this sample's), or at the next tick.
                 if let Some(state) = self.threads.states.get_mut(&tid) {
-                    state.pending = Some(PendingSample {
+                    let sample = PendingSample {
                         thread,
                         stack,
                         records: self.records.clone(),
                         weight,
-                    });
+                    };
+                    state.pending.push(sample);
                 }
                 return;
             }
@@ -614,10 +615,15 @@ impl Sampler {
         }
     }
 
-    /// Adds, without a native stack, the samples still waiting for their thread to stop.
-    fn flush_pending(&mut self) {
+    /// Adds, without a native stack, the samples that waited too long for their thread to stop
+    /// at `now` (see `weight::LATE_STOP_MOST`), or all still waiting if `now` is `None`.
+    fn flush_pending(&mut self, now: Option<Instant>) {
         for state in self.threads.states.values_mut() {
-            if let Some(pending) = state.pending.take() {
+            let expired = match now {
+                Some(now) => state.pending.take_expired(now),
+                None => state.pending.take(),
+            };
+            for pending in expired {
                 pending.add(&mut self.builder, None);
             }
         }
@@ -725,4 +731,4 @@ mod off_cpu;
 mod weight;
 pub use ending::Recorded;
 use lifecycle::Pass;
-use weight::{PendingSample, Weight};
+use weight::{LateStop, PendingSample, Weight};

@@ -20,7 +20,7 @@ impl Sampler {
     /// native stacks' frames: a followed child's names are left until the program has ended,
     /// so that they do not take CPU from it (`children.rs`).
     pub fn end(mut self, mut meta: Meta) -> Recorded {
-        self.flush_pending();
+        self.flush_pending(None);
         self.end_recording();
         for state in self.threads.states.values_mut() {
             if let Some(pending) = state.before_perf.take() {

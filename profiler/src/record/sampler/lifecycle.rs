@@ -91,7 +91,7 @@ impl Sampler {
             interval: weight::TickInterval::new(last_time),
             seen_at: tick,
             stacks: Default::default(),
-            pending: None,
+            pending: LateStop::default(),
             last_sched: None,
             born: !first && born_ns.is_none(),
             before_perf: None,
@@ -145,7 +145,7 @@ impl Sampler {
                 *budget += 1;
             }
             if !keep {
-                if let Some(pending) = state.pending.take() {
+                for pending in state.pending.take() {
                     pending.add(builder, None);
                 }
                 if let Some(pending) = state.before_perf.take() {

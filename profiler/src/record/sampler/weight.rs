@@ -1,6 +1,7 @@
 //! What a thread's sample at a tick weighs ([`Weight`]: its interval, less what perf's samples
 //! of it already count, and the share it waited for a CPU), and a sample that waits to be added
-//! ([`PendingSample`]: for its thread's late stop, or its first perf sample). Not here: which
+//! ([`PendingSample`]: for its thread's late stop, or its first perf sample; [`LateStop`]: all
+//! those of a thread that waits for its stop). Not here: which
 //! interval a sample stands for (from its thread's previous sample or birth: `sampler.rs`).
 
 use super::*;
@@ -104,6 +105,47 @@ impl PendingSample {
     }
 }
 
+/// How long a thread's samples wait for its late stop before they are added without a native
+/// stack. A thread asked to stop runs no code of its own until it stops, so its stack at the
+/// stop is its stack at every tick since it was asked: a thread waiting for a CPU, or one whose
+/// virtual CPU the hypervisor took away (steal: it runs, as its kernel sees it, but nothing of
+/// it executes), is sampled at each tick meanwhile and all those samples get the stack. Steal
+/// holds a virtual CPU for milliseconds to tens of milliseconds at a time; the ticks did not
+/// wait past the next one before, and a 2-vCPU machine with a third of its time stolen read
+/// 10 to 16% of a busy thread's samples without a stack. A thread in uninterruptible sleep may
+/// not stop for seconds: past this its samples are added without one.
+const LATE_STOP_MOST: Duration = Duration::from_millis(250);
+
+/// A thread's samples that wait for its late stop, oldest first (see [`LATE_STOP_MOST`]).
+#[derive(Default)]
+pub(super) struct LateStop {
+    /// When the oldest was taken.
+    since: Option<Instant>,
+    samples: Vec<PendingSample>,
+}
+
+impl LateStop {
+    /// Adds the sample taken just now.
+    pub(super) fn push(&mut self, sample: PendingSample) {
+        self.since.get_or_insert_with(Instant::now);
+        self.samples.push(sample);
+    }
+
+    /// All of them (the thread stopped, or it is gone), leaving none.
+    pub(super) fn take(&mut self) -> Vec<PendingSample> {
+        self.since = None;
+        std::mem::take(&mut self.samples)
+    }
+
+    /// All of them if the oldest waited longer than [`LATE_STOP_MOST`] at `now`; else none.
+    pub(super) fn take_expired(&mut self, now: Instant) -> Vec<PendingSample> {
+        match self.since {
+            Some(since) if now.saturating_duration_since(since) >= LATE_STOP_MOST => self.take(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl Sampler {
     /// What thread `tid`'s sample at the tick counted `tick` weighs: it stands for `interval_ns`
     /// since its previous sample, `running` (or runnable) or blocked; `slow`: the ticks are
@@ -176,5 +218,44 @@ impl Sampler {
             _ => interval_ns,
         };
         (waiting, wall_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(stack: u32) -> PendingSample {
+        PendingSample {
+            thread: 0,
+            stack,
+            records: Vec::new(),
+            weight: Weight {
+                wall_ns: 500_000,
+                active_ns: 500_000,
+                if_gone_ns: None,
+            },
+        }
+    }
+
+    #[test]
+    fn samples_wait_for_a_late_stop_together_until_the_oldest_expires() {
+        let mut late = LateStop::default();
+        let first = Instant::now();
+        late.push(sample(1));
+        late.push(sample(2));
+        let pushed = Instant::now();
+        // Within the wait, at any tick: kept, oldest first, for the stop to complete.
+        assert!(late.take_expired(first).is_empty());
+        assert!(late.take_expired(first + LATE_STOP_MOST / 2).is_empty());
+        // Past it from the oldest: all go (the newer waited less, but the thread did not run
+        // since the oldest either).
+        let expired = late.take_expired(pushed + LATE_STOP_MOST);
+        assert_eq!(expired.iter().map(|s| s.stack).collect::<Vec<_>>(), [1, 2]);
+        // Emptied, and the wait starts again with the next.
+        assert!(late.take().is_empty());
+        late.push(sample(3));
+        assert_eq!(late.take().len(), 1);
+        assert!(late.take_expired(first + LATE_STOP_MOST * 10).is_empty());
     }
 }
