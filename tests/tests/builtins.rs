@@ -57,7 +57,7 @@ fn run_built(
 fn assert_feature_shares(report: &Value, truth: &Value, tolerance: f64) -> f64 {
     let total = truth["total_ms"].as_f64().unwrap();
     let samples = timed_samples_of(report);
-    let mut table = format!("  {samples} samples\n");
+    let mut table = samples_line(report, samples, total);
     let (mut worst, mut over): (f64, Vec<String>) = (0.0, Vec::new());
     for (name, measured) in truth["features"].as_object().unwrap() {
         let expected = measured["ms"].as_f64().unwrap() * 100.0 / total;

@@ -59,7 +59,7 @@ fn a_program_nobody_marked_gets_its_libraries_features_at_its_own_lines() {
     let truth = truth(dir.path());
     let total = truth["total_ms"].as_f64().unwrap();
     let samples = timed_samples_of(&report);
-    let mut table = format!("  {samples} samples\n");
+    let mut table = samples_line(&report, samples, total);
     let mut over = Vec::new();
     for (name, measured) in truth["features"].as_object().unwrap() {
         let expected = measured["ms"].as_f64().unwrap() * 100.0 / total;
@@ -148,7 +148,7 @@ fn a_go_program_nobody_marked_gets_its_standard_librarys_features() {
     let truth: Value = serde_json::from_slice(&std::fs::read(&truth_path).unwrap()).unwrap();
     let total = truth["total_ms"].as_f64().unwrap();
     let samples = timed_samples_of(&report);
-    let mut table = format!("  {samples} samples\n");
+    let mut table = samples_line(&report, samples, total);
     let mut over = Vec::new();
     for (name, measured) in truth["features"].as_object().unwrap() {
         let expected = measured["ms"].as_f64().unwrap() * 100.0 / total;
@@ -210,7 +210,7 @@ fn a_cpp_program_nobody_marked_gets_the_languages_features_at_its_own_lines() {
         ("output", "write_stream("),
         ("formatting", "format_text("),
     ];
-    let mut table = format!("  {samples} samples\n");
+    let mut table = samples_line(&report, samples, total);
     let mut over = Vec::new();
     for (name, user) in users {
         let expected = truth["features"][name]["ms"].as_f64().unwrap() * 100.0 / total;

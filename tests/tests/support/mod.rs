@@ -33,6 +33,14 @@ pub fn samples_of(report: &Value) -> u64 {
     periods(report, report["total_ms"].as_f64().unwrap_or(0.0))
 }
 
+/// A share table's first line: its samples, and the report's total beside the truth's
+/// (`truth_ms`), which tells a failure in every share at once (a total off) from one in a
+/// feature.
+pub fn samples_line(report: &Value, samples: u64, truth_ms: f64) -> String {
+    let report_ms = report["total_ms"].as_f64().unwrap_or(0.0);
+    format!("  {samples} samples; report total {report_ms:.0} ms, truth total {truth_ms:.0} ms\n")
+}
+
 /// [`samples_of`] for [`timed_share`]s: the waits in built-ins count as well, each period of
 /// one as good as a sample (the switches in and out of it time it exactly).
 pub fn timed_samples_of(report: &Value) -> u64 {
