@@ -411,6 +411,8 @@ impl Sampler {
     /// their last milliseconds after their last sample, and with that sample's marks 1 in 30
     /// counted their whole request outside its mark (their one sample came before fsprof knew
     /// their slot), and others counted their exit inside it, twice their request at times.
+    /// With it, what its samples of CPUs' ticks were still to add, to their marks (see
+    /// `Followed::last_run`).
     pub(super) fn add_last_run(&mut self, tid: u32, thread: u32) {
         let Some(cpu_ns) = self.native.as_ref().and_then(|n| n.perf_cpu_ns(tid)) else {
             return;
@@ -419,9 +421,9 @@ impl Sampler {
         let Some(followed) = self.followed_mut(tid) else {
             return;
         };
-        let (last, lost_ns) = followed.last_run(cpu_ns, period_ns);
-        self.tally.lost_cpu_ns += lost_ns;
-        if let Some((stack, ns)) = last {
+        let end = followed.last_run(cpu_ns, period_ns);
+        self.tally.lost_cpu_ns += end.lost_ns;
+        for (stack, ns) in end.last.into_iter().chain(end.owed_to) {
             self.builder.add_sample(thread, stack, None, ns, ns);
         }
     }
