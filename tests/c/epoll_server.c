@@ -13,12 +13,14 @@
  * that wait apart. So the truth gives it as a bound, as `full_pipe.c` does: extra.woken_wait_ms,
  * the growth of the thread's time queued for a CPU inside epoll_wait (`runnable_ms`), at least
  * the waits after its wake-ups. extra.blocked_ms is the time epoll_wait kept it blocked.
+ * A call's time on its CPU is its CPU time scaled for steal (see on_cpu.h), as `full_pipe.c`'s.
  *
  *   epoll_server SECONDS [--truth FILE]
  *
  * Writes the truth in the format of tests/src/lib.rs (`Truth::to_json`). */
 #include "clock.h"
 #include "fsprof.h"
+#include "on_cpu.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -69,14 +71,17 @@ int main(int argc, char **argv) {
     int poller = epoll_create1(0);
     struct epoll_event event = {.events = EPOLLIN, .data.fd = listener};
     epoll_ctl(poller, EPOLL_CTL_ADD, listener, &event);
-    double blocked_ms = 0, handling_ms = 0, woken_wait_ms = 0;
+    int counter = on_cpu_counter();
+    double cpu_born = cpu_ms(), on_cpu = on_cpu_ms(counter);
+    double waits_ms = 0, waits_cpu_ms = 0, handling_ms = 0, woken_wait_ms = 0;
     int open = 1;
     while (open) {
         struct epoll_event ready;
         double t0 = now_ms(), c0 = cpu_ms(), r0 = runnable_ms();
         int n = epoll_wait(poller, &ready, 1, 10000);
         double wall = now_ms() - t0, cpu = cpu_ms() - c0;
-        blocked_ms += wall - cpu;
+        waits_ms += wall;
+        waits_cpu_ms += cpu;
         woken_wait_ms += (runnable_ms() - r0) - cpu;
         if (n < 0 && errno == EINTR) continue; /* as event loops do (a ptrace stop causes one) */
         if (n != 1) break;
@@ -108,7 +113,9 @@ int main(int argc, char **argv) {
     waitpid(child, &status, 0);
     double wall = now_ms() - t0, cpu = cpu_ms() - c0;
     woken_wait_ms += (runnable_ms() - r0) - cpu;
-    double total = now_ms() - born - blocked_ms - (wall - cpu);
+    double scale = steal_scale(counter, on_cpu, cpu_ms() - cpu_born);
+    double blocked_ms = waits_ms - waits_cpu_ms * scale;
+    double total = now_ms() - born - blocked_ms - (wall - cpu * scale);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         fprintf(stderr, "the client failed\n");
         return 1;

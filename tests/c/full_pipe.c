@@ -13,9 +13,14 @@
  *
  *   full_pipe SECONDS [--truth FILE]
  *
+ * A write's time on its CPU is its CPU time scaled for steal (see on_cpu.h): what a hypervisor
+ * took from the CPU while the write ran is running time to fsprof, shared over the thread's
+ * samples, and was blocked time in this truth (its wall time less its CPU time).
+ *
  * Writes the truth in the format of tests/src/lib.rs (`Truth::to_json`), with the time write()
  * kept it blocked as extra.blocked_ms and that bound as extra.woken_wait_ms. */
 #include "clock.h"
+#include "on_cpu.h"
 #include "fsprof.h"
 #include <signal.h>
 #include <stdio.h>
@@ -47,8 +52,9 @@ int main(int argc, char **argv) {
     close(fds[0]);
     static char chunk[65536];
     memset(chunk, 'x', sizeof chunk);
-    double born = now_ms(), end = born + seconds * 1000, blocked_ms = 0, produce_ms = 0,
-           woken_wait_ms = 0;
+    int counter = on_cpu_counter();
+    double born = now_ms(), end = born + seconds * 1000, writes_ms = 0, writes_cpu_ms = 0,
+           produce_ms = 0, woken_wait_ms = 0, cpu_born = cpu_ms(), on_cpu = on_cpu_ms(counter);
     while (now_ms() < end) {
         double t0 = now_ms();
         fsprof_mark(produce, "chunk");
@@ -61,9 +67,12 @@ int main(int argc, char **argv) {
             return 1;
         }
         double cpu = cpu_ms() - c1;
-        blocked_ms += (now_ms() - t1) - cpu;
+        writes_ms += now_ms() - t1;
+        writes_cpu_ms += cpu;
         woken_wait_ms += (runnable_ms() - r1) - cpu;
     }
+    double scale = steal_scale(counter, on_cpu, cpu_ms() - cpu_born);
+    double blocked_ms = writes_ms - writes_cpu_ms * scale;
     double total = now_ms() - born - blocked_ms;
     close(fds[1]);
     int status = 0;

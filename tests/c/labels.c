@@ -14,9 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <linux/perf_event.h>
-
 #include "clock.h"
+#include "on_cpu.h"
 
 typedef struct { size_t len; const unsigned char *buf; } custom_labels_string_t;
 typedef struct { custom_labels_string_t key, value; } custom_labels_label_t;
@@ -52,23 +51,6 @@ static void under(custom_labels_labelset_t *set, double ms, struct work *into) {
     into->waiting += cpu_and_wait_ms() - work - cpu_took;
 }
 
-/* The calling thread's time on a CPU by the kernel's clock, steal included (a task-clock
- * counter opened on it by `on_cpu_counter`), in milliseconds; -1 without one. */
-static double on_cpu_ms(int counter) {
-    unsigned long long ns;
-    return counter >= 0 && read(counter, &ns, sizeof ns) == sizeof ns ? ns / 1e6 : -1;
-}
-
-static int on_cpu_counter(void) {
-    struct perf_event_attr attr;
-    memset(&attr, 0, sizeof attr);
-    attr.size = sizeof attr;
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.exclude_hv = 1;
-    return (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
-}
-
 int main(int argc, char **argv) {
     if (argc != 4 || strcmp(argv[2], "--truth") != 0) {
         fprintf(stderr, "usage: labels SECONDS --truth FILE\n");
@@ -89,8 +71,7 @@ int main(int argc, char **argv) {
      * wall clock instead, a burst of steal stayed in the region it fell in: with 30-50% of
      * the CPUs stolen the 3 ms region's share was 4 to 12 points off the report's; by CPU time
      * and waits alone, beside busy loops (much waiting), 5 points. */
-    double ran = cpu_ms() - cpu, counted = on_cpu_ms(counter) - on_cpu;
-    double scale = on_cpu >= 0 && ran > 0 && counted > ran ? counted / ran : 1;
+    double scale = steal_scale(counter, on_cpu, cpu_ms() - cpu);
     double a_ms = a.cpu * scale + a.waiting, b_ms = b.cpu * scale + b.waiting;
     double none_ms = none.cpu * scale + none.waiting, total = a_ms + b_ms + none_ms;
     FILE *truth = fopen(argv[3], "w");
