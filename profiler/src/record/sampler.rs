@@ -531,7 +531,8 @@ impl Sampler {
             Native::Pending => {
                 self.clock.needs_every_tick();
                 // Completed when the thread stops (it has not run since this instant, so
-                // its stack and marks are still this sample's), or at the next tick.
+                // its stack and marks are still this sample's), with the samples of the
+                // ticks in between; without a stack if that takes too long (`LateStop`).
                 if let Some(state) = self.threads.states.get_mut(&tid) {
                     let sample = PendingSample {
                         thread,
