@@ -258,6 +258,11 @@ impl NativeSampler {
         }
     }
 
+    /// Whether `tid` is attached: for a sample now, or waiting for a stop asked for earlier.
+    pub fn is_attached(&self, tid: u32) -> bool {
+        self.tracer.is_attached(tid)
+    }
+
     /// Attaches to `tid` for a sample (which detaches it again: see `tracer.rs`), if not yet done; whether it is attached. `running`: the thread was running at the tick.
     pub fn attach(&mut self, tid: u32, running: bool) -> bool {
         if self.tracer.is_attached(tid) {

@@ -131,6 +131,9 @@ impl Sampler {
         // `exec` (the scanner may have looked before the first tick), whose environment may
         // have named the socket where this one's does not (`env -u FSPROF_ANNOUNCE`).
         self.reader.look_again();
+        // Samples still waiting for a ptrace stop are the old image's: added before it ends,
+        // without a stack (a stop after the exec would give them the new program's).
+        self.flush_pending(None);
         let pid = self.pid;
         self.builder
             .image(crate::program::process::thread_name(pid, pid));

@@ -323,6 +323,15 @@ impl Sampler {
 
     /// The thread's native stack by a ptrace stop, with its marks copied in the same stop.
     pub(super) fn capture(&mut self, tid: u32, own_tid: u32, running: bool) -> Native {
+        // Samples still waiting for a stop of a thread no longer attached: that stop came and
+        // was ended while another thread's stop was waited for (`Tracer::wait`), and the thread
+        // has run since. They get no stack, not that of the stop asked for now.
+        let attached = self.native.as_ref().is_some_and(|n| n.is_attached(tid));
+        if let Some(state) = self.threads.states.get_mut(&tid).filter(|_| !attached) {
+            for pending in state.pending.take() {
+                pending.add(&mut self.builder, None);
+            }
+        }
         let Some(native) = self.native.as_mut() else {
             return Native::None;
         };
