@@ -277,6 +277,10 @@ pub struct ReadingMeta {
     /// label a mark of the feature its key names.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub custom_labels: bool,
+    /// The program published an OpenTelemetry thread context (OTEP 4947), read at its samples:
+    /// each attribute a mark of the feature its key names.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub otel_context: bool,
 }
 
 /// How the sampler ticked: its scheduling, and its ticks late, stretched or slow.
@@ -416,8 +420,9 @@ pub enum PayloadKind {
     Alternative,
     /// A check at a boundary: `value (from -> to)`.
     Boundary,
-    /// A label's value, published by the program by the custom-labels ABI (its key is the
-    /// feature; `program/custom_labels.rs`), not pushed from a stack frame.
+    /// A label's value, published by the program by the custom-labels ABI or in an
+    /// OpenTelemetry thread context (its key is the feature; `program/custom_labels.rs`,
+    /// `program/otel_context.rs`), not pushed from a stack frame.
     Label,
 }
 

@@ -619,8 +619,27 @@ fn labels_published_by_the_custom_labels_abi_are_features() {
     let _serial = serial();
     let dir = tempdir();
     let exe = support::native::build_exporting_c_program(dir.path(), "labels");
-    labels_are_features(&exe);
+    labels_are_features(&exe, CUSTOM_LABELS);
 }
+
+/// A program with no fsprof shim that publishes an OpenTelemetry thread context by its
+/// specification (OTEP 4947, as the OpenTelemetry eBPF profiler reads it;
+/// `tests/c/otel_context.c`: a thread-local pointer to a record of attributes by key index,
+/// the keys named in the process context, OTEP 4719) gets its attributes as features, each
+/// key a feature, its value the instance, within their bounds of the time the program
+/// measured under them; a record whose `valid` is 0 counts for nothing.
+#[test]
+fn an_opentelemetry_thread_context_is_read_as_features() {
+    let _serial = serial();
+    let dir = tempdir();
+    let exe = support::native::build_exporting_c_program(dir.path(), "otel_context");
+    labels_are_features(&exe, OTEL_CONTEXT);
+}
+
+/// What the report says of a program that publishes custom labels, and of one that publishes
+/// an OpenTelemetry thread context.
+const CUSTOM_LABELS: &str = "The program publishes labels (the custom-labels ABI";
+const OTEL_CONTEXT: &str = "The program publishes labels (an OpenTelemetry thread context";
 
 /// The same beside a busy loop on every CPU: the program waits for a CPU about half its time,
 /// and that time is its labels' (it cannot change them off its CPU), whether the kernel
@@ -633,7 +652,7 @@ fn labels_keep_the_time_their_thread_waits_for_a_cpu() {
     let dir = tempdir();
     let exe = support::native::build_exporting_c_program(dir.path(), "labels");
     let _busy = support::BusyLoops::start();
-    labels_are_features(&exe);
+    labels_are_features(&exe, CUSTOM_LABELS);
 }
 
 /// The same with a Rust program that labels its work with the `custom-labels` crate
@@ -663,12 +682,12 @@ fn labels_set_by_the_custom_labels_crate_are_features() {
         "building tests/rust/labelled failed (the custom-labels crate needs libclang: apt-get install libclang-dev): {}",
         String::from_utf8_lossy(&built.stderr)
     );
-    labels_are_features(&target_dir.join("release/labelled"));
+    labels_are_features(&target_dir.join("release/labelled"), CUSTOM_LABELS);
 }
 
-/// Runs `exe` (which writes its truth as `tests/c/labels.c` does) under fsprof and checks its
-/// labels' shares.
-fn labels_are_features(exe: &Path) {
+/// Runs `exe` (which writes its truth as `tests/c/labels.c` does) under fsprof and checks that
+/// the report says `published` and its labels' shares.
+fn labels_are_features(exe: &Path, published: &str) {
     let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     let out = dir.path().join("out");
@@ -683,10 +702,7 @@ fn labels_are_features(exe: &Path) {
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("The program publishes labels (the custom-labels ABI"),
-        "{stderr}"
-    );
+    assert!(stderr.contains(published), "{stderr}");
     let report = report_json(&out);
     let truth: Value = serde_json::from_slice(&std::fs::read(&truth_path).unwrap()).unwrap();
     let total = truth["total_ms"].as_f64().unwrap();

@@ -19,7 +19,8 @@ use crate::native::complete::Completer;
 use crate::native::layout::{ANCHORS, SLOTS};
 use crate::native::memory_map::MemoryMap;
 use crate::native::off_thread::{self, OffThread};
-use crate::native::perf::{Perf, SharedPerf, WatchError};
+use crate::native::perf::{LabelFormat, Perf, SharedPerf, WatchError};
+use crate::native::ring::CopiedLabels;
 use crate::native::stream::Folded;
 use crate::native::stream::{PerfSample, Switch, Taken};
 use crate::native::tracer::{Pauses, Tracer};
@@ -28,11 +29,11 @@ use crate::native::unwind::{
 };
 use crate::os::privilege::Refusal;
 use crate::profile::RawNativeStack;
-use crate::program::custom_labels::{CustomLabels, Missing};
 use crate::program::modules::{JitDump, Module};
 use crate::program::process;
 use crate::program::remote::Remote;
 use fsprof_shim::abi::RecordView;
+use labels::LabelsSearch;
 use std::time::{Duration, Instant};
 
 /// What perf gave of a thread (see [`NativeSampler::perf_samples`]), oldest first.
@@ -47,7 +48,7 @@ pub enum PerfTaken {
         cpu_ns: u64,
         time: u64,
         tick_ns: u64,
-        /// The thread's custom labels then (see `PerfSample::labels`).
+        /// The thread's labels then (see `PerfSample::labels`), their keys named.
         labels: Option<Vec<crate::program::custom_labels::Label>>,
     },
     /// Its stack as it left its CPU (preempted or blocked), taken at `time` (CLOCK_MONOTONIC,
@@ -119,23 +120,10 @@ pub struct NativeSampler {
     /// The worker that reads the target where that waits for its memory map's lock, once one
     /// was needed (`Err`: it could not be started, and the reads are made here).
     reads: Option<Result<OffThread, ()>>,
-    /// Whether the process publishes custom labels that perf's program reads at each sample
+    /// Whether the process publishes labels that perf's program reads at each sample
     /// (see [`NativeSampler::look_for_labels`]).
     labels: LabelsSearch,
 }
-
-/// The search for a process's custom labels: found, or how many modules were looked in, and
-/// while a module exports them unreadable yet, when to look again and how many more times.
-#[derive(Default)]
-struct LabelsSearch {
-    found: bool,
-    modules: usize,
-    again: Option<(Instant, u32)>,
-}
-
-/// How often, and how many times, a module that exports custom labels not readable yet is
-/// looked at again (its loader relocates it within milliseconds of mapping it).
-const LABELS_AGAIN: (Duration, u32) = (Duration::from_millis(50), 40);
 
 impl NativeSampler {
     /// A native sampler for process `pid` (its memory map is read at once), sampling running
@@ -178,42 +166,21 @@ impl NativeSampler {
         self.look_for_labels();
     }
 
-    /// Whether the process's custom labels are read at its samples.
-    pub fn reads_labels(&self) -> bool {
-        self.labels.found
+    /// How the process's labels are read at its samples, if it publishes some.
+    pub fn label_format(&self) -> Option<LabelFormat> {
+        self.labels.format()
     }
 
-    /// Has perf's program read the process's custom labels at each sample, once its modules
-    /// show the ABI (`program/custom_labels.rs`): looked for again while modules come (a
-    /// library loaded at start may be mapped after the first read, and relocated later still).
+    /// Why the process's labels could not be named, if they could not.
+    pub fn labels_note(&self) -> Option<String> {
+        self.labels.note()
+    }
+
+    /// Has perf's program read the process's labels at each sample, once its modules show
+    /// them (`capture/labels.rs`).
     fn look_for_labels(&mut self) {
         let modules = self.unwinder.modules();
-        let search = &mut self.labels;
-        let now = Instant::now();
-        let again = search.again.is_some_and(|(at, _)| now >= at);
-        if search.found || (modules.len() == search.modules && !again) {
-            return;
-        }
-        search.modules = modules.len();
-        let Some(perf) = &self.perf else {
-            return;
-        };
-        let Ok(exe) = std::fs::read_link(format!("/proc/{}/exe", self.pid)) else {
-            return;
-        };
-        let exe = exe.to_string_lossy();
-        let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
-        match CustomLabels::find(&Remote::new(self.pid), modules, exe) {
-            Ok(labels) => {
-                perf.lock().read_labels(perf.owner(), labels.tls_offset);
-                (search.found, search.again) = (true, None);
-            }
-            Err(Missing::NotYet) => {
-                let left = search.again.map_or(LABELS_AGAIN.1, |(_, left)| left);
-                search.again = (left.checked_sub(1)).map(|left| (now + LABELS_AGAIN.0, left));
-            }
-            Err(Missing::Absent) => search.again = None,
-        }
+        self.labels.look(self.pid, modules, self.perf.as_ref());
     }
 
     /// Handles the target's pending events (signals, exits) without blocking. Threads that
@@ -368,6 +335,8 @@ impl NativeSampler {
         let owns_rules = holder.owns_rules();
         let walks = owns_rules && perf.walks();
         let (mut cut, mut returns) = (false, Vec::new());
+        // The labels copied at each sample, named once perf is let go (by the sample's place).
+        let mut copied: Vec<(usize, CopiedLabels)> = Vec::new();
         perf.take(tid, |item| match item {
             Taken::Sample(sample) => {
                 self.stats.perf_captured += 1;
@@ -389,13 +358,16 @@ impl NativeSampler {
                 if walks || !captured.complete {
                     note_returns(&mut returns, &captured.frames);
                 }
+                if let Some(labels) = sample.labels {
+                    copied.push((taken.len(), labels));
+                }
                 taken.push(PerfTaken::Sample {
                     captured: self.counted(captured),
                     slots: sample.marks_known.then_some(sample.slots),
                     cpu_ns: sample.cpu_ns,
                     time: sample.time,
                     tick_ns: sample.tick_ns,
-                    labels: sample.labels,
+                    labels: None,
                 });
             }
             Taken::Departure(sample) => {
@@ -452,6 +424,12 @@ impl NativeSampler {
             }
         }
         self.perf = Some(holder);
+        for (at, labels) in copied {
+            let named = self.labels.name(labels, self.pid, tid);
+            if let Some(PerfTaken::Sample { labels, .. }) = taken.get_mut(at) {
+                *labels = Some(named);
+            }
+        }
         Some(taken)
     }
 
@@ -797,5 +775,6 @@ fn note_returns(returns: &mut Vec<u64>, frames: &[UnwoundFrame]) {
     }
 }
 
+mod labels;
 #[cfg(test)]
 mod tests;

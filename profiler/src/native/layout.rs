@@ -89,14 +89,23 @@ pub(in crate::native) const VALUE_FOLDED: usize = VALUE_NEAR_UNTIL + 8;
 pub(in crate::native) const VALUE_FOLD_RECORD: usize = VALUE_FOLDED + 8 * FOLD_KINDS;
 /// A fold record: time, index and kind, the folded time per kind, the switch number.
 pub(in crate::native) const FOLD_RECORD: usize = 16 + 8 * FOLD_KINDS + 8;
-/// Then where the thread's custom labels lie (`program/custom_labels.rs`): the offset of their
-/// thread-local pointer from its thread pointer (set by fsprof; 0: none), the record that
-/// carries the labels copied at a sample (a copy header with slot number [`LABELS`], the set's
-/// address in its address field; then how many labels, and each: its key's and value's
-/// lengths, then their bytes, cut to [`LABEL_KEY`] and [`LABEL_VALUE`]), and room to read a
-/// set's header or a label into.
+/// Then where the thread's labels lie: the offset of their thread-local pointer from its
+/// thread pointer (set by fsprof; 0: none) and their format ([`LABELS_CUSTOM`]: a custom-labels
+/// set, `program/custom_labels.rs`; [`LABELS_OTEL`]: an OpenTelemetry thread-context record,
+/// `program/otel_context.rs`), the record that carries the labels copied at a sample (a copy
+/// header with slot number [`LABELS`], the set's or record's address in its address field;
+/// then, for a set, how many labels, and each: its key's and value's lengths, then their
+/// bytes, cut to [`LABEL_KEY`] and [`LABEL_VALUE`]; for a record, [`OTEL_COPIED`] and how many
+/// of its bytes follow, its header and attributes as they are, at most
+/// `otel_context::MAX_RECORD`), and room to read a set's header or a label into.
 pub(in crate::native) const VALUE_LABELS_OFFSET: usize = VALUE_FOLD_RECORD + FOLD_RECORD;
-pub(in crate::native) const VALUE_LABELS_RECORD: usize = VALUE_LABELS_OFFSET + 8;
+pub(in crate::native) const VALUE_LABELS_FORMAT: usize = VALUE_LABELS_OFFSET + 8;
+pub(in crate::native) const VALUE_LABELS_RECORD: usize = VALUE_LABELS_FORMAT + 8;
+pub(in crate::native) const LABELS_CUSTOM: u64 = 0;
+pub(in crate::native) const LABELS_OTEL: u64 = 1;
+/// The flag of a labels record's count word that says it holds an OpenTelemetry record's bytes
+/// (a set's count is at most [`LABELS_MOST`]).
+pub(in crate::native) const OTEL_COPIED: u64 = 1 << 16;
 pub(in crate::native) const LABELS_MOST: usize = 6;
 pub(in crate::native) const LABEL_KEY: usize = 32;
 pub(in crate::native) const LABEL_VALUE: usize = 64;
@@ -104,6 +113,10 @@ pub(in crate::native) const LABEL_ENTRY: usize = 16 + LABEL_KEY + LABEL_VALUE;
 pub(in crate::native) const LABELS_RECORD: usize = COPY_HEADER + 8 + LABELS_MOST * LABEL_ENTRY;
 pub(in crate::native) const VALUE_LABELS_TEMP: usize = VALUE_LABELS_RECORD + LABELS_RECORD;
 pub(in crate::native) const VALUE_SIZE: usize = VALUE_LABELS_TEMP + 32;
+const _: () = assert!(
+    LABELS_RECORD >= COPY_HEADER + 8 + crate::program::otel_context::MAX_RECORD,
+    "a labels record holds an OpenTelemetry record whole"
+);
 /// The kinds of folded stretches: blocked, preempted near the end of a block, preempted
 /// elsewhere (their numbers in `VALUE_FOLD_KIND` and the order of `VALUE_FOLDED`).
 pub(in crate::native) const FOLD_KINDS: usize = 3;

@@ -25,6 +25,7 @@ use crate::native::layout::{
     FOLD_KINDS, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_FOLD_KIND,
     VALUE_FOLD_LEFT, VALUE_LABELS_OFFSET, VALUE_QUIET, VALUE_SIZE, VALUE_SWITCHES, VALUE_WALK,
 };
+use crate::native::layout::{LABELS_CUSTOM, LABELS_OTEL};
 use crate::native::map_value::Values;
 use crate::native::perf_events::{attach, open_event, open_switch_event, output_to, rephase};
 use crate::native::ring::{match_copies, parse, CopyRing, Record, Ring, Unmatched};
@@ -117,6 +118,24 @@ struct OwnEvents {
     ring: Ring,
 }
 
+/// How a process publishes the labels perf's program copies at its samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LabelFormat {
+    /// The custom-labels ABI v1: a label set (`program/custom_labels.rs`).
+    CustomLabels,
+    /// The OpenTelemetry thread context: a record (`program/otel_context.rs`).
+    Otel,
+}
+
+impl LabelFormat {
+    fn word(self) -> u64 {
+        match self {
+            LabelFormat::CustomLabels => LABELS_CUSTOM,
+            LabelFormat::Otel => LABELS_OTEL,
+        }
+    }
+}
+
 /// The perf side of a sampler: one event per sampled thread, or one per CPU (`cpu_wide.rs`;
 /// which, `perf/design.rs`).
 pub struct PerfSampler {
@@ -145,9 +164,9 @@ pub struct PerfSampler {
     wide: Option<CpuWide>,
     /// The latest owner given out (see [`Owner`]).
     owners: Owner,
-    /// Per owner whose custom labels are read, the offset of their thread-local pointer from a
-    /// thread's thread pointer (see `layout::VALUE_LABELS_OFFSET`).
-    labels: HashMap<Owner, i64>,
+    /// Per owner whose labels are read, the offset of their thread-local pointer from a
+    /// thread's thread pointer and their format (see `layout::VALUE_LABELS_OFFSET`).
+    labels: HashMap<Owner, [u64; 2]>,
 }
 
 /// Who watches a thread: the process the sampler was made for ([`FIRST_OWNER`], whose code
@@ -324,13 +343,14 @@ impl PerfSampler {
     }
 
     /// Has the program read, at each sample of `owner`'s threads from now on, the pointer to
-    /// their custom label set, `offset` bytes from their thread pointer (see
-    /// `program/custom_labels.rs`); it comes with their samples (`PerfSample::labels`).
-    pub fn read_labels(&mut self, owner: Owner, offset: i64) {
-        self.labels.insert(owner, offset);
+    /// their labels, `offset` bytes from their thread pointer, in format `format` (see
+    /// `program/custom_labels.rs`, `program/otel_context.rs`); they come with their samples
+    /// (`PerfSample::labels`).
+    pub fn read_labels(&mut self, owner: Owner, offset: i64, format: LabelFormat) {
+        let words = [offset as u64, format.word()];
+        self.labels.insert(owner, words);
         for thread in self.threads.values().filter(|t| t.owner == owner) {
-            self.values
-                .write(thread.index, VALUE_LABELS_OFFSET, &[offset as u64]);
+            self.values.write(thread.index, VALUE_LABELS_OFFSET, &words);
         }
     }
 
@@ -597,9 +617,8 @@ impl PerfSampler {
         // of 6), and no anchors from the value's previous thread.
         self.values.write(index, VALUE_ADDRESSES, &addresses);
         self.values.write(index, VALUE_ANCHORS, &[0; ANCHORS]);
-        let labels = self.labels.get(&owner).copied().unwrap_or(0);
-        self.values
-            .write(index, VALUE_LABELS_OFFSET, &[labels as u64]);
+        let labels = self.labels.get(&owner).copied().unwrap_or([0, 0]);
+        self.values.write(index, VALUE_LABELS_OFFSET, &labels);
         let walk = u64::from(self.programs.rules.on && owner == FIRST_OWNER);
         self.values.write(index, VALUE_WALK, &[walk]);
         // Per CPU, a thread no longer followed off its CPU is not once watched again (after an

@@ -10,7 +10,7 @@ use crate::native::layout::{ANCHORS, SLOTS, STACK_DUMP};
 use crate::native::layout::{
     CPU_TIME, DEPARTED, DEPARTURE_STACK, EXECED, FOLDED, LABELS, RETURNED, SLOTLESS,
 };
-use crate::native::layout::{LABELS_MOST, LABEL_ENTRY, LABEL_KEY, LABEL_VALUE};
+use crate::native::layout::{LABELS_MOST, LABEL_ENTRY, LABEL_KEY, LABEL_VALUE, OTEL_COPIED};
 use crate::native::stream::Folded;
 use crate::native::stream::PerfSample;
 use crate::native::unwind::{Registers, StackView};
@@ -577,7 +577,7 @@ pub(super) struct Matched {
     /// The thread's time on a CPU then, where a per-CPU program said (`cpu_wide.rs`).
     pub(super) cpu_ns: Option<u64>,
     /// Its custom labels then, as the program copied them (`sampling.rs`).
-    pub(super) labels: Option<Vec<Label>>,
+    pub(super) labels: Option<CopiedLabels>,
 }
 
 /// What was copied at `time` (a sample's or a switch's), from its thread's queue: copies made
@@ -638,10 +638,32 @@ pub(super) fn match_copies(
     }
 }
 
+/// Labels as perf's program copied them at a sample.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CopiedLabels {
+    /// A custom-labels set's labels.
+    Set(Vec<Label>),
+    /// An OpenTelemetry record's bytes (its keys are indexes: `program/otel_context.rs`).
+    Otel(Vec<u8>),
+}
+
 /// The labels of a labels record's bytes (after its header; see `layout::VALUE_LABELS_RECORD`):
-/// as many as it says, at most [`LABELS_MOST`], lengths bounded by their room; labels with an
-/// empty key (a null one) left out, and of two with one key the first kept.
-pub(super) fn parse_labels(bytes: &[u8]) -> Vec<Label> {
+/// an OpenTelemetry record's bytes as many as were copied, bounded by their room; or a set's
+/// labels, as many as it says, at most [`LABELS_MOST`], lengths bounded by their room, labels
+/// with an empty key (a null one) left out, and of two with one key the first kept.
+pub(super) fn parse_labels(bytes: &[u8]) -> CopiedLabels {
+    let word = |at: usize| -> u64 {
+        (bytes.get(at..at + 8)).map_or(0, |w| u64::from_ne_bytes(w.try_into().expect("8")))
+    };
+    if word(0) & OTEL_COPIED != 0 {
+        let copied = (word(0) & !OTEL_COPIED) as usize;
+        let room = bytes.len().saturating_sub(8);
+        return CopiedLabels::Otel(bytes.get(8..8 + copied.min(room)).unwrap_or(&[]).to_vec());
+    }
+    CopiedLabels::Set(parse_set(bytes))
+}
+
+fn parse_set(bytes: &[u8]) -> Vec<Label> {
     let word = |at: usize| -> u64 {
         (bytes.get(at..at + 8)).map_or(0, |w| u64::from_ne_bytes(w.try_into().expect("8")))
     };
@@ -732,7 +754,9 @@ mod tests {
         put(1, b"", 0, b"a null key");
         put(2, b"request", 7, b"a duplicate");
         put(3, b"tenant", u64::MAX, b"acme"); // a length past its room: cut to it
-        let labels = parse_labels(&bytes);
+        let CopiedLabels::Set(labels) = parse_labels(&bytes) else {
+            panic!("a set's labels read as a record's");
+        };
         assert_eq!(labels.len(), 2, "{labels:?}");
         assert_eq!(
             (labels[0].key.as_str(), labels[0].value.as_str()),
@@ -740,7 +764,13 @@ mod tests {
         );
         assert_eq!(labels[1].key.len(), LABEL_KEY);
         assert!(labels[1].key.starts_with("tenant"));
-        assert!(parse_labels(&bytes[..3]).is_empty());
+        assert_eq!(parse_labels(&bytes[..3]), CopiedLabels::Set(Vec::new()));
+        // A record's bytes: as many as were copied, within their room.
+        let mut record = (OTEL_COPIED | 3).to_ne_bytes().to_vec();
+        record.extend([1, 2, 3, 4]);
+        assert_eq!(parse_labels(&record), CopiedLabels::Otel(vec![1, 2, 3]));
+        record[..8].copy_from_slice(&(OTEL_COPIED | 9999).to_ne_bytes());
+        assert_eq!(parse_labels(&record), CopiedLabels::Otel(vec![1, 2, 3, 4]));
     }
 
     #[test]

@@ -6,19 +6,22 @@
 //! `bpf.rs`. Not here: the per-CPU design's other programs (`cpu_wide/programs.rs`).
 
 use crate::native::asm::{
-    insn, Asm, Insn, ADD64_IMM, ADD64_REG, CALL, EXIT, HELPER_GET_CURRENT_PID_TGID,
+    insn, Asm, Insn, Label, ADD64_IMM, ADD64_REG, CALL, EXIT, HELPER_GET_CURRENT_PID_TGID,
     HELPER_GET_CURRENT_TASK, HELPER_KTIME_GET_NS, HELPER_PROBE_READ_KERNEL, HELPER_PROBE_READ_USER,
-    JEQ_IMM, JLE_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_W, MOV64_IMM, MOV64_REG, STX_DW, STX_W, ST_DW,
-    ST_W,
+    JA, JEQ_IMM, JLE_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_H, LDX_W, MOV64_IMM, MOV64_REG, OR64_IMM,
+    STX_DW, STX_W, ST_DW, ST_W,
 };
 use crate::native::bpf::load;
 use crate::native::fragments::{copy_slots, output_sized, value_of_thread, watched_index};
 use crate::native::layout::{
     ANCHORS, ANCHOR_RECORD_SIZE, CONTEXT, COPY_HEADER, INDEX_SLOT, LABELS, LABELS_MOST,
     LABELS_RECORD, LABEL_ENTRY, LABEL_KEY, LABEL_VALUE, SLOTS, VALUE_ANCHORS, VALUE_ANCHOR_RECORD,
-    VALUE_DEPARTED, VALUE_LABELS_OFFSET, VALUE_LABELS_RECORD, VALUE_LABELS_TEMP,
+    VALUE_DEPARTED, VALUE_LABELS_FORMAT, VALUE_LABELS_OFFSET, VALUE_LABELS_RECORD,
+    VALUE_LABELS_TEMP,
 };
+use crate::native::layout::{LABELS_OTEL, OTEL_COPIED};
 use crate::native::rules::Rules;
+use crate::program::otel_context::{MAX_RECORD, RECORD_HEADER};
 use nix::errno::Errno;
 use std::os::fd::{OwnedFd, RawFd};
 
@@ -178,13 +181,14 @@ fn anchors(p: &mut Asm, copies: RawFd) {
     p.bind(skip);
 }
 
-/// At a sample of a thread whose custom labels fsprof reads (the value's labels offset is not
-/// 0): its labels as they are at that instant, put in the ring `copies` (see
-/// `layout::VALUE_LABELS_RECORD`): the pointer to its label set, read at its thread pointer
-/// (the task's `thread.fsbase`, at `thread_pointer` in its `task_struct`) plus that offset,
-/// then the set's first [`LABELS_MOST`] labels, each key and value copied (cut to
-/// [`LABEL_KEY`] and [`LABEL_VALUE`] bytes; a null key as empty). A read that fails ends the
-/// copy there. `r6` is the value, `r7` the time; `r8` and `r9` are used.
+/// At a sample of a thread whose labels fsprof reads (the value's labels offset is not 0):
+/// its labels as they are at that instant, put in the ring `copies` (see
+/// `layout::VALUE_LABELS_RECORD`): the pointer to its label set or record, read at its thread
+/// pointer (the task's `thread.fsbase`, at `thread_pointer` in its `task_struct`) plus that
+/// offset; then for a custom-labels set, the set's first [`LABELS_MOST`] labels, each key and
+/// value copied (cut to [`LABEL_KEY`] and [`LABEL_VALUE`] bytes; a null key as empty); for an
+/// OpenTelemetry record ([`otel_record`]), its bytes. A read that fails ends the copy there.
+/// `r6` is the value, `r7` the time; `r8` and `r9` are used.
 fn labels(p: &mut Asm, copies: RawFd, thread_pointer: u32) {
     let record = VALUE_LABELS_RECORD as i16;
     let temp = VALUE_LABELS_TEMP as i16;
@@ -222,7 +226,12 @@ fn labels(p: &mut Asm, copies: RawFd, thread_pointer: u32) {
         insn(LDX_DW, 3, 6, record + 16, 0),
     ]);
     p.jump(JEQ_IMM, 3, 0, 0, output); // no set
-                                      // Its header: storage (r8) and count (r9, at most LABELS_MOST).
+    let custom = p.label();
+    p.push(insn(LDX_DW, 1, 6, VALUE_LABELS_FORMAT as i16, 0));
+    p.jump(JNE_IMM, 1, 0, LABELS_OTEL as i32, custom);
+    otel_record(p, record, output);
+    p.bind(custom);
+    // Its header: storage (r8) and count (r9, at most LABELS_MOST).
     p.extend([
         insn(MOV64_REG, 1, 6, 0, 0),
         insn(ADD64_IMM, 1, 0, 0, i32::from(temp)),
@@ -284,6 +293,54 @@ fn labels(p: &mut Asm, copies: RawFd, thread_pointer: u32) {
     p.bind(output);
     output_sized(p, copies, record, LABELS_RECORD);
     p.bind(skip);
+}
+
+/// The OpenTelemetry record at the address in `r3` (and in the labels record's address
+/// field), after the labels record's count word: its header, then as much of its attributes as
+/// its size says, at most [`MAX_RECORD`] bytes in all; the count word says [`OTEL_COPIED`] and
+/// how many bytes were copied (none where its header could not be read). Jumps to `output`.
+fn otel_record(p: &mut Asm, record: i16, output: Label) {
+    let bytes = record + COPY_HEADER as i16 + 8;
+    let (counted, fits) = (p.label(), p.label());
+    p.extend([
+        insn(MOV64_IMM, 8, 0, 0, 0), // r8: the bytes copied
+        insn(MOV64_REG, 1, 6, 0, 0),
+        insn(ADD64_IMM, 1, 0, 0, i32::from(bytes)),
+        insn(MOV64_IMM, 2, 0, 0, RECORD_HEADER as i32),
+        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+    ]);
+    p.jump(JNE_IMM, 0, 0, 0, counted);
+    // Its attributes' size (native endian, at 26), cut to what the record may hold.
+    p.extend([
+        insn(MOV64_IMM, 8, 0, 0, RECORD_HEADER as i32),
+        insn(LDX_H, 2, 6, bytes + 26, 0),
+    ]);
+    p.jump(JLE_IMM, 2, 0, (MAX_RECORD - RECORD_HEADER) as i32, fits);
+    p.push(insn(
+        MOV64_IMM,
+        2,
+        0,
+        0,
+        (MAX_RECORD - RECORD_HEADER) as i32,
+    ));
+    p.bind(fits);
+    p.jump(JEQ_IMM, 2, 0, 0, counted);
+    p.extend([
+        insn(MOV64_REG, 9, 2, 0, 0),
+        insn(LDX_DW, 3, 6, record + 16, 0),
+        insn(ADD64_IMM, 3, 0, 0, RECORD_HEADER as i32),
+        insn(MOV64_REG, 1, 6, 0, 0),
+        insn(ADD64_IMM, 1, 0, 0, i32::from(bytes) + RECORD_HEADER as i32),
+        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_USER),
+    ]);
+    p.jump(JNE_IMM, 0, 0, 0, counted);
+    p.push(insn(ADD64_REG, 8, 9, 0, 0));
+    p.bind(counted);
+    p.extend([
+        insn(OR64_IMM, 8, 0, 0, OTEL_COPIED as i32),
+        insn(STX_DW, 6, 8, record + 32, 0),
+    ]);
+    p.jump(JA, 0, 0, 0, output);
 }
 
 /// Loads [`program`] for the thread whose map value is `index`; `walk`: the scratch and the

@@ -31,7 +31,7 @@ pub struct PerfSample<'a> {
     pub instant: Vec<(u64, u64)>,
     /// The thread's custom labels at the sample, for a process whose labels are read
     /// (`program/custom_labels.rs`), as perf's program copied them.
-    pub labels: Option<Vec<crate::program::custom_labels::Label>>,
+    pub labels: Option<crate::native::ring::CopiedLabels>,
     /// The length of the tick that took it, for a CPU's timer (`cpu_wide.rs`), which samples
     /// whatever runs on the CPU: the running time a sample stands for. 0 for a thread's own
     /// timer, whose samples are a period of the thread's CPU time apart.

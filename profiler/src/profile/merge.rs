@@ -235,6 +235,7 @@ fn add_counters(meta: &mut Meta, child: &Meta) {
     r.later_branches += c.later_branches;
     r.later_branches_lost += c.later_branches_lost;
     r.custom_labels |= c.custom_labels;
+    r.otel_context |= c.otel_context;
     let (n, c) = (&mut meta.native_stacks, &child.native_stacks);
     n.losses.perf_lost += c.losses.perf_lost;
     n.losses.perf_unmatched += c.losses.perf_unmatched;

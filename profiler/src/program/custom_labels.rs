@@ -5,17 +5,14 @@
 //! capacity}`, whose `count` labels are `{{len, buf} key, {len, buf} value}` (x86-64: 8-byte
 //! fields). A label whose key is null is skipped; of two with one key, the first counts.
 //!
-//! Here: finding the ABI in a process's modules and where the thread-local lies from a thread's
-//! thread pointer (its `fs` base): in the executable, below the thread pointer by its TLS
-//! segment's size (x86-64's static TLS); in the library, where the loader's TLS descriptor says
-//! (read from the target). And reading one thread's labels from outside, as untrusted input: at
+//! Here: finding the ABI in a process's modules, and where its thread-local lies from a thread's
+//! thread pointer (its `fs` base; `thread_local.rs`). And reading one thread's labels from outside, as untrusted input: at
 //! most [`MAX_LABELS`] labels, keys and values cut to [`MAX_TEXT`] bytes. Not here: getting a
 //! thread's thread pointer, or turning labels into features.
 
 use crate::program::modules::Module;
 use crate::program::remote::Memory;
-use object::read::elf::{FileHeader, ProgramHeader, Rela as _, SectionHeader, Sym as _};
-use object::{elf, Endianness};
+use crate::program::thread_local::{read_u64, Exports};
 
 /// The symbol whose value is the ABI's version.
 const VERSION_SYMBOL: &[u8] = b"custom_labels_abi_version";
@@ -27,8 +24,6 @@ const VERSION: u32 = 1;
 pub const MAX_LABELS: usize = 16;
 /// Longest key or value kept, in bytes.
 pub const MAX_TEXT: usize = 256;
-/// Farthest a thread-local may lie from the thread pointer (static TLS is a few pages).
-const MAX_TLS_OFFSET: i64 = 1 << 24;
 /// Bytes of one label: two `{len, buf}` strings.
 const LABEL_BYTES: usize = 32;
 
@@ -71,25 +66,21 @@ impl CustomLabels {
             if !library && module.path != executable {
                 continue;
             }
-            let Some(symbols) = Exported::of(&module.image) else {
+            let Some(exports) = Exports::of(&module.image) else {
+                continue;
+            };
+            let (Some(version), Some(set)) = (
+                exports.object(VERSION_SYMBOL),
+                exports.thread_local(SET_SYMBOL),
+            ) else {
                 continue;
             };
             // Exported: a loader that has not relocated it yet, or a version not known here.
             missing = Missing::NotYet;
-            let version = read_u32(memory, module.bias.wrapping_add(symbols.version));
-            if version != Some(VERSION) {
+            if read_u32(memory, module.bias.wrapping_add(version)) != Some(VERSION) {
                 continue;
             }
-            let tls_offset = match library {
-                // The loader's TLS descriptor for the symbol: its argument (the second word)
-                // is the offset from the thread pointer for a library in static TLS.
-                true => symbols.descriptor.and_then(|descriptor| {
-                    let slot = module.bias.wrapping_add(descriptor).wrapping_add(8);
-                    read_u64(memory, slot).map(|offset| offset as i64)
-                }),
-                false => symbols.executable_offset,
-            };
-            if let Some(tls_offset) = tls_offset.filter(|o| *o < 0 && *o > -MAX_TLS_OFFSET) {
+            if let Some(tls_offset) = set.offset(memory, module, !library) {
                 return Ok(CustomLabels { tls_offset });
             }
         }
@@ -152,135 +143,10 @@ fn is_library_name(name: &str) -> bool {
     name.starts_with("libcustomlabels") && name.ends_with(".so")
 }
 
-/// What a module's file says of the ABI's symbols (addresses as the file states them).
-struct Exported {
-    version: u64,
-    /// In an executable: the set pointer's offset from the thread pointer.
-    executable_offset: Option<i64>,
-    /// In a library: the address of the TLS descriptor the loader fills for the symbol.
-    descriptor: Option<u64>,
-}
-
-impl Exported {
-    fn of(image: &[u8]) -> Option<Exported> {
-        let header = elf::FileHeader64::<Endianness>::parse(image).ok()?;
-        let endian = header.endian().ok()?;
-        let sections = header.sections(endian, image).ok()?;
-        let symbols = sections.symbols(endian, image, elf::SHT_DYNSYM).ok()?;
-        let lookup = Lookup::new(&sections, endian, image);
-        let version = lookup
-            .find(&symbols, VERSION_SYMBOL)
-            .filter(|(_, symbol)| symbol.st_type() == elf::STT_OBJECT)
-            .map(|(_, symbol)| symbol.st_value(endian));
-        let set = lookup
-            .find(&symbols, SET_SYMBOL)
-            .filter(|(_, symbol)| symbol.st_type() == elf::STT_TLS)
-            .map(|(index, symbol)| (index, symbol.st_value(endian)));
-        let (set_index, set_value) = set?;
-        let mut found = Exported {
-            version: version?,
-            executable_offset: None,
-            descriptor: None,
-        };
-        // x86-64's static TLS: the executable's block ends at the thread pointer, its size
-        // rounded up to its alignment.
-        let segments = header.program_headers(endian, image).ok()?;
-        if let Some(tls) = segments.iter().find(|s| s.p_type(endian) == elf::PT_TLS) {
-            let align = tls.p_align(endian).max(1);
-            let size = tls.p_memsz(endian).checked_next_multiple_of(align)?;
-            found.executable_offset =
-                Some(i64::try_from(set_value).ok()? - i64::try_from(size).ok()?);
-        }
-        // A library's descriptor: the TLSDESC relocation naming the symbol.
-        for section in sections.iter() {
-            let Ok(Some((relocations, link))) = section.rela(endian, image) else {
-                continue;
-            };
-            if link.0 != symbols.section().0 {
-                continue;
-            }
-            let descriptor = relocations.iter().find(|r| {
-                r.r_type(endian, false) == elf::R_X86_64_TLSDESC
-                    && r.r_sym(endian, false) as usize == set_index
-            });
-            if let Some(relocation) = descriptor {
-                found.descriptor = Some(relocation.r_offset(endian));
-            }
-        }
-        Some(found)
-    }
-}
-
-type Symbols<'data> = object::read::elf::SymbolTable<'data, elf::FileHeader64<Endianness>>;
-type Sections<'data> = object::read::elf::SectionTable<'data, elf::FileHeader64<Endianness>>;
-
-/// Finding a defined dynamic symbol by name through the module's hash table, as the loader
-/// does: a program that exports every symbol (gcc's `cc1`, for plugins, has tens of thousands)
-/// is searched in a few probes rather than by comparing every name, which took 43% of the CPU
-/// fsprof spent following a build's processes (BENCHMARKS.md, issue 39).
-struct Lookup<'data> {
-    endian: Endianness,
-    gnu: Option<object::read::elf::GnuHashTable<'data, elf::FileHeader64<Endianness>>>,
-    sysv: Option<object::read::elf::HashTable<'data, elf::FileHeader64<Endianness>>>,
-    versions: object::read::elf::VersionTable<'data, elf::FileHeader64<Endianness>>,
-}
-
-impl<'data> Lookup<'data> {
-    fn new(sections: &Sections<'data>, endian: Endianness, image: &'data [u8]) -> Lookup<'data> {
-        Lookup {
-            endian,
-            gnu: sections
-                .gnu_hash(endian, image)
-                .ok()
-                .flatten()
-                .map(|(t, _)| t),
-            sysv: sections.hash(endian, image).ok().flatten().map(|(t, _)| t),
-            versions: sections
-                .versions(endian, image)
-                .ok()
-                .flatten()
-                .unwrap_or_default(),
-        }
-    }
-
-    /// The defined symbol named `name` and its index; the table is searched whole only in a
-    /// module without a hash table.
-    fn find(
-        &self,
-        symbols: &Symbols<'data>,
-        name: &[u8],
-    ) -> Option<(usize, &'data elf::Sym64<Endianness>)> {
-        let endian = self.endian;
-        let found = if let Some(table) = &self.gnu {
-            let hash = elf::gnu_hash(name);
-            table
-                .find(endian, name, hash, None, symbols, &self.versions)
-                .map(|(index, symbol)| (index.0, symbol))
-        } else if let Some(table) = &self.sysv {
-            let hash = elf::hash(name);
-            table
-                .find(endian, name, hash, None, symbols, &self.versions)
-                .map(|(index, symbol)| (index.0, symbol))
-        } else {
-            symbols
-                .iter()
-                .enumerate()
-                .find(|(_, symbol)| symbols.symbol_name(endian, symbol).is_ok_and(|n| n == name))
-        };
-        found.filter(|(_, symbol)| symbol.st_shndx(endian) != elf::SHN_UNDEF)
-    }
-}
-
 fn read_u32(memory: &impl Memory, address: u64) -> Option<u32> {
     let mut bytes = [0u8; 4];
     memory.read(address, &mut bytes).ok()?;
     Some(u32::from_ne_bytes(bytes))
-}
-
-fn read_u64(memory: &impl Memory, address: u64) -> Option<u64> {
-    let mut bytes = [0u8; 8];
-    memory.read(address, &mut bytes).ok()?;
-    Some(u64::from_ne_bytes(bytes))
 }
 
 /// `len` bytes at `address` as text, cut to [`MAX_TEXT`] (invalid UTF-8 replaced).

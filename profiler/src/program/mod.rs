@@ -6,8 +6,10 @@
 pub mod custom_labels;
 pub mod modules;
 pub mod names;
+pub mod otel_context;
 pub mod process;
 pub mod region;
 pub mod remote;
 pub mod scanned;
 pub mod static_data;
+pub mod thread_local;

@@ -255,10 +255,16 @@ fn header(report: &FeatureReport, meta: &Meta, (threads, processes): (usize, usi
             "recording stopped before the first sample"
         };
         let _ = writeln!(out, "No samples were taken: {why}.");
-    } else if meta.reading.custom_labels && meta.reading.regions == 0 {
+    } else if (meta.reading.custom_labels || meta.reading.otel_context) && meta.reading.regions == 0
+    {
+        let how = if meta.reading.custom_labels {
+            "the custom-labels ABI, as parca-agent reads them"
+        } else {
+            "an OpenTelemetry thread context, as the OpenTelemetry eBPF profiler reads it"
+        };
         let _ = writeln!(
             out,
-            "The program publishes labels (the custom-labels ABI, as parca-agent reads them), read at each sample: each label's key is a feature, its value the instance; the other features are the built-in ones."
+            "The program publishes labels ({how}), read at each sample: each label's key is a feature, its value the instance; the other features are the built-in ones."
         );
     } else if report.features.is_empty() || meta.reading.regions == 0 {
         let _ = writeln!(

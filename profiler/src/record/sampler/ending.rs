@@ -4,6 +4,7 @@
 //! naming a frame (`symbolize`).
 
 use super::Sampler;
+use crate::native::perf::LabelFormat;
 use crate::profile::{Meta, Profile, ProfileBuilder};
 use crate::program::modules::{JitDump, Module};
 use crate::symbolize::jit_code::JitCode;
@@ -36,7 +37,10 @@ impl Sampler {
         if let Some(mut native) = self.native {
             native.detach();
             meta.native_stacks.native = true;
-            meta.reading.custom_labels = native.reads_labels();
+            let labels = native.label_format();
+            meta.reading.custom_labels = labels == Some(LabelFormat::CustomLabels);
+            meta.reading.otel_context = labels == Some(LabelFormat::Otel);
+            notes.extend(native.labels_note());
             let stats = &native.stats;
             meta.native_stacks.native_backend =
                 if native.uses_perf() { "perf" } else { "ptrace" }.to_owned();
