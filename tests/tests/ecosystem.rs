@@ -6,7 +6,7 @@
 mod support;
 
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use support::*;
 
@@ -662,13 +662,36 @@ fn labels_keep_the_time_their_thread_waits_for_a_cpu() {
 #[test]
 fn labels_set_by_the_custom_labels_crate_are_features() {
     let _serial = serial();
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("rust/labelled/Cargo.toml");
+    let exe = build_apart(
+        "labelled",
+        "the custom-labels crate needs libclang: apt-get install libclang-dev",
+    );
+    labels_are_features(&exe, CUSTOM_LABELS);
+}
+
+/// The same with a Rust program that publishes an OpenTelemetry thread context with Datadog's
+/// `libdd-otel-thread-ctx` crate (`tests/rust/traced`), which updates its thread's record in
+/// place (`valid` 0 while it writes) and puts the local root span id first in every record.
+#[test]
+fn an_opentelemetry_context_set_by_libdatadogs_crate_is_read_as_features() {
+    let _serial = serial();
+    let exe = build_apart(
+        "traced",
+        "it needs libdd-otel-thread-ctx 1.0.0 from crates.io",
+    );
+    labels_are_features(&exe, OTEL_CONTEXT);
+}
+
+/// Builds the program `tests/rust/NAME` apart from the workspace (its own lock file and target
+/// directory), `hint` said where it fails; its executable.
+fn build_apart(name: &str, hint: &str) -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("rust/{name}/Cargo.toml"));
     let target_dir = Path::new(target())
         .parent()
         .unwrap()
         .parent()
         .unwrap()
-        .join("labelled");
+        .join(name);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let built = Command::new(cargo)
         .args(["build", "--release", "--quiet", "--manifest-path"])
@@ -679,10 +702,10 @@ fn labels_set_by_the_custom_labels_crate_are_features() {
         .unwrap();
     assert!(
         built.status.success(),
-        "building tests/rust/labelled failed (the custom-labels crate needs libclang: apt-get install libclang-dev): {}",
+        "building tests/rust/{name} failed ({hint}): {}",
         String::from_utf8_lossy(&built.stderr)
     );
-    labels_are_features(&target_dir.join("release/labelled"), CUSTOM_LABELS);
+    target_dir.join("release").join(name)
 }
 
 /// Runs `exe` (which writes its truth as `tests/c/labels.c` does) under fsprof and checks that
