@@ -20,7 +20,7 @@ use crate::native::layout::{ANCHORS, SLOTS};
 use crate::native::memory_map::MemoryMap;
 use crate::native::off_thread::{self, OffThread};
 use crate::native::perf::{LabelFormat, Perf, SharedPerf, WatchError};
-use crate::native::ring::CopiedLabels;
+use crate::native::stream::CopiedLabels;
 use crate::native::stream::Folded;
 use crate::native::stream::{PerfSample, Switch, Taken};
 use crate::native::tracer::{Pauses, Tracer};

@@ -12,7 +12,7 @@ use crate::native::layout::{
 };
 use crate::native::layout::{LABELS_MOST, LABEL_ENTRY, LABEL_KEY, LABEL_VALUE, OTEL_COPIED};
 use crate::native::stream::Folded;
-use crate::native::stream::PerfSample;
+use crate::native::stream::{CopiedLabels, PerfSample};
 use crate::native::unwind::{Registers, StackView};
 use crate::native::walk::{WALK_PAIRS, WALK_RECORD_SIZE};
 use crate::program::custom_labels::Label;
@@ -636,15 +636,6 @@ pub(super) fn match_copies(
         cpu_ns,
         labels,
     }
-}
-
-/// Labels as perf's program copied them at a sample.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CopiedLabels {
-    /// A custom-labels set's labels.
-    Set(Vec<Label>),
-    /// An OpenTelemetry record's bytes (its keys are indexes: `program/otel_context.rs`).
-    Otel(Vec<u8>),
 }
 
 /// The labels of a labels record's bytes (after its header; see `layout::VALUE_LABELS_RECORD`):

@@ -29,9 +29,9 @@ pub struct PerfSample<'a> {
     /// The words the walk read beyond the copy at the sample (`walk.rs`): (address, word),
     /// by address.
     pub instant: Vec<(u64, u64)>,
-    /// The thread's custom labels at the sample, for a process whose labels are read
-    /// (`program/custom_labels.rs`), as perf's program copied them.
-    pub labels: Option<crate::native::ring::CopiedLabels>,
+    /// The thread's labels at the sample, for a process whose labels are read
+    /// (`native/capture/labels.rs`), as perf's program copied them.
+    pub labels: Option<CopiedLabels>,
     /// The length of the tick that took it, for a CPU's timer (`cpu_wide.rs`), which samples
     /// whatever runs on the CPU: the running time a sample stands for. 0 for a thread's own
     /// timer, whose samples are a period of the thread's CPU time apart.
@@ -78,4 +78,13 @@ pub struct Folded {
     pub blocked_ns: u64,
     pub near_ns: u64,
     pub far_ns: u64,
+}
+
+/// Labels as perf's program copied them at a sample.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CopiedLabels {
+    /// A custom-labels set's labels.
+    Set(Vec<crate::program::custom_labels::Label>),
+    /// An OpenTelemetry record's bytes (its keys are indexes: `program/otel_context.rs`).
+    Otel(Vec<u8>),
 }

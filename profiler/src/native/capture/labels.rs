@@ -8,7 +8,7 @@
 //! [`KEYS_AGAIN`]. Not here: the copy (`native/sampling.rs`), or labels as features.
 
 use crate::native::perf::{LabelFormat, Perf};
-use crate::native::ring::CopiedLabels;
+use crate::native::stream::CopiedLabels;
 use crate::program::custom_labels::{CustomLabels, Label, Missing};
 use crate::program::modules::{self, Module};
 use crate::program::otel_context::{self, ContextError, KeyMap, OtelContext};
