@@ -619,7 +619,7 @@ fn labels_published_by_the_custom_labels_abi_are_features() {
     let _serial = serial();
     let dir = tempdir();
     let exe = support::native::build_exporting_c_program(dir.path(), "labels");
-    labels_are_features(&exe, CUSTOM_LABELS);
+    labels_are_features(&exe, CUSTOM_LABELS, &[]);
 }
 
 /// A program with no fsprof shim that publishes an OpenTelemetry thread context by its
@@ -633,7 +633,19 @@ fn an_opentelemetry_thread_context_is_read_as_features() {
     let _serial = serial();
     let dir = tempdir();
     let exe = support::native::build_exporting_c_program(dir.path(), "otel_context");
-    labels_are_features(&exe, OTEL_CONTEXT);
+    labels_are_features(&exe, OTEL_CONTEXT, &[]);
+}
+
+/// Both kinds of labels without perf (`--backend ptrace`, as fsprof without root samples): read
+/// in each sample's ptrace stop from the thread's `fs` base, each within its bound.
+#[test]
+fn labels_are_read_in_ptrace_stops_without_perf() {
+    let _serial = serial();
+    let dir = tempdir();
+    for (name, published) in [("labels", CUSTOM_LABELS), ("otel_context", OTEL_CONTEXT)] {
+        let exe = support::native::build_exporting_c_program(dir.path(), name);
+        labels_are_features(&exe, published, &["--backend", "ptrace"]);
+    }
 }
 
 /// What the report says of a program that publishes custom labels, and of one that publishes
@@ -652,7 +664,7 @@ fn labels_keep_the_time_their_thread_waits_for_a_cpu() {
     let dir = tempdir();
     let exe = support::native::build_exporting_c_program(dir.path(), "labels");
     let _busy = support::BusyLoops::start();
-    labels_are_features(&exe, CUSTOM_LABELS);
+    labels_are_features(&exe, CUSTOM_LABELS, &[]);
 }
 
 /// The same with a Rust program that labels its work with the `custom-labels` crate
@@ -666,7 +678,7 @@ fn labels_set_by_the_custom_labels_crate_are_features() {
         "labelled",
         "the custom-labels crate needs libclang: apt-get install libclang-dev",
     );
-    labels_are_features(&exe, CUSTOM_LABELS);
+    labels_are_features(&exe, CUSTOM_LABELS, &[]);
 }
 
 /// The same with a Rust program that publishes an OpenTelemetry thread context with Datadog's
@@ -679,7 +691,7 @@ fn an_opentelemetry_context_set_by_libdatadogs_crate_is_read_as_features() {
         "traced",
         "it needs libdd-otel-thread-ctx 1.0.0 from crates.io",
     );
-    labels_are_features(&exe, OTEL_CONTEXT);
+    labels_are_features(&exe, OTEL_CONTEXT, &[]);
 }
 
 /// Builds the program `tests/rust/NAME` apart from the workspace (its own lock file and target
@@ -708,14 +720,16 @@ fn build_apart(name: &str, hint: &str) -> PathBuf {
     target_dir.join("release").join(name)
 }
 
-/// Runs `exe` (which writes its truth as `tests/c/labels.c` does) under fsprof and checks that
-/// the report says `published` and its labels' shares.
-fn labels_are_features(exe: &Path, published: &str) {
+/// Runs `exe` (which writes its truth as `tests/c/labels.c` does) under fsprof (with `options`
+/// besides) and checks that the report says `published` and its labels' shares.
+fn labels_are_features(exe: &Path, published: &str, options: &[&str]) {
     let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     let out = dir.path().join("out");
     let output = Command::new(fsprof())
-        .args(["run", "--rate", ACCURACY_RATE, "-o"])
+        .args(["run", "--rate", ACCURACY_RATE])
+        .args(options)
+        .arg("-o")
         .arg(&out)
         .arg("--")
         .arg(exe)

@@ -29,6 +29,7 @@ use crate::native::unwind::{
 };
 use crate::os::privilege::Refusal;
 use crate::profile::RawNativeStack;
+use crate::program::custom_labels::Label;
 use crate::program::modules::{JitDump, Module};
 use crate::program::process;
 use crate::program::remote::Remote;
@@ -107,7 +108,7 @@ pub struct NativeSampler {
     maps: MemoryMap,
     copy: StackCopy,
     unwound: Unwound,
-    late: Vec<(u32, Captured)>,
+    late: Vec<(u32, Captured, Option<Vec<Label>>)>,
     perf: Option<Perf>,
     /// Perf samples of deep stacks completed beyond the copy (`complete.rs`).
     pub completer: Completer,
@@ -187,27 +188,34 @@ impl NativeSampler {
     /// stopped late for an earlier sample have their stack copied now (they have not run since
     /// they were asked to stop, so it is the stack they had then); see [`NativeSampler::take_late`].
     pub fn poll(&mut self) {
-        let maps = &self.maps;
+        let (maps, labels) = (&self.maps, &self.labels);
         let mut copies = Vec::new();
         self.tracer.poll(|tid, regs| {
             let mut copy = StackCopy::default();
             copy_stack(Remote::new(tid), maps, regs, &mut copy);
-            copies.push((tid, regs, copy));
+            let copied = labels.read_at_stop(&Remote::new(tid), regs.tp);
+            copies.push((tid, regs, copy, copied));
         });
-        for (tid, regs, copy) in copies {
+        for (tid, regs, copy, copied) in copies {
             self.unwinder.unwind(regs, copy.view(), &mut self.unwound);
-            self.late.push((
-                tid,
-                Captured {
-                    frames: self.unwound.frames.clone(),
-                    complete: self.unwound.complete,
-                },
-            ));
+            let captured = Captured {
+                frames: self.unwound.frames.clone(),
+                complete: self.unwound.complete,
+            };
+            let labels = self.name_labels(copied, tid);
+            self.late.push((tid, captured, labels));
         }
     }
 
-    /// Stacks copied by [`NativeSampler::poll`] from threads that stopped late.
-    pub fn take_late(&mut self) -> Vec<(u32, Captured)> {
+    /// Labels read at a stop of thread `tid`, their keys named; `None` where none were read
+    /// (the process publishes none).
+    fn name_labels(&mut self, copied: Option<CopiedLabels>, tid: u32) -> Option<Vec<Label>> {
+        copied.map(|copied| self.labels.name(copied, self.pid, tid))
+    }
+
+    /// Stacks copied by [`NativeSampler::poll`] from threads that stopped late, with their
+    /// labels then.
+    pub fn take_late(&mut self) -> Vec<(u32, Captured, Option<Vec<Label>>)> {
         std::mem::take(&mut self.late)
     }
 
@@ -260,28 +268,31 @@ impl NativeSampler {
         }
     }
 
-    /// Stops `tid`, copies its stack, runs `during_stop` (to copy its marks) while it is still
-    /// stopped, resumes it, and unwinds. `None` if it could not be stopped.
+    /// Stops `tid`, copies its stack (and its labels, where the process publishes some), runs
+    /// `during_stop` (to copy its marks) while it is still stopped, resumes it, and unwinds.
+    /// `None` if it could not be stopped.
     pub fn capture<R>(
         &mut self,
         tid: u32,
         during_stop: impl FnOnce() -> R,
-    ) -> Option<(Captured, R)> {
+    ) -> Option<(Captured, R, Option<Vec<Label>>)> {
         let remote = Remote::new(tid);
-        let maps = &self.maps;
+        let (maps, labels) = (&self.maps, &self.labels);
         let copy = &mut self.copy;
         let sampled = self.tracer.sample(tid, |regs| {
             copy_stack(remote, maps, regs, copy);
-            (regs, during_stop())
+            let copied = labels.read_at_stop(&remote, regs.tp);
+            (regs, during_stop(), copied)
         });
-        let Some((regs, result)) = sampled else {
+        let Some((regs, result, copied)) = sampled else {
             self.stats.not_stopped += 1;
             return None;
         };
         let copy = std::mem::take(&mut self.copy);
         let captured = self.unwind(tid, regs, copy.view(), true);
         self.copy = copy;
-        Some((self.counted(captured), result))
+        let labels = self.name_labels(copied, tid);
+        Some((self.counted(captured), result, labels))
     }
 
     /// Whether some thread's anchors were set (`complete.rs`), or rules learnt for the walk
@@ -644,7 +655,12 @@ impl NativeSampler {
             self.stats.blocked_skipped += 1;
             return Blocked::Skip; // running again
         };
-        let regs = Registers { ip, sp, bp: None };
+        let regs = Registers {
+            ip,
+            sp,
+            bp: None,
+            tp: 0,
+        };
         if !self.maps.holds(sp) {
             self.refresh(tid);
         }

@@ -49,6 +49,7 @@ pub(super) fn parse_stack(record: &[u8]) -> Option<(u32, DepartureStack)> {
         ip: word(16)?,
         sp: word(24)?,
         bp: Some(word(32)?),
+        tp: 0,
     };
     let bytes = record.get(HEADER..)?;
     let len = usize::try_from(word(40)?)
@@ -339,6 +340,7 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
             ip,
             sp,
             bp: Some(bp),
+            tp: 0,
         },
         stack: StackView::new(sp, &bytes[..dynamic.min(size)]),
         slots: Default::default(),

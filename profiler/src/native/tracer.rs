@@ -399,6 +399,7 @@ fn registers(tid: u32) -> Option<Registers> {
             ip: regs.rip,
             sp: regs.rsp,
             bp: Some(regs.rbp),
+            tp: regs.fs_base,
         })
     }
     #[cfg(not(target_arch = "x86_64"))]

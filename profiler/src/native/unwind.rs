@@ -55,6 +55,8 @@ pub struct Registers {
     /// Frame pointer (rbp); `None` when unknown (a blocked thread's registers, from `/proc`,
     /// have none: see the module's documentation).
     pub bp: Option<u64>,
+    /// Thread pointer (x86-64's `fs` base), where a ptrace stop read it; 0 where unknown.
+    pub tp: u64,
 }
 
 /// A copy of the top of a thread's stack.

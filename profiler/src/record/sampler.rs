@@ -330,15 +330,24 @@ impl Sampler {
     fn take_late_stacks(&mut self) {
         if let Some(native) = &mut self.native {
             native.poll();
-            for (tid, captured) in native.take_late() {
-                if let Some(state) = self.threads.states.get_mut(&tid) {
-                    for pending in state.pending.take() {
-                        let placed = capture::place(&captured, &pending.records);
-                        let id = self.builder.native_stack(placed);
-                        pending.add(&mut self.builder, Some(id));
-                        self.tally.native_late += 1;
-                    }
-                    state.stacks.read(captured, None);
+            for (tid, captured, labels) in native.take_late() {
+                let Some(state) = self.threads.states.get_mut(&tid) else {
+                    continue;
+                };
+                let pending = state.pending.take();
+                state.stacks.read(captured.clone(), None);
+                // Labels read in the stop, where the process publishes some and perf is not
+                // used: every waiting sample's, as its stack is.
+                let read = labels.as_deref().unwrap_or_default();
+                for mut sample in pending {
+                    let placed = capture::place(&captured, &sample.records);
+                    let (stack, id) = self.labelled(sample.stack, Some(placed), read);
+                    sample.stack = stack;
+                    sample.add(&mut self.builder, id);
+                    self.tally.native_late += 1;
+                }
+                if let (Some(labels), Some(state)) = (labels, self.threads.states.get_mut(&tid)) {
+                    state.stacks.set_latest_labels(labels);
                 }
             }
         }
@@ -503,7 +512,15 @@ impl Sampler {
         let native = match captured {
             Native::Captured(captured) => {
                 let placed = capture::place(&captured, &self.records);
-                Some(self.builder.native_stack(placed))
+                // Without perf, with the labels read in the thread's latest stop, outermost.
+                let labels = (self.native.as_ref())
+                    .filter(|native| !native.uses_perf())
+                    .and(self.threads.states.get(&tid))
+                    .map(|state| state.stacks.latest_labels().to_vec())
+                    .unwrap_or_default();
+                let (labelled, native) = self.labelled(stack, Some(placed), &labels);
+                stack = labelled;
+                native
             }
             Native::Perf(captured, records, truncated_depth) => {
                 // The tables count the marks read at the tick; the stack is drawn with the

@@ -1,5 +1,5 @@
-//! Which labels a process publishes for perf's program to copy at its samples, and naming
-//! what it copied: the custom-labels ABI (`program/custom_labels.rs`), else the OpenTelemetry
+//! Which labels a process publishes for perf's program to copy at its samples (or fsprof to
+//! read at a ptrace stop, where perf is not used), and naming what was copied: the custom-labels ABI (`program/custom_labels.rs`), else the OpenTelemetry
 //! thread context (`program/otel_context.rs`), looked for in the process's modules as they come
 //! (a library loaded at start may be mapped after the first read, and relocated later still);
 //! an OpenTelemetry record's key indexes named by the process context's key map, read (its
@@ -26,6 +26,8 @@ const KEYS_AGAIN: Duration = Duration::from_millis(100);
 #[derive(Default)]
 pub(super) struct LabelsSearch {
     found: Option<LabelFormat>,
+    /// Where the found labels' thread-local lies from a thread's pointer.
+    offset: i64,
     modules: usize,
     again: Option<(Instant, u32)>,
     keys: Keys,
@@ -47,7 +49,7 @@ impl LabelsSearch {
     }
 
     /// Has `perf`'s program read process `pid`'s labels at each sample once its `modules`
-    /// show them.
+    /// show them (without perf, they are read at each ptrace stop: [`LabelsSearch::read_at_stop`]).
     pub(super) fn look(&mut self, pid: u32, modules: &[Module], perf: Option<&Perf>) {
         let now = Instant::now();
         let again = self.again.is_some_and(|(at, _)| now >= at);
@@ -55,9 +57,6 @@ impl LabelsSearch {
             return;
         }
         self.modules = modules.len();
-        let Some(perf) = perf else {
-            return;
-        };
         let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
             return;
         };
@@ -74,14 +73,33 @@ impl LabelsSearch {
         };
         match found {
             Ok((offset, format)) => {
-                perf.lock().read_labels(perf.owner(), offset, format);
-                (self.found, self.again) = (Some(format), None);
+                if let Some(perf) = perf {
+                    perf.lock().read_labels(perf.owner(), offset, format);
+                }
+                (self.found, self.offset, self.again) = (Some(format), offset, None);
             }
             Err(Missing::NotYet) => {
                 let left = self.again.map_or(LABELS_AGAIN.1, |(_, left)| left);
                 self.again = (left.checked_sub(1)).map(|left| (now + LABELS_AGAIN.0, left));
             }
             Err(Missing::Absent) => self.again = None,
+        }
+    }
+
+    /// The labels of a thread stopped by ptrace, whose thread pointer is `tp` and whose memory
+    /// is `memory`, read as perf's program copies them at a sample (none where not found).
+    pub(super) fn read_at_stop(&self, memory: &Remote, tp: u64) -> Option<CopiedLabels> {
+        if tp == 0 {
+            return None;
+        }
+        let tls_offset = self.offset;
+        match self.found? {
+            LabelFormat::CustomLabels => Some(CopiedLabels::Set(
+                CustomLabels { tls_offset }.read(memory, tp),
+            )),
+            LabelFormat::Otel => Some(CopiedLabels::Otel(
+                OtelContext { tls_offset }.read_record(memory, tp),
+            )),
         }
     }
 

@@ -348,11 +348,15 @@ impl Sampler {
             return Native::None;
         };
         // Not stopped in time (it had no CPU): its stack is copied when it stops.
-        let Some((captured, fresh)) = captured else {
+        let Some((captured, fresh, labels)) = captured else {
             return Native::Pending;
         };
         let scheduled = (!running).then(|| process::times_scheduled(self.pid, tid));
         state.stacks.read(captured.clone(), scheduled);
+        if let Some(labels) = labels {
+            // Read in the stop (the process publishes labels; perf is not used): this sample's.
+            state.stacks.set_latest_labels(labels);
+        }
         // The sample is the marks read at the tick. A thread stops at its next return to user
         // space, which in a busy thread on a virtual machine (slow inter-processor interrupts)
         // is often its next system call rather than the instant it was asked to: a sample taken
