@@ -138,15 +138,18 @@ fn profile_chain(dir: &Path, program: &Path, backend: &str) {
     );
     if backend == "perf" {
         // Busy threads, none blocked inside a mark: perf's samples carry their time, so fsprof
-        // wakes every 10 ms rather than at the rate (each wake-up would preempt the program),
-        // and reads every sample in time.
-        let (ticks, slow) = (
-            meta["ticks"].as_u64().unwrap(),
-            meta["slow_ticks"].as_u64().unwrap(),
-        );
+        // wakes at most every 40 ms rather than at the rate (each wake-up would preempt the
+        // program), and reads every sample in time. Some ticks come at the rate whatever the
+        // program does (the first, 50 ms after each thread's birth, 50 ms after deep stacks'
+        // anchors are set): some 15 to 20 of the 85 to 95 a run here, so the bound is on the
+        // wake-ups, a fifth of the rate's at most, not on the slow ones' share (which read
+        // 79.6 to 84.5% on one build, against a bound of 80%).
+        let ticks = meta["ticks"].as_f64().unwrap();
+        let at_rate =
+            meta["rate_hz"].as_f64().unwrap() * meta["duration_ns"].as_f64().unwrap() / 1e9;
         assert!(
-            slow * 10 >= ticks * 8,
-            "{slow} of {ticks} ticks after a long interval: {meta}"
+            ticks * 5.0 <= at_rate,
+            "{ticks} ticks, a fifth of the {at_rate:.0} the rate asks at most: {meta}"
         );
         assert_eq!(meta["perf_lost"], 0, "{meta}");
     }
