@@ -114,6 +114,12 @@ fn a_program_nobody_marked_gets_its_libraries_features_at_its_own_lines() {
 /// standard library's features from the built-in rules (sort, fmt, encoding/json, regexp),
 /// each within its bound of what the program measured, at the program's own lines: the Go
 /// distribution's packages are the runtime, a Go method matches by its type's name.
+///
+/// The shares are the report's own (of running time): the program's truth counts its threads'
+/// running and runnable time only, none blocked. Time an idle thread spends blocked inside a
+/// built-in (`blocked_ms`, not in the report's total) is not in it: CI once had 3.2 s of it
+/// beside a 4.3 s run, under 38% steal, which [`percent`] (the truths that count built-in
+/// waits) added to its total, every share then 0.55 of the truth; the table prints it.
 #[test]
 fn a_go_program_nobody_marked_gets_its_standard_librarys_features() {
     let _serial = serial();
@@ -147,12 +153,12 @@ fn a_go_program_nobody_marked_gets_its_standard_librarys_features() {
     let report = report_json(&out);
     let truth: Value = serde_json::from_slice(&std::fs::read(&truth_path).unwrap()).unwrap();
     let total = truth["total_ms"].as_f64().unwrap();
-    let samples = timed_samples_of(&report);
+    let samples = samples_of(&report);
     let mut table = samples_line(&report, samples, total);
     let mut over = Vec::new();
     for (name, measured) in truth["features"].as_object().unwrap() {
         let expected = measured["ms"].as_f64().unwrap() * 100.0 / total;
-        let reported = percent(&report, name);
+        let reported = feature(&report, name).map_or(0.0, |f| f["percent"].as_f64().unwrap());
         let bound = share_bound(expected, samples, TOLERANCE);
         table += &format!(
             "  {name:<14} report {reported:6.2}%  truth {expected:6.2}%  bound {bound:.2}\n"
@@ -168,8 +174,25 @@ fn a_go_program_nobody_marked_gets_its_standard_librarys_features() {
             "{name}'s instances are not the program's lines: {instances:?}"
         );
     }
+    table += &blocked_line(&report);
     eprintln!("{table}");
     assert!(over.is_empty(), "shares off ({over:?}):\n{table}");
+}
+
+/// Where the report's blocked time inside built-ins went, by feature (a line for a share
+/// table).
+fn blocked_line(report: &Value) -> String {
+    let mut line = format!(
+        "  blocked inside built-ins {:.0} ms:",
+        report["blocked_ms"].as_f64().unwrap_or(0.0)
+    );
+    for f in report["features"].as_array().unwrap() {
+        let ms = f["blocked_ms"].as_f64().unwrap_or(0.0);
+        if ms >= 1.0 {
+            line += &format!(" {} {ms:.0}", f["name"].as_str().unwrap_or("?"));
+        }
+    }
+    line + "\n"
 }
 
 /// A C++ program nobody marked (`tests/c/catalog.cpp`) gets the catalog's C++ features at its
