@@ -264,6 +264,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         None,
     );
     let mut next_check = Instant::now();
+    let liveness = process::Liveness::new(pid);
     let schedule = schedule(options, &signals);
     let mut live = live(options, (&name, pid), false);
     let end = schedule::record(&mut sampler, schedule, &mut live, |_| {
@@ -276,7 +277,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
         // A zombie still lists its threads; look at its state now and then.
         if Instant::now() >= next_check {
             next_check = Instant::now() + Duration::from_millis(100);
-            if !process::is_alive(pid) {
+            if !liveness.alive() {
                 return Some(End::TargetExited("the program exited".to_owned()));
             }
         }

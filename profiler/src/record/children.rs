@@ -249,6 +249,7 @@ fn record(pid: u32, mut command: Vec<String>, sampling: Sampling, stop: &AtomicB
     // once this fsprof's user may trace it; whether the process lives, every 50 ms (a zombie
     // lists its threads). Reading both every 50 ms was 4% of the followers' CPU over a build.
     let mut next_check = Instant::now() + Duration::from_millis(50);
+    let liveness = process::Liveness::new(pid);
     let mut image_read = None;
     let end = schedule::record(&mut sampler, schedule, &mut (), |sampler| {
         if stop.load(Ordering::Relaxed) {
@@ -264,7 +265,7 @@ fn record(pid: u32, mut command: Vec<String>, sampling: Sampling, stop: &AtomicB
         }
         if Instant::now() >= next_check {
             next_check = Instant::now() + Duration::from_millis(50);
-            if !process::is_alive(pid) {
+            if !liveness.alive() {
                 return Some(End::TargetExited("the process exited".to_owned()));
             }
         }
