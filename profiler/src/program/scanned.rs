@@ -96,23 +96,29 @@ impl ScannedFiles {
         self.maps_opened
     }
 
-    /// Whether the environment the process's program started with holds `entry` (`NAME=value`),
-    /// as far as [`MAX_ENVIRONMENT_BYTES`]; `false` where it cannot be read.
+    /// Whether the environment the process's program started with holds `entry` (see
+    /// [`environment_holds`]).
     pub fn environment_holds(&self, entry: &str) -> bool {
-        use std::io::Read;
-        let Ok(file) = fs::File::open(proc_dir(self.pid).join("environ")) else {
-            return false;
-        };
-        let mut bytes = Vec::new();
-        if file
-            .take(MAX_ENVIRONMENT_BYTES)
-            .read_to_end(&mut bytes)
-            .is_err()
-        {
-            return false;
-        }
-        bytes.split(|b| *b == 0).any(|e| e == entry.as_bytes())
+        environment_holds(self.pid, entry)
     }
+}
+
+/// Whether the environment process `pid`'s program started with holds `entry` (`NAME=value`),
+/// as far as [`MAX_ENVIRONMENT_BYTES`]; `false` where it cannot be read.
+pub fn environment_holds(pid: u32, entry: &str) -> bool {
+    use std::io::Read;
+    let Ok(file) = fs::File::open(proc_dir(pid).join("environ")) else {
+        return false;
+    };
+    let mut bytes = Vec::new();
+    if file
+        .take(MAX_ENVIRONMENT_BYTES)
+        .read_to_end(&mut bytes)
+        .is_err()
+    {
+        return false;
+    }
+    bytes.split(|b| *b == 0).any(|e| e == entry.as_bytes())
 }
 
 /// Most bytes of an environment read (the target's word, bounded).

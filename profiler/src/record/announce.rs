@@ -6,7 +6,9 @@
 //! `fsprof run` binds an abstract Unix datagram socket of a random name and puts the name in the
 //! program's environment ([`abi::ANNOUNCE_VARIABLE`]); the shim of any process that inherits it
 //! sends a datagram when it creates a region (`shim/src/announce.rs`). A thread here receives
-//! them and wakes the scanners of the sending process. Nothing in a datagram is read: any
+//! them and wakes the scanners of the sending process; a process that announced before a
+//! scanner of its registered (it was found a few milliseconds after it started) is remembered,
+//! and its scanner woken when it registers. Nothing in a datagram is read: any
 //! process on the host may send one, so the only thing trusted is the sender's process id, which
 //! the kernel attaches (`SO_PASSCRED`), and all it can do is make the scanner of a process fsprof
 //! records (itself) look at its map once more.
@@ -15,7 +17,7 @@
 
 use fsprof_shim::abi;
 use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, UnixAddr};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -32,8 +34,21 @@ pub trait Wake: Send + Sync {
 pub struct Registry {
     /// The socket's abstract name (without the leading NUL).
     name: String,
-    waiting: Mutex<HashMap<u32, Vec<Weak<dyn Wake>>>>,
+    waiting: Mutex<Waiting>,
 }
+
+/// Who waits for announcements from which process, and the processes that announced before
+/// anything of theirs waited (a scanner registers when its process is found, a few
+/// milliseconds after it started; see `Scanner::start`).
+#[derive(Default)]
+struct Waiting {
+    wakers: HashMap<u32, Vec<Weak<dyn Wake>>>,
+    early: HashSet<u32>,
+}
+
+/// Most processes remembered as having announced before a scanner of theirs registered; past
+/// it the set starts again (a scanner that waits still looks after a while).
+const MAX_EARLY: usize = 4096;
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -49,23 +64,39 @@ impl Registry {
         (abi::ANNOUNCE_VARIABLE, &self.name)
     }
 
-    /// Wakes `waker` whenever process `pid` announces a region, as long as it lives.
+    /// Wakes `waker` whenever process `pid` announces a region, as long as it lives, and at
+    /// once if it announced one before anything of it registered.
     pub fn register(&self, pid: u32, waker: Weak<dyn Wake>) {
         let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        waiting.retain(|_, wakers| {
+        waiting.wakers.retain(|_, wakers| {
             wakers.retain(|w| w.strong_count() > 0);
             !wakers.is_empty()
         });
-        waiting.entry(pid).or_default().push(waker);
+        let early = waiting.early.remove(&pid);
+        waiting.wakers.entry(pid).or_default().push(waker.clone());
+        drop(waiting);
+        if let Some(waker) = waker.upgrade().filter(|_| early) {
+            waker.wake();
+        }
     }
 
     fn announced_by(&self, pid: u32) {
         let wakers: Vec<Arc<dyn Wake>> = {
-            let waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(wakers) = waiting.get(&pid) else {
-                return;
-            };
-            wakers.iter().filter_map(Weak::upgrade).collect()
+            let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            let wakers: Vec<Arc<dyn Wake>> = waiting
+                .wakers
+                .get(&pid)
+                .into_iter()
+                .flatten()
+                .filter_map(Weak::upgrade)
+                .collect();
+            if wakers.is_empty() {
+                if waiting.early.len() >= MAX_EARLY {
+                    waiting.early.clear();
+                }
+                waiting.early.insert(pid);
+            }
+            wakers
         };
         for waker in wakers {
             waker.wake();
@@ -218,5 +249,26 @@ mod tests {
         }
         assert_eq!(theirs.0.load(Ordering::SeqCst), 0);
         drop(listener);
+    }
+
+    /// A process that announced before anything of it registered wakes what registers for it,
+    /// once; what registers for another process is not woken.
+    #[test]
+    fn an_announcement_before_the_registration_wakes_at_it() {
+        let listener = Listener::start().unwrap();
+        let registry = listener.registry();
+        registry.announced_by(41);
+        let (early, other) = (Arc::new(Counted::default()), Arc::new(Counted::default()));
+        let (early_dyn, other_dyn): (Arc<dyn Wake>, Arc<dyn Wake>) = (early.clone(), other.clone());
+        registry.register(42, Arc::downgrade(&other_dyn));
+        registry.register(41, Arc::downgrade(&early_dyn));
+        assert_eq!(early.0.load(Ordering::SeqCst), 1);
+        assert_eq!(other.0.load(Ordering::SeqCst), 0);
+        // Remembered once: a second registration is not woken by the same announcement.
+        registry.register(41, Arc::downgrade(&other_dyn));
+        assert_eq!(other.0.load(Ordering::SeqCst), 0);
+        registry.announced_by(41);
+        assert_eq!(early.0.load(Ordering::SeqCst), 2);
+        assert_eq!(other.0.load(Ordering::SeqCst), 1);
     }
 }

@@ -69,12 +69,12 @@ impl MarkReader {
 
     /// Waits (at most `limit`) for the scanner's first look, so that a program that has marked
     /// already has its regions read from the first tick.
-    pub fn wait_for_first_scan(&self, limit: Duration) {
+    pub fn wait_for_first_scan(&mut self, limit: Duration) {
         self.scanner.wait_for_first_scan(limit);
     }
 
     /// Asks the scanner to look at once (the process ran another program).
-    pub fn look_again(&self) {
+    pub fn look_again(&mut self) {
         self.scanner
             .ask(self.regions.iter().map(RegionReader::address));
     }

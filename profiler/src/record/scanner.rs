@@ -16,7 +16,10 @@
 //! program creates its region on its first mark, often after the preloaded agent has made its
 //! own. A process whose program announces its regions (`announce.rs`: its environment names
 //! this recording's socket, as `fsprof run` sets it) is looked at when it announces one, and
-//! otherwise no more often than every [`ANNOUNCED_INTERVAL`], in case a datagram was lost.
+//! otherwise no more often than every [`ANNOUNCED_INTERVAL`], in case a datagram was lost; and
+//! its thread starts only when the process announces a region (or has lived
+//! [`UNANNOUNCED_LIFE`], or runs a program that may not announce), since most processes of a
+//! build never mark.
 //!
 //! Not here: reading the regions' marks (`region.rs`), what the marks mean (`sampler.rs`).
 
@@ -31,6 +34,16 @@ use std::time::{Duration, Instant};
 pub struct Scanner {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// Not started yet: the process announces its regions (see [`Scanner::start`]).
+    waiting: Option<Waiting>,
+}
+
+/// A scanner that starts its thread only when it has something to look for.
+struct Waiting {
+    pid: u32,
+    /// The environment entry that names the recording's socket.
+    entry: String,
+    since: Instant,
 }
 
 /// What the scanner found since the sampler last took it.
@@ -65,7 +78,16 @@ struct State {
 }
 
 impl Scanner {
-    /// Starts scanning process `pid` at once; woken by its announcements to `registry`, if any.
+    /// Starts scanning process `pid`; woken by its announcements to `registry`, if any.
+    ///
+    /// A process whose environment names the recording's socket announces the regions its
+    /// program creates (the registry keeps those sent before this registers), so its thread
+    /// starts only when it announces one, when its program changes to one that may not
+    /// (an `exec` with another environment), or once it has lived [`UNANNOUNCED_LIFE`] (a
+    /// datagram lost to a full socket): most of a build's processes never mark and live less,
+    /// and a thread, its first look at the map and its looks every [`ANNOUNCED_INTERVAL`]
+    /// cost about 0.4 ms of CPU a process (79 of them over 3 builds of 12 files). Otherwise
+    /// it looks at once.
     pub fn start(pid: u32, registry: Option<&Registry>) -> Scanner {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
@@ -75,33 +97,45 @@ impl Scanner {
         // is announced.
         let announced = registry.map(|registry| {
             let waker: Arc<dyn Wake> = shared.clone();
-            registry.register(pid, Arc::downgrade(&waker));
             let (name, value) = registry.variable();
-            format!("{name}={value}")
+            let entry = format!("{name}={value}");
+            registry.register(pid, Arc::downgrade(&waker));
+            entry
         });
-        let thread = std::thread::Builder::new()
-            .name("fsprof-scanner".to_owned())
-            .spawn({
-                let shared = Arc::clone(&shared);
-                move || {
-                    // At the sampler's priority: on a machine the target loads, a normally
-                    // scheduled scanner found the program's region late, and the marks of the
-                    // threads' waits until then were unknown (`queue`, 40 busy threads on two
-                    // CPUs: each thread's first 2 to 40 waits for a CPU, most of its first
-                    // second, read outside the mark it was in). Its scans are rare and short.
-                    // Raised before the privileges that allow it go.
-                    let _ = crate::os::priority::raise();
-                    crate::os::privilege::drop_all(); // this thread reads /proc only
-                    scan_until_stopped(pid, &shared, announced.as_deref())
-                }
-            })
-            .ok();
-        Scanner { shared, thread }
+        let mut scanner = Scanner {
+            shared,
+            thread: None,
+            waiting: None,
+        };
+        match announced {
+            Some(entry) if crate::program::scanned::environment_holds(pid, &entry) => {
+                scanner.waiting = Some(Waiting {
+                    pid,
+                    entry,
+                    since: Instant::now(),
+                });
+            }
+            entry => scanner.thread = spawn(pid, &scanner.shared, entry),
+        }
+        scanner
+    }
+
+    /// Starts the thread of a scanner that waited, when its process announced a region, asked
+    /// for a look or has lived long enough (see [`Scanner::start`]).
+    fn start_if_due(&mut self) {
+        let Some(waiting) = &self.waiting else {
+            return;
+        };
+        if self.shared.lock().asked || waiting.since.elapsed() >= UNANNOUNCED_LIFE {
+            let waiting = self.waiting.take().expect("checked above");
+            self.thread = spawn(waiting.pid, &self.shared, Some(waiting.entry));
+        }
     }
 
     /// Takes what was found since the previous call, and records which regions the sampler now
     /// reads (`held`: their addresses).
-    pub fn take(&self, held: impl Iterator<Item = u64>) -> Found {
+    pub fn take(&mut self, held: impl Iterator<Item = u64>) -> Found {
+        self.start_if_due();
         let mut state = self.shared.lock();
         state.held.clear();
         state.held.extend(held);
@@ -109,8 +143,19 @@ impl Scanner {
     }
 
     /// Asks for a scan as soon as possible, telling which regions the sampler still reads (a
-    /// region it dropped, after an exec say, may be mapped again at the same address).
-    pub fn ask(&self, held: impl Iterator<Item = u64>) {
+    /// region it dropped, after an exec say, may be mapped again at the same address). A
+    /// scanner that waits for announcements goes on waiting while the process's environment
+    /// (its program's, after an exec) still names the socket: it found nothing so far, and
+    /// the program announces what it makes.
+    pub fn ask(&mut self, held: impl Iterator<Item = u64>) {
+        if let Some(waiting) = &self.waiting {
+            if crate::program::scanned::environment_holds(waiting.pid, &waiting.entry) {
+                return;
+            }
+            let waiting = self.waiting.take().expect("checked above");
+            self.shared.lock().asked = true;
+            self.thread = spawn(waiting.pid, &self.shared, Some(waiting.entry));
+        }
         let mut state = self.shared.lock();
         state.held.clear();
         state.held.extend(held);
@@ -120,8 +165,10 @@ impl Scanner {
     }
 
     /// Waits until a scan has completed since the start, for at most `limit`: the first tick
-    /// should see the regions that exist already (when attaching).
-    pub fn wait_for_first_scan(&self, limit: Duration) {
+    /// should see the regions that exist already (when attaching, or a region announced before
+    /// the scanner registered). A scanner that waits for announcements has nothing to wait for.
+    pub fn wait_for_first_scan(&mut self, limit: Duration) {
+        self.start_if_due();
         let deadline = Instant::now() + limit;
         let mut state = self.shared.lock();
         while state.scans == 0 && self.thread.is_some() {
@@ -137,6 +184,27 @@ impl Scanner {
                 .0;
         }
     }
+}
+
+/// The scanner's thread for `pid` (`entry`: the environment entry of an announcing process).
+fn spawn(pid: u32, shared: &Arc<Shared>, entry: Option<String>) -> Option<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("fsprof-scanner".to_owned())
+        .spawn({
+            let shared = Arc::clone(shared);
+            move || {
+                // At the sampler's priority: on a machine the target loads, a normally
+                // scheduled scanner found the program's region late, and the marks of the
+                // threads' waits until then were unknown (`queue`, 40 busy threads on two
+                // CPUs: each thread's first 2 to 40 waits for a CPU, most of its first
+                // second, read outside the mark it was in). Its scans are rare and short.
+                // Raised before the privileges that allow it go.
+                let _ = crate::os::priority::raise();
+                crate::os::privilege::drop_all(); // this thread reads /proc only
+                scan_until_stopped(pid, &shared, entry.as_deref())
+            }
+        })
+        .ok()
 }
 
 impl Drop for Scanner {
@@ -282,6 +350,9 @@ const MIN_INTERVAL: Duration = Duration::from_millis(2);
 /// Every 2 ms, such looks at a build's young processes were most of what `fsprof run` cost a
 /// `make -j2` (BENCHMARKS.md, issue 39, twenty-ninth session).
 const ANNOUNCED_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a process that announces its regions and has announced none is left without a
+/// scanner's thread (see [`Scanner::start`]): a region whose datagram was lost is found by then.
+const UNANNOUNCED_LIFE: Duration = Duration::from_millis(250);
 /// The longest time between two full scans of a process whose address space kept its size.
 const FULL_SCAN: Duration = Duration::from_millis(100);
 
