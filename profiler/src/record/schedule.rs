@@ -69,6 +69,10 @@ impl Live for () {
     fn clear(&mut self) {}
 }
 
+/// Late ticks among the latest 32 that make the sampler real-time (where the system allows
+/// it): one is a hiccup (a page fault, a stolen moment), two say the CPUs are busy.
+const LATE_BEFORE_REAL_TIME: u32 = 2;
+
 /// Samples until the target exits, `stop` returns a reason, or the duration elapses. Intervals are
 /// drawn uniformly from 0.5 to 1.5 times the mean period, so periodic behaviour in the target
 /// cannot alias with the sampling.
@@ -79,12 +83,12 @@ pub fn record(
     mut stop: impl FnMut(&Sampler) -> Option<End>,
 ) -> End {
     let period = Duration::from_secs_f64(1.0 / schedule.rate_hz);
-    let raised = priority::Raised::now();
+    let mut raised = priority::Raised::gently();
     sampler.set_priority(raised.how());
     // With the default 50 µs timer slack our wake-ups would be batched with the target's own
     // timers; one nanosecond keeps the sampling times independent of the target's.
     let _ = nix::sys::prctl::set_timerslack(1);
-    let end = sample_until_stopped(sampler, schedule, period, live, &mut stop);
+    let end = sample_until_stopped(sampler, schedule, period, live, &mut stop, &mut raised);
     sampler.end_recording();
     sampler.stop_tracing();
     drop(raised);
@@ -97,8 +101,11 @@ fn sample_until_stopped(
     period: Duration,
     live: &mut dyn Live,
     stop: &mut impl FnMut(&Sampler) -> Option<End>,
+    raised: &mut priority::Raised,
 ) -> End {
     let start = Instant::now();
+    // Which of the latest ticks came late, a bit each (the newest lowest).
+    let mut late_ticks: u32 = 0;
     let mut next = start;
     let mut current = period;
     // Fault injection for tests: a panic in the middle of recording, to prove that the target is
@@ -121,8 +128,16 @@ fn sample_until_stopped(
         if panic_after.is_some_and(|ticks| sampler.clock().ticks() >= ticks) {
             panic!("FSPROF_TEST_PANIC_AFTER_TICKS: panicking on purpose");
         }
-        if Instant::now().duration_since(next) > current / 2 {
+        let late = Instant::now().duration_since(next) > current / 2;
+        if late {
             sampler.clock().count_late();
+        }
+        late_ticks = (late_ticks << 1) | u32::from(late);
+        // The sampler waited for a CPU: from now on it takes one before the program's
+        // threads (see `priority::Raised::gently`).
+        if late_ticks.count_ones() >= LATE_BEFORE_REAL_TIME && raised.how() != "real-time" {
+            raised.escalate();
+            sampler.set_priority(raised.how());
         }
         if schedule
             .suspend
