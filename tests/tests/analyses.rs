@@ -73,7 +73,11 @@ fn assert_tree_matches(report: &Value, truth: &Value, feature: &str) -> Vec<Stri
     assert_eq!(nodes.len(), self_ms.len(), "{nodes:#?}");
     let mut worst = 0.0f64;
     let stolen = truth["stolen_ms"].as_f64().unwrap_or(0.0);
-    let mut table = format!("(the truth's total may lack up to {stolen:.0} ms stolen)\n");
+    let mut table = format!(
+        "(the truth's total {:.0} ms may lack up to {stolen:.0} ms stolen; its parts: {})\n",
+        truth["total_ms"].as_f64().unwrap_or(0.0),
+        truth["extra"]
+    );
     let mut order = Vec::new();
     for (node, path) in nodes.iter().zip(tree_paths(nodes)) {
         let own = self_ms
