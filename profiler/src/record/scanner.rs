@@ -148,14 +148,13 @@ impl Scanner {
     /// (its program's, after an exec) still names the socket: it found nothing so far, and
     /// the program announces what it makes.
     pub fn ask(&mut self, held: impl Iterator<Item = u64>) {
-        if let Some(waiting) = &self.waiting {
-            if crate::program::scanned::environment_holds(waiting.pid, &waiting.entry) {
-                return;
-            }
-            let waiting = self.waiting.take().expect("checked above");
-            self.shared.lock().asked = true;
-            self.thread = spawn(waiting.pid, &self.shared, Some(waiting.entry));
+        if (self.waiting.as_ref())
+            .is_some_and(|w| crate::program::scanned::environment_holds(w.pid, &w.entry))
+        {
+            return;
         }
+        self.shared.lock().asked = true;
+        self.start_if_due();
         let mut state = self.shared.lock();
         state.held.clear();
         state.held.extend(held);
