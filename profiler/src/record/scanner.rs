@@ -93,8 +93,8 @@ impl Scanner {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
         });
-        // Registered before the first scan: a region created before is found by it, one after
-        // is announced.
+        // Registered before the first scan: a region created before is found by it (or, for a
+        // scanner that waits, was announced and kept by the registry), one after is announced.
         let announced = registry.map(|registry| {
             let waker: Arc<dyn Wake> = shared.clone();
             let (name, value) = registry.variable();
