@@ -438,22 +438,24 @@ fn an_event_loop_idle_between_requests_does_not_dilute_its_handling() {
 #[test]
 fn forking_a_large_program_counts_the_fork_for_the_fork() {
     let _serial = serial();
-    let (dir, _) = run_c_program("forks", "5", &[], &[]);
-    // The program's process alone: its truth is its own, and its children's time (each spins
-    // 300 µs and exits, tearing down a copy of 64 MiB: 0.6 to 1.6 ms each where sampled) runs
-    // while it waits for them, which its truth counts once, in `do_wait`.
-    let pid = report_json(dir.path())["meta"]["pid"].to_string();
-    let mut report = report_json_with(dir.path(), &["--process", &pid]);
-    // Call sites are named `do_fork (/…/forks.c:LINE)`; the truth names them by function.
-    for feature in report["features"].as_array_mut().unwrap() {
-        for instance in feature["instances"].as_array_mut().unwrap() {
-            let payload = instance["payload"].as_str().unwrap().to_owned();
-            if let Some((function, _)) = payload.split_once(" (") {
-                instance["payload"] = Value::from(function);
+    again_if_stolen(|| {
+        let (dir, _) = run_c_program("forks", "5", &[], &[]);
+        // The program's process alone: its truth is its own, and its children's time (each spins
+        // 300 µs and exits, tearing down a copy of 64 MiB: 0.6 to 1.6 ms each where sampled) runs
+        // while it waits for them, which its truth counts once, in `do_wait`.
+        let pid = report_json(dir.path())["meta"]["pid"].to_string();
+        let mut report = report_json_with(dir.path(), &["--process", &pid]);
+        // Call sites are named `do_fork (/…/forks.c:LINE)`; the truth names them by function.
+        for feature in report["features"].as_array_mut().unwrap() {
+            for instance in feature["instances"].as_array_mut().unwrap() {
+                let payload = instance["payload"].as_str().unwrap().to_owned();
+                if let Some((function, _)) = payload.split_once(" (") {
+                    instance["payload"] = Value::from(function);
+                }
             }
         }
-    }
-    assert_timed_shares_match(&report, &truth(dir.path()));
+        assert_timed_shares_match(&report, &truth(dir.path()));
+    });
 }
 
 /// Threads cancelled while blocked in `read`: the cancellation unwinds through the agent's

@@ -6,7 +6,8 @@
 //! command offers besides: `fsprof agent`, completions and the manual page.
 //!
 //! The clone is of the repository's last commit (what a user clones), so changes not committed
-//! yet are not what this test installs.
+//! yet are not what this test installs; where the work tree is that commit (CI's clean clone),
+//! the repository itself is the clone.
 
 mod support;
 
@@ -24,11 +25,43 @@ fn repository() -> PathBuf {
         .to_owned()
 }
 
-/// `cargo install --locked --offline --path CLONE/profiler --root ROOT`, its target directory kept
-/// under this workspace's (so that later runs build only what changed); returns ROOT/bin/fsprof.
+/// A fresh clone of the repository's last commit: the repository itself when its work tree is
+/// that commit (nothing modified, nothing untracked but what `.gitignore` names: build outputs
+/// and profiles), as on CI, which clones it fresh; else a clone made in `work`. Installed from
+/// the repository itself, cargo finds the workspace's own build of fsprof, which a clone's new
+/// paths made it build again (over two minutes of CI's testing time on 2 CPUs).
+fn fresh_clone(work: &Path) -> PathBuf {
+    let status = Command::new("git")
+        .args(["status", "--porcelain"])
+        .current_dir(repository())
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "git status failed: {status:?}");
+    if status.stdout.is_empty() {
+        eprintln!("the work tree is the last commit: installed from it");
+        return repository();
+    }
+    let clone = work.join("clone");
+    let cloned = Command::new("git")
+        .args(["clone", "--quiet"])
+        .arg(repository())
+        .arg(&clone)
+        .status()
+        .unwrap();
+    assert!(cloned.success(), "git clone failed");
+    eprintln!("the work tree has changes of its own: installed from a clone of the last commit");
+    clone
+}
+
+/// `cargo install --locked --offline --path CLONE/profiler --root ROOT`; returns ROOT/bin/fsprof.
+/// From the repository itself, into the workspace's own target directory; from a clone, into
+/// one kept under it (so that later runs build only what changed).
 fn install(clone: &Path, root: &Path) -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let target_dir = repository().join("target/install-test");
+    let target_dir = match clone == repository() {
+        true => repository().join("target"),
+        false => repository().join("target/install-test"),
+    };
     seed(&target_dir);
     let output = Command::new(cargo)
         .args(["install", "--locked", "--offline", "--quiet", "--path"])
@@ -64,6 +97,9 @@ fn install(clone: &Path, root: &Path) -> PathBuf {
 fn seed(target_dir: &Path) {
     let built = repository().join("target/release");
     let release = target_dir.join("release");
+    if release == built {
+        return;
+    }
     // (`the_shim_packages_for_crates_io` may have made the directory, not its release build.)
     if release.join(".fingerprint").exists() || !built.join(".fingerprint").is_dir() {
         return;
@@ -144,16 +180,8 @@ fn builtins_with_time(report: &Value) -> Vec<String> {
 fn an_installed_fsprof_profiles_programs_elsewhere_with_their_builtin_features() {
     let _serial = serial();
     let work = tempdir();
-    let clone = work.path().join("clone");
-    let status = Command::new("git")
-        .args(["clone", "--quiet"])
-        .arg(repository())
-        .arg(&clone)
-        .status()
-        .unwrap();
-    assert!(status.success(), "git clone failed");
     let root = work.path().join("root");
-    let fsprof = install(&clone, &root);
+    let fsprof = install(&fresh_clone(work.path()), &root);
     let cache = work.path().join("cache");
     let elsewhere = work.path().join("elsewhere");
 
