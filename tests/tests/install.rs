@@ -71,6 +71,11 @@ fn install(clone: &Path, root: &Path) -> PathBuf {
         .arg("--target-dir")
         .arg(&target_dir)
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        // What cargo sets for this test's process and not for the workspace's build, which
+        // build scripts watch (ring's, CARGO_MANIFEST_DIR): left, it made cargo build ring and
+        // all above it again, fsprof included.
+        .env_clear()
+        .envs(std::env::vars_os().filter(|(name, _)| !set_for_the_test(name)))
         .output()
         .unwrap();
     assert!(
@@ -85,6 +90,22 @@ fn install(clone: &Path, root: &Path) -> PathBuf {
         .collect();
     assert_eq!(installed, ["fsprof"], "installed beside it: {installed:?}");
     fsprof
+}
+
+/// Whether cargo set the variable `name` for this test's process (its package's manifest and
+/// metadata), not for the workspace's build.
+fn set_for_the_test(name: &std::ffi::OsStr) -> bool {
+    let name = name.to_string_lossy();
+    name.starts_with("CARGO_PKG_")
+        || [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_CRATE_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_BIN_NAME",
+            "CARGO_RUSTC_CURRENT_DIR",
+        ]
+        .contains(&name.as_ref())
 }
 
 /// Starts a new install's target directory from the workspace's release build, when there is
@@ -285,6 +306,11 @@ fn the_shim_packages_for_crates_io() {
         .arg("--target-dir")
         .arg(&target_dir)
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        // What cargo sets for this test's process and not for the workspace's build, which
+        // build scripts watch (ring's, CARGO_MANIFEST_DIR): left, it made cargo build ring and
+        // all above it again, fsprof included.
+        .env_clear()
+        .envs(std::env::vars_os().filter(|(name, _)| !set_for_the_test(name)))
         .output()
         .unwrap();
     assert!(
@@ -300,6 +326,11 @@ fn the_shim_packages_for_crates_io() {
         .arg(&target_dir)
         .env("RUSTDOCFLAGS", "-D warnings")
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        // What cargo sets for this test's process and not for the workspace's build, which
+        // build scripts watch (ring's, CARGO_MANIFEST_DIR): left, it made cargo build ring and
+        // all above it again, fsprof included.
+        .env_clear()
+        .envs(std::env::vars_os().filter(|(name, _)| !set_for_the_test(name)))
         .output()
         .unwrap();
     assert!(
