@@ -16,7 +16,9 @@
 //! program creates its region on its first mark, often after the preloaded agent has made its
 //! own. A process whose program announces its regions (`announce.rs`: its environment names
 //! this recording's socket, as `fsprof run` sets it) is looked at when it announces one, and
-//! otherwise no more often than every [`ANNOUNCED_INTERVAL`], in case a datagram was lost; and
+//! otherwise, in case a datagram was lost, every twentieth of its age (between
+//! [`ANNOUNCED_INTERVAL`] and [`ANNOUNCED_LONGEST`]), reading its whole map only when its
+//! address space changed size or every [`ANNOUNCED_FULL_SCAN`]; and
 //! its thread starts only when the process announces a region (or has lived
 //! [`UNANNOUNCED_LIFE`], or runs a program that may not announce), since most processes of a
 //! build never mark.
@@ -261,7 +263,11 @@ fn scan_until_stopped(pid: u32, shared: &Shared, entry: Option<&str>) {
                     .0;
             }
             let asked = std::mem::take(&mut state.asked);
-            if !asked && !again && unchanged(&size, &mut scanned) {
+            let full_scan = match announces {
+                true => ANNOUNCED_FULL_SCAN,
+                false => FULL_SCAN,
+            };
+            if !asked && !again && unchanged(&size, &mut scanned, full_scan) {
                 let now = Instant::now();
                 next = now + interval(now.duration_since(started), announces, FULL_SCAN);
                 continue;
@@ -307,31 +313,33 @@ fn scan_until_stopped(pid: u32, shared: &Shared, entry: Option<&str>) {
     }
 }
 
-/// The time to the next look at a process scanned for `age`, at most `longest`: a fiftieth of
-/// its age, but at least [`MIN_INTERVAL`], or [`ANNOUNCED_INTERVAL`] if it `announces` its
-/// regions.
+/// The time to the next look at a process scanned for `age`: a fiftieth of its age, between
+/// [`MIN_INTERVAL`] and `longest`; if it `announces` its regions, a twentieth, between
+/// [`ANNOUNCED_INTERVAL`] and [`ANNOUNCED_LONGEST`].
 fn interval(age: Duration, announces: bool, longest: Duration) -> Duration {
-    let least = if announces {
-        ANNOUNCED_INTERVAL
-    } else {
-        MIN_INTERVAL
-    };
-    (age / 50).clamp(least, longest.max(least))
+    match announces {
+        true => (age / 20).clamp(ANNOUNCED_INTERVAL, ANNOUNCED_LONGEST),
+        false => (age / 50).clamp(MIN_INTERVAL, longest.max(MIN_INTERVAL)),
+    }
 }
 
 /// Whether `pid`'s address space has kept the size it had at the latest full scan (`scanned`),
-/// which was less than [`FULL_SCAN`] ago: no region can have been mapped since, unless another
+/// which was less than `full_scan` ago: no region can have been mapped since, unless another
 /// mapping of the same size went at the same time (the next full scan finds it). Otherwise
 /// records the size for the full scan about to be made. A scan of a young process comes every
 /// millisecond, and reading its whole map each time cost a `make -j2` of short compiles, each
 /// process recorded, an eighth of the machine's time.
-fn unchanged(size: &process::AddressSpaceSize, scanned: &mut Option<(u64, Instant)>) -> bool {
+fn unchanged(
+    size: &process::AddressSpaceSize,
+    scanned: &mut Option<(u64, Instant)>,
+    full_scan: Duration,
+) -> bool {
     let Some(size) = size.read() else {
         return false;
     };
     let now = Instant::now();
     if let Some((was, at)) = *scanned {
-        if was == size && now.duration_since(at) < FULL_SCAN {
+        if was == size && now.duration_since(at) < full_scan {
             return true;
         }
     }
@@ -349,6 +357,15 @@ const MIN_INTERVAL: Duration = Duration::from_millis(2);
 /// Every 2 ms, such looks at a build's young processes were most of what `fsprof run` cost a
 /// `make -j2` (BENCHMARKS.md, issue 39, twenty-ninth session).
 const ANNOUNCED_INTERVAL: Duration = Duration::from_millis(100);
+/// The longest time between two looks at a process that announces its regions. Its looks are
+/// for a region whose datagram was lost (the socket's queue full): one is found when the
+/// process is at most a twentieth older. A look every 100 ms at the processes of a build
+/// that sleep while their children work (make, sh, the gcc driver: a full scan each, their
+/// maps' size kept) was a fifth of fsprof's CPU while it followed twenty sleeping processes.
+const ANNOUNCED_LONGEST: Duration = Duration::from_secs(1);
+/// The longest time between two full scans of a process that announces its regions and whose
+/// address space kept its size (a region mapped changes it).
+const ANNOUNCED_FULL_SCAN: Duration = Duration::from_secs(2);
 /// How long a process that announces its regions and has announced none is left without a
 /// scanner's thread (see [`Scanner::start`]): a region whose datagram was lost is found by then.
 const UNANNOUNCED_LIFE: Duration = Duration::from_millis(250);
