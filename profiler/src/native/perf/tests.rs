@@ -9,17 +9,21 @@ use std::sync::Arc;
 /// together) must come back from the sample exactly as it was at the sample's instant.
 #[test]
 fn a_running_thread_is_sampled_with_its_slot_at_the_same_instant() {
-    if let Some(perf) = sampler(MAX_THREADS) {
-        sampled_with_its_slot(perf);
-    }
+    again_if_stolen(|| {
+        if let Some(perf) = sampler(MAX_THREADS) {
+            sampled_with_its_slot(perf);
+        }
+    });
 }
 
 /// The same in the per-CPU design (`cpu_wide.rs`).
 #[test]
 fn a_running_thread_is_sampled_with_its_slot_at_the_same_instant_per_cpu() {
-    if let Some(perf) = sampler_per_cpu(MAX_THREADS) {
-        sampled_with_its_slot(perf);
-    }
+    again_if_stolen(|| {
+        if let Some(perf) = sampler_per_cpu(MAX_THREADS) {
+            sampled_with_its_slot(perf);
+        }
+    });
 }
 
 /// Two per-CPU samplers at once (two sessions, or two processes of a tree), each watching its
@@ -28,14 +32,55 @@ fn a_running_thread_is_sampled_with_its_slot_at_the_same_instant_per_cpu() {
 /// departures from its samples.
 #[test]
 fn two_per_cpu_samplers_at_once_each_sample_their_thread_with_its_slot() {
-    let Some(first) = sampler_per_cpu(MAX_THREADS) else {
+    again_if_stolen(|| {
+        let Some(first) = sampler_per_cpu(MAX_THREADS) else {
+            return;
+        };
+        let other = std::thread::spawn(|| {
+            sampled_with_its_slot(sampler_per_cpu(MAX_THREADS).expect("a second sampler"))
+        });
+        sampled_with_its_slot(first);
+        other.join().unwrap();
+    });
+}
+
+/// Runs `attempt` and, if it fails while the hypervisor stole at least a quarter of the
+/// machine's CPU time, once more, as the end-to-end tests that measure time do
+/// (`again_if_stolen` in `tests/tests/support`): a sample and its slot copy are made in one
+/// interrupt, microseconds apart, unless the virtual CPU is taken away between the two, and
+/// then the copy is not found within the tolerance. In a suite here whose tests saw up to 71%
+/// of the CPUs stolen, 4 samples of 209 had no copy (the bound is 1%); run alone right after,
+/// none in 5 runs.
+fn again_if_stolen(attempt: impl Fn()) {
+    let from = stolen_and_run();
+    let Err(failure) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&attempt)) else {
         return;
     };
-    let other = std::thread::spawn(|| {
-        sampled_with_its_slot(sampler_per_cpu(MAX_THREADS).expect("a second sampler"))
-    });
-    sampled_with_its_slot(first);
-    other.join().unwrap();
+    let stolen = match (from, stolen_and_run()) {
+        (Some(from), Some(now)) => {
+            let (stolen, ran) = (now.0.saturating_sub(from.0), now.1.saturating_sub(from.1));
+            stolen as f64 / (stolen + ran).max(1) as f64
+        }
+        _ => 0.0,
+    };
+    if stolen < 0.25 {
+        std::panic::resume_unwind(failure);
+    }
+    eprintln!(
+        "the attempt above failed while the machine stole {:.0}% of its CPU time: once more",
+        stolen * 100.0
+    );
+    attempt();
+}
+
+/// The machine's stolen and running CPU time so far, in ticks (`/proc/stat`'s first line).
+fn stolen_and_run() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = (text.lines().next()?.split_whitespace().skip(1))
+        .map(|field| field.parse().ok())
+        .collect::<Option<_>>()?;
+    let at = |i: usize| fields.get(i).copied().unwrap_or(0);
+    Some((at(7), at(0) + at(1) + at(2) + at(5) + at(6)))
 }
 
 fn sampled_with_its_slot(mut perf: PerfSampler) {
