@@ -14,7 +14,8 @@
 # (a third build, BASE2=path/to/fsprof).
 # The programs are those of real-programs.sh (gcc, make -j2, sqlite3, git log -p, xz -T2,
 # python3, a tokio server under loopback load, awk building a large associative array, a C loop
-# of strdup+free, python3 with threads, g++ of a template-heavy file, node, ripgrep). Each round
+# of strdup+free, python3 with threads, g++ of a template-heavy file, node, ripgrep, redis under
+# redis-benchmark). Each round
 # runs every program in each configuration in a shuffled order; the script prints per program
 # the median of each configuration's times and the medians of the rounds' ratios to the program
 # alone (paired within a round, which cancels the host's drift). A time is the program's own

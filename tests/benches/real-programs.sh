@@ -126,6 +126,11 @@ pythreads "$python" "$repo/tests/benches/cost-model/pyswitch.py" 20000 >/dev/nul
 g++ g++ -O2 -c templates.cpp -o /dev/null
 EOF_JOBS
 if command -v node >/dev/null; then echo "node node cpu.js >/dev/null" >> jobs.txt; fi
+# redis under its own benchmark (Debian's redis-server and redis-tools), on a Unix socket of
+# this directory: the server's one event loop, the benchmark's twenty connections.
+if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; then
+  echo "redis redis-server --port 0 --unixsocket \$PWD/redis.sock --save '' --appendonly no >/dev/null & until redis-cli -s redis.sock ping >/dev/null 2>&1; do sleep 0.02; done; redis-benchmark -s redis.sock -n 100000 -c 20 -t set,get,incr,lpush -q >/dev/null; redis-cli -s redis.sock shutdown nosave >/dev/null 2>&1; wait" >> jobs.txt
+fi
 # Over the crates cargo fetched (some 160 MB of source here): ripgrep's threads walk the tree.
 if command -v rg >/dev/null && [ -d "${CARGO_HOME:-$HOME/.cargo}/registry/src" ]; then
   echo "rg for i in \$(seq 15); do rg -c '\\w+Error\\w*::\\w+' \"\${CARGO_HOME:-\$HOME/.cargo}/registry/src\" >/dev/null; done" >> jobs.txt
