@@ -6,7 +6,7 @@
 //! only checked to build, run and tell the truth about their shares here; the tests of stack
 //! capture that use their chains live with that feature.
 
-mod support;
+use crate::support;
 
 use fsprof_shim::abi::{self, RecordView};
 use serde_json::Value;

@@ -6,7 +6,7 @@
 //! instances at the lines that made the calls, either way. Also: statically linked programs, and
 //! an `LD_PRELOAD` the user set. Programs nobody here wrote are in `real_programs.rs`.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::Path;

@@ -6,7 +6,7 @@
 //! points, in each of three runs, agent on. Without perf (no privilege) the test checks nothing
 //! beyond the run: the estimate it falls back to is measured in BENCHMARKS.md.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

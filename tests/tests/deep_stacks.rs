@@ -12,7 +12,7 @@
 //! sample (`native/walk.rs`) reaches its root; each leaf must be drawn under its own way down.
 //! The target runs in a frame of 600 KiB, as rustc's driver does.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

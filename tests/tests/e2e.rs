@@ -7,14 +7,15 @@
 //! random place in each period, so a share's error has a spread of its own: about 0.8 points for
 //! a 40% share over 3000 samples (`antimark`, measured 0.9 in 8 runs).
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::*;
 
-const SECS: f64 = 5.0;
+/// Seconds each target runs (as in `analyses.rs`: 6000 samples of a thread at 2000 Hz).
+const SECS: f64 = 3.0;
 
 fn profile_and_compare(scenario: &str) -> (support::TestDir, Value) {
     let _serial = serial();

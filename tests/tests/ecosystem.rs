@@ -3,7 +3,7 @@
 //! each feature's time through its `feature` label and each instance's through its `instance`
 //! label; `fsprof diff` of one program at two sizes must show how each instance grew.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

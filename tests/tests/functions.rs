@@ -4,7 +4,7 @@
 //! or more where the run's samples spread it: `share_bound`); callers and
 //! callees as the program calls them; a recursive function's total counted once per sample.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::process::Command;

@@ -9,7 +9,7 @@
 //! yet are not what this test installs; where the work tree is that commit (CI's clean clone),
 //! the repository itself is the clone.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! mark right after the function that pushed it, in at least 90% of the mark's time with a
 //! stack; stacks must reach the thread's root. The chains come from the targets' own truth files.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! Each test makes the copies as root and runs them as a user made up for it (`setpriv`, a uid
 //! that belongs to no one). They need root; run as another user they say so and do nothing.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

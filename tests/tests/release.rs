@@ -4,7 +4,7 @@
 //! waits until fsprof really traces the target (the ptrace backend, caught in a sample) or, for
 //! job control, records it, so that it can fail; then ends the recording.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

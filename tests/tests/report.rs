@@ -2,7 +2,7 @@
 //! flamegraphs written and redrawn; and its thread view: how the counted time divides between
 //! threads, and `fsprof report --thread NAME|TID` limiting a report to one of them.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::process::Command;
@@ -125,6 +125,7 @@ fn the_report_says_what_was_outside_every_feature_and_draws_both_flamegraphs() {
 /// and tabs of its own layout.
 #[test]
 fn escape_sequences_in_a_profile_never_reach_the_terminal() {
+    let _shared = support::shared();
     let dir = tempdir();
     let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/esc-profile.json");
     std::fs::copy(&data, dir.path().join("profile.json")).unwrap();
@@ -153,6 +154,7 @@ fn escape_sequences_in_a_profile_never_reach_the_terminal() {
 /// never ends (`/dev/zero`) and a FIFO no one writes (which would block the read).
 #[test]
 fn report_refuses_devices_and_fifos_at_once() {
+    let _shared = support::shared();
     let dir = tempdir();
     let fifo = dir.path().join("fifo");
     assert!(Command::new("mkfifo")

@@ -6,7 +6,7 @@
 //! defaults, then reported with the built-in rules and with rules given at report time to the
 //! saved profile.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::Path;

@@ -20,7 +20,7 @@
 //! A hang fails the test at a deadline (the programs are killed; those run under `fsprof run`
 //! also end themselves with `alarm`).
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -82,6 +82,7 @@ fn run_preloaded(program: &Path, args: &[&str], limit: Duration) -> (i32, String
 /// not compared. Signals ignored when fsprof starts (`nohup`'s SIGHUP) stay ignored.
 #[test]
 fn the_program_starts_with_the_signal_mask_it_has_without_fsprof() {
+    let _shared = shared();
     let dir = tempdir();
     let read = ["grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"];
     // The masks of signals 1 to 31, from the program's status lines.

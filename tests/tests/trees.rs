@@ -3,7 +3,7 @@
 //! itself (`fsprof report --process PID`) and all of them together against the sum of their
 //! truths; `--no-follow` must record the script alone.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Map, Value};
 use std::path::Path;

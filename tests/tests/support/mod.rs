@@ -1,14 +1,10 @@
 //! Helpers for the end-to-end tests: the built binaries, a fresh directory per test, targets that
 //! are killed if a test fails, waiting with deadlines, and comparing reports with ground truth.
 
-#![allow(dead_code)]
-
 pub mod native;
 pub mod programs;
 mod steal;
 
-// Each test binary compiles this module; not every one retries.
-#[allow(unused_imports)]
 pub use steal::again_if_stolen;
 
 use serde_json::Value;
@@ -92,7 +88,7 @@ pub fn serial() -> Held {
         Hold::None => {
             let guard = LOCK.write().unwrap_or_else(|e| e.into_inner());
             HELD.set(Hold::Alone);
-            Held::Alone(guard)
+            Held::Alone { _guard: guard }
         }
     }
 }
@@ -106,7 +102,7 @@ pub fn shared() -> Held {
     }
     let guard = LOCK.read().unwrap_or_else(|e| e.into_inner());
     HELD.set(Hold::Shared);
-    Held::Shared(guard)
+    Held::Shared { _guard: guard }
 }
 
 static LOCK: RwLock<()> = RwLock::new(());
@@ -125,8 +121,13 @@ thread_local! {
 
 /// [`serial`]'s or [`shared`]'s hold on the lock, given back when dropped.
 pub enum Held {
-    Alone(RwLockWriteGuard<'static, ()>),
-    Shared(RwLockReadGuard<'static, ()>),
+    /// Held for as long as this lives (dropping it gives the lock back).
+    Alone {
+        _guard: RwLockWriteGuard<'static, ()>,
+    },
+    Shared {
+        _guard: RwLockReadGuard<'static, ()>,
+    },
     /// The thread held it already.
     Again,
 }
@@ -383,7 +384,6 @@ pub fn wait_for_file(path: &Path, limit: Duration) -> String {
 
 /// The first CPU this process may run on (`Cpus_allowed_list`: a container's CPU set may
 /// leave CPU 0 out), as `taskset -c` takes it.
-#[allow(dead_code)] // not every test binary uses every helper
 pub fn first_allowed_cpu() -> String {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let list = status
@@ -400,7 +400,6 @@ pub fn state_and_tracer(pid: u32) -> (char, u32) {
 }
 
 /// The state letter and tracer pid of thread `tid` of process `pid`; `None` once it has exited.
-#[allow(dead_code)] // not every test binary uses every helper
 pub fn task_state_and_tracer(pid: u32, tid: u32) -> Option<(char, u32)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     let state = stat
