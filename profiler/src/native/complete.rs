@@ -260,7 +260,8 @@ fn anchored_at_the_turn(
 ) -> bool {
     let mut before = None;
     let turn = return_slots(captured).find(|(slot, returns_to)| {
-        let turns = !saw(*slot, end, seen) && before != Some(*returns_to);
+        // The cheap test first: a recursion's slots all hold one return address.
+        let turns = before != Some(*returns_to) && !saw(*slot, end, seen);
         before = Some(*returns_to);
         turns
     });
