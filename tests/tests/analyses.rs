@@ -118,23 +118,25 @@ fn assert_tree_matches(report: &Value, truth: &Value, feature: &str) -> Vec<Stri
 #[test]
 fn a_feature_whose_marks_nest_gets_its_tree() {
     let _serial = serial();
-    let dir = tempdir();
-    run_target(dir.path(), "tree", SECS, &[]);
-    let report = report_json(dir.path());
-    let truth = truth(dir.path());
-    assert_shares_match(&report, &truth);
-    let order = assert_tree_matches(&report, &truth, "server");
-    // Heaviest first under each parent: conn-A (about 4 times conn-B) before conn-B.
-    let position = |path: &str| order.iter().position(|p| p == path).unwrap();
-    assert!(
-        position("server > conn-A") < position("server > conn-B"),
-        "{order:?}"
-    );
-    let text = std::fs::read_to_string(dir.path().join("report.txt")).unwrap();
-    assert!(
-        text.contains("Nested instances (") && text.contains("parse"),
-        "{text}"
-    );
+    again_if_stolen(|| {
+        let dir = tempdir();
+        run_target(dir.path(), "tree", SECS, &[]);
+        let report = report_json(dir.path());
+        let truth = truth(dir.path());
+        assert_shares_match(&report, &truth);
+        let order = assert_tree_matches(&report, &truth, "server");
+        // Heaviest first under each parent: conn-A (about 4 times conn-B) before conn-B.
+        let position = |path: &str| order.iter().position(|p| p == path).unwrap();
+        assert!(
+            position("server > conn-A") < position("server > conn-B"),
+            "{order:?}"
+        );
+        let text = std::fs::read_to_string(dir.path().join("report.txt")).unwrap();
+        assert!(
+            text.contains("Nested instances (") && text.contains("parse"),
+            "{text}"
+        );
+    });
 }
 
 /// Async tasks on a real tokio runtime (two workers): each task is marked while it is polled
@@ -159,42 +161,44 @@ fn async_tasks_count_for_themselves_and_under_the_task_that_spawned_them() {
 #[test]
 fn an_echo_servers_connections_count_under_it_in_proportion_to_their_input() {
     let _serial = serial();
-    let dir = profile_program(env!("CARGO_BIN_EXE_echo").as_ref(), &[]);
-    let report = report_json(dir.path());
-    let truth = truth(dir.path());
-    let order = assert_tree_matches(&report, &truth, "tasks");
-    assert_eq!(order[0], "server", "{order:?}");
-    let tree = programs::feature(&report, "tasks").unwrap()["tree"].clone();
-    let nodes = tree.as_array().unwrap();
-    let paths = tree_paths(nodes);
-    let reported = |name: &str| {
-        (nodes.iter().zip(&paths))
-            .find(|(_, path)| **path == ["server", name])
-            .map_or(0.0, |(node, _)| node["total_ms"].as_f64().unwrap())
-    };
-    let measured = |name: &str| {
-        truth["trees"]["tasks"][format!("server > {name}")]
-            .as_f64()
-            .unwrap()
-    };
-    let (got, want) = (
-        reported("conn-A") / reported("conn-B"),
-        measured("conn-A") / measured("conn-B"),
-    );
-    let bytes =
-        truth["extra"]["bytes A"].as_f64().unwrap() / truth["extra"]["bytes B"].as_f64().unwrap();
-    eprintln!("conn-A / conn-B: {got:.2} reported, {want:.2} measured, {bytes:.2} in bytes");
-    // The program's own premise, not fsprof's: A's actor costs several times B's (on a quiet
-    // machine about the ratio of their bytes; a CI host that stole 5.8 s of the run measured
-    // 6.62 for 10.35 in bytes, the per-byte cost of the smaller connection grown with the wait).
-    assert!(
-        want > 4.0,
-        "the actors measured {want:.2} for {bytes:.2} in bytes"
-    );
-    assert!(
-        (got - want).abs() < want / 5.0,
-        "{got:.2} reported, {want:.2} measured"
-    );
+    again_if_stolen(|| {
+        let dir = profile_program(env!("CARGO_BIN_EXE_echo").as_ref(), &[]);
+        let report = report_json(dir.path());
+        let truth = truth(dir.path());
+        let order = assert_tree_matches(&report, &truth, "tasks");
+        assert_eq!(order[0], "server", "{order:?}");
+        let tree = programs::feature(&report, "tasks").unwrap()["tree"].clone();
+        let nodes = tree.as_array().unwrap();
+        let paths = tree_paths(nodes);
+        let reported = |name: &str| {
+            (nodes.iter().zip(&paths))
+                .find(|(_, path)| **path == ["server", name])
+                .map_or(0.0, |(node, _)| node["total_ms"].as_f64().unwrap())
+        };
+        let measured = |name: &str| {
+            truth["trees"]["tasks"][format!("server > {name}")]
+                .as_f64()
+                .unwrap()
+        };
+        let (got, want) = (
+            reported("conn-A") / reported("conn-B"),
+            measured("conn-A") / measured("conn-B"),
+        );
+        let bytes = truth["extra"]["bytes A"].as_f64().unwrap()
+            / truth["extra"]["bytes B"].as_f64().unwrap();
+        eprintln!("conn-A / conn-B: {got:.2} reported, {want:.2} measured, {bytes:.2} in bytes");
+        // The program's own premise, not fsprof's: A's actor costs several times B's (on a quiet
+        // machine about the ratio of their bytes; a CI host that stole 5.8 s of the run measured
+        // 6.62 for 10.35 in bytes, the per-byte cost of the smaller connection grown with the wait).
+        assert!(
+            want > 4.0,
+            "the actors measured {want:.2} for {bytes:.2} in bytes"
+        );
+        assert!(
+            (got - want).abs() < want / 5.0,
+            "{got:.2} reported, {want:.2} measured"
+        );
+    });
 }
 
 /// The same tree from C (`fsprof_mark` with name payloads, `fsprof_unmark`), the program linked
@@ -202,12 +206,14 @@ fn an_echo_servers_connections_count_under_it_in_proportion_to_their_input() {
 #[test]
 fn nested_marks_from_c_get_their_tree() {
     let _serial = serial();
-    let build = tempdir();
-    let program = build_c_program_with(build.path(), "tree", &["-lfsprof_agent"]);
-    let dir = profile_program(program.as_os_str(), &[]);
-    let report = report_json(dir.path());
-    let order = assert_tree_matches(&report, &truth(dir.path()), "server");
-    assert_eq!(order[0], "server", "{order:?}");
+    again_if_stolen(|| {
+        let build = tempdir();
+        let program = build_c_program_with(build.path(), "tree", &["-lfsprof_agent"]);
+        let dir = profile_program(program.as_os_str(), &[]);
+        let report = report_json(dir.path());
+        let order = assert_tree_matches(&report, &truth(dir.path()), "server");
+        assert_eq!(order[0], "server", "{order:?}");
+    });
 }
 
 /// Checks the report's backtracking view of `feature` (choice "item", branches 0 and 1) against
@@ -249,13 +255,15 @@ fn assert_backtracking_matches(report: &Value, truth: &Value, feature: &str) {
 #[test]
 fn a_parsers_abandoned_branches_are_its_wasted_time() {
     let _serial = serial();
-    let dir = profile_program(env!("CARGO_BIN_EXE_parser").as_ref(), &[]);
-    let report = report_json(dir.path());
-    let truth = truth(dir.path());
-    assert_shares_match(&report, &truth);
-    assert_backtracking_matches(&report, &truth, "parse");
-    let text = std::fs::read_to_string(dir.path().join("report.txt")).unwrap();
-    assert!(text.contains("Backtracking ("), "{text}");
+    again_if_stolen(|| {
+        let dir = profile_program(env!("CARGO_BIN_EXE_parser").as_ref(), &[]);
+        let report = report_json(dir.path());
+        let truth = truth(dir.path());
+        assert_shares_match(&report, &truth);
+        assert_backtracking_matches(&report, &truth, "parse");
+        let text = std::fs::read_to_string(dir.path().join("report.txt")).unwrap();
+        assert!(text.contains("Backtracking ("), "{text}");
+    });
 }
 
 /// The same parser with short branches (20 µs per character: failed visits of 50 to 100 µs,
@@ -266,21 +274,25 @@ fn a_parsers_abandoned_branches_are_its_wasted_time() {
 #[test]
 fn a_parsers_short_abandoned_branches_are_its_wasted_time() {
     let _serial = serial();
-    let parser = env!("CARGO_BIN_EXE_parser").as_ref();
-    let dir = profile_program_with(parser, &[], &["--us-per-char", "20"]);
-    let report = report_json(dir.path());
-    assert_backtracking_matches(&report, &truth(dir.path()), "parse");
+    again_if_stolen(|| {
+        let parser = env!("CARGO_BIN_EXE_parser").as_ref();
+        let dir = profile_program_with(parser, &[], &["--us-per-char", "20"]);
+        let report = report_json(dir.path());
+        assert_backtracking_matches(&report, &truth(dir.path()), "parse");
+    });
 }
 
 /// The same parser in C (`fsprof_mark_alternative`), linked with the agent, built-ins on.
 #[test]
 fn a_c_parsers_abandoned_branches_are_its_wasted_time() {
     let _serial = serial();
-    let build = tempdir();
-    let program = build_c_program_with(build.path(), "parser", &["-lfsprof_agent"]);
-    let dir = profile_program(program.as_os_str(), &[]);
-    let report = report_json(dir.path());
-    assert_backtracking_matches(&report, &truth(dir.path()), "parse");
+    again_if_stolen(|| {
+        let build = tempdir();
+        let program = build_c_program_with(build.path(), "parser", &["-lfsprof_agent"]);
+        let dir = profile_program(program.as_os_str(), &[]);
+        let report = report_json(dir.path());
+        assert_backtracking_matches(&report, &truth(dir.path()), "parse");
+    });
 }
 
 /// A checked library boundary (`mark_boundary`): each edge between components gets the time of
@@ -289,72 +301,74 @@ fn a_c_parsers_abandoned_branches_are_its_wasted_time() {
 #[test]
 fn boundary_checks_cost_on_their_edges() {
     let _serial = serial();
-    let dir = profile_program(env!("CARGO_BIN_EXE_contracts").as_ref(), &[]);
-    let report = report_json(dir.path());
-    let truth = truth(dir.path());
-    assert_shares_match(&report, &truth);
-    let truth_total = truth["total_ms"].as_f64().unwrap();
-    let checks = truth["features"]["contracts"]["instances"]
-        .as_object()
-        .unwrap();
-    let edges = programs::feature(&report, "contracts")
-        .and_then(|f| f["boundaries"].as_array())
-        .unwrap_or_else(|| panic!("no boundaries: {report:#}"));
-    let mut table = String::new();
-    let mut worst = 0.0f64;
-    for edge in edges {
-        let name = format!(
-            "{} -> {}",
-            edge["from"].as_str().unwrap(),
-            edge["to"].as_str().unwrap()
-        );
-        let on_edge = |value: Option<&str>| -> f64 {
-            checks
-                .iter()
-                .filter(|(check, _)| check.ends_with(&format!("({name})")))
-                .filter(|(check, _)| value.is_none_or(|v| check.starts_with(&format!("{v} ("))))
-                .map(|(_, ms)| ms.as_f64().unwrap())
-                .sum::<f64>()
-                * 100.0
-                / truth_total
-        };
-        let mut compare = |what: String, got: f64, want: f64| {
-            worst = worst.max((got - want).abs());
-            table += &format!("{what}: {got:.2}% (truth {want:.2})\n");
-        };
-        compare(
-            name.clone(),
-            edge["percent"].as_f64().unwrap(),
-            on_edge(None),
-        );
-        for value in edge["values"].as_array().unwrap() {
-            let label = value["value"].as_str().unwrap();
-            let want = on_edge(Some(label));
-            compare(
-                format!("  {label}"),
-                value["percent"].as_f64().unwrap(),
-                want,
+    again_if_stolen(|| {
+        let dir = profile_program(env!("CARGO_BIN_EXE_contracts").as_ref(), &[]);
+        let report = report_json(dir.path());
+        let truth = truth(dir.path());
+        assert_shares_match(&report, &truth);
+        let truth_total = truth["total_ms"].as_f64().unwrap();
+        let checks = truth["features"]["contracts"]["instances"]
+            .as_object()
+            .unwrap();
+        let edges = programs::feature(&report, "contracts")
+            .and_then(|f| f["boundaries"].as_array())
+            .unwrap_or_else(|| panic!("no boundaries: {report:#}"));
+        let mut table = String::new();
+        let mut worst = 0.0f64;
+        for edge in edges {
+            let name = format!(
+                "{} -> {}",
+                edge["from"].as_str().unwrap(),
+                edge["to"].as_str().unwrap()
             );
+            let on_edge = |value: Option<&str>| -> f64 {
+                checks
+                    .iter()
+                    .filter(|(check, _)| check.ends_with(&format!("({name})")))
+                    .filter(|(check, _)| value.is_none_or(|v| check.starts_with(&format!("{v} ("))))
+                    .map(|(_, ms)| ms.as_f64().unwrap())
+                    .sum::<f64>()
+                    * 100.0
+                    / truth_total
+            };
+            let mut compare = |what: String, got: f64, want: f64| {
+                worst = worst.max((got - want).abs());
+                table += &format!("{what}: {got:.2}% (truth {want:.2})\n");
+            };
+            compare(
+                name.clone(),
+                edge["percent"].as_f64().unwrap(),
+                on_edge(None),
+            );
+            for value in edge["values"].as_array().unwrap() {
+                let label = value["value"].as_str().unwrap();
+                let want = on_edge(Some(label));
+                compare(
+                    format!("  {label}"),
+                    value["percent"].as_f64().unwrap(),
+                    want,
+                );
+            }
         }
-    }
-    eprintln!("{table}");
-    assert_eq!(edges.len(), 2, "{table}");
-    assert!(worst <= TOLERANCE, "off by {worst:.2} points:\n{table}");
-    let svg = std::fs::read_to_string(dir.path().join("boundaries.svg")).unwrap();
-    for name in ["client", "matrix", "vector", "positive?"] {
-        assert!(svg.contains(name), "{name} not in boundaries.svg");
-    }
-    // `fsprof report --boundaries` redraws it from the saved profile, the same picture.
-    let redrawn = dir.path().join("again.svg");
-    let status = std::process::Command::new(fsprof())
-        .arg("report")
-        .arg(dir.path())
-        .arg("--boundaries")
-        .arg(&redrawn)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert_eq!(std::fs::read_to_string(&redrawn).unwrap(), svg);
+        eprintln!("{table}");
+        assert_eq!(edges.len(), 2, "{table}");
+        assert!(worst <= TOLERANCE, "off by {worst:.2} points:\n{table}");
+        let svg = std::fs::read_to_string(dir.path().join("boundaries.svg")).unwrap();
+        for name in ["client", "matrix", "vector", "positive?"] {
+            assert!(svg.contains(name), "{name} not in boundaries.svg");
+        }
+        // `fsprof report --boundaries` redraws it from the saved profile, the same picture.
+        let redrawn = dir.path().join("again.svg");
+        let status = std::process::Command::new(fsprof())
+            .arg("report")
+            .arg(dir.path())
+            .arg("--boundaries")
+            .arg(&redrawn)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(std::fs::read_to_string(&redrawn).unwrap(), svg);
+    });
 }
 
 /// A profile without boundary checks has no graph to redraw: `fsprof report --boundaries`
@@ -382,33 +396,35 @@ fn no_boundary_graph_without_boundary_checks() {
 #[test]
 fn boundary_checks_from_c_cost_on_their_edges() {
     let _serial = serial();
-    let build = tempdir();
-    let program = build_c_program_with(build.path(), "contracts", &["-lfsprof_agent"]);
-    let dir = profile_program(program.as_os_str(), &[]);
-    let report = report_json(dir.path());
-    let truth = truth(dir.path());
-    let checks = truth["features"]["contracts"]["instances"]
-        .as_object()
-        .unwrap();
-    let instances = programs::feature(&report, "contracts")
-        .unwrap_or_else(|| panic!("no contracts: {report:#}"))["instances"]
-        .as_array()
-        .unwrap();
-    let truth_total = truth["total_ms"].as_f64().unwrap();
-    for (check, ms) in checks {
-        let want = ms.as_f64().unwrap() * 100.0 / truth_total;
-        let got = instances
-            .iter()
-            .find(|i| i["payload"] == check.as_str())
-            .map_or(0.0, |i| i["percent"].as_f64().unwrap());
-        eprintln!("{check}: {got:.2}% (truth {want:.2})");
-        assert!(
-            (got - want).abs() <= TOLERANCE,
-            "{check}: {got:.2}% (truth {want:.2})"
-        );
-    }
-    let svg = std::fs::read_to_string(dir.path().join("boundaries.svg")).unwrap();
-    assert!(svg.contains("vector") && svg.contains("index?"), "{svg}");
+    again_if_stolen(|| {
+        let build = tempdir();
+        let program = build_c_program_with(build.path(), "contracts", &["-lfsprof_agent"]);
+        let dir = profile_program(program.as_os_str(), &[]);
+        let report = report_json(dir.path());
+        let truth = truth(dir.path());
+        let checks = truth["features"]["contracts"]["instances"]
+            .as_object()
+            .unwrap();
+        let instances = programs::feature(&report, "contracts")
+            .unwrap_or_else(|| panic!("no contracts: {report:#}"))["instances"]
+            .as_array()
+            .unwrap();
+        let truth_total = truth["total_ms"].as_f64().unwrap();
+        for (check, ms) in checks {
+            let want = ms.as_f64().unwrap() * 100.0 / truth_total;
+            let got = instances
+                .iter()
+                .find(|i| i["payload"] == check.as_str())
+                .map_or(0.0, |i| i["percent"].as_f64().unwrap());
+            eprintln!("{check}: {got:.2}% (truth {want:.2})");
+            assert!(
+                (got - want).abs() <= TOLERANCE,
+                "{check}: {got:.2}% (truth {want:.2})"
+            );
+        }
+        let svg = std::fs::read_to_string(dir.path().join("boundaries.svg")).unwrap();
+        assert!(svg.contains("vector") && svg.contains("index?"), "{svg}");
+    });
 }
 
 /// An analysis written outside fsprof (`tests/examples/core_samples.rs`, against

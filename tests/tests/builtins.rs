@@ -506,6 +506,10 @@ fn a_mark_left_by_siglongjmp_stops_at_the_next_call() {
 /// (at least 95% of each feature's time).
 fn rust_program_against_truth(args: &[&str]) {
     let _serial = serial();
+    again_if_stolen(|| rust_program_against_truth_once(args));
+}
+
+fn rust_program_against_truth_once(args: &[&str]) {
     let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     run(

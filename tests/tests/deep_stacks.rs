@@ -285,14 +285,14 @@ fn two_roots(backend: &str) {
 fn leaves_under_two_roots_in_turns_are_drawn_under_their_own_root_with_perf() {
     let _serial = serial();
     if perf_backend_available() {
-        two_roots("perf");
+        again_if_stolen(|| two_roots("perf"));
     }
 }
 
 #[test]
 fn leaves_under_two_roots_in_turns_are_drawn_under_their_own_root_with_ptrace() {
     let _serial = serial();
-    two_roots("ptrace");
+    again_if_stolen(|| two_roots("ptrace"));
 }
 
 #[test]

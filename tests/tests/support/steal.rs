@@ -16,11 +16,13 @@ pub const STOLEN_FOR_ANOTHER_ATTEMPT: f64 = 0.25;
 /// (`inconclusive:`), for the target's own clock was not the truth twice over. Each failure is
 /// printed in full (and its directory kept), so a bias that shows only under steal stays in
 /// sight; in a calm run the test judges as before.
-pub fn again_if_stolen(attempt: impl Fn()) {
+/// Returns what the attempt that passed returned; `None` when the test was inconclusive.
+pub fn again_if_stolen<T>(attempt: impl Fn() -> T) -> Option<T> {
     for tries in 1.. {
         let from = fsprof_tests::cpu_times();
-        let Err(failure) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&attempt)) else {
-            return;
+        let failure = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(&attempt)) {
+            Ok(passed) => return Some(passed),
+            Err(failure) => failure,
         };
         let stolen = match (from, fsprof_tests::cpu_times()) {
             (Some(from), Some(now)) => {
@@ -42,7 +44,7 @@ pub fn again_if_stolen(attempt: impl Fn()) {
                 STOLEN_FOR_ANOTHER_ATTEMPT * 100.0,
                 stolen * 100.0
             );
-            return;
+            return None;
         }
         eprintln!(
             "the attempt above failed while the machine stole {:.0}% of its CPU time (at least {:.0}% lets a test measuring time try once more): once more",
@@ -50,4 +52,5 @@ pub fn again_if_stolen(attempt: impl Fn()) {
             STOLEN_FOR_ANOTHER_ATTEMPT * 100.0
         );
     }
+    unreachable!("the second attempt returns or fails")
 }
