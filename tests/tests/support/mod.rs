@@ -8,6 +8,7 @@ mod steal;
 pub use steal::again_if_stolen;
 
 use serde_json::Value;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -161,12 +162,21 @@ pub fn target() -> &'static str {
 /// A fresh temporary directory, removed when dropped unless its test failed (see [`TestDir`]).
 pub fn tempdir() -> TestDir {
     remember_failures();
-    let dir = tempfile::Builder::new()
-        .prefix("fsprof-e2e-")
-        .tempdir()
-        .unwrap();
+    let mut template = std::env::temp_dir()
+        .join("fsprof-e2e-XXXXXX")
+        .into_os_string()
+        .into_vec();
+    template.push(0);
+    // SAFETY: a NUL-terminated template ending in six X's, which mkdtemp replaces in place.
+    let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+    assert!(
+        !made.is_null(),
+        "mkdtemp: {}",
+        std::io::Error::last_os_error()
+    );
+    template.pop();
     TestDir {
-        dir: Some(dir),
+        dir: Some(PathBuf::from(std::ffi::OsString::from_vec(template))),
         cpu_times: fsprof_tests::cpu_times(),
     }
 }
@@ -190,8 +200,13 @@ pub fn as_from_a_terminal(command: &mut Command) -> &mut Command {
 /// A test's directory (its profiles, the target's truth): removed when the test passes, kept
 /// when it fails (dropped while the thread panics), its path printed with the failure, so that
 /// a rare failure seen once in a whole suite's run leaves its recording to look at.
+///
+/// Made with `mkdtemp` rather than the tempfile crate: as a dev-dependency, tempfile turned on
+/// a feature of rustix (`fs`) that fsprof's own dependencies do not, so the workspace's test
+/// build and a `cargo install` of fsprof built rustix, clap, ratatui and fsprof apart, and the
+/// install test compiled fsprof again (90 s here, more on a fresh CI machine).
 pub struct TestDir {
-    dir: Option<tempfile::TempDir>,
+    dir: Option<PathBuf>,
     /// The machine's stolen and running CPU time when it was made (`fsprof_tests::cpu_times`),
     /// for what a failed test prints of the steal during it.
     cpu_times: Option<(u64, u64)>,
@@ -199,14 +214,18 @@ pub struct TestDir {
 
 impl TestDir {
     pub fn path(&self) -> &Path {
-        self.dir.as_ref().expect("kept only on drop").path()
+        self.dir.as_ref().expect("kept only on drop")
     }
 }
 
 impl Drop for TestDir {
     fn drop(&mut self) {
-        if let (true, Some(dir)) = (std::thread::panicking(), self.dir.take()) {
-            let kept = dir.keep();
+        let Some(kept) = self.dir.take() else {
+            return;
+        };
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&kept);
+        } else {
             // The failure's first line again, last: a long table or report in its message
             // would otherwise leave it in the middle of the output (what CI shows of it is the
             // beginning and the end).
