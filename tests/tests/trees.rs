@@ -75,45 +75,47 @@ fn sum_of(truths: &[Value]) -> Value {
 #[test]
 fn a_scripts_children_are_each_reported_against_their_truth_and_together() {
     let _serial = serial();
-    let dir = tempdir();
-    let out = record(dir.path(), &script(dir.path()), &[]);
-    let report = report_json(&out);
-    let processes = report["processes"].as_array().unwrap();
-    let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
-    assert_eq!(
-        processes.len(),
-        4,
-        "the script and its three programs:\n{text}"
-    );
-    let script_pid = report["meta"]["pid"].as_u64().unwrap();
-    let mut truths = Vec::new();
-    for scenario in ["mixed", "requests", "pair"] {
-        let process = processes
-            .iter()
-            .find(|p| {
-                p["command"]
-                    .as_str()
-                    .unwrap()
-                    .contains(&format!(" {scenario} "))
-            })
-            .unwrap_or_else(|| panic!("no process ran {scenario}:\n{text}"));
-        assert_eq!(process["parent"].as_u64(), Some(script_pid), "{process}");
-        let pid = process["pid"].as_u64().unwrap().to_string();
-        let truth: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.path().join(format!("{scenario}.json"))).unwrap(),
-        )
-        .unwrap();
-        eprintln!("{scenario} (pid {pid}):");
-        assert_shares_match(&report_json_with(&out, &["--process", &pid]), &truth);
-        truths.push(truth);
-    }
-    eprintln!("all together:");
-    assert_shares_match(&report, &sum_of(&truths));
-    assert!(text.contains("Processes: 4"), "{text}");
-    // Flamegraphs and folded stacks start each stack with its process.
-    for (frames, _) in folded(&out) {
-        assert!(frames[0].starts_with("[pid "), "{frames:?}");
-    }
+    again_if_stolen(|| {
+        let dir = tempdir();
+        let out = record(dir.path(), &script(dir.path()), &[]);
+        let report = report_json(&out);
+        let processes = report["processes"].as_array().unwrap();
+        let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
+        assert_eq!(
+            processes.len(),
+            4,
+            "the script and its three programs:\n{text}"
+        );
+        let script_pid = report["meta"]["pid"].as_u64().unwrap();
+        let mut truths = Vec::new();
+        for scenario in ["mixed", "requests", "pair"] {
+            let process = processes
+                .iter()
+                .find(|p| {
+                    p["command"]
+                        .as_str()
+                        .unwrap()
+                        .contains(&format!(" {scenario} "))
+                })
+                .unwrap_or_else(|| panic!("no process ran {scenario}:\n{text}"));
+            assert_eq!(process["parent"].as_u64(), Some(script_pid), "{process}");
+            let pid = process["pid"].as_u64().unwrap().to_string();
+            let truth: Value = serde_json::from_str(
+                &std::fs::read_to_string(dir.path().join(format!("{scenario}.json"))).unwrap(),
+            )
+            .unwrap();
+            eprintln!("{scenario} (pid {pid}):");
+            assert_shares_match(&report_json_with(&out, &["--process", &pid]), &truth);
+            truths.push(truth);
+        }
+        eprintln!("all together:");
+        assert_shares_match(&report, &sum_of(&truths));
+        assert!(text.contains("Processes: 4"), "{text}");
+        // Flamegraphs and folded stacks start each stack with its process.
+        for (frames, _) in folded(&out) {
+            assert!(frames[0].starts_with("[pid "), "{frames:?}");
+        }
+    });
 }
 
 #[test]
@@ -208,70 +210,72 @@ fn attach_children_records_a_running_scripts_program() {
 #[test]
 fn young_childrens_first_marks_are_read_announced_or_not() {
     let _serial = serial();
-    let dir = tempdir();
-    let target = target();
-    let truth = |name: &str| {
-        dir.path()
-            .join(format!("{name}.json"))
-            .display()
-            .to_string()
-    };
-    let runs = ["first", "second", "third", "bare"];
-    let mut text = String::from("#!/bin/sh\n");
-    for name in runs {
-        let unset = if name == "bare" {
-            "env -u FSPROF_ANNOUNCE "
-        } else {
-            ""
+    again_if_stolen(|| {
+        let dir = tempdir();
+        let target = target();
+        let truth = |name: &str| {
+            dir.path()
+                .join(format!("{name}.json"))
+                .display()
+                .to_string()
         };
-        text += &format!("{unset}{target} early 0.6 --truth {}\n", truth(name));
-    }
-    let path = dir.path().join("early.sh");
-    std::fs::write(&path, text).unwrap();
-    Command::new("chmod").arg("+x").arg(&path).status().unwrap();
-    let out = record(dir.path(), &path, &[]);
-    let report = report_json(&out);
-    let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
-    let processes = report["processes"].as_array().unwrap();
-    let mut truths = Vec::new();
-    for name in runs {
-        let process = processes
-            .iter()
-            .find(|p| p["command"].as_str().unwrap().contains(&truth(name)))
-            .unwrap_or_else(|| panic!("no process wrote {name}.json:\n{text}"));
-        let pid = process["pid"].as_u64().unwrap();
-        let truth: Value =
-            serde_json::from_str(&std::fs::read_to_string(truth(name)).unwrap()).unwrap();
-        // Each process's own share of its first mark (too few samples for all its features).
-        let early = |report: &Value| {
-            let validation =
-                (report["features"].as_array().unwrap().iter()).find(|f| f["name"] == "validation");
-            (validation
-                .and_then(|f| f["instances"].as_array())
-                .into_iter()
-                .flatten())
-            .find(|i| i["payload"] == "early")
-            .map_or(0.0, |i| i["percent"].as_f64().unwrap())
-        };
-        let own = report_json_with(&out, &["--process", &pid.to_string()]);
-        let expected = truth_share(
-            truth["features"]["validation"]["instances"]["early"]
-                .as_f64()
-                .unwrap(),
-            &truth,
-        )
-        .1;
-        eprintln!(
-            "{name} (pid {pid}): early {:.2}% of its time, truth {expected:.2}%",
-            early(&own)
-        );
-        assert!(
-            early(&own) > expected / 2.0,
-            "{name}: its first 80 ms read without their mark ({:.2}% against {expected:.2}%):\n{text}",
-            early(&own)
-        );
-        truths.push(truth);
-    }
-    eprintln!("all together:");
-    assert_shares_match(&report, &sum_of(&truths));
+        let runs = ["first", "second", "third", "bare"];
+        let mut text = String::from("#!/bin/sh\n");
+        for name in runs {
+            let unset = if name == "bare" {
+                "env -u FSPROF_ANNOUNCE "
+            } else {
+                ""
+            };
+            text += &format!("{unset}{target} early 0.6 --truth {}\n", truth(name));
+        }
+        let path = dir.path().join("early.sh");
+        std::fs::write(&path, text).unwrap();
+        Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+        let out = record(dir.path(), &path, &[]);
+        let report = report_json(&out);
+        let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
+        let processes = report["processes"].as_array().unwrap();
+        let mut truths = Vec::new();
+        for name in runs {
+            let process = processes
+                .iter()
+                .find(|p| p["command"].as_str().unwrap().contains(&truth(name)))
+                .unwrap_or_else(|| panic!("no process wrote {name}.json:\n{text}"));
+            let pid = process["pid"].as_u64().unwrap();
+            let truth: Value =
+                serde_json::from_str(&std::fs::read_to_string(truth(name)).unwrap()).unwrap();
+            // Each process's own share of its first mark (too few samples for all its features).
+            let early = |report: &Value| {
+                let validation = (report["features"].as_array().unwrap().iter())
+                    .find(|f| f["name"] == "validation");
+                (validation
+                    .and_then(|f| f["instances"].as_array())
+                    .into_iter()
+                    .flatten())
+                .find(|i| i["payload"] == "early")
+                .map_or(0.0, |i| i["percent"].as_f64().unwrap())
+            };
+            let own = report_json_with(&out, &["--process", &pid.to_string()]);
+            let expected = truth_share(
+                truth["features"]["validation"]["instances"]["early"]
+                    .as_f64()
+                    .unwrap(),
+                &truth,
+            )
+            .1;
+            eprintln!(
+                "{name} (pid {pid}): early {:.2}% of its time, truth {expected:.2}%",
+                early(&own)
+            );
+            assert!(
+                early(&own) > expected / 2.0,
+                "{name}: its first 80 ms read without their mark ({:.2}% against {expected:.2}%):\n{text}",
+                early(&own)
+            );
+            truths.push(truth);
+        }
+        eprintln!("all together:");
+        assert_shares_match(&report, &sum_of(&truths));
+    });
 }
