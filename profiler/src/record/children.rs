@@ -52,9 +52,11 @@ pub struct Tree {
     refused: usize,
     /// The kernel has no `children` files: nothing can be followed.
     unsupported: bool,
-    /// The newest process id ([`process::NewestPid`]) at the latest scan: while it stays the
-    /// same, no process was created, and a scan would find nothing new.
-    newest_pid: (process::NewestPid, Option<u32>),
+    /// Where the newest process id is read ([`process::NewestPid`]).
+    newest_pids: process::NewestPid,
+    /// The newest process id at the latest scan: while it stays the same, no process was
+    /// created, and a scan would find nothing new.
+    newest_pid: Option<u32>,
     /// A child was found in the middle of an exec: the next scan looks again.
     again: bool,
 }
@@ -102,7 +104,8 @@ impl Tree {
             not_followed: 0,
             refused: 0,
             unsupported: false,
-            newest_pid: (process::NewestPid::open(), None),
+            newest_pids: process::NewestPid::open(),
+            newest_pid: None,
             again: false,
         }
     }
@@ -117,11 +120,11 @@ impl Tree {
         // A program that makes no processes is not listed 200 times a second for nothing (a
         // scan read every thread's `children` file: a fifth of fsprof's CPU at 1 kHz beside a
         // two-thread program that never forks).
-        let newest = self.newest_pid.0.read();
-        if newest.is_some() && newest == self.newest_pid.1 && !self.again {
+        let newest = self.newest_pids.read();
+        if newest.is_some() && newest == self.newest_pid && !self.again {
             return;
         }
-        (self.newest_pid.1, self.again) = (newest, false);
+        (self.newest_pid, self.again) = (newest, false);
         let mut index = 0;
         while index < self.parents.len() {
             let parent = self.parents[index];
