@@ -164,6 +164,11 @@ impl MarkReader {
         self.incomplete || self.unreadable.contains(&own_tid)
     }
 
+    /// Whether a region of the process is known: before one is, where its threads mark is not.
+    pub fn knows_regions(&self) -> bool {
+        !self.regions.is_empty()
+    }
+
     /// This tick's marks of thread `own_tid`, one per region it marks in.
     pub fn of(&self, own_tid: u32) -> &[ThreadMarks] {
         let first = self.marks.partition_point(|m| m.tid < own_tid);

@@ -556,6 +556,7 @@ impl Sampler {
                         stack,
                         records: self.records.clone(),
                         weight,
+                        marks_unknown: false,
                     };
                     state.pending.push(sample);
                 }
@@ -572,6 +573,7 @@ impl Sampler {
                             stack,
                             records: self.records.clone(),
                             weight,
+                            marks_unknown: !self.reader.knows_regions(),
                         });
                         return;
                     }

@@ -124,20 +124,28 @@ impl Scanner {
 
     /// Starts the thread of a scanner that waited, when its process announced a region, asked
     /// for a look or has lived long enough (see [`Scanner::start`]).
-    fn start_if_due(&mut self) {
+    /// Whether it started it.
+    fn start_if_due(&mut self) -> bool {
         let Some(waiting) = &self.waiting else {
-            return;
+            return false;
         };
         if self.shared.lock().asked || waiting.since.elapsed() >= UNANNOUNCED_LIFE {
             let waiting = self.waiting.take().expect("checked above");
             self.thread = spawn(waiting.pid, &self.shared, Some(waiting.entry));
+            return true;
         }
+        false
     }
 
     /// Takes what was found since the previous call, and records which regions the sampler now
-    /// reads (`held`: their addresses).
+    /// reads (`held`: their addresses). A scanner whose thread starts now (its process
+    /// announced its first region) is waited for, up to [`FIRST_ANNOUNCED_WAIT`]: found only at
+    /// the next tick, the region's marks were unknown for one more (two slow ticks after the
+    /// program's first mark, 20 to 50 ms, which `growth`'s first instance lost).
     pub fn take(&mut self, held: impl Iterator<Item = u64>) -> Found {
-        self.start_if_due();
+        if self.start_if_due() {
+            self.wait_for_first_scan(FIRST_ANNOUNCED_WAIT);
+        }
         let mut state = self.shared.lock();
         state.held.clear();
         state.held.extend(held);
@@ -369,6 +377,9 @@ const ANNOUNCED_FULL_SCAN: Duration = Duration::from_secs(2);
 /// How long a process that announces its regions and has announced none is left without a
 /// scanner's thread (see [`Scanner::start`]): a region whose datagram was lost is found by then.
 const UNANNOUNCED_LIFE: Duration = Duration::from_millis(250);
+/// How long the sampler waits for the first scan of a scanner whose thread it started: a scan
+/// takes about a millisecond (the map and a region's header read).
+const FIRST_ANNOUNCED_WAIT: Duration = Duration::from_millis(10);
 /// The longest time between two full scans of a process whose address space kept its size.
 const FULL_SCAN: Duration = Duration::from_millis(100);
 

@@ -86,6 +86,9 @@ pub(super) struct PendingSample {
     pub(super) stack: u32,
     pub(super) records: Vec<RecordView>,
     pub(super) weight: Weight,
+    /// Its marks were read before fsprof knew where the thread marks (no region of its process
+    /// found yet): they are unknown, not none.
+    pub(super) marks_unknown: bool,
 }
 
 impl PendingSample {
@@ -230,6 +233,7 @@ mod tests {
             thread: 0,
             stack,
             records: Vec::new(),
+            marks_unknown: false,
             weight: Weight {
                 wall_ns: 500_000,
                 active_ns: 500_000,
