@@ -520,7 +520,7 @@ impl NativeSampler {
     /// for a running thread without losing its samples; `None` without perf.
     pub fn perf_patience(&self) -> Option<Duration> {
         let perf = self.perf.as_ref()?.lock();
-        Some(perf.period() * perf.ring_capacity() as u32)
+        Some(perf.ring_lasts())
     }
 
     /// Samples perf lost (rings full), and samples whose marks were not copied.
