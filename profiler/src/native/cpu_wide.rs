@@ -342,6 +342,12 @@ impl CpuWide {
         }
     }
 
+    /// The shortest tick a CPU's timer has now, which it keeps until the next read (a
+    /// rephase follows a read); `None` without CPUs.
+    pub(super) fn shortest_tick_ns(&self) -> Option<u64> {
+        self.cpus.iter().map(|cpu| cpu.timer.tick_ns).min()
+    }
+
     /// Hands `each` what `tid` did up to shortly before now, oldest first: its samples (with
     /// the copies in `waiting` made at each), its departures (with those in `switch_waiting`)
     /// and its returns, from `events`; `tolerance` as for a thread's own ring. Returns whether

@@ -279,13 +279,19 @@ impl PerfSampler {
         pages * self.page / (STACK_DUMP as usize + DEPARTURE_STACK_DUMP as usize + 256)
     }
 
-    /// How long the smallest ring lasts while its thread (or, per CPU, its CPU) runs: its
-    /// capacity at the shortest tick the timer may have, half the period (a rephase draws
-    /// half to one and a half: see `perf_events::rephase`). At the period itself it would
-    /// last twice as long; reads 45 and 55 ms apart lost 20 and 1 samples of a 1 kHz CPU's
-    /// ring of 63 (this module's tests, in suites).
+    /// How long the smallest ring lasts while its thread (or, per CPU, its CPU) runs, until
+    /// the next read: its capacity at the shortest tick a timer has. A rephase gives a timer a
+    /// tick of half to one and a half periods (`perf_events::rephase`): per CPU, the ticks the
+    /// CPUs' timers have now (kept until the next read); per thread, half a period. At whole
+    /// periods, as before, a CPU's ring of 63 samples at 1 kHz was taken to last 60 ms where
+    /// it lasted 30 at the shortest tick (this module's tests lost 20 and 1 samples in two
+    /// suites, reading 45 and 55 ms apart).
     pub fn ring_lasts(&self) -> std::time::Duration {
-        self.period() / 2 * self.ring_capacity() as u32
+        let tick_ns = match &self.wide {
+            Some(wide) => wide.shortest_tick_ns().unwrap_or(self.period_ns),
+            None => self.period_ns / 2,
+        };
+        std::time::Duration::from_nanos(tick_ns) * self.ring_capacity() as u32
     }
 
     /// The sampling period, in CPU time.
