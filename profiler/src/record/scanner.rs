@@ -123,8 +123,7 @@ impl Scanner {
     }
 
     /// Starts the thread of a scanner that waited, when its process announced a region, asked
-    /// for a look or has lived long enough (see [`Scanner::start`]).
-    /// Whether it started it.
+    /// for a look or has lived long enough (see [`Scanner::start`]); whether it did.
     fn start_if_due(&mut self) -> bool {
         let Some(waiting) = &self.waiting else {
             return false;
@@ -139,7 +138,8 @@ impl Scanner {
 
     /// Takes what was found since the previous call, and records which regions the sampler now
     /// reads (`held`: their addresses). A scanner whose thread starts now (its process
-    /// announced its first region) is waited for, up to [`FIRST_ANNOUNCED_WAIT`]: found only at
+    /// announced its first region, or lived [`UNANNOUNCED_LIFE`]) is waited for, up to
+    /// [`FIRST_ANNOUNCED_WAIT`]: found only at
     /// the next tick, the region's marks were unknown for one more (two slow ticks after the
     /// program's first mark, 20 to 50 ms, which `growth`'s first instance lost).
     pub fn take(&mut self, held: impl Iterator<Item = u64>) -> Found {
