@@ -119,7 +119,10 @@ fn a_program_nobody_marked_gets_its_libraries_features_at_its_own_lines() {
 /// running and runnable time only, none blocked. Time an idle thread spends blocked inside a
 /// built-in (`blocked_ms`, not in the report's total) is not in it: CI once had 3.2 s of it
 /// beside a 4.3 s run, under 38% steal, which [`percent`] (the truths that count built-in
-/// waits) added to its total, every share then 0.55 of the truth; the table prints it.
+/// waits) added to its total, every share then 0.55 of the truth; the table prints it. CI
+/// failed formatting by 2.65 points at 56% steal (every other share within 0.8), where runs
+/// here without steal read it 0.9 to 1.4 points low, so an attempt under steal is tried
+/// again ([`again_if_stolen`]).
 #[test]
 fn a_go_program_nobody_marked_gets_its_standard_librarys_features() {
     let _serial = serial();
@@ -142,6 +145,13 @@ fn a_go_program_nobody_marked_gets_its_standard_librarys_features() {
         "go build: {}",
         String::from_utf8_lossy(&built.stderr)
     );
+    again_if_stolen(|| go_program_shares(&program));
+}
+
+/// One attempt of the Go test above: `program` run under fsprof, its shares compared with what
+/// it measured.
+fn go_program_shares(program: &Path) {
+    let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     let out = dir.path().join("out");
     run(
@@ -175,8 +185,35 @@ fn a_go_program_nobody_marked_gets_its_standard_librarys_features() {
         );
     }
     table += &blocked_line(&report);
+    let timed = truth["features"].as_object().unwrap();
+    let untimed = 100.0
+        - timed
+            .values()
+            .map(|f| f["ms"].as_f64().unwrap())
+            .sum::<f64>()
+            * 100.0
+            / total;
+    table += &elsewhere_line(&report, timed, untimed);
     eprintln!("{table}");
     assert!(over.is_empty(), "shares off ({over:?}):\n{table}");
+}
+
+/// Where the rest of the report's time went: "No feature" beside the truth's time outside its
+/// timed regions, and each feature the truth does not time, of 0.1% or more (a line for a
+/// share table, so that a share found low says where its time was counted instead).
+fn elsewhere_line(report: &Value, timed: &serde_json::Map<String, Value>, untimed: f64) -> String {
+    let percent = |v: &Value| v["percent"].as_f64().unwrap_or(0.0);
+    let mut line = format!(
+        "  elsewhere: No feature {:.2}% (the truth's untimed {untimed:.2}%)",
+        report["no_feature_percent"].as_f64().unwrap_or(0.0)
+    );
+    for f in report["features"].as_array().unwrap() {
+        let name = f["name"].as_str().unwrap_or("?");
+        if !timed.contains_key(name) && percent(f) >= 0.1 {
+            line += &format!(", {name} {:.2}%", percent(f));
+        }
+    }
+    line + "\n"
 }
 
 /// Where the report's blocked time inside built-ins went, by feature (a line for a share
