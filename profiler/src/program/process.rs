@@ -246,12 +246,12 @@ pub fn threads(pid: u32, into: &mut Vec<u32>) -> io::Result<()> {
 }
 
 /// Whether `pid` lives in another PID namespace than fsprof (a container seen from its host).
+/// fsprof's own is read once.
 pub fn in_other_pid_namespace(pid: u32) -> bool {
-    match (
-        fs::read_link("/proc/self/ns/pid"),
-        fs::read_link(proc_dir(pid).join("ns/pid")),
-    ) {
-        (Ok(ours), Ok(theirs)) => ours != theirs,
+    static OURS: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let ours = OURS.get_or_init(|| fs::read_link("/proc/self/ns/pid").ok());
+    match (ours, fs::read_link(proc_dir(pid).join("ns/pid"))) {
+        (Some(ours), Ok(theirs)) => *ours != theirs,
         _ => false,
     }
 }
