@@ -13,6 +13,7 @@ pub mod layout;
 mod map_value;
 mod memory_map;
 mod off_thread;
+mod per_file;
 pub mod perf;
 mod perf_events;
 pub mod ring;

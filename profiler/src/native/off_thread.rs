@@ -44,16 +44,15 @@ impl OffThread {
     pub fn new(prepare: fn()) -> std::io::Result<OffThread> {
         let (jobs, asked) = channel::<(u64, Job)>();
         let (answer, answers) = channel();
-        std::thread::Builder::new()
-            .name("fsprof-reads".into())
-            .spawn(move || {
-                prepare();
-                for (id, job) in asked {
-                    if answer.send((id, job())).is_err() {
-                        return;
-                    }
+        // On a thread of the pool (`os/threads.rs`), given back when the sampler drops `jobs`.
+        crate::os::threads::spawn("fsprof-reads", move || {
+            prepare();
+            for (id, job) in asked {
+                if answer.send((id, job())).is_err() {
+                    return;
                 }
-            })?;
+            }
+        })?;
         Ok(OffThread {
             jobs,
             answers,

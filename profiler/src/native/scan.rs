@@ -24,8 +24,10 @@
 //! Nothing here reads the target: the words come from the copy the unwinder walks, the code
 //! from the modules' files.
 
+use crate::native::per_file::PerFile;
 use crate::program::modules::{Image, Module};
 use std::ops::Range;
+use std::sync::Arc;
 
 /// How far above a frame's stack pointer its return address is looked for: a frame of musl's
 /// `qsort` (smoothsort's two arrays) is about 1.7 KiB.
@@ -46,6 +48,12 @@ struct Code {
     range: Range<u64>,
     bias: u64,
     image: Image,
+    /// What its file says, learnt once per file.
+    file: Arc<CodeFile>,
+}
+
+/// What a module's file says of its code.
+struct CodeFile {
     /// Its executable `PT_LOAD` segments: addresses the file states, and the file offset of each.
     segments: Vec<(Range<u64>, u64)>,
     /// Whether it lacks unwind tables (see [`CODE_PER_TABLE_BYTE`]).
@@ -58,6 +66,9 @@ struct Code {
     /// The executable's entry point (stated address); `None` for a library.
     entry: Option<u64>,
 }
+
+/// Each file's code facts, learnt once (`per_file.rs`).
+static FILES: PerFile<CodeFile> = PerFile::new();
 
 /// How many bytes from the entry point on are the root's (musl's `_start` calls `_start_c` at
 /// +17; glibc's calls `__libc_start_main` at +33).
@@ -79,7 +90,7 @@ impl Scanner {
 
     /// Whether the frame at `address` is in a module without unwind tables, and so is scanned.
     pub fn scans(&self, address: u64) -> bool {
-        self.at(address).is_some_and(|c| c.scanned)
+        self.at(address).is_some_and(|c| c.file.scanned)
     }
 
     /// Whether the frame at `address` is in the executable's entry point, the root of its main
@@ -87,7 +98,8 @@ impl Scanner {
     pub fn is_entry(&self, address: u64) -> bool {
         self.at(address).is_some_and(|c| {
             let svma = address.wrapping_sub(c.bias);
-            c.entry
+            c.file
+                .entry
                 .is_some_and(|entry| svma >= entry && svma - entry < ENTRY_BYTES)
         })
     }
@@ -125,7 +137,7 @@ impl Scanner {
     fn call_before(&self, address: u64) -> Option<Call<'_>> {
         let code = self.at(address)?;
         let svma = address.wrapping_sub(code.bias);
-        let (segment, _) = code.segments.iter().find(|(s, _)| s.contains(&svma))?;
+        let (segment, _) = code.file.segments.iter().find(|(s, _)| s.contains(&svma))?;
         // The bytes before it, within the segment.
         let before = (svma - segment.start).min(LONGEST_CALL as u64);
         let bytes = code.bytes(svma - before, before)?;
@@ -145,12 +157,17 @@ impl Scanner {
             return false;
         };
         if !std::ptr::eq(code, frame) {
-            return code.plt.iter().any(|plt| plt.contains(&target));
+            return code.file.plt.iter().any(|plt| plt.contains(&target));
         }
         let lookup = lookup.wrapping_sub(code.bias);
         let entered = code.through_thunks(target);
-        let after = code.starts.partition_point(|&start| start <= entered);
-        entered <= lookup && code.starts.get(after).is_none_or(|&next| next > lookup)
+        let after = code.file.starts.partition_point(|&start| start <= entered);
+        entered <= lookup
+            && code
+                .file
+                .starts
+                .get(after)
+                .is_none_or(|&next| next > lookup)
     }
 
     fn at(&self, address: u64) -> Option<&Code> {
@@ -161,7 +178,7 @@ impl Scanner {
 impl Code {
     /// The bytes of the file at stated address `svma`, up to `len` of them within its segment.
     fn bytes(&self, svma: u64, len: u64) -> Option<&[u8]> {
-        let (segment, offset) = self.segments.iter().find(|(s, _)| s.contains(&svma))?;
+        let (segment, offset) = self.file.segments.iter().find(|(s, _)| s.contains(&svma))?;
         let len = len.min(segment.end - svma) as usize;
         let start = usize::try_from(offset.checked_add(svma - segment.start)?).ok()?;
         self.image.get(start..start.checked_add(len)?)
@@ -195,30 +212,42 @@ const MAX_THUNKS: usize = 2;
 
 /// A module's code, if its file parses.
 fn code(module: &Module) -> Option<Code> {
-    use object::{Object, ObjectKind, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags};
-    let file = object::File::parse(&*module.image).ok()?;
-    let size = |name: &str| file.section_by_name(name).map_or(0, |s| s.size());
-    let tables = size(".eh_frame") + size(".debug_frame");
-    let text = size(".text");
-    let scanned = text > 0 && tables.saturating_mul(CODE_PER_TABLE_BYTE) < text;
-    let plt = [".plt", ".plt.sec", ".plt.got"]
-        .iter()
-        .filter_map(|name| file.section_by_name(name))
-        .filter_map(|s| Some(s.address()..s.address().checked_add(s.size())?))
-        .collect();
-    let mut starts: Vec<u64> = Vec::new();
-    if scanned {
-        starts = (file.symbols().chain(file.dynamic_symbols()))
-            .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
-            .map(|s| s.address())
+    Some(Code {
+        range: module.range.clone(),
+        bias: module.bias,
+        image: module.image.clone(),
+        file: FILES.get(module, || CodeFile::of(&module.image))?,
+    })
+}
+
+impl CodeFile {
+    fn of(image: &[u8]) -> Option<CodeFile> {
+        use object::{
+            Object, ObjectKind, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags,
+        };
+        let file = object::File::parse(image).ok()?;
+        let size = |name: &str| file.section_by_name(name).map_or(0, |s| s.size());
+        let tables = size(".eh_frame") + size(".debug_frame");
+        let text = size(".text");
+        let scanned = text > 0 && tables.saturating_mul(CODE_PER_TABLE_BYTE) < text;
+        let plt = [".plt", ".plt.sec", ".plt.got"]
+            .iter()
+            .filter_map(|name| file.section_by_name(name))
+            .filter_map(|s| Some(s.address()..s.address().checked_add(s.size())?))
             .collect();
-        starts.sort_unstable();
-        starts.dedup();
-    }
-    let executable = file.kind() == ObjectKind::Executable
-        || (file.kind() == ObjectKind::Dynamic && has_interpreter(&file));
-    let entry = executable.then(|| file.entry());
-    let segments = (file.segments())
+        let mut starts: Vec<u64> = Vec::new();
+        if scanned {
+            starts = (file.symbols().chain(file.dynamic_symbols()))
+                .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+                .map(|s| s.address())
+                .collect();
+            starts.sort_unstable();
+            starts.dedup();
+        }
+        let executable = file.kind() == ObjectKind::Executable
+            || (file.kind() == ObjectKind::Dynamic && has_interpreter(&file));
+        let entry = executable.then(|| file.entry());
+        let segments = (file.segments())
         .filter(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
         .filter_map(|s| {
             let (offset, size) = s.file_range();
@@ -226,16 +255,14 @@ fn code(module: &Module) -> Option<Code> {
             Some((s.address()..end, offset))
         })
         .collect();
-    Some(Code {
-        range: module.range.clone(),
-        bias: module.bias,
-        image: module.image.clone(),
-        segments,
-        scanned,
-        plt,
-        starts,
-        entry,
-    })
+        Some(CodeFile {
+            segments,
+            scanned,
+            plt,
+            starts,
+            entry,
+        })
+    }
 }
 
 /// Whether an ELF file asks for a program interpreter (a position-independent executable does,
@@ -343,11 +370,13 @@ mod tests {
             range: 0x40_0000..0x40_2000,
             bias: 0x40_0000,
             image: Image::from_vec(bytes),
-            segments: vec![(0..0x2000, 0)],
-            scanned: true,
-            plt: Vec::new(),
-            starts,
-            entry,
+            file: Arc::new(CodeFile {
+                segments: vec![(0..0x2000, 0)],
+                scanned: true,
+                plt: Vec::new(),
+                starts,
+                entry,
+            }),
         };
         Scanner { code: vec![code] }
     }

@@ -17,6 +17,7 @@
 //! address (`scan.rs`); the frame pointer is unknown after such a frame.
 //! x86-64 only for now; on other architectures native stacks are not recorded.
 
+use crate::native::per_file::PerFile;
 use crate::native::scan::Scanner;
 use crate::profile::MAX_NATIVE_FRAMES;
 use crate::program::modules::{Image, Module};
@@ -231,12 +232,26 @@ impl Unwinder {
     }
 
     /// Replaces the modules (after the target loaded or unloaded libraries, or called exec).
+    /// Modules as they were are kept as they are (and, where none changed, the rules cached).
     pub fn set_modules(&mut self, modules: Vec<Module>) {
+        let same = |a: &Module, b: &Module| {
+            (a.range == b.range && a.bias == b.bias && a.inode == b.inode) && a.path == b.path
+        };
+        let unchanged = |list: &[Module], module: &Module| list.iter().any(|m| same(m, module));
+        if modules.len() == self.modules.len()
+            && modules.iter().all(|m| unchanged(&self.modules, m))
+        {
+            return;
+        }
         for old in &self.modules {
-            self.unwinder.remove_module(old.range.start);
+            if !unchanged(&modules, old) {
+                self.unwinder.remove_module(old.range.start);
+            }
         }
         for module in &modules {
-            self.unwinder.add_module(framehop_module(module));
+            if !unchanged(&self.modules, module) {
+                self.unwinder.add_module(framehop_module(module));
+            }
         }
         self.scanner = Scanner::new(&modules);
         self.modules = modules;
@@ -474,7 +489,6 @@ impl Unwinder {
 
 /// The framehop view of a module: its unwind sections, as slices of the image (no copies).
 fn framehop_module(module: &Module) -> framehop::Module<Section> {
-    use object::{Object, ObjectSection};
     let mut info = ExplicitModuleSectionInfo::<Section> {
         base_svma: 0,
         text_svma: None,
@@ -491,43 +505,72 @@ fn framehop_module(module: &Module) -> framehop::Module<Section> {
         text_segment_svma: None,
         text_segment: None,
     };
-    if let Ok(file) = object::File::parse(&*module.image) {
-        let section = |name: &str| -> Option<(Range<u64>, Option<Section>)> {
+    if let Some(sections) = SECTIONS.get(module, || UnwindSections::of(&module.image)) {
+        let data = |range: &Option<Range<usize>>| {
+            range.clone().map(|range| Section {
+                image: module.image.clone(),
+                range,
+            })
+        };
+        if let Some((svma, range)) = &sections.text {
+            (info.text_svma, info.text) = (Some(svma.clone()), data(range));
+        }
+        if let Some((svma, range)) = &sections.eh_frame {
+            (info.eh_frame_svma, info.eh_frame) = (Some(svma.clone()), data(range));
+        }
+        if let Some((svma, range)) = &sections.eh_frame_hdr {
+            (info.eh_frame_hdr_svma, info.eh_frame_hdr) = (Some(svma.clone()), data(range));
+        }
+        info.got_svma = sections.got.clone();
+        info.debug_frame = data(&sections.debug_frame);
+    }
+    framehop::Module::new(module.name.clone(), module.range.clone(), module.bias, info)
+}
+
+/// Where a file's sections that unwinding reads are: each one's stated addresses, and where its
+/// bytes lie in the file (`None` where they are compressed or out of the file).
+struct UnwindSections {
+    text: Option<(Range<u64>, Option<Range<usize>>)>,
+    eh_frame: Option<(Range<u64>, Option<Range<usize>>)>,
+    eh_frame_hdr: Option<(Range<u64>, Option<Range<usize>>)>,
+    got: Option<Range<u64>>,
+    /// Only where there is no `.eh_frame`.
+    debug_frame: Option<Range<usize>>,
+}
+
+/// Each file's sections, learnt once (`per_file.rs`).
+static SECTIONS: PerFile<UnwindSections> = PerFile::new();
+
+impl UnwindSections {
+    fn of(image: &[u8]) -> Option<UnwindSections> {
+        use object::{Object, ObjectSection};
+        let file = object::File::parse(image).ok()?;
+        let section = |name: &str| -> Option<(Range<u64>, Option<Range<usize>>)> {
             let section = file.section_by_name(name)?;
             let svma = section.address()..section.address().checked_add(section.size())?;
             let data = match section.compressed_file_range() {
                 Ok(range) if range.format == object::CompressionFormat::None => {
                     let start = usize::try_from(range.offset).ok()?;
                     let end = start.checked_add(usize::try_from(range.compressed_size).ok()?)?;
-                    (end <= module.image.len()).then(|| Section {
-                        image: module.image.clone(),
-                        range: start..end,
-                    })
+                    (end <= image.len()).then_some(start..end)
                 }
                 _ => None,
             };
             Some((svma, data))
         };
-        if let Some((svma, data)) = section(".text") {
-            info.text_svma = Some(svma);
-            info.text = data;
-        }
-        if let Some((svma, data)) = section(".eh_frame") {
-            info.eh_frame_svma = Some(svma);
-            info.eh_frame = data;
-        }
-        if let Some((svma, data)) = section(".eh_frame_hdr") {
-            info.eh_frame_hdr_svma = Some(svma);
-            info.eh_frame_hdr = data;
-        }
-        if let Some((svma, _)) = section(".got") {
-            info.got_svma = Some(svma);
-        }
-        if info.eh_frame.is_none() {
-            info.debug_frame = section(".debug_frame").and_then(|(_, data)| data);
-        }
+        let eh_frame = section(".eh_frame");
+        let debug_frame = match eh_frame {
+            Some((_, Some(_))) => None,
+            _ => section(".debug_frame").and_then(|(_, data)| data),
+        };
+        Some(UnwindSections {
+            text: section(".text"),
+            eh_frame,
+            eh_frame_hdr: section(".eh_frame_hdr"),
+            got: section(".got").map(|(svma, _)| svma),
+            debug_frame,
+        })
     }
-    framehop::Module::new(module.name.clone(), module.range.clone(), module.bias, info)
 }
 
 #[cfg(test)]

@@ -233,6 +233,17 @@ pub fn drop_all() {
     }
 }
 
+/// Whether the calling thread still holds the capabilities fsprof keeps (a thread that gave
+/// them up, or was started by one that had, holds none).
+pub fn thread_intact() -> bool {
+    match standing() {
+        Standing::Elevated { kept, .. } if !kept.is_empty() => {
+            caps::read(None, CapSet::Permitted).is_ok_and(|held| kept.is_subset(&held))
+        }
+        _ => true,
+    }
+}
+
 /// Why [`may_trace`] says no.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {

@@ -60,6 +60,14 @@ impl Image {
     }
 }
 
+impl Image {
+    /// Where its bytes are held: the same for every process that maps the same file (see
+    /// [`shared`]), different for different images while both live.
+    pub fn address(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+}
+
 impl Deref for Image {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

@@ -6,7 +6,8 @@
 //! recording a short process: done earlier, it took that CPU from the program's other
 //! processes) and merged into the program's (`profile/merge.rs`).
 //!
-//! A thread per process keeps each sampler as it is for one process: its ptrace stops are its
+//! A thread per process keeps each sampler as it is for one process (a thread kept from a
+//! process followed earlier where one is idle: `os/threads.rs`): its ptrace stops are its
 //! thread's own (ptrace ties a tracee to the thread that attached, and the tracers wait with
 //! `__WNOTHREAD`), its clock and its priority too. Where the program is sampled with per-CPU
 //! perf events, every follower samples through them (`Sampling::options.shared_perf`,
@@ -24,7 +25,6 @@ use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How often the tree is looked at for new processes.
@@ -77,7 +77,7 @@ pub struct Sampling {
 struct Follower {
     pid: u32,
     parent: u32,
-    handle: JoinHandle<Followed>,
+    handle: crate::os::threads::Handle<Followed>,
 }
 
 /// What a follower recorded of its process.
@@ -174,9 +174,9 @@ impl Tree {
         self.parents.push(pid);
         let sampling = self.sampling.clone();
         let stop = Arc::clone(&self.stop);
-        let spawned = std::thread::Builder::new()
-            .name(format!("fsprof {pid}"))
-            .spawn(move || record(pid, command, sampling, &stop));
+        let spawned = crate::os::threads::spawn(&format!("fsprof {pid}"), move || {
+            record(pid, command, sampling, &stop)
+        });
         match spawned {
             Ok(handle) => self.followers.push(Follower {
                 pid,
