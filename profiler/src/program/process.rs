@@ -145,41 +145,103 @@ impl NewestPid {
 /// bounded).
 pub const MAX_CHILDREN: usize = 4096;
 
-/// The ids of `pid`'s child processes, from each of its threads' `children` file (a process made
-/// by any thread). Empty when the process is gone; `None` when the kernel has no such files
-/// (built without `CONFIG_PROC_CHILDREN`).
-pub fn children(pid: u32) -> Option<Vec<u32>> {
-    let mut tids = Vec::new();
-    if threads(pid, &mut tids).is_err() {
-        return Some(Vec::new());
-    }
-    let mut found = Vec::new();
-    for tid in tids {
-        let file = proc_dir(pid).join(format!("task/{tid}/children"));
-        match fs::read_to_string(&file) {
-            Ok(text) => {
-                let room = MAX_CHILDREN - found.len();
-                found.extend(
-                    text.split_ascii_whitespace()
-                        .filter_map(|id| id.parse::<u32>().ok())
-                        .take(room),
-                );
-            }
-            Err(e)
-                if e.kind() == io::ErrorKind::NotFound
-                    && tid == pid
-                    && proc_dir(pid).join("task").exists()
-                    && !file.exists()
-                    && proc_dir(pid).join("task").join(tid.to_string()).exists() =>
-            {
-                return None
-            }
-            Err(_) => {}
+/// Most threads of a process whose `children` files a [`ChildList`] keeps open; those of
+/// further threads are opened at each read.
+const MOST_KEPT_CHILDREN_FILES: usize = 64;
+
+/// The child processes of a process, from each of its threads' `children` file (a process made
+/// by any thread), read again at each [`ChildList::read`] through descriptors kept open (its
+/// task directory as [`TaskList`] keeps it, and each thread's file): the tree of a build is
+/// looked at every few milliseconds, and opening each of its processes' files anew each time
+/// (a path walk through `/proc` per file) was most of the `open` calls fsprof made.
+pub struct ChildList {
+    pid: u32,
+    tasks: TaskList,
+    files: std::collections::HashMap<u32, File>,
+    buf: Vec<u8>,
+}
+
+impl ChildList {
+    /// The children of `pid`, not read yet.
+    pub fn new(pid: u32) -> ChildList {
+        ChildList {
+            pid,
+            tasks: TaskList::new(pid),
+            files: std::collections::HashMap::new(),
+            buf: Vec::new(),
         }
     }
-    found.sort_unstable();
-    found.dedup();
-    Some(found)
+
+    /// The process whose children these are.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The ids of the process's children now. Empty when the process is gone; `None` when the
+    /// kernel has no such files (built without `CONFIG_PROC_CHILDREN`).
+    pub fn read(&mut self) -> Option<Vec<u32>> {
+        let pid = self.pid;
+        if self.tasks.read().is_err() {
+            return Some(Vec::new());
+        }
+        let tids = self.tasks.tids();
+        self.files.retain(|tid, _| tids.contains(tid));
+        let mut found = Vec::new();
+        for &tid in tids {
+            let path = proc_dir(pid).join(format!("task/{tid}/children"));
+            let read = match self.files.get(&tid) {
+                Some(file) => read_whole(file, &mut self.buf),
+                None => File::open(&path).and_then(|file| {
+                    read_whole(&file, &mut self.buf)?;
+                    if self.files.len() < MOST_KEPT_CHILDREN_FILES {
+                        self.files.insert(tid, file);
+                    }
+                    Ok(())
+                }),
+            };
+            match read {
+                Ok(()) => {
+                    let room = MAX_CHILDREN - found.len();
+                    let text = String::from_utf8_lossy(&self.buf);
+                    found.extend(
+                        text.split_ascii_whitespace()
+                            .filter_map(|id| id.parse::<u32>().ok())
+                            .take(room),
+                    );
+                }
+                Err(e)
+                    if e.kind() == io::ErrorKind::NotFound
+                        && tid == pid
+                        && proc_dir(pid).join("task").exists()
+                        && !path.exists()
+                        && proc_dir(pid).join("task").join(tid.to_string()).exists() =>
+                {
+                    return None
+                }
+                Err(_) => {}
+            }
+        }
+        found.sort_unstable();
+        found.dedup();
+        Some(found)
+    }
+}
+
+/// Most bytes of a `children` file read: [`MAX_CHILDREN`] ids of up to 10 digits and a space.
+const MAX_CHILDREN_BYTES: usize = MAX_CHILDREN * 11;
+
+/// The whole of `file` (a `/proc` file, generated anew when read from its start) into `buf`,
+/// at most [`MAX_CHILDREN_BYTES`].
+fn read_whole(file: &File, buf: &mut Vec<u8>) -> io::Result<()> {
+    buf.clear();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = file.read_at(&mut chunk, buf.len() as u64)?;
+        if n == 0 || buf.len() >= MAX_CHILDREN_BYTES {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
 }
 
 /// The threads of a process, from its `/proc/PID/task` directory, kept open and read again from
@@ -284,6 +346,9 @@ pub struct ThreadStatus {
     buf: Vec<u8>,
     /// Bytes of `buf` the last read filled.
     len: usize,
+    /// Its `schedstat` file, opened at the first [`ThreadStatus::sched_times`] where `file` is
+    /// kept open (else opened at each read).
+    sched: Option<File>,
 }
 
 impl ThreadStatus {
@@ -301,12 +366,33 @@ impl ThreadStatus {
             path,
             buf: vec![0; 1024],
             len: 0,
+            sched: None,
         })
     }
 
-    /// Whether the file is kept open (and so holds a descriptor).
-    pub fn holds_descriptor(&self) -> bool {
-        self.file.is_some()
+    /// How many descriptors its files kept open may hold: 2 (its `stat` and `schedstat`) where
+    /// they are kept, else 0.
+    pub fn descriptors(&self) -> usize {
+        if self.file.is_some() {
+            2
+        } else {
+            0
+        }
+    }
+
+    /// The thread's scheduling totals now (see [`sched_times`]), read through a descriptor kept
+    /// open where the status keeps one: a tick may read them for each of its threads.
+    pub fn sched_times(&mut self) -> Option<SchedTimes> {
+        let path = self.path.with_file_name("schedstat");
+        if self.file.is_none() {
+            return parse_sched_times(&fs::read_to_string(path).ok()?);
+        }
+        if self.sched.is_none() {
+            self.sched = File::open(path).ok();
+        }
+        let mut buf = [0u8; 128];
+        let len = self.sched.as_ref()?.read_at(&mut buf, 0).ok()?;
+        parse_sched_times(std::str::from_utf8(&buf[..len]).ok()?)
     }
 
     /// Whether the thread is running or runnable: `Ok(None)` once the thread is gone, `Err` if
@@ -367,7 +453,11 @@ pub struct SchedTimes {
 
 /// Thread `tid`'s scheduling totals, if the kernel keeps them.
 pub fn sched_times(pid: u32, tid: u32) -> Option<SchedTimes> {
-    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    parse_sched_times(&fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?)
+}
+
+/// The totals of a `schedstat` file's text.
+fn parse_sched_times(text: &str) -> Option<SchedTimes> {
     let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
     Some(SchedTimes {
         run_ns: fields.next()??,
@@ -633,6 +723,38 @@ mod tests {
     }
 
     #[test]
+    fn a_child_list_kept_open_sees_children_come_and_go() {
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let mut list = ChildList::new(shell.id());
+        let mut until = |count: usize| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            loop {
+                let children = list.read().expect("children files");
+                if children.len() == count || std::time::Instant::now() > deadline {
+                    return children;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        };
+        let children = until(2);
+        assert_eq!(children.len(), 2, "{children:?}");
+        let kill = |pid: u32| {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+        };
+        kill(children[0]).unwrap();
+        assert_eq!(until(1), [children[1]]); // read again through the files kept open
+        kill(children[1]).unwrap();
+        shell.wait().unwrap();
+        assert_eq!(list.read(), Some(Vec::new()));
+    }
+
+    #[test]
     fn a_thread_in_exec_is_told_by_its_syscall_file() {
         assert!(is_exec_syscall(
             "59 0x55d0 0x7ffc 0x7ffc 0x0 0x0 0x0 0x7ffd1b0 0x7fe3a7e\n"
@@ -681,7 +803,14 @@ mod tests {
         assert!(tids.contains(&pid));
         let tid = nix::unistd::gettid().as_raw() as u32;
         let mut status = ThreadStatus::open(pid, tid, true).unwrap();
-        assert!(status.holds_descriptor());
+        assert_eq!(status.descriptors(), 2);
+        // Its scheduling totals, read again through the descriptor kept open, move as it runs
+        // (brought up to date at its CPU's scheduler ticks: a few milliseconds apart).
+        let first = status.sched_times().expect("schedstat");
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < std::time::Duration::from_millis(30) {}
+        let second = status.sched_times().expect("schedstat");
+        assert!(second.run_ns > first.run_ns, "{first:?} then {second:?}");
         assert!(ThreadStatus::open(pid, u32::MAX, true).is_none());
         assert_eq!(
             status.is_running().unwrap(),
@@ -707,6 +836,7 @@ mod tests {
             path: PathBuf::new(),
             len: text.len(),
             buf: text.into_bytes(),
+            sched: None,
         };
         assert_eq!(status(stat(&fields)).image_token(), Some(48));
         fields[48 - 3] = "0".into(); // no memory left, or not ours to read

@@ -41,7 +41,7 @@ pub struct Tree {
     /// `privilege::Refusal::Unsettled`): looked at again until `privilege::MOST_UNSETTLED` has passed.
     unsettled: HashMap<u32, Instant>,
     /// Processes whose children are looked for (those found, while they live).
-    parents: Vec<u32>,
+    parents: Vec<process::ChildList>,
     followers: Vec<Follower>,
     stop: Arc<AtomicBool>,
     next_scan: Instant,
@@ -96,7 +96,7 @@ impl Tree {
             root,
             known: HashSet::from([root]),
             unsettled: HashMap::new(),
-            parents: vec![root],
+            parents: vec![process::ChildList::new(root)],
             followers: Vec::new(),
             stop: Arc::default(),
             next_scan: Instant::now(),
@@ -127,8 +127,8 @@ impl Tree {
         (self.newest_pid, self.again) = (newest, false);
         let mut index = 0;
         while index < self.parents.len() {
-            let parent = self.parents[index];
-            let Some(children) = process::children(parent) else {
+            let parent = self.parents[index].pid();
+            let Some(children) = self.parents[index].read() else {
                 self.unsupported = true;
                 return;
             };
@@ -171,7 +171,7 @@ impl Tree {
                 return;
             }
         }
-        self.parents.push(pid);
+        self.parents.push(process::ChildList::new(pid));
         let sampling = self.sampling.clone();
         let stop = Arc::clone(&self.stop);
         let spawned = crate::os::threads::spawn(&format!("fsprof {pid}"), move || {

@@ -487,11 +487,12 @@ impl Sampler {
 
     /// Whether thread `tid` has not been scheduled since its count of times scheduled was last
     /// read (when its blocked stack was, or at a tick that reused it); false where unknown.
-    fn not_run_since_read(&self, tid: u32) -> bool {
-        let Some(state) = self.threads.states.get(&tid) else {
+    fn not_run_since_read(&mut self, tid: u32) -> bool {
+        let Some(state) = self.threads.states.get_mut(&tid) else {
             return false;
         };
-        (state.stacks).not_run_since(|| process::times_scheduled(self.pid, tid))
+        let status = &mut state.status;
+        (state.stacks).not_run_since(|| status.sched_times().map(|times| times.slices))
     }
 
     /// Adds thread `tid`'s sample of this tick, `(wall_ns, active_ns)` long, with its marks and
@@ -594,6 +595,14 @@ impl Sampler {
     pub fn tick_period(&mut self, fast: Duration) -> Duration {
         let patience = self.native.as_ref().and_then(NativeSampler::perf_patience);
         self.clock.period(fast, patience)
+    }
+
+    /// Thread `tid`'s scheduling totals now: through its status's descriptor where it is kept.
+    fn sched_times(&mut self, tid: u32) -> Option<process::SchedTimes> {
+        match self.threads.states.get_mut(&tid) {
+            Some(state) => state.status.sched_times(),
+            None => process::sched_times(self.pid, tid),
+        }
     }
 
     /// Takes the regions the scanner found, and forgets those no longer mapped.

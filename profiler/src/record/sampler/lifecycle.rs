@@ -49,13 +49,11 @@ impl Sampler {
         if !first {
             self.clock.hold_fast(now + BIRTH_HOLD);
         }
-        let keep_open = self.threads.descriptor_budget > 0;
+        let keep_open = self.threads.descriptor_budget >= 2;
         let Some(status) = ThreadStatus::open(self.pid, tid, keep_open) else {
             return false;
         };
-        if status.holds_descriptor() {
-            self.threads.descriptor_budget -= 1;
-        }
+        self.threads.descriptor_budget -= status.descriptors();
         let pid = self.pid;
         let id = self.builder.thread(tid, || process::thread_name(pid, tid));
         // A thread born since the previous tick stands for the time since its birth, when
@@ -141,8 +139,8 @@ impl Sampler {
         let builder = &mut self.builder;
         self.threads.states.retain(|tid, state| {
             let keep = state.seen_at == tick;
-            if !keep && state.status.holds_descriptor() {
-                *budget += 1;
+            if !keep {
+                *budget += state.status.descriptors();
             }
             if !keep {
                 for pending in state.pending.take() {

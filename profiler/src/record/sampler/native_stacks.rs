@@ -40,8 +40,9 @@ impl Sampler {
             // Its time is wall time, which only the ticks sample.
             self.clock.hold_fast(Instant::now() + FAST_HOLD);
         }
-        let pid = self.pid;
-        if !(state.stacks).must_read(running, matters, || process::times_scheduled(pid, tid)) {
+        let status = &mut state.status;
+        let slices = || status.sched_times().map(|times| times.slices);
+        if !(state.stacks).must_read(running, matters, slices) {
             return state.stacks.standing();
         }
         if running && native.perf_watches(tid) {
@@ -254,7 +255,7 @@ impl Sampler {
             match (follows, &state.followed) {
                 (true, None) => {
                     let cpu_ns = cpu_ns.unwrap_or(0);
-                    let run_delay = process::sched_times(self.pid, tid).map(|t| t.wait_ns);
+                    let run_delay = state.status.sched_times().map(|t| t.wait_ns);
                     let now = monotonic_ns();
                     let mut followed =
                         off_cpu::Followed::new(self.clock.ticks(), cpu_ns, run_delay, now);
@@ -331,8 +332,8 @@ impl Sampler {
             .all(|old| reader.again(old).is_some_and(|new| new.same_marks(old)));
         // The stack is the thread's now (it did not run while it was copied), whatever its
         // marks: later samples of the same block may reuse it.
-        let scheduled = process::times_scheduled(self.pid, tid);
         let state = self.threads.states.get_mut(&tid)?;
+        let scheduled = state.status.sched_times().map(|times| times.slices);
         state.stacks.read(captured.clone(), Some(scheduled));
         if !unchanged {
             self.tally.native_moved += 1; // it ran, and marked, between the tick and the copy
@@ -371,7 +372,7 @@ impl Sampler {
         let Some((captured, fresh, labels)) = captured else {
             return Native::Pending;
         };
-        let scheduled = (!running).then(|| process::times_scheduled(self.pid, tid));
+        let scheduled = (!running).then(|| state.status.sched_times().map(|times| times.slices));
         state.stacks.read(captured.clone(), scheduled);
         if let Some(labels) = labels {
             // Read in the stop (the process publishes labels; perf is not used): this sample's.

@@ -42,7 +42,6 @@
 use super::*;
 use crate::native::stream::Switch;
 use crate::os::time::monotonic_ns;
-use crate::program::process;
 use crate::record::marks::snapshot_records;
 pub(super) use followed::Followed;
 use followed::{Addition, Departure, Refresh};
@@ -224,7 +223,7 @@ impl Sampler {
         if self.followed_mut(tid).is_some_and(|f| f.is_surely_off()) {
             self.add_off_cpu(tid, thread, Some(at), true);
         }
-        let run_delay_ns = process::sched_times(self.pid, tid).map(|t| t.wait_ns);
+        let run_delay_ns = self.sched_times(tid).map(|t| t.wait_ns);
         if let Some(followed) = self.followed_mut(tid) {
             followed.gap(run_delay_ns, monotonic_ns());
         }
@@ -274,7 +273,7 @@ impl Sampler {
         if !(self.followed_mut(tid)).is_some_and(|f| f.wakeups_due(time, WAKEUP_READ_NS, now)) {
             return;
         }
-        let Some(times) = process::sched_times(self.pid, tid) else {
+        let Some(times) = self.sched_times(tid) else {
             return;
         };
         let Some(followed) = self.followed_mut(tid) else {

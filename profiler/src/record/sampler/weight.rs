@@ -201,7 +201,7 @@ impl Sampler {
     /// lost 0.4 ms each in some runs, 2.5 points of a recording (the ticks' own rule is
     /// unbiased there).
     fn waiting_share(&mut self, tid: u32, tick: u64, interval_ns: u64) -> (f64, u64) {
-        let now = process::sched_times(self.pid, tid);
+        let now = self.sched_times(tid);
         let state = self.threads.states.get_mut(&tid).expect("sampled");
         let before = std::mem::replace(&mut state.last_sched, now.map(|now| (tick, now)));
         let waiting = match (before, now) {
