@@ -51,17 +51,6 @@ const DETACH_ROUNDS: usize = 3;
 /// second each: BENCHMARKS.md, issue 39).
 static TRACERS: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
 
-thread_local! {
-    /// A tracer of the calling thread ended with threads it could not detach: only the
-    /// thread's end detaches them (see `os/threads.rs`).
-    static LEFT_ATTACHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether a tracer of the calling thread ended with threads still attached to this thread.
-pub fn left_attached() -> bool {
-    LEFT_ATTACHED.get()
-}
-
 fn tracers() -> std::sync::MutexGuard<'static, Vec<libc::pid_t>> {
     TRACERS
         .lock()
@@ -371,7 +360,8 @@ impl Drop for Tracer {
     fn drop(&mut self) {
         self.detach_all();
         if !self.threads.is_empty() {
-            LEFT_ATTACHED.set(true);
+            // Only this thread's end detaches them: it is not kept for another process.
+            crate::os::threads::end_with_job();
         }
         let me = gettid();
         tracers().retain(|tid| *tid != me);

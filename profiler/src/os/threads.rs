@@ -135,13 +135,19 @@ impl Pool {
 /// Whether the calling thread is as a new one would be, after a job (see the module header);
 /// puts its scheduling back.
 fn fit(scheduling: &Scheduling) -> bool {
-    scheduling.restore() && crate::os::privilege::thread_intact() && !traces_any()
+    !UNFIT.get() && scheduling.restore() && crate::os::privilege::thread_intact()
 }
 
-/// Whether the calling thread may still trace a thread (a tracer it ran ended with threads
-/// it could not detach).
-fn traces_any() -> bool {
-    crate::native::tracer::left_attached()
+thread_local! {
+    /// The calling thread's job left it with something only its end undoes.
+    static UNFIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Ends the calling thread with its job rather than keeping it for another: it holds what only
+/// its end undoes (a tracer that could not detach a thread: the thread stays traced by this
+/// one until it ends).
+pub fn end_with_job() {
+    UNFIT.set(true);
 }
 
 /// The calling thread's scheduling policy and nice value.
@@ -237,6 +243,26 @@ mod tests {
             tid == first
         });
         assert!(reused, "no job ran on the idle thread");
+    }
+
+    #[test]
+    fn a_thread_whose_job_asked_to_end_with_it_ends() {
+        let tid = spawn("t", || {
+            end_with_job();
+            gettid()
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+        let task = format!("/proc/self/task/{tid}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::path::Path::new(&task).exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(
+            !std::path::Path::new(&task).exists(),
+            "thread {tid} was kept"
+        );
     }
 
     #[test]
