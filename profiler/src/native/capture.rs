@@ -138,11 +138,15 @@ impl NativeSampler {
         if perf.is_none() {
             crate::os::privilege::drop_all(); // nothing else needs it
         }
+        // Whole where fsprof copies every stack (no perf): a late stop's copy needs its thread's
+        // stack mapping known, and cannot look it up; perf's samples carry their stacks, and a
+        // blocked thread's copy looks up the mapping that holds it (`MemoryMap::refresh`).
+        let whole = perf.is_none();
         let mut sampler = NativeSampler {
             pid,
             tracer: Tracer::new(pid),
             unwinder: Unwinder::new(),
-            maps: MemoryMap::new(pid),
+            maps: MemoryMap::new(pid, whole),
             copy: StackCopy::default(),
             unwound: Unwound::default(),
             late: Vec::new(),
@@ -154,16 +158,17 @@ impl NativeSampler {
             reads: None,
             labels: LabelsSearch::default(),
         };
-        // Here, not by the worker: nothing is sampled yet, and the first map is needed whole.
-        sampler.maps.refresh(pid, &mut sampler.unwinder, None);
+        // Here, not by the worker: nothing is sampled yet.
+        sampler.maps.refresh(pid, &mut sampler.unwinder, None, None);
         sampler.look_for_labels();
         sampler
     }
 
-    /// Re-reads the memory map and modules (see [`MemoryMap::refresh`]).
-    fn refresh(&mut self, via: u32) {
+    /// Re-reads the memory map's modules, and the mapping that holds `stack` (see
+    /// [`MemoryMap::refresh`]).
+    fn refresh(&mut self, via: u32, stack: Option<u64>) {
         self.maps
-            .refresh(via, &mut self.unwinder, worker(&mut self.reads));
+            .refresh(via, &mut self.unwinder, worker(&mut self.reads), stack);
         self.look_for_labels();
     }
 
@@ -577,7 +582,7 @@ impl NativeSampler {
     /// again (through `tid`) where no mapping known holds it (a thread born since it was read).
     fn stack_top_of(&mut self, tid: u32, sp: u64) -> u64 {
         if !self.maps.holds(sp) {
-            self.refresh(tid);
+            self.refresh(tid, Some(sp));
         }
         self.maps.stack_top(sp)
     }
@@ -595,9 +600,10 @@ impl NativeSampler {
         stack: StackView<'_>,
         copied_here: bool,
     ) -> Captured {
-        let stack_known = self.maps.holds(regs.sp);
-        if !self.unwinder.knows(regs.ip) || (copied_here && !stack_known) {
-            self.refresh(tid); // a library loaded, or a new thread's stack, since the last read
+        let stack_unknown = copied_here && !self.maps.holds(regs.sp);
+        if !self.unwinder.knows(regs.ip) || stack_unknown {
+            // A library loaded, or a new thread's stack, since the last read.
+            self.refresh(tid, stack_unknown.then_some(regs.sp));
         }
         self.unwinder.unwind(regs, stack, &mut self.unwound);
         if !self.unwound.complete {
@@ -608,7 +614,7 @@ impl NativeSampler {
                 .last()
                 .is_some_and(|f| !self.unwinder.knows(f.address));
             if unknown {
-                self.refresh(tid);
+                self.refresh(tid, None);
                 self.unwinder.unwind(regs, stack, &mut self.unwound);
             }
         }
@@ -662,7 +668,7 @@ impl NativeSampler {
             tp: 0,
         };
         if !self.maps.holds(sp) {
-            self.refresh(tid);
+            self.refresh(tid, Some(sp));
         }
         // By the worker (`off_thread.rs`): the sampler never waits long for the target's
         // memory map's lock.

@@ -1,7 +1,10 @@
 //! The target's memory map as fsprof last read it (`/proc/PID/maps`), read again when an
 //! address or a stack falls outside it, at most every [`MAPS_REFRESH`], with the modules mapped
 //! (handed to the unwinder) and every module seen during the session, for symbolization after
-//! recording. A read waits for the target's memory map's lock (see `off_thread.rs`), and so may
+//! recording. Where the kernel answers `PROCMAP_QUERY` (Linux 6.11), a read asks for the
+//! executable mappings only (a fifth of a compiler's), and for the mapping that holds a stack
+//! fsprof copies when one falls outside those held; elsewhere, and for the ptrace backend (whose
+//! late stops copy stacks without a read), the whole map is read. A read waits for the target's memory map's lock (see `off_thread.rs`), and so may
 //! opening a module (through `/proc/PID/map_files`): both are done by the worker where there is
 //! one, and callers refresh only where they must. Not here: unwinding (`unwind.rs`), naming (`symbolize/`).
 
@@ -23,12 +26,33 @@ pub const MAX_STACK_COPY: usize = 8 * 1024 * 1024;
 pub const MAPS_REFRESH: Duration = Duration::from_millis(100);
 
 /// A read of the memory map, the modules in it and the jitdump files newly mapped.
-type ReadMap = std::io::Result<(Vec<Mapping>, Vec<Module>, Vec<JitDump>)>;
+type ReadMap = std::io::Result<(Read, Vec<Module>, Vec<JitDump>)>;
+
+/// What a read of the memory map found.
+enum Read {
+    /// The whole map (`/proc/PID/maps`).
+    Whole(Vec<Mapping>),
+    /// The executable mappings, and the mapping that holds the stack asked for, if any
+    /// (`PROCMAP_QUERY`).
+    Code(Vec<Mapping>, Option<Mapping>),
+}
+
+/// Most mappings held for stacks where they are looked up one at a time: more, and those held
+/// are forgotten (and looked up again as needed).
+const MOST_STACKS: usize = 4096;
 
 /// The memory map of process `pid`, and the modules seen in it.
 pub struct MemoryMap {
     pid: u32,
+    /// The whole map as last read, or, where mappings are looked up one at a time, those that
+    /// held the stacks fsprof copied: for the stacks it copies.
     maps: Vec<Mapping>,
+    /// The kernel answered `PROCMAP_QUERY`.
+    queried: bool,
+    /// Always read whole (`PROCMAP_QUERY` is not asked).
+    whole: bool,
+    /// The executable mappings as last read, whole or not.
+    code: Vec<Mapping>,
     /// Every module loaded during the session (modules unloaded since included).
     seen: Vec<Module>,
     /// Every jitdump file mapped during the session, opened when first seen.
@@ -40,11 +64,14 @@ pub struct MemoryMap {
 }
 
 impl MemoryMap {
-    /// Not read yet.
-    pub fn new(pid: u32) -> MemoryMap {
+    /// Not read yet; read whole at each read if `whole`.
+    pub fn new(pid: u32, whole: bool) -> MemoryMap {
         MemoryMap {
             pid,
             maps: Vec::new(),
+            queried: false,
+            whole,
+            code: Vec::new(),
             seen: Vec::new(),
             jit_dumps: Vec::new(),
             jit_dumps_tried: Vec::new(),
@@ -54,21 +81,44 @@ impl MemoryMap {
     }
 
     /// Reads the map again (through thread `via`), unless it was read less than an interval
-    /// ago, and gives `unwinder` the modules mapped now. By `worker` if given (see
-    /// `off_thread.rs`): a map it read too late for an earlier call is taken now, and one it is
-    /// still reading leaves the map as it was.
-    pub fn refresh(&mut self, via: u32, unwinder: &mut Unwinder, worker: Option<&mut OffThread>) {
+    /// ago, and gives `unwinder` the modules mapped now. `stack`: the stack pointer of a stack
+    /// fsprof copies, whose mapping must be known. Where the kernel can be asked
+    /// (`PROCMAP_QUERY`), only the executable mappings are read, and the mapping that holds
+    /// `stack` (a stack is then looked up whatever the interval); elsewhere the whole map. By
+    /// `worker` if given (see `off_thread.rs`): a map it read too late for an earlier call is
+    /// taken now, and one it is still reading leaves the map as it was.
+    pub fn refresh(
+        &mut self,
+        via: u32,
+        unwinder: &mut Unwinder,
+        worker: Option<&mut OffThread>,
+        stack: Option<u64>,
+    ) {
         let now = Instant::now();
-        if now < self.next_refresh {
+        // A stack's mapping is looked up at once where that is cheap, and the first whole
+        // read is not put off either: the map held has no stack yet.
+        let urgent = stack.is_some() && (self.queried || self.maps.is_empty());
+        if now < self.next_refresh && !urgent {
             return;
         }
         let (pid, known) = (self.pid, unwinder.modules().to_vec());
         let known_dumps = self.jit_dumps_tried.clone();
+        let whole = self.whole;
         let read = move || {
-            let maps = modules::read_maps(pid, via)?;
-            let loaded = modules::modules(pid, &maps, &known);
-            let dumps = modules::jit_dumps(pid, &maps, &known_dumps);
-            Ok::<_, std::io::Error>((maps, loaded, dumps))
+            let code = match whole {
+                true => None,
+                false => modules::read_code_maps(pid, via, stack)?,
+            };
+            let read = match code {
+                Some((code, held)) => Read::Code(code, held),
+                None => Read::Whole(modules::read_maps(pid, via)?),
+            };
+            let code = match &read {
+                Read::Code(code, _) | Read::Whole(code) => code,
+            };
+            let loaded = modules::modules(pid, code, &known);
+            let dumps = modules::jit_dumps(pid, code, &known_dumps);
+            Ok::<_, std::io::Error>((read, loaded, dumps))
         };
         let read = match worker {
             Some(worker) => match worker.late::<ReadMap>() {
@@ -80,11 +130,25 @@ impl MemoryMap {
             },
             None => read(),
         };
-        let Ok((maps, loaded, dumps)) = read else {
+        let Ok((read, loaded, dumps)) = read else {
             self.next_refresh = now + MAPS_REFRESH;
             return;
         };
-        self.refresh_interval = if maps == self.maps {
+        let code: Vec<Mapping> = match read {
+            Read::Whole(maps) => {
+                let code = maps.iter().filter(|m| m.execute).cloned().collect();
+                self.maps = maps;
+                code
+            }
+            Read::Code(code, held) => {
+                self.queried = true;
+                if let Some(held) = held {
+                    self.hold(held);
+                }
+                code
+            }
+        };
+        self.refresh_interval = if code == self.code {
             (self.refresh_interval * 2).min(MAPS_REFRESH)
         } else {
             Duration::from_millis(1)
@@ -104,13 +168,24 @@ impl MemoryMap {
                 self.jit_dumps.push(dump);
             }
         }
-        for id in modules::jit_dump_ids(&maps) {
+        for id in modules::jit_dump_ids(&code) {
             if !self.jit_dumps_tried.contains(&id) && self.jit_dumps_tried.len() < 64 {
                 self.jit_dumps_tried.push(id);
             }
         }
         unwinder.set_modules(loaded);
-        self.maps = maps;
+        self.code = code;
+    }
+
+    /// Holds `mapping`, looked up for a stack, in place of those it overlaps (unmapped since).
+    fn hold(&mut self, mapping: Mapping) {
+        if self.maps.len() >= MOST_STACKS {
+            self.maps.clear();
+        }
+        let range = mapping.range.clone();
+        self.maps
+            .retain(|m| m.range.end <= range.start || m.range.start >= range.end);
+        self.maps.push(mapping);
     }
 
     /// Whether a mapping known holds `address`.

@@ -115,6 +115,128 @@ pub fn read_maps(pid: u32, via: u32) -> std::io::Result<Vec<Mapping>> {
         .collect())
 }
 
+/// The executable mappings of `pid` (through thread `via`), asked of the kernel one at a time
+/// (`PROCMAP_QUERY`, Linux 6.11) rather than formatted as text for every mapping (the modules
+/// are all a followed process's set-up needs, and a build's `cc1` has five times as many other
+/// mappings), with the mapping that holds address `stack` if one is asked for (and found).
+/// `Ok(None)` where the kernel cannot be asked so (then [`read_maps`] is the way).
+pub fn read_code_maps(
+    pid: u32,
+    via: u32,
+    stack: Option<u64>,
+) -> std::io::Result<Option<(Vec<Mapping>, Option<Mapping>)>> {
+    static UNSUPPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if UNSUPPORTED.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let file = std::fs::File::open(format!("/proc/{pid}/task/{via}/maps"))?;
+    let mut name = vec![0u8; 4096];
+    let mut code = Vec::new();
+    let mut from = 0u64;
+    while code.len() < MAX_MAPPINGS {
+        let flags = QUERY_COVERING_OR_NEXT | QUERY_EXECUTABLE;
+        match query(&file, from, flags, &mut name) {
+            Ok(Some(mapping)) if mapping.range.end > from => {
+                from = mapping.range.end;
+                code.push(mapping);
+            }
+            Ok(_) => break, // none above `from` (or not the kernel's word: stop, not loop)
+            Err(e) if is_unsupported(&e) => {
+                UNSUPPORTED.store(true, std::sync::atomic::Ordering::Relaxed);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let held = match stack {
+        Some(address) => query(&file, address, 0, &mut name)?,
+        None => None,
+    };
+    Ok(Some((code, held)))
+}
+
+/// Whether a `PROCMAP_QUERY` failed because the kernel has none.
+fn is_unsupported(error: &std::io::Error) -> bool {
+    use nix::libc::{EINVAL, ENOTTY, EOPNOTSUPP};
+    matches!(error.raw_os_error(), Some(ENOTTY | EINVAL | EOPNOTSUPP))
+}
+
+/// The mapping `PROCMAP_QUERY` finds for `address` with `flags` on `file` (a `maps` file),
+/// its name read into `name`; `None` where there is none.
+fn query(
+    file: &std::fs::File,
+    address: u64,
+    flags: u64,
+    name: &mut [u8],
+) -> std::io::Result<Option<Mapping>> {
+    use std::os::fd::AsRawFd;
+    let mut query = ProcmapQuery {
+        size: std::mem::size_of::<ProcmapQuery>() as u64,
+        query_flags: flags,
+        query_addr: address,
+        vma_name_addr: name.as_mut_ptr() as u64,
+        vma_name_size: name.len() as u32,
+        ..ProcmapQuery::default()
+    };
+    // SAFETY: PROCMAP_QUERY reads and writes `query` (its size given) and writes at most
+    // `vma_name_size` bytes at `vma_name_addr`, a buffer of ours that outlives the call.
+    if unsafe { nix::libc::ioctl(file.as_raw_fd(), PROCMAP_QUERY as _, &mut query) } != 0 {
+        let error = std::io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(nix::libc::ENOENT) => Ok(None),
+            _ => Err(error),
+        };
+    }
+    if query.vma_end <= query.vma_start {
+        return Ok(None);
+    }
+    let len = (query.vma_name_size as usize).min(name.len());
+    let text = String::from_utf8_lossy(&name[..len]);
+    let text = text.trim_end_matches('\0');
+    let (path, deleted) = match text.strip_suffix(" (deleted)") {
+        Some(path) => (path, true),
+        None => (text, false),
+    };
+    Ok(Some(Mapping {
+        range: query.vma_start..query.vma_end,
+        read: query.vma_flags & QUERY_READABLE != 0,
+        execute: query.vma_flags & QUERY_EXECUTABLE != 0,
+        offset: query.vma_offset,
+        inode: query.inode,
+        device: nix::libc::makedev(query.dev_major, query.dev_minor),
+        path: path.to_owned(),
+        deleted,
+    }))
+}
+
+/// `struct procmap_query` of `linux/fs.h`.
+#[repr(C)]
+#[derive(Default)]
+struct ProcmapQuery {
+    size: u64,
+    query_flags: u64,
+    query_addr: u64,
+    vma_start: u64,
+    vma_end: u64,
+    vma_flags: u64,
+    vma_page_size: u64,
+    vma_offset: u64,
+    inode: u64,
+    dev_major: u32,
+    dev_minor: u32,
+    vma_name_size: u32,
+    build_id_size: u32,
+    vma_name_addr: u64,
+    build_id_addr: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<ProcmapQuery>() == 104);
+/// `_IOWR('f', 17, struct procmap_query)`.
+const PROCMAP_QUERY: u64 = 0xC068_6611;
+const QUERY_READABLE: u64 = 0x01;
+const QUERY_EXECUTABLE: u64 = 0x04;
+const QUERY_COVERING_OR_NEXT: u64 = 0x10;
+
 fn parse_mapping(line: &str) -> Option<Mapping> {
     let mut fields = line.splitn(6, ' ');
     let (start, end) = fields.next()?.split_once('-')?;
@@ -419,6 +541,34 @@ mod tests {
             (mapping.path.as_str(), mapping.deleted),
             ("/usr/lib/x.so", true)
         );
+    }
+
+    #[test]
+    fn the_executable_mappings_asked_of_the_kernel_are_those_of_the_text() {
+        let pid = std::process::id();
+        // Another test's thread may map or unmap code between the two reads: a few tries.
+        for _ in 0..5 {
+            let stack = &pid as *const u32 as u64; // on this thread's stack
+            let Some((asked, held)) = read_code_maps(pid, pid, Some(stack)).unwrap() else {
+                eprintln!("skipped: this kernel has no PROCMAP_QUERY (Linux 6.11)");
+                return;
+            };
+            let all = read_maps(pid, pid).unwrap();
+            let text: Vec<Mapping> = (all.iter())
+                .filter(|m| m.execute && m.path != "[vsyscall]")
+                .cloned()
+                .collect();
+            let holding = all.into_iter().find(|m| m.range.contains(&stack));
+            if asked == text && held == holding {
+                assert!(held.is_some());
+                assert!(asked
+                    .iter()
+                    .any(|m| m.path.ends_with(".so.6") || m.inode != 0));
+                assert!(asked.iter().any(|m| m.path == "[vdso]"), "{asked:?}");
+                return;
+            }
+        }
+        panic!("the kernel's answers never matched the text");
     }
 
     /// This test's own executable, loaded twice, is mapped once when the map's device and inode
