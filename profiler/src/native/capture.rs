@@ -158,8 +158,10 @@ impl NativeSampler {
             reads: None,
             labels: LabelsSearch::default(),
         };
-        // Here, not by the worker: nothing is sampled yet.
-        sampler.maps.refresh(pid, &mut sampler.unwinder, None, None);
+        // Here, not by the worker: nothing is sampled yet. The main thread's stack's mapping
+        // is known from the start (its samples' stacks are measured against its top).
+        let stack = crate::program::process::start_stack(pid);
+        sampler.maps.refresh(pid, &mut sampler.unwinder, None, stack);
         sampler.look_for_labels();
         sampler
     }

@@ -512,6 +512,14 @@ pub fn own_group_is_orphaned() -> bool {
     !(session.is_ok_and(|s| s.as_raw() == parent_session) && group != ours.as_raw())
 }
 
+/// Where process `pid`'s main thread's stack starts (`stat`'s `startstack`, field 28): an
+/// address in its stack's mapping. `None` if unknown (0 where fsprof may not read it).
+pub fn start_stack(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(proc_dir(pid).join("stat")).ok()?;
+    let field = stat.rsplit_once(')')?.1.split_ascii_whitespace().nth(28 - 3)?;
+    field.parse().ok().filter(|&address| address != 0)
+}
+
 /// The CPU thread `tid` of `pid` last ran on (field 39 of its `stat`).
 pub fn last_cpu(pid: u32, tid: u32) -> Option<u32> {
     let stat = fs::read_to_string(proc_dir(pid).join(format!("task/{tid}/stat"))).ok()?;
@@ -811,6 +819,12 @@ mod tests {
         while spin.elapsed() < std::time::Duration::from_millis(30) {}
         let second = status.sched_times().expect("schedstat");
         assert!(second.run_ns > first.run_ns, "{first:?} then {second:?}");
+        // The main thread's stack starts above anything of this test's on it.
+        let start = start_stack(pid).expect("startstack");
+        let on_stack = &pid as *const u32 as u64;
+        if tid == pid {
+            assert!(start > on_stack);
+        }
         assert!(ThreadStatus::open(pid, u32::MAX, true).is_none());
         assert_eq!(
             status.is_running().unwrap(),
