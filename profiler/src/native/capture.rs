@@ -161,7 +161,9 @@ impl NativeSampler {
         // Here, not by the worker: nothing is sampled yet. The main thread's stack's mapping
         // is known from the start (its samples' stacks are measured against its top).
         let stack = crate::program::process::start_stack(pid);
-        sampler.maps.refresh(pid, &mut sampler.unwinder, None, stack);
+        sampler
+            .maps
+            .refresh(pid, &mut sampler.unwinder, None, stack);
         sampler.look_for_labels();
         sampler
     }

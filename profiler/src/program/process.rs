@@ -516,7 +516,11 @@ pub fn own_group_is_orphaned() -> bool {
 /// address in its stack's mapping. `None` if unknown (0 where fsprof may not read it).
 pub fn start_stack(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(proc_dir(pid).join("stat")).ok()?;
-    let field = stat.rsplit_once(')')?.1.split_ascii_whitespace().nth(28 - 3)?;
+    let field = stat
+        .rsplit_once(')')?
+        .1
+        .split_ascii_whitespace()
+        .nth(28 - 3)?;
     field.parse().ok().filter(|&address| address != 0)
 }
 
