@@ -4,9 +4,10 @@
 //! recording. Where the kernel answers `PROCMAP_QUERY` (Linux 6.11), a read asks for the
 //! executable mappings only (a fifth of a compiler's), and for the mapping that holds a stack
 //! fsprof copies when one falls outside those held; elsewhere, and for the ptrace backend (whose
-//! late stops copy stacks without a read), the whole map is read. A read waits for the target's memory map's lock (see `off_thread.rs`), and so may
-//! opening a module (through `/proc/PID/map_files`): both are done by the worker where there is
-//! one, and callers refresh only where they must. Not here: unwinding (`unwind.rs`), naming (`symbolize/`).
+//! late stops copy stacks without a read), the whole map is read. A read waits for the target's
+//! memory map's lock (see `off_thread.rs`), and so may opening a module (through
+//! `/proc/PID/map_files`): both are done by the worker where there is one, and callers refresh
+//! only where they must. Not here: unwinding (`unwind.rs`), naming (`symbolize/`).
 
 use crate::native::off_thread::{self, OffThread};
 use crate::native::unwind::Unwinder;
@@ -32,9 +33,9 @@ type ReadMap = std::io::Result<(Read, Vec<Module>, Vec<JitDump>)>;
 enum Read {
     /// The whole map (`/proc/PID/maps`).
     Whole(Vec<Mapping>),
-    /// The executable mappings, and the mapping that holds the stack asked for, if any
-    /// (`PROCMAP_QUERY`).
-    Code(Vec<Mapping>, Option<Mapping>),
+    /// The executable mappings, whether a stack's mapping was asked for, and the mapping that
+    /// holds it, if found (`PROCMAP_QUERY`).
+    Code(Vec<Mapping>, bool, Option<Mapping>),
 }
 
 /// Most mappings held for stacks where they are looked up one at a time: more, and those held
@@ -49,6 +50,10 @@ pub struct MemoryMap {
     maps: Vec<Mapping>,
     /// The kernel answered `PROCMAP_QUERY`.
     queried: bool,
+    /// When a stack's mapping was last asked for and not found: asked again only after an
+    /// interval, as the whole map is (a stack pointer outside every mapping would otherwise
+    /// cost a read at each of its samples).
+    stack_missed: Option<Instant>,
     /// Always read whole (`PROCMAP_QUERY` is not asked).
     whole: bool,
     /// The executable mappings as last read, whole or not.
@@ -70,6 +75,7 @@ impl MemoryMap {
             pid,
             maps: Vec::new(),
             queried: false,
+            stack_missed: None,
             whole,
             code: Vec::new(),
             seen: Vec::new(),
@@ -97,7 +103,9 @@ impl MemoryMap {
         let now = Instant::now();
         // A stack's mapping is looked up at once where that is cheap, and the first whole
         // read is not put off either: the map held has no stack yet.
-        let urgent = stack.is_some() && (self.queried || self.maps.is_empty());
+        let cheap =
+            self.queried && (self.stack_missed).is_none_or(|missed| now >= missed + MAPS_REFRESH);
+        let urgent = stack.is_some() && (cheap || (!self.queried && self.maps.is_empty()));
         if now < self.next_refresh && !urgent {
             return;
         }
@@ -110,11 +118,11 @@ impl MemoryMap {
                 false => modules::read_code_maps(pid, via, stack)?,
             };
             let read = match code {
-                Some((code, held)) => Read::Code(code, held),
+                Some((code, held)) => Read::Code(code, stack.is_some(), held),
                 None => Read::Whole(modules::read_maps(pid, via)?),
             };
             let code = match &read {
-                Read::Code(code, _) | Read::Whole(code) => code,
+                Read::Code(code, ..) | Read::Whole(code) => code,
             };
             let loaded = modules::modules(pid, code, &known);
             let dumps = modules::jit_dumps(pid, code, &known_dumps);
@@ -140,10 +148,12 @@ impl MemoryMap {
                 self.maps = maps;
                 code
             }
-            Read::Code(code, held) => {
+            Read::Code(code, asked, held) => {
                 self.queried = true;
-                if let Some(held) = held {
-                    self.hold(held);
+                match held {
+                    Some(held) => self.hold(held),
+                    None if asked => self.stack_missed = Some(now),
+                    None => {}
                 }
                 code
             }
@@ -213,5 +223,42 @@ impl MemoryMap {
     /// Every module seen during the session, and the jitdump files it mapped.
     pub fn into_modules(self) -> (Vec<Module>, Vec<JitDump>) {
         (self.seen, self.jit_dumps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stack_is_looked_up_at_once_and_one_not_found_waits_an_interval() {
+        let pid = std::process::id();
+        let tid = nix::unistd::gettid().as_raw() as u32;
+        let mut unwinder = Unwinder::new();
+        let mut maps = MemoryMap::new(pid, false);
+        maps.refresh(tid, &mut unwinder, None, None);
+        if !maps.queried {
+            eprintln!("skipped: this kernel has no PROCMAP_QUERY (Linux 6.11)");
+            return;
+        }
+        assert!(!unwinder.modules().is_empty());
+        // Within the interval, a stack's mapping is still asked for.
+        let on_stack = &pid as *const u32 as u64;
+        assert!(!maps.holds(on_stack));
+        maps.refresh(tid, &mut unwinder, None, Some(on_stack));
+        assert!(maps.holds(on_stack));
+        assert!(maps.stack_top(on_stack) > on_stack);
+        // An address in no mapping is asked for once; the next stack waits for the interval.
+        maps.refresh(tid, &mut unwinder, None, Some(0x1000));
+        assert!(maps.stack_missed.is_some());
+        // Mapped (the heap), and not held: not asked for within the interval after the miss.
+        let boxed = Box::new(7u64);
+        let other = &*boxed as *const u64 as u64;
+        assert!(!maps.holds(other));
+        maps.refresh(tid, &mut unwinder, None, Some(other));
+        assert!(
+            !maps.holds(other),
+            "looked up within the interval after a miss"
+        );
     }
 }
