@@ -363,6 +363,10 @@ pub struct NativeMeta {
     /// perf sample, which then gives no native stack, microseconds.
     #[serde(default)]
     pub native_preempted_unplaced_us: u64,
+    /// Perf samples for which the kernel copied none of the thread's stack: no native stack
+    /// (the registers alone name only the innermost function).
+    #[serde(default)]
+    pub native_uncopied: u64,
     /// Of `native_captured`: stacks of blocked threads taken without stopping them.
     #[serde(default)]
     pub native_blocked: u64,

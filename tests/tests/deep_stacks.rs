@@ -55,6 +55,7 @@ fn whole(frames: &[String]) -> bool {
 /// none cut before it reaches `deep::descend`.
 fn leaves_under_main(dir: &Path) -> (f64, usize) {
     let (mut under_main, mut all, mut deepest, mut spliced, mut cut_in_leaf) = (0, 0, 0, 0, 0);
+    let mut cut_stacks = Vec::new();
     for (frames, us) in folded(dir) {
         if !frames.iter().any(|f| f.starts_with("[leaf]")) || frames[0] == NO_STACK {
             continue;
@@ -65,6 +66,7 @@ fn leaves_under_main(dir: &Path) -> (f64, usize) {
             under_main += us;
         } else if !frames.iter().any(|f| f == "deep::descend") {
             cut_in_leaf += us;
+            cut_stacks.push((us, frames.join(";")));
         }
         let descents: Vec<usize> = (0..frames.len())
             .filter(|i| frames[*i] == "deep::descend")
@@ -79,12 +81,17 @@ fn leaves_under_main(dir: &Path) -> (f64, usize) {
     let cut_in_leaf = cut_in_leaf as f64 * 100.0 / all as f64;
     // The leaf's own frames (its spin, the clock, the vdso) are always in the copy: hardly any
     // may be cut there. 0.1 to 0.8% before `unwind.rs` took the frame pointer's popped word at
-    // a `ret` from the register; after, 0.000% in 8 tests, and once 0.078% (perf, 2,400 frames:
-    // three samples in `__vdso_clock_gettime` cut after it, not explained yet). The bound
-    // catches the old cut where it was above a quarter point, not that one.
+    // a `ret` from the register; after, 0.000% in 8 tests, once 0.078% (three samples in
+    // `__vdso_clock_gettime` cut after it), and in a CI run at heavy preemption 0.291%: samples
+    // for which the kernel had copied no stack at all, unwound from their registers to one
+    // frame (seen here: a few such samples a run). Those now go without a native stack
+    // (`native_uncopied`); the bound catches the old cut where it was above a quarter point.
+    cut_stacks.sort_unstable_by(|a, b| b.cmp(a));
+    cut_stacks.truncate(5);
     assert!(
         cut_in_leaf < 0.25,
-        "{cut_in_leaf:.3}% of the leaves' time cut in the leaf's own frames"
+        "{cut_in_leaf:.3}% of the leaves' time cut in the leaf's own frames; the heaviest (µs, \
+         frames root first): {cut_stacks:?}"
     );
     let spliced = spliced as f64 * 100.0 / all as f64;
     assert!(

@@ -83,6 +83,8 @@ pub struct NativeStats {
     /// Perf samples unwound to the root beyond the copy through the words the BPF walk read
     /// at the sample (`walk.rs`).
     pub walked: u64,
+    /// Perf samples for which the kernel copied none of the stack (no native stack for them).
+    pub uncopied: u64,
 }
 
 /// Whether unwinding `captured` read a return address beyond `end` (the copy's end).
@@ -381,8 +383,18 @@ impl NativeSampler {
                 if let Some(labels) = sample.labels {
                     copied.push((taken.len(), labels));
                 }
+                // The kernel copied none of the stack (it could not read the stack's memory at
+                // that instant: a few samples a run, more under heavy preemption), and no image
+                // completed it: the registers alone give the innermost function, which would be
+                // drawn as a stack cut there. The sample goes without a native stack instead.
+                let captured = if !captured.complete && sample.stack.bytes.is_empty() {
+                    self.stats.uncopied += 1;
+                    Captured::default()
+                } else {
+                    self.counted(captured)
+                };
                 taken.push(PerfTaken::Sample {
-                    captured: self.counted(captured),
+                    captured,
                     slots: sample.marks_known.then_some(sample.slots),
                     cpu_ns: sample.cpu_ns,
                     time: sample.time,
@@ -760,9 +772,13 @@ fn copy_stack(remote: Remote, maps: &MemoryMap, regs: Registers, copy: &mut Stac
 
 /// The native stack of a sample, root first, with `marks` (outermost first) placed: each after the
 /// innermost frame whose CFA lies above the stack address the mark was pushed at (the frame that
-/// pushed it), a call-site mark after its call site's frame. Marks keep their order.
-pub fn place(captured: &Captured, marks: &[RecordView]) -> RawNativeStack {
+/// pushed it), a call-site mark after its call site's frame. Marks keep their order. `None` for a
+/// stack not taken (no frames: a perf sample whose stack the kernel did not copy).
+pub fn place(captured: &Captured, marks: &[RecordView]) -> Option<RawNativeStack> {
     let frames = &captured.frames;
+    if frames.is_empty() {
+        return None;
+    }
     let n = frames.len();
     let mut stack = RawNativeStack {
         addresses: frames.iter().rev().map(|f| f.address).collect(),
@@ -786,7 +802,7 @@ pub fn place(captured: &Captured, marks: &[RecordView]) -> RawNativeStack {
         previous = at.max(previous);
         stack.marks_at.push(previous as u32);
     }
-    stack
+    Some(stack)
 }
 
 /// Adds the return addresses of `frames`' callers to `returns` (for the walk to learn), each

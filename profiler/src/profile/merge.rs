@@ -249,6 +249,7 @@ fn add_counters(meta: &mut Meta, child: &Meta) {
     n.native_preempted_unplaced_us += c.native_preempted_unplaced_us;
     n.native_blocked += c.native_blocked;
     n.native_blocked_skipped += c.native_blocked_skipped;
+    n.native_uncopied += c.native_uncopied;
     n.stops.native_stops += c.stops.native_stops;
     n.beyond.native_completed += c.beyond.native_completed;
     n.beyond.native_walked += c.beyond.native_walked;

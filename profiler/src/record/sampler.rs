@@ -341,7 +341,7 @@ impl Sampler {
                 let read = labels.as_deref().unwrap_or_default();
                 for mut sample in pending {
                     let placed = capture::place(&captured, &sample.records);
-                    let (stack, id) = self.labelled(sample.stack, Some(placed), read);
+                    let (stack, id) = self.labelled(sample.stack, placed, read);
                     sample.stack = stack;
                     sample.add(&mut self.builder, id);
                     self.tally.native_late += 1;
@@ -519,7 +519,7 @@ impl Sampler {
                     .and(self.threads.states.get(&tid))
                     .map(|state| state.stacks.latest_labels().to_vec())
                     .unwrap_or_default();
-                let (labelled, native) = self.labelled(stack, Some(placed), &labels);
+                let (labelled, native) = self.labelled(stack, placed, &labels);
                 stack = labelled;
                 native
             }
@@ -534,7 +534,7 @@ impl Sampler {
                     stack = own;
                     self.reader.settled(own_tid);
                 }
-                let mut placed = capture::place(&captured, &self.records);
+                let placed = capture::place(&captured, &self.records);
                 // With the labels of the thread's latest perf sample, outermost.
                 let labels = (self.threads.states.get(&tid))
                     .map(|state| state.stacks.latest_labels().to_vec())
@@ -542,9 +542,11 @@ impl Sampler {
                 let (own, _) = self.with_labels(own, &labels);
                 let added;
                 (stack, added) = self.with_labels(stack, &labels);
-                placed.marks_at.splice(0..0, std::iter::repeat_n(0, added));
-                placed.marks = (own != stack).then_some(own);
-                Some(self.builder.native_stack(placed))
+                placed.map(|mut placed| {
+                    placed.marks_at.splice(0..0, std::iter::repeat_n(0, added));
+                    placed.marks = (own != stack).then_some(own);
+                    self.builder.native_stack(placed)
+                })
             }
             Native::Pending => {
                 self.clock.needs_every_tick();

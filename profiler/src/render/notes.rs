@@ -156,14 +156,17 @@ const PREEMPTED_NOTE_MS: u64 = 10;
 fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
     let native_samples = meta.native_stacks.native_captured
         + meta.native_stacks.native_not_stopped
-        + meta.native_stacks.native_blocked_skipped;
+        + meta.native_stacks.native_blocked_skipped
+        + meta.native_stacks.native_uncopied;
     if meta.native_stacks.native && native_samples > 0 {
         let no_cpu = meta
             .native_stacks
             .native_not_stopped
             .saturating_sub(meta.native_stacks.native_late);
-        let without =
-            meta.native_stacks.native_moved + no_cpu + meta.native_stacks.native_blocked_skipped;
+        let without = meta.native_stacks.native_moved
+            + no_cpu
+            + meta.native_stacks.native_blocked_skipped
+            + meta.native_stacks.native_uncopied;
         if without * 20 > native_samples {
             let (moved, no_cpu_why) = if meta.native_stacks.native_backend == "perf" {
                 (
@@ -182,6 +185,10 @@ fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
                 (
                     meta.native_stacks.native_blocked_skipped,
                     "the thread was blocked and its stack could not be read without stopping it (a stop would lengthen its wait)",
+                ),
+                (
+                    meta.native_stacks.native_uncopied,
+                    "the kernel copied none of its stack with the sample (it could not read the stack's memory at that instant)",
                 ),
             ]
             .into_iter()
@@ -289,17 +296,20 @@ mod tests {
         native.native_complete = 80;
         (native.native_moved, native.native_late) = (0, 8);
         native.native_blocked_skipped = 5;
+        native.native_uncopied = 3;
         let mut notes = Vec::new();
         native_notes(&meta, &mut notes);
-        // 12 not stopped in time (20, less the 8 taken late) and 5 skipped: 17 of 105.
+        // 12 not stopped in time (20, less the 8 taken late), 5 skipped and 3 not copied: 20
+        // of 108.
         assert_eq!(notes.len(), 1, "{notes:?}");
         let note = &notes[0];
         assert!(
-            note.starts_with("16% of the samples for which a native stack was sought (17 of 105: "),
+            note.starts_with("19% of the samples for which a native stack was sought (20 of 108: "),
             "{note}"
         );
         assert!(note.contains("12 because it did not run"), "{note}");
         assert!(note.contains("5 because the thread was blocked"), "{note}");
+        assert!(note.contains("3 because the kernel copied none"), "{note}");
         assert!(!note.contains("0 because"), "{note}");
     }
 

@@ -255,7 +255,7 @@ impl Drop for TestDir {
 /// wrong attribution (late and slow ticks, samples the kernel lost or could not match with the
 /// marks, CPU time estimated after losses). Read when a test fails, for CI's digest.
 fn conditions(dir: &Path) -> Vec<String> {
-    const FIGURES: [&str; 10] = [
+    const FIGURES: [&str; 11] = [
         "ticks",
         "late_ticks",
         "slow_ticks",
@@ -263,6 +263,7 @@ fn conditions(dir: &Path) -> Vec<String> {
         "perf_unmatched",
         "perf_lost_cpu_us",
         "native_moved",
+        "native_uncopied",
         "native_preempted_unplaced_us",
         "pause_p99_us",
         "torn_dropped",

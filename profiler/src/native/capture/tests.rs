@@ -41,7 +41,7 @@ fn marks_go_after_the_frame_that_pushed_them() {
         complete: true,
     };
     // Pushed by main (sp 1000..), by inner (sp 850), by leaf (sp 790).
-    let stack = place(&captured, &[mark(1200), mark(850), mark(790)]);
+    let stack = place(&captured, &[mark(1200), mark(850), mark(790)]).unwrap();
     assert_eq!(stack.addresses, vec![1, 2, 3, 4]);
     assert_eq!(stack.marks_at, vec![1, 3, 4]);
     assert!(!stack.truncated);
@@ -64,7 +64,7 @@ fn marks_outside_a_cut_stack_go_first_and_order_is_kept() {
     };
     // The first mark was pushed above the unwound part; the second claims an outer place
     // than the first (a corrupt sp): it keeps its order.
-    let stack = place(&captured, &[mark(700), mark(450), mark(900)]);
+    let stack = place(&captured, &[mark(700), mark(450), mark(900)]).unwrap();
     assert_eq!(stack.marks_at, vec![0, 2, 2]);
     assert!(stack.truncated);
 }

@@ -54,6 +54,7 @@ impl Sampler {
             meta.native_stacks.native_preempted_unplaced_us = self.tally.unplaced_ns / 1_000;
             meta.native_stacks.native_blocked = stats.blocked;
             meta.native_stacks.native_blocked_skipped = stats.blocked_skipped;
+            meta.native_stacks.native_uncopied = stats.uncopied;
             let losses = &mut meta.native_stacks.losses;
             (losses.perf_lost, losses.perf_unmatched) = native.perf_losses();
             losses.perf_lost_cpu_us = self.tally.lost_cpu_ns / 1_000;

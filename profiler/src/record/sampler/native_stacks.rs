@@ -183,12 +183,12 @@ impl Sampler {
                 .get_mut(&tid)
                 .and_then(|state| state.before_perf.take());
             if add || before.is_some() {
-                let mut placed = capture::place(&captured, &self.records);
+                let placed = capture::place(&captured, &self.records);
                 // The labels, outermost, are placed at the thread's root.
-                placed
-                    .marks_at
-                    .splice(0..0, std::iter::repeat_n(0, labelled));
-                let native = Some(self.builder.native_stack(placed));
+                let native = placed.map(|mut placed| {
+                    (placed.marks_at).splice(0..0, std::iter::repeat_n(0, labelled));
+                    self.builder.native_stack(placed)
+                });
                 if followed {
                     self.keep_sample(tid, thread, stack, native, (cpu_ns, time, tick_ns));
                 } else if add {

@@ -124,7 +124,7 @@ impl Sampler {
                 // Its marks and its stack, both as it left.
                 self.resolve_captured(own_tid, &mut records, &departed.frames);
                 let stack = self.intern_records(records, truncated);
-                (stack, Some(capture::place(&departed, &self.records)))
+                (stack, capture::place(&departed, &self.records))
             }
             (Some((mut records, truncated)), latest, None) => {
                 if let Some(latest) = latest {
@@ -145,7 +145,7 @@ impl Sampler {
                             && l.stack == stack
                             && same_places(&l.records, &self.records)
                     })
-                    .map(|latest| capture::place(&latest.captured, &self.records));
+                    .and_then(|latest| capture::place(&latest.captured, &self.records));
                 (stack, placed)
             }
             (None, Some(LatestSample { stack, .. }), _) => {
@@ -331,7 +331,8 @@ impl Sampler {
             }
         }
         let stack = self.stack_of(own_tid, captured.as_ref().map(|c| c.frames.as_slice()));
-        let placed = (captured.as_ref()).map(|captured| capture::place(captured, &self.records));
+        let placed =
+            (captured.as_ref()).and_then(|captured| capture::place(captured, &self.records));
         let (stack, native) = self.with_latest_labels(tid, stack, placed);
         if let Some(followed) = self.followed_mut(tid) {
             followed.refreshed(stack, native, captured);

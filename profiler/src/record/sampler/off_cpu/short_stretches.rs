@@ -33,7 +33,7 @@ impl Sampler {
         let stack = self.intern_records(records, truncated);
         let placed = latest
             .filter(|l| l.stack == stack && same_places(&l.records, &self.records))
-            .map(|latest| capture::place(&latest.captured, &self.records));
+            .and_then(|latest| capture::place(&latest.captured, &self.records));
         // With the labels of the latest sample, as a departure recorded whole has them.
         let labels = latest.map_or(&[][..], |l| l.labels.as_slice());
         let (stack, far) = self.labelled(stack, placed, labels);
@@ -72,7 +72,8 @@ impl Sampler {
             return;
         };
         let stack = self.intern_records(records, truncated);
-        let placed = (captured.as_ref()).map(|captured| capture::place(captured, &self.records));
+        let placed =
+            (captured.as_ref()).and_then(|captured| capture::place(captured, &self.records));
         let (stack, native) = self.with_latest_labels(tid, stack, placed);
         if let Some(followed) = self.followed_mut(tid) {
             followed.open_block(left, stack, native, captured);
