@@ -383,12 +383,12 @@ impl ThreadStatus {
     /// The thread's scheduling totals now (see [`sched_times`]), read through a descriptor kept
     /// open where the status keeps one: a tick may read them for each of its threads.
     pub fn sched_times(&mut self) -> Option<SchedTimes> {
-        let path = self.path.with_file_name("schedstat");
+        let path = || self.path.with_file_name("schedstat");
         if self.file.is_none() {
-            return parse_sched_times(&fs::read_to_string(path).ok()?);
+            return parse_sched_times(&fs::read_to_string(path()).ok()?);
         }
         if self.sched.is_none() {
-            self.sched = File::open(path).ok();
+            self.sched = File::open(path()).ok();
         }
         let mut buf = [0u8; 128];
         let len = self.sched.as_ref()?.read_at(&mut buf, 0).ok()?;
