@@ -87,6 +87,19 @@ pub struct NativeStats {
     pub uncopied: u64,
 }
 
+/// Bytes kept beyond the outermost frame's CFA of a stack unwound to its root.
+const ROOT_MARGIN: u64 = 64;
+
+/// Where a stack unwound to its root stops being read: past its outermost frame (the largest
+/// CFA known), with a margin; 0 if no frame's CFA is known.
+fn root_end(captured: &Captured) -> u64 {
+    (captured.frames.iter())
+        .map(|frame| frame.cfa)
+        .filter(|cfa| *cfa != u64::MAX)
+        .max()
+        .map_or(0, |cfa| cfa.saturating_add(ROOT_MARGIN))
+}
+
 /// Whether unwinding `captured` read a return address beyond `end` (the copy's end).
 fn beyond(captured: &Captured, end: u64) -> bool {
     (captured.frames.iter()).any(|frame| frame.cfa != u64::MAX && frame.cfa.wrapping_sub(8) >= end)
@@ -357,6 +370,9 @@ impl NativeSampler {
         let owns_rules = holder.owns_rules();
         let walks = owns_rules && perf.walks();
         let (mut cut, mut returns) = (false, Vec::new());
+        // Where the thread's stacks reach their root, from its samples unwound whole; 0 after
+        // a sample that did not unwind whole (see `PerfSampler::keep_stacks_below`).
+        let mut stack_end = None;
         // The labels copied at each sample, named once perf is let go (by the sample's place).
         let mut copied: Vec<(usize, CopiedLabels)> = Vec::new();
         perf.take(tid, |item| match item {
@@ -370,7 +386,11 @@ impl NativeSampler {
                 if captured.complete && beyond(&captured, stack.end()) {
                     self.stats.walked += 1;
                 }
-                if !captured.complete {
+                stack_end = Some(match captured.complete {
+                    true => root_end(&captured).max(stack_end.unwrap_or(0)),
+                    false => 0,
+                });
+                if !captured.complete && !sample.trimmed {
                     cut |= stack.end() < self.stack_top_of(tid, sample.regs.sp);
                     let learn = Some(&mut returns);
                     let (completed, new_anchors) = self.complete(tid, &sample, &captured, learn);
@@ -420,6 +440,9 @@ impl NativeSampler {
         });
         if let Some(anchors) = anchors {
             perf.set_anchors(tid, anchors);
+        }
+        if let Some(end) = stack_end {
+            perf.keep_stacks_below(tid, end);
         }
         // The walk's rules are of the process the sampler was made for: another process's
         // stacks neither turn it on nor teach it.

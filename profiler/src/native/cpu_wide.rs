@@ -110,6 +110,8 @@ struct Held {
     time: u64,
     regs: Registers,
     stack: Vec<u8>,
+    /// Whether `stack` stops short of the kernel's copy (see `Thread::stack_end`).
+    trimmed: bool,
     /// The length of the tick that took it.
     tick_ns: u64,
 }
@@ -135,6 +137,12 @@ struct Thread {
     /// Whether its switches are no longer followed (see `perf::MAX_WIDE_SWITCH_RATE`): those
     /// still read are not handed out.
     quiet: bool,
+    /// Where its samples' stacks stop being kept (0: kept whole): the outermost frame of its
+    /// stacks unwound to their root, as the sampler last said ([`CpuWide::keep_stacks_below`]).
+    /// The kernel copies up to 16 KiB from the stack pointer, whatever lies beyond the root
+    /// (a thread's control block, the main thread's environment); copying that out of the ring
+    /// for each sample was a fifth of fsprof's CPU at 1 kHz.
+    stack_end: u64,
 }
 
 impl CpuWide {
@@ -227,9 +235,17 @@ impl CpuWide {
                 cpu_ns: 0,
                 running_since: 0,
                 quiet,
+                stack_end: 0,
             },
         );
         Ok(())
+    }
+
+    /// Keeps only the part of `tid`'s samples' stacks below `end` from now on (0: all of it).
+    pub(super) fn keep_stacks_below(&mut self, tid: u32, end: u64) {
+        if let Some(thread) = self.threads.get_mut(&tid) {
+            thread.stack_end = end;
+        }
     }
 
     /// Hands out `tid`'s switches no more: the programs no longer record them (its map value
@@ -270,10 +286,13 @@ impl CpuWide {
                             thread.pending.push_front(Pending::Gap(dropped.time()));
                         }
                     }
+                    let bytes = sample.stack.bytes;
+                    let kept = kept_len(bytes.len(), sample.stack.start, thread.stack_end);
                     let held = Held {
                         time: sample.time,
                         regs: sample.regs,
-                        stack: sample.stack.bytes.to_vec(),
+                        stack: bytes[..kept].to_vec(),
+                        trimmed: kept < bytes.len(),
                         tick_ns: timer.at(sample.time),
                     };
                     *sampled = true;
@@ -399,6 +418,7 @@ impl CpuWide {
                             instant: matched.instant,
                             labels: matched.labels,
                             tick_ns: held.tick_ns,
+                            trimmed: held.trimmed,
                         }));
                     }
                 }
@@ -480,6 +500,18 @@ impl CpuWide {
     }
 }
 
+/// How many of a sample's `len` stack bytes, copied from `start`, are kept where the thread's
+/// stacks stop being read at `stack_end` (0: all; all too where the stack pointer lies at or
+/// beyond it, on another stack).
+fn kept_len(len: usize, start: u64, stack_end: u64) -> usize {
+    match stack_end.checked_sub(start) {
+        Some(below) if stack_end != 0 && below > 0 => {
+            len.min(usize::try_from(below).unwrap_or(len))
+        }
+        _ => len,
+    }
+}
+
 /// A departure's registers and stack as the stream gives them, at the time of its departure;
 /// its slots are that departure's, on the switch that follows.
 fn departure(held: &DepartureStack, time: u64) -> PerfSample<'_> {
@@ -494,6 +526,7 @@ fn departure(held: &DepartureStack, time: u64) -> PerfSample<'_> {
         instant: Vec::new(),
         labels: None,
         tick_ns: 0,
+        trimmed: false,
     }
 }
 

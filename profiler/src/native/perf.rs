@@ -369,6 +369,15 @@ impl PerfSampler {
         }
     }
 
+    /// Keeps only the part of `tid`'s samples' stacks below `end` from now on (0: all of it),
+    /// where samples wait outside the rings (per CPU: `cpu_wide.rs`; a thread's own ring is
+    /// read in place).
+    pub fn keep_stacks_below(&mut self, tid: u32, end: u64) {
+        if let Some(wide) = &mut self.wide {
+            wide.keep_stacks_below(tid, end);
+        }
+    }
+
     /// Sets the stack addresses whose words the program reads at each sample of `tid` from now
     /// on (0: none); see [`ANCHORS`].
     pub fn set_anchors(&mut self, tid: u32, anchors: [u64; ANCHORS]) {

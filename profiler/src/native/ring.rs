@@ -349,6 +349,7 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
         instant: Vec::new(),
         labels: None,
         tick_ns: 0,
+        trimmed: false,
     });
     Record::Sample {
         departure: is_departure(size),

@@ -36,6 +36,9 @@ pub struct PerfSample<'a> {
     /// whatever runs on the CPU: the running time a sample stands for. 0 for a thread's own
     /// timer, whose samples are a period of the thread's CPU time apart.
     pub tick_ns: u64,
+    /// Whether `stack` was cut short of the kernel's copy where the thread's stacks reach their
+    /// root (`cpu_wide.rs`): if it does not unwind to its root, it was cut here, not by the copy.
+    pub trimmed: bool,
 }
 
 /// What a thread's ring gave, oldest first.

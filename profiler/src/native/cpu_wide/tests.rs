@@ -332,3 +332,31 @@ fn a_joined_holder_samples_through_the_same_events_without_the_walk() {
         "the joined holder's thread is still watched after it was dropped"
     );
 }
+
+/// A sample's stack is kept up to where the thread's stacks reach their root, and whole where
+/// that is not known or the stack pointer is not below it (another stack).
+#[test]
+fn a_samples_stack_is_kept_up_to_its_threads_root_only() {
+    use super::kept_len;
+    assert_eq!(kept_len(16_384, 0x7000, 0), 16_384, "root unknown: all");
+    assert_eq!(
+        kept_len(16_384, 0x7000, 0x7400),
+        0x400,
+        "below the root: up to it"
+    );
+    assert_eq!(
+        kept_len(512, 0x7000, 0x7400),
+        512,
+        "a copy shorter than that: all of it"
+    );
+    assert_eq!(
+        kept_len(16_384, 0x7400, 0x7400),
+        16_384,
+        "at the root: another stack"
+    );
+    assert_eq!(
+        kept_len(16_384, 0x9000, 0x7400),
+        16_384,
+        "beyond it: another stack"
+    );
+}
