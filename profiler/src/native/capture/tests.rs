@@ -85,3 +85,11 @@ fn a_stacks_root_end_is_its_outermost_known_cfa() {
     };
     assert_eq!(root_end(&unknown), 0);
 }
+
+/// A stack not taken (no frames: a perf sample the kernel copied none of) places nothing, so
+/// that its sample goes without a native stack rather than with an empty one.
+#[test]
+fn a_stack_not_taken_places_nothing() {
+    let captured = Captured::default();
+    assert!(place(&captured, &[mark(100)]).is_none());
+}
