@@ -370,6 +370,9 @@ pub struct NativeMeta {
     /// Of `native_captured`: stacks of blocked threads taken without stopping them.
     #[serde(default)]
     pub native_blocked: u64,
+    /// Threads no tick saw, known by their perf samples alone.
+    #[serde(flatten)]
+    pub unseen: UnseenThreads,
     /// Thread samples of blocked threads left without a stack rather than stopped (the thread
     /// last ran on fsprof's CPU, or ran again meanwhile).
     #[serde(default)]
@@ -381,6 +384,24 @@ pub struct NativeMeta {
     /// The ptrace stops that took native stacks.
     #[serde(flatten)]
     pub stops: Stops,
+}
+
+/// Threads born and gone between two of the sampler's ticks, known by the bare samples perf
+/// took of them (per CPU: `record/sampler/unseen.rs`); in the profile, as fields of
+/// [`NativeMeta`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnseenThreads {
+    /// Such threads added to the profile, without marks (their process neither marks nor
+    /// publishes labels).
+    #[serde(default)]
+    pub native_unseen_threads: u64,
+    /// Their samples.
+    #[serde(default)]
+    pub native_unseen_samples: u64,
+    /// Samples of such threads left out: their process marks or publishes labels, and their
+    /// marks were never read.
+    #[serde(default)]
+    pub native_unseen_dropped: u64,
 }
 
 /// The ptrace stops that took native stacks, and how long threads stayed stopped (in the

@@ -352,7 +352,7 @@ impl NativeSampler {
         let mut perf = holder.lock();
         let (lost, unmatched) = (perf.lost, perf.unmatched);
         match perf.watch_by(holder.owner(), tid, slots) {
-            Ok(()) => {}
+            Ok(()) => perf.watch_process(holder.owner(), self.pid),
             Err(WatchError::Refused(_)) => {
                 drop(perf);
                 self.perf = Some(holder);
@@ -486,6 +486,49 @@ impl NativeSampler {
             }
         }
         Some(taken)
+    }
+
+    /// The process's threads perf sampled bare, neither watched nor ignored (per CPU: see
+    /// `PerfSampler::watch_process`); with `read`, the CPUs' rings are read first.
+    pub fn perf_strangers(&mut self, read: bool) -> Vec<u32> {
+        (self.perf.as_ref()).map_or_else(Vec::new, |perf| {
+            perf.lock().strangers_of(perf.owner(), read)
+        })
+    }
+
+    /// Drops thread `tid`'s bare samples, held and to come: a tick saw it.
+    pub fn ignore_stranger(&mut self, tid: u32) {
+        if let Some(perf) = &self.perf {
+            perf.lock().ignore_stranger(tid);
+        }
+    }
+
+    /// Thread `tid`'s bare samples (see [`NativeSampler::perf_strangers`]), oldest first,
+    /// unwound, each with the length of the tick that took it; none where the process may no
+    /// longer be traced (they may be of a program it ran since).
+    pub fn unseen_samples(&mut self, tid: u32) -> Vec<(Captured, u64)> {
+        let Some(holder) = self.perf.take() else {
+            return Vec::new();
+        };
+        let held = holder.lock().take_stranger(tid);
+        self.perf = Some(holder);
+        if held.is_empty() || crate::os::privilege::still_traceable(self.pid).is_err() {
+            return Vec::new();
+        }
+        let mut unwound = Vec::with_capacity(held.len());
+        for sample in held {
+            let stack = StackView::new(sample.regs.sp, &sample.stack);
+            // Its memory map is read through the process (the thread is gone).
+            let captured = self.unwind(self.pid, sample.regs, stack, false);
+            let captured = if !captured.complete && sample.stack.is_empty() {
+                self.stats.uncopied += 1;
+                Captured::default()
+            } else {
+                self.counted(captured)
+            };
+            unwound.push((captured, sample.tick_ns));
+        }
+        unwound
     }
 
     /// Drops the samples perf took of `tid` so far, unread, and stops copying its slots until

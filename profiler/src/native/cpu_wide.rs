@@ -32,6 +32,7 @@ use crate::native::bpf::{
     attach_tracepoint, create_map, delete_bytes, load_tracepoint_program, update_bytes,
     BPF_MAP_TYPE_HASH,
 };
+use crate::native::layout::PROCESS_KEY;
 use crate::native::layout::STACK_DUMP;
 use crate::native::perf_events::{attach, open_cpu_event, rephase};
 use crate::native::ring::{
@@ -40,7 +41,7 @@ use crate::native::ring::{
 use crate::native::sampling::{load_program, Index};
 use crate::native::stream::{PerfSample, Switch, Taken};
 use crate::native::unwind::{Registers, StackView};
-use foldhash::{HashMap, HashMapExt};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use nix::errno::Errno;
 use perf_event_open_sys as sys;
 use std::collections::VecDeque;
@@ -54,6 +55,15 @@ const HOLD_NS: u64 = 200_000;
 /// gap): a thread's own ring held about 60.
 const MOST_HELD: usize = 256;
 
+/// Threads not watched whose bare samples are held at most (see [`Stranger`]), and the bytes of
+/// their stacks held at most, all together: beyond, their samples are dropped.
+const MOST_STRANGERS: usize = 4096;
+const MOST_STRANGER_BYTES: usize = 32 << 20;
+
+/// Threads whose bare samples are dropped unread, at most: beyond, the set starts again (the
+/// sampler also checks that a thread it hands out was never seen).
+const MOST_IGNORED: usize = 1 << 16;
+
 /// The kernel side of the per-CPU design, and the samples read from it not yet taken.
 pub(super) struct CpuWide {
     watched: OwnedFd,
@@ -64,13 +74,30 @@ pub(super) struct CpuWide {
     threads: HashMap<u32, Thread>,
     /// Samples the kernel could not write (a CPU's ring was full), since last taken.
     pub(super) lost: u64,
-    /// Samples read of threads not watched (none but those of a thread just forgotten: the
-    /// programs leave the others out).
+    /// Samples read of threads not watched and dropped: a thread's just forgotten, or bare
+    /// samples of one the sampler saw or watched before, or beyond what is held of those.
     pub(super) foreign: u64,
     /// Returns to a CPU taken, and of those how many were inferred (see `inferred_return`).
     pub(super) returns: [u64; 2],
     /// When the latest read of the rings began: what was written before it is in them.
     read_at: u64,
+    /// The watched processes (see `layout::PROCESS_KEY`), and whether their key is in the map
+    /// as far as fsprof knows (an `exec` removes it).
+    processes: HashMap<u32, bool>,
+    /// The bare samples of threads of watched processes that are not watched, by thread id.
+    strangers: HashMap<u32, Stranger>,
+    stranger_bytes: usize,
+    /// Threads whose bare samples are dropped: seen by the sampler's ticks (whose samples stand
+    /// for their time until they are watched), or watched once.
+    ignored: HashSet<u32>,
+}
+
+/// A thread of a watched process that is not watched, and its bare samples: the programs write
+/// one for each tick that finds it running (registers and stack; no slots, time on a CPU or
+/// anchors). A thread born and gone between two of the sampler's ticks is known by these alone.
+struct Stranger {
+    pid: u32,
+    samples: Vec<Held>,
 }
 
 struct Cpu {
@@ -106,14 +133,14 @@ impl Timer {
 const REPHASE_NS: u64 = 40_000_000;
 
 /// A sample read from a CPU's ring, its stack copied out of the ring.
-struct Held {
-    time: u64,
-    regs: Registers,
-    stack: Vec<u8>,
+pub(in crate::native) struct Held {
+    pub(in crate::native) time: u64,
+    pub(in crate::native) regs: Registers,
+    pub(in crate::native) stack: Vec<u8>,
     /// Whether `stack` stops short of the kernel's copy (see `Thread::stack_end`).
     trimmed: bool,
     /// The length of the tick that took it.
-    tick_ns: u64,
+    pub(in crate::native) tick_ns: u64,
 }
 
 enum Pending {
@@ -215,7 +242,72 @@ impl CpuWide {
             foreign: 0,
             returns: [0; 2],
             read_at: 0,
+            processes: HashMap::new(),
+            strangers: HashMap::new(),
+            stranger_bytes: 0,
+            ignored: HashSet::new(),
         })
+    }
+
+    /// Has the programs write bare samples of process `pid`'s threads not watched (see
+    /// [`Stranger`]), where they do not already.
+    pub(super) fn watch_process(&mut self, pid: u32) -> Result<(), Errno> {
+        if self.processes.get(&pid) == Some(&true) {
+            return Ok(());
+        }
+        let key = (pid | PROCESS_KEY).to_ne_bytes();
+        update_bytes(self.watched.as_raw_fd(), &key, &0u32.to_ne_bytes())?;
+        self.processes.insert(pid, true);
+        Ok(())
+    }
+
+    /// Writes no bare samples of process `pid`'s threads any more, and drops those held.
+    pub(super) fn unwatch_process(&mut self, pid: u32) {
+        let key = (pid | PROCESS_KEY).to_ne_bytes();
+        let _ = delete_bytes(self.watched.as_raw_fd(), &key);
+        self.processes.remove(&pid);
+        let theirs: Vec<u32> = (self.strangers.iter())
+            .filter(|(_, stranger)| stranger.pid == pid)
+            .map(|(tid, _)| *tid)
+            .collect();
+        for tid in theirs {
+            self.take_stranger(tid);
+        }
+    }
+
+    /// An `exec` was seen: the programs removed its process's key, which the next
+    /// [`CpuWide::watch_process`] puts back (every process's: which one is not known here).
+    pub(super) fn processes_stale(&mut self) {
+        self.processes.values_mut().for_each(|known| *known = false);
+    }
+
+    /// The threads of process `pid` whose bare samples are held.
+    pub(super) fn strangers_of(&self, pid: u32) -> Vec<u32> {
+        (self.strangers.iter())
+            .filter(|(_, stranger)| stranger.pid == pid)
+            .map(|(tid, _)| *tid)
+            .collect()
+    }
+
+    /// The bare samples held of thread `tid`, oldest first.
+    pub(super) fn take_stranger(&mut self, tid: u32) -> Vec<Held> {
+        let Some(stranger) = self.strangers.remove(&tid) else {
+            return Vec::new();
+        };
+        let mut samples = stranger.samples;
+        let bytes: usize = samples.iter().map(|held| held.stack.len()).sum();
+        self.stranger_bytes = self.stranger_bytes.saturating_sub(bytes);
+        samples.sort_by_key(|held| held.time);
+        samples
+    }
+
+    /// Drops thread `tid`'s bare samples, held and to come (the sampler's ticks saw it).
+    pub(super) fn ignore(&mut self, tid: u32) {
+        self.take_stranger(tid);
+        if self.ignored.len() >= MOST_IGNORED {
+            self.ignored.clear();
+        }
+        self.ignored.insert(tid);
     }
 
     /// Has the programs record thread `tid` from now on, in the map value `index`.
@@ -238,6 +330,8 @@ impl CpuWide {
                 stack_end: 0,
             },
         );
+        // Its bare samples until now: the sampler's ticks stood for that time.
+        self.take_stranger(tid);
         Ok(())
     }
 
@@ -259,7 +353,9 @@ impl CpuWide {
     /// Records `tid` no more (if it still is: an `exec` removes it in the kernel).
     pub(super) fn unwatch(&mut self, tid: u32) {
         let _ = delete_bytes(self.watched.as_raw_fd(), &tid.to_ne_bytes());
-        self.threads.remove(&tid);
+        if self.threads.remove(&tid).is_some() {
+            self.ignore(tid);
+        }
     }
 
     /// Moves every CPU's samples to their threads' queues, and hands `birth` each thread or
@@ -268,14 +364,41 @@ impl CpuWide {
         self.read_at = crate::os::time::monotonic_ns();
         let threads = &mut self.threads;
         let (lost, foreign) = (&mut self.lost, &mut self.foreign);
+        let (processes, ignored) = (&self.processes, &mut self.ignored);
+        let (strangers, stranger_bytes) = (&mut self.strangers, &mut self.stranger_bytes);
         for cpu in &mut self.cpus {
             let head = cpu.ring.head();
             let mut lost_at = None;
             let (sampled, timer) = (&mut cpu.sampled, &cpu.timer);
             let room = cpu.ring.drain(head, |record| match parse(record) {
-                Record::Sample { tid, sample, .. } => {
+                Record::Sample {
+                    tid, pid, sample, ..
+                } => {
                     let Some(thread) = threads.get_mut(&tid) else {
-                        *foreign += 1;
+                        let bytes = sample.stack.bytes;
+                        let room = strangers.len() < MOST_STRANGERS || strangers.contains_key(&tid);
+                        let held = strangers.get(&tid).map_or(0, |s| s.samples.len());
+                        if !processes.contains_key(&pid)
+                            || ignored.contains(&tid)
+                            || !room
+                            || held >= MOST_HELD
+                            || *stranger_bytes + bytes.len() > MOST_STRANGER_BYTES
+                        {
+                            *foreign += 1;
+                            return;
+                        }
+                        *stranger_bytes += bytes.len();
+                        let stranger = strangers.entry(tid).or_insert_with(|| Stranger {
+                            pid,
+                            samples: Vec::new(),
+                        });
+                        stranger.samples.push(Held {
+                            time: sample.time,
+                            regs: sample.regs,
+                            stack: bytes.to_vec(),
+                            trimmed: false,
+                            tick_ns: timer.at(sample.time),
+                        });
                         return;
                     };
                     if thread.pending.len() >= MOST_HELD {
@@ -298,8 +421,12 @@ impl CpuWide {
                     *sampled = true;
                     insert(&mut thread.pending, Pending::Sample(held));
                 }
-                Record::Fork { tid, time, parent } if threads.contains_key(&parent) => {
-                    birth(tid, time);
+                Record::Fork { tid, time, parent } => {
+                    // A new thread: its id may be one ignored before.
+                    ignored.remove(&tid);
+                    if threads.contains_key(&parent) {
+                        birth(tid, time);
+                    }
                 }
                 Record::Lost(count) => {
                     *lost = lost.saturating_add(count);

@@ -125,6 +125,12 @@ const _: () = assert!(VALUE_SIZE.is_multiple_of(8), "values hold aligned words")
 /// The stack word (u32) that holds the thread's map value index (see [`Index`]).
 pub(in crate::native) const INDEX_SLOT: i16 = -4;
 
+/// Added to a process id, the key under which the per-CPU design's map of watched threads
+/// holds a watched process (`cpu_wide.rs`): thread ids stay below 2^22 (`pid_max`), so no
+/// thread's key is one. A sample of a thread of such a process that is not watched yet is
+/// written bare (registers and stack, no copies): a thread born and gone between two reads.
+pub(in crate::native) const PROCESS_KEY: u32 = 1 << 31;
+
 /// The stack word where a program keeps its context (`walk.rs` reads it after the hand-over).
 pub(in crate::native) const CONTEXT: i16 = -24;
 

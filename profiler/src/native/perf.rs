@@ -167,6 +167,9 @@ pub struct PerfSampler {
     /// Per owner whose labels are read, the offset of their thread-local pointer from a
     /// thread's thread pointer and their format (see `layout::VALUE_LABELS_OFFSET`).
     labels: HashMap<Owner, [u64; 2]>,
+    /// Per CPU, each owner's process, whose threads not watched get bare samples
+    /// (`perf/shared.rs`).
+    processes: HashMap<Owner, u32>,
 }
 
 /// Who watches a thread: the process the sampler was made for ([`FIRST_OWNER`], whose code
@@ -235,6 +238,7 @@ impl PerfSampler {
             wide: None,
             owners: FIRST_OWNER,
             labels: HashMap::new(),
+            processes: HashMap::new(),
         };
         if sampler.programs.rules.eager() {
             sampler.programs.rules.prepare_walk(sampler.copies.fd());
@@ -515,13 +519,7 @@ impl PerfSampler {
             return;
         };
         let index = thread.index as usize;
-        let births = &mut self.births;
-        wide.read_cpus(|tid, time| {
-            if births.len() >= MAX_BIRTHS {
-                births.clear();
-            }
-            births.insert(tid, time);
-        });
+        read_cpus(wide, &mut self.births);
         let bound = SLOTS * 4 * RING_PAGES * self.page / STACK_DUMP as usize;
         self.queues.read(&mut self.copies, bound);
         let tolerance = (self.period_ns / 2).min(MATCH_TOLERANCE_NS);
@@ -545,6 +543,7 @@ impl PerfSampler {
         self.lost = self.lost.saturating_add(std::mem::take(&mut wide.lost));
         self.unmatched = self.unmatched.saturating_add(unmatched);
         if execed {
+            wide.processes_stale();
             self.forget(tid);
         } else if let Some(thread) = self.threads.get_mut(&tid) {
             thread.departures += departures;
@@ -753,3 +752,13 @@ pub use shared::{Perf, SharedPerf};
 
 #[cfg(test)]
 mod tests;
+
+/// Has `wide` read its CPUs' rings, keeping the births they tell of in `births`.
+fn read_cpus(wide: &mut CpuWide, births: &mut HashMap<u32, u64>) {
+    wide.read_cpus(|tid, time| {
+        if births.len() >= MAX_BIRTHS {
+            births.clear();
+        }
+        births.insert(tid, time);
+    });
+}

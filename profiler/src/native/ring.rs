@@ -258,6 +258,8 @@ pub(super) enum Record<'a> {
     Sample {
         departure: bool,
         tid: u32,
+        /// Its process.
+        pid: u32,
         sample: Box<PerfSample<'a>>,
     },
     /// The thread left its CPU (`out`, and `preempted` if it stayed runnable) or came back to
@@ -320,7 +322,8 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
     let (Some(time), Some(cpu_ns), Some(abi)) = (word(24), word(32), word(40)) else {
         return Record::Other;
     };
-    let tid = (word(16).unwrap_or(0) >> 32) as u32;
+    let ids = word(16).unwrap_or(0);
+    let (pid, tid) = (ids as u32, (ids >> 32) as u32);
     let (Some(bp), Some(sp), Some(ip), Some(size)) = (word(48), word(56), word(64), word(72))
     else {
         return Record::Other;
@@ -354,6 +357,7 @@ pub(super) fn parse(record: &[u8]) -> Record<'_> {
     Record::Sample {
         departure: is_departure(size),
         tid,
+        pid,
         sample,
     }
 }
@@ -702,6 +706,8 @@ mod tests {
         let mut record = vec![0u8; 80];
         record[0..4].copy_from_slice(&sys::bindings::PERF_RECORD_SAMPLE.to_ne_bytes());
         record[8..16].copy_from_slice(&11u64.to_ne_bytes()); // the event's id
+        record[16..20].copy_from_slice(&40u32.to_ne_bytes()); // pid
+        record[20..24].copy_from_slice(&42u32.to_ne_bytes()); // tid
         record[24..32].copy_from_slice(&5u64.to_ne_bytes()); // time
         record[32..40].copy_from_slice(&3u64.to_ne_bytes()); // count
         record[40..48].copy_from_slice(&2u64.to_ne_bytes()); // abi 64
@@ -714,7 +720,8 @@ mod tests {
         let Record::Sample {
             departure: false,
             sample,
-            ..
+            pid: 40,
+            tid: 42,
         } = parse(&record)
         else {
             panic!("not decoded");

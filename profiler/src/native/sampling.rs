@@ -9,15 +9,15 @@ use crate::native::asm::{
     insn, Asm, Insn, Label, ADD64_IMM, ADD64_REG, CALL, EXIT, HELPER_GET_CURRENT_PID_TGID,
     HELPER_GET_CURRENT_TASK, HELPER_KTIME_GET_NS, HELPER_PROBE_READ_KERNEL, HELPER_PROBE_READ_USER,
     JA, JEQ_IMM, JLE_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_H, LDX_W, MOV64_IMM, MOV64_REG, OR64_IMM,
-    STX_DW, STX_W, ST_DW, ST_W,
+    RSH64_IMM, STX_DW, STX_W, ST_DW, ST_W,
 };
 use crate::native::bpf::load;
 use crate::native::fragments::{copy_slots, output_sized, value_of_thread, watched_index};
 use crate::native::layout::{
     ANCHORS, ANCHOR_RECORD_SIZE, CONTEXT, COPY_HEADER, INDEX_SLOT, LABELS, LABELS_MOST,
-    LABELS_RECORD, LABEL_ENTRY, LABEL_KEY, LABEL_VALUE, SLOTS, VALUE_ANCHORS, VALUE_ANCHOR_RECORD,
-    VALUE_DEPARTED, VALUE_LABELS_FORMAT, VALUE_LABELS_OFFSET, VALUE_LABELS_RECORD,
-    VALUE_LABELS_TEMP,
+    LABELS_RECORD, LABEL_ENTRY, LABEL_KEY, LABEL_VALUE, PROCESS_KEY, SLOTS, VALUE_ANCHORS,
+    VALUE_ANCHOR_RECORD, VALUE_DEPARTED, VALUE_LABELS_FORMAT, VALUE_LABELS_OFFSET,
+    VALUE_LABELS_RECORD, VALUE_LABELS_TEMP,
 };
 use crate::native::layout::{LABELS_OTEL, OTEL_COPIED};
 use crate::native::rules::Rules;
@@ -32,8 +32,8 @@ pub(super) enum Index {
     /// The event is the thread's own (one per thread): the index is written into the program.
     Fixed(u32),
     /// The event is a CPU's (`cpu_wide.rs`): the index is looked up by the running thread's id
-    /// in the hash map of watched threads; for a thread not there the program returns 0 (no
-    /// sample is written) at once.
+    /// in the hash map of watched threads; for a thread not there the program returns at once,
+    /// writing a bare sample where the thread's process is watched (see `index_of_thread`).
     Watched(RawFd),
 }
 
@@ -91,7 +91,9 @@ fn program(
 }
 
 /// Puts the thread's map value index in the stack word at [`INDEX_SLOT`]; for
-/// `Index::Watched`, returns 0 at once where the running thread is not watched.
+/// `Index::Watched`, where the running thread is not watched, returns at once: 1 (the kernel
+/// writes the sample bare, registers and stack) where its process is watched (its key,
+/// [`PROCESS_KEY`] added to its id, is in the map), else 0 (no sample).
 fn index_of_thread(p: &mut Asm, index: Index) {
     match index {
         Index::Fixed(index) => p.push(insn(ST_W, 10, 0, INDEX_SLOT, index as i32)),
@@ -101,13 +103,22 @@ fn index_of_thread(p: &mut Asm, index: Index) {
                 insn(STX_W, 10, 0, INDEX_SLOT, 0), // the thread's id, the lower half
             ]);
             watched_index(p, watched, INDEX_SLOT);
-            let watched = p.label();
-            p.jump(JNE_IMM, 0, 0, 0, watched);
+            let found = p.label();
+            p.jump(JNE_IMM, 0, 0, 0, found);
+            // Not watched: a bare sample if its process is, else none.
             p.extend([
-                insn(MOV64_IMM, 0, 0, 0, 0), // not watched: no sample
-                insn(EXIT, 0, 0, 0, 0),
+                insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_PID_TGID),
+                insn(RSH64_IMM, 0, 0, 0, 32),
+                insn(OR64_IMM, 0, 0, 0, PROCESS_KEY as i32), // the low word is what counts
+                insn(STX_W, 10, 0, INDEX_SLOT, 0),
             ]);
-            p.bind(watched);
+            watched_index(p, watched, INDEX_SLOT);
+            let process = p.label();
+            p.jump(JNE_IMM, 0, 0, 0, process);
+            p.extend([insn(MOV64_IMM, 0, 0, 0, 0), insn(EXIT, 0, 0, 0, 0)]);
+            p.bind(process);
+            p.extend([insn(MOV64_IMM, 0, 0, 0, 1), insn(EXIT, 0, 0, 0, 0)]);
+            p.bind(found);
             p.extend([insn(LDX_W, 1, 0, 0, 0), insn(STX_W, 10, 1, INDEX_SLOT, 0)]);
         }
     }

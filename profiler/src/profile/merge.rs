@@ -250,6 +250,9 @@ fn add_counters(meta: &mut Meta, child: &Meta) {
     n.native_blocked += c.native_blocked;
     n.native_blocked_skipped += c.native_blocked_skipped;
     n.native_uncopied += c.native_uncopied;
+    n.unseen.native_unseen_threads += c.unseen.native_unseen_threads;
+    n.unseen.native_unseen_samples += c.unseen.native_unseen_samples;
+    n.unseen.native_unseen_dropped += c.unseen.native_unseen_dropped;
     n.stops.native_stops += c.stops.native_stops;
     n.beyond.native_completed += c.beyond.native_completed;
     n.beyond.native_walked += c.beyond.native_walked;

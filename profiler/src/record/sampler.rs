@@ -175,6 +175,8 @@ pub struct Sampler {
     gate: exec::ExecGate,
     /// The custom labels' keys and values seen, within their bounds (`labels.rs`).
     labels: labels::Seen,
+    /// Threads no tick saw (`unseen.rs`).
+    unseen: unseen::Unseen,
 }
 
 impl Sampler {
@@ -211,6 +213,7 @@ impl Sampler {
             image_token: None,
             gate: exec::ExecGate::new(pid),
             labels: labels::Seen::default(),
+            unseen: unseen::Unseen::default(),
         }
     }
 
@@ -322,6 +325,7 @@ impl Sampler {
         self.sample_threads(now, first, tick);
         self.take_later_branches(now);
         self.forget_gone(tick);
+        self.take_unseen(false);
         self.clock.end(now);
         true
     }
@@ -759,6 +763,7 @@ mod later_branches;
 mod lifecycle;
 mod native_stacks;
 mod off_cpu;
+mod unseen;
 mod weight;
 pub use ending::Recorded;
 use lifecycle::Pass;

@@ -207,6 +207,12 @@ fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
                 "{unmarked} stretches off the CPU have no native stack: the kernel's copy of the thread's marks as it left was lost, failed or caught a push half done, so those of its latest sample stand in (a departure's stack would be drawn with other marks)"
             ));
         }
+        let dropped = meta.native_stacks.unseen.native_unseen_dropped;
+        if dropped > 0 {
+            notes.push(format!(
+                "{dropped} perf samples of threads that ended before any of fsprof's ticks found them are left out: the process marks (or publishes labels), and those threads' marks were never read (their time is missing from every share; --rate raises the ticks' rate too)"
+            ));
+        }
         let unplaced_ms = meta.native_stacks.native_preempted_unplaced_us / 1_000;
         if unplaced_ms >= PREEMPTED_NOTE_MS {
             notes.push(format!(

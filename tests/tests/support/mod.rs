@@ -255,7 +255,7 @@ impl Drop for TestDir {
 /// wrong attribution (late and slow ticks, samples the kernel lost or could not match with the
 /// marks, CPU time estimated after losses). Read when a test fails, for CI's digest.
 fn conditions(dir: &Path) -> Vec<String> {
-    const FIGURES: [&str; 11] = [
+    const FIGURES: [&str; 12] = [
         "ticks",
         "late_ticks",
         "slow_ticks",
@@ -264,6 +264,7 @@ fn conditions(dir: &Path) -> Vec<String> {
         "perf_lost_cpu_us",
         "native_moved",
         "native_uncopied",
+        "native_unseen_dropped",
         "native_preempted_unplaced_us",
         "pause_p99_us",
         "torn_dropped",

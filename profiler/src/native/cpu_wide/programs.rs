@@ -18,6 +18,7 @@ use crate::native::asm::{
 use crate::native::fragments::{output_sized, value_of_thread, watched_index};
 use crate::native::layout::CONTEXT;
 use crate::native::layout::INDEX_SLOT;
+use crate::native::layout::PROCESS_KEY;
 use crate::native::layout::SLOTS;
 use crate::native::layout::{
     COPY_HEADER, FOLD_KINDS, FOLD_RECORD, VALUE_ADDRESSES, VALUE_CPU_NS, VALUE_DEPARTED,
@@ -428,7 +429,8 @@ fn departed(p: &mut Asm, copies: RawFd, copies_size: usize, gap_ns: u64) {
 }
 
 /// The program at an `exec`: removes the current thread and its process's leader (whose id it
-/// takes) from the watched threads, with a record of each it removes; `done` (the program at
+/// takes) from the watched threads, with a record of each it removes, and the process's own
+/// key (`layout::PROCESS_KEY`); `done` (the program at
 /// `sched_process_exec`, whose second argument is the id the thread had before) removes that
 /// id too.
 pub(super) fn exec_program(copies: RawFd, watched: RawFd, done: bool) -> Vec<Insn> {
@@ -477,6 +479,18 @@ pub(super) fn exec_program(copies: RawFd, watched: RawFd, done: bool) -> Vec<Ins
         insn(STX_W, 10, 1, KEY, 0),
     ]);
     remove(&mut p);
+    // And the process's key: its threads not watched get no bare samples until fsprof
+    // watches the process again, past its exec gate.
+    p.extend([
+        insn(LDX_W, 1, 10, KEY, 0),
+        insn(OR64_IMM, 1, 0, 0, PROCESS_KEY as i32),
+        insn(STX_W, 10, 1, KEY, 0),
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, watched),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 10, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(KEY)),
+        insn(CALL, 0, 0, 0, HELPER_MAP_DELETE_ELEM),
+    ]);
     if done {
         p.extend([
             insn(LDX_DW, 1, 10, CONTEXT, 0),

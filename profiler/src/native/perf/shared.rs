@@ -16,6 +16,7 @@
 //! Not here: the sampler itself (`perf.rs`); which processes are followed (`record/children.rs`).
 
 use super::{Owner, PerfSampler, WatchError, FIRST_OWNER};
+use crate::native::cpu_wide::Held;
 use crate::native::layout::{SLOTS, VALUE_ADDRESSES};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -135,8 +136,49 @@ impl PerfSampler {
         self.owners
     }
 
-    /// Forgets every thread `owner` watches (its holder is gone).
+    /// Has the per-CPU programs write bare samples of the threads of `owner`'s process `pid`
+    /// that are not watched (`cpu_wide.rs`'s strangers: a thread born and gone between two
+    /// ticks is known by those alone). Nothing per thread; a call after an `exec` puts back
+    /// the key the `exec` program removed.
+    pub fn watch_process(&mut self, owner: Owner, pid: u32) {
+        if let Some(wide) = &mut self.wide {
+            if wide.watch_process(pid).is_ok() {
+                self.processes.insert(owner, pid);
+            }
+        }
+    }
+
+    /// The threads of `owner`'s process whose bare samples are held; with `read`, after the
+    /// CPUs' rings are read (their last samples, at the recording's end).
+    pub fn strangers_of(&mut self, owner: Owner, read: bool) -> Vec<u32> {
+        let (Some(wide), Some(pid)) = (&mut self.wide, self.processes.get(&owner)) else {
+            return Vec::new();
+        };
+        if read {
+            super::read_cpus(wide, &mut self.births);
+        }
+        wide.strangers_of(*pid)
+    }
+
+    /// Drops thread `tid`'s bare samples, held and to come: the sampler's ticks saw it.
+    pub fn ignore_stranger(&mut self, tid: u32) {
+        if let Some(wide) = &mut self.wide {
+            wide.ignore(tid);
+        }
+    }
+
+    /// Thread `tid`'s bare samples held, oldest first; none are held after.
+    pub(in crate::native) fn take_stranger(&mut self, tid: u32) -> Vec<Held> {
+        self.wide
+            .as_mut()
+            .map_or_else(Vec::new, |wide| wide.take_stranger(tid))
+    }
+
+    /// Forgets every thread `owner` watches (its holder is gone), and its process.
     pub(super) fn forget_all_of(&mut self, owner: Owner) {
+        if let (Some(wide), Some(pid)) = (&mut self.wide, self.processes.remove(&owner)) {
+            wide.unwatch_process(pid);
+        }
         let theirs: Vec<u32> = (self.threads.iter())
             .filter(|(_, thread)| thread.owner == owner)
             .map(|(tid, _)| *tid)

@@ -23,6 +23,7 @@ impl Sampler {
     pub fn end(mut self, mut meta: Meta) -> Recorded {
         self.flush_pending(None);
         self.end_recording();
+        self.take_unseen(true);
         for state in self.threads.states.values_mut() {
             if let Some(pending) = state.before_perf.take() {
                 pending.add(&mut self.builder, None);
@@ -55,6 +56,7 @@ impl Sampler {
             meta.native_stacks.native_blocked = stats.blocked;
             meta.native_stacks.native_blocked_skipped = stats.blocked_skipped;
             meta.native_stacks.native_uncopied = stats.uncopied;
+            meta.native_stacks.unseen = self.unseen.counts;
             let losses = &mut meta.native_stacks.losses;
             (losses.perf_lost, losses.perf_unmatched) = native.perf_losses();
             losses.perf_lost_cpu_us = self.tally.lost_cpu_ns / 1_000;

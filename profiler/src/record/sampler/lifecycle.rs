@@ -53,6 +53,10 @@ impl Sampler {
         let Some(status) = ThreadStatus::open(self.pid, tid, keep_open) else {
             return false;
         };
+        if let Some(native) = &mut self.native {
+            // Its bare samples until now (per CPU): this tick's sample stands for that time.
+            native.ignore_stranger(tid);
+        }
         self.threads.descriptor_budget -= status.descriptors();
         let pid = self.pid;
         let id = self.builder.thread(tid, || process::thread_name(pid, tid));
