@@ -626,7 +626,9 @@ fn a_stripped_program_and_library_get_their_names_from_debuginfod() {
 /// they were missing from the profile with their time (8 ms threads: 110 of 122 found). Per
 /// CPU, perf's bare samples of a thread no tick saw are added once it is gone: every thread the
 /// program made is in the profile, and the short threads' share of the time is the one the
-/// program measured (their CPU time against the main thread's), within 2.5 points.
+/// program measured (their CPU time against the main thread's), within 2.5 points or four
+/// standard deviations of its samples' spread; at most a tenth of their time has no native
+/// stack. (The threads a tick found read 3 to 5% low: a bias of their own, not this test's.)
 #[test]
 fn threads_born_and_gone_between_two_ticks_are_in_the_profile_with_perf() {
     let _serial = serial();
@@ -643,7 +645,7 @@ fn threads_born_and_gone_between_two_ticks_are_in_the_profile_with_perf() {
         .arg(dir.path())
         .arg("--")
         .arg(&program)
-        .args(["2", "30"])
+        .args(["12", "30"])
         .env("SHORT_THREADS_EACH", "1")
         .output()
         .unwrap();
@@ -672,24 +674,33 @@ fn threads_born_and_gone_between_two_ticks_are_in_the_profile_with_perf() {
     let missing: Vec<u64> = (made.iter().copied())
         .filter(|tid| !tids.contains(tid))
         .collect();
-    // Each thread's active time in the profile, ms.
-    let mut active = vec![0.0f64; tids.len()];
+    // Each thread's active time in the profile, ms, and of it the time without a native stack.
+    let (mut active, mut stackless) = (vec![0.0f64; tids.len()], vec![0.0f64; tids.len()]);
     for sample in profile["samples"].as_array().unwrap() {
         let thread = sample["thread"].as_u64().unwrap() as usize;
-        active[thread] += sample["active_ns"].as_u64().unwrap_or(0) as f64 / 1e6;
+        let ms = sample["active_ns"].as_u64().unwrap_or(0) as f64 / 1e6;
+        active[thread] += ms;
+        if sample.get("native").is_none() {
+            stackless[thread] += ms;
+        }
     }
-    let of = |wanted: &dyn Fn(u64) -> bool| -> f64 {
-        (tids.iter().zip(&active))
+    let of = |times: &[f64], wanted: &dyn Fn(u64) -> bool| -> f64 {
+        (tids.iter().zip(times))
             .filter(|(tid, _)| wanted(**tid))
             .map(|(_, ms)| ms)
             .sum()
     };
     let pid = meta["pid"].as_u64().unwrap();
-    let (short, main) = (of(&|tid| made.contains(&tid)), of(&|tid| tid == pid));
+    let short_thread = |tid| made.contains(&tid);
+    let (short, main) = (of(&active, &short_thread), of(&active, &|tid| tid == pid));
+    let short_stackless = of(&stackless, &short_thread);
     let share = 100.0 * short / (short + main);
     let truth = 100.0 * short_ms / (short_ms + main_ms);
+    // One sample per period of the two's time at the rate: the shares' spread.
+    let rate = meta["rate_hz"].as_f64().unwrap_or(250.0);
+    let bound = share_bound(truth, ((short + main) * rate / 1e3) as u64, 2.5);
     let summary = format!(
-        "{} threads made, {} missing {missing:?}; the short threads {short:.1} ms, the main thread {main:.1} ms: {share:.2}% against {truth:.2}% measured ({short_ms:.1} and {main_ms:.1} ms of CPU); unseen threads added {}, their samples {}, perf samples lost {}",
+        "{} threads made, {} missing {missing:?}; the short threads {short:.1} ms ({short_stackless:.1} without a native stack), the main thread {main:.1} ms: {share:.2}% against {truth:.2}% measured ({short_ms:.1} and {main_ms:.1} ms of CPU); unseen threads added {}, their samples {}, perf samples lost {}",
         made.len(),
         missing.len(),
         meta["native_unseen_threads"],
@@ -699,5 +710,11 @@ fn threads_born_and_gone_between_two_ticks_are_in_the_profile_with_perf() {
     eprintln!("{summary}");
     assert!(made.len() >= 20, "{summary}\n{stderr}");
     assert!(missing.is_empty(), "{summary}");
-    assert!((share - truth).abs() <= 2.5, "{summary}");
+    assert!(
+        (share - truth).abs() <= bound,
+        "{summary} (bound {bound:.2})"
+    );
+    // Their stacks: a thread a tick found has its time until then under its latest bare
+    // sample's stack (without it, 8 to 15% of the short threads' time had none).
+    assert!(short_stackless <= 0.1 * short, "{summary}");
 }

@@ -16,6 +16,7 @@
 //! Symbolization is not done here.
 
 use crate::native::complete::Completer;
+use crate::native::cpu_wide::Held;
 use crate::native::layout::{ANCHORS, SLOTS};
 use crate::native::memory_map::MemoryMap;
 use crate::native::off_thread::{self, OffThread};
@@ -507,19 +508,9 @@ impl NativeSampler {
     /// unwound, each with the length of the tick that took it; none where the process may no
     /// longer be traced (they may be of a program it ran since).
     pub fn unseen_samples(&mut self, tid: u32) -> Vec<(Captured, u64)> {
-        let Some(holder) = self.perf.take() else {
-            return Vec::new();
-        };
-        let held = holder.lock().take_stranger(tid);
-        self.perf = Some(holder);
-        if held.is_empty() || crate::os::privilege::still_traceable(self.pid).is_err() {
-            return Vec::new();
-        }
-        let mut unwound = Vec::with_capacity(held.len());
-        for sample in held {
-            let stack = StackView::new(sample.regs.sp, &sample.stack);
-            // Its memory map is read through the process (the thread is gone).
-            let captured = self.unwind(self.pid, sample.regs, stack, false);
+        let mut unwound = Vec::new();
+        for sample in self.take_bare(tid) {
+            let captured = self.unwind_bare(&sample);
             let captured = if !captured.complete && sample.stack.is_empty() {
                 self.stats.uncopied += 1;
                 Captured::default()
@@ -529,6 +520,36 @@ impl NativeSampler {
             unwound.push((captured, sample.tick_ns));
         }
         unwound
+    }
+
+    /// The stack of thread `tid`'s latest bare sample (see [`NativeSampler::unseen_samples`])
+    /// that has one, unwound; the others are dropped, and those to come (a tick found it).
+    pub fn latest_bare_stack(&mut self, tid: u32) -> Option<Captured> {
+        let bare = self.take_bare(tid);
+        self.ignore_stranger(tid);
+        let latest = bare.iter().rev().find(|sample| !sample.stack.is_empty())?;
+        Some(self.unwind_bare(latest)).filter(|captured| !captured.frames.is_empty())
+    }
+
+    /// Thread `tid`'s bare samples held, taken; none where the process may no longer be traced
+    /// (they may be of a program it ran since).
+    fn take_bare(&mut self, tid: u32) -> Vec<Held> {
+        let Some(holder) = self.perf.take() else {
+            return Vec::new();
+        };
+        let held = holder.lock().take_stranger(tid);
+        self.perf = Some(holder);
+        if held.is_empty() || crate::os::privilege::still_traceable(self.pid).is_err() {
+            return Vec::new();
+        }
+        held
+    }
+
+    /// A bare sample's stack, unwound; its memory map read through the process (its thread
+    /// may be gone).
+    fn unwind_bare(&mut self, sample: &Held) -> Captured {
+        let stack = StackView::new(sample.regs.sp, &sample.stack);
+        self.unwind(self.pid, sample.regs, stack, false)
     }
 
     /// Drops the samples perf took of `tid` so far, unread, and stops copying its slots until

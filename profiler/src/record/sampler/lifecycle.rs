@@ -53,10 +53,19 @@ impl Sampler {
         let Some(status) = ThreadStatus::open(self.pid, tid, keep_open) else {
             return false;
         };
-        if let Some(native) = &mut self.native {
-            // Its bare samples until now (per CPU): this tick's sample stands for that time.
-            native.ignore_stranger(tid);
-        }
+        // Its bare samples until now (per CPU): this tick's sample stands for that time, with
+        // the latest one's stack where the process neither marks nor publishes labels (marks
+        // of that instant were never read; otherwise its first perf sample's stack stands in).
+        let marks = self.reader.knows_regions();
+        let bare = self.native.as_mut().and_then(|native| {
+            match marks || native.label_format().is_some() {
+                true => {
+                    native.ignore_stranger(tid);
+                    None
+                }
+                false => native.latest_bare_stack(tid),
+            }
+        });
         self.threads.descriptor_budget -= status.descriptors();
         let pid = self.pid;
         let id = self.builder.thread(tid, || process::thread_name(pid, tid));
@@ -100,6 +109,9 @@ impl Sampler {
             followed: None,
         };
         self.threads.states.insert(tid, state);
+        if let (Some(captured), Some(state)) = (bare, self.threads.states.get_mut(&tid)) {
+            (state.stacks).set_latest_perf(Some(Native::Perf(captured, Vec::new(), None)));
+        }
         true
     }
 
