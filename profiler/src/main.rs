@@ -21,6 +21,10 @@ fn main() -> ExitCode {
     if !perf_wanted {
         fsprof::os::privilege::drop_all();
     }
+    if matches!(command, Command::Run { .. } | Command::Attach { .. }) {
+        // While fsprof has a single thread: see `presize_table`.
+        fsprof::os::descriptors::presize_table();
+    }
     let result = match command {
         Command::Run { program, options } => {
             fsprof::commands::session::run(&program, &options).map(|code| code as u8)

@@ -140,7 +140,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     };
     let pid = child.id();
     // Raised only now, so that the program does not inherit fsprof's higher limit.
-    let descriptors = process::raise_open_file_limit();
+    let descriptors = crate::os::descriptors::raise_limit();
 
     let mut sampler = Sampler::new(pid, descriptors, sampling, perf);
     let shared_perf = sampler.share_perf();
@@ -235,7 +235,7 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     check_backend(options)?;
     check_top(options)?;
     let signals = Signals::install()?;
-    let descriptors = process::raise_open_file_limit();
+    let descriptors = crate::os::descriptors::raise_limit();
     let command = process::command_line(pid);
     let name = command
         .first()

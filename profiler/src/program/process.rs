@@ -548,23 +548,6 @@ fn parse_syscall(text: &str) -> Option<(u64, u64)> {
     (sp != 0 && pc != 0).then_some((sp, pc))
 }
 
-/// Raises this process's limit on open files to the hard limit, and returns how many more files
-/// fsprof may keep open while leaving a reserve for everything else it opens. fsprof keeps one
-/// file open per target thread up to that number, and opens the others at each read.
-pub fn raise_open_file_limit() -> usize {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    const RESERVE: u64 = 64;
-    let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return 0;
-    };
-    let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-    let limit = getrlimit(Resource::RLIMIT_NOFILE).map_or(0, |(soft, _)| soft);
-    let in_use = fs::read_dir("/proc/self/fd").map_or(RESERVE, |dir| dir.count() as u64);
-    limit
-        .saturating_sub(in_use + RESERVE)
-        .min(usize::MAX as u64) as usize
-}
-
 /// [`memory_thread`], remembered in `cache` once found.
 pub fn memory_thread_cached(cache: &std::cell::Cell<Option<u32>>, pid: u32, tids: &[u32]) -> u32 {
     match cache.get() {
