@@ -72,6 +72,9 @@ impl Live for () {
 /// Late ticks among the latest 32 that make the sampler real-time (where the system allows
 /// it): one is a hiccup (a page fault, a stolen moment), two say the CPUs are busy.
 const LATE_BEFORE_REAL_TIME: u32 = 2;
+/// A wait for a CPU within one tick that makes the sampler real-time at once: no hiccup of a
+/// busy CPU (its competitors' slices are a few milliseconds) lasts this long.
+const STALL_BEFORE_REAL_TIME: Duration = Duration::from_millis(25);
 
 /// Samples until the target exits, `stop` returns a reason, or the duration elapses. Intervals are
 /// drawn uniformly from 0.5 to 1.5 times the mean period, so periodic behaviour in the target
@@ -108,6 +111,8 @@ fn sample_until_stopped(
     let mut late_ticks: u32 = 0;
     let mut next = start;
     let mut current = period;
+    let mut preemptions = involuntary_switches();
+    let mut crowd = Crowd::new();
     // Fault injection for tests: a panic in the middle of recording, to prove that the target is
     // released (detached, running) when fsprof fails.
     let panic_after: Option<u64> = std::env::var("FSPROF_TEST_PANIC_AFTER_TICKS")
@@ -133,9 +138,12 @@ fn sample_until_stopped(
             sampler.clock().count_late();
         }
         late_ticks = (late_ticks << 1) | u32::from(late);
-        // The sampler waited for a CPU: from now on it takes one before the program's
-        // threads (see `priority::Raised::gently`).
-        if late_ticks.count_ones() >= LATE_BEFORE_REAL_TIME && raised.how() != "real-time" {
+        // The sampler waited for a CPU, or would at its share of one: from now on it takes one
+        // before the program's threads (see `priority::Raised::gently`).
+        let crowded = raised.how() != "real-time" && crowd.crowded();
+        if (crowded || late_ticks.count_ones() >= LATE_BEFORE_REAL_TIME)
+            && raised.how() != "real-time"
+        {
             raised.escalate();
             sampler.set_priority(raised.how());
         }
@@ -146,7 +154,7 @@ fn sample_until_stopped(
             suspend(sampler);
             next = Instant::now();
         }
-        let cpu_before = thread_cpu_time();
+        let (cpu_before, began) = (thread_cpu_time(), Instant::now());
         if !sampler.tick() {
             live.clear();
             return match sampler.refused() {
@@ -157,6 +165,22 @@ fn sample_until_stopped(
         // The tick's CPU time, not its wall time: a tick that was preempted or stopped must not
         // make the next wait longer.
         let cost = thread_cpu_time().saturating_sub(cpu_before);
+        // Preempted in the middle of the tick (runnable, on no CPU): late too, the next
+        // tick's wake-up tells nothing of it. Beside 1000 busy threads on 2 CPUs the sampler,
+        // at its lower nice value, waited 223 ms in a tick while the CPUs' rings lasted about
+        // 120, and they lost samples: one such wait makes it real-time at once. (A wait that
+        // blocked, for a file's first read from disk say, is no sign of busy CPUs: it counts
+        // only where the thread was switched out while runnable.)
+        let waited = began.elapsed().saturating_sub(cost);
+        let preempted = std::mem::replace(&mut preemptions, involuntary_switches());
+        if waited > current / 2 && preemptions > preempted {
+            sampler.clock().count_late();
+            late_ticks |= 1;
+            if waited >= STALL_BEFORE_REAL_TIME && raised.how() != "real-time" {
+                raised.escalate();
+                sampler.set_priority(raised.how());
+            }
+        }
         let (builder, threads) = sampler.progress();
         if !live.update(builder, threads) {
             live.clear();
@@ -193,6 +217,59 @@ pub fn suspend(sampler: &mut Sampler) {
     }
     sampler.sleep_until(Instant::now() + Duration::from_millis(20));
     let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+}
+
+/// Runnable threads per CPU, machine-wide, beyond which the sampler is made real-time before it
+/// waits: at its lower nice value (weight 9548 against 1024 for each thread at nice 0) it has
+/// a sixth of a CPU beside 48 busy threads, and beside 500 (1000 busy threads on 2 CPUs) less
+/// than 2%: a tick's 5 ms of CPU (admitting 135 threads just born) took it 223 to 280 ms, and
+/// the CPUs' rings, which last about 120 ms there, lost samples.
+const CROWD_PER_CPU: u32 = 48;
+
+/// How often the runnable threads are counted at most (a read of `/proc/loadavg`, ~1.5 us).
+const CROWD_EVERY: Duration = Duration::from_millis(10);
+
+/// The machine's runnable threads, from the fourth field of `/proc/loadavg` ("3/250": running
+/// or runnable, of all), kept open and read from its start.
+struct Crowd {
+    file: Option<std::fs::File>,
+    cpus: u32,
+    read_at: Option<Instant>,
+}
+
+impl Crowd {
+    fn new() -> Crowd {
+        Crowd {
+            file: std::fs::File::open("/proc/loadavg").ok(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            read_at: None,
+        }
+    }
+
+    /// Whether more than [`CROWD_PER_CPU`] threads per CPU are runnable now; read at most every
+    /// [`CROWD_EVERY`] (`false` in between, or where unreadable).
+    fn crowded(&mut self) -> bool {
+        use std::os::unix::fs::FileExt;
+        if self.read_at.is_some_and(|at| at.elapsed() < CROWD_EVERY) {
+            return false;
+        }
+        self.read_at = Some(Instant::now());
+        let mut bytes = [0u8; 128];
+        let Some(read) = (self.file.as_ref()).and_then(|f| f.read_at(&mut bytes, 0).ok()) else {
+            return false;
+        };
+        let runnable = std::str::from_utf8(&bytes[..read]).ok().and_then(|text| {
+            let field = text.split_ascii_whitespace().nth(3)?;
+            field.split('/').next()?.parse::<u32>().ok()
+        });
+        runnable.is_some_and(|runnable| runnable > CROWD_PER_CPU.saturating_mul(self.cpus))
+    }
+}
+
+/// Times this thread was switched out while runnable, so far.
+fn involuntary_switches() -> i64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_THREAD).map_or(0, |usage| usage.involuntary_context_switches())
 }
 
 /// CPU time this thread has used.
