@@ -628,7 +628,8 @@ fn a_stripped_program_and_library_get_their_names_from_debuginfod() {
 /// program made is in the profile, and the short threads' share of the time is the one the
 /// program measured (their CPU time against the main thread's), within 2.5 points or four
 /// standard deviations of its samples' spread; at most a tenth of their time has no native
-/// stack. (The threads a tick found read 3 to 5% low: a bias of their own, not this test's.)
+/// stack. (The threads a tick found read 3 to 5% low until a thread watched while it ran
+/// counted its CPU time from then, not from its first sample.)
 #[test]
 fn threads_born_and_gone_between_two_ticks_are_in_the_profile_with_perf() {
     let _serial = serial();
