@@ -346,13 +346,19 @@ impl NativeSampler {
 
     /// The samples perf took of thread `tid` since the previous call, oldest first, unwound;
     /// its slots are at `slots` (addresses in the target, 0 for none) from now on. Starts
-    /// sampling the thread on first use; `None` if perf cannot sample it.
-    pub fn perf_samples(&mut self, tid: u32, slots: [u64; SLOTS]) -> Option<Vec<PerfTaken>> {
+    /// sampling the thread on first use (`running`: it runs now, as /proc said); `None` if perf
+    /// cannot sample it.
+    pub fn perf_samples(
+        &mut self,
+        tid: u32,
+        slots: [u64; SLOTS],
+        running: bool,
+    ) -> Option<Vec<PerfTaken>> {
         // Out of `self` while its samples, which borrow its rings, are unwound.
         let mut holder = self.perf.take()?;
         let mut perf = holder.lock();
         let (lost, unmatched) = (perf.lost, perf.unmatched);
-        match perf.watch_by(holder.owner(), tid, slots) {
+        match perf.watch_by(holder.owner(), tid, slots, running) {
             Ok(()) => perf.watch_process(holder.owner(), self.pid),
             Err(WatchError::Refused(_)) => {
                 drop(perf);
@@ -560,7 +566,7 @@ impl NativeSampler {
             let mut perf = holder.lock();
             if perf.watches_for(holder.owner(), tid) {
                 perf.take(tid, |_| {});
-                let _ = perf.watch_by(holder.owner(), tid, [0; SLOTS]);
+                let _ = perf.watch_by(holder.owner(), tid, [0; SLOTS], false);
             }
         }
     }

@@ -112,7 +112,10 @@ pub(in crate::native) const LABEL_VALUE: usize = 64;
 pub(in crate::native) const LABEL_ENTRY: usize = 16 + LABEL_KEY + LABEL_VALUE;
 pub(in crate::native) const LABELS_RECORD: usize = COPY_HEADER + 8 + LABELS_MOST * LABEL_ENTRY;
 pub(in crate::native) const VALUE_LABELS_TEMP: usize = VALUE_LABELS_RECORD + LABELS_RECORD;
-pub(in crate::native) const VALUE_SIZE: usize = VALUE_LABELS_TEMP + 32;
+/// Then, per CPU, when fsprof watched the thread (CLOCK_MONOTONIC, ns): a thread found on a CPU
+/// with no switch since has been on it from then (see `cpu_wide/programs.rs`).
+pub(in crate::native) const VALUE_WATCHED_AT: usize = VALUE_LABELS_TEMP + 32;
+pub(in crate::native) const VALUE_SIZE: usize = VALUE_WATCHED_AT + 8;
 const _: () = assert!(
     LABELS_RECORD >= COPY_HEADER + 8 + crate::program::otel_context::MAX_RECORD,
     "a labels record holds an OpenTelemetry record whole"

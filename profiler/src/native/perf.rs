@@ -24,6 +24,7 @@ use crate::native::layout::{ANCHORS, DEPARTURE_STACK_DUMP, SLOTS, STACK_DUMP};
 use crate::native::layout::{
     FOLD_KINDS, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_FOLD_KIND,
     VALUE_FOLD_LEFT, VALUE_LABELS_OFFSET, VALUE_QUIET, VALUE_SIZE, VALUE_SWITCHES, VALUE_WALK,
+    VALUE_WATCHED_AT,
 };
 use crate::native::layout::{LABELS_CUSTOM, LABELS_OTEL};
 use crate::native::map_value::Values;
@@ -358,7 +359,7 @@ impl PerfSampler {
     /// Makes sure `tid` is being sampled, copying the slots at `addresses` (0 for none) with
     /// each sample from now on. Fails if the thread cannot be sampled this way.
     pub fn watch(&mut self, tid: u32, addresses: [u64; SLOTS]) -> Result<(), WatchError> {
-        self.watch_by(FIRST_OWNER, tid, addresses)
+        self.watch_by(FIRST_OWNER, tid, addresses, false)
     }
 
     /// Has the program read, at each sample of `owner`'s threads from now on, the pointer to
@@ -590,6 +591,7 @@ impl PerfSampler {
         owner: Owner,
         tid: u32,
         addresses: [u64; SLOTS],
+        running: bool,
     ) -> Result<Thread, WatchError> {
         let check = |tid| match crate::os::privilege::may_trace(tid) {
             Ok(()) => Ok(()),
@@ -598,8 +600,9 @@ impl PerfSampler {
             Err(Refusal::Rule(why)) => Err(WatchError::Foreign { tid, why }),
         };
         check(tid)?;
-        let thread = crate::os::privilege::with_perf(|| self.open_unchecked(owner, tid, addresses))
-            .map_err(WatchError::Refused)?;
+        let thread =
+            crate::os::privilege::with_perf(|| self.open_unchecked(owner, tid, addresses, running))
+                .map_err(WatchError::Refused)?;
         // Enabled (or, per CPU, watched) only once the thread passed again: nothing is
         // sampled in between.
         let (wide, too_fast) = (&mut self.wide, &self.too_fast);
@@ -633,6 +636,7 @@ impl PerfSampler {
         owner: Owner,
         tid: u32,
         addresses: [u64; SLOTS],
+        running: bool,
     ) -> Result<Thread, Errno> {
         let index = self.free.pop().ok_or(Errno::EMFILE)?;
         // The thread's slot addresses before it is sampled (written after, a sample in between
@@ -649,13 +653,15 @@ impl PerfSampler {
         let quiet = self.wide.is_some() && self.too_fast.contains(&tid);
         self.values.write(index, VALUE_DEPARTED, &[0]);
         self.values.write(index, VALUE_QUIET, &[u64::from(quiet)]);
-        // No time on a CPU counted yet, and no switch; on a CPU, as far as the programs know,
-        // from now: where it runs now its first sample or departure counts from here (it
-        // counted from its first sample, and a thread running all along lost up to a tick:
-        // 30 ms threads a tick found read 26-27 ms, a fifth of them); where it does not, its
-        // return onto a CPU sets this again before anything counts it.
-        let now = crate::os::time::monotonic_ns();
-        self.values.write(index, VALUE_CPU_NS, &[0, now, 0]);
+        // Nothing known of its time on a CPU, and no switch counted; when it was watched, if it
+        // runs (0: its time counts from its first return onto a CPU, or else its first sample).
+        self.values.write(index, VALUE_CPU_NS, &[0, 0, 0]);
+        let watched_at = if running {
+            crate::os::time::monotonic_ns()
+        } else {
+            0
+        };
+        self.values.write(index, VALUE_WATCHED_AT, &[watched_at]);
         self.values
             .write(index, VALUE_FOLD_LEFT, &[0; 3 + FOLD_KINDS]);
         self.queues.clear(index);

@@ -277,8 +277,14 @@ fn a_joined_holder_samples_through_the_same_events_without_the_walk() {
     let stop = Arc::new(AtomicBool::new(false));
     let (a_thread, a) = spinner(&stop);
     let (b_thread, b) = spinner(&stop);
-    first.lock().watch_by(first.owner(), a, [0, 0]).unwrap();
-    joined.lock().watch_by(joined.owner(), b, [0, 0]).unwrap();
+    first
+        .lock()
+        .watch_by(first.owner(), a, [0, 0], false)
+        .unwrap();
+    joined
+        .lock()
+        .watch_by(joined.owner(), b, [0, 0], false)
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let (mut of_a, mut of_b) = (0u64, 0u64);
     while (of_a < 50 || of_b < 50) && Instant::now() < deadline {

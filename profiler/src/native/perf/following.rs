@@ -63,7 +63,7 @@ impl PerfSampler {
         }
         let (addresses, owner) = (thread.addresses, thread.owner);
         self.forget(tid);
-        let _ = self.watch_by(owner, tid, addresses);
+        let _ = self.watch_by(owner, tid, addresses, false);
     }
 
     /// The most departures a second a thread's switches are followed at, in this design.

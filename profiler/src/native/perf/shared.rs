@@ -95,19 +95,23 @@ impl Drop for Perf {
 
 /// Which holder watches which thread.
 impl PerfSampler {
-    /// [`PerfSampler::watch`] for `owner`'s process. A thread another owner watched (its
-    /// process ended, and its id was reused) is watched afresh.
+    /// [`PerfSampler::watch`] for `owner`'s process; `running`: the thread runs now, as far as
+    /// the caller knows (per CPU, a thread found on a CPU with no switch since counts its time
+    /// there from its watch, see `cpu_wide/programs.rs`; one known blocked, only from its
+    /// return). A thread another owner watched (its process ended, and its id was reused) is
+    /// watched afresh.
     pub fn watch_by(
         &mut self,
         owner: Owner,
         tid: u32,
         addresses: [u64; SLOTS],
+        running: bool,
     ) -> Result<(), WatchError> {
         if self.threads.get(&tid).is_some_and(|t| t.owner != owner) {
             self.forget(tid);
         }
         if !self.threads.contains_key(&tid) {
-            let thread = self.open(owner, tid, addresses)?;
+            let thread = self.open(owner, tid, addresses, running)?;
             self.threads.insert(tid, thread);
         }
         let thread = self.threads.get_mut(&tid).expect("inserted");

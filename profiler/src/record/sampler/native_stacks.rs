@@ -96,7 +96,7 @@ impl Sampler {
         // Where the thread marks is known now: a sample copied from no slot at all was taken
         // before it was (see below).
         let slot_known = addresses.iter().any(|&address| address != 0);
-        let taken = native.perf_samples(tid, addresses)?;
+        let taken = native.perf_samples(tid, addresses, running)?;
         if native.learnt() {
             // Deep stacks that images complete, or that the walk follows: read them soon
             // (`native/complete.rs`, `native/walk.rs`).
