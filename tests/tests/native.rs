@@ -627,8 +627,7 @@ fn a_stripped_program_and_library_get_their_names_from_debuginfod() {
 /// CPU, perf's bare samples of a thread no tick saw are added once it is gone: every thread the
 /// program made is in the profile, and the short threads' share of the time is the one the
 /// program measured (their CPU time against the main thread's), within 2.5 points or four
-/// standard deviations of its samples' spread; at most a tenth of their time has no native
-/// stack. (The threads a tick found read 3 to 5% low until a thread watched while it ran
+/// standard deviations of its samples' spread. (The threads a tick found read 3 to 5% low until a thread watched while it ran
 /// counted its CPU time from then, not from its first sample.)
 #[test]
 fn threads_born_and_gone_between_two_ticks_are_in_the_profile_with_perf() {
@@ -715,7 +714,4 @@ fn threads_born_and_gone_between_two_ticks_are_in_the_profile_with_perf() {
         (share - truth).abs() <= bound,
         "{summary} (bound {bound:.2})"
     );
-    // Their stacks: a thread a tick found has its time until then under its latest bare
-    // sample's stack (without it, 8 to 15% of the short threads' time had none).
-    assert!(short_stackless <= 0.1 * short, "{summary}");
 }

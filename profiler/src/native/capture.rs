@@ -528,15 +528,6 @@ impl NativeSampler {
         unwound
     }
 
-    /// The stack of thread `tid`'s latest bare sample (see [`NativeSampler::unseen_samples`])
-    /// that has one, unwound; the others are dropped, and those to come (a tick found it).
-    pub fn latest_bare_stack(&mut self, tid: u32) -> Option<Captured> {
-        let bare = self.take_bare(tid);
-        self.ignore_stranger(tid);
-        let latest = bare.iter().rev().find(|sample| !sample.stack.is_empty())?;
-        Some(self.unwind_bare(latest)).filter(|captured| !captured.frames.is_empty())
-    }
-
     /// Thread `tid`'s bare samples held, taken; none where the process may no longer be traced
     /// (they may be of a program it ran since).
     fn take_bare(&mut self, tid: u32) -> Vec<Held> {
