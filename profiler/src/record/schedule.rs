@@ -140,9 +140,8 @@ fn sample_until_stopped(
         late_ticks = (late_ticks << 1) | u32::from(late);
         // The sampler waited for a CPU, or would at its share of one: from now on it takes one
         // before the program's threads (see `priority::Raised::gently`).
-        let crowded = raised.how() != "real-time" && crowd.crowded();
-        if (crowded || late_ticks.count_ones() >= LATE_BEFORE_REAL_TIME)
-            && raised.how() != "real-time"
+        if raised.how() != "real-time"
+            && (late_ticks.count_ones() >= LATE_BEFORE_REAL_TIME || crowd.crowded())
         {
             raised.escalate();
             sampler.set_priority(raised.how());
@@ -174,7 +173,9 @@ fn sample_until_stopped(
         let waited = began.elapsed().saturating_sub(cost);
         let preempted = std::mem::replace(&mut preemptions, involuntary_switches());
         if waited > current / 2 && preemptions > preempted {
-            sampler.clock().count_late();
+            if late_ticks & 1 == 0 {
+                sampler.clock().count_late(); // not counted at its wake-up already
+            }
             late_ticks |= 1;
             if waited >= STALL_BEFORE_REAL_TIME && raised.how() != "real-time" {
                 raised.escalate();
