@@ -503,6 +503,16 @@ impl NativeSampler {
         })
     }
 
+    /// Has perf sample the process's threads it does not watch, bare (per CPU: see
+    /// `PerfSampler::watch_process`), where it does not already; once per tick, past the exec
+    /// gate, from the recording's first tick (which watches no thread: a thread born and gone
+    /// before the second went unseen, a program's first thread 0.1 ms after its start).
+    pub fn watch_process(&mut self) {
+        if let Some(perf) = &self.perf {
+            perf.lock().watch_process(perf.owner(), self.pid);
+        }
+    }
+
     /// Drops thread `tid`'s bare samples, held and to come: a tick saw it.
     pub fn ignore_stranger(&mut self, tid: u32) {
         if let Some(perf) = &self.perf {

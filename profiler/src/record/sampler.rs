@@ -279,6 +279,9 @@ impl Sampler {
             exec::Look::Refused => return false,
         }
         self.take_late_stacks();
+        if let Some(native) = &mut self.native {
+            native.watch_process();
+        }
         if self.clock.before_first() {
             // Attached to a program that has marked already: its regions count from the start.
             self.reader.wait_for_first_scan(Duration::from_millis(200));
