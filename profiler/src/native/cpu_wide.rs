@@ -266,11 +266,7 @@ impl CpuWide {
         let key = (pid | PROCESS_KEY).to_ne_bytes();
         let _ = delete_bytes(self.watched.as_raw_fd(), &key);
         self.processes.remove(&pid);
-        let theirs: Vec<u32> = (self.strangers.iter())
-            .filter(|(_, stranger)| stranger.pid == pid)
-            .map(|(tid, _)| *tid)
-            .collect();
-        for tid in theirs {
+        for tid in self.strangers_of(pid) {
             self.take_stranger(tid);
         }
     }
