@@ -38,19 +38,34 @@ fn main() {
         }
         return;
     }
-    let built = build_agent(&agent_dir, &out_dir.join("agent-target"));
+    let target_dir = out_dir.join("agent-target");
+    // The agent's `fleet` feature needs rustc's own linker (see agent/Cargo.toml): without it,
+    // the agent is built without (FSPROF_FLEET_LABELS then publishes nothing).
+    let built = build_agent(&agent_dir, &target_dir, &["--features", "fleet"]).unwrap_or_else(|| {
+        println!(
+            "cargo:warning=the agent could not be built with its `fleet` feature (GNU ld?): built without, FSPROF_FLEET_LABELS=1 will publish nothing"
+        );
+        build_agent(&agent_dir, &target_dir, &[]).unwrap_or_else(|| {
+            panic!(
+                "building the agent (cargo build --release --manifest-path {}) failed",
+                agent_dir.join("Cargo.toml").display()
+            )
+        })
+    });
     std::fs::copy(&built, &library)
         .unwrap_or_else(|e| panic!("copying {} to {}: {e}", built.display(), library.display()));
 }
 
-/// Runs `cargo build --release` of the agent into `target_dir` and returns the library it made.
-fn build_agent(agent_dir: &Path, target_dir: &Path) -> PathBuf {
+/// Runs `cargo build --release` of the agent (with `options` besides) into `target_dir` and
+/// returns the library it made, or `None` if the build failed.
+fn build_agent(agent_dir: &Path, target_dir: &Path, options: &[&str]) -> Option<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let target = std::env::var("TARGET").unwrap();
     let status = Command::new(cargo)
         .arg("build")
         .arg("--release")
         .arg("--lib")
+        .args(options)
         .arg("--manifest-path")
         .arg(agent_dir.join("Cargo.toml"))
         .arg("--target")
@@ -68,10 +83,7 @@ fn build_agent(agent_dir: &Path, target_dir: &Path) -> PathBuf {
         .env_remove("CARGO_BUILD_TARGET_DIR")
         .status()
         .unwrap_or_else(|e| panic!("running cargo to build the agent: {e}"));
-    assert!(
-        status.success(),
-        "building the agent (cargo build --release --manifest-path {}) failed",
-        agent_dir.join("Cargo.toml").display()
-    );
-    target_dir.join(target).join("release/libfsprof_agent.so")
+    status
+        .success()
+        .then(|| target_dir.join(target).join("release/libfsprof_agent.so"))
 }

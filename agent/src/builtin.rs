@@ -180,6 +180,10 @@ extern "C" fn init() {
         ],
         jumps::REALS,
     ]);
+    // FSPROF_FLEET_LABELS=1: the marks published for the fleet's profilers too (in an agent
+    // built with the `fleet` feature; off otherwise). Before anything marks.
+    let fleet = environment(c"FSPROF_FLEET_LABELS") == Some(b"1");
+    fsprof_shim::raw::publish_for_fleet(fleet);
     // `fsprof run` without `--agent` sets FSPROF_BUILTINS=0 for programs that link the agent anyway.
     if environment(c"FSPROF_BUILTINS") == Some(b"0") {
         return;

@@ -64,12 +64,21 @@
 //!
 //! The shared-memory layout the profiler reads is defined, and documented, in [`abi`].
 //!
+//! # The fleet's profilers
+//! With the cargo feature `fleet` (x86-64 Linux), each thread also publishes its innermost mark
+//! as the labels `fsprof.feature` and `fsprof.instance`, in the two thread-local formats the
+//! fleet's eBPF profilers read (the custom-labels ABI v1: parca-agent; the OpenTelemetry thread
+//! context: the OpenTelemetry eBPF profiler): see [`fleet`]. An executable must export the
+//! symbols: call [`build::export_fleet_symbols`] from its build script.
+//!
 //! [fsprof]: https://crates.io/crates/fsprof
 
 #![deny(missing_docs)]
 
 pub mod abi;
 mod announce;
+pub mod build;
+pub mod fleet;
 mod region;
 mod stack;
 mod sys;
@@ -424,6 +433,14 @@ pub mod raw {
     #[inline(always)]
     pub fn jumping_to(target: u64) {
         stack::jumping_to(target);
+    }
+
+    /// Turns publishing for the fleet's profilers (the `fleet` feature, see [`crate::fleet`]) on
+    /// or off for the threads that mark for the first time afterwards (it is on by default with
+    /// the feature, and does nothing without it): for the agent's environment switch, called
+    /// before anything marks.
+    pub fn publish_for_fleet(on: bool) {
+        crate::fleet::set_enabled(on);
     }
 
     /// Forgets the region in a child process made without `fork`'s `pthread_atfork` handlers

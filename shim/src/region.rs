@@ -148,6 +148,7 @@ fn setup() -> bool {
 unsafe extern "C" fn release_at_exit(_: *mut c_void) {
     let _ = thread_state::with(|state| {
         state.exiting.set(true);
+        crate::fleet::cleared(state);
         let slot = state.slot.replace(null_mut());
         if !slot.is_null() {
             // SAFETY: a non-null slot pointer always points into this process's live region.
@@ -200,6 +201,7 @@ pub(crate) unsafe extern "C" fn forget_region_in_child() {
     REGION.store(null_mut(), Relaxed);
     REGION_FAILED.store(false, Relaxed);
     let _ = thread_state::with(|state| {
+        crate::fleet::cleared(state);
         state.slot.set(null_mut());
         state.hidden.set(0);
         compiler_fence(SeqCst);
@@ -286,6 +288,7 @@ fn region() -> *mut RegionHeader {
     }
     match REGION.compare_exchange(null_mut(), created, AcqRel, Acquire) {
         Ok(_) => {
+            crate::fleet::region_created();
             crate::announce::region_created(created as u64);
             created
         }
@@ -350,6 +353,7 @@ fn claim_once(state: &ThreadState) -> *mut Slot {
                 (*header).slots_used.fetch_max(index as u32 + 1, Release);
                 map_in(slots.add(index));
                 state.slot.set(slots.add(index));
+                crate::fleet::claimed(state);
                 return slots.add(index);
             }
         }

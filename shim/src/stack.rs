@@ -9,6 +9,7 @@
 //! release fences compile to nothing.
 
 use crate::abi::{self, Record, Slot};
+use crate::fleet;
 use crate::region::{bump, claim};
 use crate::thread_state::{self, ThreadState};
 use core::ptr::null_mut;
@@ -423,6 +424,9 @@ fn push_unless_busy(state: &ThreadState, record: RecordWords) -> Pushed {
     slot.depth.store(depth.saturating_add(1), Relaxed);
     fence(Release);
     bump(&slot.seq); // even: done
+    let (feature, payload, meta, position, _, _, extra) = record;
+    let words = (feature, payload, meta & u64::from(u32::MAX), position);
+    fleet::pushed(state, slot, (meta >> 32) as u32, words, extra);
     Pushed { index: depth, tag }
 }
 
@@ -542,6 +546,7 @@ pub(crate) fn pop(pushed: Pushed) {
         // A pop only lowers depth: one store, no seq bracket. (seq, depth) still identifies the
         // stack: seq only grows (on pushes), and without a push depth only falls.
         slot.depth.store(pushed.index, Release);
+        fleet::popped(state, slot);
     });
 }
 
@@ -571,6 +576,7 @@ pub(crate) fn pop_innermost() {
         if depth > 0 {
             // As in `pop`: one store, no seq bracket.
             slot.depth.store(depth - 1, Release);
+            fleet::popped(state, slot);
         }
     });
 }

@@ -42,6 +42,10 @@ pub(crate) struct ThreadState {
     pub(crate) forking: Cell<bool>,
     /// While `forking`: one more than the hidden slot's index (0: none).
     pub(crate) hidden: Cell<u32>,
+    /// This thread's labels published for the fleet's profilers (`fleet.rs`): null until its
+    /// first slot is claimed with publishing on.
+    #[cfg(all(feature = "fleet", target_arch = "x86_64", target_os = "linux"))]
+    pub(crate) fleet: Cell<*mut crate::fleet::Published>,
 }
 
 /// Runs `f` on the calling thread's state; `None` where the state is gone (only with

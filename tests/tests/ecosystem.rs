@@ -6,7 +6,7 @@
 use crate::support;
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use support::*;
 
@@ -694,32 +694,6 @@ fn an_opentelemetry_context_set_by_libdatadogs_crate_is_read_as_features() {
         "it needs libdd-otel-thread-ctx 1.0.0 from crates.io",
     );
     labels_are_features(&exe, OTEL_CONTEXT, &[]);
-}
-
-/// Builds the program `tests/rust/NAME` apart from the workspace (its own lock file and target
-/// directory), `hint` said where it fails; its executable.
-fn build_apart(name: &str, hint: &str) -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("rust/{name}/Cargo.toml"));
-    let target_dir = Path::new(target())
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join(name);
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let built = Command::new(cargo)
-        .args(["build", "--release", "--quiet", "--manifest-path"])
-        .arg(&manifest)
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "building tests/rust/{name} failed ({hint}): {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    target_dir.join("release").join(name)
 }
 
 /// Runs `exe` (which writes its truth as `tests/c/labels.c` does) under fsprof (with `options`

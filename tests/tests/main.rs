@@ -15,6 +15,7 @@ mod busy;
 mod deep_stacks;
 mod e2e;
 mod ecosystem;
+mod fleet;
 mod functions;
 mod house;
 mod install;

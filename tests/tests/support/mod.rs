@@ -780,3 +780,29 @@ pub fn go() -> Option<&'static str> {
     }
     Some("go")
 }
+
+/// Builds the program `tests/rust/NAME` apart from the workspace (its own lock file and target
+/// directory), `hint` said where it fails; its executable.
+pub fn build_apart(name: &str, hint: &str) -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("rust/{name}/Cargo.toml"));
+    let target_dir = Path::new(target())
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join(name);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let built = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "building tests/rust/{name} failed ({hint}): {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    target_dir.join("release").join(name)
+}

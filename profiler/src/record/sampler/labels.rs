@@ -3,8 +3,10 @@
 //! as perf's program copied them at the sample (`native/sampling.rs`). The labels are
 //! the target's: at most [`MAX_KEYS`] keys and [`MAX_VALUES`] values over a recording (a label
 //! per request id would grow the profile without end), later ones counted under
-//! [`OTHER_VALUES`]. Not here: the time off the CPU after a sample (placed by the thread's
-//! marks alone), finding the labels (`native/capture.rs`), copying them (`native/sampling.rs`).
+//! [`OTHER_VALUES`]. The labels fsprof's own shim publishes for the fleet (`fsprof.feature`,
+//! `fsprof.instance`) are left out: they repeat the marks. Not here: the time off the CPU
+//! after a sample (placed by the thread's marks alone), finding the labels
+//! (`native/capture.rs`), copying them (`native/sampling.rs`).
 
 use super::Sampler;
 use crate::profile::{Frame, Payload, PayloadKind, RawNativeStack, Stack};
@@ -17,6 +19,12 @@ const MAX_KEYS: usize = 64;
 const MAX_VALUES: usize = 4096;
 /// The instance of a value past [`MAX_VALUES`].
 const OTHER_VALUES: &str = "[other values]";
+
+/// Whether a label is one of fsprof's own marks, published for the fleet's profilers (the
+/// shim's `fleet` feature): its process's marks are read from its region already.
+fn is_fsprofs_own(key: &str) -> bool {
+    key == fsprof_shim::fleet::FEATURE_KEY || key == fsprof_shim::fleet::INSTANCE_KEY
+}
 
 /// The labels seen so far.
 #[derive(Default)]
@@ -64,6 +72,9 @@ impl Sampler {
         }
         let mut frames: Vec<Frame> = Vec::with_capacity(labels.len());
         for label in labels {
+            if is_fsprofs_own(&label.key) {
+                continue;
+            }
             let key = crate::profile::clean(&label.key);
             let mut value = crate::profile::clean(&label.value);
             let seen = &mut self.labels;
