@@ -201,6 +201,12 @@ struct RecordArgs {
     /// DEBUGINFOD_MAXSIZE are honoured).
     #[arg(long)]
     offline: bool,
+    /// Count each OpenTelemetry span the program publishes (a thread context, OTEP 4947) as an
+    /// instance: a feature `span_id` whose instances are the span ids (16 hex digits) of the
+    /// records its threads show at each sample, beside the records' attributes. A recording
+    /// keeps 4096 distinct ones; later ones count as `[other values]`.
+    #[arg(long)]
+    span_ids: bool,
     #[command(flatten)]
     rules: RuleArgs,
 }
@@ -315,6 +321,7 @@ impl RecordArgs {
             },
             top: None,
             follow: false,
+            span_ids: args.span_ids,
             rules: args.rules.into_rules()?,
         })
     }

@@ -638,6 +638,25 @@ fn an_opentelemetry_thread_context_is_read_as_features() {
     labels_are_features(&exe, OTEL_CONTEXT, &[]);
 }
 
+/// With `--span-ids`, each record's span id is an instance of the feature `span_id`: the
+/// program's two records (`GET /a` and `GET /b`, spans 030405060708090a and 060708090a0b0c0d)
+/// each within its bound of the time the program spent under it; the record not valid counts
+/// nowhere.
+#[test]
+fn opentelemetry_span_ids_are_instances_when_asked() {
+    let _serial = serial();
+    let dir = tempdir();
+    let exe = support::native::build_exporting_c_program(dir.path(), "otel_context");
+    labels_are_features_with(&exe, OTEL_CONTEXT, &["--span-ids"], |truth| {
+        let route = truth["features"]["http.route"].clone();
+        let ms = |value: &str| route["instances"][value].clone();
+        truth["features"]["span_id"] = serde_json::json!({
+            "ms": route["ms"],
+            "instances": {"030405060708090a": ms("GET /a"), "060708090a0b0c0d": ms("GET /b")},
+        });
+    });
+}
+
 /// Both kinds of labels without perf (`--backend ptrace`, as fsprof without root samples): read
 /// in each sample's ptrace stop from the thread's `fs` base, each within its bound.
 #[test]
@@ -699,6 +718,16 @@ fn an_opentelemetry_context_set_by_libdatadogs_crate_is_read_as_features() {
 /// Runs `exe` (which writes its truth as `tests/c/labels.c` does) under fsprof (with `options`
 /// besides) and checks that the report says `published` and its labels' shares.
 fn labels_are_features(exe: &Path, published: &str, options: &[&str]) {
+    labels_are_features_with(exe, published, options, |_| ());
+}
+
+/// [`labels_are_features`] against the program's truth as `expect` completes it.
+fn labels_are_features_with(
+    exe: &Path,
+    published: &str,
+    options: &[&str],
+    expect: impl Fn(&mut Value),
+) {
     let dir = tempdir();
     let truth_path = dir.path().join("truth.json");
     let out = dir.path().join("out");
@@ -717,7 +746,8 @@ fn labels_are_features(exe: &Path, published: &str, options: &[&str]) {
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains(published), "{stderr}");
     let report = report_json(&out);
-    let truth: Value = serde_json::from_slice(&std::fs::read(&truth_path).unwrap()).unwrap();
+    let mut truth: Value = serde_json::from_slice(&std::fs::read(&truth_path).unwrap()).unwrap();
+    expect(&mut truth);
     let total = truth["total_ms"].as_f64().unwrap();
     let samples = samples_of(&report);
     let feature = |name: &str| {

@@ -137,7 +137,9 @@ impl Published {
     fn in_library(pid: u32, library: &Path) -> Published {
         let base = module_base(pid, library);
         let descriptor = |name| {
-            let at = tls_descriptor(library, name).unwrap_or_else(|| panic!("{name}"));
+            let at = tls_descriptor(library, name).unwrap_or_else(|| {
+                panic!("{} has no TLS descriptor of {name}: built without the agent's fleet feature (GNU ld: see the build's warning)?", library.display())
+            });
             // {resolver, argument}: a static TLS block's argument is its offset.
             word(pid, base + at + 8) as i64
         };

@@ -78,6 +78,8 @@ pub struct RecordOptions {
     /// --children`).
     pub follow: bool,
     /// The feature rules the report applies to the native stacks (the catalog and the user's).
+    /// Span ids as instances of the feature `span_id` (OpenTelemetry thread contexts).
+    pub span_ids: bool,
     pub rules: crate::rules::RuleSet,
 }
 
@@ -527,6 +529,7 @@ fn sampler_options(options: &RecordOptions) -> SamplerOptions {
         perf_threads: 0,
         shared_perf: None,
         announcements: None,
+        span_ids: options.span_ids,
     }
 }
 

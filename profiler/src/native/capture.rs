@@ -144,8 +144,9 @@ pub struct NativeSampler {
 
 impl NativeSampler {
     /// A native sampler for process `pid` (its memory map is read at once), sampling running
-    /// threads with `perf` (a perf sampler, or why there is none), if given.
-    pub fn new(pid: u32, perf: Option<Result<Perf, String>>) -> NativeSampler {
+    /// threads with `perf` (a perf sampler, or why there is none), if given; `span_ids`: the
+    /// span ids of OpenTelemetry records as labels too (`LabelsSearch::name`).
+    pub fn new(pid: u32, perf: Option<Result<Perf, String>>, span_ids: bool) -> NativeSampler {
         let (perf, perf_refused) = match perf {
             Some(Ok(sampler)) => (Some(sampler), None),
             Some(Err(why)) => (None, Some(why)),
@@ -172,7 +173,7 @@ impl NativeSampler {
             stats: NativeStats::default(),
             attach_error: None,
             reads: None,
-            labels: LabelsSearch::default(),
+            labels: LabelsSearch::new(span_ids),
         };
         // Here, not by the worker: nothing is sampled yet. The main thread's stack's mapping
         // is known from the start (its samples' stacks are measured against its top).

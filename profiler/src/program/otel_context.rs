@@ -116,6 +116,23 @@ impl OtelContext {
     }
 }
 
+/// The feature a record's span id is an instance of, with `--span-ids`.
+pub const SPAN_KEY: &str = "span_id";
+
+/// A record's span id as a label of [`SPAN_KEY`] (16 hex digits, as W3C trace context writes
+/// it); none where the record is not valid or its span id is zero.
+pub fn span_label(bytes: &[u8]) -> Option<Label> {
+    let header = bytes.get(..RECORD_HEADER)?;
+    let span = &header[16..24];
+    if header[24] != 1 || span.iter().all(|&b| b == 0) {
+        return None;
+    }
+    Some(Label {
+        key: SPAN_KEY.to_owned(),
+        value: span.iter().map(|b| format!("{b:02x}")).collect(),
+    })
+}
+
 /// The labels of a record's bytes (`bytes`: its header, then as much of its attributes as was
 /// copied), keys named by `keys`; and whether an index was not in `keys` (the key map may have
 /// grown since it was read).

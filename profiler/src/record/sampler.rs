@@ -106,6 +106,8 @@ pub struct SamplerOptions {
     pub shared_perf: Option<SharedPerf>,
     /// Where the processes `fsprof run` started announce their regions (`announce.rs`).
     pub announcements: Option<Arc<Registry>>,
+    /// Span ids as instances of the feature `span_id` (OpenTelemetry thread contexts).
+    pub span_ids: bool,
 }
 
 impl SamplerOptions {
@@ -208,7 +210,7 @@ impl Sampler {
             },
             tasks: process::TaskList::new(pid),
             records: Vec::new(),
-            native: options.native.then(|| NativeSampler::new(pid, perf)),
+            native: (options.native).then(|| NativeSampler::new(pid, perf, options.span_ids)),
             options,
             image_token: None,
             gate: exec::ExecGate::new(pid),

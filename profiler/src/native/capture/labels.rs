@@ -31,6 +31,8 @@ pub(super) struct LabelsSearch {
     modules: usize,
     again: Option<(Instant, u32)>,
     keys: Keys,
+    /// Whether an OpenTelemetry record's span id is a label too (`--span-ids`).
+    span_ids: bool,
 }
 
 /// An OpenTelemetry process's key map as last read, and when to read it again if needed.
@@ -43,6 +45,14 @@ struct Keys {
 }
 
 impl LabelsSearch {
+    /// A search that has looked nowhere yet; `span_ids`: see [`LabelsSearch::name`].
+    pub(super) fn new(span_ids: bool) -> LabelsSearch {
+        LabelsSearch {
+            span_ids,
+            ..LabelsSearch::default()
+        }
+    }
+
     /// How the process's labels are read at its samples, if they are.
     pub(super) fn format(&self) -> Option<LabelFormat> {
         self.found
@@ -104,12 +114,26 @@ impl LabelsSearch {
     }
 
     /// The labels perf's program copied at a sample of process `pid`, their keys named; its
-    /// memory map, to find the process context, is read through its live thread `via`.
+    /// memory map, to find the process context, is read through its live thread `via`. With
+    /// span ids asked for, an OpenTelemetry record's span id comes first.
     pub(super) fn name(&mut self, copied: CopiedLabels, pid: u32, via: u32) -> Vec<Label> {
         let bytes = match copied {
             CopiedLabels::Set(labels) => return labels,
             CopiedLabels::Otel(bytes) => bytes,
         };
+        let mut labels = self.name_record(&bytes, pid, via);
+        if let Some(span) = self
+            .span_ids
+            .then(|| otel_context::span_label(&bytes))
+            .flatten()
+        {
+            labels.insert(0, span);
+        }
+        labels
+    }
+
+    /// The attributes of an OpenTelemetry record, their keys named (see [`LabelsSearch::name`]).
+    fn name_record(&mut self, bytes: &[u8], pid: u32, via: u32) -> Vec<Label> {
         let keys = &mut self.keys;
         let read = |keys: &mut Keys| {
             let now = Instant::now();
@@ -128,12 +152,12 @@ impl LabelsSearch {
         if keys.next_read.is_none() {
             read(keys);
         }
-        let (labels, unknown) = otel_context::parse_record(&bytes, &keys.map.keys);
+        let (labels, unknown) = otel_context::parse_record(bytes, &keys.map.keys);
         if !unknown {
             return labels;
         }
         read(keys);
-        otel_context::parse_record(&bytes, &keys.map.keys).0
+        otel_context::parse_record(bytes, &keys.map.keys).0
     }
 
     /// Why an OpenTelemetry process's records could not be named, for the report.

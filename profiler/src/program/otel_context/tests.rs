@@ -235,3 +235,20 @@ fn a_threads_record_is_read_through_its_pointer() {
     memory.bytes[0xff0..0xff8].fill(0);
     assert!(context.read_record(&memory, 0x2000).is_empty());
 }
+
+#[test]
+fn a_records_span_id_is_a_label_when_valid_and_not_zero() {
+    let mut bytes = record(1, &[(0, "GET /a")]);
+    bytes[16..24].copy_from_slice(&[0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a]);
+    let span = span_label(&bytes).expect("a span");
+    assert_eq!(
+        (span.key.as_str(), span.value.as_str()),
+        (SPAN_KEY, "030405060708090a")
+    );
+    bytes[24] = 0;
+    assert_eq!(span_label(&bytes), None, "not valid");
+    let mut zero = record(1, &[]);
+    zero[16..24].fill(0);
+    assert_eq!(span_label(&zero), None, "span id zero");
+    assert_eq!(span_label(&zero[..20]), None, "a header cut short");
+}
