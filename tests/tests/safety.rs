@@ -321,17 +321,26 @@ fn jumps_leave_the_slots_working(kind: &str) {
 
 /// Copies the shim's sources into `dir/NAME` as a crate of version `version`.
 fn shim_copy(dir: &Path, name: &str, version: &str) -> PathBuf {
-    let crate_dir = dir.join(name);
-    let src = crate_dir.join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shim/src");
-    for entry in std::fs::read_dir(shim).unwrap() {
-        let path = entry.unwrap().path();
-        std::fs::copy(&path, src.join(path.file_name().unwrap())).unwrap();
+    fn copy_tree(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let path = entry.unwrap().path();
+            let into = to.join(path.file_name().unwrap());
+            match path.is_dir() {
+                true => copy_tree(&path, &into),
+                false => drop(std::fs::copy(&path, into).unwrap()),
+            }
+        }
     }
+    let crate_dir = dir.join(name);
+    let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shim/src");
+    copy_tree(&shim, &crate_dir.join("src"));
     std::fs::write(
         crate_dir.join("Cargo.toml"),
-        format!("[package]\nname = \"fsprof-shim\"\nversion = \"{version}\"\nedition = \"2021\"\n"),
+        format!(
+            "[package]\nname = \"fsprof-shim\"\nversion = \"{version}\"\nedition = \"2021\"\n\n\
+             [features]\nfleet = []\n"
+        ),
     )
     .unwrap();
     crate_dir
