@@ -9,7 +9,8 @@
 fn main() {
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libfsprof_agent.so");
-        if std::env::var_os("CARGO_FEATURE_FLEET").is_some() {
+        let x86_64 = std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("x86_64");
+        if x86_64 && std::env::var_os("CARGO_FEATURE_FLEET").is_some() {
             export_fleet_symbols();
         }
     }

@@ -24,9 +24,15 @@ pub const FLEET_SYMBOLS: [&str; 3] = [
 /// }
 /// ```
 ///
+/// Nothing on targets other than x86-64 Linux, where the feature publishes nothing.
+///
 /// # Panics
 /// Outside a build script (no `OUT_DIR`), or if the list cannot be written there.
 pub fn export_fleet_symbols() {
+    let target = |key: &str| std::env::var(key).unwrap_or_default();
+    if target("CARGO_CFG_TARGET_OS") != "linux" || target("CARGO_CFG_TARGET_ARCH") != "x86_64" {
+        return;
+    }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR: call this from build.rs"));
     let list = out.join("fsprof-fleet.dynamic-list");
     let symbols: String = FLEET_SYMBOLS.iter().map(|s| format!("  {s};\n")).collect();

@@ -85,6 +85,9 @@ mod on {
         if published.is_null() || kind == abi::KIND_CALL_SITE {
             return;
         }
+        if slot.depth.load(Relaxed) as usize > slot.records.len() {
+            return; // not recorded: the innermost recorded mark stays shown, as fsprof reads it
+        }
         if kind == abi::KIND_ANTIMARK {
             thread::show_innermost(published, slot);
         } else {

@@ -452,7 +452,7 @@ fn close_if_left(state: &ThreadState, slot: &Slot, sp: u64) -> bool {
 }
 
 /// Whether the calling thread runs on its alternate signal stack (if in doubt, yes).
-fn on_alternate_stack() -> bool {
+pub(crate) fn on_alternate_stack() -> bool {
     #[repr(C)]
     struct StackT {
         sp: *mut c_void,

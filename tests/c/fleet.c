@@ -5,7 +5,8 @@
  * It prints `thread main TID THREAD_POINTER`, then, for each step, `step FEATURE<TAB>INSTANCE`
  * (`step -<TAB>-` where nothing counts) with what its thread is marked with, and waits for a
  * line on its standard input before the next. A call-site mark (a NULL payload) is not
- * published: the mark around it still shows. It exits at the end of its input. */
+ * published: the mark around it still shows. A mark's payload buffer reused for a later mark
+ * (the same address, the same length) shows its new text. It exits at the end of its input. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,15 @@ int main(void) {
     fsprof_unmark();
     step("parsing", "GET /a");
     fsprof_unmark();
+    char buffer[32];
+    for (int i = 1; i <= 2; i++) {
+        char expected[32];
+        snprintf(buffer, sizeof buffer, "GET /%d", i);
+        snprintf(expected, sizeof expected, "GET /%d", i);
+        fsprof_mark(parsing, buffer);
+        step("parsing", expected);
+        fsprof_unmark();
+    }
     step("-", "-");
     return 0;
 }

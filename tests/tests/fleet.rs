@@ -435,6 +435,65 @@ fn a_rust_programs_marks_are_published_in_the_fleets_formats() {
     assert_eq!(steps, 10);
 }
 
+/// Stopped at random instants while it marks without pause (six marks in turn, more than a
+/// thread keeps written, every other one nested), the program shows in each format either
+/// nothing or one whole mark: never a label of one mark beside one of another, never a record
+/// being written. (About half the instants show a mark: the marks are empty, so the changes
+/// take much of the time; at least a fifth must, or the test saw nothing.)
+#[test]
+fn what_a_marking_thread_publishes_is_whole_at_any_instant() {
+    let exe = build_apart("published", "the shim's fleet feature");
+    let mut child = spawn(Command::new(&exe).args(["cycle", "20"]));
+    let steps = Steps::new(&mut child);
+    let (_, pointer) = steps.thread();
+    let pid = child.pid();
+    let published = Published::in_executable(pid, &exe);
+    let known: Vec<(String, String)> = (0..6).map(|k| (format!("f{k}"), format!("i{k}"))).collect();
+    let whole =
+        |feature: &str, instance: &str| known.iter().any(|(f, i)| f == feature && i == instance);
+    let (mut shown, mut snapshots) = (0, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(6);
+    while snapshots < 400 && std::time::Instant::now() < deadline {
+        // SAFETY: signals to the test's own child.
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        let stopped = std::time::Instant::now() + Duration::from_secs(5);
+        while state_and_tracer(pid).0 != 'T' {
+            assert!(
+                std::time::Instant::now() < stopped,
+                "the program did not stop"
+            );
+            std::thread::yield_now();
+        }
+        let labels = published.labels(pointer).unwrap_or_default();
+        let record = published.record(pointer);
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        snapshots += 1;
+        match labels.as_slice() {
+            [] => {}
+            [(fk, f), (ik, i)] if fk == FEATURE_KEY && ik == INSTANCE_KEY && whole(f, i) => {
+                shown += 1
+            }
+            other => panic!("a label set of no one mark: {other:?}"),
+        }
+        match record {
+            None => {}
+            Some((1, attributes)) => match attributes.as_slice() {
+                [(0, f), (1, i)] if whole(f, i) => {}
+                other => panic!("a record of no one mark: {other:?}"),
+            },
+            Some((valid, attributes)) => {
+                panic!("a record shown not valid ({valid}): {attributes:?}")
+            }
+        }
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    eprintln!("{shown} of {snapshots} snapshots showed a mark");
+    assert!(
+        snapshots >= 100 && shown * 5 >= snapshots,
+        "{shown} of {snapshots} showed a mark"
+    );
+}
+
 /// fsprof profiling a program that publishes its marks counts them once: from its region, not
 /// again from the labels (no feature named by a published key), within 2.5 points of the
 /// program's own timing.
@@ -509,7 +568,7 @@ fn the_agent_publishes_a_c_programs_marks_when_asked() {
             .env("FSPROF_FLEET_LABELS", "1"),
     );
     let steps = check_steps(&mut child, |pid| Published::in_library(pid, &agent), 1);
-    assert_eq!(steps, 7);
+    assert_eq!(steps, 9);
 
     let mut quiet = spawn(
         Command::new(&exe)
@@ -528,7 +587,7 @@ fn the_agent_publishes_a_c_programs_marks_when_asked() {
         count += 1;
         steps.next();
     }
-    assert_eq!(count, 7);
+    assert_eq!(count, 9);
 }
 
 /// The agent fsprof carries (`fsprof agent`), built with its `fleet` feature.

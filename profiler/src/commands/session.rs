@@ -77,9 +77,9 @@ pub struct RecordOptions {
     /// Record the program's child processes too (`run` unless `--no-follow`; `attach
     /// --children`).
     pub follow: bool,
-    /// The feature rules the report applies to the native stacks (the catalog and the user's).
     /// Span ids as instances of the feature `span_id` (OpenTelemetry thread contexts).
     pub span_ids: bool,
+    /// The feature rules the report applies to the native stacks (the catalog and the user's).
     pub rules: crate::rules::RuleSet,
 }
 

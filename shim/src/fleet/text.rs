@@ -68,6 +68,11 @@ impl Writer<'_> {
                 break;
             }
         }
+        // Whole or not at all: a number cut short would be another number.
+        if self.len + (digits.len() - at) > MAX_VALUE {
+            self.full = true;
+            return;
+        }
         self.bytes(&digits[at..]);
     }
 }
@@ -178,6 +183,10 @@ mod tests {
         let name: &'static str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaé and more";
         assert_eq!(text(mark(abi::KIND_NAME, name, 0, [0; 2])), &name[..52]);
         assert_eq!(cut_start("éé".as_bytes(), 3), "é".as_bytes());
+        // A number fits whole or not at all.
+        let choice: &'static str = "cccccccccccccccccccccccccccccccccccccccccc"; // 42 bytes
+        let alternative = text(mark(abi::KIND_ALTERNATIVE, choice, 0, [123, 0]));
+        assert_eq!(alternative, format!("{choice}, branch "));
         assert_eq!(cut("ab".as_bytes(), 5), b"ab");
     }
 }

@@ -23,18 +23,45 @@ use core::cell::UnsafeCell;
 use core::ptr::{addr_of, addr_of_mut, null, null_mut, write_volatile};
 use core::sync::atomic::{compiler_fence, Ordering::*};
 
+/// This module's own names for its exported thread-locals: global but hidden, so bound to this
+/// module's definitions whatever the program defines (versioned, as `thread_state.rs`'s block).
+macro_rules! own {
+    ($name:literal) => {
+        concat!(
+            "fsprof_shim_fleet_",
+            $name,
+            "_v",
+            env!("CARGO_PKG_VERSION_MAJOR"),
+            "_",
+            env!("CARGO_PKG_VERSION_MINOR"),
+            "_",
+            env!("CARGO_PKG_VERSION_PATCH"),
+        )
+    };
+}
+
 core::arch::global_asm!(
     ".pushsection .tbss,\"awT\",@nobits",
     ".p2align 3",
     ".globl custom_labels_current_set",
     ".type custom_labels_current_set, @object",
     ".size custom_labels_current_set, 8",
+    concat!(".globl ", own!("labels")),
+    concat!(".hidden ", own!("labels")),
+    concat!(".type ", own!("labels"), ", @object"),
+    concat!(".size ", own!("labels"), ", 8"),
     "custom_labels_current_set:",
+    concat!(own!("labels"), ":"),
     ".zero 8",
     ".globl otel_thread_ctx_v1",
     ".type otel_thread_ctx_v1, @object",
     ".size otel_thread_ctx_v1, 8",
+    concat!(".globl ", own!("record")),
+    concat!(".hidden ", own!("record")),
+    concat!(".type ", own!("record"), ", @object"),
+    concat!(".size ", own!("record"), ", 8"),
     "otel_thread_ctx_v1:",
+    concat!(own!("record"), ":"),
     ".zero 8",
     ".popsection",
     ".pushsection .rodata.custom_labels_abi_version,\"a\",@progbits",
@@ -164,6 +191,22 @@ struct Entry {
     record: Record,
 }
 
+impl Entry {
+    /// Whether the text written for this entry is no longer its mark's: a C caller may mark with
+    /// a buffer it reuses for a later mark, at the same address (a Rust location is static).
+    ///
+    /// # Safety
+    /// The entry's mark is on the calling thread's stack (its strings alive).
+    unsafe fn stale(&self) -> bool {
+        if self.mark.kind() == abi::KIND_LOCATION {
+            return false;
+        }
+        let mut fresh = [0u8; text::CAPACITY];
+        let len = text::instance(&mut fresh, &self.mark);
+        fresh[..len] != self.instance[..self.instance_len]
+    }
+}
+
 /// A thread's published labels.
 #[repr(C)]
 pub(crate) struct Published {
@@ -176,8 +219,12 @@ pub(crate) struct Published {
     shown: usize,
     /// The entry written next when a mark has none.
     next: usize,
-    /// Set while the labels change: a signal handler's mark then leaves them alone.
-    busy: bool,
+    /// While the labels change, the stack pointer of the frame changing them (0: none): a
+    /// signal handler's mark then leaves them alone, unless that frame is gone (a jump out of a
+    /// handler that interrupted it: see [`busy`]).
+    busy: usize,
+    /// Set by [`clear`] during a change, which then shows nothing when it ends.
+    cleared: bool,
 }
 
 const EMPTY_TEXT: Text = Text {
@@ -214,14 +261,20 @@ thread_local! {
             record_pointer: null_mut(),
             shown: 0,
             next: 0,
-            busy: false,
+            busy: 0,
+            cleared: false,
         })
     };
 }
 
 /// The calling thread's storage, its exported label set pointer set to it (slow path: may
-/// allocate, in a library loaded by `dlopen`, the first time).
+/// allocate, in a library loaded by `dlopen`, the first time); null where the program defines
+/// the exported thread-locals itself (a library preloaded into a program that publishes its
+/// own labels: the program's names win, and its labels are left alone).
 pub(crate) fn attach() -> *mut Published {
+    if custom_labels_current_set() != own_labels() || otel_thread_ctx_v1() != own_record() {
+        return null_mut();
+    }
     let published = PUBLISHED.with(UnsafeCell::get);
     // SAFETY: this thread's own storage; nothing else on this thread holds a reference to it,
     // and the exported thread-locals are this thread's too.
@@ -252,16 +305,43 @@ pub(crate) fn show(published: *mut Published, mark: Shown) {
     // handler that interrupts a change finds `busy` set and leaves it alone.
     unsafe {
         let p = published;
-        if (*p).busy {
+        if (*p).busy != 0 && busy(p) {
             return;
         }
         if let Some(index) = (*p).shown.checked_sub(1) {
-            if (*p).entries[index].mark == mark {
+            if (*p).entries[index].mark == mark && !(*p).entries[index].stale() {
                 return;
             }
         }
         change(p, mark);
     }
+}
+
+/// Whether a change of the labels is under way below this frame (else it was left by a jump
+/// out of a signal handler that interrupted it, and is forgotten). A handler runs below the
+/// frame it interrupted, except on an alternate signal stack, where nothing is forgotten.
+///
+/// # Safety
+/// `p` is the calling thread's storage, `busy` set.
+#[cold]
+#[inline(never)]
+unsafe fn busy(p: *mut Published) -> bool {
+    if stack_pointer() < (*p).busy || crate::stack::on_alternate_stack() {
+        return true;
+    }
+    (*p).busy = 0;
+    false
+}
+
+/// The stack pointer, in this frame.
+#[inline(always)]
+fn stack_pointer() -> usize {
+    let sp: usize;
+    // SAFETY: reads a register.
+    unsafe {
+        core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    sp
 }
 
 /// [`show`]'s change (out of line: the mark path stays short): points at `mark`'s entry,
@@ -271,9 +351,10 @@ pub(crate) fn show(published: *mut Published, mark: Shown) {
 /// As in [`show`], with `busy` clear.
 #[inline(never)]
 unsafe fn change(p: *mut Published, mark: Shown) {
-    (*p).busy = true;
+    (*p).busy = stack_pointer().max(1);
+    (*p).cleared = false;
     compiler_fence(SeqCst);
-    let found = (0..CACHED).find(|&i| (*p).entries[i].mark == mark);
+    let found = (0..CACHED).find(|&i| (*p).entries[i].mark == mark && !(*p).entries[i].stale());
     let index = match found {
         Some(index) => index,
         None => {
@@ -300,7 +381,11 @@ unsafe fn change(p: *mut Published, mark: Shown) {
     write_volatile((*p).record_pointer, addr_of!((*entry).record) as u64);
     (*p).shown = index + 1;
     compiler_fence(SeqCst);
-    (*p).busy = false;
+    if (*p).cleared {
+        // A child of `fork` made by a signal handler that interrupted this (`clear`).
+        conceal(p);
+    }
+    (*p).busy = 0;
 }
 
 /// Writes `entry` for `mark`: its name, instance and record (valid, never changed while a
@@ -338,11 +423,12 @@ unsafe fn write(entry: *mut Entry, mark: Shown) {
 /// # Safety
 /// `p` is the calling thread's storage.
 unsafe fn conceal(p: *mut Published) {
+    (*p).shown = 0;
+    compiler_fence(SeqCst);
     write_volatile(addr_of_mut!((*p).set.count), 0);
     if !(*p).record_pointer.is_null() {
         write_volatile((*p).record_pointer, 0);
     }
-    (*p).shown = 0;
     compiler_fence(SeqCst);
 }
 
@@ -351,7 +437,10 @@ unsafe fn conceal(p: *mut Published) {
 fn hide(published: *mut Published) {
     // SAFETY: as in `show`.
     unsafe {
-        if (*published).shown != 0 && !(*published).busy {
+        if (*published).busy != 0 && busy(published) {
+            return;
+        }
+        if (*published).shown != 0 {
             conceal(published);
         }
     }
@@ -359,8 +448,12 @@ fn hide(published: *mut Published) {
 
 /// Shows nothing, whatever is under way (the thread's end, a child of `fork`). Stores only.
 pub(crate) fn clear(published: *mut Published) {
-    // SAFETY: as in `show`; nothing else runs on this thread's storage then.
-    unsafe { conceal(published) };
+    // SAFETY: as in `show`; a change this interrupted shows nothing when it ends.
+    unsafe {
+        (*published).cleared = true;
+        compiler_fence(SeqCst);
+        conceal(published);
+    }
 }
 
 /// Most records looked at for the innermost mark that counts.
@@ -403,33 +496,43 @@ pub(crate) fn show_innermost(published: *mut Published, slot: &Slot) {
     hide(published);
 }
 
-/// The address of this thread's `custom_labels_current_set`.
-fn custom_labels_current_set() -> *mut u64 {
-    let address: usize;
-    // SAFETY: the x86-64 TLS descriptor sequence (the resolver preserves every register but
-    // rax); reads only.
-    unsafe {
-        core::arch::asm!(
-            "lea rax, [rip + custom_labels_current_set@TLSDESC]",
-            "call qword ptr [rax + custom_labels_current_set@TLSCALL]",
-            "add rax, qword ptr fs:[0]",
-            out("rax") address,
-        );
-    }
-    address as *mut u64
+/// The x86-64 TLS descriptor sequence for `$symbol`: this thread's address of it. The resolver
+/// preserves every register but rax; all the C ABI's are declared clobbered all the same (glibc
+/// before 2.40 lost vector registers in the resolver of a module loaded by `dlopen`: its bug
+/// 31372), which costs nothing once a thread.
+macro_rules! tls_address {
+    ($symbol:expr) => {{
+        let address: usize;
+        // SAFETY: reads the thread's TLS descriptor, and the thread pointer.
+        unsafe {
+            core::arch::asm!(
+                concat!("lea rax, [rip + ", $symbol, "@TLSDESC]"),
+                concat!("call qword ptr [rax + ", $symbol, "@TLSCALL]"),
+                "add rax, qword ptr fs:[0]",
+                out("rax") address,
+                clobber_abi("C"),
+            );
+        }
+        address as *mut u64
+    }};
 }
 
-/// The address of this thread's `otel_thread_ctx_v1`.
+/// This thread's `custom_labels_current_set`, as the program's names bind it.
+fn custom_labels_current_set() -> *mut u64 {
+    tls_address!("custom_labels_current_set")
+}
+
+/// This thread's `otel_thread_ctx_v1`, as the program's names bind it.
 fn otel_thread_ctx_v1() -> *mut u64 {
-    let address: usize;
-    // SAFETY: as in `custom_labels_current_set`.
-    unsafe {
-        core::arch::asm!(
-            "lea rax, [rip + otel_thread_ctx_v1@TLSDESC]",
-            "call qword ptr [rax + otel_thread_ctx_v1@TLSCALL]",
-            "add rax, qword ptr fs:[0]",
-            out("rax") address,
-        );
-    }
-    address as *mut u64
+    tls_address!("otel_thread_ctx_v1")
+}
+
+/// This module's own `custom_labels_current_set`.
+fn own_labels() -> *mut u64 {
+    tls_address!(own!("labels"))
+}
+
+/// This module's own `otel_thread_ctx_v1`.
+fn own_record() -> *mut u64 {
+    tls_address!(own!("record"))
 }

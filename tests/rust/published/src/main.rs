@@ -7,6 +7,11 @@
 //! and waits for a line on its standard input before the next. It exits at the end of its
 //! input.
 //!
+//! `published cycle SECONDS`: prints `thread main TID THREAD_POINTER`, then marks without
+//! pause for SECONDS: six features `f0`..`f5` with instances `i0`..`i5` in turn, every other one
+//! with the next nested in it (more marks than a thread keeps written), for a test that stops
+//! it at random instants.
+//!
 //! `published spin SECONDS`: its main thread busy, three quarters of the time under
 //! `parsing`/`GET /a`; at the end it prints `truth PARSING_MS TOTAL_MS`, its CPU time inside
 //! the mark and in all.
@@ -20,6 +25,32 @@ static OUTPUT: Feature = Feature::new("output");
 static RULE: Feature = Feature::new("rule");
 static CHECKS: Feature = Feature::new("checks");
 static WORKER: Feature = Feature::new("worker");
+static CYCLED: [Feature; 6] = [
+    Feature::new("f0"),
+    Feature::new("f1"),
+    Feature::new("f2"),
+    Feature::new("f3"),
+    Feature::new("f4"),
+    Feature::new("f5"),
+];
+const INSTANCES: [&str; 6] = ["i0", "i1", "i2", "i3", "i4", "i5"];
+
+fn cycle(seconds: f64) {
+    println!("thread main {} {:#x}", gettid(), thread_pointer());
+    let start = std::time::Instant::now();
+    let mut x = 0u64;
+    while start.elapsed().as_secs_f64() < seconds {
+        for k in 0..6 {
+            let _m = CYCLED[k].mark_with(INSTANCES[k]);
+            if k % 2 == 0 {
+                let next = (k + 1) % 6;
+                let _n = CYCLED[next].mark_with(INSTANCES[next]);
+                x = std::hint::black_box(x.wrapping_add(k as u64));
+            }
+            x = std::hint::black_box(x.wrapping_mul(31));
+        }
+    }
+}
 
 /// The calling thread's thread pointer (its `fs` base on x86-64).
 fn thread_pointer() -> u64 {
@@ -91,6 +122,9 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("spin") {
         return spin(args[2].parse().expect("spin SECONDS"));
+    }
+    if args.get(1).map(String::as_str) == Some("cycle") {
+        return cycle(args[2].parse().expect("cycle SECONDS"));
     }
     let (sender, receiver) = std::sync::mpsc::channel();
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
