@@ -14,7 +14,8 @@
 //!
 //! Without the feature (the default), or on other targets, every hook here is empty: the mark
 //! path is the same code as without this module. With it, a push or pop that changes the
-//! innermost mark rewrites the thread's published labels (see `fleet/thread.rs`).
+//! innermost mark points at its labels (see `fleet/thread.rs`); a mark popped by the C ABI's
+//! `fsprof_unmark` has its text forgotten, for the caller may reuse its payload's buffer.
 //!
 //! Not here: the marks themselves (`stack.rs`), the region (`region.rs`).
 
@@ -107,6 +108,16 @@ mod on {
         }
     }
 
+    /// A pop of the C ABI (`fsprof_unmark`) lowered this thread's depth below `record`: its
+    /// text is forgotten (its strings may be a buffer the caller reuses), then as [`popped`].
+    pub(crate) fn popped_reusable(state: &ThreadState, slot: &Slot, record: &abi::Record) {
+        let published = state.fleet.get();
+        if !published.is_null() {
+            thread::show_innermost(published, slot);
+            thread::forget(published, record);
+        }
+    }
+
     /// The thread released its slot (it is exiting), or this is a child of `fork`: nothing is
     /// marked any more. Async-signal-safe: stores only.
     pub(crate) fn cleared(state: &ThreadState) {
@@ -142,6 +153,8 @@ mod off {
     }
     #[inline(always)]
     pub(crate) fn popped(_: &ThreadState, _: &Slot) {}
+    #[inline(always)]
+    pub(crate) fn popped_reusable(_: &ThreadState, _: &Slot, _: &crate::abi::Record) {}
     #[inline(always)]
     pub(crate) fn cleared(_: &ThreadState) {}
 }

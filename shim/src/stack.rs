@@ -576,7 +576,10 @@ pub(crate) fn pop_innermost() {
         if depth > 0 {
             // As in `pop`: one store, no seq bracket.
             slot.depth.store(depth - 1, Release);
-            fleet::popped(state, slot);
+            match slot.records.get(depth as usize - 1) {
+                Some(record) => fleet::popped_reusable(state, slot, record),
+                None => fleet::popped(state, slot),
+            }
         }
     });
 }

@@ -82,7 +82,7 @@ impl Writer<'_> {
 ///
 /// # Safety
 /// The string is alive and unchanged while it is marked (the shim's contract).
-unsafe fn string<'a>(address: u64, len: u64, max: usize) -> &'a [u8] {
+pub(crate) unsafe fn string<'a>(address: u64, len: u64, max: usize) -> &'a [u8] {
     if address == 0 {
         return &[];
     }

@@ -191,22 +191,6 @@ struct Entry {
     record: Record,
 }
 
-impl Entry {
-    /// Whether the text written for this entry is no longer its mark's: a C caller may mark with
-    /// a buffer it reuses for a later mark, at the same address (a Rust location is static).
-    ///
-    /// # Safety
-    /// The entry's mark is on the calling thread's stack (its strings alive).
-    unsafe fn stale(&self) -> bool {
-        if self.mark.kind() == abi::KIND_LOCATION {
-            return false;
-        }
-        let mut fresh = [0u8; text::CAPACITY];
-        let len = text::instance(&mut fresh, &self.mark);
-        fresh[..len] != self.instance[..self.instance_len]
-    }
-}
-
 /// A thread's published labels.
 #[repr(C)]
 pub(crate) struct Published {
@@ -309,7 +293,7 @@ pub(crate) fn show(published: *mut Published, mark: Shown) {
             return;
         }
         if let Some(index) = (*p).shown.checked_sub(1) {
-            if (*p).entries[index].mark == mark && !(*p).entries[index].stale() {
+            if (*p).entries[index].mark == mark {
                 return;
             }
         }
@@ -354,7 +338,7 @@ unsafe fn change(p: *mut Published, mark: Shown) {
     (*p).busy = stack_pointer().max(1);
     (*p).cleared = false;
     compiler_fence(SeqCst);
-    let found = (0..CACHED).find(|&i| (*p).entries[i].mark == mark && !(*p).entries[i].stale());
+    let found = (0..CACHED).find(|&i| (*p).entries[i].mark == mark);
     let index = match found {
         Some(index) => index,
         None => {
@@ -416,6 +400,31 @@ unsafe fn write(entry: *mut Entry, mark: Shown) {
     record.attrs_data_size = at as u16;
     record.valid = 1;
     (*entry).mark = mark;
+}
+
+/// Forgets the text written for the mark of `record` (just popped), unless it is shown: its
+/// strings may be a C caller's buffer, reused for a later mark at the same address.
+pub(crate) fn forget(published: *mut Published, record: &abi::Record) {
+    let meta = record.meta.load(Relaxed);
+    let mark = Shown::new(
+        record.feature.load(Relaxed),
+        (meta >> 32) as u32,
+        record.payload.load(Relaxed),
+        meta & u64::from(u32::MAX),
+        record.position.load(Relaxed),
+        [record.extra[0].load(Relaxed), record.extra[1].load(Relaxed)],
+    );
+    // SAFETY: as in `show`; an entry not shown is read by no reader.
+    unsafe {
+        if (*published).busy != 0 {
+            return;
+        }
+        for index in 0..CACHED {
+            if (*published).entries[index].mark == mark && (*published).shown != index + 1 {
+                (*published).entries[index].mark = Shown::NONE;
+            }
+        }
+    }
 }
 
 /// Shows nothing: the set empty, the record pointer null.
