@@ -75,6 +75,23 @@
 
 #![deny(missing_docs)]
 
+/// The name its parts make, with this crate's version appended (`NAME_v0_1_0`): the assembly
+/// symbols of two semver-incompatible copies of the shim in one program stay apart
+/// (`thread_state.rs`).
+macro_rules! versioned {
+    ($($part:expr),+) => {
+        concat!(
+            $($part,)+
+            "_v",
+            env!("CARGO_PKG_VERSION_MAJOR"),
+            "_",
+            env!("CARGO_PKG_VERSION_MINOR"),
+            "_",
+            env!("CARGO_PKG_VERSION_PATCH"),
+        )
+    };
+}
+
 pub mod abi;
 mod announce;
 pub mod build;

@@ -18,25 +18,14 @@
 //! registration order) cannot write the region, which the child does not have.
 
 use crate::abi::{self, RegionHeader, Slot, MARK_CAPACITY, SLOT_COUNT};
-use crate::sys;
+use crate::sys::{self, close, ftruncate, madvise, mmap, munmap};
+use crate::sys::{MADV_DONTFORK, MAP_FAILED, MFD_CLOEXEC, PROT_READ_WRITE};
 use crate::thread_state::{self, ThreadState};
 use core::ptr::null_mut;
 use core::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, Ordering::*};
 use std::ffi::{c_int, c_uint, c_void};
 
 extern "C" {
-    fn ftruncate(fd: c_int, length: i64) -> c_int;
-    fn mmap(
-        addr: *mut c_void,
-        len: usize,
-        prot: c_int,
-        flags: c_int,
-        fd: c_int,
-        off: i64,
-    ) -> *mut c_void;
-    fn munmap(addr: *mut c_void, len: usize) -> c_int;
-    fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
-    fn close(fd: c_int) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
     fn getpid() -> c_int;
     fn pthread_atfork(
@@ -52,16 +41,12 @@ extern "C" {
     fn pthread_key_delete(key: c_uint) -> c_int;
 }
 
-const MFD_CLOEXEC: c_uint = 1;
 const MFD_ALLOW_SEALING: c_uint = 2;
 const F_ADD_SEALS: c_int = 1033;
 const F_SEAL_SEAL: c_int = 1;
 const F_SEAL_SHRINK: c_int = 2;
 const F_SEAL_GROW: c_int = 4;
-const PROT_READ_WRITE: c_int = 0x1 | 0x2;
 const MAP_SHARED: c_int = 0x01;
-const MAP_FAILED: *mut c_void = !0usize as *mut c_void;
-const MADV_DONTFORK: c_int = 10;
 
 /// This process's region, null until the first mark (or if it could not be created).
 static REGION: AtomicPtr<RegionHeader> = AtomicPtr::new(null_mut());

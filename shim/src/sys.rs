@@ -1,10 +1,32 @@
-//! The two system calls the region writer makes that glibc wraps only in recent versions:
+//! The system calls the shim makes. Two that glibc wraps only in recent versions, made raw:
 //! `gettid` (glibc 2.30) and `memfd_create` (2.27). Calling the wrappers would make every program
 //! that links the shim need that glibc; raw system calls need none (the kernel has had both
-//! since 3.17), on x86-64 and aarch64. Nothing else: the other calls the writer makes are in
-//! every glibc still in use.
+//! since 3.17), on x86-64 and aarch64. And the libc calls that make a mapping, which the region
+//! (`region.rs`) and the fleet's process context (`fleet/process_context.rs`) share, with their
+//! constants. Not here: the calls only the region makes (its seals, `pthread` keys and fork
+//! handlers).
 
-use std::ffi::{c_char, c_int, c_long, c_uint};
+use std::ffi::{c_char, c_int, c_long, c_uint, c_void};
+
+extern "C" {
+    pub(crate) fn ftruncate(fd: c_int, length: i64) -> c_int;
+    pub(crate) fn mmap(
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: c_int,
+        off: i64,
+    ) -> *mut c_void;
+    pub(crate) fn munmap(addr: *mut c_void, len: usize) -> c_int;
+    pub(crate) fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
+    pub(crate) fn close(fd: c_int) -> c_int;
+}
+
+pub(crate) const MFD_CLOEXEC: c_uint = 1;
+pub(crate) const PROT_READ_WRITE: c_int = 0x1 | 0x2;
+pub(crate) const MAP_FAILED: *mut c_void = !0usize as *mut c_void;
+pub(crate) const MADV_DONTFORK: c_int = 10;
 
 /// The calling thread's id.
 pub(crate) fn gettid() -> u32 {

@@ -67,14 +67,7 @@ mod imp {
     /// The block's symbol: versioned, see the module's documentation.
     macro_rules! block {
         () => {
-            concat!(
-                "fsprof_shim_thread_state_v",
-                env!("CARGO_PKG_VERSION_MAJOR"),
-                "_",
-                env!("CARGO_PKG_VERSION_MINOR"),
-                "_",
-                env!("CARGO_PKG_VERSION_PATCH"),
-            )
+            versioned!("fsprof_shim_thread_state")
         };
     }
 

@@ -10,33 +10,19 @@
 //! Not here: the records (`thread.rs`).
 
 use super::{FEATURE_KEY, INSTANCE_KEY};
-use crate::sys;
+use crate::sys::{self, close, ftruncate, madvise, mmap};
+use crate::sys::{MADV_DONTFORK, MAP_FAILED, MFD_CLOEXEC, PROT_READ_WRITE};
 use core::ptr::null_mut;
 use core::sync::atomic::{fence, Ordering::SeqCst};
-use std::ffi::{c_int, c_long, c_uint, c_void};
+use std::ffi::{c_int, c_long, c_void};
 
 extern "C" {
-    fn ftruncate(fd: c_int, length: i64) -> c_int;
-    fn mmap(
-        addr: *mut c_void,
-        len: usize,
-        prot: c_int,
-        flags: c_int,
-        fd: c_int,
-        off: i64,
-    ) -> *mut c_void;
-    fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
-    fn close(fd: c_int) -> c_int;
     fn prctl(option: c_int, ...) -> c_int;
     fn clock_gettime(clock: c_int, time: *mut [c_long; 2]) -> c_int;
 }
 
-const MFD_CLOEXEC: c_uint = 1;
-const PROT_READ_WRITE: c_int = 0x1 | 0x2;
 const MAP_PRIVATE: c_int = 0x02;
 const MAP_ANONYMOUS: c_int = 0x20;
-const MAP_FAILED: *mut c_void = !0usize as *mut c_void;
-const MADV_DONTFORK: c_int = 10;
 const PR_SET_VMA: c_int = 0x53564d41;
 const PR_SET_VMA_ANON_NAME: c_long = 0;
 const CLOCK_BOOTTIME: c_int = 7;

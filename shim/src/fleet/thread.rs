@@ -27,16 +27,7 @@ use core::sync::atomic::{compiler_fence, Ordering::*};
 /// module's definitions whatever the program defines (versioned, as `thread_state.rs`'s block).
 macro_rules! own {
     ($name:literal) => {
-        concat!(
-            "fsprof_shim_fleet_",
-            $name,
-            "_v",
-            env!("CARGO_PKG_VERSION_MAJOR"),
-            "_",
-            env!("CARGO_PKG_VERSION_MINOR"),
-            "_",
-            env!("CARGO_PKG_VERSION_PATCH"),
-        )
+        versioned!("fsprof_shim_fleet_", $name)
     };
 }
 
