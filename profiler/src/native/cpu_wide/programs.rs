@@ -262,7 +262,8 @@ fn next_switch(p: &mut Asm) {
 /// folded or recorded (see [`departed`]). The coming one's pid is read from its `task_struct` at
 /// `pid_offset`: if watched, it is on a CPU from now, and a return record says so, or its
 /// folded stretch ends (see [`came_back`]). A thread no longer followed (its value's `VALUE_QUIET`) has its time counted and
-/// no record. Other switches cost two lookups.
+/// no record. Other switches cost two lookups (and no read of the clock: the switches of
+/// threads fsprof does not watch, every switch of the machine, run this program).
 pub(super) fn switch_program(
     map: RawFd,
     (copies, copies_size): (RawFd, usize),
@@ -275,8 +276,7 @@ pub(super) fn switch_program(
     let mut p = Asm::new();
     p.extend([
         insn(STX_DW, 10, 1, CONTEXT, 0),
-        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
-        insn(MOV64_REG, 7, 0, 0, 0), // r7: the time
+        insn(MOV64_IMM, 7, 0, 0, 0), // r7: the time, read once a watched thread is found
         insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_PID_TGID),
         insn(STX_W, 10, 0, INDEX_SLOT, 0),
         insn(STX_W, 10, 0, LEAVING, 0),
@@ -287,7 +287,11 @@ pub(super) fn switch_program(
     p.extend([insn(LDX_W, 1, 0, 0, 0), insn(STX_W, 10, 1, INDEX_SLOT, 0)]);
     p.extend(value_of_thread(map));
     p.jump(JEQ_IMM, 0, 0, 0, coming);
-    p.push(insn(MOV64_REG, 6, 0, 0, 0)); // r6: the leaving thread's value
+    p.extend([
+        insn(MOV64_REG, 6, 0, 0, 0), // r6: the leaving thread's value
+        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
+        insn(MOV64_REG, 7, 0, 0, 0),
+    ]);
     on_since_watched(&mut p);
     let known = p.label();
     p.push(insn(LDX_DW, 1, 6, on, 0));
@@ -342,8 +346,15 @@ pub(super) fn switch_program(
     p.extend([insn(LDX_W, 1, 0, 0, 0), insn(STX_W, 10, 1, INDEX_SLOT, 0)]);
     p.extend(value_of_thread(map));
     p.jump(JEQ_IMM, 0, 0, 0, end);
+    p.push(insn(MOV64_REG, 6, 0, 0, 0)); // r6: the coming thread's value
+    let timed = p.label();
+    p.jump(JNE_IMM, 7, 0, 0, timed);
     p.extend([
-        insn(MOV64_REG, 6, 0, 0, 0), // r6: the coming thread's value
+        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
+        insn(MOV64_REG, 7, 0, 0, 0),
+    ]);
+    p.bind(timed);
+    p.extend([
         insn(STX_DW, 6, 7, on, 0),
         insn(LDX_DW, 1, 6, VALUE_QUIET as i16, 0),
     ]);
