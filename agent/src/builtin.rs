@@ -177,6 +177,7 @@ extern "C" fn init() {
             &futex::syscall::REAL,
             &lifecycle::fork_without_handlers::REAL,
             &lifecycle::pthread_create::REAL,
+            &lifecycle::pthread_join::REAL,
         ],
         jumps::REALS,
     ]);
@@ -184,6 +185,8 @@ extern "C" fn init() {
     // built with the `fleet` feature; off otherwise). Before anything marks.
     let fleet = environment(c"FSPROF_FLEET_LABELS") == Some(b"1");
     fsprof_shim::raw::publish_for_fleet(fleet);
+    // FSPROF_WHATIF: an experiment of `fsprof what-if` (its delays; nothing otherwise).
+    whatif::init(environment(c"FSPROF_WHATIF"));
     // `fsprof run` without `--agent` sets FSPROF_BUILTINS=0 for programs that link the agent anyway.
     if environment(c"FSPROF_BUILTINS") == Some(b"0") {
         return;
@@ -617,3 +620,4 @@ mod lifecycle;
 mod locks;
 mod stdio;
 mod system_calls;
+mod whatif;

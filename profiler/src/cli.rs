@@ -151,6 +151,43 @@ enum Cmd {
         #[command(flatten)]
         rules: RuleArgs,
     },
+    /// Predict what making a feature faster would buy the whole program (causal profiling):
+    /// runs the program again and again under the agent, which slows every other thread while
+    /// one runs the selected feature (a virtual speedup of it, as Coz does for lines of code),
+    /// and reports, per feature and speedup, how much sooner the program would end. The
+    /// candidates are the features named, else the heaviest ones of a first profile.
+    #[command(override_usage = "fsprof what-if [OPTIONS] -- PROGRAM [ARGS]...")]
+    WhatIf {
+        /// A feature to try (its name, as the report shows it); repeatable. By default the
+        /// --top heaviest features of a first profile of the program.
+        #[arg(long = "feature", value_name = "NAME")]
+        features: Vec<String>,
+        /// An instance to try, FEATURE=INSTANCE as the report names it (a name, or
+        /// file:line:column); repeatable.
+        #[arg(long = "instance", value_name = "FEATURE=INSTANCE")]
+        instances: Vec<String>,
+        /// How many of the first profile's heaviest features to try when none is named.
+        #[arg(long, value_name = "N", default_value_t = 3)]
+        top: usize,
+        /// The speedups to try, in percent of the selected code's time (0 < S <= 100).
+        #[arg(long, value_name = "S,S,...", value_delimiter = ',', default_values_t = [25u32, 50, 75, 100])]
+        speedups: Vec<u32>,
+        /// Runs of each experiment, and of the baseline (every run is timed; the table gives
+        /// their mean and range).
+        #[arg(long, value_name = "N", default_value_t = 3)]
+        runs: usize,
+        /// Preload the agent's built-in features too (output, allocation, locks, ...), which
+        /// makes them candidates.
+        #[arg(long)]
+        agent: bool,
+        /// Output directory for what-if.json, what-if.svg, the first profile and the program's
+        /// output. Default: ./fsprof-<program>-<n>.
+        #[arg(short, long, value_name = "DIR")]
+        output: Option<PathBuf>,
+        /// Program and arguments.
+        #[arg(last = true, required = true, value_name = "PROGRAM")]
+        program: Vec<OsString>,
+    },
     /// Print the path of the agent library that `run --agent` preloads, for a program you start
     /// yourself and attach to: `LD_PRELOAD=$(fsprof agent) ./app & fsprof attach $!`.
     Agent,
@@ -295,6 +332,13 @@ pub enum Command {
         paths: [PathBuf; 2],
         /// What to render.
         options: DiffOptions,
+    },
+    /// `fsprof what-if`.
+    WhatIf {
+        /// Program and arguments.
+        program: Vec<OsString>,
+        /// The experiments' options.
+        options: crate::commands::what_if::WhatIfOptions,
     },
     /// `fsprof agent`.
     Agent,
@@ -442,6 +486,21 @@ impl Cli {
                     idle,
                     rules: rules.into_rules()?,
                 },
+            },
+            Cmd::WhatIf {
+                features,
+                instances,
+                top,
+                speedups,
+                runs,
+                agent,
+                output,
+                program,
+            } => Command::WhatIf {
+                program,
+                options: crate::commands::what_if::WhatIfOptions::new(
+                    features, instances, top, speedups, runs, agent, output,
+                )?,
             },
             Cmd::Agent => Command::Agent,
             Cmd::Rules => Command::Print(crate::rules::catalog_text().to_owned()),

@@ -47,6 +47,9 @@ fn main() -> ExitCode {
         Command::Diff { paths, options } => {
             fsprof::commands::report::diff(&paths, &options).and_then(|bytes| write(&bytes))
         }
+        Command::WhatIf { program, options } => {
+            fsprof::commands::what_if::what_if(&program, &options).map(|()| 0)
+        }
         Command::Agent => fsprof::record::agent::library()
             .and_then(|path| write(format!("{}\n", path.display()).as_bytes())),
         Command::Print(text) => write(text.as_bytes()),

@@ -101,6 +101,7 @@ mod stack;
 mod sys;
 mod task;
 mod thread_state;
+pub mod whatif;
 
 pub use task::{Instrumented, MAX_TASK_DEPTH};
 

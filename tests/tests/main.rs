@@ -27,3 +27,4 @@ mod report;
 mod rules;
 mod safety;
 mod trees;
+mod what_if;

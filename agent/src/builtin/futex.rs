@@ -1,6 +1,7 @@
 //! `syscall`: futex waits made through it (Rust's std locks, channels, condition variables and
 //! parking) are `locks`, or `waiting` where the profiler recognises the runtime's condition
-//! variables; other system calls pass through unmarked.
+//! variables; other system calls pass through unmarked. During a what-if experiment a futex wake
+//! pays the thread's delay first, and a wait is forgiven what accrued meanwhile (`whatif.rs`).
 
 use super::*;
 
@@ -39,12 +40,24 @@ pub(super) mod syscall {
             c_long,
             c_long,
         ) -> c_long = core::mem::transmute::<usize, _>(REAL.get());
-        let _marked = if waits(number, a2) {
+        let waits = waits(number, a2);
+        if !waits {
+            // A futex wake, here only during a what-if experiment: pay before waking.
+            super::whatif::pay();
+        }
+        let _marked = if waits {
             enter(LOCKS, caller, false)
         } else {
             None
         };
-        real(number, a1, a2, a3, a4, a5, a6)
+        let waited = if waits {
+            super::whatif::block_start()
+        } else {
+            None
+        };
+        let result = real(number, a1, a2, a3, a4, a5, a6);
+        super::whatif::block_end(waited);
+        result
     }
 }
 
@@ -84,6 +97,9 @@ pub unsafe extern "C" fn syscall(number: c_long) -> c_long {
         "je 3f",
         "cmp r11d, 13",
         "je 3f",
+        // Another futex operation (a wake): through `imp` during a what-if experiment.
+        "cmp byte ptr [rip + {whatif}], 0",
+        "jne 3f",
         "2:",
         "mov r11, [rip + {real} + {address}]",
         "test r11, r11",
@@ -108,5 +124,6 @@ pub unsafe extern "C" fn syscall(number: c_long) -> c_long {
         real = sym syscall::REAL,
         address = const core::mem::offset_of!(Real, address),
         imp = sym syscall::imp,
+        whatif = sym super::whatif::ON,
     )
 }

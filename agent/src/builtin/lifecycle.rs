@@ -22,6 +22,7 @@ pub unsafe extern "C" fn _Fork() -> c_int {
     let pid = real();
     if pid == 0 {
         raw::forget_region_in_child();
+        super::whatif::leave_in_child();
     }
     pid
 }
@@ -40,17 +41,24 @@ pub(super) mod pthread_create {
         pub arg: *mut c_void,
     }
 
-    /// The new thread's first function: claims its slot, then runs the user's routine.
+    /// The new thread's first function: claims its slot (where built-in features are marked)
+    /// and joins a what-if experiment (where one runs), then runs the user's routine.
     pub(super) unsafe extern "C-unwind" fn start(launch: *mut c_void) -> *mut c_void {
         let Launch { start, arg } = core::ptr::read(launch as *const Launch);
         real_free(launch);
-        claim_slot();
-        start(arg)
+        if HOT.ready.load(Relaxed) {
+            claim_slot();
+        }
+        super::whatif::thread_start();
+        let result = start(arg);
+        super::whatif::thread_end();
+        result
     }
 }
 
 /// Interposed `pthread_create`: the new thread claims its mark slot before running `start`, so
-/// that its first mark never happens in a signal handler. Not a feature.
+/// that its first mark never happens in a signal handler, and joins a what-if experiment. Not a
+/// feature.
 ///
 /// # Safety
 /// As libc's `pthread_create`.
@@ -68,7 +76,7 @@ pub unsafe extern "C" fn pthread_create(
         *mut c_void,
     ) -> c_int;
     let real: Create = core::mem::transmute::<usize, Create>(pthread_create::REAL.get());
-    if !HOT.ready.load(Relaxed) {
+    if !HOT.ready.load(Relaxed) && !super::whatif::active() {
         return real(thread, attr, start, arg);
     }
     let launch =
@@ -82,4 +90,25 @@ pub unsafe extern "C" fn pthread_create(
         real_free(launch as *mut c_void);
     }
     created
+}
+
+pub(super) mod pthread_join {
+    use super::*;
+    pub(crate) static REAL: Real = Real::new(b"pthread_join\0");
+}
+
+/// Interposed `pthread_join`: during a what-if experiment, what accrues while the caller waits
+/// for the thread is forgiven (the thread paid before it ended). Not a feature (the agent marks
+/// no wait for a thread's end).
+///
+/// # Safety
+/// As libc's `pthread_join`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_join(thread: usize, result: *mut *mut c_void) -> c_int {
+    let real: unsafe extern "C" fn(usize, *mut *mut c_void) -> c_int =
+        core::mem::transmute::<usize, _>(pthread_join::REAL.get());
+    let waited = super::whatif::block_start();
+    let joined = real(thread, result);
+    super::whatif::block_end(waited);
+    joined
 }

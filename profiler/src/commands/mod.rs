@@ -11,3 +11,4 @@ pub mod report;
 pub mod session;
 pub mod status;
 pub mod top;
+pub mod what_if;

@@ -1,0 +1,403 @@
+//! `fsprof what-if`: causal profiling per feature and per instance. What would making this
+//! feature (or this instance of it) faster buy the whole program? A profile cannot say: a
+//! feature that takes 40% of the CPU may sit off the critical path, one that takes 5% may gate
+//! everything. So, as Coz (Curtsinger and Berger, SOSP 2015) does for lines of code, each
+//! experiment runs the program once with a *virtual speedup* of the selected code: the agent
+//! slows every other thread while one runs it (`agent/src/builtin/whatif.rs`; the control page
+//! that passes the selection and brings back the delays is `fsprof_shim::whatif`), and the
+//! program's time less the delay inserted is its time with that code faster.
+//!
+//! This module: the options, the candidates (named, or the heaviest features of a first profile
+//! recorded with marks only), the experiments (each a run of the program, in a shuffled order
+//! with the baselines among them), and their results written out (`what_if/results.rs`).
+//! Progress points inside a run (the rate at which a feature's marks end) are not built yet:
+//! each experiment is one whole run, so the program must end by itself.
+
+mod results;
+
+use crate::analysis::{analyse, TimeView};
+use crate::commands::session::{self, Backend, RecordOptions};
+use crate::profile::Profile;
+use crate::record::agent::{self, Preload};
+use anyhow::{bail, Context, Result};
+use fsprof_shim::whatif::{Control, ANY_INSTANCE, CONTROL_MAGIC, CONTROL_SIZE, CONTROL_VERSION};
+use fsprof_shim::whatif::{CONTROL_VARIABLE, NAME_CAPACITY};
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+/// A thread's CPU time between two looks at its marks (Coz samples every millisecond too).
+const PERIOD_NS: u64 = 250_000;
+
+/// The options of `fsprof what-if`.
+#[derive(Clone, Debug)]
+pub struct WhatIfOptions {
+    /// The candidates named (`--feature`, `--instance`), in order; empty: the first profile's.
+    named: Vec<Candidate>,
+    /// How many of the first profile's features to try when none is named.
+    top: usize,
+    /// The speedups tried, percent.
+    speedups: Vec<u32>,
+    /// Runs of each experiment and of the baseline.
+    runs: usize,
+    /// The agent's built-in features marked too (and so candidates).
+    agent: bool,
+    /// Output directory.
+    output: Option<PathBuf>,
+}
+
+/// What an experiment speeds up: a feature, or one instance of it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Candidate {
+    /// The feature's name.
+    pub feature: String,
+    /// The instance's text as the report names it; `None`: every instance.
+    pub instance: Option<String>,
+}
+
+impl Candidate {
+    /// How the table names it.
+    pub fn label(&self) -> String {
+        match &self.instance {
+            Some(instance) => format!("{} ({instance})", self.feature),
+            None => self.feature.clone(),
+        }
+    }
+}
+
+impl WhatIfOptions {
+    /// The options, or why they do not make sense.
+    pub fn new(
+        features: Vec<String>,
+        instances: Vec<String>,
+        top: usize,
+        mut speedups: Vec<u32>,
+        runs: usize,
+        agent: bool,
+        output: Option<PathBuf>,
+    ) -> Result<WhatIfOptions, String> {
+        let mut named: Vec<Candidate> = features
+            .into_iter()
+            .map(|feature| Candidate {
+                feature,
+                instance: None,
+            })
+            .collect();
+        for spec in instances {
+            let Some((feature, instance)) = spec.split_once('=') else {
+                return Err(format!(
+                    "--instance {spec}: write FEATURE=INSTANCE (an instance as the report names it)"
+                ));
+            };
+            named.push(Candidate {
+                feature: feature.to_owned(),
+                instance: Some(instance.to_owned()),
+            });
+        }
+        for candidate in &named {
+            let too_long = |text: &str| text.is_empty() || text.len() > NAME_CAPACITY;
+            if too_long(&candidate.feature) || candidate.instance.as_deref().is_some_and(too_long) {
+                return Err(format!(
+                    "{}: a feature's name and an instance's text take 1 to {NAME_CAPACITY} bytes",
+                    candidate.label()
+                ));
+            }
+        }
+        speedups.sort_unstable();
+        speedups.dedup();
+        if speedups.is_empty() || speedups.iter().any(|&s| s == 0 || s > 100) {
+            return Err(
+                "--speedups takes percentages from 1 to 100 (the baseline, 0, is always run)"
+                    .to_owned(),
+            );
+        }
+        if runs == 0 || top == 0 {
+            return Err("--runs and --top take at least 1".to_owned());
+        }
+        Ok(WhatIfOptions {
+            named,
+            top,
+            speedups,
+            runs,
+            agent,
+            output,
+        })
+    }
+}
+
+/// One run of the program and what the agent counted in it.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Outcome {
+    /// Which candidate (an index into the candidates), `None` for a baseline run.
+    pub candidate: Option<usize>,
+    /// The speedup, percent (0 for a baseline run).
+    pub speedup: u32,
+    /// The program's wall time, from its start to its end.
+    pub wall_ns: u64,
+    /// The global delay: the selected code's time the experiment removed.
+    pub delay_ns: u64,
+    /// What its threads slept, all together.
+    pub paid_ns: u64,
+    /// What blocked threads were forgiven, all together.
+    pub forgiven_ns: u64,
+    /// Looks at a thread's marks, and those in the selected code.
+    pub samples: u64,
+    /// Looks that found a thread in the selected code.
+    pub selected_samples: u64,
+    /// Threads timed.
+    pub threads: u64,
+    /// Threads whose timer could not be armed.
+    pub failures: u64,
+}
+
+/// `fsprof what-if`: the candidates, the experiments, the table (stdout), `what-if.json` and
+/// `what-if.svg`.
+pub fn what_if(program: &[OsString], options: &WhatIfOptions) -> Result<()> {
+    let Some(name) = program.first() else {
+        bail!("no program given: fsprof what-if -- PROGRAM [ARGS...]")
+    };
+    let dir = session::prepare_output(options.output.as_deref(), &name.to_string_lossy())?;
+    let library = match agent::preload(name) {
+        Preload::Library(path) => path,
+        other => bail!(
+            "what-if needs fsprof's agent in the program, and {}",
+            other
+                .note()
+                .unwrap_or_else(|| "it cannot be preloaded".to_owned())
+        ),
+    };
+    let candidates = match options.named.is_empty() {
+        false => options.named.clone(),
+        true => discover(program, options, &dir)?,
+    };
+    let log_path = dir.join("what-if.log");
+    let log =
+        File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+    let plan = plan(candidates.len(), &options.speedups, options.runs);
+    let mut outcomes = Vec::with_capacity(plan.len());
+    for (done, &(candidate, speedup)) in plan.iter().enumerate() {
+        let what = match candidate {
+            None => "baseline".to_owned(),
+            Some(index) => format!("{} {speedup}% faster", candidates[index].label()),
+        };
+        eprintln!(
+            "fsprof: what-if: run {} of {}: {what}",
+            done + 1,
+            plan.len()
+        );
+        let selection = candidate.map(|index| (&candidates[index], speedup));
+        let outcome =
+            experiment(program, &library, options.agent, selection, &log).with_context(|| {
+                format!(
+                    "run {} ({what}); the program's output is in {}",
+                    done + 1,
+                    log_path.display()
+                )
+            })?;
+        outcomes.push(Outcome {
+            candidate,
+            speedup: if candidate.is_some() { speedup } else { 0 },
+            ..outcome
+        });
+    }
+    let summary = results::summarize(&candidates, &options.speedups, &outcomes);
+    print!("{}", results::table(&summary));
+    let json = dir.join("what-if.json");
+    std::fs::write(&json, results::json(program, &summary, &outcomes)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    let svg = dir.join("what-if.svg");
+    std::fs::write(&svg, results::svg(&summary))
+        .with_context(|| format!("writing {}", svg.display()))?;
+    eprintln!(
+        "fsprof: wrote {}, {} and {} (the program's output)",
+        json.display(),
+        svg.display(),
+        log_path.display()
+    );
+    Ok(())
+}
+
+/// The heaviest features of a first profile (marks only: no native stacks, so no feature a
+/// rule finds in the stacks, which no mark could slow down), the agent's built-in ones only
+/// with `--agent`.
+fn discover(program: &[OsString], options: &WhatIfOptions, dir: &Path) -> Result<Vec<Candidate>> {
+    let profile_dir = dir.join("profile");
+    eprintln!(
+        "fsprof: what-if: a first profile of the program, for its heaviest features ({})",
+        profile_dir.display()
+    );
+    let record = RecordOptions {
+        output: Some(profile_dir.clone()),
+        rate_hz: 1000.0,
+        duration: None,
+        count_idle: false,
+        native: false,
+        backend: Backend::Auto,
+        agent: options.agent,
+        debug_dirs: Vec::new(),
+        debuginfod: None,
+        top: None,
+        follow: false,
+        span_ids: false,
+        rules: crate::rules::RuleSet::none(),
+    };
+    let code = session::run(program, &record)?;
+    if code != 0 {
+        bail!("the program exited with status {code} in the first profile: what-if needs a program that ends well by itself");
+    }
+    let profile = Profile::load(&profile_dir)?;
+    let report = analyse(&profile, TimeView::Active);
+    let candidates: Vec<Candidate> = report
+        .features
+        .iter()
+        .filter(|feature| options.agent || !feature.builtin)
+        .take(options.top)
+        .map(|feature| Candidate {
+            feature: feature.name.clone(),
+            instance: None,
+        })
+        .collect();
+    if candidates.is_empty() {
+        bail!(
+            "the first profile shows no feature the program marks: name one with --feature NAME, or mark the program's features (see the README's \"Marking features\")"
+        );
+    }
+    Ok(candidates)
+}
+
+/// The runs: `runs` baselines and `runs` of each candidate at each speedup, shuffled (drift of
+/// the machine spreads over all of them rather than biasing one).
+fn plan(candidates: usize, speedups: &[u32], runs: usize) -> Vec<(Option<usize>, u32)> {
+    let mut plan = Vec::new();
+    for _ in 0..runs {
+        plan.push((None, 0));
+        for candidate in 0..candidates {
+            plan.extend(speedups.iter().map(|&s| (Some(candidate), s)));
+        }
+    }
+    let mut state = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
+        | 1;
+    for i in (1..plan.len()).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        plan.swap(i, (state % (i as u64 + 1)) as usize);
+    }
+    plan
+}
+
+/// One run of the program under the agent with the experiment `selection` (`None`: a baseline,
+/// timed and looked at the same way, with nothing selected).
+fn experiment(
+    program: &[OsString],
+    library: &Path,
+    builtins: bool,
+    selection: Option<(&Candidate, u32)>,
+    log: &File,
+) -> Result<Outcome> {
+    let fd =
+        nix::sys::memfd::memfd_create(c"fsprof-whatif", nix::sys::memfd::MemFdCreateFlag::empty())
+            .context("creating the experiment's control page (memfd_create)")?;
+    let file = File::from(fd);
+    file.set_len(CONTROL_SIZE as u64)?;
+    // SAFETY: a memfd of this process, mapped shared; the program's agent writes its counters
+    // through atomics, fsprof reads them through the same atomics.
+    let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }?;
+    // SAFETY: the mapping is page-aligned, CONTROL_SIZE bytes, zeroed: a valid `Control`.
+    let control = unsafe { &mut *(map.as_mut_ptr() as *mut Control) };
+    control.magic = CONTROL_MAGIC;
+    control.version = CONTROL_VERSION;
+    control.period_ns = PERIOD_NS;
+    control.instance_len = ANY_INSTANCE;
+    if let Some((candidate, speedup)) = selection {
+        control.speedup_ppm = u64::from(speedup) * 10_000;
+        control.feature_len = candidate.feature.len() as u64;
+        control.feature[..candidate.feature.len()].copy_from_slice(candidate.feature.as_bytes());
+        if let Some(instance) = &candidate.instance {
+            control.instance_len = instance.len() as u64;
+            control.instance[..instance.len()].copy_from_slice(instance.as_bytes());
+        }
+    }
+    let mut command = std::process::Command::new(&program[0]);
+    command
+        .args(&program[1..])
+        .env(
+            "LD_PRELOAD",
+            agent::ld_preload(std::env::var_os("LD_PRELOAD"), library),
+        )
+        .env(CONTROL_VARIABLE, file.as_raw_fd().to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log.try_clone()?);
+    if !builtins {
+        command.env("FSPROF_BUILTINS", "0");
+    }
+    let start = Instant::now();
+    let status = command
+        .status()
+        .with_context(|| format!("starting {}", program[0].to_string_lossy()))?;
+    let wall_ns = start.elapsed().as_nanos() as u64;
+    if !status.success() {
+        bail!("the program ended with {status}");
+    }
+    let control = &*control;
+    if control.signal.load(Relaxed) == 0 {
+        bail!("the agent did not start the experiment in the program (a statically linked program, one that resets LD_PRELOAD, or an agent older than this fsprof)");
+    }
+    Ok(Outcome {
+        candidate: None,
+        speedup: 0,
+        wall_ns,
+        delay_ns: control.global_delay_ns.load(Relaxed),
+        paid_ns: control.paid_ns.load(Relaxed),
+        forgiven_ns: control.forgiven_ns.load(Relaxed),
+        samples: control.samples.load(Relaxed),
+        selected_samples: control.selected_samples.load(Relaxed),
+        threads: control.threads.load(Relaxed),
+        failures: control.failures.load(Relaxed),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_has_every_run_once() {
+        let mut plan = plan(2, &[25, 50], 3);
+        assert_eq!(plan.len(), 3 * (1 + 2 * 2));
+        plan.sort();
+        assert_eq!(plan.iter().filter(|(c, _)| c.is_none()).count(), 3);
+        assert_eq!(plan.iter().filter(|&&p| p == (Some(1), 50)).count(), 3);
+    }
+
+    #[test]
+    fn options_say_what_is_wrong() {
+        let options = |instances: Vec<&str>, speedups: Vec<u32>| {
+            WhatIfOptions::new(
+                vec![],
+                instances.into_iter().map(str::to_owned).collect(),
+                3,
+                speedups,
+                3,
+                false,
+                None,
+            )
+        };
+        assert!(options(vec!["parsing"], vec![50])
+            .unwrap_err()
+            .contains("FEATURE=INSTANCE"));
+        assert!(options(vec![], vec![0]).unwrap_err().contains("--speedups"));
+        assert!(options(vec![], vec![101])
+            .unwrap_err()
+            .contains("--speedups"));
+        let fine = options(vec!["parsing=a.rs:1:2"], vec![50, 20, 50]).unwrap();
+        assert_eq!(fine.speedups, vec![20, 50]);
+        assert_eq!(fine.named[0].instance.as_deref(), Some("a.rs:1:2"));
+    }
+}

@@ -1,0 +1,369 @@
+//! What the experiments of `fsprof what-if` predict, and how it is shown: per candidate and
+//! speedup, the program's predicted gain (how much sooner it ends, in percent of the
+//! baseline's time) from each run, their mean and range; as a table, as JSON and as an SVG plot
+//! of one curve per candidate. Not here: running the experiments (`what_if.rs`).
+//!
+//! A run's prediction: its time less the global delay inserted (what the program would take
+//! with the selected code that much faster), against the mean of the baseline runs.
+
+use super::{Candidate, Outcome};
+use anyhow::Result;
+use std::ffi::OsString;
+use std::fmt::Write;
+
+/// The predictions of one candidate at one speedup.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Point {
+    /// The speedup of the selected code, percent.
+    pub speedup: u32,
+    /// The predicted gain of each run, percent of the baseline's time.
+    pub gains: Vec<f64>,
+    /// Their mean.
+    pub mean: f64,
+    /// Their smallest and largest.
+    pub min: f64,
+    pub max: f64,
+    /// The share of the looks at the program's threads that found them in the selected code,
+    /// percent (mean over the runs): how much of the threads' CPU time it takes.
+    pub selected_share: f64,
+}
+
+/// One candidate's curve.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Curve {
+    pub candidate: Candidate,
+    pub points: Vec<Point>,
+}
+
+/// Everything the table, JSON and plot show.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Summary {
+    /// The baseline runs' times, seconds.
+    pub baseline_s: Vec<f64>,
+    /// Their mean.
+    pub baseline_mean_s: f64,
+    pub curves: Vec<Curve>,
+}
+
+pub fn summarize(candidates: &[Candidate], speedups: &[u32], outcomes: &[Outcome]) -> Summary {
+    let baseline_s: Vec<f64> = outcomes
+        .iter()
+        .filter(|o| o.candidate.is_none())
+        .map(|o| o.wall_ns as f64 / 1e9)
+        .collect();
+    let baseline_mean_s = mean(&baseline_s);
+    let curves = candidates
+        .iter()
+        .enumerate()
+        .map(|(index, candidate)| Curve {
+            candidate: candidate.clone(),
+            points: speedups
+                .iter()
+                .map(|&speedup| {
+                    let runs: Vec<&Outcome> = outcomes
+                        .iter()
+                        .filter(|o| o.candidate == Some(index) && o.speedup == speedup)
+                        .collect();
+                    let gains: Vec<f64> = runs
+                        .iter()
+                        .map(|o| {
+                            let virtual_s = o.wall_ns.saturating_sub(o.delay_ns) as f64 / 1e9;
+                            (baseline_mean_s - virtual_s) * 100.0 / baseline_mean_s
+                        })
+                        .collect();
+                    let shares: Vec<f64> = runs
+                        .iter()
+                        .map(|o| o.selected_samples as f64 * 100.0 / o.samples.max(1) as f64)
+                        .collect();
+                    Point {
+                        speedup,
+                        mean: mean(&gains),
+                        min: gains.iter().copied().fold(f64::INFINITY, f64::min),
+                        max: gains.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                        gains,
+                        selected_share: mean(&shares),
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    Summary {
+        baseline_s,
+        baseline_mean_s,
+        curves,
+    }
+}
+
+fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        0.0
+    } else {
+        values.iter().sum::<f64>() / values.len() as f64
+    }
+}
+
+/// The table printed at the end.
+pub fn table(summary: &Summary) -> String {
+    let mut out = String::new();
+    let (low, high) = summary
+        .baseline_s
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(l, h), &s| (l.min(s), h.max(s)));
+    let _ = writeln!(
+        out,
+        "What if a feature were faster? The program's baseline: {:.3} s ({} runs, {:.3}-{:.3} s).",
+        summary.baseline_mean_s,
+        summary.baseline_s.len(),
+        low,
+        high
+    );
+    let _ = writeln!(
+        out,
+        "Predicted gain: how much sooner the program would end, in percent of the baseline."
+    );
+    let width = summary
+        .curves
+        .iter()
+        .map(|c| c.candidate.label().chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(7);
+    let _ = writeln!(
+        out,
+        "\n{:<width$}  {:>7}  {:>14}  {:>17}  {:>4}  {:>6}",
+        "feature", "speedup", "predicted gain", "range", "runs", "in it"
+    );
+    for curve in &summary.curves {
+        for point in &curve.points {
+            let _ = writeln!(
+                out,
+                "{:<width$}  {:>6}%  {:>13.1}%  {:>17}  {:>4}  {:>5.1}%",
+                curve.candidate.label(),
+                point.speedup,
+                point.mean,
+                format!("{:+.1} .. {:+.1}", point.min, point.max),
+                point.gains.len(),
+                point.selected_share,
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n\"in it\": the share of the threads' CPU time the selected code took. A gain near 0 at every speedup: the feature is not on the program's critical path."
+    );
+    out
+}
+
+/// `what-if.json`: the summary and every run.
+pub fn json(program: &[OsString], summary: &Summary, outcomes: &[Outcome]) -> Result<String> {
+    let program: Vec<String> = program
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    Ok(serde_json::to_string_pretty(&serde_json::json!({
+        "program": program,
+        "summary": summary,
+        "runs": outcomes,
+    }))?)
+}
+
+/// `what-if.svg`: predicted gain against speedup, one curve per candidate, each point with the
+/// range of its runs.
+pub fn svg(summary: &Summary) -> String {
+    const W: f64 = 760.0;
+    const H: f64 = 460.0;
+    const LEFT: f64 = 70.0;
+    const RIGHT: f64 = 220.0;
+    const TOP: f64 = 40.0;
+    const BOTTOM: f64 = 60.0;
+    const COLOURS: [&str; 8] = [
+        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
+    ];
+    let points = summary.curves.iter().flat_map(|c| c.points.iter());
+    let (mut y_low, mut y_high) = (0.0f64, 10.0f64);
+    for point in points {
+        if point.min.is_finite() {
+            y_low = y_low.min(point.min);
+            y_high = y_high.max(point.max);
+        }
+    }
+    let step = nice_step((y_high - y_low) / 5.0);
+    y_low = (y_low / step).floor() * step;
+    y_high = (y_high / step).ceil() * step;
+    let plot_w = W - LEFT - RIGHT;
+    let plot_h = H - TOP - BOTTOM;
+    let x = |speedup: f64| LEFT + speedup / 100.0 * plot_w;
+    let y = |gain: f64| TOP + (y_high - gain) / (y_high - y_low) * plot_h;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(out, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="22" font-size="15" text-anchor="middle">What if a feature were faster? (baseline {:.3} s)</text>"#,
+        W / 2.0,
+        summary.baseline_mean_s
+    );
+    let mut tick = y_low;
+    while tick <= y_high + step / 2.0 {
+        let _ = writeln!(
+            out,
+            r##"<line x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="{}" /><text x="{}" y="{:.1}" text-anchor="end">{tick:+.0}%</text>"##,
+            LEFT + plot_w,
+            if tick == 0.0 { "#444" } else { "#ddd" },
+            LEFT - 6.0,
+            y(tick) + 4.0,
+            y = y(tick),
+        );
+        tick += step;
+    }
+    for speedup in (0..=100).step_by(20) {
+        let sx = x(f64::from(speedup));
+        let _ = writeln!(
+            out,
+            r##"<line x1="{sx:.1}" x2="{sx:.1}" y1="{TOP}" y2="{}" stroke="#eee" /><text x="{sx:.1}" y="{}" text-anchor="middle">{speedup}%</text>"##,
+            TOP + plot_h,
+            TOP + plot_h + 18.0
+        );
+    }
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="{}" text-anchor="middle">speedup of the feature (its time cut by)</text>"#,
+        LEFT + plot_w / 2.0,
+        H - 16.0
+    );
+    let _ = writeln!(
+        out,
+        r#"<text transform="translate(16 {}) rotate(-90)" text-anchor="middle">program's predicted gain</text>"#,
+        TOP + plot_h / 2.0
+    );
+    for (index, curve) in summary.curves.iter().enumerate() {
+        let colour = COLOURS[index % COLOURS.len()];
+        let mut path = format!("M {:.1} {:.1}", x(0.0), y(0.0));
+        for point in curve.points.iter().filter(|p| p.mean.is_finite()) {
+            let _ = write!(
+                path,
+                " L {:.1} {:.1}",
+                x(f64::from(point.speedup)),
+                y(point.mean)
+            );
+        }
+        let _ = writeln!(
+            out,
+            r#"<path d="{path}" fill="none" stroke="{colour}" stroke-width="2"/>"#
+        );
+        for point in curve.points.iter().filter(|p| p.mean.is_finite()) {
+            let px = x(f64::from(point.speedup));
+            let _ = writeln!(
+                out,
+                r#"<line x1="{px:.1}" x2="{px:.1}" y1="{:.1}" y2="{:.1}" stroke="{colour}"/><circle cx="{px:.1}" cy="{:.1}" r="4" fill="{colour}"><title>{}: {}% faster, {:+.1}% ({:+.1} .. {:+.1}, {} runs)</title></circle>"#,
+                y(point.min),
+                y(point.max),
+                y(point.mean),
+                escape(&curve.candidate.label()),
+                point.speedup,
+                point.mean,
+                point.min,
+                point.max,
+                point.gains.len()
+            );
+        }
+        let ly = TOP + 10.0 + index as f64 * 20.0;
+        let _ = writeln!(
+            out,
+            r#"<rect x="{}" y="{:.1}" width="14" height="4" fill="{colour}"/><text x="{}" y="{:.1}">{}</text>"#,
+            LEFT + plot_w + 16.0,
+            ly - 2.0,
+            LEFT + plot_w + 36.0,
+            ly + 4.0,
+            escape(&shorten(&curve.candidate.label(), 26))
+        );
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+fn nice_step(raw: f64) -> f64 {
+    let raw = raw.max(1e-9);
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let fraction = raw / magnitude;
+    let nice = if fraction <= 1.0 {
+        1.0
+    } else if fraction <= 2.0 {
+        2.0
+    } else if fraction <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * magnitude
+}
+
+fn shorten(text: &str, most: usize) -> String {
+    if text.chars().count() <= most {
+        return text.to_owned();
+    }
+    let mut short: String = text.chars().take(most - 1).collect();
+    short.push('…');
+    short
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(candidate: Option<usize>, speedup: u32, wall_ms: u64, delay_ms: u64) -> Outcome {
+        Outcome {
+            candidate,
+            speedup,
+            wall_ns: wall_ms * 1_000_000,
+            delay_ns: delay_ms * 1_000_000,
+            samples: 100,
+            selected_samples: 40,
+            ..Outcome::default()
+        }
+    }
+
+    #[test]
+    fn a_runs_time_less_its_delay_against_the_baseline_is_its_gain() {
+        let candidates = [Candidate {
+            feature: "parsing".into(),
+            instance: None,
+        }];
+        let outcomes = [
+            outcome(None, 0, 1000, 0),
+            outcome(None, 0, 1100, 0),
+            outcome(Some(0), 50, 1050, 315),
+            outcome(Some(0), 50, 1100, 260),
+        ];
+        let summary = summarize(&candidates, &[50], &outcomes);
+        assert!((summary.baseline_mean_s - 1.05).abs() < 1e-9);
+        let point = &summary.curves[0].points[0];
+        assert_eq!(point.gains.len(), 2);
+        assert!((point.min - 20.0).abs() < 1e-9, "{point:?}");
+        assert!((point.max - 30.0).abs() < 1e-9, "{point:?}");
+        assert!((point.mean - 25.0).abs() < 1e-9);
+        assert!((point.selected_share - 40.0).abs() < 1e-9);
+        let text = table(&summary);
+        assert!(text.contains("parsing"), "{text}");
+        assert!(text.contains("25.0%"), "{text}");
+        let svg = svg(&summary);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    }
+
+    #[test]
+    fn steps_are_round() {
+        assert_eq!(nice_step(3.0), 5.0);
+        assert_eq!(nice_step(0.15), 0.2);
+        assert_eq!(nice_step(12.0), 20.0);
+    }
+}

@@ -1,0 +1,249 @@
+//! `fsprof what-if` (causal profiling per feature): its predictions against the gain a real
+//! speedup buys. The target (`tests/src/bin/whatif.rs`) has a knob that cuts a feature's work by
+//! a percentage; the truth is the program's time with the knob against without, measured here
+//! in interleaved runs, and `what-if` must predict it within 5 points, including a feature whose
+//! speedup buys nothing.
+
+use crate::support::{again_if_stolen, fsprof, serial, shared, tempdir};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+fn whatif() -> &'static str {
+    env!("CARGO_BIN_EXE_whatif")
+}
+
+/// The program's mean wall time over `runs` runs with each knob setting, interleaved, in s:
+/// one entry per setting, in the order given.
+fn knob_times(mode: &str, settings: &[Option<(&str, u32)>], runs: usize) -> Vec<f64> {
+    let mut totals = vec![0.0; settings.len()];
+    for _ in 0..runs {
+        for (index, setting) in settings.iter().enumerate() {
+            let mut command = Command::new(whatif());
+            command.arg(mode).stdout(Stdio::null());
+            if let Some((feature, percent)) = setting {
+                command.args(["--cheaper", &format!("{feature}={percent}")]);
+            }
+            let start = Instant::now();
+            assert!(command.status().unwrap().success());
+            totals[index] += start.elapsed().as_secs_f64();
+        }
+    }
+    totals.iter().map(|total| total / runs as f64).collect()
+}
+
+/// Runs `fsprof what-if` with `options` on the target in `mode`; returns its JSON.
+fn what_if(dir: &Path, options: &[&str], mode: &str) -> Value {
+    let out = dir.join("whatif");
+    let _ = std::fs::remove_dir_all(&out);
+    let output = Command::new(fsprof())
+        .arg("what-if")
+        .args(options)
+        .arg("-o")
+        .arg(&out)
+        .args(["--", whatif(), mode])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "fsprof what-if failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    eprintln!("{}", String::from_utf8_lossy(&output.stdout));
+    serde_json::from_str(&std::fs::read_to_string(out.join("what-if.json")).unwrap()).unwrap()
+}
+
+/// The predicted gain of `label` at `speedup`, and its "in it" share.
+fn predicted(json: &Value, label: &str, speedup: u64) -> (f64, f64) {
+    let curve = json["summary"]["curves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|curve| {
+            let candidate = &curve["candidate"];
+            let feature = candidate["feature"].as_str().unwrap();
+            let name = match candidate["instance"].as_str() {
+                Some(instance) => format!("{feature}={instance}"),
+                None => feature.to_owned(),
+            };
+            name == label
+        })
+        .unwrap_or_else(|| panic!("no curve for {label} in {json}"));
+    let point = curve["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|point| point["speedup"].as_u64() == Some(speedup))
+        .unwrap();
+    (
+        point["mean"].as_f64().unwrap(),
+        point["selected_share"].as_f64().unwrap(),
+    )
+}
+
+/// Compares each (feature, speedup)'s prediction with the knob's truth; panics with the table
+/// if any is more than 5 points off.
+fn compare(mode: &str, json: &Value, cases: &[(&str, u32)], truth: &[f64]) {
+    let (baseline, knobs) = truth.split_first().unwrap();
+    let mut table = format!("{mode}: baseline {baseline:.3} s alone\n");
+    let mut worst: f64 = 0.0;
+    for ((feature, speedup), knob) in cases.iter().zip(knobs) {
+        let real = (baseline - knob) * 100.0 / baseline;
+        let (guess, share) = predicted(json, feature, u64::from(*speedup));
+        worst = worst.max((guess - real).abs());
+        table += &format!(
+            "  {feature} {speedup}% faster: real gain {real:+.1}%, predicted {guess:+.1}% ({share:.1}% in it)\n"
+        );
+    }
+    eprintln!("{table}");
+    assert!(
+        worst <= 5.0,
+        "a prediction is {worst:.1} points off:\n{table}"
+    );
+}
+
+#[test]
+fn a_pipelines_bottleneck_is_predicted_and_its_other_stage_buys_nothing() {
+    let _serial = serial();
+    let temp = tempdir();
+    let dir = temp.path();
+    let cases = [
+        ("decode", 20),
+        ("decode", 50),
+        ("render", 20),
+        ("render", 50),
+    ];
+    again_if_stolen(|| {
+        let json = what_if(
+            dir,
+            &[
+                "--feature",
+                "decode",
+                "--feature",
+                "render",
+                "--speedups",
+                "20,50",
+            ],
+            "pipeline",
+        );
+        let settings: Vec<_> = std::iter::once(None)
+            .chain(cases.iter().map(|&case| Some(case)))
+            .collect();
+        let truth = knob_times("pipeline", &settings, 3);
+        compare("pipeline", &json, &cases, &truth);
+        // The truth itself: render's speedup really buys nothing, decode's half the time.
+        assert!((truth[3] - truth[0]).abs() / truth[0] < 0.05, "{truth:?}");
+        assert!(truth[2] / truth[0] < 0.6, "{truth:?}");
+    });
+}
+
+#[test]
+fn a_batch_jobs_features_are_found_by_a_first_profile_and_predicted() {
+    let _serial = serial();
+    let temp = tempdir();
+    let dir = temp.path();
+    let cases = [("parse", 20), ("parse", 50), ("check", 20), ("check", 50)];
+    again_if_stolen(|| {
+        let json = what_if(dir, &["--top", "2", "--speedups", "20,50"], "batch");
+        let settings: Vec<_> = std::iter::once(None)
+            .chain(cases.iter().map(|&case| Some(case)))
+            .collect();
+        let truth = knob_times("batch", &settings, 3);
+        compare("batch", &json, &cases, &truth);
+        assert!(dir.join("whatif/profile/profile.json").exists());
+        assert!(std::fs::read_to_string(dir.join("whatif/what-if.svg"))
+            .unwrap()
+            .contains("<svg"));
+    });
+}
+
+#[test]
+fn an_instance_is_selected_by_its_name_in_the_report() {
+    let _serial = serial();
+    let temp = tempdir();
+    let dir = temp.path();
+    again_if_stolen(|| {
+        // The instance of `parse` as the report names it (its mark's location), from a profile.
+        let profile = dir.join("profile");
+        let status = Command::new(fsprof())
+            .args(["run", "--no-native", "-o"])
+            .arg(&profile)
+            .args(["--", whatif(), "batch", "300"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let report = Command::new(fsprof())
+            .args(["report", "--format", "json"])
+            .arg(&profile)
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&report.stdout).unwrap();
+        let parse = report["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|feature| feature["name"] == "parse")
+            .unwrap();
+        let location = parse["instances"][0]["payload"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let this = format!("parse={location}");
+        let json = what_if(
+            dir,
+            &[
+                "--instance",
+                &this,
+                "--instance",
+                "parse=nowhere.rs:1:1",
+                "--speedups",
+                "50",
+                "--runs",
+                "2",
+            ],
+            "batch",
+        );
+        let (gain, share) = predicted(&json, &this, 50);
+        let (other, none) = predicted(&json, "parse=nowhere.rs:1:1", 50);
+        eprintln!(
+            "{this}: {gain:+.1}% ({share:.1}% in it); no such instance: {other:+.1}% ({none:.1}%)"
+        );
+        // parse is three quarters of the work: half of it off is 37.5% sooner.
+        assert!((gain - 37.5).abs() <= 5.0, "{gain}");
+        assert!(share > 65.0, "{share}");
+        assert_eq!(none, 0.0);
+        assert!(other.abs() <= 3.0, "{other}");
+    });
+}
+
+#[test]
+fn what_if_says_why_it_cannot_run() {
+    let _shared = shared();
+    let temp = tempdir();
+    let dir = temp.path();
+    let run = |args: &[&str]| {
+        let output = Command::new(fsprof())
+            .arg("what-if")
+            .arg("-o")
+            .arg(dir.join("out"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let message = run(&["--instance", "parse", "--", "true"]);
+    assert!(message.contains("FEATURE=INSTANCE"), "{message}");
+    let message = run(&["--speedups", "0", "--", "true"]);
+    assert!(message.contains("--speedups"), "{message}");
+    let message = run(&["--", "true"]);
+    assert!(
+        message.contains("no feature the program marks"),
+        "{message}"
+    );
+    let message = run(&["--feature", "x", "--", "false"]);
+    assert!(message.contains("the program ended with"), "{message}");
+}
