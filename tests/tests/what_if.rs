@@ -139,6 +139,40 @@ fn a_pipelines_bottleneck_is_predicted_and_its_other_stage_buys_nothing() {
 }
 
 #[test]
+fn a_loopback_servers_request_latency_is_predicted() {
+    let _serial = serial();
+    let temp = tempdir();
+    let dir = temp.path();
+    let cases = [
+        ("prepare", 20),
+        ("prepare", 50),
+        ("handle", 20),
+        ("handle", 50),
+    ];
+    again_if_stolen(|| {
+        let json = what_if(
+            dir,
+            &[
+                "--feature",
+                "prepare",
+                "--feature",
+                "handle",
+                "--speedups",
+                "20,50",
+                "--runs",
+                "5",
+            ],
+            "server",
+        );
+        let settings: Vec<_> = std::iter::once(None)
+            .chain(cases.iter().map(|&case| Some(case)))
+            .collect();
+        let truth = knob_times("server", &settings, 5);
+        compare("server", &json, &cases, &truth);
+    });
+}
+
+#[test]
 fn a_batch_jobs_features_are_found_by_a_first_profile_and_predicted() {
     let _serial = serial();
     let temp = tempdir();

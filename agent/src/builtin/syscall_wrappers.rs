@@ -89,6 +89,28 @@ pub(super) unsafe extern "C" fn enter(
     caller: Caller,
     token: *mut Token,
 ) -> Entered {
+    let entered = enter_marking(feature, real, caller, token);
+    if !super::whatif::active() {
+        return entered;
+    }
+    let wrap = match feature & !UNLESS_CHILD {
+        super::OUTPUT => super::whatif::Wrap::Pay,
+        super::INPUT | super::POLL => super::whatif::Wrap::Wait,
+        _ => return entered,
+    };
+    Entered {
+        real: super::whatif::wrap(wrap, entered.real),
+        ..entered
+    }
+}
+
+/// [`enter`] without what-if experiments.
+unsafe fn enter_marking(
+    feature: usize,
+    real: &'static Real,
+    caller: Caller,
+    token: *mut Token,
+) -> Entered {
     if feature & UNLESS_CHILD != 0 {
         if getpid() != PID.load(Relaxed) {
             return Entered {
@@ -96,7 +118,7 @@ pub(super) unsafe extern "C" fn enter(
                 marked: 0,
             };
         }
-        return enter(feature & !UNLESS_CHILD, real, caller, token);
+        return enter_marking(feature & !UNLESS_CHILD, real, caller, token);
     }
     let address = real.address.load(Relaxed);
     if address != 0 {

@@ -87,7 +87,14 @@ struct Thread {
     /// forgiven when the wait ends). A thread woken from `pthread_join` ran on inside it long
     /// enough for a tick, which paid the whole global delay: the program ended that much later.
     waiting: AtomicU64,
+    /// The real functions of the system-call wrappers entered and not yet called (see
+    /// [`wrap`]), innermost last: a signal handler's calls nest inside.
+    pending: [AtomicU64; PENDING],
+    pending_depth: AtomicU64,
+    _padding: [u64; 3],
 }
+
+const PENDING: usize = 4;
 
 core::arch::global_asm!(
     ".pushsection .tbss,\"awT\",@nobits",
@@ -95,12 +102,12 @@ core::arch::global_asm!(
     ".globl fsprof_agent_whatif",
     ".hidden fsprof_agent_whatif",
     ".type fsprof_agent_whatif, @object",
-    ".size fsprof_agent_whatif, 64",
+    ".size fsprof_agent_whatif, 128",
     "fsprof_agent_whatif:",
-    ".zero 64",
+    ".zero 128",
     ".popsection",
 );
-const _: () = assert!(core::mem::size_of::<Thread>() == 64);
+const _: () = assert!(core::mem::size_of::<Thread>() == 128);
 
 #[inline(always)]
 fn thread() -> &'static Thread {
@@ -415,6 +422,75 @@ pub(super) fn block_end(waiting: Option<Waiting>) {
     let absorbed = waiting.owed.min(waited.saturating_sub(accrued));
     thread().local.fetch_add(accrued + absorbed, Relaxed);
     control.forgiven_ns.fetch_add(accrued + absorbed, Relaxed);
+}
+
+/// What a system-call wrapper does during an experiment (see [`wrap`]).
+#[derive(Clone, Copy)]
+pub(super) enum Wrap {
+    /// Output (`write`, `send`, ...): it may wake a thread reading a pipe or socket: pay first.
+    Pay,
+    /// Input and polls (`read`, `recv`, `poll`, `epoll_wait`, ...): a wait, forgiven.
+    Wait,
+}
+
+/// Called by a system-call wrapper's `enter` during an experiment with the real function it is
+/// about to call: the function to call instead ([`pay_then`] or [`wait_for`], which call the
+/// real one, kept here until then), or `real` itself where signal handlers nest too deep.
+pub(super) fn wrap(kind: Wrap, real: usize) -> usize {
+    let me = thread();
+    let depth = me.pending_depth.load(Relaxed) as usize;
+    if depth >= PENDING {
+        return real;
+    }
+    // The depth first: a handler that runs between the two stores takes the next entry.
+    me.pending_depth.store(depth as u64 + 1, Relaxed);
+    me.pending[depth].store(real as u64, Relaxed);
+    match kind {
+        Wrap::Pay => pay_then as *const () as usize,
+        Wrap::Wait => wait_for as *const () as usize,
+    }
+}
+
+/// The real function [`wrap`] kept last.
+fn take_pending() -> usize {
+    let me = thread();
+    let depth = me.pending_depth.load(Relaxed) as usize - 1;
+    let real = me.pending[depth].load(Relaxed) as usize;
+    me.pending_depth.store(depth as u64, Relaxed);
+    real
+}
+
+type Six = unsafe extern "C-unwind" fn(usize, usize, usize, usize, usize, usize) -> usize;
+
+/// An output function during an experiment: pays, then calls the real one (with six register
+/// arguments, of which it reads those it has).
+unsafe extern "C-unwind" fn pay_then(
+    a: usize,
+    b: usize,
+    c: usize,
+    d: usize,
+    e: usize,
+    f: usize,
+) -> usize {
+    let real: Six = core::mem::transmute::<usize, Six>(take_pending());
+    pay();
+    real(a, b, c, d, e, f)
+}
+
+/// An input function or a poll during an experiment: a wait (see [`block_end`]).
+unsafe extern "C-unwind" fn wait_for(
+    a: usize,
+    b: usize,
+    c: usize,
+    d: usize,
+    e: usize,
+    f: usize,
+) -> usize {
+    let real: Six = core::mem::transmute::<usize, Six>(take_pending());
+    let waiting = block_start();
+    let result = real(a, b, c, d, e, f);
+    block_end(waiting);
+    result
 }
 
 /// The timer's handler: the thread's CPU time since its previous look counts as the selected

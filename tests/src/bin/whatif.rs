@@ -2,7 +2,7 @@
 //! (its work, a fixed count of arithmetic steps, cut by a percentage), so the gain a speedup
 //! buys is measured by running with the knob, and compared with what `what-if` predicts.
 //!
-//!   whatif batch|pipeline [ITEMS] [--cheaper FEATURE=PERCENT]...
+//!   whatif batch|pipeline|server [ITEMS] [--cheaper FEATURE=PERCENT]...
 //!
 //! * `batch`: one thread, per item `parse` (3 units of work) then `check` (1 unit): a speedup
 //!   of either buys its share of the time times the speedup.
@@ -10,6 +10,11 @@
 //!   `render` thread (1 unit an item); the main thread waits for both. Decode is the
 //!   bottleneck: making it up to 50% faster buys up to half the time, making render faster
 //!   buys nothing.
+//! * `server`: a client thread sends requests one after another over a loopback TCP connection
+//!   (`prepare`, 1 unit, before each) and waits for each answer; the server's thread for the
+//!   connection answers each (`handle`, 2 units). The program's time is its requests' latencies
+//!   added up. (A logger thread beside them, fed through a channel, was left out: on two CPUs
+//!   it delayed the requests by taking a CPU they were woken on, which no delay models.)
 //!
 //! Work is counted in steps, not timed: a thread slowed down (by a what-if experiment's delays)
 //! does the same work later, as a slower CPU would. Prints its own wall time in ms.
@@ -21,6 +26,8 @@ static PARSE: Feature = Feature::new("parse");
 static CHECK: Feature = Feature::new("check");
 static DECODE: Feature = Feature::new("decode");
 static RENDER: Feature = Feature::new("render");
+static PREPARE: Feature = Feature::new("prepare");
+static HANDLE: Feature = Feature::new("handle");
 
 /// Arithmetic steps in one unit of work (about 100-150 µs on the machines here).
 const UNIT: u64 = 100_000;
@@ -97,11 +104,51 @@ fn main() {
             producer.join().unwrap();
             consumer.join().unwrap()
         }
+        "server" => server(items, cost("prepare", 1.0), cost("handle", 2.0)),
         _ => {
-            eprintln!("usage: whatif batch|pipeline [ITEMS] [--cheaper FEATURE=PERCENT]...");
+            eprintln!("usage: whatif batch|pipeline|server [ITEMS] [--cheaper FEATURE=PERCENT]...");
             std::process::exit(2);
         }
     };
     std::hint::black_box(result);
     println!("{}", start.elapsed().as_millis());
+}
+
+/// The `server` mode (see the module's documentation): `requests` requests of 8 bytes, each
+/// answered with 8 bytes.
+fn server(requests: u64, prepare: f64, handle: f64) -> u64 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let answering = std::thread::Builder::new()
+        .name("server".into())
+        .spawn(move || {
+            let (mut connection, _) = listener.accept().unwrap();
+            connection.set_nodelay(true).unwrap();
+            let mut request = [0u8; 8];
+            while connection.read_exact(&mut request).is_ok() {
+                let answer = {
+                    let _m = HANDLE.mark();
+                    work(handle, u64::from_le_bytes(request))
+                };
+                connection.write_all(&answer.to_le_bytes()).unwrap();
+            }
+        })
+        .unwrap();
+    let mut connection = std::net::TcpStream::connect(address).unwrap();
+    connection.set_nodelay(true).unwrap();
+    let mut sum = 0u64;
+    let mut answer = [0u8; 8];
+    for request in 0..requests {
+        let sent = {
+            let _m = PREPARE.mark();
+            work(prepare, request)
+        };
+        connection.write_all(&sent.to_le_bytes()).unwrap();
+        connection.read_exact(&mut answer).unwrap();
+        sum = sum.wrapping_add(u64::from_le_bytes(answer));
+    }
+    drop(connection);
+    answering.join().unwrap();
+    sum
 }
