@@ -11,13 +11,16 @@
 //!   global delay and to the thread's own count; then the thread pays what it owes: it sleeps
 //!   the global delay less its own count;
 //! * a thread pays before it wakes another (a futex wake made through `syscall`: Rust's std
-//!   locks, channels, condition variables and parking; the end of a thread, which wakes its
-//!   joiner), and what accrues while it waits for another (a futex wait through `syscall`,
-//!   `pthread_join`) is forgiven: the thread that woke it had paid.
+//!   locks, channels, condition variables and parking; an output call, `write`, `send`, ...,
+//!   which may wake a reader of a pipe or socket; the end of a thread, which wakes its joiner),
+//!   and what accrues while it waits (a futex wait through `syscall`, `pthread_join`, an input
+//!   call or a poll) is forgiven, with what it owed as far as the wait outlasted it
+//!   ([`block_end`]): the thread that woke it had paid.
 //!
 //! Not handled yet: C programs' pthread locks and condition variables (glibc waits and wakes
-//! inside them without `syscall`), pipes and sockets as wake-ups, threads made without
-//! `pthread_create`, processes the program starts (a forked child leaves the experiment).
+//! inside them without `syscall`), threads made without `pthread_create`, processes the program
+//! starts (a forked child leaves the experiment), and waits for something outside the program
+//! (a client in another process, a disk), which are forgiven as if another thread had paid.
 //! Everything here is async-signal-safe: raw system calls, atomics and the thread's static TLS.
 
 use super::real::libc_syscall4;

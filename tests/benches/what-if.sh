@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# `fsprof what-if` against the truth, for BENCHMARKS.md: for each ground-truth program of
+# tests/src/bin/whatif.rs (batch, pipeline, server) and two of its features at 20% and 50%,
+# the gain `what-if` predicts (RUNS runs of each experiment) against the gain the program's knob
+# really buys (the program alone with the feature's work cut, RUNS runs interleaved with runs
+# without); then what an experiment run costs the program: its wall time alone, under the agent
+# with nothing selected (an experiment's baseline: timers, looks at the marks, waits watched)
+# and under the agent with experiments off, medians of RUNS rounds.
+# Run from the workspace root after `cargo build --release --workspace --all-targets`.
+# Usage: tests/benches/what-if.sh [RUNS]
+set -euo pipefail
+runs=${1:-5}
+repo=$PWD
+fsprof=${FSPROF:-$repo/target/release/fsprof}
+whatif=$repo/target/release/whatif
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 - "$runs" "$fsprof" "$whatif" "$tmp" <<'EOF_PY'
+import json, mmap, os, statistics, struct, subprocess, sys, time
+runs, fsprof, whatif, tmp = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+programs = {
+    "batch": ["parse", "check"],
+    "pipeline": ["decode", "render"],
+    "server": ["prepare", "handle"],
+}
+speedups = [20, 50]
+
+def timed(command, env=None, fds=()):
+    start = time.monotonic()
+    subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=True, pass_fds=fds)
+    return time.monotonic() - start
+
+print(f"{runs} runs each; gains in percent of the baseline's time")
+print(f"{'program':9} {'feature':8} {'speedup':>7} {'real':>7} {'predicted':>9} {'off by':>7}")
+for mode, features in programs.items():
+    out = os.path.join(tmp, mode)
+    args = [fsprof, "what-if", "--speedups", ",".join(map(str, speedups)), "--runs", str(runs), "-o", out]
+    for feature in features:
+        args += ["--feature", feature]
+    subprocess.run(args + ["--", whatif, mode], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    summary = json.load(open(os.path.join(out, "what-if.json")))["summary"]
+    settings = [None] + [(f, s) for f in features for s in speedups]
+    times = {setting: [] for setting in settings}
+    for _ in range(runs):
+        for setting in settings:
+            knob = [] if setting is None else ["--cheaper", f"{setting[0]}={setting[1]}"]
+            times[setting].append(timed([whatif, mode] + knob))
+    base = statistics.mean(times[None])
+    for curve in summary["curves"]:
+        feature = curve["candidate"]["feature"]
+        for point in curve["points"]:
+            real = (base - statistics.mean(times[(feature, point["speedup"])])) * 100 / base
+            print(f"{mode:9} {feature:8} {point['speedup']:>6}% {real:>+6.1f}% {point['mean']:>+8.1f}% {point['mean'] - real:>+6.1f}")
+
+agent = subprocess.run([fsprof, "agent"], capture_output=True, text=True, check=True).stdout.strip()
+
+def experiment_env():
+    fd = os.memfd_create("fsprof-whatif", 0)
+    os.ftruncate(fd, 4096)
+    page = mmap.mmap(fd, 4096)
+    # The control page of fsprof_shim::whatif: magic, version, speedup 0, period 1 ms,
+    # no feature, any instance.
+    page[0:48] = b"FSPROFWI" + struct.pack("<QQQQQ", 1, 0, 1_000_000, 0, 2**64 - 1)
+    env = dict(os.environ, LD_PRELOAD=agent, FSPROF_WHATIF=str(fd), FSPROF_BUILTINS="0")
+    return env, fd
+
+print(f"\nwhat an experiment run costs (medians of {runs} rounds, ms)")
+print(f"{'program':9} {'alone':>7} {'agent, off':>10} {'experiment':>10} {'ratio':>6}")
+for mode in programs:
+    alone, off, on = [], [], []
+    for _ in range(runs):
+        alone.append(timed([whatif, mode]))
+        off.append(timed([whatif, mode], dict(os.environ, LD_PRELOAD=agent, FSPROF_BUILTINS="0")))
+        env, fd = experiment_env()
+        on.append(timed([whatif, mode], env, (fd,)))
+        os.close(fd)
+    a, o, e = (statistics.median(v) * 1000 for v in (alone, off, on))
+    print(f"{mode:9} {a:>7.1f} {o:>10.1f} {e:>10.1f} {e / a:>6.3f}")
+EOF_PY
