@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `fsprof what-if` against the truth, for BENCHMARKS.md: for each ground-truth program of
 # tests/src/bin/whatif.rs (batch, pipeline, server) and two of its features at 20% and 50%,
-# the gain `what-if` predicts (RUNS runs of each experiment) against the gain the program's knob
+# the gain `what-if` predicts (the median of RUNS runs of each experiment) against the gain the knob
 # really buys (the program alone with the feature's work cut, RUNS runs interleaved with runs
 # without); then what an experiment run costs the program: its wall time alone, under the agent
 # with nothing selected (an experiment's baseline: timers, looks at the marks, waits watched)
@@ -46,12 +46,12 @@ for mode, features in programs.items():
         for setting in settings:
             knob = [] if setting is None else ["--cheaper", f"{setting[0]}={setting[1]}"]
             times[setting].append(timed([whatif, mode] + knob))
-    base = statistics.mean(times[None])
+    base = statistics.median(times[None])
     for curve in summary["curves"]:
         feature = curve["candidate"]["feature"]
         for point in curve["points"]:
-            real = (base - statistics.mean(times[(feature, point["speedup"])])) * 100 / base
-            print(f"{mode:9} {feature:8} {point['speedup']:>6}% {real:>+6.1f}% {point['mean']:>+8.1f}% {point['mean'] - real:>+6.1f}")
+            real = (base - statistics.median(times[(feature, point["speedup"])])) * 100 / base
+            print(f"{mode:9} {feature:8} {point['speedup']:>6}% {real:>+6.1f}% {point['median']:>+8.1f}% {point['median'] - real:>+6.1f}")
 
 agent = subprocess.run([fsprof, "agent"], capture_output=True, text=True, check=True).stdout.strip()
 

@@ -1,8 +1,8 @@
 //! `fsprof what-if` (causal profiling per feature): its predictions against the gain a real
 //! speedup buys. The target (`tests/src/bin/whatif.rs`) has a knob that cuts a feature's work by
 //! a percentage; the truth is the program's time with the knob against without, measured here
-//! in interleaved runs, and `what-if` must predict it within 5 points, including a feature whose
-//! speedup buys nothing.
+//! in interleaved runs (medians of 5), and `what-if` (medians of 5 runs) must predict it within
+//! 5 points, including a feature whose speedup buys nothing.
 
 use crate::support::{again_if_stolen, fsprof, serial, shared, tempdir};
 use serde_json::Value;
@@ -14,10 +14,10 @@ fn whatif() -> &'static str {
     env!("CARGO_BIN_EXE_whatif")
 }
 
-/// The program's mean wall time over `runs` runs with each knob setting, interleaved, in s:
+/// The program's median wall time over `runs` runs with each knob setting, interleaved, in s:
 /// one entry per setting, in the order given.
 fn knob_times(mode: &str, settings: &[Option<(&str, u32)>], runs: usize) -> Vec<f64> {
-    let mut totals = vec![0.0; settings.len()];
+    let mut times = vec![Vec::new(); settings.len()];
     for _ in 0..runs {
         for (index, setting) in settings.iter().enumerate() {
             let mut command = Command::new(whatif());
@@ -27,10 +27,16 @@ fn knob_times(mode: &str, settings: &[Option<(&str, u32)>], runs: usize) -> Vec<
             }
             let start = Instant::now();
             assert!(command.status().unwrap().success());
-            totals[index] += start.elapsed().as_secs_f64();
+            times[index].push(start.elapsed().as_secs_f64());
         }
     }
-    totals.iter().map(|total| total / runs as f64).collect()
+    times
+        .into_iter()
+        .map(|mut times| {
+            times.sort_by(f64::total_cmp);
+            times[times.len() / 2]
+        })
+        .collect()
 }
 
 /// Runs `fsprof what-if` with `options` on the target in `mode`; returns its JSON.
@@ -77,7 +83,7 @@ fn predicted(json: &Value, label: &str, speedup: u64) -> (f64, f64) {
         .find(|point| point["speedup"].as_u64() == Some(speedup))
         .unwrap();
     (
-        point["mean"].as_f64().unwrap(),
+        point["median"].as_f64().unwrap(),
         point["selected_share"].as_f64().unwrap(),
     )
 }
@@ -124,13 +130,15 @@ fn a_pipelines_bottleneck_is_predicted_and_its_other_stage_buys_nothing() {
                 "render",
                 "--speedups",
                 "20,50",
+                "--runs",
+                "5",
             ],
             "pipeline",
         );
         let settings: Vec<_> = std::iter::once(None)
             .chain(cases.iter().map(|&case| Some(case)))
             .collect();
-        let truth = knob_times("pipeline", &settings, 3);
+        let truth = knob_times("pipeline", &settings, 5);
         compare("pipeline", &json, &cases, &truth);
         // The truth itself: render's speedup really buys nothing, decode's half the time.
         assert!((truth[3] - truth[0]).abs() / truth[0] < 0.05, "{truth:?}");
@@ -179,11 +187,15 @@ fn a_batch_jobs_features_are_found_by_a_first_profile_and_predicted() {
     let dir = temp.path();
     let cases = [("parse", 20), ("parse", 50), ("check", 20), ("check", 50)];
     again_if_stolen(|| {
-        let json = what_if(dir, &["--top", "2", "--speedups", "20,50"], "batch");
+        let json = what_if(
+            dir,
+            &["--top", "2", "--speedups", "20,50", "--runs", "5"],
+            "batch",
+        );
         let settings: Vec<_> = std::iter::once(None)
             .chain(cases.iter().map(|&case| Some(case)))
             .collect();
-        let truth = knob_times("batch", &settings, 3);
+        let truth = knob_times("batch", &settings, 5);
         compare("batch", &json, &cases, &truth);
         assert!(dir.join("whatif/profile/profile.json").exists());
         assert!(std::fs::read_to_string(dir.join("whatif/what-if.svg"))
@@ -236,7 +248,7 @@ fn an_instance_is_selected_by_its_name_in_the_report() {
                 "--speedups",
                 "50",
                 "--runs",
-                "2",
+                "3",
             ],
             "batch",
         );

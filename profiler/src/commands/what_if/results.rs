@@ -1,10 +1,12 @@
 //! What the experiments of `fsprof what-if` predict, and how it is shown: per candidate and
 //! speedup, the program's predicted gain (how much sooner it ends, in percent of the
-//! baseline's time) from each run, their mean and range; as a table, as JSON and as an SVG plot
+//! baseline's time) from each run, their median and range; as a table, as JSON and as an SVG plot
 //! of one curve per candidate. Not here: running the experiments (`what_if.rs`).
 //!
 //! A run's prediction: its time less the global delay inserted (what the program would take
-//! with the selected code that much faster), against the mean of the baseline runs.
+//! with the selected code that much faster), against the median of the baseline runs; the
+//! prediction is the median of the runs' (on a shared machine one run in a few is slowed by
+//! its neighbours, by 5-20%: a mean moved 5-7 points with it, 2026-12-03).
 
 use super::{Candidate, Outcome};
 use anyhow::Result;
@@ -18,6 +20,8 @@ pub struct Point {
     pub speedup: u32,
     /// The predicted gain of each run, percent of the baseline's time.
     pub gains: Vec<f64>,
+    /// Their median: the prediction (one run slowed by the machine moves it least).
+    pub median: f64,
     /// Their mean.
     pub mean: f64,
     /// Their smallest and largest.
@@ -40,8 +44,8 @@ pub struct Curve {
 pub struct Summary {
     /// The baseline runs' times, seconds.
     pub baseline_s: Vec<f64>,
-    /// Their mean.
-    pub baseline_mean_s: f64,
+    /// Their median: the time the gains are of.
+    pub baseline_median_s: f64,
     pub curves: Vec<Curve>,
 }
 
@@ -51,7 +55,7 @@ pub fn summarize(candidates: &[Candidate], speedups: &[u32], outcomes: &[Outcome
         .filter(|o| o.candidate.is_none())
         .map(|o| o.wall_ns as f64 / 1e9)
         .collect();
-    let baseline_mean_s = mean(&baseline_s);
+    let baseline_median_s = median(&baseline_s);
     let curves = candidates
         .iter()
         .enumerate()
@@ -68,7 +72,7 @@ pub fn summarize(candidates: &[Candidate], speedups: &[u32], outcomes: &[Outcome
                         .iter()
                         .map(|o| {
                             let virtual_s = o.wall_ns.saturating_sub(o.delay_ns) as f64 / 1e9;
-                            (baseline_mean_s - virtual_s) * 100.0 / baseline_mean_s
+                            (baseline_median_s - virtual_s) * 100.0 / baseline_median_s
                         })
                         .collect();
                     let shares: Vec<f64> = runs
@@ -77,6 +81,7 @@ pub fn summarize(candidates: &[Candidate], speedups: &[u32], outcomes: &[Outcome
                         .collect();
                     Point {
                         speedup,
+                        median: median(&gains),
                         mean: mean(&gains),
                         min: gains.iter().copied().fold(f64::INFINITY, f64::min),
                         max: gains.iter().copied().fold(f64::NEG_INFINITY, f64::max),
@@ -89,8 +94,18 @@ pub fn summarize(candidates: &[Candidate], speedups: &[u32], outcomes: &[Outcome
         .collect();
     Summary {
         baseline_s,
-        baseline_mean_s,
+        baseline_median_s,
         curves,
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
     }
 }
 
@@ -111,15 +126,15 @@ pub fn table(summary: &Summary) -> String {
         .fold((f64::INFINITY, 0.0f64), |(l, h), &s| (l.min(s), h.max(s)));
     let _ = writeln!(
         out,
-        "What if a feature were faster? The program's baseline: {:.3} s ({} runs, {:.3}-{:.3} s).",
-        summary.baseline_mean_s,
+        "What if a feature were faster? The program's baseline: {:.3} s (median of {} runs, {:.3}-{:.3} s).",
+        summary.baseline_median_s,
         summary.baseline_s.len(),
         low,
         high
     );
     let _ = writeln!(
         out,
-        "Predicted gain: how much sooner the program would end, in percent of the baseline."
+        "Predicted gain: how much sooner the program would end, in percent of the baseline (median of the runs)."
     );
     let width = summary
         .curves
@@ -140,7 +155,7 @@ pub fn table(summary: &Summary) -> String {
                 "{:<width$}  {:>6}%  {:>13.1}%  {:>17}  {:>4}  {:>5.1}%",
                 curve.candidate.label(),
                 point.speedup,
-                point.mean,
+                point.median,
                 format!("{:+.1} .. {:+.1}", point.min, point.max),
                 point.gains.len(),
                 point.selected_share,
@@ -204,7 +219,7 @@ pub fn svg(summary: &Summary) -> String {
         out,
         r#"<text x="{}" y="22" font-size="15" text-anchor="middle">What if a feature were faster? (baseline {:.3} s)</text>"#,
         W / 2.0,
-        summary.baseline_mean_s
+        summary.baseline_median_s
     );
     let mut tick = y_low;
     while tick <= y_high + step / 2.0 {
@@ -242,29 +257,29 @@ pub fn svg(summary: &Summary) -> String {
     for (index, curve) in summary.curves.iter().enumerate() {
         let colour = COLOURS[index % COLOURS.len()];
         let mut path = format!("M {:.1} {:.1}", x(0.0), y(0.0));
-        for point in curve.points.iter().filter(|p| p.mean.is_finite()) {
+        for point in curve.points.iter().filter(|p| p.median.is_finite()) {
             let _ = write!(
                 path,
                 " L {:.1} {:.1}",
                 x(f64::from(point.speedup)),
-                y(point.mean)
+                y(point.median)
             );
         }
         let _ = writeln!(
             out,
             r#"<path d="{path}" fill="none" stroke="{colour}" stroke-width="2"/>"#
         );
-        for point in curve.points.iter().filter(|p| p.mean.is_finite()) {
+        for point in curve.points.iter().filter(|p| p.median.is_finite()) {
             let px = x(f64::from(point.speedup));
             let _ = writeln!(
                 out,
                 r#"<line x1="{px:.1}" x2="{px:.1}" y1="{:.1}" y2="{:.1}" stroke="{colour}"/><circle cx="{px:.1}" cy="{:.1}" r="4" fill="{colour}"><title>{}: {}% faster, {:+.1}% ({:+.1} .. {:+.1}, {} runs)</title></circle>"#,
                 y(point.min),
                 y(point.max),
-                y(point.mean),
+                y(point.median),
                 escape(&curve.candidate.label()),
                 point.speedup,
-                point.mean,
+                point.median,
                 point.min,
                 point.max,
                 point.gains.len()
@@ -346,12 +361,13 @@ mod tests {
             outcome(Some(0), 50, 1100, 260),
         ];
         let summary = summarize(&candidates, &[50], &outcomes);
-        assert!((summary.baseline_mean_s - 1.05).abs() < 1e-9);
+        assert!((summary.baseline_median_s - 1.05).abs() < 1e-9);
         let point = &summary.curves[0].points[0];
         assert_eq!(point.gains.len(), 2);
         assert!((point.min - 20.0).abs() < 1e-9, "{point:?}");
         assert!((point.max - 30.0).abs() < 1e-9, "{point:?}");
         assert!((point.mean - 25.0).abs() < 1e-9);
+        assert!((point.median - 25.0).abs() < 1e-9);
         assert!((point.selected_share - 40.0).abs() < 1e-9);
         let text = table(&summary);
         assert!(text.contains("parsing"), "{text}");
