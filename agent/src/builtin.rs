@@ -173,6 +173,7 @@ extern "C" fn init() {
         stdio::PRINTF,
         locks::LOCK,
         locks::TIMED_LOCK,
+        locks::WAKE,
         &[
             &futex::syscall::REAL,
             &lifecycle::fork_without_handlers::REAL,
@@ -406,6 +407,16 @@ macro_rules! return_fast {
 macro_rules! imp {
     ($feature:expr, $claim:literal, $real:path, fn($($arg:ident: $ty:ty),*) -> $ret:ty) => {
         pub(super) unsafe extern "C-unwind" fn imp($($arg: $ty,)* caller: Caller) -> $ret {
+            if whatif::waits_for_another($feature) && whatif::active() {
+                // A lock or condition-variable wait during a what-if experiment: forgiven.
+                let real: unsafe extern "C" fn($($ty),*) -> $ret =
+                    core::mem::transmute::<usize, _>($real.get());
+                let _marked = enter($feature, caller, $claim);
+                let waiting = whatif::block_start();
+                let result = real($($arg),*);
+                whatif::block_end(waiting);
+                return result;
+            }
             let address = $real.address.load(Relaxed);
             if address != 0 {
                 let real: unsafe extern "C" fn($($ty),*) -> $ret =

@@ -11,16 +11,17 @@
 //!   global delay and to the thread's own count; then the thread pays what it owes: it sleeps
 //!   the global delay less its own count;
 //! * a thread pays before it wakes another (a futex wake made through `syscall`: Rust's std
-//!   locks, channels, condition variables and parking; an output call, `write`, `send`, ...,
+//!   locks, channels, condition variables and parking; `pthread_mutex_unlock`,
+//!   `pthread_cond_signal` and `pthread_cond_broadcast`; an output call, `write`, `send`, ...,
 //!   which may wake a reader of a pipe or socket; the end of a thread, which wakes its joiner),
-//!   and what accrues while it waits (a futex wait through `syscall`, `pthread_join`, an input
-//!   call or a poll) is forgiven, with what it owed as far as the wait outlasted it
-//!   ([`block_end`]): the thread that woke it had paid.
+//!   and what accrues while it waits (a futex wait through `syscall`, a contended pthread lock, a
+//!   condition-variable wait, `pthread_join`, an input call or a poll) is forgiven, with what it
+//!   owed as far as the wait outlasted it ([`block_end`]): the thread that woke it had paid.
 //!
-//! Not handled yet: C programs' pthread locks and condition variables (glibc waits and wakes
-//! inside them without `syscall`), threads made without `pthread_create`, processes the program
-//! starts (a forked child leaves the experiment), and waits for something outside the program
-//! (a client in another process, a disk), which are forgiven as if another thread had paid.
+//! Not handled yet: threads made without `pthread_create`, processes the program starts (a
+//! forked child leaves the experiment), semaphores and other waits libc makes inside itself,
+//! and waits for something outside the program (a client in another process, a disk), which are
+//! forgiven as if another thread had paid.
 //! Everything here is async-signal-safe: raw system calls, atomics and the thread's static TLS.
 
 use super::real::libc_syscall4;
@@ -210,6 +211,13 @@ fn parse_number(text: &[u8]) -> Option<c_int> {
 pub(super) extern "C" fn leave_in_child() {
     ON.store(false, Relaxed);
     CONTROL.store(core::ptr::null_mut(), Relaxed);
+}
+
+/// Whether a built-in feature's calls wait for another thread (`locks`, `waiting`): during an
+/// experiment what accrues meanwhile is forgiven.
+#[inline(always)]
+pub(super) const fn waits_for_another(feature: usize) -> bool {
+    feature == super::LOCKS || feature == super::WAITING
 }
 
 /// Whether an experiment runs in this process.
