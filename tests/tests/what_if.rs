@@ -126,10 +126,59 @@ fn compare(mode: &str, json: &Value, cases: &[(&str, u32)], truth: &[f64]) {
         );
     }
     eprintln!("{table}");
+    let spread = cpu_spread(json);
+    let slowed = match spread > 0.05 {
+        true => format!(
+            " ({SLOWED}: runs of one experiment took up to {:.0}% more CPU time for the same work)",
+            spread * 100.0
+        ),
+        false => String::new(),
+    };
     assert!(
         worst <= 5.0,
-        "a prediction is {worst:.1} points off:\n{table}"
+        "a prediction is {worst:.1} points off{slowed}:\n{table}"
     );
+}
+
+/// Marks a failure while the machine slowed the program's CPU in some runs (see
+/// [`again_if_slowed`]).
+const SLOWED: &str = "the CPU slowed";
+
+/// How much more CPU time (the agent's looks, one a millisecond of a thread's CPU time) the
+/// slowest run of an experiment took than its fastest, for the same work: 0.01-0.02 on a calm
+/// machine; 0.08-0.22 while a neighbour slowed the CPU (the suite, 2026-12-03: four of five runs
+/// of one experiment 8-10% slower, which no prediction can see).
+fn cpu_spread(json: &Value) -> f64 {
+    let mut groups: std::collections::HashMap<String, (f64, f64)> = Default::default();
+    for run in json["runs"].as_array().unwrap() {
+        let key = format!("{}/{}", run["candidate"], run["speedup"]);
+        let samples = run["samples"].as_f64().unwrap();
+        let (low, high) = groups.entry(key).or_insert((f64::INFINITY, 0.0));
+        *low = low.min(samples);
+        *high = high.max(samples);
+    }
+    groups
+        .values()
+        .map(|(low, high)| high / low.max(1.0) - 1.0)
+        .fold(0.0, f64::max)
+}
+
+/// Runs `attempt` once more when it failed while the machine slowed the program's CPU in some
+/// runs ([`SLOWED`] in its message), as `again_if_stolen` does for steal: the experiments need
+/// the machine to themselves. The second failure is the test's.
+fn again_if_slowed(attempt: impl Fn()) {
+    let Err(failure) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&attempt)) else {
+        return;
+    };
+    let message = failure
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    if !message.contains(SLOWED) {
+        std::panic::resume_unwind(failure);
+    }
+    eprintln!("the attempt above failed while {SLOWED}: once more");
+    attempt();
 }
 
 #[test]
@@ -144,28 +193,30 @@ fn a_pipelines_bottleneck_is_predicted_and_its_other_stage_buys_nothing() {
         ("render", 50),
     ];
     again_if_stolen(|| {
-        let json = what_if(
-            dir,
-            &[
-                "--feature",
-                "decode",
-                "--feature",
-                "render",
-                "--speedups",
-                "20,50",
-                "--runs",
-                "5",
-            ],
-            "pipeline",
-        );
-        let settings: Vec<_> = std::iter::once(None)
-            .chain(cases.iter().map(|&case| Some(case)))
-            .collect();
-        let truth = knob_times("pipeline", &settings, 5);
-        compare("pipeline", &json, &cases, &truth);
-        // The truth itself: render's speedup really buys nothing, decode's half the time.
-        assert!((truth[3] - truth[0]).abs() / truth[0] < 0.05, "{truth:?}");
-        assert!(truth[2] / truth[0] < 0.6, "{truth:?}");
+        again_if_slowed(|| {
+            let json = what_if(
+                dir,
+                &[
+                    "--feature",
+                    "decode",
+                    "--feature",
+                    "render",
+                    "--speedups",
+                    "20,50",
+                    "--runs",
+                    "5",
+                ],
+                "pipeline",
+            );
+            let settings: Vec<_> = std::iter::once(None)
+                .chain(cases.iter().map(|&case| Some(case)))
+                .collect();
+            let truth = knob_times("pipeline", &settings, 5);
+            compare("pipeline", &json, &cases, &truth);
+            // The truth itself: render's speedup really buys nothing, decode's half the time.
+            assert!((truth[3] - truth[0]).abs() / truth[0] < 0.05, "{truth:?}");
+            assert!(truth[2] / truth[0] < 0.6, "{truth:?}");
+        })
     });
 }
 
@@ -181,25 +232,27 @@ fn a_loopback_servers_request_latency_is_predicted() {
         ("handle", 50),
     ];
     again_if_stolen(|| {
-        let json = what_if(
-            dir,
-            &[
-                "--feature",
-                "prepare",
-                "--feature",
-                "handle",
-                "--speedups",
-                "20,50",
-                "--runs",
-                "5",
-            ],
-            "server",
-        );
-        let settings: Vec<_> = std::iter::once(None)
-            .chain(cases.iter().map(|&case| Some(case)))
-            .collect();
-        let truth = knob_times("server", &settings, 5);
-        compare("server", &json, &cases, &truth);
+        again_if_slowed(|| {
+            let json = what_if(
+                dir,
+                &[
+                    "--feature",
+                    "prepare",
+                    "--feature",
+                    "handle",
+                    "--speedups",
+                    "20,50",
+                    "--runs",
+                    "5",
+                ],
+                "server",
+            );
+            let settings: Vec<_> = std::iter::once(None)
+                .chain(cases.iter().map(|&case| Some(case)))
+                .collect();
+            let truth = knob_times("server", &settings, 5);
+            compare("server", &json, &cases, &truth);
+        })
     });
 }
 
@@ -211,48 +264,55 @@ fn a_c_pipeline_of_pthread_locks_and_condition_variables_is_predicted() {
     let program = crate::support::native::build_c_with_agent(dir, "whatif_pipeline").exe;
     let cases = [("decode", 50), ("render", 50)];
     again_if_stolen(|| {
-        let json = what_if_of(
-            dir,
-            &[
-                "--feature",
-                "decode",
-                "--feature",
-                "render",
-                "--speedups",
-                "50",
-                "--runs",
-                "5",
-            ],
-            &[program.to_str().unwrap()],
-        );
-        let settings: Vec<_> = std::iter::once(None)
-            .chain(cases.iter().map(|&case| Some(case)))
-            .collect();
-        let truth = knob_times_of(&program, &[], &settings, 5, |feature, percent| {
-            vec![format!("{feature}={percent}")]
-        });
-        // Not the 5-point bar of the Rust programs, whose runs spread less: this program's runs
-        // alone spread by 1% on a calm machine and its predictions read within 1.3 points
-        // there (2026-12-03), but in noisy stretches its baselines spread 402-500 ms and even
-        // its truth moved 6 points between two tests. What must hold, and what the shared
-        // baselines' noise cancels out of: the difference between the bottleneck's gain and
-        // the other stage's, predicted as really bought. Without the pthread waits and
-        // wake-ups taking part, render waited in pthread_cond_wait unforgiven and became the
-        // bottleneck in the experiments.
-        let (baseline, knobs) = truth.split_first().unwrap();
-        let real = |index: usize| (baseline - knobs[index]) * 100.0 / baseline;
-        let (decode, _) = predicted(&json, "decode", 50);
-        let (render, _) = predicted(&json, "render", 50);
-        eprintln!(
+        again_if_slowed(|| {
+            let json = what_if_of(
+                dir,
+                &[
+                    "--feature",
+                    "decode",
+                    "--feature",
+                    "render",
+                    "--speedups",
+                    "50",
+                    "--runs",
+                    "5",
+                ],
+                &[program.to_str().unwrap()],
+            );
+            let settings: Vec<_> = std::iter::once(None)
+                .chain(cases.iter().map(|&case| Some(case)))
+                .collect();
+            let truth = knob_times_of(&program, &[], &settings, 5, |feature, percent| {
+                vec![format!("{feature}={percent}")]
+            });
+            // Not the 5-point bar of the Rust programs, whose runs spread less: this program's runs
+            // alone spread by 1% on a calm machine and its predictions read within 1.3 points
+            // there (2026-12-03), but in noisy stretches its baselines spread 402-500 ms and even
+            // its truth moved 6 points between two tests. What must hold, and what the shared
+            // baselines' noise cancels out of: the difference between the bottleneck's gain and
+            // the other stage's, predicted as really bought. Without the pthread waits and
+            // wake-ups taking part, render waited in pthread_cond_wait unforgiven and became the
+            // bottleneck in the experiments.
+            let (baseline, knobs) = truth.split_first().unwrap();
+            let real = |index: usize| (baseline - knobs[index]) * 100.0 / baseline;
+            let (decode, _) = predicted(&json, "decode", 50);
+            let (render, _) = predicted(&json, "render", 50);
+            eprintln!(
             "C pipeline: decode 50% faster: real {:+.1}%, predicted {decode:+.1}%; render 50%: real {:+.1}%, predicted {render:+.1}%",
             real(0),
             real(1)
         );
-        let (predicted_gap, real_gap) = (decode - render, real(0) - real(1));
-        assert!(
+            let (predicted_gap, real_gap) = (decode - render, real(0) - real(1));
+            let spread = cpu_spread(&json);
+            assert!(
             (predicted_gap - real_gap).abs() <= 8.0,
-            "decode's gain over render's: {predicted_gap:.1} points predicted, {real_gap:.1} real"
+            "decode's gain over render's: {predicted_gap:.1} points predicted, {real_gap:.1} real{}",
+            match spread > 0.05 {
+                true => format!(" ({SLOWED}: {:.0}% more CPU time)", spread * 100.0),
+                false => String::new(),
+            }
         );
+        })
     });
 }
 
@@ -263,20 +323,22 @@ fn a_batch_jobs_features_are_found_by_a_first_profile_and_predicted() {
     let dir = temp.path();
     let cases = [("parse", 20), ("parse", 50), ("check", 20), ("check", 50)];
     again_if_stolen(|| {
-        let json = what_if(
-            dir,
-            &["--top", "2", "--speedups", "20,50", "--runs", "5"],
-            "batch",
-        );
-        let settings: Vec<_> = std::iter::once(None)
-            .chain(cases.iter().map(|&case| Some(case)))
-            .collect();
-        let truth = knob_times("batch", &settings, 5);
-        compare("batch", &json, &cases, &truth);
-        assert!(dir.join("whatif/profile/profile.json").exists());
-        assert!(std::fs::read_to_string(dir.join("whatif/what-if.svg"))
-            .unwrap()
-            .contains("<svg"));
+        again_if_slowed(|| {
+            let json = what_if(
+                dir,
+                &["--top", "2", "--speedups", "20,50", "--runs", "5"],
+                "batch",
+            );
+            let settings: Vec<_> = std::iter::once(None)
+                .chain(cases.iter().map(|&case| Some(case)))
+                .collect();
+            let truth = knob_times("batch", &settings, 5);
+            compare("batch", &json, &cases, &truth);
+            assert!(dir.join("whatif/profile/profile.json").exists());
+            assert!(std::fs::read_to_string(dir.join("whatif/what-if.svg"))
+                .unwrap()
+                .contains("<svg"));
+        })
     });
 }
 
