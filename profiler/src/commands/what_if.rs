@@ -205,6 +205,9 @@ pub fn what_if(program: &[OsString], options: &WhatIfOptions) -> Result<()> {
     }
     let summary = results::summarize(&candidates, &options.speedups, &outcomes);
     print!("{}", results::table(&summary));
+    for warning in results::warnings(&summary, &outcomes) {
+        eprintln!("fsprof: what-if: {warning}");
+    }
     let json = dir.join("what-if.json");
     std::fs::write(&json, results::json(program, &summary, &outcomes)?)
         .with_context(|| format!("writing {}", json.display()))?;

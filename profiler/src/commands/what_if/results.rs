@@ -169,6 +169,31 @@ pub fn table(summary: &Summary) -> String {
     out
 }
 
+/// What a user must know about the runs to trust the table: a candidate no look ever found
+/// (its name mistyped, an instance named otherwise than the report does: its curve is flat
+/// for that reason alone), and threads whose timer could not be armed (their time was never
+/// looked at).
+pub fn warnings(summary: &Summary, outcomes: &[Outcome]) -> Vec<String> {
+    let mut warnings: Vec<String> = summary
+        .curves
+        .iter()
+        .filter(|curve| curve.points.iter().all(|point| point.selected_share == 0.0))
+        .map(|curve| {
+            format!(
+                "no thread was ever found in {}: its gains say nothing (check the name as the report shows it; an instance: a name, or file:line:column)",
+                curve.candidate.label()
+            )
+        })
+        .collect();
+    let failures: u64 = outcomes.iter().map(|o| o.failures).sum();
+    if failures > 0 {
+        warnings.push(format!(
+            "{failures} threads (over all runs) got no timer of their CPU time: their time was never looked at, so they neither added nor paid delays"
+        ));
+    }
+    warnings
+}
+
 /// `what-if.json`: the summary and every run.
 pub fn json(program: &[OsString], summary: &Summary, outcomes: &[Outcome]) -> Result<String> {
     let program: Vec<String> = program
@@ -374,6 +399,19 @@ mod tests {
         assert!(text.contains("25.0%"), "{text}");
         let svg = svg(&summary);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(warnings(&summary, &outcomes).is_empty());
+        let missed = [
+            outcome(None, 0, 1000, 0),
+            Outcome {
+                selected_samples: 0,
+                failures: 2,
+                ..outcome(Some(0), 50, 1000, 0)
+            },
+        ];
+        let warned = warnings(&summarize(&candidates, &[50], &missed), &missed);
+        assert_eq!(warned.len(), 2, "{warned:?}");
+        assert!(warned[0].contains("no thread was ever found in parsing"));
+        assert!(warned[1].starts_with("2 threads"));
     }
 
     #[test]
