@@ -41,6 +41,7 @@ use crate::native::ring::{
 use crate::native::sampling::{load_program, Index};
 use crate::native::stream::{PerfSample, Switch, Taken};
 use crate::native::unwind::{Registers, StackView};
+use filter::Filter;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use nix::errno::Errno;
 use perf_event_open_sys as sys;
@@ -67,6 +68,8 @@ const MOST_IGNORED: usize = 1 << 16;
 /// The kernel side of the per-CPU design, and the samples read from it not yet taken.
 pub(super) struct CpuWide {
     watched: OwnedFd,
+    /// The ids of `watched`'s threads as a bitmap the switch program looks at first.
+    filter: Filter,
     cpus: Vec<Cpu>,
     _programs: Vec<OwnedFd>,
     _links: Vec<OwnedFd>,
@@ -193,8 +196,16 @@ impl CpuWide {
         let watched = create_map(BPF_MAP_TYPE_HASH, 4, 4, capacity)
             .map_err(|e| format!("cannot create a BPF hash map ({})", e.desc()))?;
         let w = watched.as_raw_fd();
+        let filter =
+            Filter::new().map_err(|e| format!("cannot create a BPF array ({})", e.desc()))?;
         let sampling = load_program(map, copies, walk, Index::Watched(w), None)?;
-        let program = switch_program(map, (copies, copies_size), w, pid_offset, period_ns);
+        let program = switch_program(
+            map,
+            (copies, copies_size),
+            (w, filter.fd()),
+            pid_offset,
+            period_ns,
+        );
         let switch = load_tracepoint_program(program)?;
         let mut links = vec![attach_tracepoint(c"sched_switch", &switch)
             .map_err(|e| format!("cannot attach to sched_switch ({})", e.desc()))?];
@@ -234,6 +245,7 @@ impl CpuWide {
         }
         Ok(CpuWide {
             watched,
+            filter,
             cpus,
             _programs: vec![sampling, switch, early, late],
             _links: links,
@@ -308,6 +320,9 @@ impl CpuWide {
 
     /// Has the programs record thread `tid` from now on, in the map value `index`.
     pub(super) fn watch(&mut self, tid: u32, index: u32, quiet: bool) -> Result<(), Errno> {
+        if !self.threads.contains_key(&tid) {
+            self.filter.add(tid)?;
+        }
         update_bytes(
             self.watched.as_raw_fd(),
             &tid.to_ne_bytes(),
@@ -350,6 +365,7 @@ impl CpuWide {
     pub(super) fn unwatch(&mut self, tid: u32) {
         let _ = delete_bytes(self.watched.as_raw_fd(), &tid.to_ne_bytes());
         if self.threads.remove(&tid).is_some() {
+            self.filter.remove(tid);
             self.ignore(tid);
         }
     }
@@ -707,6 +723,7 @@ fn online_cpus() -> Vec<u32> {
     cpus
 }
 
+mod filter;
 pub(super) mod programs;
 #[cfg(test)]
 mod tests;

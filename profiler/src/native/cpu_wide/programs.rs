@@ -6,6 +6,7 @@
 //! program itself (`sampling.rs`) and the slot copies (`fragments.rs`), the maps, events and links (`cpu_wide.rs`),
 //! the records' parsing (`ring.rs`).
 
+use super::filter::skip_unless_let_through;
 use crate::native::asm::{
     insn, Asm, Insn, ADD64_IMM, ADD64_REG, AND64_IMM, CALL, EXIT, HELPER_GET_CURRENT_PID_TGID,
     HELPER_GET_CURRENT_TASK_BTF, HELPER_KTIME_GET_NS, HELPER_MAP_DELETE_ELEM,
@@ -262,12 +263,12 @@ fn next_switch(p: &mut Asm) {
 /// folded or recorded (see [`departed`]). The coming one's pid is read from its `task_struct` at
 /// `pid_offset`: if watched, it is on a CPU from now, and a return record says so, or its
 /// folded stretch ends (see [`came_back`]). A thread no longer followed (its value's `VALUE_QUIET`) has its time counted and
-/// no record. Other switches cost two lookups (and no read of the clock: the switches of
-/// threads fsprof does not watch, every switch of the machine, run this program).
+/// no record. Other switches cost two array loads (`filter.rs`; and no read of the clock: the
+/// switches of threads fsprof does not watch, every switch of the machine, run this program).
 pub(super) fn switch_program(
     map: RawFd,
     (copies, copies_size): (RawFd, usize),
-    watched: RawFd,
+    (watched, filter): (RawFd, RawFd),
     pid_offset: u32,
     gap_ns: u64,
 ) -> Vec<Insn> {
@@ -282,6 +283,7 @@ pub(super) fn switch_program(
         insn(STX_W, 10, 0, LEAVING, 0),
     ]);
     let (coming, end) = (p.label(), p.label());
+    skip_unless_let_through(&mut p, filter, INDEX_SLOT, coming);
     watched_index(&mut p, watched, INDEX_SLOT);
     p.jump(JEQ_IMM, 0, 0, 0, coming);
     p.extend([insn(LDX_W, 1, 0, 0, 0), insn(STX_W, 10, 1, INDEX_SLOT, 0)]);
@@ -341,6 +343,7 @@ pub(super) fn switch_program(
         insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
     ]);
     p.jump(JNE_IMM, 0, 0, 0, end);
+    skip_unless_let_through(&mut p, filter, -8, end);
     watched_index(&mut p, watched, -8);
     p.jump(JEQ_IMM, 0, 0, 0, end);
     p.extend([insn(LDX_W, 1, 0, 0, 0), insn(STX_W, 10, 1, INDEX_SLOT, 0)]);
