@@ -10,10 +10,12 @@
 //! (`layout::FOLD_MOST_NS`); and a program at the start of every `exec` (`sched_prepare_exec`,
 //! before the new program's credentials are set) removes the thread from the map, so nothing of
 //! a program that turned set-user-id is read: fsprof watches the thread again only once its exec
-//! gate passed it. A switch costs that program's run (about 200 ns for a thread not followed,
-//! BENCHMARKS.md) where a thread's own sampling event cost it about 4 us, and no event fires at
-//! a switch: a context-switch event per CPU, which took the departures' stacks before, cost
-//! every switch of every thread its overflow.
+//! gate passed it. A switch costs that program's run (about 225 ns for a thread not followed,
+//! some 100 ns of it the tracepoint's call of any program, BENCHMARKS.md; a bitmap of the
+//! watched ids, `filter.rs`, turns those threads away before any hash lookup) where a thread's
+//! own sampling event cost it about 4 us, and no event fires at a switch: a context-switch
+//! event per CPU, which took the departures' stacks before, cost every switch of every thread
+//! its overflow.
 //!
 //! Some switches onto a CPU pass without the `sched_switch` tracepoint on some kernels (seen on
 //! Linux 6.18, 1 return in a few hundred): a thread found running after a departure, at a
