@@ -176,6 +176,11 @@ enum Cmd {
         /// their mean and range).
         #[arg(long, value_name = "N", default_value_t = 3)]
         runs: usize,
+        /// A progress point: the feature whose marks' ends are the program's progress (a
+        /// request, a task). The gain predicted is then how much shorter its marks would take
+        /// (their mean latency), not how much sooner the program would end.
+        #[arg(long, value_name = "FEATURE")]
+        progress: Option<String>,
         /// Preload the agent's built-in features too (output, allocation, locks, ...), which
         /// makes them candidates.
         #[arg(long)]
@@ -493,6 +498,7 @@ impl Cli {
                 top,
                 speedups,
                 runs,
+                progress,
                 agent,
                 output,
                 program,
@@ -500,7 +506,8 @@ impl Cli {
                 program,
                 options: crate::commands::what_if::WhatIfOptions::new(
                     features, instances, top, speedups, runs, agent, output,
-                )?,
+                )?
+                .with_progress(progress)?,
             },
             Cmd::Agent => Command::Agent,
             Cmd::Rules => Command::Print(crate::rules::catalog_text().to_owned()),

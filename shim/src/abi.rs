@@ -174,7 +174,40 @@ pub struct RegionHeader {
     /// A number drawn when the region is created, so that a reader can tell a new region (after
     /// an `exec`, say) from the one it opened even when both are mapped at the same address.
     pub(crate) nonce: u64,
+    /// A what-if run's progress point (see [`Progress`]); zero otherwise.
+    pub(crate) progress: Progress,
 }
+
+/// The progress point of a what-if run (`fsprof what-if --progress FEATURE`), at
+/// [`PROGRESS_OFFSET`] in the header (added within version 4: older copies of the shim leave
+/// these words zero and never read them). While the process's [`PROGRESS_VARIABLE`] names a
+/// feature (read when the region is created; x86-64 only), the shim counts here the ends of
+/// that feature's marks and their latencies in the run's *virtual* time: real time less the
+/// experiment's delay, which the agent copies into `delay_ns` as it grows, so that a mark's
+/// latency leaves out what the experiment's delays added while it was open. The push of such a
+/// mark keeps its start in its record's `extra[1]` (for kinds without extra words of their
+/// own; the others' ends are counted, not timed), and its record's `tag` has its top bit set.
+#[repr(C)]
+#[derive(Default)]
+pub struct Progress {
+    /// The experiment's global delay so far, ns (written by the agent).
+    pub delay_ns: AtomicU64,
+    /// Marks of the progress feature that ended.
+    pub ends: AtomicU64,
+    /// Of those, the ones timed (of a kind without extra words).
+    pub timed: AtomicU64,
+    /// Their latencies in virtual time, added up, ns.
+    pub latency_ns: AtomicU64,
+}
+
+/// Offset of [`Progress`] in the region header.
+pub const PROGRESS_OFFSET: usize = offset_of!(RegionHeader, progress);
+/// The environment variable that names a what-if run's progress feature.
+pub const PROGRESS_VARIABLE: &str = "FSPROF_PROGRESS";
+/// [`PROGRESS_VARIABLE`] as a C string.
+pub const PROGRESS_VARIABLE_C: &core::ffi::CStr = c"FSPROF_PROGRESS";
+/// The longest progress feature name the shim takes.
+pub const MAX_PROGRESS_NAME: usize = 256;
 
 /// One thread's slot.
 #[repr(C, align(64))]

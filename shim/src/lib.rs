@@ -96,6 +96,7 @@ pub mod abi;
 mod announce;
 pub mod build;
 pub mod fleet;
+mod progress;
 mod region;
 mod stack;
 mod sys;

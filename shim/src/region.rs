@@ -241,6 +241,7 @@ fn create_region() -> *mut RegionHeader {
             address: addr as u64,
             fd,
             nonce: nonce(addr as u64),
+            progress: Default::default(),
         });
         header
     }
@@ -254,6 +255,11 @@ fn nonce(address: u64) -> u64 {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { getpid() } as u64;
     (now ^ address.rotate_left(29) ^ pid.rotate_left(47)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
+}
+
+/// This process's region if it was created (null otherwise).
+pub(crate) fn created() -> *const RegionHeader {
+    REGION.load(Acquire)
 }
 
 /// This process's region, created on first use; null if it cannot be created.
@@ -273,6 +279,7 @@ fn region() -> *mut RegionHeader {
     }
     match REGION.compare_exchange(null_mut(), created, AcqRel, Acquire) {
         Ok(_) => {
+            crate::progress::region_created();
             crate::fleet::region_created();
             crate::announce::region_created(created as u64);
             created
@@ -338,6 +345,10 @@ fn claim_once(state: &ThreadState) -> *mut Slot {
                 (*header).slots_used.fetch_max(index as u32 + 1, Release);
                 map_in(slots.add(index));
                 state.slot.set(slots.add(index));
+                if cfg!(target_arch = "x86_64") && crate::progress::on() {
+                    // The thread's marks take the other path (`progress.rs`, `stack::push_odd`).
+                    state.serial.set(state.serial.get() | 1);
+                }
                 crate::fleet::claimed(state);
                 return slots.add(index);
             }

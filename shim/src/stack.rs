@@ -10,6 +10,7 @@
 
 use crate::abi::{self, Record, Slot};
 use crate::fleet;
+use crate::progress;
 use crate::region::{bump, claim};
 use crate::thread_state::{self, ThreadState};
 use core::ptr::null_mut;
@@ -222,7 +223,9 @@ fn push_unless_nested_tagged(
                 return Err(NotPushed::Skipped); // only on targets without `bump`, see `push`
             }
             let tag = serial.wrapping_add(2);
-            if !cfg!(target_arch = "x86_64") {
+            if cfg!(target_arch = "x86_64") {
+                state.serial.set(tag); // before the push, whose claim may make it odd
+            } else {
                 state.serial.set(serial | 1);
                 compiler_fence(SeqCst);
             }
@@ -231,8 +234,8 @@ fn push_unless_nested_tagged(
             let pushed = push_unless_busy(state, record);
             if !cfg!(target_arch = "x86_64") {
                 compiler_fence(SeqCst);
+                state.serial.set(tag);
             }
-            state.serial.set(tag);
             if pushed.index == BUSY {
                 return Err(NotPushed::Busy);
             }
@@ -322,7 +325,8 @@ pub(crate) fn push(
     pushed
 }
 
-/// [`push`] once [`close_left_push`] closed a push left halfway, if any (out of line).
+/// [`push`] once [`close_left_push`] closed a push left halfway, if any (out of line); or, on
+/// x86-64, the push of a thread on the other path ([`push_odd`]).
 #[cold]
 #[inline(never)]
 fn push_after_closing(
@@ -333,6 +337,21 @@ fn push_after_closing(
     sp: u64,
     extra: Option<[u64; 2]>,
 ) -> Pushed {
+    let odd = || thread_state::with(|state| state.serial.get() & 1 == 1) == Some(true);
+    if cfg!(target_arch = "x86_64") && odd() {
+        let record = (feature, payload, meta, position, sp, 0, extra);
+        let pushed = push_odd(record);
+        if pushed.index != BUSY {
+            return pushed;
+        }
+        if !close_left_push(sp) {
+            return Pushed::NOTHING;
+        }
+        return match push_odd(record) {
+            Pushed { index: BUSY, .. } => Pushed::NOTHING,
+            pushed => pushed,
+        };
+    }
     if !close_left_push(sp) {
         return Pushed::NOTHING;
     }
@@ -372,10 +391,21 @@ fn push_in(
         |state| {
             let serial = state.serial.get();
             if serial & 1 == 1 {
-                return Pushed::NOTHING; // only on targets without `bump`, see above
+                // On x86-64, this thread's marks take the other path (a what-if run's progress
+                // point: `push_after_closing` takes it); elsewhere, this is a handler inside a
+                // push (see above).
+                return match cfg!(target_arch = "x86_64") {
+                    true => Pushed {
+                        index: BUSY,
+                        tag: 0,
+                    },
+                    false => Pushed::NOTHING,
+                };
             }
             let tag = serial.wrapping_add(2);
-            if !cfg!(target_arch = "x86_64") {
+            if cfg!(target_arch = "x86_64") {
+                state.serial.set(tag); // before the push, whose claim may make it odd
+            } else {
                 state.serial.set(serial | 1);
                 compiler_fence(SeqCst);
             }
@@ -383,11 +413,32 @@ fn push_in(
             let pushed = push_unless_busy(state, record);
             if !cfg!(target_arch = "x86_64") {
                 compiler_fence(SeqCst);
+                state.serial.set(tag);
             }
-            state.serial.set(tag);
             pushed
         },
     )
+    .unwrap_or(Pushed::NOTHING)
+}
+
+/// A push of a thread whose `serial` is odd on x86-64 (from [`push_after_closing`], out of line:
+/// the fast path passes no record to a call): a thread of a what-if run's process with a
+/// progress point, whose mark of the progress feature gets its start and [`progress::TAG`] in
+/// its record's tag (the tag returned, which its guard holds, is without it: see [`pop`]).
+/// `index` [`BUSY`] if the slot is busy.
+fn push_odd(record: RecordWords) -> Pushed {
+    thread_state::with(|state| {
+        let (feature, payload, meta, position, sp, _, extra) = record;
+        let tag = state.serial.get().wrapping_add(2);
+        state.serial.set(tag);
+        let (bit, extra) = progress::pushing(feature, meta, extra);
+        let record = (feature, payload, meta, position, sp, tag | bit, extra);
+        let pushed = push_unless_busy(state, record);
+        Pushed {
+            index: pushed.index,
+            tag: tag & !progress::TAG,
+        }
+    })
     .unwrap_or(Pushed::NOTHING)
 }
 
@@ -404,6 +455,10 @@ fn push_unless_busy(state: &ThreadState, record: RecordWords) -> Pushed {
         slot = claim(state);
         if slot.is_null() {
             return Pushed::NOTHING;
+        }
+        if cfg!(target_arch = "x86_64") && state.serial.get() & 1 == 1 && tag & 1 == 0 {
+            // The claim put the thread on the other path, which `push_after_closing` takes.
+            return Pushed { index: BUSY, tag };
         }
     }
     // SAFETY: a non-null slot pointer is this thread's claimed slot in the live region.
@@ -540,7 +595,7 @@ pub(crate) fn pop(pushed: Pushed) {
         }
         if let Some(record) = slot.records.get(pushed.index as usize) {
             if record.tag.load(Relaxed) != pushed.tag {
-                return; // that mark is gone and another took its place
+                return pop_other(state, slot, record, pushed);
             }
         }
         // A pop only lowers depth: one store, no seq bracket. (seq, depth) still identifies the
@@ -548,6 +603,20 @@ pub(crate) fn pop(pushed: Pushed) {
         slot.depth.store(pushed.index, Release);
         fleet::popped(state, slot);
     });
+}
+
+/// A pop whose record's tag is not its guard's: that mark is gone and another took its place,
+/// or it is a mark of a what-if run's progress feature, whose record's tag also has
+/// [`progress::TAG`] (see [`push_odd`]): then it is popped and its end counted.
+#[cold]
+#[inline(never)]
+fn pop_other(state: &ThreadState, slot: &Slot, record: &Record, pushed: Pushed) {
+    if record.tag.load(Relaxed) != pushed.tag | progress::TAG {
+        return;
+    }
+    progress::ended(record); // before the depth falls: a handler's push may reuse the record
+    slot.depth.store(pushed.index, Release);
+    fleet::popped(state, slot);
 }
 
 /// Pops the calling thread's innermost mark or antimark, whichever guard or caller pushed it; does
@@ -561,27 +630,50 @@ pub(crate) fn pop(pushed: Pushed) {
 pub(crate) fn pop_innermost() {
     let _ = thread_state::with(|state| {
         if state.serial.get() & 1 == 1 {
-            return; // only on targets without `bump`, see `push`
+            // Only on targets without `bump`, see `push`; on x86-64, the other path.
+            return pop_innermost_odd(state);
         }
-        let slot = state.slot.get();
-        if slot.is_null() {
-            return;
-        }
-        // SAFETY: as in `push`.
-        let slot = unsafe { &*slot };
-        if slot.seq.load(Relaxed) & 1 == 1 {
-            return;
-        }
-        let depth = slot.depth.load(Relaxed);
-        if depth > 0 {
-            // As in `pop`: one store, no seq bracket.
-            slot.depth.store(depth - 1, Release);
-            match slot.records.get(depth as usize - 1) {
-                Some(record) => fleet::popped_reusable(state, slot, record),
-                None => fleet::popped(state, slot),
+        pop_innermost_in::<false>(state);
+    });
+}
+
+/// [`pop_innermost`] of a thread whose `serial` is odd: on x86-64 (see [`push_odd`]), the pop,
+/// with the end of a mark of the progress feature counted; elsewhere nothing.
+#[cold]
+#[inline(never)]
+fn pop_innermost_odd(state: &ThreadState) {
+    if cfg!(target_arch = "x86_64") {
+        pop_innermost_in::<true>(state);
+    }
+}
+
+#[inline(always)]
+fn pop_innermost_in<const COUNTING: bool>(state: &ThreadState) {
+    let slot = state.slot.get();
+    if slot.is_null() {
+        return;
+    }
+    // SAFETY: as in `push`.
+    let slot = unsafe { &*slot };
+    if slot.seq.load(Relaxed) & 1 == 1 {
+        return;
+    }
+    let depth = slot.depth.load(Relaxed);
+    if depth > 0 {
+        if COUNTING {
+            if let Some(record) = slot.records.get(depth as usize - 1) {
+                if record.tag.load(Relaxed) & progress::TAG != 0 {
+                    progress::ended(record);
+                }
             }
         }
-    });
+        // As in `pop`: one store, no seq bracket.
+        slot.depth.store(depth - 1, Release);
+        match slot.records.get(depth as usize - 1) {
+            Some(record) => fleet::popped_reusable(state, slot, record),
+            None => fleet::popped(state, slot),
+        }
+    }
 }
 
 /// Called before a jump (`siglongjmp`) that makes the calling thread's stack pointer `target`:

@@ -25,9 +25,10 @@ use crate::abi::Slot;
 pub(crate) struct ThreadState {
     /// This thread's slot, null until claimed (and after release or fork).
     pub(crate) slot: Cell<*mut Slot>,
-    /// Push counter, advanced by two per push; the even value after a push tags its record, so a
+    /// Push counter, advanced by two per push; the value after a push tags its record, so a
     /// stale guard cannot pop a newer mark. On targets other than x86-64 it is odd while the
-    /// thread is inside `push` (see `stack::push`).
+    /// thread is inside `push` (see `stack::push`); on x86-64, odd from the thread's claim on
+    /// in a what-if run's process with a progress point (see `progress.rs`).
     pub(crate) serial: Cell<u64>,
     /// The stack pointer of this thread's latest push, written before the push makes its slot's
     /// `seq` odd: while `seq` is odd, where the push in progress is (see `stack::jumping_to`).

@@ -27,7 +27,7 @@ pub const CONTROL_VARIABLE: &str = "FSPROF_WHATIF";
 /// First eight bytes of a control page.
 pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"FSPROFWI");
 /// Incremented on any layout change; the agent ignores a page of another version.
-pub const CONTROL_VERSION: u64 = 1;
+pub const CONTROL_VERSION: u64 = 2;
 /// Size of the memfd.
 pub const CONTROL_SIZE: usize = 4096;
 /// Bytes of a feature's name, and of an instance's text, that a control page holds at most.
@@ -67,8 +67,16 @@ pub struct Control {
     pub threads: AtomicU64,
     /// Threads whose timer could not be armed (their time is not looked at).
     pub failures: AtomicU64,
+    /// The progress point's counts at the program's exit, of all its regions (see
+    /// `abi::Progress`; `fsprof` names the feature in the program's `FSPROF_PROGRESS`): marks
+    /// of the progress feature that ended.
+    pub progress_ends: AtomicU64,
+    /// Of those, the ones timed.
+    pub progress_timed: AtomicU64,
+    /// Their latencies in virtual time, added up, ns.
+    pub progress_latency_ns: AtomicU64,
     /// Reserved, zero.
-    pub reserved: [u64; 18],
+    pub reserved: [u64; 15],
     /// The selected feature's name (UTF-8, not NUL-terminated).
     pub feature: [u8; NAME_CAPACITY],
     /// The selected instance's text, as the report names it (a location `file:line:column`, a

@@ -56,6 +56,36 @@ fn knob_times_of(
         .collect()
 }
 
+/// The mean request latency the `server` mode measures itself (`latency_ns` on its stderr),
+/// median over `runs` runs with each knob setting, interleaved, in s, as [`knob_times`].
+fn knob_latencies(settings: &[Option<(&str, u32)>], runs: usize) -> Vec<f64> {
+    let mut latencies = vec![Vec::new(); settings.len()];
+    for _ in 0..runs {
+        for (index, setting) in settings.iter().enumerate() {
+            let mut command = Command::new(whatif());
+            command.arg("server").stdout(Stdio::null());
+            if let Some((feature, percent)) = setting {
+                command.args(["--cheaper".into(), format!("{feature}={percent}")]);
+            }
+            let output = command.output().unwrap();
+            assert!(output.status.success());
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let ns: f64 = (stderr.lines())
+                .find_map(|line| line.strip_prefix("latency_ns "))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no latency_ns in {stderr}"));
+            latencies[index].push(ns / 1e9);
+        }
+    }
+    latencies
+        .into_iter()
+        .map(|mut values| {
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        })
+        .collect()
+}
+
 /// Runs `fsprof what-if` with `options` on the target in `mode`; returns its JSON.
 fn what_if(dir: &Path, options: &[&str], mode: &str) -> Value {
     what_if_of(dir, options, &[whatif(), mode])
@@ -115,7 +145,7 @@ fn predicted(json: &Value, label: &str, speedup: u64) -> (f64, f64) {
 /// if any is more than 5 points off.
 fn compare(mode: &str, json: &Value, cases: &[(&str, u32)], truth: &[f64]) {
     let (baseline, knobs) = truth.split_first().unwrap();
-    let mut table = format!("{mode}: baseline {baseline:.3} s alone\n");
+    let mut table = format!("{mode}: baseline {:.3} ms alone\n", baseline * 1e3);
     let mut worst: f64 = 0.0;
     for ((feature, speedup), knob) in cases.iter().zip(knobs) {
         let real = (baseline - knob) * 100.0 / baseline;
@@ -245,6 +275,49 @@ fn a_loopback_servers_request_latency_is_predicted() {
     ];
     let features = ["--feature", "prepare", "--feature", "handle"];
     again_if_stolen(|| again_if_slowed(|| drop(predicts(dir, "server", &features, &cases))));
+}
+
+/// The same server with its requests as the progress point (`--progress request`): the
+/// predicted shortening of a `request` mark's mean latency (which the shim times in each run's
+/// virtual time) against the mean latency the client measures itself with the knob.
+#[test]
+fn a_progress_points_mean_latency_is_predicted() {
+    let _serial = serial();
+    let temp = tempdir();
+    let dir = temp.path();
+    let cases = [
+        ("prepare", 20),
+        ("prepare", 50),
+        ("handle", 20),
+        ("handle", 50),
+    ];
+    let options = [
+        "--progress",
+        "request",
+        "--feature",
+        "prepare",
+        "--feature",
+        "handle",
+        "--speedups",
+        "20,50",
+        "--runs",
+        "5",
+    ];
+    again_if_stolen(|| {
+        again_if_slowed(|| {
+            let json = what_if(dir, &options, "server");
+            assert_eq!(json["summary"]["measure"]["latency"], "request", "{json}");
+            for run in json["runs"].as_array().unwrap() {
+                // Every request of every run timed: 1000 requests, each one mark.
+                assert_eq!(run["progress_timed"], 1000, "{run}");
+            }
+            let settings: Vec<_> = std::iter::once(None)
+                .chain(cases.iter().map(|&case| Some(case)))
+                .collect();
+            let truth = knob_latencies(&settings, 5);
+            compare("server, latency", &json, &cases, &truth);
+        })
+    });
 }
 
 #[test]

@@ -53,6 +53,7 @@ const SIGEV_THREAD_ID: i32 = 4;
 extern "C" {
     fn sigaction(signal: c_int, action: *const SigAction, old: *mut SigAction) -> c_int;
     fn unsetenv(name: *const core::ffi::c_char) -> c_int;
+    fn atexit(function: extern "C" fn()) -> c_int;
     fn pthread_atfork(
         prepare: Option<extern "C" fn()>,
         parent: Option<extern "C" fn()>,
@@ -194,6 +195,8 @@ pub(super) fn init(variable: Option<&[u8]>) {
     }
     // SAFETY: registers a handler that only stores to atomics.
     unsafe { pthread_atfork(None, None, Some(leave_in_child)) };
+    // SAFETY: registers a function that reads mapped memory and stores to atomics.
+    unsafe { atexit(at_exit) };
     control.signal.store(SIGPROF as u64, Relaxed);
     CONTROL.store(page, Release);
     ON.store(true, Release);
@@ -504,6 +507,14 @@ unsafe extern "C-unwind" fn wait_for(
     result
 }
 
+/// At the program's exit (`exit`, or a return from `main`): the progress point's counts into
+/// the control page (a program that ends otherwise leaves them zero: `fsprof` says so).
+extern "C" fn at_exit() {
+    if let Some(control) = control() {
+        selected::progress_counts(control);
+    }
+}
+
 /// The timer's handler: the thread's CPU time since its previous look counts as the selected
 /// code's if its marks say it is there now; then it pays.
 extern "C" fn on_tick(_signal: c_int, _info: *mut c_void, _context: *mut c_void) {
@@ -519,6 +530,7 @@ extern "C" fn on_tick(_signal: c_int, _info: *mut c_void, _context: *mut c_void)
             (u128::from(ran) * u128::from(control.speedup_ppm.min(1_000_000)) / 1_000_000) as u64;
         me.local.fetch_add(delay, Relaxed);
         control.global_delay_ns.fetch_add(delay, Release);
+        selected::delay_added(delay);
         control.selected_samples.fetch_add(1, Relaxed);
     }
     if me.waiting.load(Relaxed) == 0 {

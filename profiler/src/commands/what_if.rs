@@ -10,8 +10,10 @@
 //! This module: the options, the candidates (named, or the heaviest features of a first profile
 //! recorded with marks only), the experiments (each a run of the program, in a shuffled order
 //! with the baselines among them), and their results written out (`what_if/results.rs`).
-//! Progress points inside a run (the rate at which a feature's marks end) are not built yet:
-//! each experiment is one whole run, so the program must end by itself.
+//! With `--progress FEATURE`, the gains are of the mean latency of that feature's marks (a
+//! request), which the shim times in each run's virtual time (`fsprof_shim::abi::Progress`);
+//! without, of the program's run time. Either way each experiment is one whole run, so the
+//! program must end by itself: experiments rotating within one run of a server are not built.
 
 mod results;
 
@@ -20,6 +22,7 @@ use crate::commands::session::{self, Backend, RecordOptions};
 use crate::profile::Profile;
 use crate::record::agent::{self, Preload};
 use anyhow::{bail, Context, Result};
+use fsprof_shim::abi::{MAX_PROGRESS_NAME, PROGRESS_VARIABLE};
 use fsprof_shim::whatif::{Control, ANY_INSTANCE, CONTROL_MAGIC, CONTROL_SIZE, CONTROL_VERSION};
 use fsprof_shim::whatif::{CONTROL_VARIABLE, NAME_CAPACITY};
 use std::ffi::OsString;
@@ -45,6 +48,9 @@ pub struct WhatIfOptions {
     runs: usize,
     /// The agent's built-in features marked too (and so candidates).
     agent: bool,
+    /// The progress point: the feature whose marks' mean latency the gains are of (`None`:
+    /// the program's run time).
+    progress: Option<String>,
     /// Output directory.
     output: Option<PathBuf>,
 }
@@ -123,8 +129,24 @@ impl WhatIfOptions {
             speedups,
             runs,
             agent,
+            progress: None,
             output,
         })
+    }
+
+    /// The same options with the progress point `progress` (`--progress`).
+    pub fn with_progress(self, progress: Option<String>) -> Result<WhatIfOptions, String> {
+        if let Some(name) = &progress {
+            if name.is_empty() || name.len() > MAX_PROGRESS_NAME {
+                return Err(format!(
+                    "--progress {name}: a feature's name takes 1 to {MAX_PROGRESS_NAME} bytes"
+                ));
+            }
+            if !cfg!(target_arch = "x86_64") {
+                return Err("--progress needs an x86-64 machine (the marks' other path)".to_owned());
+            }
+        }
+        Ok(WhatIfOptions { progress, ..self })
     }
 }
 
@@ -151,6 +173,11 @@ pub struct Outcome {
     pub threads: u64,
     /// Threads whose timer could not be armed.
     pub failures: u64,
+    /// Marks of the progress feature that ended (0 without `--progress`).
+    pub progress_ends: u64,
+    /// Of those, the ones timed, and their latencies in virtual time added up.
+    pub progress_timed: u64,
+    pub progress_latency_ns: u64,
 }
 
 /// `fsprof what-if`: the candidates, the experiments, the table (stdout), `what-if.json` and
@@ -190,7 +217,7 @@ pub fn what_if(program: &[OsString], options: &WhatIfOptions) -> Result<()> {
         );
         let selection = candidate.map(|index| (&candidates[index], speedup));
         let outcome =
-            experiment(program, &library, options.agent, selection, &log).with_context(|| {
+            experiment(program, &library, options, selection, &log).with_context(|| {
                 format!(
                     "run {} ({what}); the program's output is in {}",
                     done + 1,
@@ -203,7 +230,12 @@ pub fn what_if(program: &[OsString], options: &WhatIfOptions) -> Result<()> {
             ..outcome
         });
     }
-    let summary = results::summarize(&candidates, &options.speedups, &outcomes);
+    let summary = results::summarize(
+        &candidates,
+        &options.speedups,
+        options.progress.as_deref(),
+        &outcomes,
+    );
     print!("{}", results::table(&summary));
     for warning in results::warnings(&summary, &outcomes) {
         eprintln!("fsprof: what-if: {warning}");
@@ -299,7 +331,7 @@ fn plan(candidates: usize, speedups: &[u32], runs: usize) -> Vec<(Option<usize>,
 fn experiment(
     program: &[OsString],
     library: &Path,
-    builtins: bool,
+    options: &WhatIfOptions,
     selection: Option<(&Candidate, u32)>,
     log: &File,
 ) -> Result<Outcome> {
@@ -337,9 +369,13 @@ fn experiment(
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log.try_clone()?);
-    if !builtins {
+    if !options.agent {
         command.env("FSPROF_BUILTINS", "0");
     }
+    match &options.progress {
+        Some(feature) => command.env(PROGRESS_VARIABLE, feature),
+        None => command.env_remove(PROGRESS_VARIABLE),
+    };
     let start = Instant::now();
     let status = command
         .status()
@@ -363,6 +399,9 @@ fn experiment(
         selected_samples: control.selected_samples.load(Relaxed),
         threads: control.threads.load(Relaxed),
         failures: control.failures.load(Relaxed),
+        progress_ends: control.progress_ends.load(Relaxed),
+        progress_timed: control.progress_timed.load(Relaxed),
+        progress_latency_ns: control.progress_latency_ns.load(Relaxed),
     })
 }
 

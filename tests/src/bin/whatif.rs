@@ -13,7 +13,8 @@
 //! * `server`: a client thread sends requests one after another over a loopback TCP connection
 //!   (`prepare`, 1 unit, before each) and waits for each answer; the server's thread for the
 //!   connection answers each (`handle`, 2 units). The program's time is its requests' latencies
-//!   added up. (A logger thread beside them, fed through a channel, was left out: on two CPUs
+//!   added up. Each request is a `request` mark (a progress point for `what-if --progress
+//!   request`); the client prints their mean latency to stderr (`latency_ns N`). (A logger thread beside them, fed through a channel, was left out: on two CPUs
 //!   it delayed the requests by taking a CPU they were woken on, which no delay models.)
 //!
 //! Work is counted in steps, not timed: a thread slowed down (by a what-if experiment's delays)
@@ -28,6 +29,7 @@ static DECODE: Feature = Feature::new("decode");
 static RENDER: Feature = Feature::new("render");
 static PREPARE: Feature = Feature::new("prepare");
 static HANDLE: Feature = Feature::new("handle");
+static REQUEST: Feature = Feature::new("request");
 
 /// Arithmetic steps in one unit of work (about 100-150 µs on the machines here).
 const UNIT: u64 = 100_000;
@@ -139,7 +141,10 @@ fn server(requests: u64, prepare: f64, handle: f64) -> u64 {
     connection.set_nodelay(true).unwrap();
     let mut sum = 0u64;
     let mut answer = [0u8; 8];
+    let mut latency = std::time::Duration::ZERO;
     for request in 0..requests {
+        let start = Instant::now();
+        let _m = REQUEST.mark();
         let sent = {
             let _m = PREPARE.mark();
             work(prepare, request)
@@ -147,7 +152,12 @@ fn server(requests: u64, prepare: f64, handle: f64) -> u64 {
         connection.write_all(&sent.to_le_bytes()).unwrap();
         connection.read_exact(&mut answer).unwrap();
         sum = sum.wrapping_add(u64::from_le_bytes(answer));
+        latency += start.elapsed();
     }
+    eprintln!(
+        "latency_ns {}",
+        latency.as_nanos() / u128::from(requests.max(1))
+    );
     drop(connection);
     answering.join().unwrap();
     sum

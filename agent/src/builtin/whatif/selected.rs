@@ -98,6 +98,43 @@ fn search_regions(tid: u32) -> Option<u64> {
     None
 }
 
+/// The experiment's global delay grew by `delay`: added to the copy in every region known,
+/// which the shim's progress point reads (`abi::Progress`: virtual time is real time less it).
+/// A region found later starts from 0: a mark open across its finding leaves out less.
+pub(super) fn delay_added(delay: u64) {
+    for region in &REGIONS {
+        let start = region.load(Acquire);
+        if start != 0 {
+            progress_of(start).delay_ns.fetch_add(delay, Relaxed);
+        }
+    }
+}
+
+/// At the program's exit: the progress point's counts of every region of the process, added up
+/// into the control page.
+pub(super) fn progress_counts(control: &Control) {
+    read_regions();
+    let (mut ends, mut timed, mut latency) = (0u64, 0u64, 0u64);
+    for region in &REGIONS {
+        let start = region.load(Acquire);
+        if start != 0 {
+            let progress = progress_of(start);
+            ends += progress.ends.load(Acquire);
+            timed += progress.timed.load(Acquire);
+            latency += progress.latency_ns.load(Acquire);
+        }
+    }
+    control.progress_ends.store(ends, Relaxed);
+    control.progress_timed.store(timed, Relaxed);
+    control.progress_latency_ns.store(latency, Relaxed);
+}
+
+fn progress_of(start: u64) -> &'static abi::Progress {
+    // SAFETY: `start` is a remembered region of this process (a header of a compatible
+    // version, mapped for the process's life): its progress words lie at `PROGRESS_OFFSET`.
+    unsafe { &*((start as usize + abi::PROGRESS_OFFSET) as *const abi::Progress) }
+}
+
 /// Reads `/proc/self/maps` for the process's regions and remembers those not known yet.
 fn read_regions() {
     const AT_FDCWD: c_long = -100;

@@ -42,18 +42,51 @@ pub struct Curve {
 /// Everything the table, JSON and plot show.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Summary {
-    /// The baseline runs' times, seconds.
+    /// What the gains are of: the program's run time, or the progress feature's (`--progress`)
+    /// mean latency.
+    pub measure: Measure,
+    /// The baseline runs' measures, seconds (runs with nothing to measure left out).
     pub baseline_s: Vec<f64>,
     /// Their median: the time the gains are of.
     pub baseline_median_s: f64,
     pub curves: Vec<Curve>,
 }
 
-pub fn summarize(candidates: &[Candidate], speedups: &[u32], outcomes: &[Outcome]) -> Summary {
+/// What a run is measured by.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    /// The program's time less the delay inserted.
+    RunTime,
+    /// The mean latency of the named feature's marks, in the run's virtual time.
+    Latency(String),
+}
+
+impl Measure {
+    /// A run's measure in seconds; `None` where it has none (no progress mark timed).
+    fn of(&self, run: &Outcome) -> Option<f64> {
+        match self {
+            Measure::RunTime => Some(run.wall_ns.saturating_sub(run.delay_ns) as f64 / 1e9),
+            Measure::Latency(_) => (run.progress_timed > 0)
+                .then(|| run.progress_latency_ns as f64 / run.progress_timed as f64 / 1e9),
+        }
+    }
+}
+
+pub fn summarize(
+    candidates: &[Candidate],
+    speedups: &[u32],
+    progress: Option<&str>,
+    outcomes: &[Outcome],
+) -> Summary {
+    let measure = match progress {
+        Some(feature) => Measure::Latency(feature.to_owned()),
+        None => Measure::RunTime,
+    };
     let baseline_s: Vec<f64> = outcomes
         .iter()
         .filter(|o| o.candidate.is_none())
-        .map(|o| o.wall_ns as f64 / 1e9)
+        .filter_map(|o| measure.of(o))
         .collect();
     let baseline_median_s = median(&baseline_s);
     let curves = candidates
@@ -70,10 +103,8 @@ pub fn summarize(candidates: &[Candidate], speedups: &[u32], outcomes: &[Outcome
                         .collect();
                     let gains: Vec<f64> = runs
                         .iter()
-                        .map(|o| {
-                            let virtual_s = o.wall_ns.saturating_sub(o.delay_ns) as f64 / 1e9;
-                            (baseline_median_s - virtual_s) * 100.0 / baseline_median_s
-                        })
+                        .filter_map(|o| measure.of(o))
+                        .map(|s| (baseline_median_s - s) * 100.0 / baseline_median_s)
                         .collect();
                     let shares: Vec<f64> = runs
                         .iter()
@@ -93,6 +124,7 @@ pub fn summarize(candidates: &[Candidate], speedups: &[u32], outcomes: &[Outcome
         })
         .collect();
     Summary {
+        measure,
         baseline_s,
         baseline_median_s,
         curves,
@@ -124,17 +156,31 @@ pub fn table(summary: &Summary) -> String {
         .baseline_s
         .iter()
         .fold((f64::INFINITY, 0.0f64), |(l, h), &s| (l.min(s), h.max(s)));
+    let (what, gain) = match &summary.measure {
+        Measure::RunTime => (
+            "The program's baseline".to_owned(),
+            "how much sooner the program would end".to_owned(),
+        ),
+        Measure::Latency(feature) => (
+            format!("The mean latency of a {feature} mark, baseline"),
+            format!("how much shorter a {feature} mark would take on average"),
+        ),
+    };
+    let (scale, unit) = match summary.baseline_median_s < 0.1 {
+        true => (1e3, "ms"),
+        false => (1.0, "s"),
+    };
     let _ = writeln!(
         out,
-        "What if a feature were faster? The program's baseline: {:.3} s (median of {} runs, {:.3}-{:.3} s).",
-        summary.baseline_median_s,
+        "What if a feature were faster? {what}: {:.3} {unit} (median of {} runs, {:.3}-{:.3} {unit}).",
+        summary.baseline_median_s * scale,
         summary.baseline_s.len(),
-        low,
-        high
+        low * scale,
+        high * scale
     );
     let _ = writeln!(
         out,
-        "Predicted gain: how much sooner the program would end, in percent of the baseline (median of the runs)."
+        "Predicted gain: {gain}, in percent of the baseline (median of the runs)."
     );
     let width = summary
         .curves
@@ -185,6 +231,15 @@ pub fn warnings(summary: &Summary, outcomes: &[Outcome]) -> Vec<String> {
             )
         })
         .collect();
+    if let Measure::Latency(feature) = &summary.measure {
+        let untimed = outcomes.iter().filter(|o| o.progress_timed == 0).count();
+        if untimed > 0 {
+            warnings.push(format!(
+                "{untimed} of {} runs timed no {feature} mark (its name mistyped, a program that ends without exit(), or one whose threads are not x86-64 Rust or C marks): those runs are left out",
+                outcomes.len()
+            ));
+        }
+    }
     let failures: u64 = outcomes.iter().map(|o| o.failures).sum();
     if failures > 0 {
         warnings.push(format!(
@@ -385,7 +440,7 @@ mod tests {
             outcome(Some(0), 50, 1050, 315),
             outcome(Some(0), 50, 1100, 260),
         ];
-        let summary = summarize(&candidates, &[50], &outcomes);
+        let summary = summarize(&candidates, &[50], None, &outcomes);
         assert!((summary.baseline_median_s - 1.05).abs() < 1e-9);
         let point = &summary.curves[0].points[0];
         assert_eq!(point.gains.len(), 2);
@@ -408,7 +463,7 @@ mod tests {
                 ..outcome(Some(0), 50, 1000, 0)
             },
         ];
-        let warned = warnings(&summarize(&candidates, &[50], &missed), &missed);
+        let warned = warnings(&summarize(&candidates, &[50], None, &missed), &missed);
         assert_eq!(warned.len(), 2, "{warned:?}");
         assert!(warned[0].contains("no thread was ever found in parsing"));
         assert!(warned[1].starts_with("2 threads"));
