@@ -22,8 +22,8 @@ extern "C" {
 
 const CLOCK_MONOTONIC: c_int = 1;
 
-/// The bit a mark of the progress feature has in its record's tag (guards' tags count up by 2,
-/// call sites' are 1: none reaches it).
+/// The bit a mark of the progress feature has in its record's tag (guards' tags count up by 2
+/// from 0, or from an odd value on this path; call sites' are 1: none reaches it).
 pub(crate) const TAG: u64 = 1 << 63;
 
 /// The progress feature's name, [`NAME_LEN`] bytes of it (0: none).

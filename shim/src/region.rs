@@ -188,6 +188,10 @@ pub(crate) unsafe extern "C" fn forget_region_in_child() {
     let _ = thread_state::with(|state| {
         crate::fleet::cleared(state);
         state.slot.set(null_mut());
+        if cfg!(target_arch = "x86_64") {
+            // Off the progress point's path (`progress.rs`) until the child's own claim.
+            state.serial.set(state.serial.get() & !1);
+        }
         state.hidden.set(0);
         compiler_fence(SeqCst);
         state.forking.set(false);
@@ -277,9 +281,10 @@ fn region() -> *mut RegionHeader {
         REGION_FAILED.store(true, Relaxed);
         return null_mut();
     }
+    // Before the region is published: a thread that claims a slot in it must see the name.
+    crate::progress::region_created();
     match REGION.compare_exchange(null_mut(), created, AcqRel, Acquire) {
         Ok(_) => {
-            crate::progress::region_created();
             crate::fleet::region_created();
             crate::announce::region_created(created as u64);
             created

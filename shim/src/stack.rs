@@ -140,7 +140,8 @@ fn push_unless_nested_in(
     .unwrap_or(Err(NotPushed::Skipped))
 }
 
-/// The tag of a call-site mark's record on x86-64: odd, and guards' tags are even.
+/// The tag of a call-site mark's record on x86-64: guards' tags are even, or odd from 3 on
+/// (a thread on the progress point's path, `progress.rs`).
 #[cfg(target_arch = "x86_64")]
 const CALL_SITE_TAG: u64 = 1;
 

@@ -236,6 +236,12 @@ pub fn what_if(program: &[OsString], options: &WhatIfOptions) -> Result<()> {
         options.progress.as_deref(),
         &outcomes,
     );
+    if let (Some(feature), true) = (&options.progress, summary.baseline_s.is_empty()) {
+        bail!(
+            "no baseline run timed a {feature} mark, so there is nothing to compare with: check the name as the report shows it (a feature the program marks, on x86-64), and that the program ends by exit() or a return from main ({} has its output)",
+            log_path.display()
+        );
+    }
     print!("{}", results::table(&summary));
     for warning in results::warnings(&summary, &outcomes) {
         eprintln!("fsprof: what-if: {warning}");

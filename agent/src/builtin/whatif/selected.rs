@@ -8,7 +8,7 @@
 
 use super::{clock, getpid, syscall, Control, Thread, CLOCK_MONOTONIC, SYS_CLOSE};
 use core::ffi::c_long;
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use fsprof_shim::abi;
 use fsprof_shim::whatif::ANY_INSTANCE;
 
@@ -16,6 +16,11 @@ const SEARCH_EVERY_NS: u64 = 20_000_000;
 /// Regions remembered (a process has one per shim copy that marked).
 const MOST_REGIONS: usize = 8;
 static REGIONS: [AtomicU64; MOST_REGIONS] = [const { AtomicU64::new(0) }; MOST_REGIONS];
+/// Whether a thread's slot was found in the region of the same index: a region with a claimed
+/// slot is one the shim published, not one it mapped and dropped on losing a race to create the
+/// process's region, which `/proc/self/maps` may have shown for a moment. Only those are
+/// written (`delay_added`) and read at exit.
+static LIVE: [AtomicBool; MOST_REGIONS] = [const { AtomicBool::new(false) }; MOST_REGIONS];
 /// Feature descriptors already compared with the selected name: address, and 1 (not it) or 2.
 const MOST_FEATURES: usize = 256;
 static FEATURES: [(AtomicU64, AtomicU64); MOST_FEATURES] =
@@ -75,7 +80,7 @@ fn slot(me: &Thread) -> Option<u64> {
 }
 
 fn search_regions(tid: u32) -> Option<u64> {
-    for region in &REGIONS {
+    for (region, live) in REGIONS.iter().zip(&LIVE) {
         let start = region.load(Acquire);
         if start == 0 {
             break;
@@ -91,6 +96,7 @@ fn search_regions(tid: u32) -> Option<u64> {
             // SAFETY: as above.
             let owner = unsafe { (*((slot + 4) as *const AtomicU32)).load(Acquire) };
             if owner == tid {
+                live.store(true, Release);
                 return Some(slot);
             }
         }
@@ -102,22 +108,21 @@ fn search_regions(tid: u32) -> Option<u64> {
 /// which the shim's progress point reads (`abi::Progress`: virtual time is real time less it).
 /// A region found later starts from 0: a mark open across its finding leaves out less.
 pub(super) fn delay_added(delay: u64) {
-    for region in &REGIONS {
+    for (region, live) in REGIONS.iter().zip(&LIVE) {
         let start = region.load(Acquire);
-        if start != 0 {
+        if start != 0 && live.load(Acquire) {
             progress_of(start).delay_ns.fetch_add(delay, Relaxed);
         }
     }
 }
 
-/// At the program's exit: the progress point's counts of every region of the process, added up
-/// into the control page.
+/// At the program's exit: the progress point's counts of every live region of the process
+/// (one where a thread's timer found its slot), added up into the control page.
 pub(super) fn progress_counts(control: &Control) {
-    read_regions();
     let (mut ends, mut timed, mut latency) = (0u64, 0u64, 0u64);
-    for region in &REGIONS {
+    for (region, live) in REGIONS.iter().zip(&LIVE) {
         let start = region.load(Acquire);
-        if start != 0 {
+        if start != 0 && live.load(Acquire) {
             let progress = progress_of(start);
             ends += progress.ends.load(Acquire);
             timed += progress.timed.load(Acquire);
