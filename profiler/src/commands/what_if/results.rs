@@ -30,6 +30,9 @@ pub struct Point {
     /// The share of the looks at the program's threads that found them in the selected code,
     /// percent (mean over the runs): how much of the threads' CPU time it takes.
     pub selected_share: f64,
+    /// With a progress point: how much more often its marks would end (their rate in virtual
+    /// time, against the baselines' median), percent, median of the runs.
+    pub rate_gain: Option<f64>,
 }
 
 /// One candidate's curve.
@@ -89,6 +92,16 @@ pub fn summarize(
         .filter_map(|o| measure.of(o))
         .collect();
     let baseline_median_s = median(&baseline_s);
+    let rate = |run: &Outcome| {
+        let virtual_s = run.wall_ns.saturating_sub(run.delay_ns).max(1) as f64 / 1e9;
+        (run.progress_ends > 0).then(|| run.progress_ends as f64 / virtual_s)
+    };
+    let baseline_rate = median(
+        &(outcomes.iter())
+            .filter(|o| o.candidate.is_none())
+            .filter_map(rate)
+            .collect::<Vec<_>>(),
+    );
     let curves = candidates
         .iter()
         .enumerate()
@@ -118,6 +131,14 @@ pub fn summarize(
                         max: gains.iter().copied().fold(f64::NEG_INFINITY, f64::max),
                         gains,
                         selected_share: mean(&shares),
+                        rate_gain: match (&measure, baseline_rate > 0.0) {
+                            (Measure::Latency(_), true) => Some(median(
+                                &(runs.iter().filter_map(|o| rate(o)))
+                                    .map(|r| (r / baseline_rate - 1.0) * 100.0)
+                                    .collect::<Vec<_>>(),
+                            )),
+                            _ => None,
+                        },
                     }
                 })
                 .collect(),
@@ -189,14 +210,16 @@ pub fn table(summary: &Summary) -> String {
         .max()
         .unwrap_or(0)
         .max(7);
-    let _ = writeln!(
+    let _ = write!(
         out,
         "\n{:<width$}  {:>7}  {:>14}  {:>17}  {:>4}  {:>6}",
         "feature", "speedup", "predicted gain", "range", "runs", "in it"
     );
+    let rated = matches!(summary.measure, Measure::Latency(_));
+    let _ = writeln!(out, "{}", if rated { "  ends/s" } else { "" });
     for curve in &summary.curves {
         for point in &curve.points {
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "{:<width$}  {:>6}%  {:>13.1}%  {:>17}  {:>4}  {:>5.1}%",
                 curve.candidate.label(),
@@ -206,12 +229,23 @@ pub fn table(summary: &Summary) -> String {
                 point.gains.len(),
                 point.selected_share,
             );
+            let rate = match point.rate_gain {
+                Some(gain) if rated => format!("  {gain:>+6.1}%"),
+                _ => String::new(),
+            };
+            let _ = writeln!(out, "{rate}");
         }
     }
     let _ = writeln!(
         out,
         "\n\"in it\": the share of the threads' CPU time the selected code took. A gain near 0 at every speedup: the feature is not on the program's critical path."
     );
+    if rated {
+        let _ = writeln!(
+            out,
+            "\"ends/s\": how much more often the progress point's marks would end (their rate in virtual time)."
+        );
+    }
     out
 }
 
@@ -426,6 +460,41 @@ mod tests {
             selected_samples: 40,
             ..Outcome::default()
         }
+    }
+
+    #[test]
+    fn with_a_progress_point_the_gain_is_of_its_marks_mean_latency() {
+        let candidates = [Candidate {
+            feature: "handle".into(),
+            instance: None,
+        }];
+        let timed = |o: Outcome, ends: u64, latency_us: u64| Outcome {
+            progress_ends: ends,
+            progress_timed: ends,
+            progress_latency_ns: ends * latency_us * 1000,
+            ..o
+        };
+        let outcomes = [
+            timed(outcome(None, 0, 1000, 0), 1000, 800),
+            // 200 ms of delay: 1000 ends in 0.8 virtual seconds, each 600 us.
+            timed(outcome(Some(0), 50, 1000, 200), 1000, 600),
+            // A run that timed nothing is left out, and said.
+            timed(outcome(Some(0), 50, 1000, 200), 0, 0),
+        ];
+        let summary = summarize(&candidates, &[50], Some("request"), &outcomes);
+        assert!((summary.baseline_median_s - 800e-6).abs() < 1e-12);
+        let point = &summary.curves[0].points[0];
+        assert_eq!(point.gains.len(), 1);
+        assert!((point.median - 25.0).abs() < 1e-9, "{point:?}");
+        assert!((point.rate_gain.unwrap() - 25.0).abs() < 1e-9, "{point:?}");
+        let text = table(&summary);
+        assert!(text.contains("mean latency of a request mark"), "{text}");
+        assert!(text.contains("0.800 ms"), "{text}");
+        let warned = warnings(&summary, &outcomes);
+        assert!(
+            warned[0].starts_with("1 of 3 runs timed no request mark"),
+            "{warned:?}"
+        );
     }
 
     #[test]
