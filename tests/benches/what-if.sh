@@ -5,7 +5,9 @@
 # really buys (the program alone with the feature's work cut, RUNS runs interleaved with runs
 # without); then what an experiment run costs the program: its wall time alone, under the agent
 # with nothing selected (an experiment's baseline: timers, looks at the marks, waits watched)
-# and under the agent with experiments off, medians of RUNS rounds.
+# and under the agent with experiments off, medians of RUNS rounds. The `latency` rows: the
+# server with `--progress request`, its requests' mean latency (the client's own measure with
+# the knob) in place of its run time.
 # Run from the workspace root after `cargo build --release --workspace --all-targets`.
 # Usage: tests/benches/what-if.sh [RUNS]
 set -euo pipefail
@@ -27,7 +29,8 @@ speedups = [20, 50]
 
 def timed(command, env=None, fds=()):
     start = time.monotonic()
-    subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=True, pass_fds=fds)
+    subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=True, pass_fds=fds)
     return time.monotonic() - start
 
 print(f"{runs} runs each; gains in percent of the baseline's time")
@@ -53,15 +56,42 @@ for mode, features in programs.items():
             real = (base - statistics.median(times[(feature, point["speedup"])])) * 100 / base
             print(f"{mode:9} {feature:8} {point['speedup']:>6}% {real:>+6.1f}% {point['median']:>+8.1f}% {point['median'] - real:>+6.1f}")
 
+# The server's requests as the progress point: the predicted shortening of a request mark's
+# mean latency against the mean latency the client measures itself with the knob.
+out = os.path.join(tmp, "progress")
+features = programs["server"]
+args = [fsprof, "what-if", "--progress", "request", "--speedups", ",".join(map(str, speedups)),
+        "--runs", str(runs), "-o", out]
+for feature in features:
+    args += ["--feature", feature]
+subprocess.run(args + ["--", whatif, "server"], check=True,
+               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+summary = json.load(open(os.path.join(out, "what-if.json")))["summary"]
+settings = [None] + [(f, s) for f in features for s in speedups]
+latencies = {setting: [] for setting in settings}
+for _ in range(runs):
+    for setting in settings:
+        knob = [] if setting is None else ["--cheaper", f"{setting[0]}={setting[1]}"]
+        done = subprocess.run([whatif, "server"] + knob, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, check=True)
+        ns = next(int(l.split()[1]) for l in done.stderr.splitlines() if l.startswith("latency_ns"))
+        latencies[setting].append(ns)
+base = statistics.median(latencies[None])
+for curve in summary["curves"]:
+    feature = curve["candidate"]["feature"]
+    for point in curve["points"]:
+        real = (base - statistics.median(latencies[(feature, point["speedup"])])) * 100 / base
+        print(f"{'latency':9} {feature:8} {point['speedup']:>6}% {real:>+6.1f}% {point['median']:>+8.1f}% {point['median'] - real:>+6.1f}")
+
 agent = subprocess.run([fsprof, "agent"], capture_output=True, text=True, check=True).stdout.strip()
 
 def experiment_env():
     fd = os.memfd_create("fsprof-whatif", 0)
     os.ftruncate(fd, 4096)
     page = mmap.mmap(fd, 4096)
-    # The control page of fsprof_shim::whatif: magic, version, speedup 0, period 1 ms,
-    # no feature, any instance.
-    page[0:48] = b"FSPROFWI" + struct.pack("<QQQQQ", 1, 0, 1_000_000, 0, 2**64 - 1)
+    # The control page of fsprof_shim::whatif: magic, version (CONTROL_VERSION), speedup 0,
+    # period 1 ms, no feature, any instance.
+    page[0:48] = b"FSPROFWI" + struct.pack("<QQQQQ", 2, 0, 1_000_000, 0, 2**64 - 1)
     env = dict(os.environ, LD_PRELOAD=agent, FSPROF_WHATIF=str(fd), FSPROF_BUILTINS="0")
     return env, fd
 
