@@ -33,55 +33,42 @@ def timed(command, env=None, fds=()):
                    check=True, pass_fds=fds)
     return time.monotonic() - start
 
-print(f"{runs} runs each; gains in percent of the baseline's time")
-print(f"{'program':9} {'feature':8} {'speedup':>7} {'real':>7} {'predicted':>9} {'off by':>7}")
-for mode, features in programs.items():
-    out = os.path.join(tmp, mode)
-    args = [fsprof, "what-if", "--speedups", ",".join(map(str, speedups)), "--runs", str(runs), "-o", out]
+def latency(command):
+    """The server's own mean request latency (`latency_ns` on its stderr), ns."""
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          check=True)
+    return next(int(l.split()[1]) for l in done.stderr.splitlines() if l.startswith("latency_ns"))
+
+def compare(label, mode, features, options, measure):
+    """`what-if` with `options` on `mode` against the knob's truth by `measure`, row by row."""
+    out = os.path.join(tmp, label)
+    args = [fsprof, "what-if", *options, "--speedups", ",".join(map(str, speedups)),
+            "--runs", str(runs), "-o", out]
     for feature in features:
         args += ["--feature", feature]
     subprocess.run(args + ["--", whatif, mode], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     summary = json.load(open(os.path.join(out, "what-if.json")))["summary"]
     settings = [None] + [(f, s) for f in features for s in speedups]
-    times = {setting: [] for setting in settings}
+    truth = {setting: [] for setting in settings}
     for _ in range(runs):
         for setting in settings:
             knob = [] if setting is None else ["--cheaper", f"{setting[0]}={setting[1]}"]
-            times[setting].append(timed([whatif, mode] + knob))
-    base = statistics.median(times[None])
+            truth[setting].append(measure([whatif, mode] + knob))
+    base = statistics.median(truth[None])
     for curve in summary["curves"]:
         feature = curve["candidate"]["feature"]
         for point in curve["points"]:
-            real = (base - statistics.median(times[(feature, point["speedup"])])) * 100 / base
-            print(f"{mode:9} {feature:8} {point['speedup']:>6}% {real:>+6.1f}% {point['median']:>+8.1f}% {point['median'] - real:>+6.1f}")
+            real = (base - statistics.median(truth[(feature, point["speedup"])])) * 100 / base
+            print(f"{label:9} {feature:8} {point['speedup']:>6}% {real:>+6.1f}% {point['median']:>+8.1f}% {point['median'] - real:>+6.1f}")
 
+print(f"{runs} runs each; gains in percent of the baseline's time")
+print(f"{'program':9} {'feature':8} {'speedup':>7} {'real':>7} {'predicted':>9} {'off by':>7}")
+for mode, features in programs.items():
+    compare(mode, mode, features, [], timed)
 # The server's requests as the progress point: the predicted shortening of a request mark's
 # mean latency against the mean latency the client measures itself with the knob.
-out = os.path.join(tmp, "progress")
-features = programs["server"]
-args = [fsprof, "what-if", "--progress", "request", "--speedups", ",".join(map(str, speedups)),
-        "--runs", str(runs), "-o", out]
-for feature in features:
-    args += ["--feature", feature]
-subprocess.run(args + ["--", whatif, "server"], check=True,
-               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-summary = json.load(open(os.path.join(out, "what-if.json")))["summary"]
-settings = [None] + [(f, s) for f in features for s in speedups]
-latencies = {setting: [] for setting in settings}
-for _ in range(runs):
-    for setting in settings:
-        knob = [] if setting is None else ["--cheaper", f"{setting[0]}={setting[1]}"]
-        done = subprocess.run([whatif, "server"] + knob, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True, check=True)
-        ns = next(int(l.split()[1]) for l in done.stderr.splitlines() if l.startswith("latency_ns"))
-        latencies[setting].append(ns)
-base = statistics.median(latencies[None])
-for curve in summary["curves"]:
-    feature = curve["candidate"]["feature"]
-    for point in curve["points"]:
-        real = (base - statistics.median(latencies[(feature, point["speedup"])])) * 100 / base
-        print(f"{'latency':9} {feature:8} {point['speedup']:>6}% {real:>+6.1f}% {point['median']:>+8.1f}% {point['median'] - real:>+6.1f}")
+compare("latency", "server", programs["server"], ["--progress", "request"], latency)
 
 agent = subprocess.run([fsprof, "agent"], capture_output=True, text=True, check=True).stdout.strip()
 
