@@ -34,39 +34,24 @@ fn knob_times_of(
     runs: usize,
     knob: impl Fn(&str, u32) -> Vec<String>,
 ) -> Vec<f64> {
-    let mut times = vec![Vec::new(); settings.len()];
-    for _ in 0..runs {
-        for (index, setting) in settings.iter().enumerate() {
-            let mut command = Command::new(program);
-            command.args(args).stdout(Stdio::null());
-            if let Some((feature, percent)) = setting {
-                command.args(knob(feature, *percent));
-            }
-            let start = Instant::now();
-            assert!(command.status().unwrap().success());
-            times[index].push(start.elapsed().as_secs_f64());
-        }
-    }
-    times
-        .into_iter()
-        .map(|mut times| {
-            times.sort_by(f64::total_cmp);
-            times[times.len() / 2]
-        })
-        .collect()
+    knob_medians(program, args, settings, runs, knob, |command| {
+        let start = Instant::now();
+        assert!(command.status().unwrap().success());
+        start.elapsed().as_secs_f64()
+    })
 }
 
 /// The mean request latency the `server` mode measures itself (`latency_ns` on its stderr),
 /// median over `runs` runs with each knob setting, interleaved, in s, as [`knob_times`].
 fn knob_latencies(settings: &[Option<(&str, u32)>], runs: usize) -> Vec<f64> {
-    let mut latencies = vec![Vec::new(); settings.len()];
-    for _ in 0..runs {
-        for (index, setting) in settings.iter().enumerate() {
-            let mut command = Command::new(whatif());
-            command.arg("server").stdout(Stdio::null());
-            if let Some((feature, percent)) = setting {
-                command.args(["--cheaper".into(), format!("{feature}={percent}")]);
-            }
+    let knob = |feature: &str, percent| vec!["--cheaper".into(), format!("{feature}={percent}")];
+    knob_medians(
+        Path::new(whatif()),
+        &["server"],
+        settings,
+        runs,
+        knob,
+        |command| {
             let output = command.output().unwrap();
             assert!(output.status.success());
             let stderr = String::from_utf8_lossy(&output.stderr);
@@ -74,10 +59,33 @@ fn knob_latencies(settings: &[Option<(&str, u32)>], runs: usize) -> Vec<f64> {
                 .find_map(|line| line.strip_prefix("latency_ns "))
                 .and_then(|n| n.trim().parse().ok())
                 .unwrap_or_else(|| panic!("no latency_ns in {stderr}"));
-            latencies[index].push(ns / 1e9);
+            ns / 1e9
+        },
+    )
+}
+
+/// `measure` of `program args` (then, for a setting, `knob(feature, percent)`), `runs` times
+/// with each setting, interleaved: the median of each setting's, in the order given.
+fn knob_medians(
+    program: &Path,
+    args: &[&str],
+    settings: &[Option<(&str, u32)>],
+    runs: usize,
+    knob: impl Fn(&str, u32) -> Vec<String>,
+    measure: impl Fn(&mut Command) -> f64,
+) -> Vec<f64> {
+    let mut values = vec![Vec::new(); settings.len()];
+    for _ in 0..runs {
+        for (index, setting) in settings.iter().enumerate() {
+            let mut command = Command::new(program);
+            command.args(args).stdout(Stdio::null());
+            if let Some((feature, percent)) = setting {
+                command.args(knob(feature, *percent));
+            }
+            values[index].push(measure(&mut command));
         }
     }
-    latencies
+    values
         .into_iter()
         .map(|mut values| {
             values.sort_by(f64::total_cmp);
@@ -262,17 +270,20 @@ fn a_pipelines_bottleneck_is_predicted_and_its_other_stage_buys_nothing() {
     });
 }
 
+/// The server's features and speedups its tests try.
+const SERVER_CASES: [(&str, u32); 4] = [
+    ("prepare", 20),
+    ("prepare", 50),
+    ("handle", 20),
+    ("handle", 50),
+];
+
 #[test]
 fn a_loopback_servers_request_latency_is_predicted() {
     let _serial = serial();
     let temp = tempdir();
     let dir = temp.path();
-    let cases = [
-        ("prepare", 20),
-        ("prepare", 50),
-        ("handle", 20),
-        ("handle", 50),
-    ];
+    let cases = SERVER_CASES;
     let features = ["--feature", "prepare", "--feature", "handle"];
     again_if_stolen(|| again_if_slowed(|| drop(predicts(dir, "server", &features, &cases))));
 }
@@ -285,12 +296,7 @@ fn a_progress_points_mean_latency_is_predicted() {
     let _serial = serial();
     let temp = tempdir();
     let dir = temp.path();
-    let cases = [
-        ("prepare", 20),
-        ("prepare", 50),
-        ("handle", 20),
-        ("handle", 50),
-    ];
+    let cases = SERVER_CASES;
     let options = [
         "--progress",
         "request",
