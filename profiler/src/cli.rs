@@ -173,12 +173,16 @@ enum Cmd {
         #[arg(long, value_name = "S,S,...", value_delimiter = ',', default_values_t = [25u32, 50, 75, 100])]
         speedups: Vec<u32>,
         /// Runs of each experiment, and of the baseline (every run is timed; the table gives
-        /// their mean and range).
-        #[arg(long, value_name = "N", default_value_t = 3)]
-        runs: usize,
+        /// their median and range); with --progress, stretches of the one run. Default: 3 runs,
+        /// or 10 stretches.
+        #[arg(long, value_name = "N")]
+        runs: Option<usize>,
         /// A progress point: the feature whose marks' ends are the program's progress (a
         /// request, a task). The gain predicted is then how much shorter its marks would take
-        /// (their mean latency), not how much sooner the program would end.
+        /// (their mean latency), not how much sooner the program would end; and the
+        /// experiments take turns within one run of the program, a stretch each (about 0.25 s,
+        /// longer until 20 marks ended), until each has --runs stretches: a server need not end.
+        /// The program then runs on, without experiments, until it exits (Ctrl-C ends both).
         #[arg(long, value_name = "FEATURE")]
         progress: Option<String>,
         /// Preload the agent's built-in features too (output, allocation, locks, ...), which

@@ -7,7 +7,8 @@
 # with nothing selected (an experiment's baseline: timers, looks at the marks, waits watched)
 # and under the agent with experiments off, medians of RUNS rounds. The `latency` rows: the
 # server with `--progress request`, its requests' mean latency (the client's own measure with
-# the knob) in place of its run time.
+# the knob) in place of its run time; there the experiments take turns within one run of
+# RUNS * 8000 requests, 2 * RUNS rounds of stretches.
 # Run from the workspace root after `cargo build --release --workspace --all-targets`.
 # Usage: tests/benches/what-if.sh [RUNS]
 set -euo pipefail
@@ -39,14 +40,15 @@ def latency(command):
                           check=True)
     return next(int(l.split()[1]) for l in done.stderr.splitlines() if l.startswith("latency_ns"))
 
-def compare(label, mode, features, options, measure):
-    """`what-if` with `options` on `mode` against the knob's truth by `measure`, row by row."""
+def compare(label, mode, features, options, measure, extra=(), rounds=runs):
+    """`what-if` with `options` on `mode` (and `extra` arguments) against the knob's truth by
+    `measure` (of `mode` alone), row by row."""
     out = os.path.join(tmp, label)
     args = [fsprof, "what-if", *options, "--speedups", ",".join(map(str, speedups)),
-            "--runs", str(runs), "-o", out]
+            "--runs", str(rounds), "-o", out]
     for feature in features:
         args += ["--feature", feature]
-    subprocess.run(args + ["--", whatif, mode], check=True,
+    subprocess.run(args + ["--", whatif, mode, *extra], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     summary = json.load(open(os.path.join(out, "what-if.json")))["summary"]
     settings = [None] + [(f, s) for f in features for s in speedups]
@@ -68,17 +70,18 @@ for mode, features in programs.items():
     compare(mode, mode, features, [], timed)
 # The server's requests as the progress point: the predicted shortening of a request mark's
 # mean latency against the mean latency the client measures itself with the knob.
-compare("latency", "server", programs["server"], ["--progress", "request"], latency)
+compare("latency", "server", programs["server"], ["--progress", "request"], latency,
+        [str(runs * 8000)], 2 * runs)
 
 agent = subprocess.run([fsprof, "agent"], capture_output=True, text=True, check=True).stdout.strip()
 
 def experiment_env():
     fd = os.memfd_create("fsprof-whatif", 0)
-    os.ftruncate(fd, 4096)
-    page = mmap.mmap(fd, 4096)
-    # The control page of fsprof_shim::whatif: magic, version (CONTROL_VERSION), speedup 0,
-    # period 1 ms, no feature, any instance.
-    page[0:48] = b"FSPROFWI" + struct.pack("<QQQQQ", 2, 0, 1_000_000, 0, 2**64 - 1)
+    os.ftruncate(fd, 17 * 4096)
+    page = mmap.mmap(fd, 17 * 4096)
+    # The control page of fsprof_shim::whatif: magic, version (CONTROL_VERSION), period
+    # 250 us (what-if's), no candidate, a baseline as the experiment.
+    page[0:40] = b"FSPROFWI" + struct.pack("<QQQQ", 3, 250_000, 0, 0)
     env = dict(os.environ, LD_PRELOAD=agent, FSPROF_WHATIF=str(fd), FSPROF_BUILTINS="0")
     return env, fd
 

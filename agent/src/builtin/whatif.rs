@@ -28,7 +28,8 @@ use super::real::libc_syscall4;
 use core::ffi::{c_int, c_long, c_void};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering::*};
 use fsprof_shim::whatif::{
-    Control, ANY_INSTANCE, CONTROL_MAGIC, CONTROL_SIZE, CONTROL_VERSION, NAME_CAPACITY,
+    Control, Experiment, ANY_INSTANCE, CONTROL_MAGIC, CONTROL_SIZE, CONTROL_VERSION,
+    MAX_CANDIDATES, NAME_CAPACITY,
 };
 
 /// Whether an experiment runs: read by the `syscall` trampoline's fast path (a futex wake then
@@ -96,7 +97,9 @@ struct Thread {
     /// [`wrap`]), innermost last: a signal handler's calls nest inside.
     pending: [AtomicU64; PENDING],
     pending_depth: AtomicU64,
-    _padding: [u64; 3],
+    /// The epoch of the experiment it last counted in (see [`catch_up`]).
+    epoch: AtomicU64,
+    _padding: [u64; 2],
 }
 
 const PENDING: usize = 4;
@@ -177,10 +180,16 @@ pub(super) fn init(variable: Option<&[u8]>) {
     let control = unsafe { &*page };
     if control.magic != CONTROL_MAGIC
         || control.version != CONTROL_VERSION
-        || control.feature_len as usize > NAME_CAPACITY
-        || (control.instance_len != ANY_INSTANCE && control.instance_len as usize > NAME_CAPACITY)
+        || control.candidate_count as usize > MAX_CANDIDATES
         || control.period_ns == 0
     {
+        return;
+    }
+    let candidates = &control.candidates[..control.candidate_count as usize];
+    if candidates.iter().any(|c| {
+        c.feature_len as usize > NAME_CAPACITY
+            || (c.instance_len != ANY_INSTANCE && c.instance_len as usize > NAME_CAPACITY)
+    }) {
         return;
     }
     let action = SigAction {
@@ -238,6 +247,7 @@ pub(super) fn thread_start() {
     let me = thread();
     let tid = syscall(SYS_GETTID, 0, 0, 0, 0);
     me.tid.store(tid as u64, Relaxed);
+    me.epoch.store(epoch_of(control), Relaxed);
     me.local
         .store(control.global_delay_ns.load(Acquire), Relaxed);
     me.last_cpu.store(clock(CLOCK_THREAD_CPUTIME_ID), Relaxed);
@@ -374,6 +384,7 @@ pub(super) fn pay() {
     if me.paying.swap(1, Relaxed) != 0 {
         return;
     }
+    catch_up(control, me);
     let global = control.global_delay_ns.load(Acquire);
     let local = me.local.load(Relaxed);
     if global > local {
@@ -392,6 +403,27 @@ pub(super) fn pay() {
         control.paid_ns.fetch_add(slept, Relaxed);
     }
     me.paying.store(0, Relaxed);
+}
+
+/// The epoch of the experiment now running.
+fn epoch_of(control: &Control) -> u64 {
+    u64::from(Experiment::from_word(control.current.load(Acquire)).epoch)
+}
+
+/// Where the experiment changed since the thread last counted (`fsprof` runs them in turn),
+/// what it owed is forgiven: that delay was the experiment before's, whose stretch is over.
+/// Paid now, it would slow the new experiment's stretch instead (a baseline's, say).
+fn catch_up(control: &Control, me: &Thread) {
+    let epoch = epoch_of(control);
+    if me.epoch.swap(epoch, Relaxed) == epoch {
+        return;
+    }
+    let global = control.global_delay_ns.load(Acquire);
+    let local = me.local.load(Relaxed);
+    if global > local {
+        me.local.store(global, Relaxed);
+        control.forgiven_ns.fetch_add(global - local, Relaxed);
+    }
 }
 
 /// Where a thread stood when it began to wait for another (see [`block_end`]).
@@ -512,6 +544,7 @@ unsafe extern "C-unwind" fn wait_for(
 extern "C" fn at_exit() {
     if let Some(control) = control() {
         selected::progress_counts(control);
+        control.exited.store(1, Release);
     }
 }
 
@@ -525,9 +558,11 @@ extern "C" fn on_tick(_signal: c_int, _info: *mut c_void, _context: *mut c_void)
     let now = clock(CLOCK_THREAD_CPUTIME_ID);
     let ran = now.saturating_sub(me.last_cpu.swap(now, Relaxed));
     control.samples.fetch_add(1, Relaxed);
-    if selected::is_selected(control, me) {
-        let delay =
-            (u128::from(ran) * u128::from(control.speedup_ppm.min(1_000_000)) / 1_000_000) as u64;
+    let experiment = Experiment::from_word(control.current.load(Acquire));
+    let selected = experiment.candidate.map(usize::from);
+    if selected.is_some_and(|candidate| selected::is_selected(control, me, candidate)) {
+        catch_up(control, me);
+        let delay = (u128::from(ran) * u128::from(experiment.speedup_ppm) / 1_000_000) as u64;
         me.local.fetch_add(delay, Relaxed);
         control.global_delay_ns.fetch_add(delay, Release);
         selected::delay_added(delay);

@@ -8,32 +8,29 @@
 //! program's time less the delay inserted is its time with that code faster.
 //!
 //! This module: the options, the candidates (named, or the heaviest features of a first profile
-//! recorded with marks only), the experiments (each a run of the program, in a shuffled order
-//! with the baselines among them), and their results written out (`what_if/results.rs`).
-//! With `--progress FEATURE`, the gains are of the mean latency of that feature's marks (a
-//! request), which the shim times in each run's virtual time (`fsprof_shim::abi::Progress`);
-//! without, of the program's run time. Either way each experiment is one whole run, so the
-//! program must end by itself: experiments rotating within one run of a server are not built.
+//! recorded with marks only), the experiments, and their results written out
+//! (`what_if/results.rs`). Without a progress point the gains are of the program's run time,
+//! and each experiment is a whole run of the program, in a shuffled order with the baselines
+//! among them. With `--progress FEATURE` they are of the mean latency of that feature's marks
+//! (a request), which the shim times in the run's virtual time (`fsprof_shim::abi::Progress`),
+//! and the experiments take turns within one run (`what_if/rotation.rs`): a server need not end.
 
+mod control;
 mod results;
+mod rotation;
 
 use crate::analysis::{analyse, TimeView};
 use crate::commands::session::{self, Backend, RecordOptions};
 use crate::profile::Profile;
 use crate::record::agent::{self, Preload};
 use anyhow::{bail, Context, Result};
+use control::{ControlPage, Counters};
 use fsprof_shim::abi::{MAX_PROGRESS_NAME, PROGRESS_VARIABLE};
-use fsprof_shim::whatif::{Control, ANY_INSTANCE, CONTROL_MAGIC, CONTROL_SIZE, CONTROL_VERSION};
-use fsprof_shim::whatif::{CONTROL_VARIABLE, NAME_CAPACITY};
+use fsprof_shim::whatif::{CONTROL_VARIABLE, MAX_CANDIDATES, NAME_CAPACITY};
 use std::ffi::OsString;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
-
-/// A thread's CPU time between two looks at its marks (Coz samples every millisecond too).
-const PERIOD_NS: u64 = 250_000;
 
 /// The options of `fsprof what-if`.
 #[derive(Clone, Debug)]
@@ -44,8 +41,9 @@ pub struct WhatIfOptions {
     top: usize,
     /// The speedups tried, percent.
     speedups: Vec<u32>,
-    /// Runs of each experiment and of the baseline.
-    runs: usize,
+    /// Runs of each experiment and of the baseline (stretches of one run, with a progress
+    /// point); `None`: the default, 3 runs or 10 stretches.
+    runs: Option<usize>,
     /// The agent's built-in features marked too (and so candidates).
     agent: bool,
     /// The progress point: the feature whose marks' mean latency the gains are of (`None`:
@@ -81,7 +79,7 @@ impl WhatIfOptions {
         instances: Vec<String>,
         top: usize,
         mut speedups: Vec<u32>,
-        runs: usize,
+        runs: Option<usize>,
         agent: bool,
         output: Option<PathBuf>,
     ) -> Result<WhatIfOptions, String> {
@@ -120,8 +118,13 @@ impl WhatIfOptions {
                     .to_owned(),
             );
         }
-        if runs == 0 || top == 0 {
+        if runs == Some(0) || top == 0 {
             return Err("--runs and --top take at least 1".to_owned());
+        }
+        if named.len() > MAX_CANDIDATES || top > MAX_CANDIDATES {
+            return Err(format!(
+                "at most {MAX_CANDIDATES} candidates (--feature, --instance, --top) in one what-if"
+            ));
         }
         Ok(WhatIfOptions {
             named,
@@ -150,14 +153,17 @@ impl WhatIfOptions {
     }
 }
 
-/// One run of the program and what the agent counted in it.
+/// One experiment (a run of the program, or a stretch of one) and what the agent counted in it.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct Outcome {
-    /// Which candidate (an index into the candidates), `None` for a baseline run.
+    /// Which candidate (an index into the candidates), `None` for a baseline.
     pub candidate: Option<usize>,
-    /// The speedup, percent (0 for a baseline run).
+    /// The speedup, percent (0 for a baseline).
     pub speedup: u32,
-    /// The program's wall time, from its start to its end.
+    /// With the experiments in turn, the round of the stretch (each round holds one stretch of
+    /// each experiment and of the baseline).
+    pub round: Option<usize>,
+    /// Its wall time: the program's, from its start to its end, or the stretch's.
     pub wall_ns: u64,
     /// The global delay: the selected code's time the experiment removed.
     pub delay_ns: u64,
@@ -169,15 +175,43 @@ pub struct Outcome {
     pub samples: u64,
     /// Looks that found a thread in the selected code.
     pub selected_samples: u64,
-    /// Threads timed.
+    /// Threads timed (in the whole run, for a stretch).
     pub threads: u64,
-    /// Threads whose timer could not be armed.
+    /// Threads whose timer could not be armed (the same).
     pub failures: u64,
     /// Marks of the progress feature that ended (0 without `--progress`).
     pub progress_ends: u64,
     /// Of those, the ones timed, and their latencies in virtual time added up.
     pub progress_timed: u64,
     pub progress_latency_ns: u64,
+}
+
+impl Outcome {
+    /// The experiment (`candidate` at `speedup`) that took `wall_ns` and counted `counts`, in
+    /// a run that timed `threads` threads and failed to time `failures`.
+    fn new(
+        (candidate, speedup): (Option<usize>, u32),
+        wall_ns: u64,
+        counts: Counters,
+        (threads, failures): (u64, u64),
+    ) -> Outcome {
+        Outcome {
+            candidate,
+            speedup: if candidate.is_some() { speedup } else { 0 },
+            round: None,
+            wall_ns,
+            delay_ns: counts.delay_ns,
+            paid_ns: counts.paid_ns,
+            forgiven_ns: counts.forgiven_ns,
+            samples: counts.samples,
+            selected_samples: counts.selected_samples,
+            threads,
+            failures,
+            progress_ends: counts.progress_ends,
+            progress_timed: counts.progress_timed,
+            progress_latency_ns: counts.progress_latency_ns,
+        }
+    }
 }
 
 /// `fsprof what-if`: the candidates, the experiments, the table (stdout), `what-if.json` and
@@ -203,33 +237,13 @@ pub fn what_if(program: &[OsString], options: &WhatIfOptions) -> Result<()> {
     let log_path = dir.join("what-if.log");
     let log =
         File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
-    let plan = plan(candidates.len(), &options.speedups, options.runs);
-    let mut outcomes = Vec::with_capacity(plan.len());
-    for (done, &(candidate, speedup)) in plan.iter().enumerate() {
-        let what = match candidate {
-            None => "baseline".to_owned(),
-            Some(index) => format!("{} {speedup}% faster", candidates[index].label()),
-        };
-        eprintln!(
-            "fsprof: what-if: run {} of {}: {what}",
-            done + 1,
-            plan.len()
-        );
-        let selection = candidate.map(|index| (&candidates[index], speedup));
-        let outcome =
-            experiment(program, &library, options, selection, &log).with_context(|| {
-                format!(
-                    "run {} ({what}); the program's output is in {}",
-                    done + 1,
-                    log_path.display()
-                )
-            })?;
-        outcomes.push(Outcome {
-            candidate,
-            speedup: if candidate.is_some() { speedup } else { 0 },
-            ..outcome
-        });
-    }
+    let (outcomes, running_on) = match options.progress.is_some() {
+        true => rotation::rotate(program, &library, options, &candidates, &log, &log_path)?,
+        false => (
+            whole_runs(program, &library, options, &candidates, &log, &log_path)?,
+            None,
+        ),
+    };
     let summary = results::summarize(
         &candidates,
         &options.speedups,
@@ -238,7 +252,7 @@ pub fn what_if(program: &[OsString], options: &WhatIfOptions) -> Result<()> {
     );
     if let (Some(feature), true) = (&options.progress, summary.baseline_s.is_empty()) {
         bail!(
-            "no baseline run timed a {feature} mark, so there is nothing to compare with: check the name as the report shows it (a feature the program marks, on x86-64), and that the program ends by exit() or a return from main ({} has its output)",
+            "no baseline stretch timed a {feature} mark, so there is nothing to compare with: check the name as the report shows it (a feature the program marks, on x86-64), and that the program runs long enough for its experiments ({} has its output)",
             log_path.display()
         );
     }
@@ -258,6 +272,9 @@ pub fn what_if(program: &[OsString], options: &WhatIfOptions) -> Result<()> {
         svg.display(),
         log_path.display()
     );
+    if let Some(running_on) = running_on {
+        running_on.wait();
+    }
     Ok(())
 }
 
@@ -309,8 +326,52 @@ fn discover(program: &[OsString], options: &WhatIfOptions, dir: &Path) -> Result
     Ok(candidates)
 }
 
-/// The runs: `runs` baselines and `runs` of each candidate at each speedup, shuffled (drift of
-/// the machine spreads over all of them rather than biasing one).
+/// Each experiment as a whole run of the program, `--runs` of each and of the baseline, in a
+/// shuffled order.
+fn whole_runs(
+    program: &[OsString],
+    library: &Path,
+    options: &WhatIfOptions,
+    candidates: &[Candidate],
+    log: &File,
+    log_path: &Path,
+) -> Result<Vec<Outcome>> {
+    let plan = plan(
+        candidates.len(),
+        &options.speedups,
+        options.runs.unwrap_or(3),
+    );
+    let mut outcomes = Vec::with_capacity(plan.len());
+    for (done, &experiment) in plan.iter().enumerate() {
+        let what = describe(candidates, experiment);
+        eprintln!(
+            "fsprof: what-if: run {} of {}: {what}",
+            done + 1,
+            plan.len()
+        );
+        let outcome = whole_run(program, library, options, candidates, experiment, log)
+            .with_context(|| {
+                format!(
+                    "run {} ({what}); the program's output is in {}",
+                    done + 1,
+                    log_path.display()
+                )
+            })?;
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+/// How the progress lines name an experiment.
+fn describe(candidates: &[Candidate], (candidate, speedup): (Option<usize>, u32)) -> String {
+    match candidate {
+        None => "baseline".to_owned(),
+        Some(index) => format!("{} {speedup}% faster", candidates[index].label()),
+    }
+}
+
+/// `runs` of the baseline and of each candidate at each speedup, shuffled (drift of the machine
+/// spreads over all of them rather than biasing one).
 fn plan(candidates: usize, speedups: &[u32], runs: usize) -> Vec<(Option<usize>, u32)> {
     let mut plan = Vec::new();
     for _ in 0..runs {
@@ -319,51 +380,32 @@ fn plan(candidates: usize, speedups: &[u32], runs: usize) -> Vec<(Option<usize>,
             plan.extend(speedups.iter().map(|&s| (Some(candidate), s)));
         }
     }
+    shuffle(&mut plan);
+    plan
+}
+
+/// Shuffles `items` (xorshift, seeded by the clock).
+fn shuffle<T>(items: &mut [T]) {
     let mut state = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
         | 1;
-    for i in (1..plan.len()).rev() {
+    for i in (1..items.len()).rev() {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
-        plan.swap(i, (state % (i as u64 + 1)) as usize);
+        items.swap(i, (state % (i as u64 + 1)) as usize);
     }
-    plan
 }
 
-/// One run of the program under the agent with the experiment `selection` (`None`: a baseline,
-/// timed and looked at the same way, with nothing selected).
-fn experiment(
+/// The program under the agent with the control page `page` (not started).
+fn command(
     program: &[OsString],
     library: &Path,
     options: &WhatIfOptions,
-    selection: Option<(&Candidate, u32)>,
+    page: &ControlPage,
     log: &File,
-) -> Result<Outcome> {
-    let fd =
-        nix::sys::memfd::memfd_create(c"fsprof-whatif", nix::sys::memfd::MemFdCreateFlag::empty())
-            .context("creating the experiment's control page (memfd_create)")?;
-    let file = File::from(fd);
-    file.set_len(CONTROL_SIZE as u64)?;
-    // SAFETY: a memfd of this process, mapped shared; the program's agent writes its counters
-    // through atomics, fsprof reads them through the same atomics.
-    let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }?;
-    // SAFETY: the mapping is page-aligned, CONTROL_SIZE bytes, zeroed: a valid `Control`.
-    let control = unsafe { &mut *(map.as_mut_ptr() as *mut Control) };
-    control.magic = CONTROL_MAGIC;
-    control.version = CONTROL_VERSION;
-    control.period_ns = PERIOD_NS;
-    control.instance_len = ANY_INSTANCE;
-    if let Some((candidate, speedup)) = selection {
-        control.speedup_ppm = u64::from(speedup) * 10_000;
-        control.feature_len = candidate.feature.len() as u64;
-        control.feature[..candidate.feature.len()].copy_from_slice(candidate.feature.as_bytes());
-        if let Some(instance) = &candidate.instance {
-            control.instance_len = instance.len() as u64;
-            control.instance[..instance.len()].copy_from_slice(instance.as_bytes());
-        }
-    }
+) -> Result<std::process::Command> {
     let mut command = std::process::Command::new(&program[0]);
     command
         .args(&program[1..])
@@ -371,7 +413,7 @@ fn experiment(
             "LD_PRELOAD",
             agent::ld_preload(std::env::var_os("LD_PRELOAD"), library),
         )
-        .env(CONTROL_VARIABLE, file.as_raw_fd().to_string())
+        .env(CONTROL_VARIABLE, page.fd().to_string())
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log.try_clone()?);
@@ -382,6 +424,25 @@ fn experiment(
         Some(feature) => command.env(PROGRESS_VARIABLE, feature),
         None => command.env_remove(PROGRESS_VARIABLE),
     };
+    Ok(command)
+}
+
+/// The agent did not start: why that may be.
+const NOT_STARTED: &str = "the agent did not start the experiments in the program (a statically linked program, one that resets LD_PRELOAD, or an agent older than this fsprof)";
+
+/// One run of the program under the agent with `experiment` (a candidate index and speedup;
+/// `None`: a baseline, timed and looked at the same way, with nothing selected).
+fn whole_run(
+    program: &[OsString],
+    library: &Path,
+    options: &WhatIfOptions,
+    candidates: &[Candidate],
+    experiment: (Option<usize>, u32),
+    log: &File,
+) -> Result<Outcome> {
+    let mut page = ControlPage::new(candidates)?;
+    page.set(experiment.0, experiment.1);
+    let mut command = command(program, library, options, &page, log)?;
     let start = Instant::now();
     let status = command
         .status()
@@ -390,25 +451,11 @@ fn experiment(
     if !status.success() {
         bail!("the program ended with {status}");
     }
-    let control = &*control;
-    if control.signal.load(Relaxed) == 0 {
-        bail!("the agent did not start the experiment in the program (a statically linked program, one that resets LD_PRELOAD, or an agent older than this fsprof)");
+    if !page.started() {
+        bail!(NOT_STARTED);
     }
-    Ok(Outcome {
-        candidate: None,
-        speedup: 0,
-        wall_ns,
-        delay_ns: control.global_delay_ns.load(Relaxed),
-        paid_ns: control.paid_ns.load(Relaxed),
-        forgiven_ns: control.forgiven_ns.load(Relaxed),
-        samples: control.samples.load(Relaxed),
-        selected_samples: control.selected_samples.load(Relaxed),
-        threads: control.threads.load(Relaxed),
-        failures: control.failures.load(Relaxed),
-        progress_ends: control.progress_ends.load(Relaxed),
-        progress_timed: control.progress_timed.load(Relaxed),
-        progress_latency_ns: control.progress_latency_ns.load(Relaxed),
-    })
+    let counts = page.counters(None).unwrap_or_default();
+    Ok(Outcome::new(experiment, wall_ns, counts, page.threads()))
 }
 
 #[cfg(test)]
@@ -432,7 +479,7 @@ mod tests {
                 instances.into_iter().map(str::to_owned).collect(),
                 3,
                 speedups,
-                3,
+                Some(3),
                 false,
                 None,
             )

@@ -1,5 +1,5 @@
 //! Whether the calling thread is in an experiment's selected code: its innermost mark or
-//! antimark of the selected feature is a mark (of the selected instance, if one is), read from
+//! antimark of the selected candidate's feature is a mark (of its instance, if it names one), read from
 //! the thread's own slot. The slot is found by thread id in the process's regions, which
 //! `/proc/self/maps` lists (`/memfd:fsprof-region`; the program's shim copy made them, not this
 //! library's); each thread looks again at most every [`SEARCH_EVERY_NS`] until it has one.
@@ -10,7 +10,7 @@ use super::{clock, getpid, syscall, Control, Thread, CLOCK_MONOTONIC, SYS_CLOSE}
 use core::ffi::c_long;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use fsprof_shim::abi;
-use fsprof_shim::whatif::ANY_INSTANCE;
+use fsprof_shim::whatif::{Candidate, ANY_INSTANCE};
 
 const SEARCH_EVERY_NS: u64 = 20_000_000;
 /// Regions remembered (a process has one per shim copy that marked).
@@ -21,13 +21,20 @@ static REGIONS: [AtomicU64; MOST_REGIONS] = [const { AtomicU64::new(0) }; MOST_R
 /// process's region, which `/proc/self/maps` may have shown for a moment. Only those are
 /// written (`delay_added`) and read at exit.
 static LIVE: [AtomicBool; MOST_REGIONS] = [const { AtomicBool::new(false) }; MOST_REGIONS];
-/// Feature descriptors already compared with the selected name: address, and 1 (not it) or 2.
+/// Feature descriptors already compared with the candidates' names: address, and [`KNOWN`] with
+/// a bit set for each candidate of that name (bit `i` for candidate `i`).
 const MOST_FEATURES: usize = 256;
+const KNOWN: u64 = 1 << 63;
 static FEATURES: [(AtomicU64, AtomicU64); MOST_FEATURES] =
     [const { (AtomicU64::new(0), AtomicU64::new(0)) }; MOST_FEATURES];
 static FEATURES_USED: AtomicUsize = AtomicUsize::new(0);
 
-pub(super) fn is_selected(control: &Control, me: &Thread) -> bool {
+/// Whether the thread is in candidate `candidate`'s code now.
+pub(super) fn is_selected(control: &Control, me: &Thread, candidate: usize) -> bool {
+    let count = (control.candidate_count as usize).min(control.candidates.len());
+    if candidate >= count {
+        return false;
+    }
     let Some(slot) = slot(me) else {
         return false;
     };
@@ -47,10 +54,11 @@ pub(super) fn is_selected(control: &Control, me: &Thread) -> bool {
             let Some(record) = abi::parse_record(bytes) else {
                 return false;
             };
-            if !is_selected_feature(control, record.feature) {
+            if candidates_named(control, record.feature) & (1 << candidate) == 0 {
                 continue;
             }
-            return record.kind != abi::KIND_ANTIMARK && instance_matches(control, &record);
+            return record.kind != abi::KIND_ANTIMARK
+                && instance_matches(&control.candidates[candidate], &record);
         }
     }
     false
@@ -230,34 +238,38 @@ fn remember(start: u64) {
     }
 }
 
-/// Whether the descriptor at `feature` names the selected feature (each descriptor compared
-/// once, then remembered).
-fn is_selected_feature(control: &Control, feature: u64) -> bool {
+/// The candidates whose feature the descriptor at `feature` names, a bit each (each descriptor
+/// compared once, then remembered).
+fn candidates_named(control: &Control, feature: u64) -> u64 {
     if feature == 0 {
-        return false;
+        return 0;
     }
     let used = FEATURES_USED.load(Acquire).min(MOST_FEATURES);
     for (address, verdict) in &FEATURES[..used] {
         if address.load(Acquire) == feature {
             match verdict.load(Acquire) {
-                1 => return false,
-                2 => return true,
-                _ => break, // being written: compare below
+                0 => break, // being written: compare below
+                known => return known & !KNOWN,
             }
         }
     }
-    let selected = names_selected(control, feature);
+    let count = (control.candidate_count as usize).min(control.candidates.len());
+    let mut named = 0u64;
+    for (index, candidate) in control.candidates[..count].iter().enumerate() {
+        if names(candidate, feature) {
+            named |= 1 << index;
+        }
+    }
     let index = FEATURES_USED.fetch_add(1, AcqRel);
     if index < MOST_FEATURES {
         FEATURES[index].0.store(feature, Release);
-        FEATURES[index]
-            .1
-            .store(if selected { 2 } else { 1 }, Release);
+        FEATURES[index].1.store(named | KNOWN, Release);
     }
-    selected
+    named
 }
 
-fn names_selected(control: &Control, feature: u64) -> bool {
+/// Whether the descriptor at `feature` names `candidate`'s feature.
+fn names(candidate: &Candidate, feature: u64) -> bool {
     // SAFETY: the address of a feature descriptor a mark of this process recorded (a static or
     // leaked descriptor: valid for the process's life); the name is a `&'static str`.
     unsafe {
@@ -267,21 +279,21 @@ fn names_selected(control: &Control, feature: u64) -> bool {
         )) else {
             return false;
         };
-        if view.magic != abi::FEATURE_MAGIC || view.name_len != control.feature_len {
+        if view.magic != abi::FEATURE_MAGIC || view.name_len != candidate.feature_len {
             return false;
         }
         let name = core::slice::from_raw_parts(view.name as *const u8, view.name_len as usize);
-        name == &control.feature[..control.feature_len as usize]
+        name == &candidate.feature[..candidate.feature_len as usize]
     }
 }
 
-/// Whether the record is the selected instance (any, if none is selected): a name as it is, a
-/// location as `file:line:column`; other kinds never match a selected instance.
-fn instance_matches(control: &Control, record: &abi::RecordView) -> bool {
-    if control.instance_len == ANY_INSTANCE {
+/// Whether the record is the candidate's instance (any, if it names none): a name as it is, a
+/// location as `file:line:column`; other kinds never match a named instance.
+fn instance_matches(candidate: &Candidate, record: &abi::RecordView) -> bool {
+    if candidate.instance_len == ANY_INSTANCE {
         return true;
     }
-    let wanted = &control.instance[..control.instance_len as usize];
+    let wanted = &candidate.instance[..candidate.instance_len as usize];
     // SAFETY: a payload string of a mark of this process (see the shim's contract: valid while
     // the mark may be read).
     let payload = unsafe {

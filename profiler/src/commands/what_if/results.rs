@@ -4,9 +4,10 @@
 //! of one curve per candidate. Not here: running the experiments (`what_if.rs`).
 //!
 //! A run's prediction: its time less the global delay inserted (what the program would take
-//! with the selected code that much faster), against the median of the baseline runs; the
-//! prediction is the median of the runs' (on a shared machine one run in a few is slowed by
-//! its neighbours, by 5-20%: a mean moved 5-7 points with it, 2026-12-03).
+//! with the selected code that much faster), against the median of the baseline runs; with a
+//! progress point, a stretch's mean latency against its round's baseline stretch (seconds
+//! apart). The prediction is the median of the runs' (on a shared machine one run in a few is
+//! slowed by its neighbours, by 5-20%: a mean moved 5-7 points with it, 2026-12-03).
 
 use super::{Candidate, Outcome};
 use anyhow::Result;
@@ -66,6 +67,15 @@ pub enum Measure {
 }
 
 impl Measure {
+    /// What one measure comes from: a whole run, or a stretch of the one run (experiments in
+    /// turn, with a progress point).
+    fn unit(&self) -> &'static str {
+        match self {
+            Measure::RunTime => "runs",
+            Measure::Latency(_) => "stretches",
+        }
+    }
+
     /// A run's measure in seconds; `None` where it has none (no progress mark timed).
     fn of(&self, run: &Outcome) -> Option<f64> {
         match self {
@@ -102,6 +112,15 @@ pub fn summarize(
             .filter_map(rate)
             .collect::<Vec<_>>(),
     );
+    // What a run is compared with: its round's baseline stretch (seconds from it, so a machine
+    // slowed for a while slows both), else the baselines' median.
+    let baseline_of = |run: &Outcome, value: &dyn Fn(&Outcome) -> Option<f64>, all: f64| {
+        (outcomes.iter())
+            .find(|o| o.candidate.is_none() && o.round.is_some() && o.round == run.round)
+            .and_then(value)
+            .filter(|&b| b > 0.0)
+            .unwrap_or(all)
+    };
     let curves = candidates
         .iter()
         .enumerate()
@@ -116,8 +135,10 @@ pub fn summarize(
                         .collect();
                     let gains: Vec<f64> = runs
                         .iter()
-                        .filter_map(|o| measure.of(o))
-                        .map(|s| (baseline_median_s - s) * 100.0 / baseline_median_s)
+                        .filter_map(|o| {
+                            let base = baseline_of(o, &|b| measure.of(b), baseline_median_s);
+                            Some((base - measure.of(o)?) * 100.0 / base)
+                        })
                         .collect();
                     let shares: Vec<f64> = runs
                         .iter()
@@ -133,8 +154,11 @@ pub fn summarize(
                         selected_share: mean(&shares),
                         rate_gain: match (&measure, baseline_rate > 0.0) {
                             (Measure::Latency(_), true) => Some(median(
-                                &(runs.iter().filter_map(|o| rate(o)))
-                                    .map(|r| (r / baseline_rate - 1.0) * 100.0)
+                                &(runs.iter())
+                                    .filter_map(|o| {
+                                        let base = baseline_of(o, &rate, baseline_rate);
+                                        Some((rate(o)? / base - 1.0) * 100.0)
+                                    })
                                     .collect::<Vec<_>>(),
                             )),
                             _ => None,
@@ -193,15 +217,17 @@ pub fn table(summary: &Summary) -> String {
     };
     let _ = writeln!(
         out,
-        "What if a feature were faster? {what}: {:.3} {unit} (median of {} runs, {:.3}-{:.3} {unit}).",
+        "What if a feature were faster? {what}: {:.3} {unit} (median of {} {}, {:.3}-{:.3} {unit}).",
         summary.baseline_median_s * scale,
         summary.baseline_s.len(),
+        summary.measure.unit(),
         low * scale,
         high * scale
     );
     let _ = writeln!(
         out,
-        "Predicted gain: {gain}, in percent of the baseline (median of the runs)."
+        "Predicted gain: {gain}, in percent of the baseline (median of the {}).",
+        summary.measure.unit()
     );
     let width = summary
         .curves
@@ -212,16 +238,30 @@ pub fn table(summary: &Summary) -> String {
         .max(7);
     let _ = write!(
         out,
-        "\n{:<width$}  {:>7}  {:>14}  {:>17}  {:>4}  {:>6}",
-        "feature", "speedup", "predicted gain", "range", "runs", "in it"
+        "\n{:<width$}  {:>7}  {:>14}  {:>17}  {:>9}  {:>6}",
+        "feature",
+        "speedup",
+        "predicted gain",
+        "range",
+        summary.measure.unit(),
+        "in it"
     );
     let rated = matches!(summary.measure, Measure::Latency(_));
     let _ = writeln!(out, "{}", if rated { "  ends/s" } else { "" });
     for curve in &summary.curves {
         for point in &curve.points {
+            if point.gains.is_empty() {
+                let label = curve.candidate.label();
+                let _ = writeln!(
+                    out,
+                    "{label:<width$}  {:>6}%  {:>14}",
+                    point.speedup, "none measured"
+                );
+                continue;
+            }
             let _ = write!(
                 out,
-                "{:<width$}  {:>6}%  {:>13.1}%  {:>17}  {:>4}  {:>5.1}%",
+                "{:<width$}  {:>6}%  {:>13.1}%  {:>17}  {:>9}  {:>5.1}%",
                 curve.candidate.label(),
                 point.speedup,
                 point.median,
@@ -269,15 +309,19 @@ pub fn warnings(summary: &Summary, outcomes: &[Outcome]) -> Vec<String> {
         let untimed = outcomes.iter().filter(|o| o.progress_timed == 0).count();
         if untimed > 0 {
             warnings.push(format!(
-                "{untimed} of {} runs timed no {feature} mark (its name mistyped, a program that ends without exit(), or one whose threads are not x86-64 Rust or C marks): those runs are left out",
+                "{untimed} of {} stretches timed no {feature} mark (its name mistyped, marks that last longer than a stretch, or threads that are not x86-64 Rust or C marks): those stretches are left out",
                 outcomes.len()
             ));
         }
     }
-    let failures: u64 = outcomes.iter().map(|o| o.failures).sum();
+    // Each run's count; with the experiments in turn, the one run's so far at each stretch.
+    let failures: u64 = match summary.measure {
+        Measure::RunTime => outcomes.iter().map(|o| o.failures).sum(),
+        Measure::Latency(_) => outcomes.iter().map(|o| o.failures).max().unwrap_or(0),
+    };
     if failures > 0 {
         warnings.push(format!(
-            "{failures} threads (over all runs) got no timer of their CPU time: their time was never looked at, so they neither added nor paid delays"
+            "{failures} threads got no timer of their CPU time: their time was never looked at, so they neither added nor paid delays"
         ));
     }
     warnings
@@ -492,9 +536,39 @@ mod tests {
         assert!(text.contains("0.800 ms"), "{text}");
         let warned = warnings(&summary, &outcomes);
         assert!(
-            warned[0].starts_with("1 of 3 runs timed no request mark"),
+            warned[0].starts_with("1 of 3 stretches timed no request mark"),
             "{warned:?}"
         );
+    }
+
+    #[test]
+    fn a_stretch_is_compared_with_its_rounds_baseline() {
+        let candidates = [Candidate {
+            feature: "handle".into(),
+            instance: None,
+        }];
+        let stretch = |candidate, round, latency_us: u64| Outcome {
+            round: Some(round),
+            progress_ends: 100,
+            progress_timed: 100,
+            progress_latency_ns: 100 * latency_us * 1000,
+            ..outcome(candidate, if candidate.is_some() { 50 } else { 0 }, 300, 0)
+        };
+        // The machine ran 50% slower in round 1: both of its stretches took longer.
+        let outcomes = [
+            stretch(None, 0, 800),
+            stretch(Some(0), 0, 600),
+            stretch(None, 1, 1200),
+            stretch(Some(0), 1, 900),
+        ];
+        let summary = summarize(&candidates, &[50], Some("request"), &outcomes);
+        let point = &summary.curves[0].points[0];
+        assert_eq!(point.gains.len(), 2, "{point:?}");
+        assert!(
+            point.gains.iter().all(|g| (g - 25.0).abs() < 1e-9),
+            "{point:?}"
+        );
+        assert!(table(&summary).contains("median of 2 stretches"));
     }
 
     #[test]

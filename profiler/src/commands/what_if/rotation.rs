@@ -1,0 +1,255 @@
+//! `fsprof what-if --progress FEATURE`: the experiments take turns within one run of the
+//! program, as Coz's do. Each holds for a stretch: [`SETTLE`] for the requests begun in the one
+//! before to end, then at least [`SHORTEST`], longer until [`MIN_ENDS`] progress marks ended (at
+//! most [`LONGEST`]); its counts are what the agent and the shim counted between the stretch's
+//! two reads (`control.rs`). Rounds of every experiment once, each round in a new order, go on
+//! until each has `--runs` stretches, the program ends, or fsprof is interrupted; the program
+//! then runs on without experiments. Baselines and experiments alternate within seconds of each
+//! other, so a machine that slows down for a while slows both.
+//!
+//! Not here: what the stretches predict (`results.rs`), and whole runs (`what_if.rs`).
+
+use super::control::{ControlPage, Counters};
+use super::{command, plan, shuffle, Candidate, Outcome, WhatIfOptions, NOT_STARTED};
+use crate::program::scanned::ScannedFiles;
+use anyhow::{bail, Context, Result};
+use std::ffi::OsString;
+use std::fs::File;
+use std::path::Path;
+use std::process::{Child, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// After an experiment is set, the time left for requests begun under the one before to end
+/// before its stretch is counted.
+const SETTLE: Duration = Duration::from_millis(30);
+/// The shortest stretch counted.
+const SHORTEST: Duration = Duration::from_millis(250);
+/// Progress marks a stretch waits for, past [`SHORTEST`] (a mean latency of fewer is noise).
+const MIN_ENDS: u64 = 20;
+/// The longest stretch, whatever its count.
+const LONGEST: Duration = Duration::from_millis(2500);
+/// How often the program's end and fsprof's signals are looked at.
+const POLL: Duration = Duration::from_millis(10);
+
+/// Stretches of each experiment when `--runs` is not given.
+const DEFAULT_STRETCHES: usize = 10;
+
+/// The program, still running once the experiments are done.
+pub struct RunningOn {
+    child: Child,
+    stop: Stop,
+    log: std::path::PathBuf,
+}
+
+impl RunningOn {
+    /// Waits until the program exits, or fsprof is interrupted (Ctrl-C reaches the program
+    /// too, from the terminal).
+    pub fn wait(mut self) {
+        eprintln!(
+            "fsprof: what-if: the experiments are done; the program (pid {}) runs on without them until it exits (its output goes to {}; Ctrl-C ends both)",
+            self.child.id(),
+            self.log.display()
+        );
+        while !self.stop.any() {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(POLL * 5);
+        }
+    }
+}
+
+/// Ctrl-C, SIGTERM and SIGHUP, as flags: the experiments end and what they measured is written.
+struct Stop(Arc<AtomicBool>);
+
+impl Stop {
+    fn install() -> Result<Stop> {
+        let flag = Arc::new(AtomicBool::new(false));
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        for signal in [SIGINT, SIGTERM, SIGHUP] {
+            signal_hook::flag::register(signal, Arc::clone(&flag))
+                .context("installing fsprof's signal handlers")?;
+        }
+        Ok(Stop(flag))
+    }
+
+    fn any(&self) -> bool {
+        self.0.load(Relaxed)
+    }
+}
+
+/// How a stretch ended.
+enum Stretch {
+    /// Counted: its wall time and counts.
+    Done(u64, Counters),
+    /// The program ended during it (its counts are left out).
+    Ended(ExitStatus),
+    /// fsprof was interrupted.
+    Stopped,
+}
+
+/// Runs the program once, the experiments in turn (see the module's documentation): the
+/// stretches' outcomes, and the program if it runs on.
+pub(super) fn rotate(
+    program: &[OsString],
+    library: &Path,
+    options: &WhatIfOptions,
+    candidates: &[Candidate],
+    log: &File,
+    log_path: &Path,
+) -> Result<(Vec<Outcome>, Option<RunningOn>)> {
+    let rounds = options.runs.unwrap_or(DEFAULT_STRETCHES);
+    let page = ControlPage::new(candidates)?;
+    let stop = Stop::install()?;
+    let mut child = command(program, library, options, &page, log)?
+        .spawn()
+        .with_context(|| format!("starting {}", program[0].to_string_lossy()))?;
+    let mut turns = Turns {
+        page,
+        pid: child.id(),
+        files: ScannedFiles::new(child.id()),
+    };
+    let mut experiments = plan(candidates.len(), &options.speedups, 1);
+    let mut outcomes = Vec::with_capacity(rounds * experiments.len());
+    let mut ended = None;
+    'rounds: for round in 0..rounds {
+        shuffle(&mut experiments);
+        eprintln!(
+            "fsprof: what-if: round {} of {rounds}: {} experiments, a stretch of at least {:.2} s each",
+            round + 1,
+            experiments.len(),
+            (SETTLE + SHORTEST).as_secs_f64()
+        );
+        for &experiment in &experiments {
+            turns.page.set(experiment.0, experiment.1);
+            match turns.stretch(&mut child, &stop)? {
+                Stretch::Done(wall_ns, counts) => outcomes.push(Outcome {
+                    round: Some(round),
+                    ..Outcome::new(experiment, wall_ns, counts, turns.page.threads())
+                }),
+                Stretch::Ended(status) => {
+                    ended = Some(status);
+                    break 'rounds;
+                }
+                Stretch::Stopped => break 'rounds,
+            }
+            if !turns.page.started() {
+                bail!(
+                    "{NOT_STARTED}; the program (pid {}) runs on, its output in {}",
+                    turns.pid,
+                    log_path.display()
+                );
+            }
+        }
+    }
+    turns.page.set(None, 0);
+    let wanted = rounds * experiments.len();
+    if let Some(status) = ended {
+        if !turns.page.started() {
+            bail!(
+                "{NOT_STARTED} (it ended with {status}; its output is in {})",
+                log_path.display()
+            );
+        }
+        eprintln!(
+            "fsprof: what-if: the program ended ({status}) after {} of {wanted} stretches{}",
+            outcomes.len(),
+            match outcomes.len() < wanted {
+                true => ": give it more to do, or ask fewer --runs",
+                false => "",
+            }
+        );
+    } else if stop.any() {
+        eprintln!(
+            "fsprof: what-if: interrupted after {} of {wanted} stretches",
+            outcomes.len()
+        );
+    }
+    let running = (ended.is_none() && !stop.any()).then(|| RunningOn {
+        child,
+        stop,
+        log: log_path.to_owned(),
+    });
+    Ok((outcomes, running))
+}
+
+/// The control page and what reads the program's counts.
+struct Turns {
+    page: ControlPage,
+    pid: u32,
+    files: ScannedFiles,
+}
+
+impl Turns {
+    /// One stretch of the experiment just set.
+    fn stretch(&mut self, child: &mut Child, stop: &Stop) -> Result<Stretch> {
+        if let Some(end) = wait(child, stop, SETTLE) {
+            return Ok(end);
+        }
+        let start = Instant::now();
+        let Some(before) = self.counters(child)? else {
+            return Ok(ended(child, stop));
+        };
+        loop {
+            if let Some(end) = wait(child, stop, POLL) {
+                return Ok(end);
+            }
+            let elapsed = start.elapsed();
+            if elapsed < SHORTEST {
+                continue;
+            }
+            let Some(now) = self.counters(child)? else {
+                return Ok(ended(child, stop));
+            };
+            let counts = now.since(&before);
+            if counts.progress_ends >= MIN_ENDS || elapsed >= LONGEST {
+                return Ok(Stretch::Done(elapsed.as_nanos() as u64, counts));
+            }
+        }
+    }
+
+    /// The counts now; `None` if the program has just ended; an error if its regions cannot
+    /// be read while it runs.
+    fn counters(&mut self, child: &mut Child) -> Result<Option<Counters>> {
+        if let Some(counts) = self.page.counters(Some((self.pid, &mut self.files))) {
+            return Ok(Some(counts));
+        }
+        if !matches!(child.try_wait(), Ok(None)) || self.page.exited() {
+            return Ok(None);
+        }
+        bail!(
+            "cannot read the progress point's counts in the program's memory (pid {}): fsprof reads them with process_vm_readv, which kernel.yama.ptrace_scope 2 or 3 refuses even for fsprof's own child (sysctl kernel.yama.ptrace_scope=1, or run as root); the program runs on",
+            self.pid
+        )
+    }
+}
+
+/// Waits `time`, looking at the program and fsprof's signals: how the stretch ended, if it did.
+fn wait(child: &mut Child, stop: &Stop, time: Duration) -> Option<Stretch> {
+    let deadline = Instant::now() + time;
+    loop {
+        if stop.any() {
+            return Some(Stretch::Stopped);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(Stretch::Ended(status));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        std::thread::sleep(left.min(POLL));
+    }
+}
+
+/// The stretch's end once its counts could not be read: the program's end (waited for), or
+/// fsprof's signal.
+fn ended(child: &mut Child, stop: &Stop) -> Stretch {
+    loop {
+        if let Some(end) = wait(child, stop, POLL) {
+            return end;
+        }
+    }
+}
