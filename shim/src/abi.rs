@@ -196,7 +196,8 @@ pub struct Progress {
     pub ends: AtomicU64,
     /// Of those, the ones timed (of a kind without extra words).
     pub timed: AtomicU64,
-    /// Their latencies in virtual time, added up, ns.
+    /// Their latencies in virtual time, added up (wrapping: one may be negative, the sum is
+    /// not), ns.
     pub latency_ns: AtomicU64,
 }
 

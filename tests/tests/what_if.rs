@@ -534,4 +534,7 @@ fn what_if_says_why_it_cannot_run() {
         message.contains("no baseline stretch timed a requets mark"),
         "{message}"
     );
+    // A progress point without candidates: no first profile of a program that may not end.
+    let message = run(&["--progress", "request", "--", whatif(), "server", "50"]);
+    assert!(message.contains("name the candidates"), "{message}");
 }

@@ -230,9 +230,13 @@ pub fn what_if(program: &[OsString], options: &WhatIfOptions) -> Result<()> {
                 .unwrap_or_else(|| "it cannot be preloaded".to_owned())
         ),
     };
-    let candidates = match options.named.is_empty() {
-        false => options.named.clone(),
-        true => discover(program, options, &dir)?,
+    let candidates = match (options.named.is_empty(), &options.progress) {
+        (false, _) => options.named.clone(),
+        // The first profile would wait for the program's end, which a server never reaches.
+        (true, Some(_)) => bail!(
+            "with --progress, name the candidates (--feature NAME, --instance FEATURE=INSTANCE): finding them by a first profile needs a program that ends; `fsprof run --duration 10 -- PROGRAM` shows its heaviest features"
+        ),
+        (true, None) => discover(program, options, &dir)?,
     };
     let log_path = dir.join("what-if.log");
     let log =

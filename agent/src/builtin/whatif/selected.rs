@@ -134,7 +134,7 @@ pub(super) fn progress_counts(control: &Control) {
             let progress = progress_of(start);
             ends += progress.ends.load(Acquire);
             timed += progress.timed.load(Acquire);
-            latency += progress.latency_ns.load(Acquire);
+            latency = u64::wrapping_add(latency, progress.latency_ns.load(Acquire));
         }
     }
     control.progress_ends.store(ends, Relaxed);

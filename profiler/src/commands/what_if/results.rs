@@ -80,7 +80,9 @@ impl Measure {
     fn of(&self, run: &Outcome) -> Option<f64> {
         match self {
             Measure::RunTime => Some(run.wall_ns.saturating_sub(run.delay_ns) as f64 / 1e9),
-            Measure::Latency(_) => (run.progress_timed > 0)
+            // A sum of latencies some of which may be negative (`abi::Progress`); a sum not
+            // above 0 (no such run seen) is no measure.
+            Measure::Latency(_) => (run.progress_timed > 0 && (run.progress_latency_ns as i64) > 0)
                 .then(|| run.progress_latency_ns as f64 / run.progress_timed as f64 / 1e9),
         }
     }
