@@ -6,22 +6,26 @@
 # BPF program at the same tracepoint (cost-model/empty_switch_program.c: the floor any program
 # there pays; variants 1 and 2 add the pid helper and one kernel read), in a shuffled order
 # each round. Prints each configuration's median ns per hand-over (about two switches each).
-# Usage: [FSPROF=path] tests/benches/unwatched-switch.sh [ROUNDS] (root; from the workspace
-# root after `cargo build --release --workspace`)
+# Usage: [FSPROF=path] [BASE=path] tests/benches/unwatched-switch.sh [ROUNDS] (root; from the
+# workspace root after `cargo build --release --workspace`); BASE, another fsprof (an earlier
+# build), adds a configuration `base`: the same beside it, for a before and after in one run.
 set -euo pipefail
 rounds=${1:-8}
 fsprof=${FSPROF:-$PWD/target/release/fsprof}
+base=${BASE:-}
 tmp=$(mktemp -d)
 sleep 1000 >/dev/null 2>&1 & sleeper=$!
 trap 'kill $sleeper 2>/dev/null; rm -rf "$tmp"' EXIT
 gcc -O2 -pthread tests/c/switches.c -o "$tmp/switches"
 gcc -O2 tests/benches/cost-model/empty_switch_program.c -o "$tmp/empty"
 for round in $(seq "$rounds"); do
-  for config in $(printf '%s\n' alone fsprof empty0 empty1 empty2 | shuf); do
+  for config in $(printf '%s\n' alone fsprof empty0 empty1 empty2 ${base:+base} | shuf); do
     beside=
     case $config in
       alone) ;;
-      fsprof) "$fsprof" attach $sleeper --duration 3 -o "$tmp/out-$round" >/dev/null 2>&1 &
+      fsprof | base) bin=$fsprof
+        [ "$config" = base ] && bin=$base
+        "$bin" attach $sleeper --duration 3 -o "$tmp/out-$round" >/dev/null 2>&1 &
         beside=$!; sleep 1 ;;
       empty*) "$tmp/empty" "${config#empty}" 2 & beside=$!; sleep 0.3 ;;
     esac
@@ -37,7 +41,9 @@ for line in open(sys.argv[1]):
     config, value = line.split()[:2]
     ns[config].append(float(value))
 alone = statistics.median(ns["alone"])
-for config in ["alone", "empty0", "empty1", "empty2", "fsprof"]:
+for config in ["alone", "empty0", "empty1", "empty2", "fsprof", "base"]:
+    if config not in ns:
+        continue
     m = statistics.median(ns[config])
     print(f"{config:8} median {m:8.1f} ns per hand-over, +{m - alone:6.1f} ({len(ns[config])} runs)")
 EOF_PY

@@ -21,6 +21,8 @@ const BPF_F_MMAPABLE: u32 = 1 << 10;
 const BPF_F_NO_PREALLOC: u32 = 1;
 const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
 const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
+const BPF_PROG_TYPE_TRACING: u32 = 26;
+const BPF_TRACE_RAW_TP: u32 = 23;
 
 fn bpf_call<T>(command: u32, attr: &mut T) -> Result<libc::c_long, Errno> {
     // SAFETY: `attr` is a valid, zero-padded attribute block of the size passed.
@@ -112,6 +114,20 @@ struct ProgLoad {
     kern_version: u32,
     prog_flags: u32,
     prog_name: [u8; 16],
+    prog_ifindex: u32,
+    /// For a `tracing` program: how it attaches (`BPF_TRACE_RAW_TP`).
+    expected_attach_type: u32,
+    prog_btf_fd: u32,
+    func_info_rec_size: u32,
+    func_info: u64,
+    func_info_cnt: u32,
+    line_info_rec_size: u32,
+    line_info: u64,
+    line_info_cnt: u32,
+    /// For a `tracing` program: the kernel's type it attaches to (its id in the kernel's BTF).
+    attach_btf_id: u32,
+    attach_btf_obj_fd: u32,
+    _pad: u32,
 }
 
 /// An array (mapped into fsprof: the slot addresses are written there), a hash map or a ring
@@ -177,6 +193,20 @@ pub(super) fn load_tracepoint_program(insns: Vec<Insn>) -> Result<OwnedFd, Strin
     load_as(BPF_PROG_TYPE_RAW_TRACEPOINT, insns)
 }
 
+/// Loads a program for the tracepoint whose hook has the type `hook` in the kernel's BTF (a
+/// `btf_trace_*` typedef: `tp_btf`), attached with [`attach_typed_tracepoint`]: its arguments
+/// have their types, so that the verifier lets it load members of the structures they point
+/// to directly, rather than through `bpf_probe_read_kernel`.
+pub(super) fn load_typed_tracepoint_program(
+    insns: Vec<Insn>,
+    hook: u32,
+) -> Result<OwnedFd, String> {
+    load_with(BPF_PROG_TYPE_TRACING, insns, |attr| {
+        attr.expected_attach_type = BPF_TRACE_RAW_TP;
+        attr.attach_btf_id = hook;
+    })
+}
+
 #[repr(C)]
 #[derive(Default)]
 struct RawTracepointOpen {
@@ -202,6 +232,15 @@ pub(super) fn attach_tracepoint(
 }
 
 fn load_as(prog_type: u32, insns: Vec<Insn>) -> Result<OwnedFd, String> {
+    load_with(prog_type, insns, |_| {})
+}
+
+/// [`load_as`], with `more` of the attributes set.
+fn load_with(
+    prog_type: u32,
+    insns: Vec<Insn>,
+    more: impl FnOnce(&mut ProgLoad),
+) -> Result<OwnedFd, String> {
     let license = c"GPL"; // probe_read_user is a GPL-only helper
     let mut log = vec![0u8; 1 << 20];
     let mut attr = ProgLoad {
@@ -212,6 +251,7 @@ fn load_as(prog_type: u32, insns: Vec<Insn>) -> Result<OwnedFd, String> {
         prog_name: *b"fsprof_marks\0\0\0\0",
         ..Default::default()
     };
+    more(&mut attr);
     match bpf(BPF_PROG_LOAD, &mut attr) {
         Ok(fd) => Ok(fd),
         Err(Errno::EACCES | Errno::EINVAL | Errno::EFAULT) => {
@@ -236,6 +276,17 @@ fn load_as(prog_type: u32, insns: Vec<Insn>) -> Result<OwnedFd, String> {
         }
         Err(e) => Err(e.desc().to_owned()),
     }
+}
+
+/// Runs `program` (loaded by [`load_typed_tracepoint_program`]) at every hit of the tracepoint
+/// its hook type names, until the returned descriptor is closed.
+pub(super) fn attach_typed_tracepoint(program: &OwnedFd) -> Result<OwnedFd, Errno> {
+    // No name: the kernel takes the tracepoint from the program's hook type.
+    let mut attr = RawTracepointOpen {
+        prog_fd: program.as_raw_fd() as u32,
+        ..Default::default()
+    };
+    bpf(BPF_RAW_TRACEPOINT_OPEN, &mut attr)
 }
 
 /// Maps `len` bytes of `fd` from `offset`, shared, readable (and writable if `write`).

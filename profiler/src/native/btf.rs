@@ -1,9 +1,12 @@
 //! Where a member of one of the kernel's structures lies, from the kernel's own type
 //! description (BTF, `/sys/kernel/btf/vmlinux`): the per-CPU sampler's switch program
 //! (`cpu_wide.rs`) reads the pid of the thread coming onto a CPU from its `task_struct`, whose
-//! layout differs between kernels and builds. It reads top-level members of named structures
-//! only; it does not load BTF into the kernel or resolve types beyond that. The file is the
-//! kernel's, but every length and index read from it is bounded before use.
+//! layout differs between kernels and builds; and the id of the type of the `sched_switch`
+//! tracepoint's hook, to which that program attaches where the kernel lets it (a program that
+//! then reads its arguments' members directly). It reads top-level members of named structures
+//! and names of typedefs only; it does not load BTF into the kernel or resolve types beyond
+//! that. The file is the kernel's, but every length and index read from it is bounded before
+//! use.
 
 /// The members fsprof's programs read, as `(structure, member)`: [`Offsets`] in this order.
 const WANTED: [(&str, &str); 3] = [
@@ -19,7 +22,13 @@ struct Offsets {
     task_pid: Option<u32>,
     task_thread: Option<u32>,
     thread_fsbase: Option<u32>,
+    /// The type id of the typedef [`SWITCH_HOOK`].
+    switch_hook: Option<u32>,
 }
+
+/// The typedef the kernel declares for the `sched_switch` tracepoint's hook: a program of the
+/// `tracing` kind attached to it gets the hook's arguments with their types.
+const SWITCH_HOOK: &str = "btf_trace_sched_switch";
 
 /// [`Offsets`], read at the first call.
 fn offsets() -> &'static Offsets {
@@ -36,11 +45,13 @@ fn offsets() -> &'static Offsets {
             None => std::fs::read(PATH).unwrap_or_default(),
         };
         let data = mapped.as_deref().unwrap_or(&read);
-        let [task_pid, task_thread, thread_fsbase] = find_members(data, &WANTED);
+        let ([task_pid, task_thread, thread_fsbase], switch_hook) =
+            find_members_and_typedef(data, &WANTED, SWITCH_HOOK);
         Offsets {
             task_pid,
             task_thread,
             thread_fsbase,
+            switch_hook,
         }
     })
 }
@@ -49,6 +60,12 @@ fn offsets() -> &'static Offsets {
 /// program reads it for every process recorded per CPU.
 pub fn task_pid_offset() -> Option<u32> {
     offsets().task_pid
+}
+
+/// The type id of the `sched_switch` tracepoint's hook (`btf_trace_sched_switch`), where the
+/// kernel describes it.
+pub fn switch_hook_type_id() -> Option<u32> {
+    offsets().switch_hook
 }
 
 /// The byte offset of a thread's thread pointer (x86-64's `fs` base) in the kernel's
@@ -64,6 +81,7 @@ pub fn thread_pointer_offset() -> Option<u32> {
 
 const MAGIC: u16 = 0xeb9f;
 const KIND_STRUCT: u32 = 4;
+const KIND_TYPEDEF: u32 = 8;
 
 /// The byte offset of `member` in `struct name` in the BTF blob `data`, if it describes it (a
 /// top-level member, not a bit field).
@@ -77,25 +95,42 @@ fn find_member(data: &[u8], name: &str, member: &str) -> Option<u32> {
 /// each `None` where it does not describe it (a top-level member, not a bit field); walked once,
 /// up to where all are found (a structure of a name wanted without the member does not end the
 /// search: another of that name may have it).
+#[cfg(test)]
 fn find_members<const N: usize>(data: &[u8], wanted: &[(&str, &str); N]) -> [Option<u32>; N] {
-    let mut found = [None; N];
-    walk_structures(data, |name_is, members| {
-        for (i, (name, member)) in wanted.iter().enumerate() {
-            if found[i].is_none() && name_is(name) {
-                found[i] = members(member);
-            }
-        }
-        found.iter().all(Option::is_some)
-    });
-    found
+    find_members_and_typedef(data, wanted, "").0
 }
 
-/// Calls `visit` with each structure in the BTF blob `data`: a test of its name, and a look-up
-/// of a member's byte offset in it; stops where `visit` says `true` or the blob ends or is
-/// malformed.
-fn walk_structures(
+/// [`find_members`], and the type id of the typedef named `typedef` (none for an empty name),
+/// in the same walk.
+fn find_members_and_typedef<const N: usize>(
     data: &[u8],
-    mut visit: impl FnMut(&dyn Fn(&str) -> bool, &dyn Fn(&str) -> Option<u32>) -> bool,
+    wanted: &[(&str, &str); N],
+    typedef: &str,
+) -> ([Option<u32>; N], Option<u32>) {
+    let mut found = [None; N];
+    let mut typedef_id = None;
+    walk_types(data, |id, kind, name_is, members| {
+        if kind == KIND_TYPEDEF && typedef_id.is_none() && !typedef.is_empty() && name_is(typedef) {
+            typedef_id = Some(id);
+        }
+        if kind == KIND_STRUCT {
+            for (i, (name, member)) in wanted.iter().enumerate() {
+                if found[i].is_none() && name_is(name) {
+                    found[i] = members(member);
+                }
+            }
+        }
+        found.iter().all(Option::is_some) && (typedef.is_empty() || typedef_id.is_some())
+    });
+    (found, typedef_id)
+}
+
+/// Calls `visit` with each type in the BTF blob `data`: its id (from 1), its kind, a test of
+/// its name, and (for a structure) a look-up of a member's byte offset in it; stops where
+/// `visit` says `true` or the blob ends or is malformed.
+fn walk_types(
+    data: &[u8],
+    mut visit: impl FnMut(u32, u32, &dyn Fn(&str) -> bool, &dyn Fn(&str) -> Option<u32>) -> bool,
 ) -> Option<()> {
     let u32_at = |at: usize| -> Option<u32> {
         Some(u32::from_le_bytes(
@@ -120,15 +155,20 @@ fn walk_structures(
         &rest[..end] == wanted.as_bytes()
     };
     let mut at = types;
+    let mut id = 0u32;
     while at + 12 <= types_end {
         let (name_off, info) = (u32_at(at)?, u32_at(at + 4)?);
         at += 12;
+        id += 1;
         let kind = (info >> 24) & 0x1f;
         let vlen = (info & 0xffff) as usize;
         let bit_fields = info >> 31 == 1;
-        if kind == KIND_STRUCT {
+        {
             let members_at = at;
             let member_offset = |member: &str| -> Option<u32> {
+                if kind != KIND_STRUCT {
+                    return None;
+                }
                 for m in 0..vlen {
                     let entry = members_at + 12 * m;
                     if entry + 12 > types_end {
@@ -147,7 +187,7 @@ fn walk_structures(
                 }
                 None
             };
-            if visit(&|name| name_is(name_off, name), &member_offset) {
+            if visit(id, kind, &|name| name_is(name_off, name), &member_offset) {
                 return Some(());
             }
         }
@@ -173,9 +213,10 @@ fn trailing(kind: u32, vlen: usize) -> Option<usize> {
 mod tests {
     use super::*;
 
-    /// A blob of one struct `task_struct` { int other at 0; int pid at 1264 bytes }.
+    /// A blob of one struct `task_struct` { int other at 0; int pid at 1264 bytes }, and a
+    /// typedef `hook` of it (type 3).
     fn blob(kind_flag: bool) -> Vec<u8> {
-        let strings = b"\0task_struct\0other\0pid\0int\0";
+        let strings = b"\0task_struct\0other\0pid\0int\0hook\0";
         let mut types = Vec::new();
         let word = |v: &mut Vec<u8>, x: u32| v.extend_from_slice(&x.to_le_bytes());
         // type 1: int
@@ -192,6 +233,10 @@ mod tests {
             word(&mut types, 1);
             word(&mut types, offset);
         }
+        // type 3: typedef hook of type 2
+        word(&mut types, 27);
+        word(&mut types, KIND_TYPEDEF << 24);
+        word(&mut types, 2);
         let mut data = Vec::new();
         data.extend_from_slice(&MAGIC.to_le_bytes());
         data.extend_from_slice(&[1, 0]);
@@ -212,6 +257,15 @@ mod tests {
             assert_eq!(find_member(&data, "task_struct", "pid"), Some(1264));
             assert_eq!(find_member(&data, "task_struct", "tgid"), None);
             assert_eq!(find_member(&data, "mm_struct", "pid"), None);
+            let wanted = [("task_struct", "pid")];
+            assert_eq!(
+                find_members_and_typedef(&data, &wanted, "hook"),
+                ([Some(1264)], Some(3))
+            );
+            assert_eq!(
+                find_members_and_typedef(&data, &wanted, "task_struct").1,
+                None
+            );
         }
     }
 
@@ -240,6 +294,7 @@ mod tests {
             );
             assert_eq!(tgid, pid + 4, "pid and tgid lie side by side");
             assert_eq!(task_pid_offset(), Some(pid));
+            assert!(switch_hook_type_id().is_some(), "{SWITCH_HOOK}");
             if cfg!(target_arch = "x86_64") {
                 assert!(thread_pointer_offset().is_some());
             }

@@ -31,8 +31,8 @@
 //! (`perf/shared.rs`).
 
 use crate::native::bpf::{
-    attach_tracepoint, create_map, delete_bytes, load_tracepoint_program, update_bytes,
-    BPF_MAP_TYPE_HASH,
+    attach_tracepoint, attach_typed_tracepoint, create_map, delete_bytes, load_tracepoint_program,
+    load_typed_tracepoint_program, update_bytes, BPF_MAP_TYPE_HASH,
 };
 use crate::native::layout::PROCESS_KEY;
 use crate::native::layout::STACK_DUMP;
@@ -201,16 +201,26 @@ impl CpuWide {
         let filter =
             Filter::new().map_err(|e| format!("cannot create a BPF array ({})", e.desc()))?;
         let sampling = load_program(map, copies, walk, Index::Watched(w), None)?;
-        let program = switch_program(
-            map,
-            (copies, copies_size),
-            (w, filter.fd()),
-            pid_offset,
-            period_ns,
-        );
-        let switch = load_tracepoint_program(program)?;
-        let mut links = vec![attach_tracepoint(c"sched_switch", &switch)
-            .map_err(|e| format!("cannot attach to sched_switch ({})", e.desc()))?];
+        let program = |typed| {
+            let (ring, watch) = ((copies, copies_size), (w, filter.fd()));
+            switch_program(map, ring, watch, pid_offset, period_ns, typed)
+        };
+        // At the typed hook where the kernel has one and lets the program attach (`tp_btf`:
+        // Linux 5.5 and BTF), else at the raw tracepoint.
+        let typed = (crate::native::btf::switch_hook_type_id())
+            .filter(|_| i16::try_from(pid_offset).is_ok())
+            .and_then(|hook| load_typed_tracepoint_program(program(true), hook).ok())
+            .and_then(|switch| Some((attach_typed_tracepoint(&switch).ok()?, switch)));
+        let (switch_link, switch) = match typed {
+            Some(attached) => attached,
+            None => {
+                let switch = load_tracepoint_program(program(false))?;
+                let link = attach_tracepoint(c"sched_switch", &switch)
+                    .map_err(|e| format!("cannot attach to sched_switch ({})", e.desc()))?;
+                (link, switch)
+            }
+        };
+        let mut links = vec![switch_link];
         // At the start of an exec too where the kernel has that tracepoint (Linux 6.10).
         let early = load_tracepoint_program(exec_program(copies, w, false))?;
         links.extend(attach_tracepoint(c"sched_prepare_exec", &early).ok());

@@ -162,9 +162,18 @@ pub(super) fn rotate(
             }
         );
     } else if stop.any() {
+        // A Ctrl-C from the terminal reached the program too: a moment for it to end.
+        let gone = wait(&mut child, &Stop(Arc::default()), POLL * 10).is_some();
         eprintln!(
-            "fsprof: what-if: interrupted after {} of {wanted} stretches",
-            outcomes.len()
+            "fsprof: what-if: interrupted after {} of {wanted} stretches{}",
+            outcomes.len(),
+            match gone {
+                true => String::new(),
+                false => format!(
+                    "; the program (pid {}) runs on without experiments",
+                    turns.pid
+                ),
+            }
         );
     }
     let running = (ended.is_none() && !stop.any()).then(|| RunningOn {

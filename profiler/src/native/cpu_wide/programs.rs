@@ -265,12 +265,18 @@ fn next_switch(p: &mut Asm) {
 /// folded stretch ends (see [`came_back`]). A thread no longer followed (its value's `VALUE_QUIET`) has its time counted and
 /// no record. Other switches cost two array loads (`filter.rs`; and no read of the clock: the
 /// switches of threads fsprof does not watch, every switch of the machine, run this program).
+/// `typed`: the program is loaded for the tracepoint's typed hook (`tp_btf`), and reads both
+/// pids from the tasks its arguments point to with a plain load each; otherwise (a raw
+/// tracepoint) the leaving one's through a helper and the coming one's through
+/// `bpf_probe_read_kernel`, two calls that were most of the cost of a switch fsprof does not
+/// watch.
 pub(super) fn switch_program(
     map: RawFd,
     (copies, copies_size): (RawFd, usize),
     (watched, filter): (RawFd, RawFd),
     pid_offset: u32,
     gap_ns: u64,
+    typed: bool,
 ) -> Vec<Insn> {
     let (cpu, on) = (VALUE_CPU_NS as i16, VALUE_ON_SINCE as i16);
     const LEAVING: i16 = -12;
@@ -278,7 +284,15 @@ pub(super) fn switch_program(
     p.extend([
         insn(STX_DW, 10, 1, CONTEXT, 0),
         insn(MOV64_IMM, 7, 0, 0, 0), // r7: the time, read once a watched thread is found
-        insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_PID_TGID),
+    ]);
+    match typed {
+        true => p.extend([
+            insn(LDX_DW, 2, 1, 8, 0), // the leaving task
+            insn(LDX_W, 0, 2, pid_offset as i16, 0),
+        ]),
+        false => p.push(insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_PID_TGID)),
+    }
+    p.extend([
         insn(STX_W, 10, 0, INDEX_SLOT, 0),
         insn(STX_W, 10, 0, LEAVING, 0),
     ]);
@@ -333,16 +347,23 @@ pub(super) fn switch_program(
         insn(CALL, 0, 0, 0, HELPER_MAP_DELETE_ELEM),
     ]);
     p.bind(coming);
-    p.extend([
-        insn(LDX_DW, 1, 10, CONTEXT, 0),
-        insn(LDX_DW, 3, 1, 16, 0),
-        insn(ADD64_IMM, 3, 0, 0, pid_offset as i32),
-        insn(MOV64_REG, 1, 10, 0, 0),
-        insn(ADD64_IMM, 1, 0, 0, -8),
-        insn(MOV64_IMM, 2, 0, 0, 4),
-        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
-    ]);
-    p.jump(JNE_IMM, 0, 0, 0, end);
+    p.extend([insn(LDX_DW, 1, 10, CONTEXT, 0), insn(LDX_DW, 3, 1, 16, 0)]);
+    match typed {
+        true => p.extend([
+            insn(LDX_W, 0, 3, pid_offset as i16, 0),
+            insn(STX_W, 10, 0, -8, 0),
+        ]),
+        false => {
+            p.extend([
+                insn(ADD64_IMM, 3, 0, 0, pid_offset as i32),
+                insn(MOV64_REG, 1, 10, 0, 0),
+                insn(ADD64_IMM, 1, 0, 0, -8),
+                insn(MOV64_IMM, 2, 0, 0, 4),
+                insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
+            ]);
+            p.jump(JNE_IMM, 0, 0, 0, end);
+        }
+    }
     skip_unless_let_through(&mut p, filter, -8, end);
     watched_index(&mut p, watched, -8);
     p.jump(JEQ_IMM, 0, 0, 0, end);

@@ -366,3 +366,36 @@ fn a_samples_stack_is_kept_up_to_its_threads_root_only() {
         "beyond it: another stack"
     );
 }
+
+/// Both forms of the program at `sched_switch` pass the verifier: at the tracepoint's typed
+/// hook, where the kernel describes it (this kernel's own runs use that one), and at the raw
+/// tracepoint, which other kernels get.
+#[test]
+fn the_switch_program_loads_in_both_forms() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: loading BPF programs needs root");
+        return;
+    }
+    use crate::native::bpf::{self, create_map};
+    use std::os::fd::AsRawFd;
+    let value_size = crate::native::layout::VALUE_SIZE as u32;
+    let map = create_map(bpf::BPF_MAP_TYPE_ARRAY, 4, value_size, 8).unwrap();
+    let ring_size = 1 << 16;
+    let ring = create_map(bpf::BPF_MAP_TYPE_RINGBUF, 0, 0, ring_size).unwrap();
+    let watched = create_map(bpf::BPF_MAP_TYPE_HASH, 4, 4, 8).unwrap();
+    let filter = super::filter::Filter::new().unwrap();
+    let Some(pid_offset) = crate::native::btf::task_pid_offset() else {
+        eprintln!("skipped: the kernel does not describe its task_struct");
+        return;
+    };
+    let program = |typed| {
+        let ring = (ring.as_raw_fd(), ring_size as usize);
+        let watch = (watched.as_raw_fd(), filter.fd());
+        super::switch_program(map.as_raw_fd(), ring, watch, pid_offset, 1_000_000, typed)
+    };
+    bpf::load_tracepoint_program(program(false)).expect("the raw tracepoint's form");
+    if let Some(hook) = crate::native::btf::switch_hook_type_id() {
+        bpf::load_typed_tracepoint_program(program(true), hook).expect("the typed hook's form");
+    }
+}
