@@ -538,3 +538,89 @@ fn what_if_says_why_it_cannot_run() {
     let message = run(&["--progress", "request", "--", whatif(), "server", "50"]);
     assert!(message.contains("name the candidates"), "{message}");
 }
+
+/// Ctrl-C (a SIGINT to fsprof alone here) ends the experiments, whole runs or turns within one
+/// run, and what they measured is written; the program fsprof started in turn runs on.
+#[test]
+fn an_interrupted_what_if_writes_what_it_measured() {
+    use crate::support::{as_from_a_terminal, stderr_lines, Guarded};
+    use std::time::Duration;
+    let _serial = serial();
+    let temp = tempdir();
+    let interrupt = |options: &[&str], program: &[&str], after: &str| {
+        let out = temp.path().join("interrupted");
+        let _ = std::fs::remove_dir_all(&out);
+        let mut what_if = Guarded(
+            as_from_a_terminal(&mut Command::new(fsprof()))
+                .arg("what-if")
+                .args(options)
+                .arg("-o")
+                .arg(&out)
+                .arg("--")
+                .args(program)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let lines = stderr_lines(&mut what_if);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut seen = Vec::new();
+        while !seen.iter().any(|l: &String| l.contains(after)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("no {after:?} within 60 s: {seen:#?}"),
+            }
+        }
+        // SAFETY: a signal to the child this test started.
+        assert_eq!(unsafe { libc::kill(what_if.pid() as i32, libc::SIGINT) }, 0);
+        let status = what_if.wait_with_deadline(Duration::from_secs(30));
+        seen.extend(lines.try_iter());
+        assert!(status.success(), "{status}: {seen:#?}");
+        assert!(
+            seen.iter()
+                .any(|l| l.contains("fsprof: what-if: interrupted after")),
+            "{seen:#?}"
+        );
+        let json: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("what-if.json")).unwrap())
+                .unwrap();
+        (json["runs"].as_array().unwrap().len(), seen)
+    };
+    // Whole runs: 3 of each of 2 experiments planned; interrupted during the third run.
+    let (runs, _) = interrupt(
+        &["--feature", "decode", "--speedups", "50", "--runs", "3"],
+        &[whatif(), "pipeline"],
+        "run 3 of 6",
+    );
+    assert!((2..6).contains(&runs), "{runs} runs written");
+    // Turns within one run of a server with far more requests than the experiments need.
+    let (stretches, seen) = interrupt(
+        &[
+            "--progress",
+            "request",
+            "--feature",
+            "handle",
+            "--speedups",
+            "50",
+        ],
+        &[whatif(), "server", "1000000"],
+        "round 3 of 10",
+    );
+    assert!(
+        (4..20).contains(&stretches),
+        "{stretches} stretches written"
+    );
+    // It runs on without experiments (the signal was fsprof's alone): ended here.
+    let note = seen
+        .iter()
+        .find_map(|l| {
+            l.split_once("the program (pid ")
+                .map(|(_, rest)| rest.to_owned())
+        })
+        .unwrap_or_else(|| panic!("no word of the program running on: {seen:#?}"));
+    let pid: i32 = note.split(')').next().unwrap().parse().unwrap();
+    // SAFETY: a signal to the program this test's fsprof started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+}

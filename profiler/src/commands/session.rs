@@ -478,7 +478,7 @@ impl Signals {
 }
 
 /// Whether `signal`'s disposition is to be ignored (left so by whoever started fsprof).
-fn ignored(signal: i32) -> bool {
+pub(crate) fn ignored(signal: i32) -> bool {
     // SAFETY: a query of the current action (no new one), into a zeroed struct of our own.
     unsafe {
         let mut action: nix::libc::sigaction = std::mem::zeroed();

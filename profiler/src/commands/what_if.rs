@@ -346,6 +346,7 @@ fn whole_runs(
         options.runs.unwrap_or(3),
     );
     let mut outcomes = Vec::with_capacity(plan.len());
+    let stop = rotation::Stop::install()?;
     for (done, &experiment) in plan.iter().enumerate() {
         let what = describe(candidates, experiment);
         eprintln!(
@@ -353,15 +354,28 @@ fn whole_runs(
             done + 1,
             plan.len()
         );
-        let outcome = whole_run(program, library, options, candidates, experiment, log)
-            .with_context(|| {
-                format!(
-                    "run {} ({what}); the program's output is in {}",
-                    done + 1,
-                    log_path.display()
-                )
-            })?;
-        outcomes.push(outcome);
+        let outcome = whole_run(program, library, options, candidates, experiment, log);
+        if stop.any() {
+            // Ctrl-C from the terminal ends the run too (one that ended well is kept): what
+            // the runs measured is written.
+            outcomes.extend(outcome.ok());
+            eprintln!(
+                "fsprof: what-if: interrupted after {} of {} runs",
+                outcomes.len(),
+                plan.len()
+            );
+            if !outcomes.iter().any(|o: &Outcome| o.candidate.is_none()) {
+                bail!("interrupted before a baseline run: nothing to compare with");
+            }
+            break;
+        }
+        outcomes.push(outcome.with_context(|| {
+            format!(
+                "run {} ({what}); the program's output is in {}",
+                done + 1,
+                log_path.display()
+            )
+        })?);
     }
     Ok(outcomes)
 }

@@ -62,20 +62,24 @@ impl RunningOn {
 }
 
 /// Ctrl-C, SIGTERM and SIGHUP, as flags: the experiments end and what they measured is written.
-struct Stop(Arc<AtomicBool>);
+pub(super) struct Stop(Arc<AtomicBool>);
 
 impl Stop {
-    fn install() -> Result<Stop> {
+    pub(super) fn install() -> Result<Stop> {
         let flag = Arc::new(AtomicBool::new(false));
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
         for signal in [SIGINT, SIGTERM, SIGHUP] {
-            signal_hook::flag::register(signal, Arc::clone(&flag))
-                .context("installing fsprof's signal handlers")?;
+            // One ignored when fsprof started (`nohup`, a background job) stays ignored, for
+            // fsprof and the program, as `run` leaves it.
+            if !crate::commands::session::ignored(signal) {
+                signal_hook::flag::register(signal, Arc::clone(&flag))
+                    .context("installing fsprof's signal handlers")?;
+            }
         }
         Ok(Stop(flag))
     }
 
-    fn any(&self) -> bool {
+    pub(super) fn any(&self) -> bool {
         self.0.load(Relaxed)
     }
 }
