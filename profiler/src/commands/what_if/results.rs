@@ -375,11 +375,22 @@ pub fn svg(summary: &Summary) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(out, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+    let (what, gained) = match &summary.measure {
+        Measure::RunTime => ("baseline".to_owned(), "program's predicted gain".to_owned()),
+        Measure::Latency(feature) => (
+            format!("a {}'s mean latency", escape(feature)),
+            format!("predicted gain of a {}'s latency", escape(feature)),
+        ),
+    };
+    let (scale, unit) = match summary.baseline_median_s < 0.1 {
+        true => (1e3, "ms"),
+        false => (1.0, "s"),
+    };
     let _ = writeln!(
         out,
-        r#"<text x="{}" y="22" font-size="15" text-anchor="middle">What if a feature were faster? (baseline {:.3} s)</text>"#,
+        r#"<text x="{}" y="22" font-size="15" text-anchor="middle">What if a feature were faster? ({what} {:.3} {unit})</text>"#,
         W / 2.0,
-        summary.baseline_median_s
+        summary.baseline_median_s * scale
     );
     let mut tick = y_low;
     while tick <= y_high + step / 2.0 {
@@ -411,7 +422,7 @@ pub fn svg(summary: &Summary) -> String {
     );
     let _ = writeln!(
         out,
-        r#"<text transform="translate(16 {}) rotate(-90)" text-anchor="middle">program's predicted gain</text>"#,
+        r#"<text transform="translate(16 {}) rotate(-90)" text-anchor="middle">{gained}</text>"#,
         TOP + plot_h / 2.0
     );
     for (index, curve) in summary.curves.iter().enumerate() {
@@ -536,6 +547,15 @@ mod tests {
         let text = table(&summary);
         assert!(text.contains("mean latency of a request mark"), "{text}");
         assert!(text.contains("0.800 ms"), "{text}");
+        let plot = svg(&summary);
+        assert!(
+            plot.contains("(a request's mean latency 0.800 ms)"),
+            "{plot}"
+        );
+        assert!(
+            plot.contains("predicted gain of a request's latency"),
+            "{plot}"
+        );
         let warned = warnings(&summary, &outcomes);
         assert!(
             warned[0].starts_with("1 of 3 stretches timed no request mark"),
