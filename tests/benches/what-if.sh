@@ -80,8 +80,8 @@ def experiment_env():
     os.ftruncate(fd, 17 * 4096)
     page = mmap.mmap(fd, 17 * 4096)
     # The control page of fsprof_shim::whatif: magic, version (CONTROL_VERSION), period
-    # 250 us (what-if's), no candidate, a baseline as the experiment.
-    page[0:40] = b"FSPROFWI" + struct.pack("<QQQQ", 3, int(os.environ.get("PERIOD_NS", "250000")), 0, 0)
+    # (what-if's 1 ms unless PERIOD_NS says), no candidate, a baseline as the experiment.
+    page[0:40] = b"FSPROFWI" + struct.pack("<QQQQ", 3, int(os.environ.get("PERIOD_NS", "1000000")), 0, 0)
     env = dict(os.environ, LD_PRELOAD=agent, FSPROF_WHATIF=str(fd), FSPROF_BUILTINS="0")
     return env, fd
 

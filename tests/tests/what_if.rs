@@ -185,18 +185,31 @@ const SLOWED: &str = "the CPU slowed";
 /// How much more CPU time (the agent's looks, one a millisecond of a thread's CPU time) the
 /// slowest run of an experiment took than its fastest, for the same work: 0.01-0.02 on a calm
 /// machine; 0.08-0.22 while a neighbour slowed the CPU (the suite, 2026-12-03: four of five runs
-/// of one experiment 8-10% slower, which no prediction can see).
+/// of one experiment 8-10% slower, which no prediction can see). With the experiments in turn
+/// within one run, a stretch's looks per request spread 5-10% by chance alone (a few hundred
+/// to a few thousand looks each): there, the looks per request of each round (every experiment once) against
+/// their median over the rounds, 0.01-0.03 on a calm machine.
 fn cpu_spread(json: &Value) -> f64 {
+    let runs = json["runs"].as_array().unwrap();
+    let field = |run: &Value, name: &str| run[name].as_f64().unwrap();
+    if runs.iter().all(|run| !run["round"].is_null()) {
+        let mut rounds: std::collections::BTreeMap<u64, (f64, f64)> = Default::default();
+        for run in runs {
+            let round = rounds.entry(run["round"].as_u64().unwrap()).or_default();
+            round.0 += field(run, "samples");
+            round.1 += field(run, "progress_ends");
+        }
+        let mut per_request: Vec<f64> = (rounds.values())
+            .map(|(samples, ends)| samples / ends.max(1.0))
+            .collect();
+        per_request.sort_by(f64::total_cmp);
+        let median = per_request[per_request.len() / 2];
+        return per_request.last().unwrap() / median.max(f64::MIN_POSITIVE) - 1.0;
+    }
     let mut groups: std::collections::HashMap<String, (f64, f64)> = Default::default();
-    for run in json["runs"].as_array().unwrap() {
+    for run in runs {
         let key = format!("{}/{}", run["candidate"], run["speedup"]);
-        // A stretch of one run (experiments in turn) does as much work as its requests.
-        let samples = match run["round"].is_null() {
-            true => run["samples"].as_f64().unwrap(),
-            false => {
-                run["samples"].as_f64().unwrap() / run["progress_ends"].as_f64().unwrap().max(1.0)
-            }
-        };
+        let samples = field(run, "samples");
         let (low, high) = groups.entry(key).or_insert((f64::INFINITY, 0.0));
         *low = low.min(samples);
         *high = high.max(samples);

@@ -241,12 +241,17 @@ pub fn what_if(program: &[OsString], options: &WhatIfOptions) -> Result<()> {
     let log_path = dir.join("what-if.log");
     let log =
         File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+    let setup = Setup {
+        program,
+        library: &library,
+        options,
+        candidates: &candidates,
+        log: &log,
+        log_path: &log_path,
+    };
     let (outcomes, running_on) = match options.progress.is_some() {
-        true => rotation::rotate(program, &library, options, &candidates, &log, &log_path)?,
-        false => (
-            whole_runs(program, &library, options, &candidates, &log, &log_path)?,
-            None,
-        ),
+        true => rotation::rotate(&setup)?,
+        false => (whole_runs(&setup)?, None),
     };
     let summary = results::summarize(
         &candidates,
@@ -332,14 +337,13 @@ fn discover(program: &[OsString], options: &WhatIfOptions, dir: &Path) -> Result
 
 /// Each experiment as a whole run of the program, `--runs` of each and of the baseline, in a
 /// shuffled order.
-fn whole_runs(
-    program: &[OsString],
-    library: &Path,
-    options: &WhatIfOptions,
-    candidates: &[Candidate],
-    log: &File,
-    log_path: &Path,
-) -> Result<Vec<Outcome>> {
+fn whole_runs(setup: &Setup) -> Result<Vec<Outcome>> {
+    let Setup {
+        options,
+        candidates,
+        log_path,
+        ..
+    } = *setup;
     let plan = plan(
         candidates.len(),
         &options.speedups,
@@ -354,7 +358,7 @@ fn whole_runs(
             done + 1,
             plan.len()
         );
-        let outcome = whole_run(program, library, options, candidates, experiment, log);
+        let outcome = whole_run(setup, experiment);
         if stop.any() {
             // Ctrl-C from the terminal ends the run too (one that ended well is kept): what
             // the runs measured is written.
@@ -416,33 +420,41 @@ fn shuffle<T>(items: &mut [T]) {
     }
 }
 
-/// The program under the agent with the control page `page` (not started).
-fn command(
-    program: &[OsString],
-    library: &Path,
-    options: &WhatIfOptions,
-    page: &ControlPage,
-    log: &File,
-) -> Result<std::process::Command> {
-    let mut command = std::process::Command::new(&program[0]);
-    command
-        .args(&program[1..])
-        .env(
-            "LD_PRELOAD",
-            agent::ld_preload(std::env::var_os("LD_PRELOAD"), library),
-        )
-        .env(CONTROL_VARIABLE, page.fd().to_string())
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log.try_clone()?);
-    if !options.agent {
-        command.env("FSPROF_BUILTINS", "0");
+/// What every experiment of one `what-if` shares: the program, the agent, the options, the
+/// candidates, and where the program's output goes.
+struct Setup<'a> {
+    program: &'a [OsString],
+    library: &'a Path,
+    options: &'a WhatIfOptions,
+    candidates: &'a [Candidate],
+    log: &'a File,
+    log_path: &'a Path,
+}
+
+impl Setup<'_> {
+    /// The program under the agent with the control page `page` (not started).
+    fn command(&self, page: &ControlPage) -> Result<std::process::Command> {
+        let (program, options) = (self.program, self.options);
+        let mut command = std::process::Command::new(&program[0]);
+        command
+            .args(&program[1..])
+            .env(
+                "LD_PRELOAD",
+                agent::ld_preload(std::env::var_os("LD_PRELOAD"), self.library),
+            )
+            .env(CONTROL_VARIABLE, page.fd().to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(self.log.try_clone()?)
+            .stderr(self.log.try_clone()?);
+        if !options.agent {
+            command.env("FSPROF_BUILTINS", "0");
+        }
+        match &options.progress {
+            Some(feature) => command.env(PROGRESS_VARIABLE, feature),
+            None => command.env_remove(PROGRESS_VARIABLE),
+        };
+        Ok(command)
     }
-    match &options.progress {
-        Some(feature) => command.env(PROGRESS_VARIABLE, feature),
-        None => command.env_remove(PROGRESS_VARIABLE),
-    };
-    Ok(command)
 }
 
 /// The agent did not start: why that may be.
@@ -450,17 +462,11 @@ const NOT_STARTED: &str = "the agent did not start the experiments in the progra
 
 /// One run of the program under the agent with `experiment` (a candidate index and speedup;
 /// `None`: a baseline, timed and looked at the same way, with nothing selected).
-fn whole_run(
-    program: &[OsString],
-    library: &Path,
-    options: &WhatIfOptions,
-    candidates: &[Candidate],
-    experiment: (Option<usize>, u32),
-    log: &File,
-) -> Result<Outcome> {
-    let mut page = ControlPage::new(candidates)?;
+fn whole_run(setup: &Setup, experiment: (Option<usize>, u32)) -> Result<Outcome> {
+    let program = setup.program;
+    let mut page = ControlPage::new(setup.candidates)?;
     page.set(experiment.0, experiment.1);
-    let mut command = command(program, library, options, &page, log)?;
+    let mut command = setup.command(&page)?;
     let start = Instant::now();
     let status = command
         .status()

@@ -16,11 +16,11 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-/// A thread's CPU time between two looks at its marks. Every millisecond (Coz's period) an
-/// experiment cost the ground truths 1.3-3.9% against 6-9% at this period, but the server's
-/// whole-run predictions read up to 4.4 points off against 2.4 here (`what-if.sh 5`,
-/// 2026-12-03): the delays come in lumps a period of CPU time long.
-const PERIOD_NS: u64 = 250_000;
+/// A thread's CPU time between two looks at its marks (Coz's period too). Every 250 us an
+/// experiment cost the ground truths 6-9% against 1.3-3.9% here, and that cost, in the
+/// baseline but not scaled by a speedup, pulled the predictions down with it: a request's
+/// latency with `handle` 50% faster read 3-7 points low (2026-12-03); here within 1.6-4.0.
+const PERIOD_NS: u64 = 1_000_000;
 
 /// A control page, shared with the program's agent.
 pub struct ControlPage {

@@ -10,12 +10,9 @@
 //! Not here: what the stretches predict (`results.rs`), and whole runs (`what_if.rs`).
 
 use super::control::{ControlPage, Counters};
-use super::{command, plan, shuffle, Candidate, Outcome, WhatIfOptions, NOT_STARTED};
+use super::{plan, shuffle, Outcome, Setup, NOT_STARTED};
 use crate::program::scanned::ScannedFiles;
 use anyhow::{bail, Context, Result};
-use std::ffi::OsString;
-use std::fs::File;
-use std::path::Path;
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -96,18 +93,19 @@ enum Stretch {
 
 /// Runs the program once, the experiments in turn (see the module's documentation): the
 /// stretches' outcomes, and the program if it runs on.
-pub(super) fn rotate(
-    program: &[OsString],
-    library: &Path,
-    options: &WhatIfOptions,
-    candidates: &[Candidate],
-    log: &File,
-    log_path: &Path,
-) -> Result<(Vec<Outcome>, Option<RunningOn>)> {
+pub(super) fn rotate(setup: &Setup) -> Result<(Vec<Outcome>, Option<RunningOn>)> {
+    let Setup {
+        program,
+        options,
+        candidates,
+        log_path,
+        ..
+    } = *setup;
     let rounds = options.runs.unwrap_or(DEFAULT_STRETCHES);
     let page = ControlPage::new(candidates)?;
     let stop = Stop::install()?;
-    let mut child = command(program, library, options, &page, log)?
+    let mut child = setup
+        .command(&page)?
         .spawn()
         .with_context(|| format!("starting {}", program[0].to_string_lossy()))?;
     let mut turns = Turns {
