@@ -17,13 +17,12 @@ fn whatif() -> &'static str {
 /// The program's median wall time over `runs` runs with each knob setting, interleaved, in s:
 /// one entry per setting, in the order given.
 fn knob_times(mode: &str, settings: &[Option<(&str, u32)>], runs: usize) -> Vec<f64> {
-    knob_times_of(
-        Path::new(whatif()),
-        &[mode],
-        settings,
-        runs,
-        |feature, percent| vec!["--cheaper".into(), format!("{feature}={percent}")],
-    )
+    knob_times_of(Path::new(whatif()), &[mode], settings, runs, cheaper)
+}
+
+/// The ground truth's knob: `feature`'s work cut by `percent`.
+fn cheaper(feature: &str, percent: u32) -> Vec<String> {
+    vec!["--cheaper".into(), format!("{feature}={percent}")]
 }
 
 /// [`knob_times`] of any program: `program args` then, for a setting, `knob(feature, percent)`.
@@ -44,13 +43,12 @@ fn knob_times_of(
 /// The mean request latency the `server` mode measures itself (`latency_ns` on its stderr),
 /// median over `runs` runs with each knob setting, interleaved, in s, as [`knob_times`].
 fn knob_latencies(settings: &[Option<(&str, u32)>], runs: usize) -> Vec<f64> {
-    let knob = |feature: &str, percent| vec!["--cheaper".into(), format!("{feature}={percent}")];
     knob_medians(
         Path::new(whatif()),
         &["server"],
         settings,
         runs,
-        knob,
+        cheaper,
         |command| {
             let output = command.output().unwrap();
             assert!(output.status.success());
