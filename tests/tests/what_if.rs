@@ -1,8 +1,8 @@
 //! `fsprof what-if` (causal profiling per feature): its predictions against the gain a real
 //! speedup buys. The target (`tests/src/bin/whatif.rs`) has a knob that cuts a feature's work by
 //! a percentage; the truth is the program's time with the knob against without, measured here
-//! in interleaved runs (medians of 5), and `what-if` (medians of 5 runs) must predict it within
-//! 5 points, including a feature whose speedup buys nothing.
+//! in rounds of every setting (the median of 5 rounds' gains), and `what-if` (medians of 5 runs)
+//! must predict it within 5 points, including a feature whose speedup buys nothing.
 
 use crate::support::{again_if_stolen, fsprof, serial, shared, tempdir};
 use serde_json::Value;
@@ -14,9 +14,24 @@ fn whatif() -> &'static str {
     env!("CARGO_BIN_EXE_whatif")
 }
 
-/// The program's median wall time over `runs` runs with each knob setting, interleaved, in s:
-/// one entry per setting, in the order given.
-fn knob_times(mode: &str, settings: &[Option<(&str, u32)>], runs: usize) -> Vec<f64> {
+/// The ground truth of a set of knob settings: what each really buys.
+#[derive(Debug)]
+struct Truth {
+    /// The program's median measure without the knob, in s.
+    baseline: f64,
+    /// How far the measure without the knob spread over its runs: (slowest - fastest) / median.
+    baseline_spread: f64,
+    /// Each knob setting's gain in percent of the baseline: per round (every setting run once,
+    /// the baseline first), the setting's run against that round's baseline run, then the
+    /// median over the rounds. Pairing within a round cancels a machine slowed for a few
+    /// seconds, which medians of each setting's runs alone did not (the suite, 2026-12-03: a
+    /// 20% speedup's truth read 7.3% where its share said 12.8%, and its 50% read 31.9%).
+    gains: Vec<f64>,
+}
+
+/// The program's wall time over `runs` rounds of every knob setting (see [`Truth`]); the
+/// first setting is the baseline, `None`.
+fn knob_times(mode: &str, settings: &[Option<(&str, u32)>], runs: usize) -> Truth {
     knob_times_of(Path::new(whatif()), &[mode], settings, runs, cheaper)
 }
 
@@ -32,8 +47,8 @@ fn knob_times_of(
     settings: &[Option<(&str, u32)>],
     runs: usize,
     knob: impl Fn(&str, u32) -> Vec<String>,
-) -> Vec<f64> {
-    knob_medians(program, args, settings, runs, knob, |command| {
+) -> Truth {
+    knob_truth(program, args, settings, runs, knob, |command| {
         let start = Instant::now();
         assert!(command.status().unwrap().success());
         start.elapsed().as_secs_f64()
@@ -41,9 +56,9 @@ fn knob_times_of(
 }
 
 /// The mean request latency the `server` mode measures itself (`latency_ns` on its stderr),
-/// median over `runs` runs with each knob setting, interleaved, in s, as [`knob_times`].
-fn knob_latencies(settings: &[Option<(&str, u32)>], runs: usize) -> Vec<f64> {
-    knob_medians(
+/// over `runs` rounds of every knob setting, as [`knob_times`].
+fn knob_latencies(settings: &[Option<(&str, u32)>], runs: usize) -> Truth {
+    knob_truth(
         Path::new(whatif()),
         &["server"],
         settings,
@@ -62,34 +77,58 @@ fn knob_latencies(settings: &[Option<(&str, u32)>], runs: usize) -> Vec<f64> {
     )
 }
 
-/// `measure` of `program args` (then, for a setting, `knob(feature, percent)`), `runs` times
-/// with each setting, interleaved: the median of each setting's, in the order given.
-fn knob_medians(
+/// `measure` of `program args` (then, for a setting, `knob(feature, percent)`) in `runs`
+/// rounds of every setting in the order given, the first the baseline (see [`Truth`]).
+fn knob_truth(
     program: &Path,
     args: &[&str],
     settings: &[Option<(&str, u32)>],
     runs: usize,
     knob: impl Fn(&str, u32) -> Vec<String>,
     measure: impl Fn(&mut Command) -> f64,
-) -> Vec<f64> {
-    let mut values = vec![Vec::new(); settings.len()];
-    for _ in 0..runs {
-        for (index, setting) in settings.iter().enumerate() {
-            let mut command = Command::new(program);
-            command.args(args).stdout(Stdio::null());
-            if let Some((feature, percent)) = setting {
-                command.args(knob(feature, *percent));
-            }
-            values[index].push(measure(&mut command));
-        }
-    }
-    values
-        .into_iter()
-        .map(|mut values| {
-            values.sort_by(f64::total_cmp);
-            values[values.len() / 2]
+) -> Truth {
+    assert!(settings.first() == Some(&None), "the baseline first");
+    let rounds: Vec<Vec<f64>> = (0..runs)
+        .map(|_| {
+            (settings.iter())
+                .map(|setting| {
+                    let mut command = Command::new(program);
+                    command.args(args).stdout(Stdio::null());
+                    if let Some((feature, percent)) = setting {
+                        command.args(knob(feature, *percent));
+                    }
+                    measure(&mut command)
+                })
+                .collect()
         })
-        .collect()
+        .collect();
+    let baselines: Vec<f64> = rounds.iter().map(|round| round[0]).collect();
+    let baseline = median(baselines.clone());
+    let (fastest, slowest) = baselines
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(low, high), &x| {
+            (low.min(x), high.max(x))
+        });
+    let gains = (1..settings.len())
+        .map(|index| {
+            median(
+                (rounds.iter())
+                    .map(|round| (round[0] - round[index]) * 100.0 / round[0])
+                    .collect(),
+            )
+        })
+        .collect();
+    Truth {
+        baseline,
+        baseline_spread: (slowest - fastest) / baseline,
+        gains,
+    }
+}
+
+/// The median of `values` (the upper one of an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// Runs `fsprof what-if` with `options` on the target in `mode`; returns its JSON.
@@ -149,12 +188,14 @@ fn predicted(json: &Value, label: &str, speedup: u64) -> (f64, f64) {
 
 /// Compares each (feature, speedup)'s prediction with the knob's truth; panics with the table
 /// if any is more than 5 points off.
-fn compare(mode: &str, json: &Value, cases: &[(&str, u32)], truth: &[f64]) {
-    let (baseline, knobs) = truth.split_first().unwrap();
-    let mut table = format!("{mode}: baseline {:.3} ms alone\n", baseline * 1e3);
+fn compare(mode: &str, json: &Value, cases: &[(&str, u32)], truth: &Truth) {
+    let mut table = format!(
+        "{mode}: baseline {:.3} ms alone (its runs {:.1}% apart)\n",
+        truth.baseline * 1e3,
+        truth.baseline_spread * 100.0
+    );
     let mut worst: f64 = 0.0;
-    for ((feature, speedup), knob) in cases.iter().zip(knobs) {
-        let real = (baseline - knob) * 100.0 / baseline;
+    for ((feature, speedup), &real) in cases.iter().zip(&truth.gains) {
         let (guess, share) = predicted(json, feature, u64::from(*speedup));
         worst = worst.max((guess - real).abs());
         table += &format!(
@@ -162,18 +203,32 @@ fn compare(mode: &str, json: &Value, cases: &[(&str, u32)], truth: &[f64]) {
         );
     }
     eprintln!("{table}");
-    let spread = cpu_spread(json);
-    let slowed = match spread > 0.05 {
-        true => format!(
-            " ({SLOWED}: runs of one experiment took up to {:.0}% more CPU time for the same work)",
-            spread * 100.0
-        ),
-        false => String::new(),
-    };
     assert!(
         worst <= 5.0,
-        "a prediction is {worst:.1} points off{slowed}:\n{table}"
+        "a prediction is {worst:.1} points off{}:\n{table}",
+        slowed(json, truth)
     );
+}
+
+/// Says why a failure may be the machine's (see [`again_if_slowed`]), or nothing: the
+/// program's CPU slowed in some of what-if's runs (its spread, [`cpu_spread`], over 5%), or the
+/// truth's own baseline runs spread over 10% (1-2% on a calm machine): a truth that moved that
+/// much is not one to hold a prediction to within 5 points.
+fn slowed(json: &Value, truth: &Truth) -> String {
+    let spread = cpu_spread(json);
+    if spread > 0.05 {
+        return format!(
+            " ({SLOWED}: runs of one experiment took up to {:.0}% more CPU time for the same work)",
+            spread * 100.0
+        );
+    }
+    if truth.baseline_spread > 0.10 {
+        return format!(
+            " ({SLOWED}: the truth's runs without the knob were {:.0}% apart)",
+            truth.baseline_spread * 100.0
+        );
+    }
+    String::new()
 }
 
 /// Marks a failure while the machine slowed the program's CPU in some runs (see
@@ -251,9 +306,9 @@ fn again_if_slowed(attempt: impl Fn()) {
 }
 
 /// `fsprof what-if` with `options` at 20% and 50%, 5 runs, on the target in `mode`, against its
-/// knob (5 runs of each setting): every case within 5 points (see [`compare`]). Returns the
-/// truth: the program's median times alone, without the knob first.
-fn predicts(dir: &Path, mode: &str, options: &[&str], cases: &[(&str, u32)]) -> Vec<f64> {
+/// knob (5 rounds of every setting): every case within 5 points (see [`compare`]). Returns the
+/// truth.
+fn predicts(dir: &Path, mode: &str, options: &[&str], cases: &[(&str, u32)]) -> Truth {
     let mut all = options.to_vec();
     all.extend(["--speedups", "20,50", "--runs", "5"]);
     let json = what_if(dir, &all, mode);
@@ -281,8 +336,8 @@ fn a_pipelines_bottleneck_is_predicted_and_its_other_stage_buys_nothing() {
         again_if_slowed(|| {
             let truth = predicts(dir, "pipeline", &features, &cases);
             // The truth itself: render's speedup really buys nothing, decode's half the time.
-            assert!((truth[3] - truth[0]).abs() / truth[0] < 0.05, "{truth:?}");
-            assert!(truth[2] / truth[0] < 0.6, "{truth:?}");
+            assert!(truth.gains[3].abs() < 5.0, "{truth:?}");
+            assert!(truth.gains[1] > 40.0, "{truth:?}");
         })
     });
 }
@@ -393,25 +448,20 @@ fn a_c_pipeline_of_pthread_locks_and_condition_variables_is_predicted() {
             // the other stage's, predicted as really bought. Without the pthread waits and
             // wake-ups taking part, render waited in pthread_cond_wait unforgiven and became the
             // bottleneck in the experiments.
-            let (baseline, knobs) = truth.split_first().unwrap();
-            let real = |index: usize| (baseline - knobs[index]) * 100.0 / baseline;
+            let real = |index: usize| truth.gains[index];
             let (decode, _) = predicted(&json, "decode", 50);
             let (render, _) = predicted(&json, "render", 50);
             eprintln!(
-            "C pipeline: decode 50% faster: real {:+.1}%, predicted {decode:+.1}%; render 50%: real {:+.1}%, predicted {render:+.1}%",
-            real(0),
-            real(1)
-        );
+                "C pipeline: decode 50% faster: real {:+.1}%, predicted {decode:+.1}%; render 50%: real {:+.1}%, predicted {render:+.1}%",
+                real(0),
+                real(1)
+            );
             let (predicted_gap, real_gap) = (decode - render, real(0) - real(1));
-            let spread = cpu_spread(&json);
             assert!(
-            (predicted_gap - real_gap).abs() <= 8.0,
-            "decode's gain over render's: {predicted_gap:.1} points predicted, {real_gap:.1} real{}",
-            match spread > 0.05 {
-                true => format!(" ({SLOWED}: {:.0}% more CPU time)", spread * 100.0),
-                false => String::new(),
-            }
-        );
+                (predicted_gap - real_gap).abs() <= 8.0,
+                "decode's gain over render's: {predicted_gap:.1} points predicted, {real_gap:.1} real{}",
+                slowed(&json, &truth)
+            );
         })
     });
 }
