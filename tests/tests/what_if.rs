@@ -360,10 +360,12 @@ fn a_loopback_servers_request_latency_is_predicted() {
     again_if_stolen(|| again_if_slowed(|| drop(predicts(dir, "server", &features, &cases))));
 }
 
-/// The same server with its requests as the progress point (`--progress request`): the
-/// experiments take turns within one run of it, and the predicted shortening of a `request`
-/// mark's mean latency (which the shim times in the run's virtual time) is compared with the
-/// mean latency the client measures itself with the knob, in runs of their own.
+/// The same server with its requests as the progress point (`--progress request`), no
+/// candidate named: a look at the running program's marks finds the features to try (not the
+/// progress point's own), the experiments take turns within the same run, and the predicted
+/// shortening of a `request` mark's mean latency (which the shim times in the run's virtual
+/// time) is compared with the mean latency the client measures itself with the knob, in runs
+/// of their own.
 #[test]
 fn a_progress_points_mean_latency_is_predicted() {
     let _serial = serial();
@@ -373,10 +375,6 @@ fn a_progress_points_mean_latency_is_predicted() {
     let options = [
         "--progress",
         "request",
-        "--feature",
-        "prepare",
-        "--feature",
-        "handle",
         "--speedups",
         "20,50",
         "--runs",
@@ -384,10 +382,17 @@ fn a_progress_points_mean_latency_is_predicted() {
     ];
     again_if_stolen(|| {
         again_if_slowed(|| {
-            // 6 rounds of 5 stretches of about 0.3 s take 9-10 s; the program runs on after
-            // them until its 26000 requests (about 12 s under the agent) are done.
-            let json = what_if_of(dir, &options, &[whatif(), "server", "26000"]);
+            // The look at the features takes 3 s, then 6 rounds of 5 stretches of about 0.3 s
+            // take 9-10 s; the program runs on after them until its 34000 requests (about
+            // 16 s under the agent) are done.
+            let json = what_if_of(dir, &options, &[whatif(), "server", "34000"]);
             assert_eq!(json["summary"]["measure"]["latency"], "request", "{json}");
+            let mut found: Vec<&str> = (json["summary"]["curves"].as_array().unwrap().iter())
+                .map(|curve| curve["candidate"]["feature"].as_str().unwrap())
+                .collect();
+            found.sort();
+            assert_eq!(found, ["handle", "prepare"], "the look's candidates");
+            assert!(dir.join("whatif/profile/profile.json").exists());
             let stretches = json["runs"].as_array().unwrap();
             assert_eq!(stretches.len(), 6 * 5, "one run, 6 rounds of 5 experiments");
             for stretch in stretches {
@@ -595,9 +600,13 @@ fn what_if_says_why_it_cannot_run() {
         message.contains("no baseline stretch timed a requets mark"),
         "{message}"
     );
-    // A progress point without candidates: no first profile of a program that may not end.
+    // A progress point without candidates, in a program that ends before the look at its
+    // features does.
     let message = run(&["--progress", "request", "--", whatif(), "server", "50"]);
-    assert!(message.contains("name the candidates"), "{message}");
+    assert!(
+        message.contains("during the look at its features"),
+        "{message}"
+    );
 }
 
 /// Ctrl-C (a SIGINT to fsprof alone here) ends the experiments, whole runs or turns within one

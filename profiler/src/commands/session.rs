@@ -300,6 +300,35 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     }
 }
 
+/// A marks-only look at `pid`, fsprof's own child that runs already, for `options.duration`:
+/// `what-if --progress`'s survey of the program's features, written to `options.output` as
+/// `run` writes a profile (the report on stderr too). Unlike `attach`, it leaves fsprof as it
+/// was: no priority raised, no signal handlers of its own, capabilities kept (`ended` says
+/// when to stop: the program's exit, fsprof's signals). Returns how the recording ended.
+pub(crate) fn survey(
+    pid: u32,
+    options: &RecordOptions,
+    mut ended: impl FnMut() -> Option<End>,
+) -> Result<End> {
+    let dir = prepare_output(options.output.as_deref(), "survey")?;
+    // Raised now, after the program started (it does not inherit the higher limit).
+    let descriptors = crate::os::descriptors::raise_limit();
+    let sampling = sampler_options(options);
+    let perf = sampling.perf_sampler();
+    let mut sampler = Sampler::new(pid, descriptors, sampling, perf);
+    let schedule = Schedule {
+        rate_hz: options.rate_hz,
+        duration: options.duration,
+        suspend: Arc::default(),
+    };
+    let mut live = LiveView::new(None, pid, (&options.rules, options.count_idle), false);
+    let end = schedule::record(&mut sampler, schedule, &mut live, |_| ended());
+    let command = process::command_line(pid);
+    let profile = sampler.finish(meta("survey", command, pid, options, &end));
+    write_outputs(&dir, profile, &options.rules)?;
+    Ok(end)
+}
+
 /// For `fsprof top`, fails unless stdout is a terminal, before anything is started.
 fn check_top(options: &RecordOptions) -> Result<()> {
     use std::io::IsTerminal;

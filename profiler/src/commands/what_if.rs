@@ -230,12 +230,11 @@ pub fn what_if(program: &[OsString], options: &WhatIfOptions) -> Result<()> {
                 .unwrap_or_else(|| "it cannot be preloaded".to_owned())
         ),
     };
+    // With a progress point and no candidate named, they are found in the run itself (a
+    // server need not end for a first profile): see `rotation::rotate`.
     let candidates = match (options.named.is_empty(), &options.progress) {
         (false, _) => options.named.clone(),
-        // The first profile would wait for the program's end, which a server never reaches.
-        (true, Some(_)) => bail!(
-            "with --progress, name the candidates (--feature NAME, --instance FEATURE=INSTANCE): finding them by a first profile needs a program that ends; `fsprof run --duration 10 -- PROGRAM` shows its heaviest features"
-        ),
+        (true, Some(_)) => Vec::new(),
         (true, None) => discover(program, options, &dir)?,
     };
     let log_path = dir.join("what-if.log");
@@ -246,12 +245,13 @@ pub fn what_if(program: &[OsString], options: &WhatIfOptions) -> Result<()> {
         library: &library,
         options,
         candidates: &candidates,
+        dir: &dir,
         log: &log,
         log_path: &log_path,
     };
-    let (outcomes, running_on) = match options.progress.is_some() {
+    let (candidates, outcomes, running_on) = match options.progress.is_some() {
         true => rotation::rotate(&setup)?,
-        false => (whole_runs(&setup)?, None),
+        false => (candidates.clone(), whole_runs(&setup)?, None),
     };
     let summary = results::summarize(
         &candidates,
@@ -296,10 +296,24 @@ fn discover(program: &[OsString], options: &WhatIfOptions, dir: &Path) -> Result
         "fsprof: what-if: a first profile of the program, for its heaviest features ({})",
         profile_dir.display()
     );
-    let record = RecordOptions {
-        output: Some(profile_dir.clone()),
+    let code = session::run(program, &first_profile(options, &profile_dir, None))?;
+    if code != 0 {
+        bail!("the program exited with status {code} in the first profile: what-if needs a program that ends well by itself");
+    }
+    heaviest(options, &profile_dir)
+}
+
+/// How the first profile, or a `--progress` run's survey of `duration`, records the program
+/// into `profile_dir`: marks only, at 1 kHz.
+fn first_profile(
+    options: &WhatIfOptions,
+    profile_dir: &Path,
+    duration: Option<std::time::Duration>,
+) -> RecordOptions {
+    RecordOptions {
+        output: Some(profile_dir.to_owned()),
         rate_hz: 1000.0,
-        duration: None,
+        duration,
         count_idle: false,
         native: false,
         backend: Backend::Auto,
@@ -310,17 +324,22 @@ fn discover(program: &[OsString], options: &WhatIfOptions, dir: &Path) -> Result
         follow: false,
         span_ids: false,
         rules: crate::rules::RuleSet::none(),
-    };
-    let code = session::run(program, &record)?;
-    if code != 0 {
-        bail!("the program exited with status {code} in the first profile: what-if needs a program that ends well by itself");
     }
-    let profile = Profile::load(&profile_dir)?;
+}
+
+/// The `--top` heaviest features of the profile in `profile_dir` by the time the program's
+/// threads were active in them: not a built-in one unless `--agent`, not the progress point's
+/// feature (a speedup of a whole request predicts itself), not a name longer than a control
+/// page holds.
+fn heaviest(options: &WhatIfOptions, profile_dir: &Path) -> Result<Vec<Candidate>> {
+    let profile = Profile::load(profile_dir)?;
     let report = analyse(&profile, TimeView::Active);
     let candidates: Vec<Candidate> = report
         .features
         .iter()
         .filter(|feature| options.agent || !feature.builtin)
+        .filter(|feature| options.progress.as_deref() != Some(feature.name.as_str()))
+        .filter(|feature| !feature.name.is_empty() && feature.name.len() <= NAME_CAPACITY)
         .take(options.top)
         .map(|feature| Candidate {
             feature: feature.name.clone(),
@@ -329,7 +348,15 @@ fn discover(program: &[OsString], options: &WhatIfOptions, dir: &Path) -> Result
         .collect();
     if candidates.is_empty() {
         bail!(
-            "the first profile shows no feature the program marks: name one with --feature NAME, or mark the program's features (see the README's \"Marking features\")"
+            "{} shows no feature the program marks{}: name one with --feature NAME, or mark the program's features (see the README's \"Marking features\")",
+            match options.progress {
+                Some(_) => "the survey",
+                None => "the first profile",
+            },
+            match &options.progress {
+                Some(feature) => format!(" besides {feature}"),
+                None => String::new(),
+            }
         );
     }
     Ok(candidates)
@@ -421,12 +448,15 @@ fn shuffle<T>(items: &mut [T]) {
 }
 
 /// What every experiment of one `what-if` shares: the program, the agent, the options, the
-/// candidates, and where the program's output goes.
+/// candidates, and where the results and the program's output go.
 struct Setup<'a> {
     program: &'a [OsString],
     library: &'a Path,
     options: &'a WhatIfOptions,
+    /// Empty with `--progress`: the run's survey finds them (`rotation.rs`).
     candidates: &'a [Candidate],
+    /// The output directory.
+    dir: &'a Path,
     log: &'a File,
     log_path: &'a Path,
 }

@@ -95,17 +95,7 @@ impl ControlPage {
         control.magic = CONTROL_MAGIC;
         control.version = CONTROL_VERSION;
         control.period_ns = PERIOD_NS;
-        control.candidate_count = candidates.len().min(MAX_CANDIDATES) as u64;
-        for (slot, candidate) in control.candidates.iter_mut().zip(candidates) {
-            let feature = candidate.feature.as_bytes();
-            slot.feature_len = feature.len() as u64;
-            slot.feature[..feature.len()].copy_from_slice(feature);
-            slot.instance_len = ANY_INSTANCE;
-            if let Some(instance) = &candidate.instance {
-                slot.instance_len = instance.len() as u64;
-                slot.instance[..instance.len()].copy_from_slice(instance.as_bytes());
-            }
-        }
+        page.set_candidates(candidates);
         Ok(page)
     }
 
@@ -121,8 +111,28 @@ impl ControlPage {
     }
 
     fn control_mut(&mut self) -> &mut Control {
-        // SAFETY: as in `control`; only before the program starts.
+        // SAFETY: as in `control`; only for the fields the agent does not read at the moment
+        // (see `new` and `set_candidates`).
         unsafe { &mut *(self.map.as_mut_ptr() as *mut Control) }
+    }
+
+    /// Writes `candidates` in (at most [`MAX_CANDIDATES`], names within `NAME_CAPACITY`: the
+    /// options and the survey checked both): before the program starts, or while it runs
+    /// before the first experiment is set (the agent reads them only while one runs, after
+    /// the experiment's word, which [`ControlPage::set`] stores after them).
+    pub fn set_candidates(&mut self, candidates: &[Candidate]) {
+        let control = self.control_mut();
+        control.candidate_count = candidates.len().min(MAX_CANDIDATES) as u64;
+        for (slot, candidate) in control.candidates.iter_mut().zip(candidates) {
+            let feature = candidate.feature.as_bytes();
+            slot.feature_len = feature.len() as u64;
+            slot.feature[..feature.len()].copy_from_slice(feature);
+            slot.instance_len = ANY_INSTANCE;
+            if let Some(instance) = &candidate.instance {
+                slot.instance_len = instance.len() as u64;
+                slot.instance[..instance.len()].copy_from_slice(instance.as_bytes());
+            }
+        }
     }
 
     /// Sets the experiment: candidate `candidate` (an index into the candidates) `speedup`

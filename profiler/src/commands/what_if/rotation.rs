@@ -10,8 +10,10 @@
 //! Not here: what the stretches predict (`results.rs`), and whole runs (`what_if.rs`).
 
 use super::control::{ControlPage, Counters};
-use super::{plan, shuffle, Outcome, Setup, NOT_STARTED};
+use super::{first_profile, heaviest, plan, shuffle, Candidate, Outcome, Setup, NOT_STARTED};
+use crate::commands::session;
 use crate::program::scanned::ScannedFiles;
+use crate::record::schedule::End;
 use anyhow::{bail, Context, Result};
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -29,6 +31,10 @@ const MIN_ENDS: u64 = 20;
 const LONGEST: Duration = Duration::from_millis(2500);
 /// How often the program's end and fsprof's signals are looked at.
 const POLL: Duration = Duration::from_millis(10);
+
+/// How long the program's features are looked at, when no candidate is named, before the
+/// experiments begin (a thousand looks a second at its marks).
+const SURVEY: Duration = Duration::from_secs(3);
 
 /// Stretches of each experiment when `--runs` is not given.
 const DEFAULT_STRETCHES: usize = 10;
@@ -92,17 +98,17 @@ enum Stretch {
 }
 
 /// Runs the program once, the experiments in turn (see the module's documentation): the
-/// stretches' outcomes, and the program if it runs on.
-pub(super) fn rotate(setup: &Setup) -> Result<(Vec<Outcome>, Option<RunningOn>)> {
+/// candidates (those named, or the survey's), the stretches' outcomes, and the program if it
+/// runs on.
+pub(super) fn rotate(setup: &Setup) -> Result<(Vec<Candidate>, Vec<Outcome>, Option<RunningOn>)> {
     let Setup {
         program,
         options,
-        candidates,
         log_path,
         ..
     } = *setup;
     let rounds = options.runs.unwrap_or(DEFAULT_STRETCHES);
-    let page = ControlPage::new(candidates)?;
+    let page = ControlPage::new(setup.candidates)?;
     let stop = Stop::install()?;
     let mut child = setup
         .command(&page)?
@@ -112,6 +118,14 @@ pub(super) fn rotate(setup: &Setup) -> Result<(Vec<Outcome>, Option<RunningOn>)>
         page,
         pid: child.id(),
         files: ScannedFiles::new(child.id()),
+    };
+    let candidates = match setup.candidates.is_empty() {
+        false => setup.candidates.to_vec(),
+        true => {
+            let found = survey(setup, &mut child, &stop)?;
+            turns.page.set_candidates(&found);
+            found
+        }
     };
     let mut experiments = plan(candidates.len(), &options.speedups, 1);
     let mut outcomes = Vec::with_capacity(rounds * experiments.len());
@@ -183,7 +197,52 @@ pub(super) fn rotate(setup: &Setup) -> Result<(Vec<Outcome>, Option<RunningOn>)>
         stop,
         log: log_path.to_owned(),
     });
-    Ok((outcomes, running))
+    Ok((candidates, outcomes, running))
+}
+
+/// The candidates of a run that names none: the heaviest features of a marks-only look at the
+/// running program for [`SURVEY`] (no experiment runs meanwhile), written to the output
+/// directory's `profile/` as a first profile is. An error if the program ends or fsprof is
+/// interrupted first, or if the survey shows no feature to try.
+fn survey(setup: &Setup, child: &mut Child, stop: &Stop) -> Result<Vec<Candidate>> {
+    let profile_dir = setup.dir.join("profile");
+    eprintln!(
+        "fsprof: what-if: a look at the program's features for {} s, for its heaviest ({})",
+        SURVEY.as_secs(),
+        profile_dir.display()
+    );
+    let options = first_profile(setup.options, &profile_dir, Some(SURVEY));
+    let end = session::survey(child.id(), &options, || {
+        if stop.any() {
+            return Some(End::Interrupted);
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => Some(End::TargetExited(format!("the program ended ({status})"))),
+            _ => None,
+        }
+    })?;
+    match end {
+        End::Interrupted => bail!(
+            "interrupted during the look at the program's features, before any experiment; the program (pid {}) runs on unless the Ctrl-C reached it too",
+            child.id()
+        ),
+        End::TargetExited(how) => bail!(
+            "{how} during the look at its features ({} s), before any experiment: name the candidates (--feature NAME), or give it more to do; its output is in {}",
+            SURVEY.as_secs(),
+            setup.log_path.display()
+        ),
+        _ => {}
+    }
+    let candidates = heaviest(setup.options, &profile_dir)?;
+    eprintln!(
+        "fsprof: what-if: the candidates: {}",
+        candidates
+            .iter()
+            .map(|candidate| candidate.feature.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(candidates)
 }
 
 /// The control page and what reads the program's counts.
