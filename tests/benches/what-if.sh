@@ -8,7 +8,8 @@
 # and under the agent with experiments off, medians of RUNS rounds. The `latency` rows: the
 # server with `--progress request`, its requests' mean latency (the client's own measure with
 # the knob) in place of its run time; there the experiments take turns within one run of
-# RUNS * 8000 requests, 2 * RUNS rounds of stretches.
+# RUNS * 8000 requests, 2 * RUNS rounds of stretches. The `rate` rows: how much more often the
+# requests would end (`ends/s`), against one over the same latency (a closed loop).
 # Run from the workspace root after `cargo build --release --workspace --all-targets`.
 # Usage: tests/benches/what-if.sh [RUNS]
 set -euo pipefail
@@ -40,9 +41,10 @@ def latency(command):
                           check=True)
     return next(int(l.split()[1]) for l in done.stderr.splitlines() if l.startswith("latency_ns"))
 
-def compare(label, mode, features, options, measure, extra=(), rounds=runs):
+def compare(label, mode, features, options, measure, extra=(), rounds=runs, rate=False):
     """`what-if` with `options` on `mode` (and `extra` arguments) against the knob's truth by
-    `measure` (of `mode` alone), row by row."""
+    `measure` (of `mode` alone), row by row; with `rate`, rows of the progress point's rate too
+    (a closed loop of requests, one after another: its rate is one over its mean latency)."""
     out = os.path.join(tmp, label)
     args = [fsprof, "what-if", *options, "--speedups", ",".join(map(str, speedups)),
             "--runs", str(rounds), "-o", out]
@@ -58,20 +60,26 @@ def compare(label, mode, features, options, measure, extra=(), rounds=runs):
             knob = [] if setting is None else ["--cheaper", f"{setting[0]}={setting[1]}"]
             truth[setting].append(measure([whatif, mode] + knob))
     base = statistics.median(truth[None])
+    rows = []
     for curve in summary["curves"]:
         feature = curve["candidate"]["feature"]
         for point in curve["points"]:
-            real = (base - statistics.median(truth[(feature, point["speedup"])])) * 100 / base
-            print(f"{label:9} {feature:8} {point['speedup']:>6}% {real:>+6.1f}% {point['median']:>+8.1f}% {point['median'] - real:>+6.1f}")
+            knob = statistics.median(truth[(feature, point["speedup"])])
+            rows.append((label, feature, point["speedup"], (base - knob) * 100 / base, point["median"]))
+            if rate:
+                rows.append(("rate", feature, point["speedup"], (base / knob - 1) * 100, point["rate_gain"]))
+    for label, feature, speedup, real, guess in sorted(rows, key=lambda row: row[0] == "rate"):
+        print(f"{label:9} {feature:8} {speedup:>6}% {real:>+6.1f}% {guess:>+8.1f}% {guess - real:>+6.1f}")
 
 print(f"{runs} runs each; gains in percent of the baseline's time")
 print(f"{'program':9} {'feature':8} {'speedup':>7} {'real':>7} {'predicted':>9} {'off by':>7}")
 for mode, features in programs.items():
     compare(mode, mode, features, [], timed)
 # The server's requests as the progress point: the predicted shortening of a request mark's
-# mean latency against the mean latency the client measures itself with the knob.
+# mean latency against the mean latency the client measures itself with the knob; and how much
+# more often they would end (`ends/s`) against one over that latency.
 compare("latency", "server", programs["server"], ["--progress", "request"], latency,
-        [str(runs * 8000)], 2 * runs)
+        [str(runs * 8000)], 2 * runs, rate=True)
 
 agent = subprocess.run([fsprof, "agent"], capture_output=True, text=True, check=True).stdout.strip()
 
