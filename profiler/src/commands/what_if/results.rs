@@ -444,7 +444,7 @@ pub fn svg(summary: &Summary) -> String {
             let px = x(f64::from(point.speedup));
             let _ = writeln!(
                 out,
-                r#"<line x1="{px:.1}" x2="{px:.1}" y1="{:.1}" y2="{:.1}" stroke="{colour}"/><circle cx="{px:.1}" cy="{:.1}" r="4" fill="{colour}"><title>{}: {}% faster, {:+.1}% ({:+.1} .. {:+.1}, {} runs)</title></circle>"#,
+                r#"<line x1="{px:.1}" x2="{px:.1}" y1="{:.1}" y2="{:.1}" stroke="{colour}"/><circle cx="{px:.1}" cy="{:.1}" r="4" fill="{colour}"><title>{}: {}% faster, {:+.1}% ({:+.1} .. {:+.1}, {} {})</title></circle>"#,
                 y(point.min),
                 y(point.max),
                 y(point.median),
@@ -453,7 +453,8 @@ pub fn svg(summary: &Summary) -> String {
                 point.median,
                 point.min,
                 point.max,
-                point.gains.len()
+                point.gains.len(),
+                summary.measure.unit()
             );
         }
         let ly = TOP + 10.0 + index as f64 * 20.0;
@@ -591,6 +592,7 @@ mod tests {
             "{point:?}"
         );
         assert!(table(&summary).contains("median of 2 stretches"));
+        assert!(svg(&summary).contains("+25.0 .. +25.0, 2 stretches)"));
     }
 
     #[test]
@@ -619,6 +621,7 @@ mod tests {
         assert!(text.contains("25.0%"), "{text}");
         let svg = svg(&summary);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("+20.0 .. +30.0, 2 runs)"), "{svg}");
         assert!(warnings(&summary, &outcomes).is_empty());
         let missed = [
             outcome(None, 0, 1000, 0),
