@@ -173,6 +173,7 @@ extern "C" fn init() {
         stdio::PRINTF,
         locks::LOCK,
         locks::TIMED_LOCK,
+        locks::SEMAPHORE_WAIT,
         locks::WAKE,
         &[
             &futex::syscall::REAL,

@@ -45,8 +45,10 @@ pub const MAX_CANDIDATES: usize = 32;
 /// [`Candidate::instance_len`] when any instance of the feature is selected.
 pub const ANY_INSTANCE: u64 = u64::MAX;
 
-/// The control page (native-endian). `fsprof` writes the candidates before the program starts,
-/// and [`Control::current`] then and whenever the experiment changes; the agent writes the
+/// The control page (native-endian). `fsprof` writes the candidates before the program starts
+/// or, at the latest, before it first sets an experiment (the agent reads them only while one
+/// runs, after loading [`Control::current`] with `Acquire`), and [`Control::current`] then and
+/// whenever the experiment changes; the agent writes the
 /// counters. The counters are atomics: threads of the program add to them.
 #[repr(C)]
 pub struct Control {

@@ -1,8 +1,8 @@
 //! Locks: only the wait is marked (`locks`): an uncontended `pthread_mutex_lock` or rwlock takes
-//! the `try` form first and is not marked; condition-variable waits are `waiting`. The wake-ups
-//! (`pthread_mutex_unlock`, `pthread_cond_signal`, `pthread_cond_broadcast`) are interposed only
-//! for what-if experiments, where a thread pays its delay before it wakes another: otherwise
-//! they jump to libc's at once.
+//! the `try` form first and is not marked; condition-variable waits (`stdio.rs`) and POSIX
+//! semaphore waits are `waiting`. The wake-ups (`pthread_mutex_unlock`, `pthread_cond_signal`,
+//! `pthread_cond_broadcast`, `sem_post`) are interposed only for what-if experiments, where a
+//! thread pays its delay before it wakes another: otherwise they jump to libc's at once.
 
 use super::*;
 
@@ -73,6 +73,13 @@ interpose_lock! {
 }
 
 interpose! {
+    list SEMAPHORE_WAIT;
+    WAITING true fn sem_wait(sem: *mut c_void) -> c_int;
+    WAITING true fn sem_timedwait(sem: *mut c_void, abstime: *const c_void) -> c_int;
+    WAITING true fn sem_clockwait(sem: *mut c_void, clock: c_int, abstime: *const c_void) -> c_int;
+}
+
+interpose! {
     list TIMED_LOCK;
     LOCKS true fn pthread_mutex_timedlock(mutex: *mut c_void, abstime: *const c_void) -> c_int;
     LOCKS true fn pthread_rwlock_timedrdlock(lock: *mut c_void, abstime: *const c_void) -> c_int;
@@ -133,4 +140,5 @@ interpose_wake! {
     fn pthread_mutex_unlock(mutex: *mut c_void);
     fn pthread_cond_signal(cond: *mut c_void);
     fn pthread_cond_broadcast(cond: *mut c_void);
+    fn sem_post(sem: *mut c_void);
 }

@@ -300,16 +300,28 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     }
 }
 
-/// A marks-only look at `pid`, fsprof's own child that runs already, for `options.duration`:
-/// `what-if --progress`'s survey of the program's features, written to `options.output` as
-/// `run` writes a profile (the report on stderr too). Unlike `attach`, it leaves fsprof as it
-/// was: no priority raised, no signal handlers of its own, capabilities kept (`ended` says
-/// when to stop: the program's exit, fsprof's signals). Returns how the recording ended.
+/// A marks-only look at `pid`, fsprof's own child that runs already (`command`), for
+/// `options.duration`: `what-if --progress`'s survey of the program's features, written to
+/// `options.output` as `run` writes a profile (the report on stderr too). Unlike `attach`, it
+/// installs no signal handlers of its own (`ended` says when to stop: the program's exit,
+/// fsprof's signals) and keeps fsprof's capabilities; the recording raises fsprof's priority
+/// while it lasts, as every recording does. An error, before anything is recorded, if the
+/// program's memory cannot be read. Returns how the recording ended.
 pub(crate) fn survey(
     pid: u32,
+    command: Vec<String>,
     options: &RecordOptions,
     mut ended: impl FnMut() -> Option<End>,
 ) -> Result<End> {
+    let readable = process::some_readable_address(pid)
+        .ok()
+        .flatten()
+        .is_some_and(|address| Remote::new(pid).read(address, &mut [0u8; 8]).is_ok());
+    if !readable {
+        bail!(
+            "cannot read the program's memory (pid {pid}) to look at its marks: fsprof reads it with process_vm_readv, which kernel.yama.ptrace_scope 2 or 3 refuses even for fsprof's own child (sysctl kernel.yama.ptrace_scope=1, or run as root)"
+        );
+    }
     let dir = prepare_output(options.output.as_deref(), "survey")?;
     // Raised now, after the program started (it does not inherit the higher limit).
     let descriptors = crate::os::descriptors::raise_limit();
@@ -323,7 +335,6 @@ pub(crate) fn survey(
     };
     let mut live = LiveView::new(None, pid, (&options.rules, options.count_idle), false);
     let end = schedule::record(&mut sampler, schedule, &mut live, |_| ended());
-    let command = process::command_line(pid);
     let profile = sampler.finish(meta("survey", command, pid, options, &end));
     write_outputs(&dir, profile, &options.rules)?;
     Ok(end)

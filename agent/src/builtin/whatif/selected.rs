@@ -10,7 +10,7 @@ use super::{clock, getpid, syscall, Control, Thread, CLOCK_MONOTONIC, SYS_CLOSE}
 use core::ffi::c_long;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use fsprof_shim::abi;
-use fsprof_shim::whatif::{Candidate, ANY_INSTANCE};
+use fsprof_shim::whatif::{Candidate, ANY_INSTANCE, NAME_CAPACITY};
 
 const SEARCH_EVERY_NS: u64 = 20_000_000;
 /// Regions remembered (a process has one per shim copy that marked).
@@ -279,7 +279,11 @@ fn names(candidate: &Candidate, feature: u64) -> bool {
         )) else {
             return false;
         };
-        if view.magic != abi::FEATURE_MAGIC || view.name_len != candidate.feature_len {
+        // A length past the page's capacity (fsprof writes none) never matches.
+        if view.magic != abi::FEATURE_MAGIC
+            || view.name_len != candidate.feature_len
+            || candidate.feature_len > NAME_CAPACITY as u64
+        {
             return false;
         }
         let name = core::slice::from_raw_parts(view.name as *const u8, view.name_len as usize);
@@ -293,7 +297,9 @@ fn instance_matches(candidate: &Candidate, record: &abi::RecordView) -> bool {
     if candidate.instance_len == ANY_INSTANCE {
         return true;
     }
-    let wanted = &candidate.instance[..candidate.instance_len as usize];
+    let Some(wanted) = candidate.instance.get(..candidate.instance_len as usize) else {
+        return false; // past the page's capacity: fsprof writes none
+    };
     // SAFETY: a payload string of a mark of this process (see the shim's contract: valid while
     // the mark may be read).
     let payload = unsafe {

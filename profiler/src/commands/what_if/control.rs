@@ -1,6 +1,7 @@
 //! The control page of `fsprof what-if`, fsprof's side (the layout and its contract are
 //! `fsprof_shim::whatif`): made once per run of the program, with every candidate written in
-//! before the program starts; the experiment set in it (at the start, or in turn while the
+//! before the program starts (or, after `what-if --progress`'s look at the program's features,
+//! before its first experiment); the experiment set in it (at the start, or in turn while the
 //! program runs); its counters, and the progress point's counts in the program's regions, read
 //! as [`Counters`] at any moment. Not here: which experiment runs when (`what_if.rs`,
 //! `rotation.rs`), nor what the counts predict (`results.rs`).
@@ -10,8 +11,8 @@ use crate::program::remote::Remote;
 use crate::program::scanned::ScannedFiles;
 use anyhow::{Context, Result};
 use fsprof_shim::abi::{self, PROGRESS_OFFSET};
+use fsprof_shim::whatif::{Candidate as Slot, CONTROL_VERSION, MAX_CANDIDATES};
 use fsprof_shim::whatif::{Control, Experiment, ANY_INSTANCE, CONTROL_MAGIC, CONTROL_SIZE};
-use fsprof_shim::whatif::{CONTROL_VERSION, MAX_CANDIDATES};
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -111,26 +112,35 @@ impl ControlPage {
     }
 
     fn control_mut(&mut self) -> &mut Control {
-        // SAFETY: as in `control`; only for the fields the agent does not read at the moment
-        // (see `new` and `set_candidates`).
+        // SAFETY: as in `control`; only before the program starts.
         unsafe { &mut *(self.map.as_mut_ptr() as *mut Control) }
     }
 
     /// Writes `candidates` in (at most [`MAX_CANDIDATES`], names within `NAME_CAPACITY`: the
     /// options and the survey checked both): before the program starts, or while it runs
     /// before the first experiment is set (the agent reads them only while one runs, after
-    /// the experiment's word, which [`ControlPage::set`] stores after them).
+    /// the experiment's word, which [`ControlPage::set`] stores after them with `Release`).
+    /// Written field by field through raw pointers: the agent changes the page's atomics
+    /// meanwhile, so no `&mut Control` may cover them.
     pub fn set_candidates(&mut self, candidates: &[Candidate]) {
-        let control = self.control_mut();
-        control.candidate_count = candidates.len().min(MAX_CANDIDATES) as u64;
-        for (slot, candidate) in control.candidates.iter_mut().zip(candidates) {
-            let feature = candidate.feature.as_bytes();
-            slot.feature_len = feature.len() as u64;
-            slot.feature[..feature.len()].copy_from_slice(feature);
-            slot.instance_len = ANY_INSTANCE;
-            if let Some(instance) = &candidate.instance {
-                slot.instance_len = instance.len() as u64;
-                slot.instance[..instance.len()].copy_from_slice(instance.as_bytes());
+        let control = self.map.as_mut_ptr() as *mut Control;
+        let count = candidates.len().min(MAX_CANDIDATES);
+        // SAFETY: the page is a `Control` (`new`); its candidates and their count are plain
+        // fields the agent does not read before the next experiment is set (see above), each
+        // written in place, without a reference to the whole page.
+        unsafe {
+            core::ptr::addr_of_mut!((*control).candidate_count).write(count as u64);
+            let slots = core::ptr::addr_of_mut!((*control).candidates) as *mut Slot;
+            for (index, candidate) in candidates.iter().take(count).enumerate() {
+                let slot = &mut *slots.add(index);
+                let feature = candidate.feature.as_bytes();
+                slot.feature_len = feature.len() as u64;
+                slot.feature[..feature.len()].copy_from_slice(feature);
+                slot.instance_len = ANY_INSTANCE;
+                if let Some(instance) = &candidate.instance {
+                    slot.instance_len = instance.len() as u64;
+                    slot.instance[..instance.len()].copy_from_slice(instance.as_bytes());
+                }
             }
         }
     }

@@ -122,7 +122,18 @@ pub(super) fn rotate(setup: &Setup) -> Result<(Vec<Candidate>, Vec<Outcome>, Opt
     let candidates = match setup.candidates.is_empty() {
         false => setup.candidates.to_vec(),
         true => {
-            let found = survey(setup, &mut child, &stop)?;
+            let found = survey(setup, &mut child, &stop).map_err(|error| {
+                // The program runs on unless it ended (a Ctrl-C from the terminal reached it
+                // too: a moment for it to end).
+                match wait(&mut child, &Stop(Arc::default()), POLL * 10) {
+                    None => anyhow::anyhow!(
+                        "{error:#}; the program (pid {}) runs on without experiments, its output in {}",
+                        turns.pid,
+                        log_path.display()
+                    ),
+                    Some(_) => error,
+                }
+            })?;
             turns.page.set_candidates(&found);
             found
         }
@@ -212,7 +223,10 @@ fn survey(setup: &Setup, child: &mut Child, stop: &Stop) -> Result<Vec<Candidate
         profile_dir.display()
     );
     let options = first_profile(setup.options, &profile_dir, Some(SURVEY));
-    let end = session::survey(child.id(), &options, || {
+    let command = (setup.program.iter())
+        .map(|argument| argument.to_string_lossy().into_owned())
+        .collect();
+    let end = session::survey(child.id(), command, &options, || {
         if stop.any() {
             return Some(End::Interrupted);
         }
@@ -223,15 +237,17 @@ fn survey(setup: &Setup, child: &mut Child, stop: &Stop) -> Result<Vec<Candidate
     })?;
     match end {
         End::Interrupted => bail!(
-            "interrupted during the look at the program's features, before any experiment; the program (pid {}) runs on unless the Ctrl-C reached it too",
-            child.id()
+            "interrupted during the look at the program's features, before any experiment"
         ),
         End::TargetExited(how) => bail!(
             "{how} during the look at its features ({} s), before any experiment: name the candidates (--feature NAME), or give it more to do; its output is in {}",
             SURVEY.as_secs(),
             setup.log_path.display()
         ),
-        _ => {}
+        End::Refused(why) => bail!(
+            "the look at the program's features stopped: {why}; name the candidates (--feature NAME)"
+        ),
+        End::Duration => {}
     }
     let candidates = heaviest(setup.options, &profile_dir)?;
     eprintln!(
