@@ -30,10 +30,10 @@ struct Truth {
     gains: Vec<f64>,
 }
 
-/// The program's wall time over `runs` rounds of every knob setting (see [`Truth`]); the
-/// first setting is the baseline, `None`.
-fn knob_times(mode: &str, settings: &[Option<(&str, u32)>], runs: usize) -> Truth {
-    knob_times_of(Path::new(whatif()), &[mode], settings, runs, cheaper)
+/// The program's wall time over `runs` rounds of the baseline and every case's knob setting
+/// (see [`Truth`]).
+fn knob_times(mode: &str, cases: &[(&str, u32)], runs: usize) -> Truth {
+    knob_times_of(Path::new(whatif()), &[mode], cases, runs, cheaper)
 }
 
 /// The ground truth's knob: `feature`'s work cut by `percent`.
@@ -41,15 +41,20 @@ fn cheaper(feature: &str, percent: u32) -> Vec<String> {
     vec!["--cheaper".into(), format!("{feature}={percent}")]
 }
 
+/// The C ground truths' knob (`tests/c/whatif_*.c`): `FEATURE=PERCENT`.
+fn c_knob(feature: &str, percent: u32) -> Vec<String> {
+    vec![format!("{feature}={percent}")]
+}
+
 /// [`knob_times`] of any program: `program args` then, for a setting, `knob(feature, percent)`.
 fn knob_times_of(
     program: &Path,
     args: &[&str],
-    settings: &[Option<(&str, u32)>],
+    cases: &[(&str, u32)],
     runs: usize,
     knob: impl Fn(&str, u32) -> Vec<String>,
 ) -> Truth {
-    knob_truth(program, args, settings, runs, knob, |command| {
+    knob_truth(program, args, cases, runs, knob, |command| {
         let start = Instant::now();
         assert!(command.status().unwrap().success());
         start.elapsed().as_secs_f64()
@@ -58,11 +63,11 @@ fn knob_times_of(
 
 /// The mean request latency the `server` mode measures itself (`latency_ns` on its stderr),
 /// over `runs` rounds of every knob setting, as [`knob_times`].
-fn knob_latencies(settings: &[Option<(&str, u32)>], runs: usize) -> Truth {
+fn knob_latencies(cases: &[(&str, u32)], runs: usize) -> Truth {
     knob_truth(
         Path::new(whatif()),
         &["server"],
-        settings,
+        cases,
         runs,
         cheaper,
         |command| {
@@ -78,17 +83,19 @@ fn knob_latencies(settings: &[Option<(&str, u32)>], runs: usize) -> Truth {
     )
 }
 
-/// `measure` of `program args` (then, for a setting, `knob(feature, percent)`) in `runs`
-/// rounds of every setting in the order given, the first the baseline (see [`Truth`]).
+/// `measure` of `program args` (then, for a case, `knob(feature, percent)`) in `runs` rounds
+/// of the baseline and then every case in the order given (see [`Truth`]).
 fn knob_truth(
     program: &Path,
     args: &[&str],
-    settings: &[Option<(&str, u32)>],
+    cases: &[(&str, u32)],
     runs: usize,
     knob: impl Fn(&str, u32) -> Vec<String>,
     measure: impl Fn(&mut Command) -> f64,
 ) -> Truth {
-    assert!(settings.first() == Some(&None), "the baseline first");
+    let settings: Vec<_> = std::iter::once(None)
+        .chain(cases.iter().map(|&case| Some(case)))
+        .collect();
     let rounds: Vec<Vec<f64>> = (0..runs)
         .map(|_| {
             (settings.iter())
@@ -313,10 +320,7 @@ fn predicts(dir: &Path, mode: &str, options: &[&str], cases: &[(&str, u32)]) -> 
     let mut all = options.to_vec();
     all.extend(["--speedups", "20,50", "--runs", "5"]);
     let json = what_if(dir, &all, mode);
-    let settings: Vec<_> = std::iter::once(None)
-        .chain(cases.iter().map(|&case| Some(case)))
-        .collect();
-    let truth = knob_times(mode, &settings, 5);
+    let truth = knob_times(mode, cases, 5);
     compare(mode, &json, cases, &truth);
     truth
 }
@@ -403,10 +407,7 @@ fn a_progress_points_mean_latency_is_predicted() {
                     "{stretch}"
                 );
             }
-            let settings: Vec<_> = std::iter::once(None)
-                .chain(cases.iter().map(|&case| Some(case)))
-                .collect();
-            let truth = knob_latencies(&settings, 7);
+            let truth = knob_latencies(&cases, 7);
             compare("server, latency", &json, &cases, &truth);
         })
     });
@@ -437,12 +438,7 @@ fn a_c_server_of_posix_semaphores_is_predicted() {
     again_if_stolen(|| {
         again_if_slowed(|| {
             let json = what_if_of(dir, &options, &[program.to_str().unwrap()]);
-            let settings: Vec<_> = std::iter::once(None)
-                .chain(cases.iter().map(|&case| Some(case)))
-                .collect();
-            let truth = knob_times_of(&program, &[], &settings, 5, |feature, percent| {
-                vec![format!("{feature}={percent}")]
-            });
+            let truth = knob_times_of(&program, &[], &cases, 5, c_knob);
             compare("C semaphores", &json, &cases, &truth);
         })
     });
@@ -471,12 +467,7 @@ fn a_c_pipeline_of_pthread_locks_and_condition_variables_is_predicted() {
                 ],
                 &[program.to_str().unwrap()],
             );
-            let settings: Vec<_> = std::iter::once(None)
-                .chain(cases.iter().map(|&case| Some(case)))
-                .collect();
-            let truth = knob_times_of(&program, &[], &settings, 5, |feature, percent| {
-                vec![format!("{feature}={percent}")]
-            });
+            let truth = knob_times_of(&program, &[], &cases, 5, c_knob);
             // Not the 5-point bar of the Rust programs, whose runs spread less: this program's runs
             // alone spread by 1% on a calm machine and its predictions read within 1.3 points
             // there (2026-12-03), but in noisy stretches its baselines spread 402-500 ms and even
