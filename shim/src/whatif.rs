@@ -88,8 +88,12 @@ pub struct Control {
     pub progress_latency_ns: AtomicU64,
     /// Set by the agent at the program's exit, once the three counts above are written.
     pub exited: AtomicU64,
+    /// The period the looks should have now, if not [`Control::period_ns`] (0): `fsprof` slows
+    /// them for a quiet baseline stretch (`what-if --progress`), and each thread's timer takes
+    /// the new period at its next look.
+    pub looks_period_ns: AtomicU64,
     /// Reserved, zero.
-    pub reserved: [u64; 15],
+    pub reserved: [u64; 14],
     /// What the experiments may speed up.
     pub candidates: [Candidate; MAX_CANDIDATES],
 }

@@ -100,7 +100,9 @@ struct Thread {
     pending_depth: AtomicU64,
     /// The epoch of the experiment it last counted in (see [`catch_up`]).
     epoch: AtomicU64,
-    _padding: [u64; 2],
+    /// The period its timer has now (see [`Control::looks_period_ns`]).
+    period: AtomicU64,
+    _padding: [u64; 1],
 }
 
 const PENDING: usize = 4;
@@ -252,7 +254,8 @@ pub(super) fn thread_start() {
     me.local
         .store(control.global_delay_ns.load(Acquire), Relaxed);
     me.last_cpu.store(clock(CLOCK_THREAD_CPUTIME_ID), Relaxed);
-    let period = control.period_ns;
+    let period = looks_period(control);
+    me.period.store(period, Relaxed);
     let timer = match perf_clock(tid as i32, period) {
         Some(fd) => fd as u64 | PERF_TIMER,
         None => match cpu_timer(tid as i32, period) {
@@ -317,6 +320,41 @@ fn perf_clock(tid: i32, period: u64) -> Option<i32> {
         return None;
     }
     Some(fd as i32)
+}
+
+/// The period the looks should have now: [`Control::looks_period_ns`], or the page's own.
+fn looks_period(control: &Control) -> u64 {
+    match control.looks_period_ns.load(Relaxed) {
+        0 => control.period_ns,
+        slowed => slowed,
+    }
+}
+
+/// Gives the calling thread's timer (its [`Thread::timer`] word) a new period, from its next
+/// expiry on; whether the kernel agreed.
+fn rearm(timer: u64, period: u64) -> bool {
+    const SYS_IOCTL: c_long = 16;
+    // `_IOW('$', 4, u64)`: the perf event's sample period, read through the pointer.
+    const PERF_EVENT_IOC_PERIOD: c_long = 0x4008_2404;
+    if timer & PERF_TIMER != 0 {
+        let mut value = period;
+        let fd = (timer & !PERF_TIMER) as c_long;
+        return syscall(
+            SYS_IOCTL,
+            fd,
+            PERF_EVENT_IOC_PERIOD,
+            &mut value as *mut u64 as c_long,
+            0,
+        ) == 0;
+    }
+    let spec = [
+        (period / 1_000_000_000) as i64,
+        (period % 1_000_000_000) as i64,
+        (period / 1_000_000_000) as i64,
+        (period % 1_000_000_000) as i64,
+    ];
+    let id = (timer - 1) as c_long;
+    syscall(SYS_TIMER_SETTIME, id, 0, spec.as_ptr() as c_long, 0) == 0
 }
 
 /// A POSIX timer on the thread's CPU clock that sends it `SIGPROF` every `period` ns of it
@@ -569,10 +607,17 @@ extern "C" fn on_tick(_signal: c_int, _info: *mut c_void, _context: *mut c_void)
     let me = thread();
     let now = clock(CLOCK_THREAD_CPUTIME_ID);
     let since = now.saturating_sub(me.last_cpu.swap(now, Relaxed));
-    let ran = match me.timer.load(Relaxed) & PERF_TIMER {
+    let timer = me.timer.load(Relaxed);
+    let period = me.period.load(Relaxed);
+    let ran = match timer & PERF_TIMER {
         0 => since,
-        _ => control.period_ns,
+        _ => period,
     };
+    // A new period asked for (a quiet stretch begins or ends): from this look on.
+    let wanted = looks_period(control);
+    if wanted != period && timer != 0 && rearm(timer, wanted) {
+        me.period.store(wanted, Relaxed);
+    }
     control.samples.fetch_add(1, Relaxed);
     let experiment = Experiment::from_word(control.current.load(Acquire));
     let selected = experiment.candidate.map(usize::from);

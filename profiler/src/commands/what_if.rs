@@ -184,6 +184,9 @@ pub struct Outcome {
     /// Of those, the ones timed, and their latencies in virtual time added up.
     pub progress_timed: u64,
     pub progress_latency_ns: u64,
+    /// A quiet baseline: a stretch with nothing selected and the looks slowed tenfold, which
+    /// measures the program with little of the looks' cost (`rotation.rs`).
+    pub quiet: bool,
 }
 
 impl Outcome {
@@ -210,6 +213,7 @@ impl Outcome {
             progress_ends: counts.progress_ends,
             progress_timed: counts.progress_timed,
             progress_latency_ns: counts.progress_latency_ns,
+            quiet: false,
         }
     }
 }

@@ -161,6 +161,13 @@ impl ControlPage {
         self.control().current.store(experiment.word(), Release);
     }
 
+    /// Slows the program's looks to every `period` ns of a thread's CPU time (a quiet baseline
+    /// stretch), or back to the page's own period (`None`); each thread's timer takes it at its
+    /// next look.
+    pub fn slow_looks(&mut self, period: Option<u64>) {
+        (self.control().looks_period_ns).store(period.unwrap_or(0), Release);
+    }
+
     /// Whether the agent started the experiments in the program.
     pub fn started(&self) -> bool {
         self.control().signal.load(Relaxed) != 0

@@ -8,6 +8,14 @@
 //! progress point, a stretch's mean latency against its round's baseline stretch (seconds
 //! apart). The prediction is the median of the runs' (on a shared machine one run in a few is
 //! slowed by its neighbours, by 5-20%: a mean moved 5-7 points with it, 2026-12-03).
+//!
+//! With quiet baseline stretches (the looks slowed tenfold, `rotation.rs`), a stretch's gain in
+//! time is divided by the baseline less the looks' cost rather than by the baseline: each gain
+//! is scaled by the baselines' median over the quiet ones' ([`Summary::looks_cost`]). The
+//! looks' cost is in every stretch and not scaled by a speedup; left in the denominator it
+//! pulled the loopback server's `handle` at 50% 2.6 points low on average (a 26-29% gain, with
+//! a baseline 6-10% longer than the program alone, 2026-12-03). The rate (`ends/s`) is not
+//! scaled.
 
 use super::{Candidate, Outcome};
 use anyhow::Result;
@@ -53,6 +61,9 @@ pub struct Summary {
     pub baseline_s: Vec<f64>,
     /// Their median: the time the gains are of.
     pub baseline_median_s: f64,
+    /// With quiet baseline stretches: how much longer the baseline took than they did, as a
+    /// fraction (the looks' cost, 0.05 for 5%), which the gains are corrected for.
+    pub looks_cost: Option<f64>,
     pub curves: Vec<Curve>,
 }
 
@@ -98,19 +109,24 @@ pub fn summarize(
         Some(feature) => Measure::Latency(feature.to_owned()),
         None => Measure::RunTime,
     };
-    let baseline_s: Vec<f64> = outcomes
-        .iter()
-        .filter(|o| o.candidate.is_none())
+    let baseline = |o: &&Outcome| o.candidate.is_none() && !o.quiet;
+    let baseline_s: Vec<f64> = (outcomes.iter().filter(baseline))
         .filter_map(|o| measure.of(o))
         .collect();
     let baseline_median_s = median(&baseline_s);
+    let quiet_s: Vec<f64> = (outcomes.iter().filter(|o| o.quiet))
+        .filter_map(|o| measure.of(o))
+        .collect();
+    let looks_cost = (!quiet_s.is_empty() && median(&quiet_s) > 0.0 && baseline_median_s > 0.0)
+        .then(|| baseline_median_s / median(&quiet_s) - 1.0);
+    let scale = 1.0 + looks_cost.unwrap_or(0.0);
     let rate = |run: &Outcome| {
         let virtual_s = run.wall_ns.saturating_sub(run.delay_ns).max(1) as f64 / 1e9;
         (run.progress_ends > 0).then(|| run.progress_ends as f64 / virtual_s)
     };
     let baseline_rate = median(
         &(outcomes.iter())
-            .filter(|o| o.candidate.is_none())
+            .filter(baseline)
             .filter_map(rate)
             .collect::<Vec<_>>(),
     );
@@ -118,7 +134,7 @@ pub fn summarize(
     // slowed for a while slows both), else the baselines' median.
     let baseline_of = |run: &Outcome, value: &dyn Fn(&Outcome) -> Option<f64>, all: f64| {
         (outcomes.iter())
-            .find(|o| o.candidate.is_none() && o.round.is_some() && o.round == run.round)
+            .find(|o| baseline(o) && o.round.is_some() && o.round == run.round)
             .and_then(value)
             .filter(|&b| b > 0.0)
             .unwrap_or(all)
@@ -139,7 +155,7 @@ pub fn summarize(
                         .iter()
                         .filter_map(|o| {
                             let base = baseline_of(o, &|b| measure.of(b), baseline_median_s);
-                            Some((base - measure.of(o)?) * 100.0 / base)
+                            Some((base - measure.of(o)?) * 100.0 / base * scale)
                         })
                         .collect();
                     let shares: Vec<f64> = runs
@@ -174,6 +190,7 @@ pub fn summarize(
         measure,
         baseline_s,
         baseline_median_s,
+        looks_cost,
         curves,
     }
 }
@@ -231,6 +248,13 @@ pub fn table(summary: &Summary) -> String {
         "Predicted gain: {gain}, in percent of the baseline (median of the {}).",
         summary.measure.unit()
     );
+    if let Some(cost) = summary.looks_cost {
+        let _ = writeln!(
+            out,
+            "The looks at the marks made the baseline {:+.1}% longer than the quiet stretches (looks slowed tenfold): the gains are of the baseline without that.",
+            cost * 100.0
+        );
+    }
     let width = summary
         .curves
         .iter()
@@ -593,6 +617,33 @@ mod tests {
         );
         assert!(table(&summary).contains("median of 2 stretches"));
         assert!(svg(&summary).contains("+25.0 .. +25.0, 2 stretches)"));
+        assert_eq!(summary.looks_cost, None);
+
+        // Quiet stretches 800 and 1000 us against baselines of 800 and 1200 (medians 900 and
+        // 1000): the looks cost 1000/900 - 1 = 11.1%, and each gain in time (200, 300 us) is of
+        // its baseline less that: 25% * 1000/900. A quiet stretch is never a round's baseline.
+        let quiet = |round, latency_us| Outcome {
+            quiet: true,
+            ..stretch(None, round, latency_us)
+        };
+        let with_quiet = [
+            quiet(0, 800),
+            stretch(None, 0, 800),
+            stretch(Some(0), 0, 600),
+            quiet(1, 1000),
+            stretch(None, 1, 1200),
+            stretch(Some(0), 1, 900),
+        ];
+        let summary = summarize(&candidates, &[50], Some("request"), &with_quiet);
+        let cost = summary.looks_cost.unwrap();
+        assert!((cost - (1000.0 / 900.0 - 1.0)).abs() < 1e-9, "{cost}");
+        assert_eq!(summary.baseline_s.len(), 2);
+        let point = &summary.curves[0].points[0];
+        assert!(
+            (point.gains.iter()).all(|g| (g - 25.0 * 1000.0 / 900.0).abs() < 1e-9),
+            "{point:?}"
+        );
+        assert!(table(&summary).contains("baseline +11.1% longer than the quiet stretches"));
     }
 
     #[test]
