@@ -2,8 +2,8 @@
 # `fsprof what-if` against the truth, for BENCHMARKS.md: for each ground-truth program of
 # tests/src/bin/whatif.rs (batch, pipeline, server) and two of its features at 20% and 50%,
 # the gain `what-if` predicts (the median of RUNS runs of each experiment) against the gain the knob
-# really buys (the program alone with the feature's work cut, RUNS runs interleaved with runs
-# without); then what an experiment run costs the program: its wall time alone, under the agent
+# really buys (the program alone with the feature's work cut, RUNS rounds of every setting, each
+# knob run against its round's run without the knob, the median over the rounds); then what an experiment run costs the program: its wall time alone, under the agent
 # with nothing selected (an experiment's baseline: timers, looks at the marks, waits watched)
 # and under the agent with experiments off, medians of RUNS rounds. The `latency` rows: the
 # server with `--progress request`, its requests' mean latency (the client's own measure with
@@ -59,15 +59,20 @@ def compare(label, mode, features, options, measure, extra=(), rounds=runs, rate
         for setting in settings:
             knob = [] if setting is None else ["--cheaper", f"{setting[0]}={setting[1]}"]
             truth[setting].append(measure([whatif, mode] + knob))
-    base = statistics.median(truth[None])
+    # Each knob run against its own round's run without the knob (a machine slowed for a few
+    # seconds moves both), then the median over the rounds, as the e2e tests take their truth.
+    def paired(setting, gain):
+        return statistics.median(gain(b, k) for b, k in zip(truth[None], truth[setting]))
     rows = []
     for curve in summary["curves"]:
         feature = curve["candidate"]["feature"]
         for point in curve["points"]:
-            knob = statistics.median(truth[(feature, point["speedup"])])
-            rows.append((label, feature, point["speedup"], (base - knob) * 100 / base, point["median"]))
+            setting = (feature, point["speedup"])
+            real = paired(setting, lambda b, k: (b - k) * 100 / b)
+            rows.append((label, feature, point["speedup"], real, point["median"]))
             if rate:
-                rows.append(("rate", feature, point["speedup"], (base / knob - 1) * 100, point["rate_gain"]))
+                real = paired(setting, lambda b, k: (b / k - 1) * 100)
+                rows.append(("rate", feature, point["speedup"], real, point["rate_gain"]))
     for label, feature, speedup, real, guess in sorted(rows, key=lambda row: row[0] == "rate"):
         print(f"{label:9} {feature:8} {speedup:>6}% {real:>+6.1f}% {guess:>+8.1f}% {guess - real:>+6.1f}")
 
