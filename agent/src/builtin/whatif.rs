@@ -347,14 +347,23 @@ fn rearm(timer: u64, period: u64) -> bool {
             0,
         ) == 0;
     }
-    let spec = [
+    set_cpu_timer((timer - 1) as i32, period)
+}
+
+/// Sets POSIX timer `id` to expire every `period` ns from now; whether the kernel agreed.
+fn set_cpu_timer(id: i32, period: u64) -> bool {
+    let (seconds, nanoseconds) = (
         (period / 1_000_000_000) as i64,
         (period % 1_000_000_000) as i64,
-        (period / 1_000_000_000) as i64,
-        (period % 1_000_000_000) as i64,
-    ];
-    let id = (timer - 1) as c_long;
-    syscall(SYS_TIMER_SETTIME, id, 0, spec.as_ptr() as c_long, 0) == 0
+    );
+    let spec = [seconds, nanoseconds, seconds, nanoseconds];
+    syscall(
+        SYS_TIMER_SETTIME,
+        id as c_long,
+        0,
+        spec.as_ptr() as c_long,
+        0,
+    ) == 0
 }
 
 /// A POSIX timer on the thread's CPU clock that sends it `SIGPROF` every `period` ns of it
@@ -376,21 +385,7 @@ fn cpu_timer(tid: i32, period: u64) -> Option<i32> {
     if created < 0 {
         return None;
     }
-    let period = period as i64;
-    let spec = [
-        period / 1_000_000_000,
-        period % 1_000_000_000,
-        period / 1_000_000_000,
-        period % 1_000_000_000,
-    ];
-    if syscall(
-        SYS_TIMER_SETTIME,
-        id as c_long,
-        0,
-        spec.as_ptr() as c_long,
-        0,
-    ) < 0
-    {
+    if !set_cpu_timer(id, period) {
         syscall(SYS_TIMER_DELETE, id as c_long, 0, 0, 0);
         return None;
     }
