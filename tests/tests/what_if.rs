@@ -643,52 +643,62 @@ fn an_interrupted_what_if_writes_what_it_measured() {
     use std::time::Duration;
     let _serial = serial();
     let temp = tempdir();
-    let interrupt = |options: &[&str], program: &[&str], after: &str| {
-        let out = temp.path().join("interrupted");
-        let _ = std::fs::remove_dir_all(&out);
-        let mut what_if = Guarded(
-            as_from_a_terminal(&mut Command::new(fsprof()))
-                .arg("what-if")
-                .args(options)
-                .arg("-o")
-                .arg(&out)
-                .arg("--")
-                .args(program)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        );
-        let lines = stderr_lines(&mut what_if);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut seen = Vec::new();
-        while !seen.iter().any(|l: &String| l.contains(after)) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match lines.recv_timeout(left) {
-                Ok(line) => seen.push(line),
-                Err(_) => panic!("no {after:?} within 60 s: {seen:#?}"),
+    // Interrupted once `ready` holds for the lines printed so far (described by `after`).
+    let interrupt =
+        |options: &[&str], program: &[&str], after: &str, ready: &dyn Fn(&[String]) -> bool| {
+            let out = temp.path().join("interrupted");
+            let _ = std::fs::remove_dir_all(&out);
+            let mut what_if = Guarded(
+                as_from_a_terminal(&mut Command::new(fsprof()))
+                    .arg("what-if")
+                    .args(options)
+                    .arg("-o")
+                    .arg(&out)
+                    .arg("--")
+                    .args(program)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            );
+            let lines = stderr_lines(&mut what_if);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut seen = Vec::new();
+            while !ready(&seen) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match lines.recv_timeout(left) {
+                    Ok(line) => seen.push(line),
+                    Err(_) => panic!("no {after:?} within 60 s: {seen:#?}"),
+                }
             }
-        }
-        // SAFETY: a signal to the child this test started.
-        assert_eq!(unsafe { libc::kill(what_if.pid() as i32, libc::SIGINT) }, 0);
-        let status = what_if.wait_with_deadline(Duration::from_secs(30));
-        seen.extend(lines.try_iter());
-        assert!(status.success(), "{status}: {seen:#?}");
-        assert!(
-            seen.iter()
-                .any(|l| l.contains("fsprof: what-if: interrupted after")),
-            "{seen:#?}"
-        );
-        let json: Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("what-if.json")).unwrap())
-                .unwrap();
-        (json["runs"].as_array().unwrap().len(), seen)
-    };
+            // SAFETY: a signal to the child this test started.
+            assert_eq!(unsafe { libc::kill(what_if.pid() as i32, libc::SIGINT) }, 0);
+            let status = what_if.wait_with_deadline(Duration::from_secs(30));
+            seen.extend(lines.try_iter());
+            assert!(status.success(), "{status}: {seen:#?}");
+            assert!(
+                seen.iter()
+                    .any(|l| l.contains("fsprof: what-if: interrupted after")),
+                "{seen:#?}"
+            );
+            let json: Value =
+                serde_json::from_str(&std::fs::read_to_string(out.join("what-if.json")).unwrap())
+                    .unwrap();
+            (json["runs"].as_array().unwrap().len(), seen)
+        };
     // Whole runs: 3 of each of 2 experiments planned; interrupted during the third run.
     let (runs, _) = interrupt(
         &["--feature", "decode", "--speedups", "50", "--runs", "3"],
         &[whatif(), "pipeline"],
-        "run 3 of 6",
+        "run 3 of 6 and a baseline run done",
+        // The runs come in a shuffled order: interrupted before a baseline run ended, what-if
+        // has nothing to compare with and says so (exit status 1), which is not this test's case.
+        &|seen| {
+            let baseline = seen.iter().position(|l| l.contains(": baseline"));
+            let third = seen.iter().position(|l| l.contains("run 3 of 6"));
+            // A line after the baseline's: that run ended.
+            baseline.is_some_and(|b| seen.len() > b + 1) && third.is_some()
+        },
     );
     assert!((2..6).contains(&runs), "{runs} runs written");
     // Turns within one run of a server with far more requests than the experiments need.
@@ -703,6 +713,7 @@ fn an_interrupted_what_if_writes_what_it_measured() {
         ],
         &[whatif(), "server", "1000000"],
         "round 3 of 10",
+        &|seen| seen.iter().any(|l| l.contains("round 3 of 10")),
     );
     assert!(
         (4..20).contains(&stretches),
