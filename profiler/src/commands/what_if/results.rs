@@ -14,8 +14,9 @@
 //! is scaled by the baselines' median over the quiet ones' ([`Summary::looks_cost`]). The
 //! looks' cost is in every stretch and not scaled by a speedup; left in the denominator it
 //! pulled the loopback server's `handle` at 50% 2.6 points low on average (a 26-29% gain, with
-//! a baseline 6-10% longer than the program alone, 2026-12-03). The rate (`ends/s`) is not
-//! scaled.
+//! a baseline 6-10% longer than the program alone, 2026-12-03). The rate (`ends/s`) is
+//! corrected the same way by its own measure of that cost ([`Summary::rate_looks_cost`]): the
+//! time between two ends, less the looks' share of it, against the baseline's, less the same.
 
 use super::{Candidate, Outcome};
 use anyhow::Result;
@@ -64,6 +65,10 @@ pub struct Summary {
     /// With quiet baseline stretches: how much longer the baseline took than they did, as a
     /// fraction (the looks' cost, 0.05 for 5%), which the gains are corrected for.
     pub looks_cost: Option<f64>,
+    /// With quiet baseline stretches and a progress point: how much longer the baseline's time
+    /// between two ends of the progress marks was than the quiet stretches', as a fraction,
+    /// which the rate gains are corrected for.
+    pub rate_looks_cost: Option<f64>,
     pub curves: Vec<Curve>,
 }
 
@@ -130,6 +135,22 @@ pub fn summarize(
             .filter_map(rate)
             .collect::<Vec<_>>(),
     );
+    let quiet_rate = median(
+        &(outcomes.iter())
+            .filter(|o| o.quiet)
+            .filter_map(rate)
+            .collect::<Vec<_>>(),
+    );
+    let rate_looks_cost =
+        (matches!(measure, Measure::Latency(_)) && quiet_rate > 0.0 && baseline_rate > 0.0)
+            .then(|| quiet_rate / baseline_rate - 1.0);
+    // A stretch's rate gain: the time between two ends in it and in its baseline, each less the
+    // looks' share of the baseline's (`rate_looks_cost`); none where that leaves nothing.
+    let rate_gain = |run_rate: f64, base_rate: f64| {
+        let looks_s = (1.0 - 1.0 / (1.0 + rate_looks_cost.unwrap_or(0.0))) / base_rate;
+        let run_s = 1.0 / run_rate - looks_s;
+        (run_s > 0.0).then(|| ((1.0 / base_rate - looks_s) / run_s - 1.0) * 100.0)
+    };
     // What a run is compared with: its round's baseline stretch (seconds from it, so a machine
     // slowed for a while slows both), else the baselines' median.
     let baseline_of = |run: &Outcome, value: &dyn Fn(&Outcome) -> Option<f64>, all: f64| {
@@ -175,7 +196,7 @@ pub fn summarize(
                                 &(runs.iter())
                                     .filter_map(|o| {
                                         let base = baseline_of(o, &rate, baseline_rate);
-                                        Some((rate(o)? / base - 1.0) * 100.0)
+                                        rate_gain(rate(o)?, base)
                                     })
                                     .collect::<Vec<_>>(),
                             )),
@@ -191,6 +212,7 @@ pub fn summarize(
         baseline_s,
         baseline_median_s,
         looks_cost,
+        rate_looks_cost,
         curves,
     }
 }
@@ -252,6 +274,13 @@ pub fn table(summary: &Summary) -> String {
         let _ = writeln!(
             out,
             "The looks at the marks made the baseline {:+.1}% longer than the quiet stretches (looks slowed tenfold): the gains are of the baseline without that.",
+            cost * 100.0
+        );
+    }
+    if let Some(cost) = summary.rate_looks_cost {
+        let _ = writeln!(
+            out,
+            "They made the time between two ends {:+.1}% longer: the ends/s gains are of the baseline without that.",
             cost * 100.0
         );
     }
@@ -644,6 +673,38 @@ mod tests {
             "{point:?}"
         );
         assert!(table(&summary).contains("baseline +11.1% longer than the quiet stretches"));
+        // 100 ends each in 300 ms: the rate took no cost, and the gain is the rate's.
+        assert_eq!(summary.rate_looks_cost, Some(0.0));
+        assert!((point.rate_gain.unwrap()).abs() < 1e-9, "{point:?}");
+    }
+
+    #[test]
+    fn the_rates_gain_is_of_the_baseline_without_the_looks() {
+        let candidates = [Candidate {
+            feature: "handle".into(),
+            instance: None,
+        }];
+        // Ends every 1.0 ms in the quiet stretch and 1.1 ms in the baseline: the looks take
+        // 0.1 ms of each. With the knob, every 0.8 ms: 0.7 without the looks, against 1.0.
+        let stretch = |candidate: Option<usize>, quiet, ends: u64| Outcome {
+            round: Some(0),
+            quiet,
+            progress_ends: ends,
+            progress_timed: ends,
+            progress_latency_ns: ends * 500_000,
+            ..outcome(candidate, if candidate.is_some() { 50 } else { 0 }, 880, 0)
+        };
+        let outcomes = [
+            stretch(None, true, 880),
+            stretch(None, false, 800),
+            stretch(Some(0), false, 1100),
+        ];
+        let summary = summarize(&candidates, &[50], Some("request"), &outcomes);
+        let cost = summary.rate_looks_cost.unwrap();
+        assert!((cost - 0.1).abs() < 1e-9, "{cost}");
+        let gain = summary.curves[0].points[0].rate_gain.unwrap();
+        assert!((gain - (1.0 / 0.7 - 1.0) * 100.0).abs() < 1e-6, "{gain}");
+        assert!(table(&summary).contains("between two ends +10.0% longer"));
     }
 
     #[test]
