@@ -269,7 +269,7 @@ fn cpu_spread(json: &Value) -> f64 {
     }
     let mut groups: std::collections::HashMap<String, (f64, f64)> = Default::default();
     for run in runs {
-        let key = format!("{}/{}", run["candidate"], run["speedup"]);
+        let key = format!("{}/{}/{}", run["candidate"], run["speedup"], run["quiet"]);
         let samples = field(run, "samples");
         let (low, high) = groups.entry(key).or_insert((f64::INFINITY, 0.0));
         *low = low.min(samples);
@@ -686,21 +686,22 @@ fn an_interrupted_what_if_writes_what_it_measured() {
                     .unwrap();
             (json["runs"].as_array().unwrap().len(), seen)
         };
-    // Whole runs: 3 of each of 2 experiments planned; interrupted during the third run.
+    // Whole runs: 3 of each of 3 experiments (the baseline, a quiet one, decode 50% faster)
+    // planned; interrupted during the third run.
     let (runs, _) = interrupt(
         &["--feature", "decode", "--speedups", "50", "--runs", "3"],
         &[whatif(), "pipeline"],
-        "run 3 of 6 and a baseline run done",
+        "run 3 of 9 and a baseline run done",
         // The runs come in a shuffled order: interrupted before a baseline run ended, what-if
         // has nothing to compare with and says so (exit status 1), which is not this test's case.
         &|seen| {
             let baseline = seen.iter().position(|l| l.contains(": baseline"));
-            let third = seen.iter().position(|l| l.contains("run 3 of 6"));
+            let third = seen.iter().position(|l| l.contains("run 3 of 9"));
             // A line after the baseline's: that run ended.
             baseline.is_some_and(|b| seen.len() > b + 1) && third.is_some()
         },
     );
-    assert!((2..6).contains(&runs), "{runs} runs written");
+    assert!((2..9).contains(&runs), "{runs} runs written");
     // Turns within one run of a server with far more requests than the experiments need.
     let (stretches, seen) = interrupt(
         &[

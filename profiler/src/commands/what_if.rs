@@ -7,6 +7,11 @@
 //! that passes the selection and brings back the delays is `fsprof_shim::whatif`), and the
 //! program's time less the delay inserted is its time with that code faster.
 //!
+//! Each round of experiments also has a quiet baseline ([`Turn::Quiet`]): nothing selected and
+//! the looks slowed tenfold. The looks every millisecond cost the program a few percent in every
+//! other run or stretch, a cost no speedup removes; against the quiet baselines the gains are
+//! of the program with little of it (`what_if/results.rs`).
+//!
 //! This module: the options, the candidates (named, or the heaviest features of a first profile
 //! recorded with marks only), the experiments, and their results written out
 //! (`what_if/results.rs`). Without a progress point the gains are of the program's run time,
@@ -382,14 +387,14 @@ fn whole_runs(setup: &Setup) -> Result<Vec<Outcome>> {
     );
     let mut outcomes = Vec::with_capacity(plan.len());
     let stop = rotation::Stop::install()?;
-    for (done, &experiment) in plan.iter().enumerate() {
-        let what = describe(candidates, experiment);
+    for (done, &turn) in plan.iter().enumerate() {
+        let what = describe(candidates, turn);
         eprintln!(
             "fsprof: what-if: run {} of {}: {what}",
             done + 1,
             plan.len()
         );
-        let outcome = whole_run(setup, experiment);
+        let outcome = whole_run(setup, turn);
         if stop.any() {
             // Ctrl-C from the terminal ends the run too (one that ended well is kept): what
             // the runs measured is written.
@@ -399,7 +404,10 @@ fn whole_runs(setup: &Setup) -> Result<Vec<Outcome>> {
                 outcomes.len(),
                 plan.len()
             );
-            if !outcomes.iter().any(|o: &Outcome| o.candidate.is_none()) {
+            if !outcomes
+                .iter()
+                .any(|o: &Outcome| o.candidate.is_none() && !o.quiet)
+            {
                 bail!("interrupted before a baseline run: nothing to compare with");
             }
             break;
@@ -415,22 +423,55 @@ fn whole_runs(setup: &Setup) -> Result<Vec<Outcome>> {
     Ok(outcomes)
 }
 
-/// How the progress lines name an experiment.
-fn describe(candidates: &[Candidate], (candidate, speedup): (Option<usize>, u32)) -> String {
-    match candidate {
-        None => "baseline".to_owned(),
-        Some(index) => format!("{} {speedup}% faster", candidates[index].label()),
+/// A run's or stretch's turn in a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Turn {
+    /// An experiment (a candidate and speedup), or the baseline (`None`).
+    Experiment((Option<usize>, u32)),
+    /// A quiet baseline: nothing selected, the looks every [`QUIET_PERIOD_NS`]. What the
+    /// looks every millisecond cost the program's measure is in every other run or stretch and
+    /// not scaled by a speedup; against this one the gains are of the program with little of it
+    /// (`results.rs`).
+    Quiet,
+}
+
+impl Turn {
+    /// The candidate and speedup it selects (a quiet baseline selects nothing).
+    fn experiment(self) -> (Option<usize>, u32) {
+        match self {
+            Turn::Experiment(experiment) => experiment,
+            Turn::Quiet => (None, 0),
+        }
+    }
+
+    /// The control page's period of looks for it (`None`: what-if's own).
+    fn looks_period_ns(self) -> Option<u64> {
+        matches!(self, Turn::Quiet).then_some(QUIET_PERIOD_NS)
     }
 }
 
-/// `runs` of the baseline and of each candidate at each speedup, shuffled (drift of the machine
-/// spreads over all of them rather than biasing one).
-fn plan(candidates: usize, speedups: &[u32], runs: usize) -> Vec<(Option<usize>, u32)> {
+/// The looks' period in a quiet baseline: ten times what-if's. The server of the ground truths
+/// took 1.057 times its time alone with looks every millisecond, 1.013 every 10 ms and 1.015
+/// every second (`tests/benches/what-if-period.py`, 2026-12-03).
+const QUIET_PERIOD_NS: u64 = 10_000_000;
+
+/// How the progress lines name an experiment.
+fn describe(candidates: &[Candidate], turn: Turn) -> String {
+    match turn.experiment() {
+        (None, _) if turn == Turn::Quiet => "quiet baseline (looks every 10 ms)".to_owned(),
+        (None, _) => "baseline".to_owned(),
+        (Some(index), speedup) => format!("{} {speedup}% faster", candidates[index].label()),
+    }
+}
+
+/// `runs` rounds of the baseline, a quiet baseline and each candidate at each speedup,
+/// shuffled (drift of the machine spreads over all of them rather than biasing one).
+fn plan(candidates: usize, speedups: &[u32], runs: usize) -> Vec<Turn> {
     let mut plan = Vec::new();
     for _ in 0..runs {
-        plan.push((None, 0));
+        plan.extend([Turn::Experiment((None, 0)), Turn::Quiet]);
         for candidate in 0..candidates {
-            plan.extend(speedups.iter().map(|&s| (Some(candidate), s)));
+            plan.extend((speedups.iter()).map(|&s| Turn::Experiment((Some(candidate), s))));
         }
     }
     shuffle(&mut plan);
@@ -494,12 +535,14 @@ impl Setup<'_> {
 /// The agent did not start: why that may be.
 const NOT_STARTED: &str = "the agent did not start the experiments in the program (a statically linked program, one that resets LD_PRELOAD, or an agent older than this fsprof)";
 
-/// One run of the program under the agent with `experiment` (a candidate index and speedup;
-/// `None`: a baseline, timed and looked at the same way, with nothing selected).
-fn whole_run(setup: &Setup, experiment: (Option<usize>, u32)) -> Result<Outcome> {
+/// One run of the program under the agent for `turn`: an experiment (a candidate index and
+/// speedup), or a baseline, timed and looked at the same way with nothing selected.
+fn whole_run(setup: &Setup, turn: Turn) -> Result<Outcome> {
     let program = setup.program;
     let mut page = ControlPage::new(setup.candidates)?;
+    let experiment = turn.experiment();
     page.set(experiment.0, experiment.1);
+    page.slow_looks(turn.looks_period_ns());
     let mut command = setup.command(&page)?;
     let start = Instant::now();
     let status = command
@@ -513,7 +556,10 @@ fn whole_run(setup: &Setup, experiment: (Option<usize>, u32)) -> Result<Outcome>
         bail!(NOT_STARTED);
     }
     let counts = page.counters(None).unwrap_or_default();
-    Ok(Outcome::new(experiment, wall_ns, counts, page.threads()))
+    Ok(Outcome {
+        quiet: turn == Turn::Quiet,
+        ..Outcome::new(experiment, wall_ns, counts, page.threads())
+    })
 }
 
 #[cfg(test)]
@@ -523,10 +569,12 @@ mod tests {
     #[test]
     fn the_plan_has_every_run_once() {
         let mut plan = plan(2, &[25, 50], 3);
-        assert_eq!(plan.len(), 3 * (1 + 2 * 2));
+        assert_eq!(plan.len(), 3 * (2 + 2 * 2));
         plan.sort();
-        assert_eq!(plan.iter().filter(|(c, _)| c.is_none()).count(), 3);
-        assert_eq!(plan.iter().filter(|&&p| p == (Some(1), 50)).count(), 3);
+        let count = |turn: Turn| plan.iter().filter(|&&t| t == turn).count();
+        assert_eq!(count(Turn::Experiment((None, 0))), 3);
+        assert_eq!(count(Turn::Quiet), 3);
+        assert_eq!(count(Turn::Experiment((Some(1), 50))), 3);
     }
 
     #[test]

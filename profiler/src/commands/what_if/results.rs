@@ -273,8 +273,9 @@ pub fn table(summary: &Summary) -> String {
     if let Some(cost) = summary.looks_cost {
         let _ = writeln!(
             out,
-            "The looks at the marks made the baseline {:+.1}% longer than the quiet stretches (looks slowed tenfold): the gains are of the baseline without that.",
-            cost * 100.0
+            "The looks at the marks made the baseline {:+.1}% longer than the quiet {} (looks slowed tenfold): the gains are of the baseline without that.",
+            cost * 100.0,
+            summary.measure.unit()
         );
     }
     if let Some(cost) = summary.rate_looks_cost {

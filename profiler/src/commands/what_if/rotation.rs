@@ -10,7 +10,7 @@
 //! Not here: what the stretches predict (`results.rs`), and whole runs (`what_if.rs`).
 
 use super::control::{ControlPage, Counters};
-use super::{first_profile, heaviest, plan, shuffle, Candidate, Outcome, Setup, NOT_STARTED};
+use super::{first_profile, heaviest, plan, shuffle, Candidate, Outcome, Setup, Turn, NOT_STARTED};
 use crate::commands::session;
 use crate::program::scanned::ScannedFiles;
 use crate::record::schedule::End;
@@ -87,23 +87,6 @@ impl Stop {
     }
 }
 
-/// A stretch's turn in a round.
-#[derive(Clone, Copy)]
-enum Turn {
-    /// An experiment (a candidate and speedup), or the baseline (`None`).
-    Experiment((Option<usize>, u32)),
-    /// A quiet baseline: nothing selected, the looks every [`QUIET_PERIOD_NS`]. What the
-    /// looks every millisecond cost the program's measure is in every other stretch and not
-    /// scaled by a speedup; against this one the gains are of the program with little of it
-    /// (`results.rs`).
-    Quiet,
-}
-
-/// The looks' period in a quiet baseline stretch: ten times what-if's. The server of the
-/// ground truths took 1.057 times its time alone with looks every millisecond, 1.013 every
-/// 10 ms and 1.015 every second (`tests/benches/what-if-period.py`, 2026-12-03).
-const QUIET_PERIOD_NS: u64 = 10_000_000;
-
 /// How a stretch ended.
 enum Stretch {
     /// Counted: its wall time and counts.
@@ -156,10 +139,7 @@ pub(super) fn rotate(setup: &Setup) -> Result<(Vec<Candidate>, Vec<Outcome>, Opt
         }
     };
     // Each round: every experiment, the baseline, and a quiet baseline (the looks slowed).
-    let mut experiments: Vec<Turn> = (plan(candidates.len(), &options.speedups, 1).into_iter())
-        .map(Turn::Experiment)
-        .chain([Turn::Quiet])
-        .collect();
+    let mut experiments = plan(candidates.len(), &options.speedups, 1);
     let mut outcomes = Vec::with_capacity(rounds * experiments.len());
     let mut ended = None;
     'rounds: for round in 0..rounds {
@@ -171,12 +151,9 @@ pub(super) fn rotate(setup: &Setup) -> Result<(Vec<Candidate>, Vec<Outcome>, Opt
             (SETTLE + SHORTEST).as_secs_f64()
         );
         for &turn in &experiments {
-            let experiment = match turn {
-                Turn::Experiment(experiment) => experiment,
-                Turn::Quiet => (None, 0),
-            };
-            let quiet = matches!(turn, Turn::Quiet);
-            turns.page.slow_looks(quiet.then_some(QUIET_PERIOD_NS));
+            let experiment = turn.experiment();
+            let quiet = turn == Turn::Quiet;
+            turns.page.slow_looks(turn.looks_period_ns());
             turns.page.set(experiment.0, experiment.1);
             match turns.stretch(&mut child, &stop)? {
                 Stretch::Done(wall_ns, counts) => outcomes.push(Outcome {
