@@ -14,8 +14,9 @@
 //!   `try` form first and not marked), and futex waits made through `syscall` (Rust's std
 //!   locks, but also its channels, condition variables and parking, which a futex wait cannot
 //!   tell apart from a lock);
-//! * `waiting`: condition-variable waits (pthread_cond_wait, timedwait, clockwait): a thread
-//!   waiting for another to signal it (for work, say), not lock contention;
+//! * `waiting`: condition-variable waits (pthread_cond_wait, timedwait, clockwait), POSIX
+//!   semaphore waits and barrier waits: a thread waiting for another to signal it (for work,
+//!   say), not lock contention;
 //! * `sleep`: nanosleep, clock_nanosleep, usleep, sleep; `poll`: poll, ppoll, select, pselect,
 //!   epoll_wait, epoll_pwait;
 //! * `process`: fork, posix_spawn, posix_spawnp, execve, execveat, execv, execvp, execvpe,
@@ -87,7 +88,7 @@
 //! `CLONE_VM` keeps a slot in a region not mapped in it, and faults on its first mark (`fork`'s
 //! handler and the `_Fork` wrapper make a child forget the region). A mark left by a signal
 //! handler's `siglongjmp` stays until the thread's next interposed call. Other libc functions
-//! that block (`accept`, `connect`, `sem_wait`, `flock`, ...) are not features. Calls that libc makes internally without going
+//! that block (`accept`, `connect`, `flock`, ...) are not features. Calls that libc makes internally without going
 //! through its own symbol table (`fclose` flushing, `system`'s fork) are counted by the outer
 //! call if it is interposed, and not at all otherwise. Only x86-64 Linux (glibc): elsewhere this
 //! module is not compiled and the agent only offers the C ABI. Statically linked programs cannot
@@ -174,6 +175,7 @@ extern "C" fn init() {
         locks::LOCK,
         locks::TIMED_LOCK,
         locks::SEMAPHORE_WAIT,
+        locks::BARRIER_WAIT,
         locks::WAKE,
         &[
             &futex::syscall::REAL,

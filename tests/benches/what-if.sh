@@ -55,7 +55,7 @@ def compare(label, mode, features, options, measure, extra=(), rounds=runs, rate
     summary = json.load(open(os.path.join(out, "what-if.json")))["summary"]
     settings = [None] + [(f, s) for f in features for s in speedups]
     truth = {setting: [] for setting in settings}
-    for _ in range(runs):
+    for _ in range(rounds):
         for setting in settings:
             knob = [] if setting is None else ["--cheaper", f"{setting[0]}={setting[1]}"]
             truth[setting].append(measure([whatif, mode] + knob))

@@ -1,6 +1,6 @@
 //! Locks: only the wait is marked (`locks`): an uncontended `pthread_mutex_lock` or rwlock takes
-//! the `try` form first and is not marked; condition-variable waits (`stdio.rs`) and POSIX
-//! semaphore waits are `waiting`. The wake-ups (`pthread_mutex_unlock`, `pthread_cond_signal`,
+//! the `try` form first and is not marked; condition-variable waits (`stdio.rs`), POSIX
+//! semaphore waits and barrier waits are `waiting`. The wake-ups (`pthread_mutex_unlock`, `pthread_cond_signal`,
 //! `pthread_cond_broadcast`, `sem_post`) are interposed only for what-if experiments, where a
 //! thread pays its delay before it wakes another: otherwise they jump to libc's at once.
 
@@ -77,6 +77,52 @@ interpose! {
     WAITING true fn sem_wait(sem: *mut c_void) -> c_int;
     WAITING true fn sem_timedwait(sem: *mut c_void, abstime: *const c_void) -> c_int;
     WAITING true fn sem_clockwait(sem: *mut c_void, clock: c_int, abstime: *const c_void) -> c_int;
+}
+
+/// The real `pthread_barrier_wait`, resolved by the constructor.
+pub(super) static BARRIER_WAIT: &[&Real] = &[&pthread_barrier_wait::REAL];
+
+/// `pthread_barrier_wait` is a wait (`waiting`) and a wake-up: the last thread to arrive wakes
+/// the others inside libc, where no interposed call sees it. During a what-if experiment a
+/// thread pays its delay before it arrives (it may be the last), and what accrues while it
+/// waits is forgiven.
+#[allow(non_snake_case)]
+mod pthread_barrier_wait {
+    use super::*;
+    pub(super) static REAL: Real = Real::new(b"pthread_barrier_wait\0");
+
+    pub(super) unsafe extern "C-unwind" fn paying(barrier: *mut c_void, caller: Caller) -> c_int {
+        if super::whatif::active() {
+            super::whatif::pay();
+        }
+        waiting::imp(barrier, caller)
+    }
+
+    mod waiting {
+        use super::*;
+        imp!(
+            WAITING,
+            true,
+            super::REAL,
+            fn(barrier: *mut c_void) -> c_int
+        );
+    }
+}
+
+/// Interposed: see [`pthread_barrier_wait`](mod@pthread_barrier_wait).
+///
+/// # Safety
+/// As the libc function of this name.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn pthread_barrier_wait(barrier: *mut c_void) -> c_int {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        pass_caller!(barrier),
+        "jmp {paying}",
+        ".cfi_endproc",
+        paying = sym pthread_barrier_wait::paying,
+    )
 }
 
 interpose! {

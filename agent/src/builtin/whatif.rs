@@ -12,15 +12,15 @@
 //!   the global delay less its own count;
 //! * a thread pays before it wakes another (a futex wake made through `syscall`: Rust's std
 //!   locks, channels, condition variables and parking; `pthread_mutex_unlock`,
-//!   `pthread_cond_signal`, `pthread_cond_broadcast` and `sem_post`; an output call, `write`,
-//!   `send`, ..., which may wake a reader of a pipe or socket; the end of a thread, which wakes
-//!   its joiner), and what accrues while it waits (a futex wait through `syscall`, a contended
-//!   pthread lock, a condition-variable or semaphore wait, `pthread_join`, an input call or a
-//!   poll) is forgiven, with what it owed as far as the wait outlasted it ([`block_end`]): the
-//!   thread that woke it had paid.
+//!   `pthread_cond_signal`, `pthread_cond_broadcast`, `sem_post` and `pthread_barrier_wait`; an
+//!   output call, `write`, `send`, ..., which may wake a reader of a pipe or socket; the end of
+//!   a thread, which wakes its joiner), and what accrues while it waits (a futex wait through
+//!   `syscall`, a contended pthread lock, a condition-variable, semaphore or barrier wait,
+//!   `pthread_join`, an input call or a poll) is forgiven, with what it owed as far as the wait
+//!   outlasted it ([`block_end`]): the thread that woke it had paid.
 //!
 //! Not handled yet: threads made without `pthread_create`, processes the program starts (a
-//! forked child leaves the experiment), barriers and other waits libc makes inside itself,
+//! forked child leaves the experiment), other waits libc makes inside itself (stdio's locks),
 //! and waits for something outside the program (a client in another process, a disk), which are
 //! forgiven as if another thread had paid.
 //! Everything here is async-signal-safe: raw system calls, atomics and the thread's static TLS.
