@@ -8,7 +8,8 @@
 # and under the agent with experiments off, medians of RUNS rounds. The `latency` rows: the
 # server with `--progress request`, its requests' mean latency (the client's own measure with
 # the knob) in place of its run time; there the experiments take turns within one run of
-# RUNS * 8000 requests, 2 * RUNS rounds of stretches. The `rate` rows: how much more often the
+# RUNS * 8000 requests, 2 * RUNS rounds of stretches, and the truth takes 2 * RUNS rounds too
+# (with RUNS its 20% rows moved 4 points between runs on a noisy host). The `rate` rows: how much more often the
 # requests would end (`ends/s`), against one over the same latency (a closed loop).
 # Run from the workspace root after `cargo build --release --workspace --all-targets`.
 # Usage: tests/benches/what-if.sh [RUNS]
