@@ -11,6 +11,8 @@
 # RUNS * 8000 requests, 2 * RUNS rounds of stretches, and the truth takes 2 * RUNS rounds too
 # (with RUNS its 20% rows moved 4 points between runs on a noisy host). The `rate` rows: how much more often the
 # requests would end (`ends/s`), against one over the same latency (a closed loop).
+# The `barrier` rows: tests/c/whatif_barrier.c (two C threads meeting at a pthread barrier each
+# phase; its knob is an argument `FEATURE=PERCENT`), built here with gcc.
 # Run from the workspace root after `cargo build --release --workspace --all-targets`.
 # Usage: tests/benches/what-if.sh [RUNS]
 set -euo pipefail
@@ -20,14 +22,26 @@ fsprof=${FSPROF:-$repo/target/release/fsprof}
 whatif=$repo/target/release/whatif
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+cp "$(dirname "$fsprof")/libfsprof_agent.so" "$tmp/"
+gcc -O2 -g -pthread -I agent/include -I tests/c tests/c/whatif_barrier.c -o "$tmp/whatif_barrier" \
+    -L"$tmp" -Wl,-rpath,'$ORIGIN' -lfsprof_agent
 python3 - "$runs" "$fsprof" "$whatif" "$tmp" <<'EOF_PY'
 import json, mmap, os, statistics, struct, subprocess, sys, time
 runs, fsprof, whatif, tmp = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+barrier = os.path.join(tmp, "whatif_barrier")
 programs = {
     "batch": ["parse", "check"],
     "pipeline": ["decode", "render"],
     "server": ["prepare", "handle"],
+    "barrier": ["solve", "check"],
 }
+
+def command(mode):
+    """The program of `mode`: a mode of the ground-truth binary, or the C barrier program."""
+    return [barrier] if mode == "barrier" else [whatif, mode]
+
+def knob(mode, feature, percent):
+    return [f"{feature}={percent}"] if mode == "barrier" else ["--cheaper", f"{feature}={percent}"]
 speedups = [20, 50]
 
 def timed(command, env=None, fds=()):
@@ -51,15 +65,15 @@ def compare(label, mode, features, options, measure, extra=(), rounds=runs, rate
             "--runs", str(rounds), "-o", out]
     for feature in features:
         args += ["--feature", feature]
-    subprocess.run(args + ["--", whatif, mode, *extra], check=True,
+    subprocess.run(args + ["--", *command(mode), *extra], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     summary = json.load(open(os.path.join(out, "what-if.json")))["summary"]
     settings = [None] + [(f, s) for f in features for s in speedups]
     truth = {setting: [] for setting in settings}
     for _ in range(rounds):
         for setting in settings:
-            knob = [] if setting is None else ["--cheaper", f"{setting[0]}={setting[1]}"]
-            truth[setting].append(measure([whatif, mode] + knob))
+            cut = [] if setting is None else knob(mode, *setting)
+            truth[setting].append(measure(command(mode) + cut))
     # Each knob run against its own round's run without the knob (a machine slowed for a few
     # seconds moves both), then the median over the rounds, as the e2e tests take their truth.
     def paired(setting, gain):
@@ -104,10 +118,10 @@ print(f"{'program':9} {'alone':>7} {'agent, off':>10} {'experiment':>10} {'ratio
 for mode in programs:
     alone, off, on = [], [], []
     for _ in range(runs):
-        alone.append(timed([whatif, mode]))
-        off.append(timed([whatif, mode], dict(os.environ, LD_PRELOAD=agent, FSPROF_BUILTINS="0")))
+        alone.append(timed(command(mode)))
+        off.append(timed(command(mode), dict(os.environ, LD_PRELOAD=agent, FSPROF_BUILTINS="0")))
         env, fd = experiment_env()
-        on.append(timed([whatif, mode], env, (fd,)))
+        on.append(timed(command(mode), env, (fd,)))
         os.close(fd)
     a, o, e = (statistics.median(v) * 1000 for v in (alone, off, on))
     print(f"{mode:9} {a:>7.1f} {o:>10.1f} {e:>10.1f} {e / a:>6.3f}")

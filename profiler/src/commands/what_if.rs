@@ -165,8 +165,8 @@ pub struct Outcome {
     pub candidate: Option<usize>,
     /// The speedup, percent (0 for a baseline).
     pub speedup: u32,
-    /// With the experiments in turn, the round of the stretch (each round holds one stretch of
-    /// each experiment and of the baseline).
+    /// The round of the run or stretch (each round holds one of each experiment, of the
+    /// baseline and of the quiet baseline, in a shuffled order).
     pub round: Option<usize>,
     /// Its wall time: the program's, from its start to its end, or the stretch's.
     pub wall_ns: u64,
@@ -380,21 +380,27 @@ fn whole_runs(setup: &Setup) -> Result<Vec<Outcome>> {
         log_path,
         ..
     } = *setup;
-    let plan = plan(
+    let rounds = plan(
         candidates.len(),
         &options.speedups,
         options.runs.unwrap_or(3),
     );
+    let plan: Vec<(usize, Turn)> = (rounds.iter().enumerate())
+        .flat_map(|(round, turns)| turns.iter().map(move |&turn| (round, turn)))
+        .collect();
     let mut outcomes = Vec::with_capacity(plan.len());
     let stop = rotation::Stop::install()?;
-    for (done, &turn) in plan.iter().enumerate() {
+    for (done, &(round, turn)) in plan.iter().enumerate() {
         let what = describe(candidates, turn);
         eprintln!(
             "fsprof: what-if: run {} of {}: {what}",
             done + 1,
             plan.len()
         );
-        let outcome = whole_run(setup, turn);
+        let outcome = whole_run(setup, turn).map(|outcome| Outcome {
+            round: Some(round),
+            ..outcome
+        });
         if stop.any() {
             // Ctrl-C from the terminal ends the run too (one that ended well is kept): what
             // the runs measured is written.
@@ -464,18 +470,21 @@ fn describe(candidates: &[Candidate], turn: Turn) -> String {
     }
 }
 
-/// `runs` rounds of the baseline, a quiet baseline and each candidate at each speedup,
-/// shuffled (drift of the machine spreads over all of them rather than biasing one).
-fn plan(candidates: usize, speedups: &[u32], runs: usize) -> Vec<Turn> {
-    let mut plan = Vec::new();
-    for _ in 0..runs {
-        plan.extend([Turn::Experiment((None, 0)), Turn::Quiet]);
-        for candidate in 0..candidates {
-            plan.extend((speedups.iter()).map(|&s| Turn::Experiment((Some(candidate), s))));
-        }
+/// `runs` rounds of the baseline, a quiet baseline and each candidate at each speedup, each
+/// round shuffled (drift of the machine spreads over all of them rather than biasing one) and
+/// seconds long, so that a run is compared with its own round's baseline (a machine slowed for
+/// a while slows both).
+fn plan(candidates: usize, speedups: &[u32], runs: usize) -> Vec<Vec<Turn>> {
+    let mut round = vec![Turn::Experiment((None, 0)), Turn::Quiet];
+    for candidate in 0..candidates {
+        round.extend((speedups.iter()).map(|&s| Turn::Experiment((Some(candidate), s))));
     }
-    shuffle(&mut plan);
-    plan
+    (0..runs)
+        .map(|_| {
+            shuffle(&mut round);
+            round.clone()
+        })
+        .collect()
 }
 
 /// Shuffles `items` (xorshift, seeded by the clock).
@@ -568,8 +577,10 @@ mod tests {
 
     #[test]
     fn the_plan_has_every_run_once() {
-        let mut plan = plan(2, &[25, 50], 3);
-        assert_eq!(plan.len(), 3 * (2 + 2 * 2));
+        let rounds = plan(2, &[25, 50], 3);
+        assert_eq!(rounds.len(), 3);
+        assert!(rounds.iter().all(|round| round.len() == 2 + 2 * 2));
+        let mut plan: Vec<Turn> = rounds.concat();
         plan.sort();
         let count = |turn: Turn| plan.iter().filter(|&&t| t == turn).count();
         assert_eq!(count(Turn::Experiment((None, 0))), 3);

@@ -4,9 +4,9 @@
 //! of one curve per candidate. Not here: running the experiments (`what_if.rs`).
 //!
 //! A run's prediction: its time less the global delay inserted (what the program would take
-//! with the selected code that much faster), against the median of the baseline runs; with a
+//! with the selected code that much faster), against its round's baseline run; with a
 //! progress point, a stretch's mean latency against its round's baseline stretch (seconds
-//! apart). The prediction is the median of the runs' (on a shared machine one run in a few is
+//! apart). A round is every experiment once, within seconds. The prediction is the median of the runs' (on a shared machine one run in a few is
 //! slowed by its neighbours, by 5-20%: a mean moved 5-7 points with it, 2026-12-03).
 //!
 //! With quiet baseline stretches (the looks slowed tenfold, `rotation.rs`), a stretch's gain in

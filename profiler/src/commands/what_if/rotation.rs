@@ -139,7 +139,7 @@ pub(super) fn rotate(setup: &Setup) -> Result<(Vec<Candidate>, Vec<Outcome>, Opt
         }
     };
     // Each round: every experiment, the baseline, and a quiet baseline (the looks slowed).
-    let mut experiments = plan(candidates.len(), &options.speedups, 1);
+    let mut experiments = plan(candidates.len(), &options.speedups, 1).concat();
     let mut outcomes = Vec::with_capacity(rounds * experiments.len());
     let mut ended = None;
     'rounds: for round in 0..rounds {
