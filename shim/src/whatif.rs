@@ -92,8 +92,13 @@ pub struct Control {
     /// them for a quiet baseline stretch (`what-if --progress`), and each thread's timer takes
     /// the new period at its next look.
     pub looks_period_ns: AtomicU64,
+    /// How much more than its period a look of the perf clock in the selected code credits,
+    /// parts per million: the looks' own cost, which that clock does not count (a timer's
+    /// interrupt and a signal, in the kernel) and which the selected code, made faster, would
+    /// shed with its time. `fsprof` measures it by quiet baselines; 0: none.
+    pub credit_ppm: AtomicU64,
     /// Reserved, zero.
-    pub reserved: [u64; 14],
+    pub reserved: [u64; 13],
     /// What the experiments may speed up.
     pub candidates: [Candidate; MAX_CANDIDATES],
 }

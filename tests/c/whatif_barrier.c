@@ -1,13 +1,14 @@
 /* whatif_barrier.c: the ground truth of `fsprof what-if` for C threads that meet at a
- * `pthread_barrier_wait` (tests/tests/what_if.rs): in each phase one thread solves (`solve`, 10
- * units of work, about a millisecond) while the other checks (`check`, 6 units), then both
- * wait at the barrier for the other. A phase takes as long as its longer half: `solve` 20% faster
- * buys about 20%, 50% faster only 40% (then `check` is the longer), and `check` faster buys
- * nothing. The last thread to arrive wakes the other inside libc (glibc's barrier makes its
- * futex calls itself). Phases about as long as what-if's looks (a millisecond of a thread's CPU
- * time) are where the barrier's part matters: four times longer, the delays paid at the looks
- * fall within each phase's slack; five times shorter, each look's lump of delay overflows it
- * (BENCHMARKS.md). Marked through the agent's C ABI; work is counted in steps, not timed.
+ * `pthread_barrier_wait` (tests/tests/what_if.rs): in each phase one thread solves (`solve`, 20
+ * units of work, about 2 ms) while the other checks (`check`, 12 units), then both wait at the
+ * barrier for the other. A phase takes as long as its longer half: `solve` 20% faster buys
+ * about 20%, 50% faster only 40% (then `check` is the longer), and `check` faster buys nothing.
+ * The last thread to arrive wakes the other inside libc (glibc's barrier makes its futex calls
+ * itself). Phases a few times what-if's looks (a millisecond of a thread's CPU time) are where
+ * the barrier's part shows: much longer, the delays paid at the looks fall within each phase's
+ * slack; as short as a look, its lump of delay lands while the other thread waits, and is
+ * forgiven (BENCHMARKS.md). Marked through the agent's C ABI; work is counted in steps, not
+ * timed.
  *
  *   whatif_barrier [PHASES] [solve=PERCENT] [check=PERCENT]
  *
@@ -25,8 +26,8 @@
 #define UNIT 100000ULL
 
 static const fsprof_feature *solve_feature, *check_feature;
-static double solve_units = 10.0, check_units = 6.0;
-static long phases = 240;
+static double solve_units = 20.0, check_units = 12.0;
+static long phases = 120;
 static pthread_barrier_t barrier;
 static volatile uint64_t sink;
 

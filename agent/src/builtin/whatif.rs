@@ -585,7 +585,8 @@ extern "C" fn at_exit() {
 /// The timer's handler: the CPU time this look stands for counts as the selected code's if the
 /// thread's marks say it is there now; then it pays.
 ///
-/// What a look stands for: from the perf clock, exactly one period. That clock counts user and
+/// What a look stands for: from the perf clock, exactly one period, and the looks' own cost in
+/// proportion to it (`Control::credit_ppm`, which `fsprof` measures). That clock counts user and
 /// kernel time alike but, opened with `exclude_kernel` (all `perf_event_paranoid=2` allows),
 /// drops a period that ends in the kernel: looks land in user code only, each one period
 /// apart on average, so one period each credits the selected code its own time. The thread's
@@ -594,7 +595,8 @@ extern "C" fn at_exit() {
 /// had its selected code credited a fifth too much, and a speedup of it was predicted 3-6
 /// points above what the real one bought (2026-12-03). From a POSIX timer, which counts the
 /// same clock but expires only at the scheduler's ticks and is delivered on the way back to
-/// user code (so even a tick in the kernel looks), the time since the previous look.
+/// user code (so even a tick in the kernel looks), the time since the previous look (which holds
+/// the looks' own cost).
 extern "C" fn on_tick(_signal: c_int, _info: *mut c_void, _context: *mut c_void) {
     let Some(control) = control() else {
         return;
@@ -606,7 +608,8 @@ extern "C" fn on_tick(_signal: c_int, _info: *mut c_void, _context: *mut c_void)
     let period = me.period.load(Relaxed);
     let ran = match timer & PERF_TIMER {
         0 => since,
-        _ => period,
+        // With the looks' own cost, which the perf clock does not count (`Control::credit_ppm`).
+        _ => period + period * control.credit_ppm.load(Relaxed).min(1_000_000) / 1_000_000,
     };
     // A new period asked for (a quiet stretch begins or ends): from this look on.
     let wanted = looks_period(control);

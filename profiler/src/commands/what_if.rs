@@ -9,8 +9,9 @@
 //!
 //! Each round of experiments also has a quiet baseline ([`Turn::Quiet`]): nothing selected and
 //! the looks slowed tenfold. The looks every millisecond cost the program a few percent in every
-//! other run or stretch, a cost no speedup removes; against the quiet baselines the gains are
-//! of the program with little of it (`what_if/results.rs`).
+//! other run or stretch; against the quiet baselines fsprof measures that cost, and has a look
+//! in the selected code credit that much more than its period (`what_if/results.rs`). The
+//! first round begins with the two baselines, so that the experiments after have a measure.
 //!
 //! This module: the options, the candidates (named, or the heaviest features of a first profile
 //! recorded with marks only), the experiments, and their results written out
@@ -397,7 +398,8 @@ fn whole_runs(setup: &Setup) -> Result<Vec<Outcome>> {
             done + 1,
             plan.len()
         );
-        let outcome = whole_run(setup, turn).map(|outcome| Outcome {
+        let cost = results::looks_cost(None, &outcomes);
+        let outcome = whole_run(setup, turn, cost).map(|outcome| Outcome {
             round: Some(round),
             ..outcome
         });
@@ -480,11 +482,20 @@ fn plan(candidates: usize, speedups: &[u32], runs: usize) -> Vec<Vec<Turn>> {
         round.extend((speedups.iter()).map(|&s| Turn::Experiment((Some(candidate), s))));
     }
     (0..runs)
-        .map(|_| {
+        .map(|index| {
             shuffle(&mut round);
+            if index == 0 {
+                baselines_first(&mut round);
+            }
             round.clone()
         })
         .collect()
+}
+
+/// Moves the baseline and the quiet baseline to the front (the looks' cost is measured by
+/// them: the experiments after them credit it).
+fn baselines_first(turns: &mut [Turn]) {
+    turns.sort_by_key(|turn| !matches!(turn, Turn::Quiet | Turn::Experiment((None, _))));
 }
 
 /// Shuffles `items` (xorshift, seeded by the clock).
@@ -546,12 +557,15 @@ const NOT_STARTED: &str = "the agent did not start the experiments in the progra
 
 /// One run of the program under the agent for `turn`: an experiment (a candidate index and
 /// speedup), or a baseline, timed and looked at the same way with nothing selected.
-fn whole_run(setup: &Setup, turn: Turn) -> Result<Outcome> {
+/// A look in the selected code credits `looks_cost` more than its period (the looks' cost
+/// measured so far).
+fn whole_run(setup: &Setup, turn: Turn, looks_cost: Option<f64>) -> Result<Outcome> {
     let program = setup.program;
     let mut page = ControlPage::new(setup.candidates)?;
     let experiment = turn.experiment();
     page.set(experiment.0, experiment.1);
     page.slow_looks(turn.looks_period_ns());
+    page.credit_looks(looks_cost.unwrap_or(0.0));
     let mut command = setup.command(&page)?;
     let start = Instant::now();
     let status = command
@@ -580,6 +594,11 @@ mod tests {
         let rounds = plan(2, &[25, 50], 3);
         assert_eq!(rounds.len(), 3);
         assert!(rounds.iter().all(|round| round.len() == 2 + 2 * 2));
+        let first: Vec<bool> = rounds[0][..2]
+            .iter()
+            .map(|&turn| turn == Turn::Quiet || turn.experiment() == (None, 0))
+            .collect();
+        assert_eq!(first, [true, true], "{:?}", rounds[0]);
         let mut plan: Vec<Turn> = rounds.concat();
         plan.sort();
         let count = |turn: Turn| plan.iter().filter(|&&t| t == turn).count();

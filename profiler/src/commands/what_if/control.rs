@@ -168,6 +168,13 @@ impl ControlPage {
         (self.control().looks_period_ns).store(period.unwrap_or(0), Release);
     }
 
+    /// Has a look in the selected code credit `1 + cost` periods (`cost`: the looks' own,
+    /// as a fraction of the program's time; see `Control::credit_ppm`).
+    pub fn credit_looks(&mut self, cost: f64) {
+        let ppm = (cost.clamp(0.0, 0.5) * 1e6) as u64;
+        (self.control().credit_ppm).store(ppm, Release);
+    }
+
     /// Whether the agent started the experiments in the program.
     pub fn started(&self) -> bool {
         self.control().signal.load(Relaxed) != 0

@@ -10,7 +10,10 @@
 //! Not here: what the stretches predict (`results.rs`), and whole runs (`what_if.rs`).
 
 use super::control::{ControlPage, Counters};
-use super::{first_profile, heaviest, plan, shuffle, Candidate, Outcome, Setup, Turn, NOT_STARTED};
+use super::{
+    baselines_first, first_profile, heaviest, plan, results, shuffle, Candidate, Outcome, Setup,
+    Turn, NOT_STARTED,
+};
 use crate::commands::session;
 use crate::program::scanned::ScannedFiles;
 use crate::record::schedule::End;
@@ -144,6 +147,9 @@ pub(super) fn rotate(setup: &Setup) -> Result<(Vec<Candidate>, Vec<Outcome>, Opt
     let mut ended = None;
     'rounds: for round in 0..rounds {
         shuffle(&mut experiments);
+        if round == 0 {
+            baselines_first(&mut experiments);
+        }
         eprintln!(
             "fsprof: what-if: round {} of {rounds}: {} stretches (every experiment, the baseline, a quiet baseline) of at least {:.2} s each",
             round + 1,
@@ -154,6 +160,8 @@ pub(super) fn rotate(setup: &Setup) -> Result<(Vec<Candidate>, Vec<Outcome>, Opt
             let experiment = turn.experiment();
             let quiet = turn == Turn::Quiet;
             turns.page.slow_looks(turn.looks_period_ns());
+            let cost = results::looks_cost(options.progress.as_deref(), &outcomes);
+            turns.page.credit_looks(cost.unwrap_or(0.0));
             turns.page.set(experiment.0, experiment.1);
             match turns.stretch(&mut child, &stop)? {
                 Stretch::Done(wall_ns, counts) => outcomes.push(Outcome {
