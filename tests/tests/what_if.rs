@@ -451,8 +451,8 @@ fn a_c_server_of_posix_semaphores_is_predicted() {
 /// whatif_barrier.c`): `solve` 50% faster buys only what the other half, `check`, leaves (a
 /// phase is its longer half), and `check` faster nothing. Before the agent took part in barriers
 /// (2026-12-03) the last thread to arrive woke the other without paying its delay and the waiter
-/// was not forgiven: `solve` 50% faster predicted +33.5% against +39.1% (phases of 1 ms: +23.1%
-/// against +39.4%).
+/// was not forgiven: `solve` 50% faster predicted +28.2% to +33.5% against +39.1% to +40.6% in
+/// three runs (phases of 1 ms: +23.1% against +39.4%).
 #[test]
 fn a_c_programs_barrier_phases_are_predicted() {
     let _serial = serial();
