@@ -2,14 +2,14 @@
 # `fsprof what-if` against the truth, for BENCHMARKS.md: for each ground-truth program of
 # tests/src/bin/whatif.rs (batch, pipeline, server) and two of its features at 20% and 50%,
 # the gain `what-if` predicts (the median of RUNS runs of each experiment) against the gain the knob
-# really buys (the program alone with the feature's work cut, RUNS rounds of every setting, each
+# really buys (the program alone with the feature's work cut, 2 * RUNS rounds of every setting, each
 # knob run against its round's run without the knob, the median over the rounds); then what an experiment run costs the program: its wall time alone, under the agent
 # with nothing selected (an experiment's baseline: timers, looks at the marks, waits watched)
 # and under the agent with experiments off, medians of RUNS rounds. The `latency` rows: the
 # server with `--progress request`, its requests' mean latency (the client's own measure with
 # the knob) in place of its run time; there the experiments take turns within one run of
-# RUNS * 8000 requests, 2 * RUNS rounds of stretches, and the truth takes 2 * RUNS rounds too
-# (with RUNS its 20% rows moved 4 points between runs on a noisy host). The `rate` rows: how much more often the
+# RUNS * 8000 requests, 2 * RUNS rounds of stretches. Every truth takes 2 * RUNS rounds (with
+# RUNS the server's 20% rows moved 4 points between runs on a noisy host). The `rate` rows: how much more often the
 # requests would end (`ends/s`), against one over the same latency (a closed loop).
 # The `barrier` rows: tests/c/whatif_barrier.c (two C threads meeting at a pthread barrier each
 # phase; its knob is an argument `FEATURE=PERCENT`), built here with gcc.
@@ -70,7 +70,7 @@ def compare(label, mode, features, options, measure, extra=(), rounds=runs, rate
     summary = json.load(open(os.path.join(out, "what-if.json")))["summary"]
     settings = [None] + [(f, s) for f in features for s in speedups]
     truth = {setting: [] for setting in settings}
-    for _ in range(rounds):
+    for _ in range(2 * runs):
         for setting in settings:
             cut = [] if setting is None else knob(mode, *setting)
             truth[setting].append(measure(command(mode) + cut))
