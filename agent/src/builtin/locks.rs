@@ -1,8 +1,9 @@
 //! Locks: only the wait is marked (`locks`): an uncontended `pthread_mutex_lock` or rwlock takes
 //! the `try` form first and is not marked; condition-variable waits (`stdio.rs`), POSIX
-//! semaphore waits and barrier waits are `waiting`. The wake-ups (`pthread_mutex_unlock`, `pthread_cond_signal`,
-//! `pthread_cond_broadcast`, `sem_post`) are interposed only for what-if experiments, where a
-//! thread pays its delay before it wakes another: otherwise they jump to libc's at once.
+//! semaphore waits and barrier waits are `waiting`. The wake-ups (`pthread_mutex_unlock`,
+//! `pthread_cond_signal`, `pthread_cond_broadcast`, `sem_post`) are interposed only for what-if
+//! experiments, where a thread pays its delay before it wakes another: otherwise they jump to
+//! libc's at once. `pthread_barrier_wait` is both a wait (marked) and a wake-up (paid first).
 
 use super::*;
 
@@ -98,6 +99,7 @@ mod pthread_barrier_wait {
         waiting::imp(barrier, caller)
     }
 
+    /// The wait itself, as any `waiting` function's.
     mod waiting {
         use super::*;
         imp!(

@@ -609,7 +609,10 @@ extern "C" fn on_tick(_signal: c_int, _info: *mut c_void, _context: *mut c_void)
     let ran = match timer & PERF_TIMER {
         0 => since,
         // With the looks' own cost, which the perf clock does not count (`Control::credit_ppm`).
-        _ => period + period * control.credit_ppm.load(Relaxed).min(1_000_000) / 1_000_000,
+        _ => {
+            let credit = u128::from(control.credit_ppm.load(Relaxed).min(1_000_000));
+            period + (u128::from(period) * credit / 1_000_000) as u64
+        }
     };
     // A new period asked for (a quiet stretch begins or ends): from this look on.
     let wanted = looks_period(control);

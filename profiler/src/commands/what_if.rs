@@ -190,8 +190,8 @@ pub struct Outcome {
     /// Of those, the ones timed, and their latencies in virtual time added up.
     pub progress_timed: u64,
     pub progress_latency_ns: u64,
-    /// A quiet baseline: a stretch with nothing selected and the looks slowed tenfold, which
-    /// measures the program with little of the looks' cost (`rotation.rs`).
+    /// A quiet baseline: a run or stretch with nothing selected and the looks slowed tenfold,
+    /// which measures the program with little of the looks' cost.
     pub quiet: bool,
 }
 
@@ -372,8 +372,9 @@ fn heaviest(options: &WhatIfOptions, profile_dir: &Path) -> Result<Vec<Candidate
     Ok(candidates)
 }
 
-/// Each experiment as a whole run of the program, `--runs` of each and of the baseline, in a
-/// shuffled order.
+/// Each experiment as a whole run of the program, in `--runs` rounds of every experiment, the
+/// baseline and the quiet baseline (see [`plan`]); each run credits the looks' cost measured
+/// before it.
 fn whole_runs(setup: &Setup) -> Result<Vec<Outcome>> {
     let Setup {
         options,
@@ -412,10 +413,7 @@ fn whole_runs(setup: &Setup) -> Result<Vec<Outcome>> {
                 outcomes.len(),
                 plan.len()
             );
-            if !outcomes
-                .iter()
-                .any(|o: &Outcome| o.candidate.is_none() && !o.quiet)
-            {
+            if !outcomes.iter().any(results::is_baseline) {
                 bail!("interrupted before a baseline run: nothing to compare with");
             }
             break;
@@ -436,10 +434,9 @@ fn whole_runs(setup: &Setup) -> Result<Vec<Outcome>> {
 enum Turn {
     /// An experiment (a candidate and speedup), or the baseline (`None`).
     Experiment((Option<usize>, u32)),
-    /// A quiet baseline: nothing selected, the looks every [`QUIET_PERIOD_NS`]. What the
-    /// looks every millisecond cost the program's measure is in every other run or stretch and
-    /// not scaled by a speedup; against this one the gains are of the program with little of it
-    /// (`results.rs`).
+    /// A quiet baseline: nothing selected, the looks every [`QUIET_PERIOD_NS`]. Against it
+    /// the baseline measures what the looks every millisecond cost the program, which the
+    /// looks in the selected code credit (`results.rs`).
     Quiet,
 }
 

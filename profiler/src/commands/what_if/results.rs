@@ -6,8 +6,9 @@
 //! A run's prediction: its time less the global delay inserted (what the program would take
 //! with the selected code that much faster), against its round's baseline run; with a
 //! progress point, a stretch's mean latency against its round's baseline stretch (seconds
-//! apart). A round is every experiment once, within seconds. The prediction is the median of the runs' (on a shared machine one run in a few is
-//! slowed by its neighbours, by 5-20%: a mean moved 5-7 points with it, 2026-12-03).
+//! apart). A round is every experiment once, within seconds. The prediction is the median of
+//! the runs' (on a shared machine one run in a few is slowed by its neighbours, by 5-20%: a
+//! mean moved 5-7 points with it, 2026-12-03).
 //!
 //! The looks' own cost: quiet baselines (the looks slowed tenfold) measure it, as how much
 //! longer the baseline took than they did ([`looks_cost`]); the runners have each look in the
@@ -194,7 +195,7 @@ pub fn summarize(
 }
 
 /// A baseline run or stretch (not a quiet one).
-fn is_baseline(outcome: &Outcome) -> bool {
+pub fn is_baseline(outcome: &Outcome) -> bool {
     outcome.candidate.is_none() && !outcome.quiet
 }
 
@@ -271,9 +272,17 @@ pub fn table(summary: &Summary) -> String {
         summary.measure.unit()
     );
     if let Some(cost) = summary.looks_cost {
+        let credit = match cost > 0.0 {
+            true => format!(
+                "a look of the perf clock in the selected code credited that share of its period too (as measured before each of the {}, at most {:.0}%)",
+                summary.measure.unit(),
+                super::control::MOST_CREDIT * 100.0
+            ),
+            false => "nothing to credit".to_owned(),
+        };
         let _ = writeln!(
             out,
-            "The looks at the marks made the baseline {:+.1}% longer than the quiet {} (looks slowed tenfold): a look in the selected code credited that much more than its period.",
+            "The looks at the marks made the baseline {:+.1}% longer than the quiet {} (looks slowed tenfold): {credit}.",
             cost * 100.0,
             summary.measure.unit()
         );
