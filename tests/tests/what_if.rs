@@ -423,28 +423,8 @@ fn a_progress_points_mean_latency_is_predicted() {
 /// +28% really bought.
 #[test]
 fn a_c_server_of_posix_semaphores_is_predicted() {
-    let _serial = serial();
-    let temp = tempdir();
-    let dir = temp.path();
-    let program = crate::support::native::build_c_with_agent(dir, "whatif_semaphores").exe;
     let cases = [("prepare", 50), ("handle", 50)];
-    let options = [
-        "--feature",
-        "prepare",
-        "--feature",
-        "handle",
-        "--speedups",
-        "50",
-        "--runs",
-        "5",
-    ];
-    again_if_stolen(|| {
-        again_if_slowed(|| {
-            let json = what_if_of(dir, &options, &[program.to_str().unwrap()]);
-            let truth = knob_times_of(&program, &[], &cases, 5, c_knob);
-            compare("C semaphores", &json, &cases, &truth);
-        })
-    });
+    c_program_predicted("whatif_semaphores", &cases, 5, |_| {});
 }
 
 /// Two C threads meeting at a `pthread_barrier_wait` each phase of about 2 ms (`tests/c/
@@ -455,30 +435,41 @@ fn a_c_server_of_posix_semaphores_is_predicted() {
 /// three runs (phases of 1 ms: +23.1% against +39.4%).
 #[test]
 fn a_c_programs_barrier_phases_are_predicted() {
+    let cases = [("solve", 20), ("solve", 50), ("check", 20), ("check", 50)];
+    c_program_predicted("whatif_barrier", &cases, 7, |truth| {
+        // The truth itself: solve's 50% is capped by check's half (at 40%), check's buys
+        // nothing.
+        assert!(truth.gains[1] < 46.0, "{truth:?}");
+        assert!(truth.gains[3].abs() < 5.0, "{truth:?}");
+    });
+}
+
+/// `fsprof what-if` of the C ground truth `name` (`tests/c/NAME.c`, built with the agent), each
+/// feature of `cases` named and tried at each speedup of `cases`, `runs` runs each, against its
+/// knob (5 rounds): every case within 5 points ([`compare`]); then `also` holds of the truth.
+fn c_program_predicted(name: &str, cases: &[(&str, u32)], runs: u32, also: impl Fn(&Truth)) {
     let _serial = serial();
     let temp = tempdir();
     let dir = temp.path();
-    let program = crate::support::native::build_c_with_agent(dir, "whatif_barrier").exe;
-    let cases = [("solve", 20), ("solve", 50), ("check", 20), ("check", 50)];
-    let options = [
-        "--feature",
-        "solve",
-        "--feature",
-        "check",
-        "--speedups",
-        "20,50",
-        "--runs",
-        "7",
-    ];
+    let program = crate::support::native::build_c_with_agent(dir, name).exe;
+    let mut options = Vec::new();
+    let mut features: Vec<&str> = cases.iter().map(|(feature, _)| *feature).collect();
+    features.dedup();
+    for feature in features {
+        options.extend(["--feature".to_owned(), feature.to_owned()]);
+    }
+    let mut speedups: Vec<String> = cases.iter().map(|(_, s)| s.to_string()).collect();
+    speedups.sort();
+    speedups.dedup();
+    options.extend(["--speedups".to_owned(), speedups.join(",")]);
+    options.extend(["--runs".to_owned(), runs.to_string()]);
+    let options: Vec<&str> = options.iter().map(String::as_str).collect();
     again_if_stolen(|| {
         again_if_slowed(|| {
             let json = what_if_of(dir, &options, &[program.to_str().unwrap()]);
-            let truth = knob_times_of(&program, &[], &cases, 5, c_knob);
-            compare("C barrier", &json, &cases, &truth);
-            // The truth itself: solve's 50% is capped by check's half (at 40%), check's buys
-            // nothing.
-            assert!(truth.gains[1] < 46.0, "{truth:?}");
-            assert!(truth.gains[3].abs() < 5.0, "{truth:?}");
+            let truth = knob_times_of(&program, &[], cases, 5, c_knob);
+            compare(name, &json, cases, &truth);
+            also(&truth);
         })
     });
 }
