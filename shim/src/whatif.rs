@@ -95,7 +95,7 @@ pub struct Control {
     /// How much more than its period a look of the perf clock in the selected code credits,
     /// parts per million: the looks' own cost, which that clock does not count (a timer's
     /// interrupt and a signal, in the kernel) and which the selected code, made faster, would
-    /// shed with its time. `fsprof` measures it by quiet baselines and writes at most 150 000
+    /// shed with its time. `fsprof` measures it by quiet baselines and writes at most 100 000
     /// (the agent takes at most 1 000 000); 0: none, as an agent older than the field reads it.
     pub credit_ppm: AtomicU64,
     /// Reserved, zero.

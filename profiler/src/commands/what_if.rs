@@ -193,6 +193,9 @@ pub struct Outcome {
     /// A quiet baseline: a run or stretch with nothing selected and the looks slowed tenfold,
     /// which measures the program with little of the looks' cost.
     pub quiet: bool,
+    /// What a look of the perf clock in the selected code credited beyond its period, parts
+    /// per million of it: the looks' cost as measured before this run or stretch.
+    pub credit_ppm: u64,
 }
 
 impl Outcome {
@@ -220,6 +223,7 @@ impl Outcome {
             progress_timed: counts.progress_timed,
             progress_latency_ns: counts.progress_latency_ns,
             quiet: false,
+            credit_ppm: 0,
         }
     }
 }
@@ -562,7 +566,7 @@ fn whole_run(setup: &Setup, turn: Turn, looks_cost: Option<f64>) -> Result<Outco
     let experiment = turn.experiment();
     page.set(experiment.0, experiment.1);
     page.slow_looks(turn.looks_period_ns());
-    page.credit_looks(looks_cost.unwrap_or(0.0));
+    let credit_ppm = page.credit_looks(looks_cost.unwrap_or(0.0));
     let mut command = setup.command(&page)?;
     let start = Instant::now();
     let status = command
@@ -578,6 +582,7 @@ fn whole_run(setup: &Setup, turn: Turn, looks_cost: Option<f64>) -> Result<Outco
     let counts = page.counters(None).unwrap_or_default();
     Ok(Outcome {
         quiet: turn == Turn::Quiet,
+        credit_ppm,
         ..Outcome::new(experiment, wall_ns, counts, page.threads())
     })
 }

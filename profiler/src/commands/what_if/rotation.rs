@@ -161,12 +161,13 @@ pub(super) fn rotate(setup: &Setup) -> Result<(Vec<Candidate>, Vec<Outcome>, Opt
             let quiet = turn == Turn::Quiet;
             turns.page.slow_looks(turn.looks_period_ns());
             let cost = results::looks_cost(options.progress.as_deref(), &outcomes);
-            turns.page.credit_looks(cost.unwrap_or(0.0));
+            let credit_ppm = turns.page.credit_looks(cost.unwrap_or(0.0));
             turns.page.set(experiment.0, experiment.1);
             match turns.stretch(&mut child, &stop)? {
                 Stretch::Done(wall_ns, counts) => outcomes.push(Outcome {
                     round: Some(round),
                     quiet,
+                    credit_ppm,
                     ..Outcome::new(experiment, wall_ns, counts, turns.page.threads())
                 }),
                 Stretch::Ended(status) => {
