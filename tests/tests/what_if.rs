@@ -144,19 +144,25 @@ fn what_if(dir: &Path, options: &[&str], mode: &str) -> Value {
     what_if_of(dir, options, &[whatif(), mode])
 }
 
-/// Runs `fsprof what-if` with `options` on `program` (and its arguments); returns its JSON.
-fn what_if_of(dir: &Path, options: &[&str], program: &[&str]) -> Value {
-    let out = dir.join("whatif");
-    let _ = std::fs::remove_dir_all(&out);
-    let output = Command::new(fsprof())
+/// `fsprof what-if` with `options` on `program` (and its arguments), writing into `out` (emptied
+/// first).
+fn what_if_command(options: &[&str], out: &Path, program: &[&str]) -> Command {
+    let _ = std::fs::remove_dir_all(out);
+    let mut command = Command::new(fsprof());
+    command
         .arg("what-if")
         .args(options)
         .arg("-o")
-        .arg(&out)
+        .arg(out)
         .arg("--")
-        .args(program)
-        .output()
-        .unwrap();
+        .args(program);
+    command
+}
+
+/// Runs `fsprof what-if` with `options` on `program` (and its arguments); returns its JSON.
+fn what_if_of(dir: &Path, options: &[&str], program: &[&str]) -> Value {
+    let out = dir.join("whatif");
+    let output = what_if_command(options, &out, program).output().unwrap();
     assert!(
         output.status.success(),
         "fsprof what-if failed: {}",
@@ -674,15 +680,8 @@ fn an_interrupted_what_if_writes_what_it_measured() {
     let interrupt =
         |options: &[&str], program: &[&str], after: &str, ready: &dyn Fn(&[String]) -> bool| {
             let out = temp.path().join("interrupted");
-            let _ = std::fs::remove_dir_all(&out);
             let mut what_if = Guarded(
-                as_from_a_terminal(&mut Command::new(fsprof()))
-                    .arg("what-if")
-                    .args(options)
-                    .arg("-o")
-                    .arg(&out)
-                    .arg("--")
-                    .args(program)
+                as_from_a_terminal(&mut what_if_command(options, &out, program))
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped())
                     .spawn()
