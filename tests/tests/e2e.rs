@@ -17,6 +17,10 @@ use support::*;
 /// Seconds each target runs (as in `analyses.rs`: 6000 samples of a thread at 2000 Hz).
 const SECS: f64 = 3.0;
 
+/// The program's CPU time the interrupted recordings wait for before they are cut short and
+/// asked for more than 100 samples: about 200 at the default 250 Hz.
+const SAMPLED_CPU: Duration = Duration::from_millis(800);
+
 /// Runs `scenario` for [`SECS`] and compares its shares with its truth (again if the machine's
 /// time was stolen: `again_if_stolen`); the directory and report of the attempt that passed,
 /// `None` when the test was inconclusive.
@@ -318,7 +322,7 @@ fn a_target_killed_mid_run_still_gets_its_profile() {
     let pid: i32 = wait_for_file(&ready, Duration::from_secs(10))
         .parse()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500)); // let it collect half a second of samples
+    wait_for_cpu_time(pid as u32, SAMPLED_CPU, Duration::from_secs(20));
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(10));
     assert_eq!(status.code(), Some(128 + 9), "{stderr}");
@@ -344,8 +348,10 @@ fn ctrl_c_during_run_writes_the_profile() {
         .spawn()
         .unwrap(),
     );
-    wait_for_file(&ready, Duration::from_secs(10));
-    std::thread::sleep(Duration::from_millis(500));
+    let pid: u32 = wait_for_file(&ready, Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    wait_for_cpu_time(pid, SAMPLED_CPU, Duration::from_secs(20));
     unsafe { libc::kill(-(fsprof.pid() as i32), libc::SIGINT) };
     let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(10));
     assert_eq!(
@@ -369,7 +375,7 @@ fn ctrl_c_during_attach_writes_the_profile_and_leaves_the_target_running() {
         .recv_timeout(Duration::from_secs(10))
         .expect("fsprof says when it starts recording");
     assert!(first.contains("recording"), "{first}");
-    std::thread::sleep(Duration::from_millis(500)); // let it collect half a second of samples
+    wait_for_cpu_time(target.pid(), SAMPLED_CPU, Duration::from_secs(20));
     unsafe { libc::kill(fsprof.pid() as i32, libc::SIGINT) };
     let status = fsprof.wait_with_deadline(Duration::from_secs(10));
     let stderr: Vec<String> = lines.iter().collect();
@@ -691,7 +697,7 @@ fn sigterm_to_fsprof_alone_writes_the_profile_and_leaves_the_program_running() {
         .parse()
         .unwrap();
     let _program = KillPid(pid);
-    std::thread::sleep(Duration::from_millis(500)); // let it collect half a second of samples
+    wait_for_cpu_time(pid, SAMPLED_CPU, Duration::from_secs(20));
     unsafe { libc::kill(fsprof.pid() as i32, libc::SIGTERM) };
     let status = fsprof.wait_with_deadline(Duration::from_secs(10));
     let stderr = std::fs::read_to_string(&log).unwrap();

@@ -132,7 +132,12 @@ fn attach_then_signal_fsprof(sig: libc::c_int) {
     let target = start_target(dir.path());
     let mut fsprof = attach(target.pid(), dir.path(), &[]);
     wait_until_traced(target.pid());
-    std::thread::sleep(Duration::from_millis(300));
+    // About 100 samples at the default rate: the test asks for more than 50.
+    wait_for_cpu_time(
+        target.pid(),
+        Duration::from_millis(400),
+        Duration::from_secs(20),
+    );
     signal(fsprof.pid(), sig);
     let (status, stderr) = fsprof.stderr_with_deadline(Duration::from_secs(20));
     assert!(status.success(), "{stderr}");

@@ -403,6 +403,37 @@ pub fn wait_for_file(path: &Path, limit: Duration) -> String {
     }
 }
 
+/// Polls until process `pid` has used `cpu` more CPU time (all its threads, user and system)
+/// than when called, failing after `limit`: a test that wants a recording of so many samples
+/// waits for the program's own work rather than for the clock, which a loaded machine makes
+/// short (at 250 Hz, half a second of a busy program's time gave 100 samples or fewer once in
+/// CI, on a machine at load 1.65).
+pub fn wait_for_cpu_time(pid: u32, cpu: Duration, limit: Duration) {
+    let used = || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        // utime and stime: fields 14 and 15 of stat(5), 12 and 13 after the name.
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        Some(Duration::from_millis(ticks * 1000 / hz))
+    };
+    let start = used().unwrap_or_else(|| panic!("process {pid} is not running"));
+    let deadline = Instant::now() + limit;
+    loop {
+        let now = used().unwrap_or_else(|| panic!("process {pid} exited while the test waited"));
+        if now >= start + cpu {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} used {:?} of CPU in {limit:?}, the test waited for {cpu:?}",
+            now - start
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// The first CPU this process may run on (`Cpus_allowed_list`: a container's CPU set may
 /// leave CPU 0 out), as `taskset -c` takes it.
 pub fn first_allowed_cpu() -> String {
