@@ -210,7 +210,7 @@ impl PerfSampler {
         let map = create_map(BPF_MAP_TYPE_ARRAY, 4, VALUE_SIZE as u32, capacity)
             .map_err(|e| format!("cannot create a BPF map ({}): {needs}", e.desc()))?;
         let page = page_size();
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = crate::os::machine::cpus();
         let copies = CopyRing::new(
             page,
             (cpus * COPIES_PER_CPU).min(COPIES_MAX).next_power_of_two(),

@@ -1,11 +1,12 @@
 //! What fsprof asks of the system for itself, below every stage: the privilege a capable copy
 //! keeps and drops (`privilege`), its scheduling priority (`priority`), the clock it shares with
 //! the kernel's records (`time`), its private cache directory (`cache`), its file descriptors
-//! (`descriptors`), threads kept for the next followed process (`threads`) and writing its output
+//! (`descriptors`), the machine's CPUs and load, asked once (`machine`), threads kept for the next followed process (`threads`) and writing its output
 //! files whole (`output`). Nothing here reads the target or knows of profiles.
 
 pub mod cache;
 pub mod descriptors;
+pub mod machine;
 pub mod output;
 pub mod priority;
 pub mod privilege;

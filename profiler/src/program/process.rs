@@ -123,19 +123,20 @@ pub fn command_line(pid: u32) -> Vec<String> {
 /// The id the kernel gave last to a process or thread created in fsprof's PID namespace (the
 /// last field of `/proc/loadavg`; a child in a nested namespace has an id here too): unchanged
 /// since an earlier look, no process has been created since. The file is kept open and read
-/// from its start each time (opening it cost 7 us, three times the read).
-pub struct NewestPid(Option<fs::File>);
+/// from its start each time (opening it cost 7 us, three times the read), one for all of
+/// fsprof's threads (`os::machine`).
+pub struct NewestPid(Option<&'static fs::File>);
 
 impl NewestPid {
     pub fn open() -> NewestPid {
-        NewestPid(fs::File::open("/proc/loadavg").ok())
+        NewestPid(crate::os::machine::loadavg())
     }
 
     /// The newest id now; `None` if unreadable.
     pub fn read(&self) -> Option<u32> {
         use std::os::unix::fs::FileExt;
         let mut bytes = [0u8; 128]; // five short fields
-        let read = self.0.as_ref()?.read_at(&mut bytes, 0).ok()?;
+        let read = self.0?.read_at(&mut bytes, 0).ok()?;
         let text = std::str::from_utf8(&bytes[..read]).ok()?;
         text.split_ascii_whitespace().nth(4)?.parse().ok()
     }

@@ -307,9 +307,7 @@ fn record(pid: u32, mut command: Vec<String>, sampling: Sampling, stop: &AtomicB
 /// Finishes the followers' recordings on as many threads as there are CPUs (the program has
 /// ended), in the order given; also returns how many failed (a panic: that process is left out).
 fn finish_all(recorded: Vec<(Process, Recorded)>) -> (Vec<(Process, Profile)>, usize) {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(recorded.len());
+    let workers = crate::os::machine::cpus().min(recorded.len());
     let total = recorded.len();
     let queue = Mutex::new(recorded.into_iter().enumerate());
     let done: Mutex<Vec<Option<(Process, Profile)>>> =

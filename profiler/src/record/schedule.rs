@@ -233,7 +233,7 @@ const CROWD_EVERY: Duration = Duration::from_millis(10);
 /// The machine's runnable threads, from the fourth field of `/proc/loadavg` ("3/250": running
 /// or runnable, of all), kept open and read from its start.
 struct Crowd {
-    file: Option<std::fs::File>,
+    file: Option<&'static std::fs::File>,
     cpus: u32,
     read_at: Option<Instant>,
 }
@@ -241,8 +241,8 @@ struct Crowd {
 impl Crowd {
     fn new() -> Crowd {
         Crowd {
-            file: std::fs::File::open("/proc/loadavg").ok(),
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            file: crate::os::machine::loadavg(),
+            cpus: crate::os::machine::cpus() as u32,
             read_at: None,
         }
     }
@@ -256,7 +256,7 @@ impl Crowd {
         }
         self.read_at = Some(Instant::now());
         let mut bytes = [0u8; 128];
-        let Some(read) = (self.file.as_ref()).and_then(|f| f.read_at(&mut bytes, 0).ok()) else {
+        let Some(read) = self.file.and_then(|f| f.read_at(&mut bytes, 0).ok()) else {
             return false;
         };
         let runnable = std::str::from_utf8(&bytes[..read]).ok().and_then(|text| {
