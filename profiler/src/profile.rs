@@ -303,6 +303,11 @@ pub struct SamplingMeta {
     /// fsprof woke only every few milliseconds).
     #[serde(default)]
     pub slow_ticks: u64,
+    /// fsprof's own CPU time, all its threads, from the program's start (`run`) or the
+    /// recording's (`attach`) to the recording's end, microseconds (0: not measured). Its start
+    /// before it (the BPF programs verified) and its report after it are left out.
+    #[serde(default)]
+    pub fsprof_cpu_us: u64,
 }
 
 /// What the perf backend lost: samples, and the running time they stood for.

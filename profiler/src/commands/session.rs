@@ -141,6 +141,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
         }
     };
     let pid = child.id();
+    let cpu_at_start = crate::os::time::own_cpu_ns();
     // Raised only now, so that the program does not inherit fsprof's higher limit.
     let descriptors = crate::os::descriptors::raise_limit();
 
@@ -148,7 +149,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     let shared_perf = sampler.share_perf();
     let mut tree = follow(pid, descriptors, options, "run", shared_perf, announcements);
     let mut status: Option<ExitStatus> = None;
-    let schedule = schedule(options, &signals);
+    let schedule = schedule(options, &signals, tree.as_ref());
     let mut live = live(options, (&program_name(name), pid), true);
     let mut end = schedule::record(&mut sampler, schedule, &mut live, |sampler| {
         if signals.any() {
@@ -175,6 +176,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     if let Some(tree) = &tree {
         tree.stop();
     }
+    let cpu_us = (crate::os::time::own_cpu_ns().saturating_sub(cpu_at_start)) / 1000;
     if status.is_none() {
         status = sampler.exit_status(); // collected while detaching
     }
@@ -199,6 +201,7 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
     if let Some(tree) = tree {
         profile = tree.finish(profile, command);
     }
+    profile.meta.sampling.fsprof_cpu_us = cpu_us;
     if let Some(note) = preload.note() {
         profile.meta.notes.push(note);
     }
@@ -267,8 +270,9 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     );
     let mut next_check = Instant::now();
     let liveness = process::Liveness::new(pid);
-    let schedule = schedule(options, &signals);
+    let schedule = schedule(options, &signals, tree.as_ref());
     let mut live = live(options, (&name, pid), false);
+    let cpu_at_start = crate::os::time::own_cpu_ns();
     let end = schedule::record(&mut sampler, schedule, &mut live, |_| {
         if signals.any() {
             return Some(End::Interrupted);
@@ -288,12 +292,14 @@ pub fn attach(pid: u32, options: &RecordOptions) -> Result<()> {
     if let Some(tree) = &tree {
         tree.stop();
     }
+    let cpu_us = (crate::os::time::own_cpu_ns().saturating_sub(cpu_at_start)) / 1000;
     crate::os::privilege::drop_all(); // no kernel object is made after recording
     let meta = meta("attach", command.clone(), pid, options, &end);
     let mut profile = sampler.finish(meta);
     if let Some(tree) = tree {
         profile = tree.finish(profile, command);
     }
+    profile.meta.sampling.fsprof_cpu_us = cpu_us;
     match &dir {
         Some(dir) => write_outputs(dir, profile, &options.rules),
         None => Ok(()),
@@ -332,6 +338,7 @@ pub(crate) fn survey(
         rate_hz: options.rate_hz,
         duration: options.duration,
         suspend: Arc::default(),
+        asks_between_ticks: false,
     };
     let mut live = LiveView::new(None, pid, (&options.rules, options.count_idle), false);
     let end = schedule::record(&mut sampler, schedule, &mut live, |_| ended());
@@ -589,11 +596,12 @@ fn check_backend(options: &RecordOptions) -> Result<()> {
 
 /// The loop's schedule for recording program `name`, process `pid`; `launched`: `run`'s
 /// program, which writes to fsprof's terminal unless its stdout is redirected.
-fn schedule(options: &RecordOptions, signals: &Signals) -> Schedule {
+fn schedule(options: &RecordOptions, signals: &Signals, tree: Option<&Tree>) -> Schedule {
     Schedule {
         rate_hz: options.rate_hz,
         duration: options.duration,
         suspend: Arc::clone(&signals.suspend),
+        asks_between_ticks: tree.is_some(),
     }
 }
 

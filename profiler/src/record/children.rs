@@ -264,6 +264,8 @@ fn record(pid: u32, mut command: Vec<String>, sampling: Sampling, stop: &AtomicB
         rate_hz: sampling.rate_hz,
         duration: None,
         suspend: Arc::default(),
+        // New processes are looked for by the program's recording (`Tree::poll`).
+        asks_between_ticks: false,
     };
     // The command line is read again at each new program image the sampler meets (an exec),
     // once this fsprof's user may trace it; whether the process lives, every 50 ms (a zombie

@@ -290,13 +290,13 @@ impl Sampler {
         }
         let now = Instant::now();
         match self.tasks.read() {
-            Ok(()) if self.tasks.tids().is_empty() => return false,
+            Ok(()) if self.tasks.tids().is_empty() => return self.gone(now),
             Ok(()) => {}
             Err(e)
                 if e.kind() == std::io::ErrorKind::NotFound
                     || e.raw_os_error() == Some(nix::libc::ESRCH) =>
             {
-                return false;
+                return self.gone(now);
             }
             Err(_) => return true, // e.g. out of descriptors: try again at the next tick
         }
@@ -333,6 +333,18 @@ impl Sampler {
         self.take_unseen(false);
         self.clock.end(now);
         true
+    }
+
+    /// The process is gone (found at the tick beginning at `now`): what perf sampled of its
+    /// threads since the previous tick is taken, as for a thread gone before its process
+    /// (`forget_gone`). Left in the rings, it was lost: a followed child that ran 30 ms of CPU,
+    /// found at its first milliseconds and gone before its second tick (40 ms later, perf's
+    /// samples carrying its time), counted 4 to 6 ms (2026-12-03). Returns `false` (the
+    /// recording ends).
+    fn gone(&mut self, now: Instant) -> bool {
+        self.clock.begin(now, false);
+        self.forget_gone(u64::MAX);
+        false
     }
 
     /// Adds the samples that waited for their thread's late stop, now that it stopped.

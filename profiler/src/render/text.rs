@@ -210,6 +210,27 @@ fn thread_table(out: &mut String, report: &FeatureReport, threads: &[ThreadTime]
     let _ = writeln!(out);
 }
 
+/// What fsprof's own process spent while it recorded, against the time the report counts:
+/// on a machine with no idle CPU, it was taken from the program. `None` where not measured (a
+/// profile from an older fsprof, a survey).
+fn describe_own_cpu(report: &FeatureReport, meta: &Meta) -> Option<String> {
+    let us = meta.sampling.fsprof_cpu_us;
+    if us == 0 {
+        return None;
+    }
+    let share = match report.total_ns {
+        0 => String::new(),
+        total => format!(
+            ", {:.1}% of the time counted below",
+            us as f64 * 1e3 / total as f64 * 100.0
+        ),
+    };
+    Some(format!(
+        "fsprof's own CPU while recording: {:.0} ms{share} (all its threads; where no CPU is idle, taken from the program)",
+        us as f64 / 1e3
+    ))
+}
+
 /// The lines above the tables: what was recorded, how time is counted, and why there is no table.
 fn header(report: &FeatureReport, meta: &Meta, (threads, processes): (usize, usize)) -> String {
     let mut out = String::new();
@@ -244,6 +265,9 @@ fn header(report: &FeatureReport, meta: &Meta, (threads, processes): (usize, usi
         }
     );
     if let Some(line) = describe_images(report) {
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(line) = describe_own_cpu(report, meta) {
         let _ = writeln!(out, "{line}");
     }
     let _ = writeln!(out);
