@@ -110,7 +110,10 @@ pub fn environment_holds(pid: u32, entry: &str) -> bool {
     let Ok(file) = fs::File::open(proc_dir(pid).join("environ")) else {
         return false;
     };
-    let mut bytes = Vec::new();
+    // Room for a usual environment at once: from nothing, `read_to_end` probed with reads of
+    // 32 bytes and up, eight system calls for 4 KiB (once per process a tree's recording
+    // follows, and again at its exec).
+    let mut bytes = Vec::with_capacity(ENVIRONMENT_READ);
     if file
         .take(MAX_ENVIRONMENT_BYTES)
         .read_to_end(&mut bytes)
@@ -123,6 +126,8 @@ pub fn environment_holds(pid: u32, entry: &str) -> bool {
 
 /// Most bytes of an environment read (the target's word, bounded).
 const MAX_ENVIRONMENT_BYTES: u64 = 4 << 20;
+/// Bytes of an environment asked for by the first read.
+const ENVIRONMENT_READ: usize = 16 << 10;
 
 /// Reads the whole of the file kept in `file` (opened at `path` first if it is not) into
 /// `text`, at most `most` bytes; a failed read closes it, to be opened again next time.
