@@ -343,7 +343,8 @@ impl Sampler {
     /// recording ends).
     fn gone(&mut self, now: Instant) -> bool {
         self.clock.begin(now, false);
-        self.forget_gone(u64::MAX);
+        // No thread was seen at this tick (its count is given at its end): all are forgotten.
+        self.forget_gone(self.clock.ticks());
         false
     }
 
