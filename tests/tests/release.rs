@@ -132,7 +132,9 @@ fn attach_then_signal_fsprof(sig: libc::c_int) {
     let target = start_target(dir.path());
     let mut fsprof = attach(target.pid(), dir.path(), &[]);
     wait_until_traced(target.pid());
-    // About 100 samples at the default rate: the test asks for more than 50.
+    // 400 ms of the program's CPU: 200 ms of recording at least (two busy threads), about 100
+    // samples at the default rate whether perf takes them or, with ptrace, the ticks do; the
+    // test asks for more than 50.
     wait_for_cpu_time(
         target.pid(),
         Duration::from_millis(400),

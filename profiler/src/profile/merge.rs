@@ -260,6 +260,8 @@ fn add_counters(meta: &mut Meta, child: &Meta) {
     s.late_ticks += c.late_ticks;
     s.stretched_ticks += c.stretched_ticks;
     s.slow_ticks += c.slow_ticks;
+    // Not `fsprof_cpu_us`: fsprof's one process measured it for the whole tree (the children's
+    // are 0).
 }
 
 #[cfg(test)]

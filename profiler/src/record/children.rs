@@ -110,7 +110,8 @@ impl Tree {
         }
     }
 
-    /// Looks for new processes if it is time (called after each of the program's ticks).
+    /// Looks for new processes if it is time (called after each of the program's ticks, and
+    /// every few milliseconds between them: `schedule::Schedule::asks_between_ticks`).
     pub fn poll(&mut self) {
         let now = Instant::now();
         if now < self.next_scan || self.unsupported {

@@ -92,12 +92,18 @@ impl TickClock {
     /// than the marks read now standing for the whole interval.
     pub fn begin(&mut self, now: Instant, every_tick: bool) {
         self.every_tick = every_tick;
+        self.closing(now);
+        self.slow_ticks += u64::from(self.slow_interval);
+    }
+
+    /// The interval ends at `now` without a tick (the process is gone): whether it was a long
+    /// one is known as at a tick ([`TickClock::slow_interval`]), and nothing is counted.
+    pub fn closing(&mut self, now: Instant) {
         let (period, slow) = self.planned;
         let late = self
             .last
             .is_some_and(|last| now.saturating_duration_since(last) > 2 * period);
         self.slow_interval = slow || late;
-        self.slow_ticks += u64::from(self.slow_interval);
     }
 
     /// This tick found a thread whose time only the ticks can sample.

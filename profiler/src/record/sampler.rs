@@ -342,7 +342,7 @@ impl Sampler {
     /// samples carrying its time), counted 4 to 6 ms (2026-12-03). Returns `false` (the
     /// recording ends).
     fn gone(&mut self, now: Instant) -> bool {
-        self.clock.begin(now, false);
+        self.clock.closing(now);
         // No thread was seen at this tick (its count is given at its end): all are forgotten.
         self.forget_gone(self.clock.ticks());
         false

@@ -210,19 +210,24 @@ fn thread_table(out: &mut String, report: &FeatureReport, threads: &[ThreadTime]
     let _ = writeln!(out);
 }
 
-/// What fsprof's own process spent while it recorded, against the time the report counts:
-/// on a machine with no idle CPU, it was taken from the program. `None` where not measured (a
-/// profile from an older fsprof, a survey).
-fn describe_own_cpu(report: &FeatureReport, meta: &Meta) -> Option<String> {
+/// What fsprof's own process spent while it recorded, as a share of one CPU over the
+/// recording: on a machine with no idle CPU, it was taken from the program. Of the whole
+/// recording, whichever processes the report shows (a share of the time counted below was
+/// wrong for `--process`: 1032%). `None` where not measured (a profile from an older fsprof, a
+/// survey).
+fn describe_own_cpu(meta: &Meta) -> Option<String> {
     let us = meta.sampling.fsprof_cpu_us;
     if us == 0 {
         return None;
     }
-    let share = match report.total_ns {
-        0 => String::new(),
-        total => format!(
-            ", {:.1}% of the time counted below",
-            us as f64 * 1e3 / total as f64 * 100.0
+    // Not of a recording too short to say (fsprof's start of the program and its first tick
+    // are in the CPU, not in the recording's length).
+    let share = match meta.duration_ns {
+        wall if wall < 100_000_000 => String::new(),
+        wall => format!(
+            " over {:.2} s, {:.1}% of one CPU",
+            wall as f64 / 1e9,
+            us as f64 * 1e3 / wall as f64 * 100.0
         ),
     };
     Some(format!(
@@ -267,7 +272,7 @@ fn header(report: &FeatureReport, meta: &Meta, (threads, processes): (usize, usi
     if let Some(line) = describe_images(report) {
         let _ = writeln!(out, "{line}");
     }
-    if let Some(line) = describe_own_cpu(report, meta) {
+    if let Some(line) = describe_own_cpu(meta) {
         let _ = writeln!(out, "{line}");
     }
     let _ = writeln!(out);
