@@ -69,24 +69,24 @@ impl Sampler {
         // sample is never credited without perf: on average the two balance. With perf,
         // whose samples cover the last stretch, a thread living 3 to 6 ms read 0.3 ms too
         // much each (`requests`' `handling` +1.3 to +1.9 points) until births were known.
-        let born_ns = self
-            .native
-            .as_mut()
-            .and_then(|n| n.birth(tid))
-            .filter(|_| !first);
+        // At the first tick, a birth is known only of a process the recording found born (a
+        // followed child, made by a watched thread of its parent's): its first sample stands
+        // for its life so far (see `ThreadState::from_birth`).
+        let born_ns = self.native.as_mut().and_then(|n| n.birth(tid));
         // Its birth as an instant: after `now` where it was born during this tick (a long one:
         // the first perf samples load the program's debug information), and then this tick's
         // sample of it is empty and its next one starts there (see `Sampler::sample_thread`).
-        let last_time = match (born_ns, self.clock.last()) {
-            (Some(born), Some(last)) => {
-                let age = crate::os::time::monotonic_ns().saturating_sub(born);
-                Instant::now()
-                    .checked_sub(Duration::from_nanos(age))
-                    .unwrap_or(last)
-                    .max(last)
-            }
+        let born_at = born_ns.map(|born| {
+            let age = crate::os::time::monotonic_ns().saturating_sub(born);
+            Instant::now()
+                .checked_sub(Duration::from_nanos(age))
+                .unwrap_or(now)
+        });
+        let last_time = match (born_at, self.clock.last()) {
+            (Some(born), Some(last)) => born.max(last),
+            (Some(born), None) => born.min(now),
             (None, Some(last)) => last,
-            (_, None) => now,
+            (None, None) => now,
         };
         let state = ThreadState {
             status,
@@ -98,6 +98,7 @@ impl Sampler {
             pending: LateStop::default(),
             last_sched: None,
             born: !first && born_ns.is_none(),
+            from_birth: first && born_ns.is_some(),
             before_perf: None,
             followed: None,
         };
