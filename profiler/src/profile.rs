@@ -368,6 +368,12 @@ pub struct NativeMeta {
     /// perf sample, which then gives no native stack, microseconds.
     #[serde(default)]
     pub native_preempted_unplaced_us: u64,
+    /// Time threads were blocked (perf backend: switches followed) with no native stack to
+    /// place it by: no block with the same marks had a stack copied yet, nor did a tick read
+    /// one. Inside the program's marks it counts for them; outside, no built-in feature can
+    /// claim it, so it is in no feature's waits. Microseconds.
+    #[serde(default)]
+    pub native_blocked_unplaced_us: u64,
     /// Perf samples for which the kernel copied none of the thread's stack: no native stack
     /// (the registers alone name only the innermost function).
     #[serde(default)]

@@ -247,6 +247,7 @@ fn add_counters(meta: &mut Meta, child: &Meta) {
     n.native_departures_unmarked += c.native_departures_unmarked;
     n.native_late += c.native_late;
     n.native_preempted_unplaced_us += c.native_preempted_unplaced_us;
+    n.native_blocked_unplaced_us += c.native_blocked_unplaced_us;
     n.native_blocked += c.native_blocked;
     n.native_blocked_skipped += c.native_blocked_skipped;
     n.native_uncopied += c.native_uncopied;

@@ -152,6 +152,8 @@ struct Tally {
     native_late: u64,
     /// Time threads waited for a CPU with no native stack (perf: marks changed since), ns.
     unplaced_ns: u64,
+    /// Time threads were blocked with no native stack (no built-in feature can claim it), ns.
+    blocked_unplaced_ns: u64,
     /// Running time of followed threads in perf samples lost or not added, ns.
     lost_cpu_ns: u64,
 }

@@ -255,7 +255,7 @@ impl Drop for TestDir {
 /// wrong attribution (late and slow ticks, samples the kernel lost or could not match with the
 /// marks, CPU time estimated after losses). Read when a test fails, for CI's digest.
 fn conditions(dir: &Path) -> Vec<String> {
-    const FIGURES: [&str; 12] = [
+    const FIGURES: [&str; 14] = [
         "ticks",
         "late_ticks",
         "slow_ticks",
@@ -266,6 +266,8 @@ fn conditions(dir: &Path) -> Vec<String> {
         "native_uncopied",
         "native_unseen_dropped",
         "native_preempted_unplaced_us",
+        "native_blocked_unplaced_us",
+        "native_departures_unmarked",
         "pause_p99_us",
         "torn_dropped",
     ];

@@ -53,6 +53,7 @@ impl Sampler {
             meta.native_stacks.native_departures_unmarked = self.tally.departures_unmarked;
             meta.native_stacks.native_late = self.tally.native_late;
             meta.native_stacks.native_preempted_unplaced_us = self.tally.unplaced_ns / 1_000;
+            meta.native_stacks.native_blocked_unplaced_us = self.tally.blocked_unplaced_ns / 1_000;
             meta.native_stacks.native_blocked = stats.blocked;
             meta.native_stacks.native_blocked_skipped = stats.blocked_skipped;
             meta.native_stacks.native_uncopied = stats.uncopied;

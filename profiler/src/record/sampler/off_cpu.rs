@@ -251,8 +251,10 @@ impl Sampler {
             native,
             active,
         } = addition;
-        if active && native.is_none() {
-            self.tally.unplaced_ns += ns;
+        match (active, native) {
+            (true, None) => self.tally.unplaced_ns += ns,
+            (false, None) => self.tally.blocked_unplaced_ns += ns,
+            _ => {}
         }
         if ns > 0 {
             let active_ns = if active { ns } else { 0 };
