@@ -115,7 +115,6 @@ fn sample_until_stopped(
     let mut next = start;
     let mut current = period;
     let mut preemptions = involuntary_switches();
-    let mut crowd = Crowd::new();
     // Fault injection for tests: a panic in the middle of recording, to prove that the target is
     // released (detached, running) when fsprof fails.
     let panic_after: Option<u64> = std::env::var("FSPROF_TEST_PANIC_AFTER_TICKS")
@@ -146,7 +145,7 @@ fn sample_until_stopped(
         // The sampler waited for a CPU, or would at its share of one: from now on it takes one
         // before the program's threads (see `priority::Raised::gently`).
         if raised.how() != "real-time"
-            && (late_ticks.count_ones() >= LATE_BEFORE_REAL_TIME || crowd.crowded())
+            && (late_ticks.count_ones() >= LATE_BEFORE_REAL_TIME || crowded())
         {
             raised.escalate();
             sampler.set_priority(raised.how());
@@ -265,44 +264,16 @@ pub fn suspend(sampler: &mut Sampler) {
 /// the CPUs' rings, which last about 120 ms there, lost samples.
 const CROWD_PER_CPU: u32 = 48;
 
-/// How often the runnable threads are counted at most (a read of `/proc/loadavg`, ~1.5 us).
+/// How old a count of the runnable threads may be (a read of `/proc/loadavg`, ~1.5 us, shared
+/// by all of fsprof's samplers: see `os::machine::runnable_threads`).
 const CROWD_EVERY: Duration = Duration::from_millis(10);
 
-/// The machine's runnable threads, from the fourth field of `/proc/loadavg` ("3/250": running
-/// or runnable, of all), kept open and read from its start.
-struct Crowd {
-    file: Option<&'static std::fs::File>,
-    cpus: u32,
-    read_at: Option<Instant>,
-}
-
-impl Crowd {
-    fn new() -> Crowd {
-        Crowd {
-            file: crate::os::machine::loadavg(),
-            cpus: crate::os::machine::cpus() as u32,
-            read_at: None,
-        }
-    }
-
-    /// Whether more than [`CROWD_PER_CPU`] threads per CPU are runnable now; read at most every
-    /// [`CROWD_EVERY`] (`false` in between, or where unreadable).
-    fn crowded(&mut self) -> bool {
-        use std::os::unix::fs::FileExt;
-        if self.read_at.is_some_and(|at| at.elapsed() < CROWD_EVERY) {
-            return false;
-        }
-        self.read_at = Some(Instant::now());
-        let mut bytes = [0u8; 128];
-        let Some(read) = self.file.and_then(|f| f.read_at(&mut bytes, 0).ok()) else {
-            return false;
-        };
-        let runnable = std::str::from_utf8(&bytes[..read]).ok().and_then(|text| {
-            let field = text.split_ascii_whitespace().nth(3)?;
-            field.split('/').next()?.parse::<u32>().ok()
-        });
-        runnable.is_some_and(|runnable| runnable > CROWD_PER_CPU.saturating_mul(self.cpus))
-    }
+/// Whether more than [`CROWD_PER_CPU`] threads per CPU are runnable, as counted at most
+/// [`CROWD_EVERY`] ago (`false` where unreadable).
+fn crowded() -> bool {
+    let cpus = crate::os::machine::cpus() as u32;
+    crate::os::machine::runnable_threads(CROWD_EVERY)
+        .is_some_and(|runnable| runnable > CROWD_PER_CPU.saturating_mul(cpus))
 }
 
 /// Times this thread was switched out while runnable, so far.
