@@ -257,7 +257,11 @@ fn add_counters(meta: &mut Meta, child: &Meta) {
     n.stops.native_stops += c.stops.native_stops;
     n.beyond.native_completed += c.beyond.native_completed;
     n.beyond.native_walked += c.beyond.native_walked;
+    // Every tick count summed, the ticks with them: the report's shares of late and stretched
+    // ticks are of all the tree's ticks (the program's own alone, they read over 100% for a
+    // build, whose processes tick more than `make` does).
     let (s, c) = (&mut meta.sampling, &child.sampling);
+    s.ticks += c.ticks;
     s.late_ticks += c.late_ticks;
     s.stretched_ticks += c.stretched_ticks;
     s.slow_ticks += c.slow_ticks;
@@ -310,6 +314,20 @@ mod tests {
             .collect();
         assert_eq!(output.len(), 2);
         assert_eq!(output[0], output[1]);
+    }
+
+    #[test]
+    fn a_trees_tick_counts_are_all_its_processes() {
+        let ticked = |ticks, late| {
+            let mut profile = build(&[]);
+            profile.meta.sampling.ticks = ticks;
+            profile.meta.sampling.late_ticks = late;
+            profile
+        };
+        let children = vec![(process(2, Some(1)), ticked(40, 3))];
+        let merged = merge(ticked(5, 1), process(1, None), children);
+        assert_eq!(merged.meta.sampling.ticks, 45);
+        assert_eq!(merged.meta.sampling.late_ticks, 4);
     }
 
     #[test]
