@@ -443,7 +443,7 @@ fn an_event_loop_idle_between_requests_does_not_dilute_its_handling() {
         .as_u64()
         .unwrap_or(0)
         / 1_000;
-    eprintln!("poll blocked {blocked:.0} ms; the loop measured {measured:.0} ms, {woken_wait:.0} ms of it at most waiting for a CPU; blocked elsewhere: [{}]; blocked without a native stack: {unplaced} ms", elsewhere.join(", "));
+    eprintln!("poll blocked {blocked:.0} ms; the loop measured {measured:.0} ms, {woken_wait:.0} ms of it at most waiting for a CPU; blocked elsewhere: [{}]; blocked without a native stack in the whole tree (the client's too): {unplaced} ms", elsewhere.join(", "));
     assert!(
         blocked > (measured - woken_wait) * 0.9 && blocked < measured * 1.1,
         "{poll:#}"
