@@ -115,7 +115,11 @@ pub(in crate::native) const VALUE_LABELS_TEMP: usize = VALUE_LABELS_RECORD + LAB
 /// Then, per CPU, when fsprof watched the thread (CLOCK_MONOTONIC, ns): a thread found on a CPU
 /// with no switch since has been on it from then (see `cpu_wide/programs.rs`).
 pub(in crate::native) const VALUE_WATCHED_AT: usize = VALUE_LABELS_TEMP + 32;
-pub(in crate::native) const VALUE_SIZE: usize = VALUE_WATCHED_AT + 8;
+/// Then, per CPU, when the thread's latest departure that blocked had its stack copied (a
+/// block's copies are counted apart from a preemption's: see `cpu_wide/programs.rs`,
+/// `departure_stack`).
+pub(in crate::native) const VALUE_BLOCK_COPIED: usize = VALUE_WATCHED_AT + 8;
+pub(in crate::native) const VALUE_SIZE: usize = VALUE_BLOCK_COPIED + 8;
 const _: () = assert!(
     LABELS_RECORD >= COPY_HEADER + 8 + crate::program::otel_context::MAX_RECORD,
     "a labels record holds an OpenTelemetry record whole"

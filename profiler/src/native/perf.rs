@@ -22,9 +22,9 @@ use crate::native::bpf::{create_map, page_size, BPF_MAP_TYPE_ARRAY};
 use crate::native::cpu_wide::CpuWide;
 use crate::native::layout::{ANCHORS, DEPARTURE_STACK_DUMP, SLOTS, STACK_DUMP};
 use crate::native::layout::{
-    FOLD_KINDS, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_CPU_NS, VALUE_DEPARTED, VALUE_FOLD_KIND,
-    VALUE_FOLD_LEFT, VALUE_LABELS_OFFSET, VALUE_QUIET, VALUE_SIZE, VALUE_SWITCHES, VALUE_WALK,
-    VALUE_WATCHED_AT,
+    FOLD_KINDS, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_BLOCK_COPIED, VALUE_CPU_NS, VALUE_DEPARTED,
+    VALUE_FOLD_KIND, VALUE_FOLD_LEFT, VALUE_LABELS_OFFSET, VALUE_QUIET, VALUE_SIZE, VALUE_SWITCHES,
+    VALUE_WALK, VALUE_WATCHED_AT,
 };
 use crate::native::layout::{LABELS_CUSTOM, LABELS_OTEL};
 use crate::native::map_value::Values;
@@ -652,6 +652,7 @@ impl PerfSampler {
         // exec): its switches only count into its time on a CPU.
         let quiet = self.wide.is_some() && self.too_fast.contains(&tid);
         self.values.write(index, VALUE_DEPARTED, &[0]);
+        self.values.write(index, VALUE_BLOCK_COPIED, &[0]);
         self.values.write(index, VALUE_QUIET, &[u64::from(quiet)]);
         // Nothing known of its time on a CPU, and no switch counted; when it was watched, if it
         // runs (0: its time counts from its first return onto a CPU, or else its first sample).
