@@ -26,20 +26,15 @@ use support::*;
 fn record(dir: &Path, scenario: &str, extra: &[&str]) {
     let seconds = if scenario == "roots" { "3" } else { "2" };
     let deep = Path::new(&fsprof()).with_file_name("deep");
-    let output = Command::new(fsprof())
-        .args(["run", "--rate", ACCURACY_RATE, "-o"])
-        .arg(dir)
-        .args(extra)
-        .arg("--")
-        .arg(deep)
-        .args([scenario, seconds, "--truth"])
-        .arg(dir.join("truth.json"))
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "fsprof run failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+    succeeded(
+        Command::new(fsprof())
+            .args(["run", "--rate", ACCURACY_RATE, "-o"])
+            .arg(dir)
+            .args(extra)
+            .arg("--")
+            .arg(deep)
+            .args([scenario, seconds, "--truth"])
+            .arg(dir.join("truth.json")),
     );
 }
 

@@ -35,18 +35,13 @@ fn script(dir: &Path) -> std::path::PathBuf {
 /// `fsprof run --rate ACCURACY_RATE -o DIR/out [extra] -- SCRIPT`.
 fn record(dir: &Path, script: &Path, extra: &[&str]) -> std::path::PathBuf {
     let out = dir.join(format!("out{}", extra.len()));
-    let output = Command::new(fsprof())
-        .args(["run", "--rate", ACCURACY_RATE, "-o"])
-        .arg(&out)
-        .args(extra)
-        .arg("--")
-        .arg(script)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "fsprof run failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+    succeeded(
+        Command::new(fsprof())
+            .args(["run", "--rate", ACCURACY_RATE, "-o"])
+            .arg(&out)
+            .args(extra)
+            .arg("--")
+            .arg(script),
     );
     out
 }
@@ -301,19 +296,14 @@ fn short_children_found_and_counted() {
     let program = support::native::build_c_program(dir.path(), "short_children");
     let truth_path = dir.path().join("truth.json");
     let out = dir.path().join("out");
-    let output = Command::new(fsprof())
-        .args(["run", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(&program)
-        .args(["20", "30", "--truth"])
-        .arg(&truth_path)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "fsprof run failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+    succeeded(
+        Command::new(fsprof())
+            .args(["run", "-o"])
+            .arg(&out)
+            .arg("--")
+            .arg(&program)
+            .args(["20", "30", "--truth"])
+            .arg(&truth_path),
     );
     let truth: Value =
         serde_json::from_str(&std::fs::read_to_string(&truth_path).unwrap()).unwrap();

@@ -494,7 +494,8 @@ pub fn run_target_with_agent(dir: &Path, scenario: &str, secs: f64) -> Output {
 
 fn launch_target(dir: &Path, scenario: &str, secs: f64, args: &[&str], agent: bool) -> Output {
     let truth = dir.join("truth.json");
-    let output = Command::new(fsprof())
+    let mut command = Command::new(fsprof());
+    command
         .arg("run")
         .args(agent.then_some("--agent"))
         .args(["--rate", ACCURACY_RATE])
@@ -504,12 +505,17 @@ fn launch_target(dir: &Path, scenario: &str, secs: f64, args: &[&str], agent: bo
         .arg("--")
         .arg(target())
         .args([scenario, &secs.to_string(), "--truth"])
-        .arg(&truth)
-        .output()
-        .unwrap();
+        .arg(&truth);
+    succeeded(&mut command)
+}
+
+/// Runs `command` to its end (an `fsprof` command line) and returns its output; fails the test,
+/// with the command and its stderr, unless it succeeded.
+pub fn succeeded(command: &mut Command) -> Output {
+    let output = command.output().unwrap();
     assert!(
         output.status.success(),
-        "fsprof run failed: {}",
+        "{command:?} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     output
