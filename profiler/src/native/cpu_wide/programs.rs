@@ -609,7 +609,7 @@ fn departure_stack(p: &mut Asm, copies: RawFd, copies_size: usize, gap_ns: u64) 
     // preemptions (the latest sample's stack does too), not for a block, whose call only its
     // own copy shows. An event loop preempted as it answered and blocking 20 us later in
     // `epoll_wait` had every block's copy refused, and its waits had no stack (no built-in
-    // feature's) until a block came without a preemption just before it: 48 ms of 1 s in 1
+    // feature's) until a block came without a preemption just before it: 49 ms of 1 s in 1
     // run of 10 here, 271 ms in a CI run.
     let blocks = p.label();
     jump_if_it_blocks(p, blocks);
