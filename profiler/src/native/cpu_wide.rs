@@ -11,8 +11,9 @@
 //! before the new program's credentials are set) removes the thread from the map, so nothing of
 //! a program that turned set-user-id is read: fsprof watches the thread again only once its exec
 //! gate passed it. A switch costs that program's run (about 225 ns for a thread not followed,
-//! some 100 ns of it the tracepoint's call of any program, BENCHMARKS.md; a bitmap of the
-//! watched ids, `filter.rs`, turns those threads away before any hash lookup) where a thread's
+//! some 100 ns of it the tracepoint's call of any program, BENCHMARKS.md; a table of the
+//! watched ids, `direct.rs`, turns those threads away and finds the watched ones' values without
+//! a hash lookup) where a thread's
 //! own sampling event cost it about 4 us, and no event fires at a switch: a context-switch
 //! event per CPU, which took the departures' stacks before, cost every switch of every thread
 //! its overflow.
@@ -43,7 +44,7 @@ use crate::native::ring::{
 use crate::native::sampling::{load_program, Index};
 use crate::native::stream::{PerfSample, Switch, Taken};
 use crate::native::unwind::{Registers, StackView};
-use filter::Filter;
+use direct::Direct;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use nix::errno::Errno;
 use perf_event_open_sys as sys;
@@ -70,8 +71,9 @@ const MOST_IGNORED: usize = 1 << 16;
 /// The kernel side of the per-CPU design, and the samples read from it not yet taken.
 pub(super) struct CpuWide {
     watched: OwnedFd,
-    /// The ids of `watched`'s threads as a bitmap the switch program looks at first.
-    filter: Filter,
+    /// The ids of `watched`'s threads and their values, as the switch program looks at them
+    /// first.
+    direct: Direct,
     cpus: Vec<Cpu>,
     _programs: Vec<OwnedFd>,
     _links: Vec<OwnedFd>,
@@ -198,11 +200,11 @@ impl CpuWide {
         let watched = create_map(BPF_MAP_TYPE_HASH, 4, 4, capacity)
             .map_err(|e| format!("cannot create a BPF hash map ({})", e.desc()))?;
         let w = watched.as_raw_fd();
-        let filter =
-            Filter::new().map_err(|e| format!("cannot create a BPF array ({})", e.desc()))?;
+        let direct =
+            Direct::new().map_err(|e| format!("cannot create a BPF array ({})", e.desc()))?;
         let sampling = load_program(map, copies, walk, Index::Watched(w), None)?;
         let program = |typed| {
-            let (ring, watch) = ((copies, copies_size), (w, filter.fd()));
+            let (ring, watch) = ((copies, copies_size), (w, direct.fd()));
             switch_program(map, ring, watch, pid_offset, period_ns, typed)
         };
         // At the typed hook where the kernel has one and lets the program attach (`tp_btf`:
@@ -222,9 +224,9 @@ impl CpuWide {
         };
         let mut links = vec![switch_link];
         // At the start of an exec too where the kernel has that tracepoint (Linux 6.10).
-        let early = load_tracepoint_program(exec_program(copies, w, false))?;
+        let early = load_tracepoint_program(exec_program(map, copies, w, false))?;
         links.extend(attach_tracepoint(c"sched_prepare_exec", &early).ok());
-        let late = load_tracepoint_program(exec_program(copies, w, true))?;
+        let late = load_tracepoint_program(exec_program(map, copies, w, true))?;
         links.push(
             attach_tracepoint(c"sched_process_exec", &late)
                 .map_err(|e| format!("cannot attach to sched_process_exec ({})", e.desc()))?,
@@ -257,7 +259,7 @@ impl CpuWide {
         }
         Ok(CpuWide {
             watched,
-            filter,
+            direct,
             cpus,
             _programs: vec![sampling, switch, early, late],
             _links: links,
@@ -332,9 +334,7 @@ impl CpuWide {
 
     /// Has the programs record thread `tid` from now on, in the map value `index`.
     pub(super) fn watch(&mut self, tid: u32, index: u32, quiet: bool) -> Result<(), Errno> {
-        if !self.threads.contains_key(&tid) {
-            self.filter.add(tid)?;
-        }
+        self.direct.add(tid, index)?;
         update_bytes(
             self.watched.as_raw_fd(),
             &tid.to_ne_bytes(),
@@ -377,7 +377,7 @@ impl CpuWide {
     pub(super) fn unwatch(&mut self, tid: u32) {
         let _ = delete_bytes(self.watched.as_raw_fd(), &tid.to_ne_bytes());
         if self.threads.remove(&tid).is_some() {
-            self.filter.remove(tid);
+            self.direct.remove(tid);
             self.ignore(tid);
         }
     }
@@ -735,7 +735,7 @@ fn online_cpus() -> Vec<u32> {
     cpus
 }
 
-mod filter;
+mod direct;
 pub(super) mod programs;
 #[cfg(test)]
 mod tests;

@@ -119,7 +119,11 @@ pub(in crate::native) const VALUE_WATCHED_AT: usize = VALUE_LABELS_TEMP + 32;
 /// block's copies are counted apart from a preemption's: see `cpu_wide/programs.rs`,
 /// `departure_stack`).
 pub(in crate::native) const VALUE_BLOCK_COPIED: usize = VALUE_WATCHED_AT + 8;
-pub(in crate::native) const VALUE_SIZE: usize = VALUE_BLOCK_COPIED + 8;
+/// Then the id of the thread the value is for (set by fsprof; 0: none, as the programs leave
+/// it when they remove a thread from the watched ones), which the switch program checks where
+/// `cpu_wide/direct.rs`'s table gave it the value.
+pub(in crate::native) const VALUE_TID: usize = VALUE_BLOCK_COPIED + 8;
+pub(in crate::native) const VALUE_SIZE: usize = VALUE_TID + 8;
 const _: () = assert!(
     LABELS_RECORD >= COPY_HEADER + 8 + crate::program::otel_context::MAX_RECORD,
     "a labels record holds an OpenTelemetry record whole"

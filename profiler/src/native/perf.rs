@@ -24,7 +24,7 @@ use crate::native::layout::{ANCHORS, DEPARTURE_STACK_DUMP, SLOTS, STACK_DUMP};
 use crate::native::layout::{
     FOLD_KINDS, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_BLOCK_COPIED, VALUE_CPU_NS, VALUE_DEPARTED,
     VALUE_FOLD_KIND, VALUE_FOLD_LEFT, VALUE_LABELS_OFFSET, VALUE_QUIET, VALUE_SIZE, VALUE_SWITCHES,
-    VALUE_WALK, VALUE_WATCHED_AT,
+    VALUE_TID, VALUE_WALK, VALUE_WATCHED_AT,
 };
 use crate::native::layout::{LABELS_CUSTOM, LABELS_OTEL};
 use crate::native::map_value::Values;
@@ -576,9 +576,15 @@ impl PerfSampler {
             if let Some(wide) = &mut self.wide {
                 wide.unwatch(tid);
             }
-            self.queues.clear(thread.index);
-            self.free.push(thread.index);
+            self.release(thread.index);
         }
+    }
+
+    /// Makes map value `index` free for another thread, no thread's meanwhile.
+    fn release(&mut self, index: u32) {
+        self.values.write(index, VALUE_TID, &[0]);
+        self.queues.clear(index);
+        self.free.push(index);
     }
 
     /// Opens `tid`'s event, ring and program. `CAP_PERFMON`, when fsprof holds it, lets
@@ -624,8 +630,7 @@ impl PerfSampler {
             Ok(())
         });
         if let Err(error) = enabled {
-            self.queues.clear(thread.index);
-            self.free.push(thread.index);
+            self.release(thread.index);
             return Err(error);
         }
         Ok(thread)
@@ -663,6 +668,7 @@ impl PerfSampler {
             0
         };
         self.values.write(index, VALUE_WATCHED_AT, &[watched_at]);
+        self.values.write(index, VALUE_TID, &[u64::from(tid)]);
         self.values
             .write(index, VALUE_FOLD_LEFT, &[0; 3 + FOLD_KINDS]);
         self.queues.clear(index);
@@ -709,7 +715,7 @@ impl PerfSampler {
             })))
         })();
         if opened.is_err() {
-            self.free.push(index);
+            self.release(index);
         }
         opened
     }

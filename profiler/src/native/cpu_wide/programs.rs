@@ -6,7 +6,7 @@
 //! program itself (`sampling.rs`) and the slot copies (`fragments.rs`), the maps, events and links (`cpu_wide.rs`),
 //! the records' parsing (`ring.rs`).
 
-use super::filter::skip_unless_let_through;
+use super::direct::value_of_watched;
 use crate::native::asm::{
     insn, Asm, Insn, Label, ADD64_IMM, ADD64_REG, AND64_IMM, CALL, EXIT,
     HELPER_GET_CURRENT_PID_TGID, HELPER_GET_CURRENT_TASK_BTF, HELPER_KTIME_GET_NS,
@@ -24,7 +24,7 @@ use crate::native::layout::SLOTS;
 use crate::native::layout::{
     COPY_HEADER, FOLD_KINDS, FOLD_RECORD, VALUE_ADDRESSES, VALUE_BLOCK_COPIED, VALUE_CPU_NS,
     VALUE_DEPARTED, VALUE_FOLDED, VALUE_FOLD_KIND, VALUE_FOLD_LEFT, VALUE_FOLD_RECORD,
-    VALUE_NEAR_UNTIL, VALUE_ON_SINCE, VALUE_QUIET, VALUE_SWITCHES, VALUE_SWITCH_RECORD,
+    VALUE_NEAR_UNTIL, VALUE_ON_SINCE, VALUE_QUIET, VALUE_SWITCHES, VALUE_SWITCH_RECORD, VALUE_TID,
     VALUE_TIME_RECORD, VALUE_WATCHED_AT,
 };
 use crate::native::layout::{
@@ -263,8 +263,9 @@ fn next_switch(p: &mut Asm) {
 /// folded or recorded (see [`departed`]). The coming one's pid is read from its `task_struct` at
 /// `pid_offset`: if watched, it is on a CPU from now, and a return record says so, or its
 /// folded stretch ends (see [`came_back`]). A thread no longer followed (its value's `VALUE_QUIET`) has its time counted and
-/// no record. Other switches cost two array loads (`filter.rs`; and no read of the clock: the
-/// switches of threads fsprof does not watch, every switch of the machine, run this program).
+/// no record. Other switches cost an array load each side (`direct.rs`; and no read of the
+/// clock: the switches of threads fsprof does not watch, every switch of the machine, run this
+/// program).
 /// `typed`: the program is loaded for the tracepoint's typed hook (`tp_btf`), and reads both
 /// pids from the tasks its arguments point to with a plain load each; otherwise (a raw
 /// tracepoint) the leaving one's through a helper and the coming one's through
@@ -273,7 +274,7 @@ fn next_switch(p: &mut Asm) {
 pub(super) fn switch_program(
     map: RawFd,
     (copies, copies_size): (RawFd, usize),
-    (watched, filter): (RawFd, RawFd),
+    (watched, direct): (RawFd, RawFd),
     pid_offset: u32,
     gap_ns: u64,
     typed: bool,
@@ -292,17 +293,9 @@ pub(super) fn switch_program(
         ]),
         false => p.push(insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_PID_TGID)),
     }
-    p.extend([
-        insn(STX_W, 10, 0, INDEX_SLOT, 0),
-        insn(STX_W, 10, 0, LEAVING, 0),
-    ]);
+    p.push(insn(STX_W, 10, 0, LEAVING, 0));
     let (coming, end) = (p.label(), p.label());
-    skip_unless_let_through(&mut p, filter, INDEX_SLOT, coming);
-    watched_index(&mut p, watched, INDEX_SLOT);
-    p.jump(JEQ_IMM, 0, 0, 0, coming);
-    p.extend([insn(LDX_W, 1, 0, 0, 0), insn(STX_W, 10, 1, INDEX_SLOT, 0)]);
-    p.extend(value_of_thread(map));
-    p.jump(JEQ_IMM, 0, 0, 0, coming);
+    value_of_watched(&mut p, (direct, watched, map), LEAVING, coming);
     p.extend([
         insn(MOV64_REG, 6, 0, 0, 0), // r6: the leaving thread's value
         insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
@@ -332,7 +325,8 @@ pub(super) fn switch_program(
     p.jump(JNE_IMM, 1, 0, 0, quiet); // quiet: no record
     departed(&mut p, copies, copies_size, gap_ns);
     p.bind(quiet);
-    // Its last switch (it is dead): watched no more, so that its id, once reused, is not.
+    // Its last switch (it is dead): watched no more, so that its id, once reused, is not (its
+    // value no longer its either, for `direct.rs`'s table).
     p.extend([
         insn(LDX_DW, 1, 10, CONTEXT, 0),
         insn(LDX_DW, 2, 1, 24, 0),
@@ -340,6 +334,7 @@ pub(super) fn switch_program(
     ]);
     p.jump(JEQ_IMM, 2, 0, 0, coming);
     p.extend([
+        insn(ST_DW, 6, 0, VALUE_TID as i16, 0),
         insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, watched),
         insn(0, 0, 0, 0, 0),
         insn(MOV64_REG, 2, 10, 0, 0),
@@ -364,12 +359,7 @@ pub(super) fn switch_program(
             p.jump(JNE_IMM, 0, 0, 0, end);
         }
     }
-    skip_unless_let_through(&mut p, filter, -8, end);
-    watched_index(&mut p, watched, -8);
-    p.jump(JEQ_IMM, 0, 0, 0, end);
-    p.extend([insn(LDX_W, 1, 0, 0, 0), insn(STX_W, 10, 1, INDEX_SLOT, 0)]);
-    p.extend(value_of_thread(map));
-    p.jump(JEQ_IMM, 0, 0, 0, end);
+    value_of_watched(&mut p, (direct, watched, map), -8, end);
     p.push(insn(MOV64_REG, 6, 0, 0, 0)); // r6: the coming thread's value
     let timed = p.label();
     p.jump(JNE_IMM, 7, 0, 0, timed);
@@ -492,8 +482,8 @@ fn departed(p: &mut Asm, copies: RawFd, copies_size: usize, gap_ns: u64) {
 /// takes) from the watched threads, with a record of each it removes, and the process's own
 /// key (`layout::PROCESS_KEY`); `done` (the program at
 /// `sched_process_exec`, whose second argument is the id the thread had before) removes that
-/// id too.
-pub(super) fn exec_program(copies: RawFd, watched: RawFd, done: bool) -> Vec<Insn> {
+/// id too. A thread removed has its value (of the array `map`) say it is no one's.
+pub(super) fn exec_program(map: RawFd, copies: RawFd, watched: RawFd, done: bool) -> Vec<Insn> {
     const KEY: i16 = -8;
     const RECORD: i16 = -64;
     let mut p = Asm::new();
@@ -517,6 +507,14 @@ pub(super) fn exec_program(copies: RawFd, watched: RawFd, done: bool) -> Vec<Ins
             insn(LDX_W, 2, 10, KEY, 0),
             insn(STX_DW, 10, 2, RECORD + 16, 0),
             insn(ST_DW, 10, 0, RECORD + 24, 0),
+            insn(STX_W, 10, 1, INDEX_SLOT, 0),
+        ]);
+        p.extend(value_of_thread(map));
+        let no_value = p.label();
+        p.jump(JEQ_IMM, 0, 0, 0, no_value);
+        p.push(insn(ST_DW, 0, 0, VALUE_TID as i16, 0));
+        p.bind(no_value);
+        p.extend([
             insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, watched),
             insn(0, 0, 0, 0, 0),
             insn(MOV64_REG, 2, 10, 0, 0),

@@ -384,14 +384,14 @@ fn the_switch_program_loads_in_both_forms() {
     let ring_size = 1 << 16;
     let ring = create_map(bpf::BPF_MAP_TYPE_RINGBUF, 0, 0, ring_size).unwrap();
     let watched = create_map(bpf::BPF_MAP_TYPE_HASH, 4, 4, 8).unwrap();
-    let filter = super::filter::Filter::new().unwrap();
+    let direct = super::direct::Direct::new().unwrap();
     let Some(pid_offset) = crate::native::btf::task_pid_offset() else {
         eprintln!("skipped: the kernel does not describe its task_struct");
         return;
     };
     let program = |typed| {
         let ring = (ring.as_raw_fd(), ring_size as usize);
-        let watch = (watched.as_raw_fd(), filter.fd());
+        let watch = (watched.as_raw_fd(), direct.fd());
         super::switch_program(map.as_raw_fd(), ring, watch, pid_offset, 1_000_000, typed)
     };
     bpf::load_tracepoint_program(program(false)).expect("the raw tracepoint's form");
