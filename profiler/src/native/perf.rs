@@ -565,6 +565,13 @@ impl PerfSampler {
     }
 
     /// Samples the CPUs' rings held of threads not watched (`cpu_wide.rs`; 0 otherwise).
+    /// The thread id `tid`'s map value says it is for (see `layout::VALUE_TID`).
+    #[cfg(test)]
+    pub(super) fn value_tid(&self, tid: u32) -> Option<u64> {
+        let thread = self.threads.get(&tid)?;
+        Some(self.values.read(thread.index, VALUE_TID))
+    }
+
     #[cfg(test)]
     pub(super) fn foreign_samples(&self) -> u64 {
         self.wide.as_ref().map_or(0, |wide| wide.foreign)

@@ -232,8 +232,9 @@ fn switches_come_in_turn_with_the_time_on_a_cpu() {
 }
 
 /// A child blocked in `read` is watched; it then `exec`s. The program at the `exec` removes it
-/// from the watched threads, and the sampler forgets it (to be checked again before it is
-/// watched anew).
+/// from the watched threads, its map value no longer says it is its (so that `direct.rs`'s
+/// table does not find it: nothing of its switches is recorded before fsprof reads of the
+/// exec), and the sampler forgets it (to be checked again before it is watched anew).
 #[test]
 fn an_exec_ends_the_watch_in_the_kernel() {
     let Some(mut perf) = sampler() else {
@@ -250,8 +251,20 @@ fn an_exec_ends_the_watch_in_the_kernel() {
     std::thread::sleep(Duration::from_millis(100));
     perf.watch(pid, [0, 0]).unwrap();
     assert!(perf.watches(pid));
+    assert_eq!(perf.value_tid(pid), Some(u64::from(pid)));
+    let before = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
     writeln!(child.stdin.as_mut().unwrap()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_link(format!("/proc/{pid}/exe")).ok() == Some(before.clone())
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        perf.value_tid(pid),
+        Some(0),
+        "its value still says it is its after its exec"
+    );
     while perf.watches(pid) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
         perf.take(pid, |_| {});
@@ -260,6 +273,32 @@ fn an_exec_ends_the_watch_in_the_kernel() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(!still, "still watched 10 s after its exec");
+}
+
+/// A watched thread that exits leaves its CPU for the last time: the switch program removes it
+/// from the watched threads and its map value no longer says it is its, before fsprof reads
+/// anything (a thread reusing its id is not the one watched).
+#[test]
+fn a_thread_gone_is_no_longer_its_values() {
+    let Some(mut perf) = sampler() else {
+        return;
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let (thread, tid) = spinner(&stop);
+    perf.watch(tid, [0, 0]).unwrap();
+    assert_eq!(perf.value_tid(tid), Some(u64::from(tid)));
+    stop.store(true, Ordering::Relaxed);
+    thread.join().unwrap();
+    // Joined: it has exited, and its last switch comes at once or has come.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while perf.value_tid(tid) != Some(0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        perf.value_tid(tid),
+        Some(0),
+        "its value still says it is its"
+    );
 }
 
 /// A second process's holder joins the per-CPU sampler (`perf/shared.rs`): its thread's
