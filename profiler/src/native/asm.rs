@@ -88,6 +88,8 @@ pub(super) const HELPER_TASK_PT_REGS: i32 = 175;
 pub(super) const RB_AVAIL_DATA: i32 = 0;
 /// `bpf_ringbuf_output` flag: wake nobody (fsprof reads the ring on its own schedule).
 pub(super) const RB_NO_WAKEUP: i32 = 1;
+/// `BPF_RB_FORCE_WAKEUP`: wake the ring's reader whatever it has left unread.
+pub(super) const RB_FORCE_WAKEUP: i32 = 2;
 
 /// A place in a program that jumps go to: made by [`Asm::label`], bound once by [`Asm::bind`].
 #[derive(Clone, Copy, Debug)]

@@ -1,7 +1,8 @@
 //! Where a member of one of the kernel's structures lies, from the kernel's own type
 //! description (BTF, `/sys/kernel/btf/vmlinux`): the per-CPU sampler's switch program
 //! (`cpu_wide.rs`) reads the pid of the thread coming onto a CPU from its `task_struct`, whose
-//! layout differs between kernels and builds; and the id of the type of the `sched_switch`
+//! layout differs between kernels and builds, and its fork program the process id of a task
+//! just made; and the id of the type of the `sched_switch`
 //! tracepoint's hook, to which that program attaches where the kernel lets it (a program that
 //! then reads its arguments' members directly). It reads top-level members of named structures
 //! and names of typedefs only; it does not load BTF into the kernel or resolve types beyond
@@ -9,8 +10,9 @@
 //! use.
 
 /// The members fsprof's programs read, as `(structure, member)`: [`Offsets`] in this order.
-const WANTED: [(&str, &str); 3] = [
+const WANTED: [(&str, &str); 4] = [
     ("task_struct", "pid"),
+    ("task_struct", "tgid"),
     ("task_struct", "thread"),
     ("thread_struct", "fsbase"),
 ];
@@ -20,6 +22,7 @@ const WANTED: [(&str, &str); 3] = [
 /// were kept. Mapped where the kernel lets it be (Linux 6.16), a fraction of a millisecond.
 struct Offsets {
     task_pid: Option<u32>,
+    task_tgid: Option<u32>,
     task_thread: Option<u32>,
     thread_fsbase: Option<u32>,
     /// The type id of the typedef [`SWITCH_HOOK`].
@@ -45,10 +48,11 @@ fn offsets() -> &'static Offsets {
             None => std::fs::read(PATH).unwrap_or_default(),
         };
         let data = mapped.as_deref().unwrap_or(&read);
-        let ([task_pid, task_thread, thread_fsbase], switch_hook) =
+        let ([task_pid, task_tgid, task_thread, thread_fsbase], switch_hook) =
             find_members_and_typedef(data, &WANTED, SWITCH_HOOK);
         Offsets {
             task_pid,
+            task_tgid,
             task_thread,
             thread_fsbase,
             switch_hook,
@@ -60,6 +64,12 @@ fn offsets() -> &'static Offsets {
 /// program reads it for every process recorded per CPU.
 pub fn task_pid_offset() -> Option<u32> {
     offsets().task_pid
+}
+
+/// The byte offset of `tgid` (its process's id) in the kernel's `task_struct`: the per-CPU
+/// sampler's fork program tells a new process from a new thread by it.
+pub fn task_tgid_offset() -> Option<u32> {
+    offsets().task_tgid
 }
 
 /// The type id of the `sched_switch` tracepoint's hook (`btf_trace_sched_switch`), where the
@@ -294,6 +304,7 @@ mod tests {
             );
             assert_eq!(tgid, pid + 4, "pid and tgid lie side by side");
             assert_eq!(task_pid_offset(), Some(pid));
+            assert_eq!(task_tgid_offset(), Some(tgid));
             assert!(switch_hook_type_id().is_some(), "{SWITCH_HOOK}");
             if cfg!(target_arch = "x86_64") {
                 assert!(thread_pointer_offset().is_some());

@@ -140,6 +140,9 @@ pub struct NativeSampler {
     /// Whether the process publishes labels that perf's program reads at each sample
     /// (see [`NativeSampler::look_for_labels`]).
     labels: LabelsSearch,
+    /// What wakes this sampler's thread at each fork of a watched process, once it asked
+    /// ([`NativeSampler::wake_on_forks`]).
+    forks: Option<std::sync::Arc<crate::native::cpu_wide::ForkWakes>>,
 }
 
 impl NativeSampler {
@@ -174,6 +177,7 @@ impl NativeSampler {
             attach_error: None,
             reads: None,
             labels: LabelsSearch::new(span_ids),
+            forks: None,
         };
         // Here, not by the worker: nothing is sampled yet. The main thread's stack's mapping
         // is known from the start (its samples' stacks are measured against its top).
@@ -246,17 +250,37 @@ impl NativeSampler {
     }
 
     /// Sleeps until `deadline`, handling the target's events as they come (signals for it are
-    /// passed on at once, late stops ended at once).
-    pub fn sleep_until(&mut self, deadline: Instant) {
+    /// passed on at once, late stops ended at once); or, once the calling thread asked to wake
+    /// at forks ([`NativeSampler::wake_on_forks`]), until a watched process makes one or the
+    /// program exits (its end is then seen at once, as when the loop looked every few
+    /// milliseconds). Whether a fork or the exit woke it.
+    pub fn sleep_until(&mut self, deadline: Instant) -> bool {
         self.poll(); // events whose SIGCHLD a wait during the tick consumed
         loop {
+            if let Some(forks) = &self.forks {
+                if forks.take() || self.tracer.exit_status().is_some() {
+                    return true;
+                }
+            }
             let now = Instant::now();
             if now >= deadline {
-                return;
+                return false;
             }
             self.tracer.wait_for_event(deadline - now);
             self.poll();
         }
+    }
+
+    /// Has the calling thread's sleeps end at each fork of a process the perf sampler watches
+    /// (the processes followed: `record/children.rs`); false where nothing can wake it so
+    /// (not per CPU, or the kernel refuses the program).
+    pub fn wake_on_forks(&mut self) -> bool {
+        let wakes = self.perf.as_ref().and_then(|perf| perf.lock().fork_wakes());
+        if let Some(wakes) = &wakes {
+            wakes.wake_me();
+        }
+        self.forks = wakes;
+        self.forks.is_some()
     }
 
     /// Whether `tid` is attached: for a sample now, or waiting for a stop asked for earlier.

@@ -46,6 +46,8 @@ use crate::native::stream::{PerfSample, Switch, Taken};
 use crate::native::unwind::{Registers, StackView};
 use direct::Direct;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+pub(in crate::native) use forks::ForkWakes;
+use forks::Forks;
 use nix::errno::Errno;
 use perf_event_open_sys as sys;
 use std::collections::VecDeque;
@@ -74,6 +76,8 @@ pub(super) struct CpuWide {
     /// The ids of `watched`'s threads and their values, as the switch program looks at them
     /// first.
     direct: Direct,
+    /// The wake-ups at the forks of watched processes, where the kernel allows them.
+    forks: Option<Forks>,
     cpus: Vec<Cpu>,
     _programs: Vec<OwnedFd>,
     _links: Vec<OwnedFd>,
@@ -231,6 +235,7 @@ impl CpuWide {
             attach_tracepoint(c"sched_process_exec", &late)
                 .map_err(|e| format!("cannot attach to sched_process_exec ({})", e.desc()))?,
         );
+        let forks = Forks::start(w, page);
         let mut cpus = Vec::new();
         for cpu in online_cpus() {
             let refused = |what: &str, e: Errno| format!("{what} on CPU {cpu} ({})", e.desc());
@@ -260,6 +265,7 @@ impl CpuWide {
         Ok(CpuWide {
             watched,
             direct,
+            forks,
             cpus,
             _programs: vec![sampling, switch, early, late],
             _links: links,
@@ -273,6 +279,12 @@ impl CpuWide {
             stranger_bytes: 0,
             ignored: HashSet::new(),
         })
+    }
+
+    /// What wakes a thread at each fork of a watched process (see `forks.rs`), where the kernel
+    /// allows it.
+    pub(super) fn fork_wakes(&self) -> Option<std::sync::Arc<ForkWakes>> {
+        self.forks.as_ref().map(Forks::wakes)
     }
 
     /// Has the programs write bare samples of process `pid`'s threads not watched (see
@@ -736,6 +748,7 @@ fn online_cpus() -> Vec<u32> {
 }
 
 mod direct;
+mod forks;
 pub(super) mod programs;
 #[cfg(test)]
 mod tests;

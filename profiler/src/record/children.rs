@@ -1,6 +1,8 @@
 //! Following a program's children (`fsprof run`, unless `--no-follow`; `fsprof attach
-//! --children`): the program's descendants are looked for every few milliseconds in `/proc`
-//! (each thread's `children` file), and each one found is recorded by a sampler of its own, on a
+//! --children`): the program's descendants are looked for in `/proc` (each thread's `children`
+//! file) at each fork of a process followed where the per-CPU design's fork program wakes the
+//! recording (`native/cpu_wide/forks.rs`; every few milliseconds for a while after one), else
+//! every few milliseconds; each one found is recorded by a sampler of its own, on a
 //! thread of its own, until it exits or recording stops; then, once the recording as a whole
 //! has ended, the profiles are finished (their native frames named, which costs more CPU than
 //! recording a short process: done earlier, it took that CPU from the program's other
@@ -27,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How often the tree is looked at for new processes.
+/// How often the tree is looked at for new processes, at most.
 const SCAN_INTERVAL: Duration = Duration::from_millis(5);
 /// Most processes followed in one recording (each costs a thread and its sampler).
 pub const MAX_FOLLOWED: usize = 256;

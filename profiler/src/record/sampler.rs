@@ -252,12 +252,25 @@ impl Sampler {
         self.native.as_ref().and_then(NativeSampler::exit_status)
     }
 
-    /// Sleeps until `deadline` (handling the target's events meanwhile, when tracing it).
-    pub(super) fn sleep_until(&mut self, deadline: Instant) {
+    /// Sleeps until `deadline` (handling the target's events meanwhile, when tracing it), or
+    /// until a process followed makes one or the program exits, once
+    /// [`Sampler::wake_on_forks`] said it would. Whether a fork or the exit woke it.
+    pub(super) fn sleep_until(&mut self, deadline: Instant) -> bool {
         match &mut self.native {
             Some(native) => native.sleep_until(deadline),
-            None => std::thread::sleep(deadline.saturating_duration_since(Instant::now())),
+            None => {
+                std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+                false
+            }
         }
+    }
+
+    /// Has the calling thread's sleeps end at each fork of a process followed; false where
+    /// nothing can wake it so (see `NativeSampler::wake_on_forks`).
+    pub(super) fn wake_on_forks(&mut self) -> bool {
+        self.native
+            .as_mut()
+            .is_some_and(NativeSampler::wake_on_forks)
     }
 
     /// Detaches from the target's threads (native sampling), leaving them running. Done by

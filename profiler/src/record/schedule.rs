@@ -49,8 +49,9 @@ pub struct Schedule {
     pub duration: Option<Duration>,
     /// Set by SIGTSTP (Ctrl-Z): fsprof is to suspend itself, see [`suspend`].
     pub suspend: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// Whether `stop` is asked between ticks too, every [`BETWEEN_TICKS`]: where it looks for
-    /// the program's new processes (`children.rs`).
+    /// Whether `stop` is asked between ticks too, every [`BETWEEN_TICKS`] or at each fork of a
+    /// process followed (see [`Asking`]): where it looks for the program's new processes
+    /// (`children.rs`).
     pub asks_between_ticks: bool,
 }
 
@@ -122,6 +123,10 @@ fn sample_until_stopped(
         .and_then(|ticks| ticks.parse().ok());
     // What `stop` said between two ticks (see below), for the loop's top.
     let mut between: Option<End> = None;
+    let mut asking = Asking {
+        forks: schedule.asks_between_ticks && sampler.wake_on_forks(),
+        busy_until: start + BUSY_AFTER_FORK,
+    };
     loop {
         let end = between.take().or_else(|| stop(sampler)).or_else(|| {
             (schedule.duration)
@@ -203,7 +208,7 @@ fn sample_until_stopped(
             sampler.clock().count_stretched();
         }
         if schedule.asks_between_ticks {
-            between = sleep_asking(sampler, next, stop);
+            between = sleep_asking(sampler, next, stop, &mut asking);
         } else {
             sampler.sleep_until(next);
         }
@@ -220,17 +225,40 @@ fn sample_until_stopped(
 /// children pays.
 const BETWEEN_TICKS: Duration = Duration::from_millis(5);
 
-/// Sleeps until `next`, asking `stop` every [`BETWEEN_TICKS`] meanwhile; what it said, if it
-/// said to stop (the sleep ends then).
+/// How long after a fork `stop` is still asked every [`BETWEEN_TICKS`] where forks wake the
+/// loop: a child found may make its own children before fsprof watches its process (at once,
+/// or after an `exec`, which unwatches it in the kernel until its next tick, as `sh -c` makes
+/// its command), and those forks wake nothing.
+const BUSY_AFTER_FORK: Duration = Duration::from_millis(100);
+
+/// When `stop` is asked between ticks.
+struct Asking {
+    /// A fork of a process followed ends a sleep (`Sampler::wake_on_forks`): between
+    /// [`BUSY_AFTER_FORK`]s, `stop` is asked only then and at ticks.
+    forks: bool,
+    /// Until when it is asked every [`BETWEEN_TICKS`] (the recording's start counts as a fork).
+    busy_until: Instant,
+}
+
+/// Sleeps until `next`, asking `stop` every [`BETWEEN_TICKS`] meanwhile, or, where forks wake
+/// the loop and none came for [`BUSY_AFTER_FORK`], at each fork; what it said, if it said to
+/// stop (the sleep ends then). Beside a program that makes no process, a look every 5 ms was a
+/// third of fsprof's CPU (two threads busy: 4.2 ms against 2.7 with `--no-follow`).
 fn sleep_asking(
     sampler: &mut Sampler,
     next: Instant,
     stop: &mut impl FnMut(&Sampler) -> Option<End>,
+    asking: &mut Asking,
 ) -> Option<End> {
     loop {
-        let wake = next.min(Instant::now() + BETWEEN_TICKS);
-        sampler.sleep_until(wake);
-        if wake >= next {
+        let now = Instant::now();
+        let wake = match asking.forks && now >= asking.busy_until {
+            true => next,
+            false => next.min(now + BETWEEN_TICKS),
+        };
+        if sampler.sleep_until(wake) {
+            asking.busy_until = Instant::now() + BUSY_AFTER_FORK;
+        } else if wake >= next {
             return None;
         }
         if let Some(end) = stop(sampler) {

@@ -14,7 +14,7 @@ use crate::native::asm::{
     HELPER_RINGBUF_OUTPUT, HELPER_RINGBUF_QUERY, HELPER_RINGBUF_RESERVE, HELPER_RINGBUF_SUBMIT,
     HELPER_TASK_PT_REGS, JA, JEQ_IMM, JEQ_REG, JGT_IMM, JGT_REG, JLT_REG, JNE_IMM, JNE_REG, LDX_DW,
     LDX_W, LD_IMM64, LSH64_IMM, MOV64_IMM, MOV64_REG, OR64_IMM, OR64_REG, PSEUDO_MAP_FD,
-    RB_AVAIL_DATA, RB_NO_WAKEUP, RSH64_IMM, STX_DW, STX_W, ST_DW, ST_W, SUB64_REG,
+    RB_AVAIL_DATA, RB_FORCE_WAKEUP, RB_NO_WAKEUP, RSH64_IMM, STX_DW, STX_W, ST_DW, ST_W, SUB64_REG,
 };
 use crate::native::fragments::{output_sized, value_of_thread, watched_index};
 use crate::native::layout::CONTEXT;
@@ -476,6 +476,54 @@ fn departed(p: &mut Asm, copies: RawFd, copies_size: usize, gap_ns: u64) {
     p.bind(slotless);
     output(p, copies, record);
     p.bind(leaving_end);
+}
+
+/// The program at `sched_process_fork` (a raw tracepoint: its arguments the task forking and
+/// the task made): where the task made is a process (its `tgid`, at `tgid_offset` in its
+/// `task_struct`, not the current one's) and the current process is watched (its
+/// `layout::PROCESS_KEY`), the new process's id goes into the ring `forks`, waking its reader:
+/// fsprof then looks for the program's new processes at once (`record/children.rs`) rather than
+/// every few milliseconds whether any was made or not. A new thread, or a process forked by
+/// one fsprof does not follow, costs a map lookup.
+pub(super) fn fork_program(watched: RawFd, forks: RawFd, tgid_offset: u32) -> Vec<Insn> {
+    const KEY: i16 = -8;
+    const CHILD: i16 = -16;
+    let mut p = Asm::new();
+    let done = p.label();
+    p.extend([
+        insn(MOV64_REG, 6, 1, 0, 0), // r6: the context
+        insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_PID_TGID),
+        insn(RSH64_IMM, 0, 0, 0, 32),
+        insn(MOV64_REG, 7, 0, 0, 0), // r7: the current process's id
+        insn(OR64_IMM, 0, 0, 0, PROCESS_KEY as i32),
+        insn(STX_W, 10, 0, KEY, 0),
+    ]);
+    watched_index(&mut p, watched, KEY);
+    p.jump(JEQ_IMM, 0, 0, 0, done);
+    p.extend([
+        insn(ST_DW, 10, 0, CHILD, 0),
+        insn(LDX_DW, 3, 6, 8, 0), // the task made
+        insn(ADD64_IMM, 3, 0, 0, tgid_offset as i32),
+        insn(MOV64_REG, 1, 10, 0, 0),
+        insn(ADD64_IMM, 1, 0, 0, i32::from(CHILD)),
+        insn(MOV64_IMM, 2, 0, 0, 4),
+        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
+    ]);
+    p.jump(JNE_IMM, 0, 0, 0, done);
+    p.push(insn(LDX_W, 1, 10, CHILD, 0));
+    p.jump(JEQ_REG, 1, 7, 0, done); // a thread of the same process
+    p.extend([
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, forks),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 10, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(CHILD)),
+        insn(MOV64_IMM, 3, 0, 0, 8),
+        insn(MOV64_IMM, 4, 0, 0, RB_FORCE_WAKEUP),
+        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
+    ]);
+    p.bind(done);
+    p.extend([insn(MOV64_IMM, 0, 0, 0, 0), insn(EXIT, 0, 0, 0, 0)]);
+    p.finish()
 }
 
 /// The program at an `exec`: removes the current thread and its process's leader (whose id it

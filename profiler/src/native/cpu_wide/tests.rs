@@ -301,6 +301,49 @@ fn a_thread_gone_is_no_longer_its_values() {
     );
 }
 
+/// A watched process's fork wakes the thread that asked (`forks.rs`); a process an unwatched
+/// one makes does not.
+#[test]
+fn a_watched_process_fork_wakes_the_recording() {
+    let Some(mut perf) = sampler() else {
+        return;
+    };
+    let Some(wakes) = perf.fork_wakes() else {
+        eprintln!("skipped: the kernel refuses the fork program");
+        return;
+    };
+    wakes.wake_me();
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let shell = |script: &str| {
+        Command::new("sh")
+            .args(["-c", script])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut watched = shell("read line; /bin/true; read line");
+    let mut other = shell("/bin/true; read line");
+    perf.watch_process(crate::native::perf::FIRST_OWNER, watched.id());
+    // The other shell's fork, and this process's threads: no wake.
+    std::thread::spawn(|| ()).join().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let before = wakes.take();
+    writeln!(watched.stdin.as_mut().unwrap()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut woken = false;
+    while !woken && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        woken = wakes.take();
+    }
+    for child in [&mut watched, &mut other] {
+        let _ = writeln!(child.stdin.as_mut().unwrap());
+        let _ = child.wait();
+    }
+    assert!(!before, "woken before the watched process forked");
+    assert!(woken, "the watched process's fork woke nothing in 10 s");
+}
+
 /// A second process's holder joins the per-CPU sampler (`perf/shared.rs`): its thread's
 /// samples come through the same events, its thread is not walked with the first process's
 /// rules once the walk is on, and dropping the holder forgets its threads and no other.

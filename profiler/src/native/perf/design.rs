@@ -100,6 +100,14 @@ impl PerfSampler {
     pub fn per_cpu(&self) -> bool {
         self.wide.is_some()
     }
+
+    /// What wakes a thread at each fork of a watched process, where it samples per CPU and
+    /// the kernel allows it (`cpu_wide/forks.rs`).
+    pub(in crate::native) fn fork_wakes(
+        &self,
+    ) -> Option<std::sync::Arc<crate::native::cpu_wide::ForkWakes>> {
+        self.wide.as_ref()?.fork_wakes()
+    }
 }
 
 /// For tests that asked for per-CPU events and got per-thread ones: skipped (and said) where
