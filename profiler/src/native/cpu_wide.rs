@@ -228,14 +228,15 @@ impl CpuWide {
         };
         let mut links = vec![switch_link];
         // At the start of an exec too where the kernel has that tracepoint (Linux 6.10).
-        let early = load_tracepoint_program(exec_program(map, copies, w, false))?;
+        let forks = Forks::start(w, page);
+        let rings = (copies, forks.as_ref().map(Forks::ring));
+        let early = load_tracepoint_program(exec_program(map, rings, w, false))?;
         links.extend(attach_tracepoint(c"sched_prepare_exec", &early).ok());
-        let late = load_tracepoint_program(exec_program(map, copies, w, true))?;
+        let late = load_tracepoint_program(exec_program(map, rings, w, true))?;
         links.push(
             attach_tracepoint(c"sched_process_exec", &late)
                 .map_err(|e| format!("cannot attach to sched_process_exec ({})", e.desc()))?,
         );
-        let forks = Forks::start(w, page);
         let mut cpus = Vec::new();
         for cpu in online_cpus() {
             let refused = |what: &str, e: Errno| format!("{what} on CPU {cpu} ({})", e.desc());

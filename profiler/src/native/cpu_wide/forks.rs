@@ -1,7 +1,8 @@
 //! Wake-ups at the forks of the processes fsprof follows (`fsprof run`, and `attach
 //! --children`), in the per-CPU design: a program at `sched_process_fork`
 //! (`programs::fork_program`) puts each new process whose parent is watched in a small ring that
-//! wakes its reader, a thread here, which raises a flag and wakes the thread that records the
+//! wakes its reader (as the exec programs put each watched process that execs, whose forks
+//! wake nothing until fsprof watches it again), a thread here, which raises a flag and wakes the thread that records the
 //! program (a `SIGCHLD` of its own, which its wait for the program's events returns on). The
 //! recording then looks for the new process at once (`record/children.rs`), where it looked
 //! every 5 ms whether any was made or not: most of fsprof's own CPU beside a program at rest
@@ -42,6 +43,8 @@ impl ForkWakes {
 /// The program, its ring and the thread that reads it, while the design lives.
 pub(super) struct Forks {
     wakes: Arc<ForkWakes>,
+    /// The ring's descriptor (the thread owns the ring, and the thread lives as long as this).
+    ring: RawFd,
     /// Written to stop the thread.
     stop: OwnedFd,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -56,8 +59,8 @@ impl Forks {
     pub(super) fn start(watched: RawFd, page: usize) -> Option<Forks> {
         let tgid_offset = crate::native::btf::task_tgid_offset()?;
         let mut ring = CopyRing::new(page, page).ok()?;
-        let program =
-            load_tracepoint_program(fork_program(watched, ring.fd(), tgid_offset)).ok()?;
+        let ring_fd = ring.fd();
+        let program = load_tracepoint_program(fork_program(watched, ring_fd, tgid_offset)).ok()?;
         let link = attach_tracepoint(c"sched_process_fork", &program).ok()?;
         // SAFETY: eventfd with valid flags; the result is checked.
         let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -74,6 +77,7 @@ impl Forks {
             .ok()?;
         Some(Forks {
             wakes,
+            ring: ring_fd,
             stop,
             thread: Some(thread),
             _program: program,
@@ -83,6 +87,12 @@ impl Forks {
 
     pub(super) fn wakes(&self) -> Arc<ForkWakes> {
         Arc::clone(&self.wakes)
+    }
+
+    /// The ring a program puts a record in to wake the recording (the exec programs too: see
+    /// `programs::exec_program`).
+    pub(super) fn ring(&self) -> RawFd {
+        self.ring
     }
 }
 

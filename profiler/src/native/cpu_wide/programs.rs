@@ -530,8 +530,14 @@ pub(super) fn fork_program(watched: RawFd, forks: RawFd, tgid_offset: u32) -> Ve
 /// takes) from the watched threads, with a record of each it removes, and the process's own
 /// key (`layout::PROCESS_KEY`); `done` (the program at
 /// `sched_process_exec`, whose second argument is the id the thread had before) removes that
-/// id too. A thread removed has its value (of the array `map`) say it is no one's.
-pub(super) fn exec_program(map: RawFd, copies: RawFd, watched: RawFd, done: bool) -> Vec<Insn> {
+/// id too. A thread removed has its value (of the array `map`) say it is no one's. A process
+/// removed wakes the reader of the ring `forks`, where given (see [`fork_program`]).
+pub(super) fn exec_program(
+    map: RawFd,
+    (copies, forks): (RawFd, Option<RawFd>),
+    watched: RawFd,
+    done: bool,
+) -> Vec<Insn> {
     const KEY: i16 = -8;
     const RECORD: i16 = -64;
     let mut p = Asm::new();
@@ -597,6 +603,23 @@ pub(super) fn exec_program(map: RawFd, copies: RawFd, watched: RawFd, done: bool
         insn(ADD64_IMM, 2, 0, 0, i32::from(KEY)),
         insn(CALL, 0, 0, 0, HELPER_MAP_DELETE_ELEM),
     ]);
+    // A process followed that execs (removed: 0) wakes the recording as a fork does: its
+    // forks wake nothing until fsprof watches it again, and a shell's `exec` is often followed
+    // by one at once.
+    if let Some(forks) = forks {
+        let kept = p.label();
+        p.jump(JNE_IMM, 0, 0, 0, kept);
+        p.extend([
+            insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, forks),
+            insn(0, 0, 0, 0, 0),
+            insn(MOV64_REG, 2, 10, 0, 0),
+            insn(ADD64_IMM, 2, 0, 0, i32::from(KEY)),
+            insn(MOV64_IMM, 3, 0, 0, 8),
+            insn(MOV64_IMM, 4, 0, 0, RB_FORCE_WAKEUP),
+            insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
+        ]);
+        p.bind(kept);
+    }
     if done {
         p.extend([
             insn(LDX_DW, 1, 10, CONTEXT, 0),

@@ -301,8 +301,8 @@ fn a_thread_gone_is_no_longer_its_values() {
     );
 }
 
-/// A watched process's fork wakes the thread that asked (`forks.rs`); a process an unwatched
-/// one makes does not.
+/// A watched process's fork wakes the thread that asked (`forks.rs`), and so does its `exec`;
+/// a process an unwatched one makes does not.
 #[test]
 fn a_watched_process_fork_wakes_the_recording() {
     let Some(mut perf) = sampler() else {
@@ -324,6 +324,8 @@ fn a_watched_process_fork_wakes_the_recording() {
     };
     let mut watched = shell("read line; /bin/true; read line");
     let mut other = shell("/bin/true; read line");
+    // Until the shell is in its read (its own exec, which would wake, done).
+    std::thread::sleep(Duration::from_millis(100));
     perf.watch_process(crate::native::perf::FIRST_OWNER, watched.id());
     // The other shell's fork, and this process's threads: no wake.
     std::thread::spawn(|| ()).join().unwrap();
@@ -342,6 +344,21 @@ fn a_watched_process_fork_wakes_the_recording() {
     }
     assert!(!before, "woken before the watched process forked");
     assert!(woken, "the watched process's fork woke nothing in 10 s");
+    let mut execs = shell("read line; exec /bin/true");
+    std::thread::sleep(Duration::from_millis(100));
+    perf.watch_process(crate::native::perf::FIRST_OWNER, execs.id());
+    std::thread::sleep(Duration::from_millis(100));
+    let before = wakes.take();
+    writeln!(execs.stdin.as_mut().unwrap()).unwrap();
+    let _ = execs.wait();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut woken = false;
+    while !woken && Instant::now() < deadline {
+        woken = wakes.take();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(!before, "woken before the watched process ran its exec");
+    assert!(woken, "the watched process's exec woke nothing in 10 s");
 }
 
 /// A second process's holder joins the per-CPU sampler (`perf/shared.rs`): its thread's
