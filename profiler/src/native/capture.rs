@@ -271,6 +271,15 @@ impl NativeSampler {
         }
     }
 
+    /// No fork ends the calling thread's sleeps before `until` (it looks for new processes
+    /// often enough until then: see `cpu_wide/forks.rs`).
+    pub fn quiet_forks_until(&self, until: Instant) {
+        if let Some(forks) = &self.forks {
+            let ahead = until.saturating_duration_since(Instant::now()).as_nanos() as u64;
+            forks.quiet_until(crate::os::time::monotonic_ns() + ahead);
+        }
+    }
+
     /// Has the calling thread's sleeps end at each fork of a process the perf sampler watches
     /// (the processes followed: `record/children.rs`); false where nothing can wake it so
     /// (not per CPU, or the kernel refuses the program).

@@ -229,7 +229,7 @@ impl CpuWide {
         let mut links = vec![switch_link];
         // At the start of an exec too where the kernel has that tracepoint (Linux 6.10).
         let forks = Forks::start(w, page);
-        let rings = (copies, forks.as_ref().map(Forks::ring));
+        let rings = (copies, forks.as_ref().map(Forks::wake));
         let early = load_tracepoint_program(exec_program(map, rings, w, false))?;
         links.extend(attach_tracepoint(c"sched_prepare_exec", &early).ok());
         let late = load_tracepoint_program(exec_program(map, rings, w, true))?;

@@ -265,6 +265,14 @@ impl Sampler {
         }
     }
 
+    /// No fork ends the calling thread's sleeps before `until` (see
+    /// `NativeSampler::quiet_forks_until`).
+    pub(super) fn quiet_forks_until(&self, until: Instant) {
+        if let Some(native) = &self.native {
+            native.quiet_forks_until(until);
+        }
+    }
+
     /// Has the calling thread's sleeps end at each fork of a process followed; false where
     /// nothing can wake it so (see `NativeSampler::wake_on_forks`).
     pub(super) fn wake_on_forks(&mut self) -> bool {

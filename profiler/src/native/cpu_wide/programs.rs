@@ -10,11 +10,12 @@ use super::direct::value_of_watched;
 use crate::native::asm::{
     insn, Asm, Insn, Label, ADD64_IMM, ADD64_REG, AND64_IMM, CALL, EXIT,
     HELPER_GET_CURRENT_PID_TGID, HELPER_GET_CURRENT_TASK_BTF, HELPER_KTIME_GET_NS,
-    HELPER_MAP_DELETE_ELEM, HELPER_PROBE_READ_KERNEL, HELPER_PROBE_READ_USER,
-    HELPER_RINGBUF_OUTPUT, HELPER_RINGBUF_QUERY, HELPER_RINGBUF_RESERVE, HELPER_RINGBUF_SUBMIT,
-    HELPER_TASK_PT_REGS, JA, JEQ_IMM, JEQ_REG, JGT_IMM, JGT_REG, JLT_REG, JNE_IMM, JNE_REG, LDX_DW,
-    LDX_W, LD_IMM64, LSH64_IMM, MOV64_IMM, MOV64_REG, OR64_IMM, OR64_REG, PSEUDO_MAP_FD,
-    RB_AVAIL_DATA, RB_FORCE_WAKEUP, RB_NO_WAKEUP, RSH64_IMM, STX_DW, STX_W, ST_DW, ST_W, SUB64_REG,
+    HELPER_MAP_DELETE_ELEM, HELPER_MAP_LOOKUP_ELEM, HELPER_PROBE_READ_KERNEL,
+    HELPER_PROBE_READ_USER, HELPER_RINGBUF_OUTPUT, HELPER_RINGBUF_QUERY, HELPER_RINGBUF_RESERVE,
+    HELPER_RINGBUF_SUBMIT, HELPER_TASK_PT_REGS, JA, JEQ_IMM, JEQ_REG, JGT_IMM, JGT_REG, JLT_REG,
+    JNE_IMM, JNE_REG, LDX_DW, LDX_W, LD_IMM64, LSH64_IMM, MOV64_IMM, MOV64_REG, OR64_IMM, OR64_REG,
+    PSEUDO_MAP_FD, RB_AVAIL_DATA, RB_FORCE_WAKEUP, RB_NO_WAKEUP, RSH64_IMM, STX_DW, STX_W, ST_DW,
+    ST_W, SUB64_REG,
 };
 use crate::native::fragments::{output_sized, value_of_thread, watched_index};
 use crate::native::layout::CONTEXT;
@@ -478,14 +479,52 @@ fn departed(p: &mut Asm, copies: RawFd, copies_size: usize, gap_ns: u64) {
     p.bind(leaving_end);
 }
 
+/// The rings and map through which the fork and exec programs wake the recording (see
+/// `forks.rs`): the ring, and a one-word array holding when the recording looks often enough
+/// that a wake is not needed (CLOCK_MONOTONIC ns).
+#[derive(Clone, Copy)]
+pub(super) struct Wake {
+    pub(super) ring: RawFd,
+    pub(super) quiet: RawFd,
+}
+
+/// Part of a program: puts the 8 bytes at stack word `at` in the wake ring, waking its reader,
+/// unless the time in `time` is before the quiet map's. Uses r0-r5.
+fn wake(p: &mut Asm, wake: Wake, at: i16, time: u8) {
+    const QUIET_KEY: i16 = -72;
+    let skip = p.label();
+    p.extend([
+        insn(ST_W, 10, 0, QUIET_KEY, 0),
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, wake.quiet),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 10, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(QUIET_KEY)),
+        insn(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM),
+    ]);
+    p.jump(JEQ_IMM, 0, 0, 0, skip);
+    p.push(insn(LDX_DW, 1, 0, 0, 0));
+    p.jump(JLT_REG, time, 1, 0, skip); // the recording looks often enough now
+    p.extend([
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, wake.ring),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 10, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(at)),
+        insn(MOV64_IMM, 3, 0, 0, 8),
+        insn(MOV64_IMM, 4, 0, 0, RB_FORCE_WAKEUP),
+        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
+    ]);
+    p.bind(skip);
+}
+
 /// The program at `sched_process_fork` (a raw tracepoint: its arguments the task forking and
 /// the task made): where the task made is a process (its `tgid`, at `tgid_offset` in its
 /// `task_struct`, not the current one's) and the current process is watched (its
 /// `layout::PROCESS_KEY`), the new process's id goes into the ring `forks`, waking its reader:
-/// fsprof then looks for the program's new processes at once (`record/children.rs`) rather than
-/// every few milliseconds whether any was made or not. A new thread, or a process forked by
-/// one fsprof does not follow, costs a map lookup.
-pub(super) fn fork_program(watched: RawFd, forks: RawFd, tgid_offset: u32) -> Vec<Insn> {
+/// fsprof then looks for the program's new processes soon after (`record/children.rs`) rather
+/// than every few milliseconds whether any was made or not; not while it looks that often
+/// anyway (see [`wake`]). A new thread, or a process forked by one fsprof does not follow, costs
+/// a map lookup.
+pub(super) fn fork_program(watched: RawFd, forks: Wake, tgid_offset: u32) -> Vec<Insn> {
     const KEY: i16 = -8;
     const CHILD: i16 = -16;
     let mut p = Asm::new();
@@ -513,14 +552,10 @@ pub(super) fn fork_program(watched: RawFd, forks: RawFd, tgid_offset: u32) -> Ve
     p.push(insn(LDX_W, 1, 10, CHILD, 0));
     p.jump(JEQ_REG, 1, 7, 0, done); // a thread of the same process
     p.extend([
-        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, forks),
-        insn(0, 0, 0, 0, 0),
-        insn(MOV64_REG, 2, 10, 0, 0),
-        insn(ADD64_IMM, 2, 0, 0, i32::from(CHILD)),
-        insn(MOV64_IMM, 3, 0, 0, 8),
-        insn(MOV64_IMM, 4, 0, 0, RB_FORCE_WAKEUP),
-        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
+        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
+        insn(MOV64_REG, 8, 0, 0, 0),
     ]);
+    wake(&mut p, forks, CHILD, 8);
     p.bind(done);
     p.extend([insn(MOV64_IMM, 0, 0, 0, 0), insn(EXIT, 0, 0, 0, 0)]);
     p.finish()
@@ -534,7 +569,7 @@ pub(super) fn fork_program(watched: RawFd, forks: RawFd, tgid_offset: u32) -> Ve
 /// removed wakes the reader of the ring `forks`, where given (see [`fork_program`]).
 pub(super) fn exec_program(
     map: RawFd,
-    (copies, forks): (RawFd, Option<RawFd>),
+    (copies, forks): (RawFd, Option<Wake>),
     watched: RawFd,
     done: bool,
 ) -> Vec<Insn> {
@@ -609,15 +644,7 @@ pub(super) fn exec_program(
     if let Some(forks) = forks {
         let kept = p.label();
         p.jump(JNE_IMM, 0, 0, 0, kept);
-        p.extend([
-            insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, forks),
-            insn(0, 0, 0, 0, 0),
-            insn(MOV64_REG, 2, 10, 0, 0),
-            insn(ADD64_IMM, 2, 0, 0, i32::from(KEY)),
-            insn(MOV64_IMM, 3, 0, 0, 8),
-            insn(MOV64_IMM, 4, 0, 0, RB_FORCE_WAKEUP),
-            insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
-        ]);
+        wake(&mut p, forks, KEY, 7);
         p.bind(kept);
     }
     if done {

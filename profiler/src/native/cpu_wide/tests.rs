@@ -302,7 +302,7 @@ fn a_thread_gone_is_no_longer_its_values() {
 }
 
 /// A watched process's fork wakes the thread that asked (`forks.rs`), and so does its `exec`;
-/// a process an unwatched one makes does not.
+/// a process an unwatched one makes does not, nor a fork while the recording is quiet.
 #[test]
 fn a_watched_process_fork_wakes_the_recording() {
     let Some(mut perf) = sampler() else {
@@ -359,6 +359,18 @@ fn a_watched_process_fork_wakes_the_recording() {
     }
     assert!(!before, "woken before the watched process ran its exec");
     assert!(woken, "the watched process's exec woke nothing in 10 s");
+    // Quiet for a minute: a fork wakes nothing.
+    wakes.quiet_until(crate::os::time::monotonic_ns() + 60_000_000_000);
+    let mut quiet = shell("read line; /bin/true");
+    std::thread::sleep(Duration::from_millis(100));
+    perf.watch_process(crate::native::perf::FIRST_OWNER, quiet.id());
+    writeln!(quiet.stdin.as_mut().unwrap()).unwrap();
+    let _ = quiet.wait();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !wakes.take(),
+        "a fork woke the recording while it was quiet"
+    );
 }
 
 /// A second process's holder joins the per-CPU sampler (`perf/shared.rs`): its thread's
