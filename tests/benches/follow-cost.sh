@@ -9,6 +9,10 @@
 set -euo pipefail
 rounds=$1 job=$2
 shift 2
+# The builds' paths, absolute: the rounds run in a temporary directory.
+bins=()
+for bin in "$@"; do bins+=("$(realpath "$bin")"); done
+set -- "${bins[@]}"
 repo=$PWD
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
