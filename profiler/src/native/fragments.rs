@@ -17,8 +17,14 @@ use std::os::fd::RawFd;
 /// `r0` = the entry of the thread whose id is the stack word at `key` in the hash map
 /// `watched` (a pointer to its u32 map value index), or 0.
 pub(in crate::native) fn watched_index(p: &mut Asm, watched: RawFd, key: i16) {
+    lookup(p, watched, key);
+}
+
+/// `r0` = a pointer to the value of the key at stack word `key` in the map `map`, or 0.
+/// Uses r1-r5.
+pub(in crate::native) fn lookup(p: &mut Asm, map: RawFd, key: i16) {
     p.extend([
-        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, watched),
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, map),
         insn(0, 0, 0, 0, 0),
         insn(MOV64_REG, 2, 10, 0, 0),
         insn(ADD64_IMM, 2, 0, 0, i32::from(key)),

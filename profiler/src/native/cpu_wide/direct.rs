@@ -11,11 +11,10 @@
 //! (`programs.rs`).
 
 use crate::native::asm::{
-    insn, Asm, Label, ADD64_IMM, AND64_IMM, CALL, HELPER_MAP_LOOKUP_ELEM, JEQ_IMM, JEQ_REG, LDX_DW,
-    LDX_W, LD_IMM64, MOV64_REG, PSEUDO_MAP_FD, STX_W,
+    insn, Asm, Label, ADD64_IMM, AND64_IMM, JEQ_IMM, JEQ_REG, LDX_DW, LDX_W, STX_W,
 };
 use crate::native::bpf::{create_map, update_bytes, BPF_MAP_TYPE_ARRAY};
-use crate::native::fragments::{value_of_thread, watched_index};
+use crate::native::fragments::{lookup, value_of_thread, watched_index};
 use crate::native::layout::{INDEX_SLOT, VALUE_TID};
 use foldhash::HashMap;
 use nix::errno::Errno;
@@ -96,12 +95,8 @@ pub(super) fn value_of_watched(
         insn(LDX_W, 2, 10, at, 0),
         insn(AND64_IMM, 2, 0, 0, (ENTRIES - 1) as i32),
         insn(STX_W, 10, 2, KEY, 0),
-        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, direct),
-        insn(0, 0, 0, 0, 0),
-        insn(MOV64_REG, 2, 10, 0, 0),
-        insn(ADD64_IMM, 2, 0, 0, i32::from(KEY)),
-        insn(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM),
     ]);
+    lookup(p, direct, KEY);
     p.jump(JEQ_IMM, 0, 0, 0, skip);
     p.push(insn(LDX_W, 1, 0, 0, 0));
     p.jump(JEQ_IMM, 1, 0, 0, skip); // no watched thread has the entry

@@ -1,18 +1,26 @@
 //! Wake-ups at the forks of the processes fsprof follows (`fsprof run`, and `attach
-//! --children`), in the per-CPU design: a program at `sched_process_fork`
-//! (`programs::fork_program`) puts each new process whose parent is watched in a small ring that
-//! wakes its reader (as the exec programs put each watched process that execs, whose forks
-//! wake nothing until fsprof watches it again), a thread here, which raises a flag and wakes the thread that records the
-//! program (a `SIGCHLD` of its own, which its wait for the program's events returns on). The
-//! recording then looks for the new process at once (`record/children.rs`), where it looked
-//! every 5 ms whether any was made or not: most of fsprof's own CPU beside a program at rest
-//! that makes none. Not here: what is done once woken (`record/schedule.rs`), finding the
-//! processes (`record/children.rs`).
+//! --children`), in the per-CPU design: a program at `sched_process_fork` ([`fork_program`])
+//! puts each new process whose parent is watched in a one-page ring that wakes its reader, a
+//! thread here, which raises a flag and wakes the thread that records the program (a `SIGCHLD`
+//! of its own, which its wait for the program's events returns on); the exec programs do the
+//! same for a watched process that execs (whose forks wake nothing until fsprof watches it
+//! again). The recording then looks for new processes soon after (`record/schedule.rs`), where
+//! it looked every 5 ms whether any was made or not: a third of fsprof's CPU beside a program
+//! at rest. While it looks that often anyway, no fork wakes it ([`wake`]'s quiet time). Not
+//! here: when the recording looks, finding the processes (`record/children.rs`), the exec
+//! programs (`programs.rs`).
 
-use super::programs::{fork_program, Wake};
+use crate::native::asm::{
+    insn, Asm, Insn, ADD64_IMM, CALL, EXIT, HELPER_GET_CURRENT_PID_TGID, HELPER_KTIME_GET_NS,
+    HELPER_PROBE_READ_KERNEL, HELPER_RINGBUF_OUTPUT, JEQ_IMM, JEQ_REG, JLT_REG, JNE_IMM, LDX_DW,
+    LDX_W, LD_IMM64, MOV64_IMM, MOV64_REG, OR64_IMM, PSEUDO_MAP_FD, RB_FORCE_WAKEUP, RSH64_IMM,
+    STX_W, ST_DW, ST_W,
+};
 use crate::native::bpf::{
     attach_tracepoint, create_map, load_tracepoint_program, update_bytes, BPF_MAP_TYPE_ARRAY,
 };
+use crate::native::fragments::{lookup, watched_index};
+use crate::native::layout::PROCESS_KEY;
 use crate::native::ring::CopyRing;
 use nix::libc;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -173,4 +181,80 @@ fn wake_at_forks(ring: &mut CopyRing, stop: RawFd, wakes: &ForkWakes) {
             }
         }
     }
+}
+
+/// The rings and map through which the fork and exec programs wake the recording (see
+/// below): the ring, and a one-word array holding when the recording looks often enough
+/// that a wake is not needed (CLOCK_MONOTONIC ns).
+#[derive(Clone, Copy)]
+pub(super) struct Wake {
+    pub(super) ring: RawFd,
+    pub(super) quiet: RawFd,
+}
+
+/// Part of a program: puts the 8 bytes at stack word `at` in the wake ring, waking its reader,
+/// unless the time in `time` is before the quiet map's. Uses r0-r5.
+pub(super) fn wake(p: &mut Asm, wake: Wake, at: i16, time: u8) {
+    const QUIET_KEY: i16 = -72;
+    let skip = p.label();
+    p.push(insn(ST_W, 10, 0, QUIET_KEY, 0));
+    lookup(p, wake.quiet, QUIET_KEY);
+    p.jump(JEQ_IMM, 0, 0, 0, skip);
+    p.push(insn(LDX_DW, 1, 0, 0, 0));
+    p.jump(JLT_REG, time, 1, 0, skip); // the recording looks often enough now
+    p.extend([
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, wake.ring),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 10, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(at)),
+        insn(MOV64_IMM, 3, 0, 0, 8),
+        insn(MOV64_IMM, 4, 0, 0, RB_FORCE_WAKEUP),
+        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
+    ]);
+    p.bind(skip);
+}
+
+/// The program at `sched_process_fork` (a raw tracepoint: its arguments the task forking and
+/// the task made): where the task made is a process (its `tgid`, at `tgid_offset` in its
+/// `task_struct`, not the current one's) and the current process is watched (its
+/// `layout::PROCESS_KEY`), the new process's id goes into the ring `forks`, waking its reader:
+/// fsprof then looks for the program's new processes soon after (`record/children.rs`) rather
+/// than every few milliseconds whether any was made or not; not while it looks that often
+/// anyway (see [`wake`]). A new thread, or a process forked by one fsprof does not follow, costs
+/// a map lookup.
+fn fork_program(watched: RawFd, forks: Wake, tgid_offset: u32) -> Vec<Insn> {
+    const KEY: i16 = -8;
+    const CHILD: i16 = -16;
+    let mut p = Asm::new();
+    let done = p.label();
+    p.extend([
+        insn(MOV64_REG, 6, 1, 0, 0), // r6: the context
+        insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_PID_TGID),
+        insn(RSH64_IMM, 0, 0, 0, 32),
+        insn(MOV64_REG, 7, 0, 0, 0), // r7: the current process's id
+        insn(OR64_IMM, 0, 0, 0, PROCESS_KEY as i32),
+        insn(STX_W, 10, 0, KEY, 0),
+    ]);
+    watched_index(&mut p, watched, KEY);
+    p.jump(JEQ_IMM, 0, 0, 0, done);
+    p.extend([
+        insn(ST_DW, 10, 0, CHILD, 0),
+        insn(LDX_DW, 3, 6, 8, 0), // the task made
+        insn(ADD64_IMM, 3, 0, 0, tgid_offset as i32),
+        insn(MOV64_REG, 1, 10, 0, 0),
+        insn(ADD64_IMM, 1, 0, 0, i32::from(CHILD)),
+        insn(MOV64_IMM, 2, 0, 0, 4),
+        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
+    ]);
+    p.jump(JNE_IMM, 0, 0, 0, done);
+    p.push(insn(LDX_W, 1, 10, CHILD, 0));
+    p.jump(JEQ_REG, 1, 7, 0, done); // a thread of the same process
+    p.extend([
+        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
+        insn(MOV64_REG, 8, 0, 0, 0),
+    ]);
+    wake(&mut p, forks, CHILD, 8);
+    p.bind(done);
+    p.extend([insn(MOV64_IMM, 0, 0, 0, 0), insn(EXIT, 0, 0, 0, 0)]);
+    p.finish()
 }

@@ -10,12 +10,11 @@ use super::direct::value_of_watched;
 use crate::native::asm::{
     insn, Asm, Insn, Label, ADD64_IMM, ADD64_REG, AND64_IMM, CALL, EXIT,
     HELPER_GET_CURRENT_PID_TGID, HELPER_GET_CURRENT_TASK_BTF, HELPER_KTIME_GET_NS,
-    HELPER_MAP_DELETE_ELEM, HELPER_MAP_LOOKUP_ELEM, HELPER_PROBE_READ_KERNEL,
-    HELPER_PROBE_READ_USER, HELPER_RINGBUF_OUTPUT, HELPER_RINGBUF_QUERY, HELPER_RINGBUF_RESERVE,
-    HELPER_RINGBUF_SUBMIT, HELPER_TASK_PT_REGS, JA, JEQ_IMM, JEQ_REG, JGT_IMM, JGT_REG, JLT_REG,
-    JNE_IMM, JNE_REG, LDX_DW, LDX_W, LD_IMM64, LSH64_IMM, MOV64_IMM, MOV64_REG, OR64_IMM, OR64_REG,
-    PSEUDO_MAP_FD, RB_AVAIL_DATA, RB_FORCE_WAKEUP, RB_NO_WAKEUP, RSH64_IMM, STX_DW, STX_W, ST_DW,
-    ST_W, SUB64_REG,
+    HELPER_MAP_DELETE_ELEM, HELPER_PROBE_READ_KERNEL, HELPER_PROBE_READ_USER,
+    HELPER_RINGBUF_OUTPUT, HELPER_RINGBUF_QUERY, HELPER_RINGBUF_RESERVE, HELPER_RINGBUF_SUBMIT,
+    HELPER_TASK_PT_REGS, JA, JEQ_IMM, JEQ_REG, JGT_IMM, JGT_REG, JLT_REG, JNE_IMM, JNE_REG, LDX_DW,
+    LDX_W, LD_IMM64, LSH64_IMM, MOV64_IMM, MOV64_REG, OR64_IMM, OR64_REG, PSEUDO_MAP_FD,
+    RB_AVAIL_DATA, RB_NO_WAKEUP, RSH64_IMM, STX_DW, STX_W, ST_DW, ST_W, SUB64_REG,
 };
 use crate::native::fragments::{output_sized, value_of_thread, watched_index};
 use crate::native::layout::CONTEXT;
@@ -479,97 +478,15 @@ fn departed(p: &mut Asm, copies: RawFd, copies_size: usize, gap_ns: u64) {
     p.bind(leaving_end);
 }
 
-/// The rings and map through which the fork and exec programs wake the recording (see
-/// `forks.rs`): the ring, and a one-word array holding when the recording looks often enough
-/// that a wake is not needed (CLOCK_MONOTONIC ns).
-#[derive(Clone, Copy)]
-pub(super) struct Wake {
-    pub(super) ring: RawFd,
-    pub(super) quiet: RawFd,
-}
-
-/// Part of a program: puts the 8 bytes at stack word `at` in the wake ring, waking its reader,
-/// unless the time in `time` is before the quiet map's. Uses r0-r5.
-fn wake(p: &mut Asm, wake: Wake, at: i16, time: u8) {
-    const QUIET_KEY: i16 = -72;
-    let skip = p.label();
-    p.extend([
-        insn(ST_W, 10, 0, QUIET_KEY, 0),
-        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, wake.quiet),
-        insn(0, 0, 0, 0, 0),
-        insn(MOV64_REG, 2, 10, 0, 0),
-        insn(ADD64_IMM, 2, 0, 0, i32::from(QUIET_KEY)),
-        insn(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM),
-    ]);
-    p.jump(JEQ_IMM, 0, 0, 0, skip);
-    p.push(insn(LDX_DW, 1, 0, 0, 0));
-    p.jump(JLT_REG, time, 1, 0, skip); // the recording looks often enough now
-    p.extend([
-        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, wake.ring),
-        insn(0, 0, 0, 0, 0),
-        insn(MOV64_REG, 2, 10, 0, 0),
-        insn(ADD64_IMM, 2, 0, 0, i32::from(at)),
-        insn(MOV64_IMM, 3, 0, 0, 8),
-        insn(MOV64_IMM, 4, 0, 0, RB_FORCE_WAKEUP),
-        insn(CALL, 0, 0, 0, HELPER_RINGBUF_OUTPUT),
-    ]);
-    p.bind(skip);
-}
-
-/// The program at `sched_process_fork` (a raw tracepoint: its arguments the task forking and
-/// the task made): where the task made is a process (its `tgid`, at `tgid_offset` in its
-/// `task_struct`, not the current one's) and the current process is watched (its
-/// `layout::PROCESS_KEY`), the new process's id goes into the ring `forks`, waking its reader:
-/// fsprof then looks for the program's new processes soon after (`record/children.rs`) rather
-/// than every few milliseconds whether any was made or not; not while it looks that often
-/// anyway (see [`wake`]). A new thread, or a process forked by one fsprof does not follow, costs
-/// a map lookup.
-pub(super) fn fork_program(watched: RawFd, forks: Wake, tgid_offset: u32) -> Vec<Insn> {
-    const KEY: i16 = -8;
-    const CHILD: i16 = -16;
-    let mut p = Asm::new();
-    let done = p.label();
-    p.extend([
-        insn(MOV64_REG, 6, 1, 0, 0), // r6: the context
-        insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_PID_TGID),
-        insn(RSH64_IMM, 0, 0, 0, 32),
-        insn(MOV64_REG, 7, 0, 0, 0), // r7: the current process's id
-        insn(OR64_IMM, 0, 0, 0, PROCESS_KEY as i32),
-        insn(STX_W, 10, 0, KEY, 0),
-    ]);
-    watched_index(&mut p, watched, KEY);
-    p.jump(JEQ_IMM, 0, 0, 0, done);
-    p.extend([
-        insn(ST_DW, 10, 0, CHILD, 0),
-        insn(LDX_DW, 3, 6, 8, 0), // the task made
-        insn(ADD64_IMM, 3, 0, 0, tgid_offset as i32),
-        insn(MOV64_REG, 1, 10, 0, 0),
-        insn(ADD64_IMM, 1, 0, 0, i32::from(CHILD)),
-        insn(MOV64_IMM, 2, 0, 0, 4),
-        insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
-    ]);
-    p.jump(JNE_IMM, 0, 0, 0, done);
-    p.push(insn(LDX_W, 1, 10, CHILD, 0));
-    p.jump(JEQ_REG, 1, 7, 0, done); // a thread of the same process
-    p.extend([
-        insn(CALL, 0, 0, 0, HELPER_KTIME_GET_NS),
-        insn(MOV64_REG, 8, 0, 0, 0),
-    ]);
-    wake(&mut p, forks, CHILD, 8);
-    p.bind(done);
-    p.extend([insn(MOV64_IMM, 0, 0, 0, 0), insn(EXIT, 0, 0, 0, 0)]);
-    p.finish()
-}
-
 /// The program at an `exec`: removes the current thread and its process's leader (whose id it
 /// takes) from the watched threads, with a record of each it removes, and the process's own
 /// key (`layout::PROCESS_KEY`); `done` (the program at
 /// `sched_process_exec`, whose second argument is the id the thread had before) removes that
 /// id too. A thread removed has its value (of the array `map`) say it is no one's. A process
-/// removed wakes the reader of the ring `forks`, where given (see [`fork_program`]).
+/// removed wakes the recording through `forks`, where given (see `forks.rs`).
 pub(super) fn exec_program(
     map: RawFd,
-    (copies, forks): (RawFd, Option<Wake>),
+    (copies, forks): (RawFd, Option<super::forks::Wake>),
     watched: RawFd,
     done: bool,
 ) -> Vec<Insn> {
@@ -644,7 +561,7 @@ pub(super) fn exec_program(
     if let Some(forks) = forks {
         let kept = p.label();
         p.jump(JNE_IMM, 0, 0, 0, kept);
-        wake(&mut p, forks, KEY, 7);
+        super::forks::wake(&mut p, forks, KEY, 7);
         p.bind(kept);
     }
     if done {
