@@ -315,17 +315,24 @@ fn a_watched_process_fork_wakes_the_recording() {
     wakes.wake_me();
     use std::io::Write;
     use std::process::{Command, Stdio};
+    // A shell past its own exec (which would wake, watched), however slow the machine.
+    let own = std::fs::read_link("/proc/self/exe").unwrap();
     let shell = |script: &str| {
-        Command::new("sh")
+        let child = Command::new("sh")
             .args(["-c", script])
             .stdin(Stdio::piped())
             .spawn()
-            .unwrap()
+            .unwrap();
+        let exe = format!("/proc/{}/exe", child.id());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_link(&exe).ok().as_ref() == Some(&own) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        child
     };
     let mut watched = shell("read line; /bin/true; read line");
     let mut other = shell("/bin/true; read line");
-    // Until the shell is in its read (its own exec, which would wake, done).
-    std::thread::sleep(Duration::from_millis(100));
     perf.watch_process(crate::native::perf::FIRST_OWNER, watched.id());
     // The other shell's fork, and this process's threads: no wake.
     std::thread::spawn(|| ()).join().unwrap();
@@ -345,7 +352,6 @@ fn a_watched_process_fork_wakes_the_recording() {
     assert!(!before, "woken before the watched process forked");
     assert!(woken, "the watched process's fork woke nothing in 10 s");
     let mut execs = shell("read line; exec /bin/true");
-    std::thread::sleep(Duration::from_millis(100));
     perf.watch_process(crate::native::perf::FIRST_OWNER, execs.id());
     std::thread::sleep(Duration::from_millis(100));
     let before = wakes.take();
@@ -362,7 +368,6 @@ fn a_watched_process_fork_wakes_the_recording() {
     // Quiet for a minute: a fork wakes nothing.
     wakes.quiet_until(crate::os::time::monotonic_ns() + 60_000_000_000);
     let mut quiet = shell("read line; /bin/true");
-    std::thread::sleep(Duration::from_millis(100));
     perf.watch_process(crate::native::perf::FIRST_OWNER, quiet.id());
     writeln!(quiet.stdin.as_mut().unwrap()).unwrap();
     let _ = quiet.wait();
