@@ -99,6 +99,21 @@ impl Raised {
         })
     }
 
+    /// Leaves the calling thread as it is until [`Raised::escalate`]: a sampler whose samples
+    /// the kernel takes at their instants (perf), for which a tick that waits for a CPU delays
+    /// only their reading. At nice -10 such a sampler took python3 with four threads (two
+    /// ping-pong pairs on two CPUs) 1 to 4 points more than at its own nice value, its wake-ups
+    /// preempting the program's threads; the shares beside two busy loops were as close to
+    /// the truth either way (BENCHMARKS.md, the fifty-sixth session).
+    pub fn when_late() -> Raised {
+        Raised::already().unwrap_or(Raised {
+            how: "normal",
+            nice: 0,
+            niced: false,
+            already: false,
+        })
+    }
+
     /// A guard for a thread that is real-time already, if it is.
     fn already() -> Option<Raised> {
         // SAFETY: a plain query of the calling thread.

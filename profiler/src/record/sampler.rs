@@ -236,6 +236,12 @@ impl Sampler {
         (&self.builder, self.threads.states.len())
     }
 
+    /// Whether perf takes the running threads' samples (at the timer's instants, in the
+    /// kernel), so that a tick that comes late delays only their reading.
+    pub(super) fn kernel_takes_samples(&self) -> bool {
+        self.native.as_ref().is_some_and(NativeSampler::uses_perf)
+    }
+
     /// Says how the sampler's thread is scheduled (for the report).
     pub(super) fn set_priority(&mut self, priority: &'static str) {
         self.tally.priority = priority;

@@ -90,7 +90,13 @@ pub fn record(
     mut stop: impl FnMut(&Sampler) -> Option<End>,
 ) -> End {
     let period = Duration::from_secs_f64(1.0 / schedule.rate_hz);
-    let mut raised = priority::Raised::gently();
+    // A late tick only delays the reading of samples the kernel took on time; samples taken
+    // by the sampler itself (ptrace, marks alone) must be taken when the timer says.
+    let mut raised = if sampler.kernel_takes_samples() {
+        priority::Raised::when_late()
+    } else {
+        priority::Raised::gently()
+    };
     sampler.set_priority(raised.how());
     // With the default 50 µs timer slack our wake-ups would be batched with the target's own
     // timers; one nanosecond keeps the sampling times independent of the target's.
