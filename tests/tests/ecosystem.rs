@@ -8,6 +8,7 @@ use crate::support;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
+use support::interrupts::ptrace_stops_late;
 use support::*;
 
 /// What `go tool pprof -top` says of `file` with `filter` (`-tagfocus` arguments, if any): the
@@ -662,6 +663,9 @@ fn opentelemetry_span_ids_are_instances_when_asked() {
 #[test]
 fn labels_are_read_in_ptrace_stops_without_perf() {
     let _serial = serial();
+    if ptrace_stops_late("labels in ptrace stops").is_some() {
+        return;
+    }
     let dir = tempdir();
     for (name, published) in [("labels", CUSTOM_LABELS), ("otel_context", OTEL_CONTEXT)] {
         let exe = support::native::build_exporting_c_program(dir.path(), name);

@@ -149,6 +149,29 @@ fn missing_symbols_note(missing: &MissingSymbols) -> String {
     note
 }
 
+/// The median pause of a ptrace stop, µs, from which the notes say that stops come late: they
+/// take 30 to 70 µs where the machine delivers the interrupt that stops a running thread at
+/// once; on a nested AMD guest that delivered it at the CPU's next timer tick (fifty-sixth
+/// session), a thread spinning in user space stopped 0.8 to 4.9 ms late, and a program whose
+/// labelled loops make no system call paused 265 µs at the median.
+const LATE_STOP_P50_US: u64 = 200;
+
+/// Stops enough for their median to say something of the machine.
+const LATE_STOP_LEAST: u64 = 50;
+
+/// Where ptrace's stops came late (see [`LATE_STOP_P50_US`]): a thread that runs on stops at its
+/// next entry into the kernel, so samples lean toward its system calls and its CPU's ticks.
+fn late_stops_note(meta: &Meta) -> Option<String> {
+    let stops = &meta.native_stacks.stops;
+    (meta.native_stacks.native_backend == "ptrace"
+        && stops.native_stops >= LATE_STOP_LEAST
+        && stops.pause_p50_us > LATE_STOP_P50_US)
+        .then(|| format!(
+            "ptrace's stops came late: a sampled thread stayed stopped {} µs at the median (tens of µs where the machine delivers the interrupt that stops a running thread at once), so a thread ran on to its next system call or its CPU's next timer tick before its stack was taken: samples lean toward the moments the program enters the kernel, away from long stretches of user code. The perf backend takes samples at their instant (root, or CAP_PERFMON and CAP_BPF: docs/permissions.md)",
+            stops.pause_p50_us
+        ))
+}
+
 /// Least time waiting for a CPU without a native stack, in ms, that the notes mention.
 const PREEMPTED_NOTE_MS: u64 = 10;
 
@@ -200,6 +223,9 @@ fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
                 without as f64 * 100.0 / native_samples as f64,
                 causes.join(", ")
             ));
+        }
+        if let Some(note) = late_stops_note(meta) {
+            notes.push(note);
         }
         let unmarked = meta.native_stacks.native_departures_unmarked;
         if unmarked * 20 > native_samples {
@@ -317,6 +343,31 @@ mod tests {
         assert!(note.contains("5 because the thread was blocked"), "{note}");
         assert!(note.contains("3 because the kernel copied none"), "{note}");
         assert!(!note.contains("0 because"), "{note}");
+    }
+
+    /// Stops that came late are noted with ptrace alone, past the median and count that say so.
+    #[test]
+    fn ptraces_late_stops_are_noted_past_their_bound() {
+        let with = |backend: &str, stops: u64, p50: u64| {
+            let mut meta = Meta::default();
+            let native = &mut meta.native_stacks;
+            (native.native, native.native_backend) = (true, backend.into());
+            (native.native_captured, native.native_complete) = (stops, stops);
+            (native.stops.native_stops, native.stops.pause_p50_us) = (stops, p50);
+            let mut notes = Vec::new();
+            native_notes(&meta, &mut notes);
+            notes
+        };
+        let notes = with("ptrace", 641, 265);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0]
+                .starts_with("ptrace's stops came late: a sampled thread stayed stopped 265 µs"),
+            "{notes:?}"
+        );
+        assert!(with("ptrace", 641, LATE_STOP_P50_US).is_empty());
+        assert!(with("ptrace", LATE_STOP_LEAST - 1, 265).is_empty());
+        assert!(with("perf", 641, 265).is_empty());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end tests: the built binaries, a fresh directory per test, targets that
 //! are killed if a test fails, waiting with deadlines, and comparing reports with ground truth.
 
+pub mod interrupts;
 pub mod native;
 pub mod programs;
 mod steal;
