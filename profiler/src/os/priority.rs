@@ -1,7 +1,7 @@
 //! The scheduling priority of fsprof's threads that must run when the target's threads want the
 //! same CPUs: the sampler (`schedule.rs`: its own nice value where perf takes the samples, else
-//! a lower one; real-time once its ticks come late) and the region scanner (`scanner.rs`: real-time), raised where the system allows it,
-//! and back. It does not decide when they run.
+//! a lower one; real-time once its ticks come late) and the region scanner (`scanner.rs`:
+//! real-time), raised where the system allows it, and back. It does not decide when they run.
 
 /// Gives the calling thread priority over the target's threads where the system allows it, and
 /// says how it is scheduled, with the nice value it had.
