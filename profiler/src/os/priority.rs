@@ -1,7 +1,8 @@
 //! The scheduling priority of fsprof's threads that must run when the target's threads want the
-//! same CPUs: the sampler (`schedule.rs`: its own nice value where perf takes the samples, else
-//! a lower one; real-time once its ticks come late) and the region scanner (`scanner.rs`:
-//! real-time), raised where the system allows it, and back. It does not decide when they run.
+//! same CPUs: the sampler (`schedule.rs`: a lower nice value, back to its own once calm where
+//! perf takes the samples; real-time once its ticks come late) and the region scanner
+//! (`scanner.rs`: real-time), raised where the system allows it, and back. It does not decide
+//! when they run.
 
 /// Gives the calling thread priority over the target's threads where the system allows it, and
 /// says how it is scheduled, with the nice value it had.
@@ -99,21 +100,6 @@ impl Raised {
         })
     }
 
-    /// Leaves the calling thread as it is until [`Raised::escalate`]: a sampler whose samples
-    /// the kernel takes at their instants (perf), for which a tick that waits for a CPU delays
-    /// only their reading. At nice -10 such a sampler took python3 with four threads (two
-    /// ping-pong pairs on two CPUs) 1 to 4 points more than at its own nice value, its wake-ups
-    /// preempting the program's threads; the shares beside two busy loops were as close to
-    /// the truth either way (BENCHMARKS.md, the fifty-sixth session).
-    pub fn when_late() -> Raised {
-        Raised::already().unwrap_or(Raised {
-            how: "normal",
-            nice: 0,
-            niced: false,
-            already: false,
-        })
-    }
-
     /// A guard for a thread that is real-time already, if it is.
     fn already() -> Option<Raised> {
         // SAFETY: a plain query of the calling thread.
@@ -142,6 +128,24 @@ impl Raised {
             self.how = "real-time";
         }
         set
+    }
+
+    /// Puts a thread raised by its nice value alone back to the nice value it had, until
+    /// [`Raised::escalate`]: a sampler whose samples the kernel takes at their instants (perf),
+    /// for which a tick that waits for a CPU delays only their reading, once its ticks have
+    /// come on time for a while. At nice -10 such a sampler cost python3 with four threads (two
+    /// ping-pong pairs on two CPUs) 1 to 4 points more than at its own nice value, its
+    /// wake-ups preempting the program's threads; the shares beside two busy loops were as
+    /// close to the truth either way (BENCHMARKS.md, the fifty-sixth session). Not from the
+    /// start: at its own nice value from the first tick, beside a program starting 1000 busy
+    /// threads on two CPUs, it saw all of them in 4 runs of 17 (9 raised) and lost samples in 7
+    /// (4 raised).
+    pub fn calm(&mut self) {
+        if self.how != "raised" {
+            return;
+        }
+        lower("raised", self.nice);
+        (self.how, self.niced) = ("normal", false);
     }
 
     /// How the thread is scheduled (see [`raise`]).
@@ -193,6 +197,29 @@ mod tests {
                 assert_eq!(policy(), policy_before, "not real-time yet");
                 if raised.escalate() {
                     assert_eq!(raised.how(), "real-time");
+                    assert_eq!(policy(), libc::SCHED_FIFO);
+                }
+            }
+            assert_eq!((nice(), policy()), (before, policy_before));
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// Calmed, a gently raised thread is at its own nice value again, may still escalate, and is
+    /// as it was once dropped.
+    #[test]
+    fn a_calmed_thread_is_back_at_its_nice_value_and_may_still_escalate() {
+        std::thread::spawn(|| {
+            let (before, policy_before) = (nice(), policy());
+            {
+                let mut raised = Raised::gently();
+                if raised.how() != "raised" {
+                    return; // this test may not lower its nice value
+                }
+                raised.calm();
+                assert_eq!((raised.how(), nice()), ("normal", before));
+                if raised.escalate() {
                     assert_eq!(policy(), libc::SCHED_FIFO);
                 }
             }

@@ -76,6 +76,10 @@ impl Live for () {
 /// Late ticks among the latest 32 that make the sampler real-time (where the system allows
 /// it): one is a hiccup (a page fault, a stolen moment), two say the CPUs are busy.
 const LATE_BEFORE_REAL_TIME: u32 = 2;
+/// Ticks on time (none of them late), after which a sampler whose samples the kernel
+/// takes goes back to fsprof's own nice value (see `priority::Raised::calm`): the first ticks,
+/// which load the program's modules and admit its threads, keep the raised priority.
+const CALM_TICKS: u64 = 8;
 /// A wait for a CPU within one tick that makes the sampler real-time at once: no hiccup of a
 /// busy CPU (its competitors' slices are a few milliseconds) lasts this long.
 const STALL_BEFORE_REAL_TIME: Duration = Duration::from_millis(25);
@@ -90,13 +94,7 @@ pub fn record(
     mut stop: impl FnMut(&Sampler) -> Option<End>,
 ) -> End {
     let period = Duration::from_secs_f64(1.0 / schedule.rate_hz);
-    // A late tick only delays the reading of samples the kernel took on time; samples taken
-    // by the sampler itself (ptrace, marks alone) must be taken when the timer says.
-    let mut raised = if sampler.kernel_takes_samples() {
-        priority::Raised::when_late()
-    } else {
-        priority::Raised::gently()
-    };
+    let mut raised = priority::Raised::gently();
     sampler.set_priority(raised.how());
     // With the default 50 µs timer slack our wake-ups would be batched with the target's own
     // timers; one nanosecond keeps the sampling times independent of the target's.
@@ -160,6 +158,15 @@ fn sample_until_stopped(
             && (late_ticks.count_ones() >= LATE_BEFORE_REAL_TIME || crowded())
         {
             raised.escalate();
+            sampler.set_priority(raised.how());
+        } else if raised.how() == "raised"
+            && late_ticks == 0
+            && sampler.clock().ticks() >= CALM_TICKS
+            && sampler.kernel_takes_samples()
+        {
+            // Calm, and the kernel takes the samples at their instants: a late tick would only
+            // read them later (see `priority::Raised::calm`).
+            raised.calm();
             sampler.set_priority(raised.how());
         }
         if schedule
