@@ -275,11 +275,20 @@ pub fn modules(pid: u32, maps: &[Mapping], known: &[Module]) -> Vec<Module> {
         .iter()
         .filter(|m| m.execute && !is_jitdump_path(&m.path))
     {
-        // Another executable segment of a file already seen (rare: split text sections).
-        if let Some(module) = out
-            .iter_mut()
-            .find(|m| m.inode != 0 && m.inode == mapping.inode && m.path == mapping.path)
-        {
+        // Another executable segment of a file already seen (rare: split text sections), at
+        // the same load bias. At another, it is another copy of the file's code, a module of
+        // its own: node maps its embedded builtins again near its JIT's code (remapped, its
+        // offset in the file 0x14c4000), and one range from the first segment to that copy held
+        // the JIT's code and the libraries in between, named `node+0x7f..` (its perf map
+        // unread, only addresses no module holds being looked up there).
+        let same_copy = |m: &Module| {
+            m.inode != 0
+                && m.inode == mapping.inode
+                && m.path == mapping.path
+                && load_bias(&m.image, mapping.range.start, mapping.offset)
+                    .is_none_or(|bias| bias == m.bias)
+        };
+        if let Some(module) = out.iter_mut().find(|m| same_copy(m)) {
             module.range.start = module.range.start.min(mapping.range.start);
             module.range.end = module.range.end.max(mapping.range.end);
             continue;
@@ -588,5 +597,34 @@ mod tests {
         let stat = std::fs::metadata(&exe).unwrap();
         let verified = (stat.dev(), stat.ino()) == (mapping.device, mapping.inode);
         assert_eq!(Arc::ptr_eq(&first.image.0, &again.image.0), verified);
+    }
+
+    /// A file's code mapped again at another load bias (node remaps its builtins near its
+    /// JIT's code) is a module of its own: the first keeps its own range, which would otherwise
+    /// stretch over everything mapped between the two copies.
+    #[test]
+    fn a_copy_of_a_files_code_elsewhere_is_a_module_of_its_own() {
+        let pid = std::process::id();
+        let maps = read_maps(pid, pid).unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let text = maps
+            .iter()
+            .find(|m| m.execute && std::path::Path::new(&m.path) == exe)
+            .expect("the test's executable is mapped")
+            .clone();
+        let far = 0x1000_0000_0000u64;
+        let copy = Mapping {
+            range: far..far + (text.range.end - text.range.start),
+            ..text.clone()
+        };
+        let found = modules(pid, &[text.clone(), copy.clone()], &[]);
+        let ranges: Vec<_> = found.iter().map(|m| m.range.clone()).collect();
+        assert_eq!(found.len(), 2, "{ranges:x?}");
+        assert_eq!(found[0].range, text.range);
+        assert_eq!(found[1].range, copy.range);
+        assert_eq!(
+            found[1].bias.wrapping_sub(found[0].bias),
+            far - text.range.start
+        );
     }
 }
