@@ -587,7 +587,11 @@ const WALK_WAIT: Duration = Duration::from_millis(100);
 /// Fails, before anything is started, when perf was asked for explicitly and is refused.
 fn check_backend(options: &RecordOptions) -> Result<()> {
     if options.native && options.backend == Backend::Perf {
-        if let Err(why) = crate::native::perf::PerfSampler::new(1_000_000, 1) {
+        if let Err(why) = crate::native::perf::PerfSampler::new(
+            1_000_000,
+            1,
+            crate::native::perf::Following::WhileCheap,
+        ) {
             bail!("--backend perf: {why} (or use --backend ptrace)");
         }
     }

@@ -143,6 +143,8 @@ pub struct NativeSampler {
     /// What wakes this sampler's thread at each fork of a watched process, once it asked
     /// ([`NativeSampler::wake_on_forks`]).
     forks: Option<std::sync::Arc<crate::native::cpu_wide::ForkWakes>>,
+    /// Whether perf could not follow the threads' switches when asked (said once).
+    follow_refused: bool,
 }
 
 impl NativeSampler {
@@ -178,6 +180,7 @@ impl NativeSampler {
             reads: None,
             labels: LabelsSearch::new(span_ids),
             forks: None,
+            follow_refused: false,
         };
         // Here, not by the worker: nothing is sampled yet. The main thread's stack's mapping
         // is known from the start (its samples' stacks are measured against its top).
@@ -661,6 +664,26 @@ impl NativeSampler {
             let perf = perf.lock();
             (perf.too_fast(), perf.max_switch_rate())
         })
+    }
+
+    /// The most context switches a second per CPU that stopped perf following them, if any did
+    /// (see `perf/following.rs`).
+    pub fn perf_unfollowed_at(&self) -> Option<u64> {
+        self.perf.as_ref()?.lock().stopped_at_rate
+    }
+
+    /// Has perf decide, at a tick, whether it follows the threads' switches (`marks`: the
+    /// process marks; see `perf/following.rs`); where the kernel refuses, says so once, and
+    /// their time off the CPU stays the ticks' to tell.
+    pub fn mind_following(&mut self, marks: bool) {
+        let Some(perf) = &self.perf else {
+            return;
+        };
+        if let Err(why) = perf.lock().mind_following(marks) {
+            if !std::mem::replace(&mut self.follow_refused, true) {
+                say!("fsprof: {why}: blocked time inside marks is estimated at the ticks");
+            }
+        }
     }
 
     /// Whether perf follows `tid` off its CPU too (its samples then include its switches).

@@ -79,6 +79,14 @@ pub(super) struct CpuWide {
     /// The wake-ups at the forks of watched processes, where the kernel allows them.
     forks: Option<Forks>,
     cpus: Vec<Cpu>,
+    /// The `sched_switch` program, attached once [`CpuWide::follow_switches`] is asked.
+    switch: Switches,
+    /// The program at `sched_process_exit`, and its link while the switch program is not
+    /// attached: that one removes an exiting thread itself, at its last switch, once it has
+    /// recorded its departure (removed at its exit before, a thread's last departure went
+    /// unrecorded, and a leader that exited before its threads read as running to the end).
+    exit: OwnedFd,
+    exit_link: Option<OwnedFd>,
     _programs: Vec<OwnedFd>,
     _links: Vec<OwnedFd>,
     /// The watched threads (thread id → map value index) and what their streams have given.
@@ -101,6 +109,15 @@ pub(super) struct CpuWide {
     /// Threads whose bare samples are dropped: seen by the sampler's ticks (whose samples stand
     /// for their time until they are watched), or watched once.
     ignored: HashSet<u32>,
+}
+
+/// The `sched_switch` program, loaded for the typed hook where the kernel has one and lets it
+/// load there (`tp_btf`: Linux 5.5 and BTF), else for the raw tracepoint; and once attached,
+/// its link.
+struct Switches {
+    program: OwnedFd,
+    typed: bool,
+    link: Option<OwnedFd>,
 }
 
 /// A thread of a watched process that is not watched, and its bare samples: the programs write
@@ -212,21 +229,26 @@ impl CpuWide {
             switch_program(map, ring, watch, pid_offset, period_ns, typed)
         };
         // At the typed hook where the kernel has one and lets the program attach (`tp_btf`:
-        // Linux 5.5 and BTF), else at the raw tracepoint.
+        // Linux 5.5 and BTF; tried now, detached at once), else at the raw tracepoint.
         let typed = (crate::native::btf::switch_hook_type_id())
             .filter(|_| i16::try_from(pid_offset).is_ok())
             .and_then(|hook| load_typed_tracepoint_program(program(true), hook).ok())
-            .and_then(|switch| Some((attach_typed_tracepoint(&switch).ok()?, switch)));
-        let (switch_link, switch) = match typed {
-            Some(attached) => attached,
-            None => {
-                let switch = load_tracepoint_program(program(false))?;
-                let link = attach_tracepoint(c"sched_switch", &switch)
-                    .map_err(|e| format!("cannot attach to sched_switch ({})", e.desc()))?;
-                (link, switch)
-            }
+            .filter(|switch| attach_typed_tracepoint(switch).is_ok());
+        let switch = match typed {
+            Some(program) => Switches {
+                program,
+                typed: true,
+                link: None,
+            },
+            None => Switches {
+                program: load_tracepoint_program(program(false))?,
+                typed: false,
+                link: None,
+            },
         };
-        let mut links = vec![switch_link];
+        let exit = load_tracepoint_program(exit_program(map, w))?;
+        let exit_link = Some(attach_exit(&exit)?);
+        let mut links = Vec::new();
         // At the start of an exec too where the kernel has that tracepoint (Linux 6.10).
         let forks = Forks::start(w, page);
         let rings = (copies, forks.as_ref().map(Forks::wake));
@@ -268,7 +290,10 @@ impl CpuWide {
             direct,
             forks,
             cpus,
-            _programs: vec![sampling, switch, early, late],
+            switch,
+            exit,
+            exit_link,
+            _programs: vec![sampling, early, late],
             _links: links,
             threads: HashMap::new(),
             lost: 0,
@@ -280,6 +305,34 @@ impl CpuWide {
             stranger_bytes: 0,
             ignored: HashSet::new(),
         })
+    }
+
+    /// Attaches the `sched_switch` program, if it is not yet: the watched threads' switches are
+    /// recorded from now on (those watched before are watched again for that: their values
+    /// hold no time on a CPU that the program could add to, see `PerfSampler::follow_switches`).
+    pub(super) fn follow_switches(&mut self) -> Result<(), String> {
+        if self.switch.link.is_some() {
+            return Ok(());
+        }
+        let link = match self.switch.typed {
+            true => attach_typed_tracepoint(&self.switch.program),
+            false => attach_tracepoint(c"sched_switch", &self.switch.program),
+        };
+        let link = link.map_err(|e| format!("cannot attach to sched_switch ({})", e.desc()))?;
+        self.switch.link = Some(link);
+        self.exit_link = None;
+        Ok(())
+    }
+
+    /// Detaches the `sched_switch` program: nothing more is recorded of switches, and the
+    /// watched threads' values no longer count their time on a CPU (to follow them again, they
+    /// are watched anew).
+    pub(super) fn stop_following(&mut self) -> Result<(), String> {
+        if self.exit_link.is_none() {
+            self.exit_link = Some(attach_exit(&self.exit)?);
+        }
+        self.switch.link = None;
+        Ok(())
     }
 
     /// What wakes a thread at each fork of a watched process (see `forks.rs`), where the kernel
@@ -728,6 +781,12 @@ impl Thread {
     }
 }
 
+/// Attaches the program at a thread's exit (`programs::exit_program`).
+fn attach_exit(program: &OwnedFd) -> Result<OwnedFd, String> {
+    attach_tracepoint(c"sched_process_exit", program)
+        .map_err(|e| format!("cannot attach to sched_process_exit ({})", e.desc()))
+}
+
 /// The CPUs online, from `/sys/devices/system/cpu/online` ("0-3,5"); CPU 0 alone if unreadable.
 fn online_cpus() -> Vec<u32> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
@@ -754,4 +813,4 @@ pub(super) mod programs;
 #[cfg(test)]
 mod tests;
 
-use programs::{exec_program, switch_program};
+use programs::{exec_program, exit_program, switch_program};

@@ -97,6 +97,11 @@ struct Thread {
     /// Its own events (`None` in the per-CPU design, `cpu_wide.rs`).
     own: Option<OwnEvents>,
     addresses: [u64; SLOTS],
+    /// Whether it ran as it was last asked to be watched (see [`PerfSampler::watch_by`]).
+    running: bool,
+    /// Watched before its switches were followed, and to be watched again once its samples
+    /// until now are taken (see [`PerfSampler::follow_switches`]).
+    handover: bool,
     /// Its departures from its CPU since `window_start` (CLOCK_MONOTONIC, ns).
     departures: u64,
     window_start: u64,
@@ -158,6 +163,16 @@ pub struct PerfSampler {
     pub unmatched: u64,
     /// Threads no longer followed off their CPU (see [`MAX_SWITCH_RATE`]).
     too_fast: HashSet<u32>,
+    /// When the threads' switches are followed, and whether they are now (`following.rs`).
+    asked: Following,
+    following: bool,
+    /// Whether a watched process marks: then they are followed, whatever the cost.
+    marked: bool,
+    /// The machine's activity at the start of the current window, and when (ns).
+    window: Option<(crate::os::machine::Activity, u64)>,
+    /// The machine's switches a second per busy CPU when following stopped for their cost, the
+    /// most if it stopped more than once.
+    pub stopped_at_rate: Option<u64>,
     /// When threads made by sampled threads were born (CLOCK_MONOTONIC, ns), until asked for.
     births: HashMap<u32, u64>,
     programs: Programs,
@@ -180,6 +195,16 @@ pub type Owner = u32;
 /// The owner a sampler was made for.
 pub const FIRST_OWNER: Owner = 0;
 
+/// When a perf sampler follows its threads' switches (see `Taken::Switch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Following {
+    /// Always: where every thread's blocked time counts (`--idle`).
+    Always,
+    /// While the machine switches seldom enough, or once a watched process marks (see
+    /// `following.rs`).
+    WhileCheap,
+}
+
 /// Births remembered at most (those of threads that never ran long enough to be found, or of
 /// processes, are dropped when the map is full).
 const MAX_BIRTHS: usize = 4096;
@@ -188,9 +213,10 @@ impl PerfSampler {
     /// Creates the maps and checks that this process may load the program and open events that
     /// sample every `period_ns` of a thread's CPU time. The error says what the kernel refused
     /// and what to do.
-    pub fn new(period_ns: u64, capacity: u32) -> Result<PerfSampler, String> {
+    pub fn new(period_ns: u64, capacity: u32, following: Following) -> Result<PerfSampler, String> {
         let design = Design::from_environment();
-        crate::os::privilege::with_perf(|| PerfSampler::create(period_ns, capacity, design))
+        let create = || PerfSampler::create(period_ns, capacity, design, following);
+        crate::os::privilege::with_perf(create)
     }
 
     /// [`PerfSampler::new`], in the design asked for.
@@ -198,6 +224,7 @@ impl PerfSampler {
         period_ns: u64,
         capacity: u32,
         design: Design,
+        following: Following,
     ) -> Result<PerfSampler, String> {
         let capacity = capacity.clamp(1, MAX_THREADS);
         if let Some(why) = crate::os::privilege::perf_withheld() {
@@ -230,6 +257,11 @@ impl PerfSampler {
             lost: 0,
             unmatched: 0,
             too_fast: Default::default(),
+            asked: following,
+            following: true,
+            marked: false,
+            window: None,
+            stopped_at_rate: None,
             births: HashMap::new(),
             programs: Programs::new(
                 Rules::new(capacity <= CHILD_THREADS)
@@ -245,6 +277,9 @@ impl PerfSampler {
             sampler.programs.rules.prepare_walk(sampler.copies.fd());
         }
         sampler.wide = sampler.open_design(design, capacity);
+        if let Some(wide) = &mut sampler.wide {
+            wide.follow_switches()?;
+        }
         if sampler.wide.is_none() {
             // What the per-thread events need, tried now so that the error says it: the
             // program loads (the first thread's, kept), and an event opens (on this thread).
@@ -419,10 +454,16 @@ impl PerfSampler {
     /// every sample in the thread's ring when the shared ring is read has its copies there;
     /// they carry its time. So for a departure from the CPU, whose copies the switch event's
     /// program makes just before the kernel writes the switch.
-    pub fn take(&mut self, tid: u32, mut each: impl FnMut(Taken<'_>)) {
-        if self.wide.is_some() {
-            return self.take_wide(tid, each);
+    pub fn take(&mut self, tid: u32, each: impl FnMut(Taken<'_>)) {
+        match self.wide.is_some() {
+            true => self.take_wide(tid, each),
+            false => self.take_own(tid, each),
         }
+        self.hand_over(tid);
+    }
+
+    /// [`PerfSampler::take`] with the thread's own events.
+    fn take_own(&mut self, tid: u32, mut each: impl FnMut(Taken<'_>)) {
         let Some(thread) = self.threads.get_mut(&tid) else {
             return;
         };
@@ -684,6 +725,8 @@ impl PerfSampler {
             owner,
             own,
             addresses,
+            running,
+            handover: false,
             departures: 0,
             window_start: crate::os::time::monotonic_ns(),
             unphased: 0,
@@ -698,7 +741,7 @@ impl PerfSampler {
             RING_PAGES
         };
         let opened = (|| {
-            let follow = !self.too_fast.contains(&tid);
+            let follow = self.following && !self.too_fast.contains(&tid);
             let event = open_event(tid as i32, self.period_ns, follow)?;
             let ring = Ring::new(&event, self.page, pages)?;
             let (map, copies) = (self.map.as_raw_fd(), self.copies.fd());

@@ -635,27 +635,6 @@ fn in_container() -> bool {
             .unwrap_or(false)
 }
 
-/// The share of a thread's runnable time between two reads of its scheduling totals (taken at
-/// ticks after a long interval that found it running; since its start when never read before)
-/// that it spent waiting for a CPU; 0 when unknown.
-pub fn wait_share(before: Option<SchedTimes>, now: Option<SchedTimes>) -> f64 {
-    let Some(now) = now else {
-        return 0.0;
-    };
-    // Never read before: its share over its whole life so far.
-    let before = before.unwrap_or(SchedTimes {
-        run_ns: 0,
-        wait_ns: 0,
-        slices: 0,
-    });
-    let run = now.run_ns.saturating_sub(before.run_ns);
-    let wait = now.wait_ns.saturating_sub(before.wait_ns);
-    if run + wait == 0 {
-        return 0.0;
-    }
-    wait as f64 / (run + wait) as f64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -843,26 +822,5 @@ mod tests {
         assert_eq!(status(stat(&fields)).image_token(), Some(48));
         fields[48 - 3] = "0".into(); // no memory left, or not ours to read
         assert_eq!(status(stat(&fields)).image_token(), None);
-    }
-
-    fn times(run_ns: u64, wait_ns: u64) -> Option<SchedTimes> {
-        Some(SchedTimes {
-            run_ns,
-            wait_ns,
-            slices: 0,
-        })
-    }
-
-    #[test]
-    fn the_wait_share_is_of_the_runnable_time_between_two_reads() {
-        // 3 ms on a CPU and 1 ms waiting for one since the previous read.
-        assert_eq!(wait_share(times(10, 20), times(3_000_010, 1_000_020)), 0.25);
-        // Never read before: the share over the thread's life.
-        assert_eq!(wait_share(None, times(15, 5)), 0.25);
-        // Unknown now, or nothing runnable in between: no waiting counted.
-        assert_eq!(wait_share(times(5, 5), None), 0.0);
-        assert_eq!(wait_share(times(5, 5), times(5, 5)), 0.0);
-        // Totals that went backwards (a reused thread id) count as nothing, not as a wrap.
-        assert_eq!(wait_share(times(9, 9), times(5, 5)), 0.0);
     }
 }

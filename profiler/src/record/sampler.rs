@@ -17,7 +17,7 @@
 //! is alive; nothing else is resolved in the loop.
 
 use crate::native::capture::{self, NativeSampler, PerfTaken};
-use crate::native::perf::{Perf, PerfSampler, SharedPerf};
+use crate::native::perf::{Following, Perf, PerfSampler, SharedPerf};
 use crate::native::unwind::Captured;
 use crate::native::unwind::UnwoundFrame;
 use crate::profile::{ProfileBuilder, Stack, MAX_STACK_FRAMES};
@@ -58,6 +58,9 @@ struct ThreadState {
     /// Its scheduling totals at its previous sample while perf samples it, with that tick's
     /// count.
     last_sched: Option<(u64, process::SchedTimes)>,
+    /// Its waits for a CPU not yet counted, or counted ahead of its totals (where its switches
+    /// are not followed).
+    waits: weight::Waits,
     /// Born since the previous tick (not seen at the first).
     born: bool,
     /// Seen first at the recording's first tick, but born during the recording where perf saw
@@ -125,7 +128,13 @@ impl SamplerOptions {
         }
         let threads = (self.perf_threads > 0).then_some(self.perf_threads);
         let threads = threads.unwrap_or(crate::native::perf::MAX_THREADS);
-        Some(PerfSampler::new(period.as_nanos() as u64, threads).map(Perf::own))
+        // Every thread's blocked time counts with `--idle`: its switches tell it from the start.
+        let following = match self.count_idle {
+            true => Following::Always,
+            false => Following::WhileCheap,
+        };
+        let sampler = PerfSampler::new(period.as_nanos() as u64, threads, following);
+        Some(sampler.map(Perf::own))
     }
 }
 
@@ -666,6 +675,13 @@ impl Sampler {
     /// Takes the regions the scanner found, and forgets those no longer mapped.
     fn take_regions(&mut self) {
         let taken = self.reader.take_regions();
+        // A program that marks (or will: a region is made with its first mark or its
+        // library's start) has its threads' switches followed whatever they cost: its blocked
+        // time inside marks counts, and they tell it.
+        let marks = self.reader.knows_regions();
+        if let Some(native) = &mut self.native {
+            native.mind_following(marks);
+        }
         if let Some(via) = taken.via {
             self.remote = Remote::new(via);
         }

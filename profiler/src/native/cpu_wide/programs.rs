@@ -1,7 +1,7 @@
 //! The programs of the per-CPU design (`cpu_wide.rs`), hand-assembled: the one at the
 //! scheduler's `sched_switch` tracepoint (each departure of a watched thread from its CPU and
 //! each return to one, with the thread's time on a CPU counted there), the ones at the start
-//! and the end of an `exec` (which stop watching the thread), and the part of the sampling
+//! and the end of an `exec` and at a thread's exit (which stop watching the thread), and the part of the sampling
 //! program that records a thread's time on a CPU at each sample. Not here: the sampling
 //! program itself (`sampling.rs`) and the slot copies (`fragments.rs`), the maps, events and links (`cpu_wide.rs`),
 //! the records' parsing (`ring.rs`).
@@ -515,17 +515,8 @@ pub(super) fn exec_program(
             insn(ST_DW, 10, 0, RECORD + 24, 0),
             insn(STX_W, 10, 1, INDEX_SLOT, 0),
         ]);
-        p.extend(value_of_thread(map));
-        let no_value = p.label();
-        p.jump(JEQ_IMM, 0, 0, 0, no_value);
-        p.push(insn(ST_DW, 0, 0, VALUE_TID as i16, 0));
-        p.bind(no_value);
+        unwatch(p, map, watched, KEY);
         p.extend([
-            insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, watched),
-            insn(0, 0, 0, 0, 0),
-            insn(MOV64_REG, 2, 10, 0, 0),
-            insn(ADD64_IMM, 2, 0, 0, i32::from(KEY)),
-            insn(CALL, 0, 0, 0, HELPER_MAP_DELETE_ELEM),
             insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, copies),
             insn(0, 0, 0, 0, 0),
             insn(MOV64_REG, 2, 10, 0, 0),
@@ -574,6 +565,45 @@ pub(super) fn exec_program(
     }
     p.extend([insn(MOV64_IMM, 0, 0, 0, 0), insn(EXIT, 0, 0, 0, 0)]);
     p.finish()
+}
+
+/// The program at `sched_process_exit`, which the exiting thread runs: removes it from the
+/// watched threads (its value says it is no one's), so that its id, once reused, is not watched.
+/// Attached only while the `sched_switch` program is not (see `CpuWide::exit`), which does so at
+/// the thread's last switch, after recording its departure.
+pub(super) fn exit_program(map: RawFd, watched: RawFd) -> Vec<Insn> {
+    const KEY: i16 = -8;
+    let mut p = Asm::new();
+    p.extend([
+        insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_PID_TGID),
+        insn(STX_W, 10, 0, KEY, 0),
+    ]);
+    watched_index(&mut p, watched, KEY);
+    let end = p.label();
+    p.jump(JEQ_IMM, 0, 0, 0, end);
+    p.extend([insn(LDX_W, 1, 0, 0, 0), insn(STX_W, 10, 1, INDEX_SLOT, 0)]);
+    unwatch(&mut p, map, watched, KEY);
+    p.bind(end);
+    p.extend([insn(MOV64_IMM, 0, 0, 0, 0), insn(EXIT, 0, 0, 0, 0)]);
+    p.finish()
+}
+
+/// Removes the thread whose id is the stack word at `key` from the watched threads (the hash
+/// map `watched`), its value (of the array `map`, its index at [`INDEX_SLOT`]) made no one's
+/// (see `direct.rs`). Uses r0-r5.
+fn unwatch(p: &mut Asm, map: RawFd, watched: RawFd, key: i16) {
+    p.extend(value_of_thread(map));
+    let no_value = p.label();
+    p.jump(JEQ_IMM, 0, 0, 0, no_value);
+    p.push(insn(ST_DW, 0, 0, VALUE_TID as i16, 0));
+    p.bind(no_value);
+    p.extend([
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, watched),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, 2, 10, 0, 0),
+        insn(ADD64_IMM, 2, 0, 0, i32::from(key)),
+        insn(CALL, 0, 0, 0, HELPER_MAP_DELETE_ELEM),
+    ]);
 }
 
 /// The stack record's header: the time, the index and kind ([`DEPARTURE_STACK`]), the user

@@ -2,16 +2,22 @@
 //! elsewhere skipped): only watched threads are sampled, their switches come with their time on
 //! a CPU, and an `exec` ends the watch in the kernel.
 
-use crate::native::perf::{Design, PerfSampler};
+use crate::native::perf::{Design, Following, PerfSampler};
 use crate::native::stream::Taken;
 use nix::libc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A per-CPU perf sampler at a 1 ms period; `None` (the test skipped, and said) where not root.
+/// A per-CPU perf sampler at a 1 ms period that follows switches from the start; `None` (the
+/// test skipped, and said) where not root.
 fn sampler() -> Option<PerfSampler> {
-    let made = crate::os::privilege::with_perf(|| PerfSampler::create(1_000_000, 64, Design::Cpus));
+    sampler_following(Following::Always)
+}
+
+fn sampler_following(following: Following) -> Option<PerfSampler> {
+    let create = || PerfSampler::create(1_000_000, 64, Design::Cpus, following);
+    let made = crate::os::privilege::with_perf(create);
     match made {
         Ok(perf) if perf.per_cpu() => Some(perf),
         Ok(_) => {
@@ -275,14 +281,24 @@ fn an_exec_ends_the_watch_in_the_kernel() {
     assert!(!still, "still watched 10 s after its exec");
 }
 
-/// A watched thread that exits leaves its CPU for the last time: the switch program removes it
-/// from the watched threads and its map value no longer says it is its, before fsprof reads
-/// anything (a thread reusing its id is not the one watched).
+/// A watched thread that exits: the exit program (and the switch program at its last switch,
+/// where attached) removes it from the watched threads and its map value no longer says it is
+/// its, before fsprof reads anything (a thread reusing its id is not the one watched), whether
+/// switches are followed or not.
 #[test]
 fn a_thread_gone_is_no_longer_its_values() {
-    let Some(mut perf) = sampler() else {
-        return;
-    };
+    for follows in [true, false] {
+        let Some(mut perf) = sampler_following(Following::WhileCheap) else {
+            return;
+        };
+        if !follows {
+            perf.stop_following().unwrap();
+        }
+        a_thread_gone_leaves(perf);
+    }
+}
+
+fn a_thread_gone_leaves(mut perf: PerfSampler) {
     let stop = Arc::new(AtomicBool::new(false));
     let (thread, tid) = spinner(&stop);
     perf.watch(tid, [0, 0]).unwrap();
@@ -298,6 +314,81 @@ fn a_thread_gone_is_no_longer_its_values() {
         perf.value_tid(tid),
         Some(0),
         "its value still says it is its"
+    );
+}
+
+/// A sampler that stopped following switches (the machine switched too often) records none: a
+/// thread that sleeps a millisecond between stretches of 2 ms of CPU has samples and no
+/// switches. Following again, it is watched anew once its samples so far are taken, and its
+/// switches come, its time on a CPU counted from then (the kernel's count of its own since).
+#[test]
+fn switches_are_followed_again_once_asked() {
+    let Some(mut perf) = sampler_following(Following::WhileCheap) else {
+        return;
+    };
+    perf.stop_following().unwrap();
+    let (stop, tid) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU32::new(0)),
+    );
+    let worker = {
+        let (stop, tid) = (stop.clone(), tid.clone());
+        std::thread::spawn(move || {
+            tid.store(gettid(), Ordering::SeqCst);
+            while !stop.load(Ordering::Relaxed) {
+                let until = thread_cpu_ns() + 2_000_000;
+                while thread_cpu_ns() < until {}
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    while tid.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    let tid = tid.load(Ordering::SeqCst);
+    let counter = on_cpu_counter(tid);
+    perf.watch(tid, [0, 0]).unwrap();
+    let (mut samples, mut switches) = (0u64, 0u64);
+    let take = |perf: &mut PerfSampler, samples: &mut u64, switches: &mut u64| {
+        perf.take(tid, |item| match item {
+            Taken::Sample(_) => *samples += 1,
+            Taken::Switch(_) => *switches += 1,
+            _ => {}
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while samples < 100 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        take(&mut perf, &mut samples, &mut switches);
+    }
+    assert!(samples >= 100, "{samples} samples within 10 s");
+    assert_eq!(switches, 0, "switches recorded before following was asked");
+    assert!(!perf.follows_switches(tid));
+    perf.follow_switches().unwrap();
+    take(&mut perf, &mut samples, &mut switches);
+    let from = crate::native::perf_events::counted_ns(&counter);
+    assert!(
+        perf.follows_switches(tid),
+        "not followed once its samples were taken"
+    );
+    let (mut samples, mut switches) = (0u64, 0u64);
+    while switches < 200 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        take(&mut perf, &mut samples, &mut switches);
+    }
+    let counted = perf.cpu_ns(tid).unwrap();
+    let ran = crate::native::perf_events::counted_ns(&counter) - from;
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+    assert!(
+        switches >= 200,
+        "{switches} switches within 10 s once asked"
+    );
+    // Counted from its watch again, a little before `from`: by then it may have run on.
+    let error = counted as f64 / ran as f64 - 1.0;
+    assert!(
+        (-0.05..0.05).contains(&error),
+        "{counted} ns on a CPU by the switches since following began, {ran} by the kernel's count"
     );
 }
 

@@ -1,10 +1,13 @@
 //! Which threads' switches the perf backend follows (see `Taken::Switch`), and when it stops:
-//! a thread that leaves its CPU more often than a rate, over a window, has its time off the CPU
-//! estimated by the sampler's ticks instead, where following it would cost it, and fsprof, more
-//! than the bound below. Not here: the following itself (`perf.rs`, `cpu_wide.rs`), the
+//! for all threads, while the machine switches more than [`MAX_MACHINE_SWITCH_RATE`] and no
+//! watched process marks (unless asked to always, `perf::Following`); and for a thread that
+//! leaves its CPU more often than a rate, over a window: each has its time off the CPU estimated
+//! by the sampler's ticks instead, where following would cost the program, and fsprof, more
+//! than the bounds below. Not here: the following itself (`perf.rs`, `cpu_wide.rs`), the
 //! estimate (`record/sampler`).
 
-use super::{PerfSampler, VALUE_QUIET};
+use super::{Following, PerfSampler, VALUE_QUIET};
+use crate::os::machine::Activity;
 
 /// A thread that leaves its CPU more often than this (per second, over at least
 /// `SWITCH_WINDOW_NS`) is no longer followed off its CPU: following a switch costs the thread
@@ -23,6 +26,21 @@ pub const MAX_SWITCH_RATE: u64 = 20_000;
 pub const MAX_WIDE_SWITCH_RATE: u64 = 50_000;
 const SWITCH_WINDOW_NS: u64 = 200_000_000;
 
+/// Context switches a second per busy CPU of the machine (see [`switch_rate`]) above which the
+/// switches of a program that does not mark are not followed. Per CPU, every switch of the machine runs the
+/// `sched_switch` program, watched thread or not: on a virtual machine of the AMD host about
+/// 250 ns for the tracepoint's call of any program and 150 ns of the program's own (BENCHMARKS.md,
+/// issue 39), so this bounds that to about 0.8% of each CPU. python3 with four threads passing
+/// its lock around switches some 100 000 times a second per CPU of two: followed, it ran 1.08
+/// to 1.10 times as long as alone; not, 1.03 to 1.06, as under `perf record` (1.05). What is
+/// not followed then is estimated: the waits for a CPU from each thread's scheduling totals
+/// (`record/sampler/weight.rs`), the blocked time (which counts only inside marks) from the
+/// ticks' states and stacks. Followed again once a window reads under half of this, or the
+/// program marks.
+pub const MAX_MACHINE_SWITCH_RATE: u64 = 25_000;
+/// The window over which the machine's switches are counted.
+const MACHINE_WINDOW_NS: u64 = 200_000_000;
+
 impl PerfSampler {
     /// Whether `tid`'s departures from its CPU are followed (see [`Taken::Switch`]).
     pub fn follows_switches(&self, tid: u32) -> bool {
@@ -30,8 +48,89 @@ impl PerfSampler {
             .get(&tid)
             .is_some_and(|thread| match &thread.own {
                 Some(own) => own.switches.is_some(),
-                None => !self.too_fast.contains(&tid),
+                None => self.following && !self.too_fast.contains(&tid),
             })
+    }
+
+    /// Decides, at a tick, whether the threads' switches are followed (see
+    /// [`MAX_MACHINE_SWITCH_RATE`]); `marks`: the caller's process marks (it has a region). The
+    /// error says what the kernel refused as following began again.
+    pub fn mind_following(&mut self, marks: bool) -> Result<(), String> {
+        self.marked |= marks;
+        if self.asked == Following::Always || self.marked {
+            return self.follow_switches();
+        }
+        let Some(activity) = crate::os::machine::activity() else {
+            return Ok(());
+        };
+        let now = crate::os::time::monotonic_ns();
+        let (before, since) = *self.window.get_or_insert((activity, now));
+        let elapsed = now.saturating_sub(since);
+        if elapsed < MACHINE_WINDOW_NS {
+            return Ok(());
+        }
+        self.window = Some((activity, now));
+        let rate = switch_rate(before, activity, elapsed, crate::os::machine::clock_ticks());
+        match self.following {
+            true if rate > MAX_MACHINE_SWITCH_RATE => {
+                self.stopped_at_rate = Some(self.stopped_at_rate.unwrap_or(0).max(rate));
+                self.stop_following()?;
+            }
+            false if rate < MAX_MACHINE_SWITCH_RATE / 2 => self.follow_switches()?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Follows the threads' switches from now on, if it did not: per CPU, the `sched_switch`
+    /// program is attached; each thread watched until now is watched again once its samples so
+    /// far are taken (`hand_over`), with a map value (or, per thread, events) that counts its
+    /// time on a CPU from then. The error says what the kernel refused; the threads' time off
+    /// their CPU is then still the ticks' to tell.
+    pub(in crate::native) fn follow_switches(&mut self) -> Result<(), String> {
+        if self.following {
+            return Ok(());
+        }
+        if let Some(wide) = &mut self.wide {
+            wide.follow_switches()?;
+        }
+        self.following = true;
+        self.threads
+            .values_mut()
+            .for_each(|thread| thread.handover = true);
+        Ok(())
+    }
+
+    /// Follows no thread's switches from now on: per CPU, the `sched_switch` program is detached
+    /// (the records already written are not handed out); per thread, each is watched again
+    /// without its context-switch event once its samples so far are taken. The error says what
+    /// the kernel refused (the program at threads' exits, without which the switch program stays).
+    pub(in crate::native) fn stop_following(&mut self) -> Result<(), String> {
+        if !self.following {
+            return Ok(());
+        }
+        match &mut self.wide {
+            Some(wide) => {
+                wide.stop_following()?;
+                self.threads.keys().for_each(|&tid| wide.quiet(tid));
+            }
+            None => self
+                .threads
+                .values_mut()
+                .for_each(|thread| thread.handover = true),
+        }
+        self.following = false;
+        Ok(())
+    }
+
+    /// Watches `tid` again if it waits for that since following began or ended.
+    pub(super) fn hand_over(&mut self, tid: u32) {
+        let Some(thread) = self.threads.get(&tid).filter(|thread| thread.handover) else {
+            return;
+        };
+        let (owner, addresses, running) = (thread.owner, thread.addresses, thread.running);
+        self.forget(tid);
+        let _ = self.watch_by(owner, tid, addresses, running);
     }
 
     /// Stops following `tid`'s switches if it left its CPU more than
@@ -77,5 +176,43 @@ impl PerfSampler {
     /// How many threads are no longer followed off their CPU (see [`MAX_SWITCH_RATE`]).
     pub fn too_fast(&self) -> usize {
         self.too_fast.len()
+    }
+}
+
+/// Context switches a second per busy CPU between two reads of the machine's activity
+/// `elapsed_ns` apart (`clock_ticks` a second in its busy time): the switches of a program
+/// fall on the CPUs it keeps busy, whose time the `sched_switch` program takes; an idle CPU
+/// switches seldom and costs nothing (16 CPUs, 4 of them busy with a program's threads: the
+/// rate is that of those 4).
+fn switch_rate(before: Activity, now: Activity, elapsed_ns: u64, clock_ticks: u64) -> u64 {
+    let elapsed_s = elapsed_ns.max(1) as f64 / 1e9;
+    let switches = now.switches.saturating_sub(before.switches) as f64;
+    let busy_ticks = now.busy_ticks.saturating_sub(before.busy_ticks) as f64;
+    let busy_cpus = (busy_ticks / clock_ticks.max(1) as f64 / elapsed_s).max(1.0);
+    (switches / elapsed_s / busy_cpus) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_switch_rate_is_per_busy_cpu() {
+        let at = |switches, busy_ticks| Activity {
+            switches,
+            busy_ticks,
+        };
+        // 200 000 switches in a second on 4 busy CPUs (of any number): 50 000 each.
+        assert_eq!(
+            switch_rate(at(0, 0), at(200_000, 400), 1_000_000_000, 100),
+            50_000
+        );
+        // Half a second, all idle: at least one CPU.
+        assert_eq!(
+            switch_rate(at(10, 5), at(1_010, 5), 500_000_000, 100),
+            2_000
+        );
+        // Counts that went backwards read as none.
+        assert_eq!(switch_rate(at(10, 5), at(0, 0), 500_000_000, 100), 0);
     }
 }

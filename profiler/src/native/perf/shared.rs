@@ -115,6 +115,7 @@ impl PerfSampler {
             self.threads.insert(tid, thread);
         }
         let thread = self.threads.get_mut(&tid).expect("inserted");
+        thread.running = running;
         if thread.addresses != addresses {
             self.values.write(thread.index, VALUE_ADDRESSES, &addresses);
             thread.addresses = addresses;

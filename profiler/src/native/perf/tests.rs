@@ -186,7 +186,7 @@ fn sampled_with_its_slot(mut perf: PerfSampler) {
 /// elsewhere this backend is off.
 fn sampler(threads: u32) -> Option<PerfSampler> {
     root_only(crate::os::privilege::with_perf(|| {
-        PerfSampler::create(1_000_000, threads, Design::Threads)
+        PerfSampler::create(1_000_000, threads, Design::Threads, Following::Always)
     }))
 }
 
@@ -194,7 +194,7 @@ fn sampler(threads: u32) -> Option<PerfSampler> {
 /// kernel cannot have it (see `design::per_cpu_refused`).
 fn sampler_per_cpu(threads: u32) -> Option<PerfSampler> {
     let perf = root_only(crate::os::privilege::with_perf(|| {
-        PerfSampler::create(1_000_000, threads, Design::Cpus)
+        PerfSampler::create(1_000_000, threads, Design::Cpus, Following::Always)
     }))?;
     if !perf.per_cpu() {
         design::per_cpu_refused();

@@ -86,6 +86,11 @@ impl Sampler {
                     "{too_fast} thread(s) left their CPU more than {rate} times a second: fsprof stopped following their switches (following each costs the program and fsprof about a microsecond) and estimated their time waiting for a CPU instead"
                 ));
             }
+            if let Some(rate) = native.perf_unfollowed_at() {
+                notes.push(format!(
+                    "the machine switched threads {rate} times a second per busy CPU: fsprof stopped following switches while that lasted (each costs a few hundred ns where followed), so waits for a CPU were counted from each thread's scheduling totals and blocked time was estimated at the ticks (--idle, or a program that marks, has them followed)"
+                ));
+            }
             if let Some(why) = &native.perf_refused {
                 notes.push(format!(
                     "native stacks were taken with ptrace (each running thread stopped for an instant per sample) because perf is not available: {why}"

@@ -97,6 +97,7 @@ impl Sampler {
             stacks: Default::default(),
             pending: LateStop::default(),
             last_sched: None,
+            waits: Default::default(),
             born: !first && born_ns.is_none(),
             from_birth: first && born_ns.is_some(),
             before_perf: None,
