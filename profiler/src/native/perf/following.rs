@@ -60,26 +60,31 @@ impl PerfSampler {
         if self.asked == Following::Always || self.marked {
             return self.follow_switches();
         }
+        // `/proc/stat` is read once a window (tens of µs: at every tick, it was a fifth of
+        // fsprof's CPU beside a two-thread program).
+        let now = crate::os::time::monotonic_ns();
+        if self
+            .window
+            .is_some_and(|(_, since)| now.saturating_sub(since) < MACHINE_WINDOW_NS)
+        {
+            return Ok(());
+        }
         let Some(activity) = crate::os::machine::activity() else {
             return Ok(());
         };
-        let now = crate::os::time::monotonic_ns();
-        let (before, since) = *self.window.get_or_insert((activity, now));
-        let elapsed = now.saturating_sub(since);
-        if elapsed < MACHINE_WINDOW_NS {
+        let Some((before, since)) = self.window.replace((activity, now)) else {
             return Ok(());
-        }
-        self.window = Some((activity, now));
+        };
+        let elapsed = now.saturating_sub(since);
         let rate = switch_rate(before, activity, elapsed, crate::os::machine::clock_ticks());
-        match self.following {
-            true if rate > MAX_MACHINE_SWITCH_RATE => {
+        match (self.following, follows_at(self.following, rate)) {
+            (true, false) => {
                 self.stopped_at_rate = Some(self.stopped_at_rate.unwrap_or(0).max(rate));
-                self.stop_following()?;
+                self.stop_following()
             }
-            false if rate < MAX_MACHINE_SWITCH_RATE / 2 => self.follow_switches()?,
-            _ => {}
+            (false, true) => self.follow_switches(),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// Follows the threads' switches from now on, if it did not: per CPU, the `sched_switch`
@@ -179,6 +184,17 @@ impl PerfSampler {
     }
 }
 
+/// Whether a program that does not mark is followed after a window in which the machine
+/// switched `rate` times a second per busy CPU, `following` before it: not past
+/// [`MAX_MACHINE_SWITCH_RATE`], and again only under half of it (a rate near the bound does not
+/// make it stop and start at every window, each start watching every thread anew).
+fn follows_at(following: bool, rate: u64) -> bool {
+    match following {
+        true => rate <= MAX_MACHINE_SWITCH_RATE,
+        false => rate < MAX_MACHINE_SWITCH_RATE / 2,
+    }
+}
+
 /// Context switches a second per busy CPU between two reads of the machine's activity
 /// `elapsed_ns` apart (`clock_ticks` a second in its busy time): the switches of a program
 /// fall on the CPUs it keeps busy, whose time the `sched_switch` program takes; an idle CPU
@@ -195,6 +211,16 @@ fn switch_rate(before: Activity, now: Activity, elapsed_ns: u64, clock_ticks: u6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn following_stops_past_the_bound_and_starts_again_under_half() {
+        let most = MAX_MACHINE_SWITCH_RATE;
+        assert!(follows_at(true, most));
+        assert!(!follows_at(true, most + 1));
+        assert!(!follows_at(false, most));
+        assert!(!follows_at(false, most / 2));
+        assert!(follows_at(false, most / 2 - 1));
+    }
 
     #[test]
     fn the_switch_rate_is_per_busy_cpu() {
