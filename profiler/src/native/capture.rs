@@ -143,7 +143,7 @@ pub struct NativeSampler {
     /// What wakes this sampler's thread at each fork of a watched process, once it asked
     /// ([`NativeSampler::wake_on_forks`]).
     forks: Option<std::sync::Arc<crate::native::cpu_wide::ForkWakes>>,
-    /// Whether perf could not follow the threads' switches when asked (said once).
+    /// Whether the kernel refused to follow the threads' switches, or to stop (said once).
     follow_refused: bool,
 }
 
@@ -673,16 +673,16 @@ impl NativeSampler {
     }
 
     /// Has perf decide, at a tick, whether it follows the threads' switches (`marks`: the
-    /// process marks; see `perf/following.rs`); where the kernel refuses, says so once, and
-    /// their time off the CPU stays the ticks' to tell.
+    /// process marks; see `perf/following.rs`); where the kernel refuses a change, says so and
+    /// asks no more.
     pub fn mind_following(&mut self, marks: bool) {
-        let Some(perf) = &self.perf else {
+        let Some(perf) = self.perf.as_ref().filter(|_| !self.follow_refused) else {
             return;
         };
         if let Err(why) = perf.lock().mind_following(marks) {
-            if !std::mem::replace(&mut self.follow_refused, true) {
-                say!("fsprof: {why}: blocked time inside marks is estimated at the ticks");
-            }
+            // Not asked again: whether switches are followed stays as it is.
+            self.follow_refused = true;
+            say!("fsprof: {why}; following switches or not stays as it was");
         }
     }
 

@@ -18,6 +18,10 @@
 //! event per CPU, which took the departures' stacks before, cost every switch of every thread
 //! its overflow.
 //!
+//! The `sched_switch` program is attached while switches are followed (`perf/following.rs`: not
+//! while the machine switches very often and no watched process marks); while it is not, a
+//! program at `sched_process_exit` removes each exiting thread from the map instead.
+//!
 //! Some switches onto a CPU pass without the `sched_switch` tracepoint on some kernels (seen on
 //! Linux 6.18, 1 return in a few hundred): a thread found running after a departure, at a
 //! sample or its next departure, has its return inferred there (`programs::inferred_return`).

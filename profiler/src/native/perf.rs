@@ -277,9 +277,6 @@ impl PerfSampler {
             sampler.programs.rules.prepare_walk(sampler.copies.fd());
         }
         sampler.wide = sampler.open_design(design, capacity);
-        if let Some(wide) = &mut sampler.wide {
-            wide.follow_switches()?;
-        }
         if sampler.wide.is_none() {
             // What the per-thread events need, tried now so that the error says it: the
             // program loads (the first thread's, kept), and an event opens (on this thread).
@@ -453,7 +450,8 @@ impl PerfSampler {
     /// runs, and puts its copies in the shared ring, before the kernel writes the sample, so
     /// every sample in the thread's ring when the shared ring is read has its copies there;
     /// they carry its time. So for a departure from the CPU, whose copies the switch event's
-    /// program makes just before the kernel writes the switch.
+    /// program makes just before the kernel writes the switch. Then, where following its
+    /// switches began or ended since, the thread is handed over (`following.rs`).
     pub fn take(&mut self, tid: u32, each: impl FnMut(Taken<'_>)) {
         match self.wide.is_some() {
             true => self.take_wide(tid, each),

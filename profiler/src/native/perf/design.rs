@@ -40,7 +40,7 @@ impl PerfSampler {
                 "{ASKED} to a capable copy of fsprof yet: run it as root"
             ));
         }
-        CpuWide::new(
+        let mut events = CpuWide::new(
             self.map.as_raw_fd(),
             (self.copies.fd(), self.copies.size()),
             self.programs.rules.hand_over(),
@@ -49,7 +49,12 @@ impl PerfSampler {
             self.page,
             RING_PAGES,
         )
-        .map_err(|why| format!("{ASKED}: {why}"))
+        .map_err(|why| format!("{ASKED}: {why}"))?;
+        // Switches are followed from the start (`following.rs` may stop that later).
+        events
+            .follow_switches()
+            .map_err(|why| format!("{ASKED}: {why}"))?;
+        Ok(events)
     }
 }
 

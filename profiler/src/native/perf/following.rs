@@ -79,8 +79,9 @@ impl PerfSampler {
         let rate = switch_rate(before, activity, elapsed, crate::os::machine::clock_ticks());
         match (self.following, follows_at(self.following, rate)) {
             (true, false) => {
+                self.stop_following()?;
                 self.stopped_at_rate = Some(self.stopped_at_rate.unwrap_or(0).max(rate));
-                self.stop_following()
+                Ok(())
             }
             (false, true) => self.follow_switches(),
             _ => Ok(()),
@@ -107,32 +108,38 @@ impl PerfSampler {
     }
 
     /// Follows no thread's switches from now on: per CPU, the `sched_switch` program is detached
-    /// (the records already written are not handed out); per thread, each is watched again
-    /// without its context-switch event once its samples so far are taken. The error says what
-    /// the kernel refused (the program at threads' exits, without which the switch program stays).
+    /// and each thread is made quiet once the records written until then are taken with its
+    /// samples (`hand_over`); per thread, each is watched again without its context-switch event
+    /// then. The error says what the kernel refused (the program at threads' exits, without which
+    /// the switch program stays).
     pub(in crate::native) fn stop_following(&mut self) -> Result<(), String> {
         if !self.following {
             return Ok(());
         }
-        match &mut self.wide {
-            Some(wide) => {
-                wide.stop_following()?;
-                self.threads.keys().for_each(|&tid| wide.quiet(tid));
-            }
-            None => self
-                .threads
-                .values_mut()
-                .for_each(|thread| thread.handover = true),
+        if let Some(wide) = &mut self.wide {
+            wide.stop_following()?;
         }
         self.following = false;
+        self.threads
+            .values_mut()
+            .for_each(|thread| thread.handover = true);
         Ok(())
     }
 
-    /// Watches `tid` again if it waits for that since following began or ended.
+    /// Hands `tid` over, once its samples and records until now are taken, if it waits for that
+    /// since following began or ended: watched anew (per CPU, following again: a fresh map
+    /// value, whose time on a CPU counts from now; per thread, its events opened again with or
+    /// without the context-switch event), or, per CPU, made quiet (its switches' records, none
+    /// written since the program was detached, are not handed out).
     pub(super) fn hand_over(&mut self, tid: u32) {
-        let Some(thread) = self.threads.get(&tid).filter(|thread| thread.handover) else {
+        let Some(thread) = self.threads.get_mut(&tid).filter(|thread| thread.handover) else {
             return;
         };
+        if let (Some(wide), false) = (&mut self.wide, self.following) {
+            thread.handover = false;
+            wide.quiet(tid);
+            return;
+        }
         let (owner, addresses, running) = (thread.owner, thread.addresses, thread.running);
         self.forget(tid);
         let _ = self.watch_by(owner, tid, addresses, running);

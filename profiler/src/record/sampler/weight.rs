@@ -1,5 +1,6 @@
 //! What a thread's sample at a tick weighs ([`Weight`]: its interval, less what perf's samples
-//! of it already count, and the share it waited for a CPU), and a sample that waits to be added
+//! of it already count, and its waits for a CPU, where its switches are not followed, from its
+//! scheduling totals: [`Waits`]), and a sample that waits to be added
 //! ([`PendingSample`]: for its thread's late stop, or its first perf sample; [`LateStop`]: all
 //! those of a thread that waits for its stop). Not here: which
 //! interval a sample stands for (from its thread's previous sample or birth: `sampler.rs`).
@@ -170,6 +171,8 @@ pub(super) struct Waits {
     credited: u64,
     /// Waits the totals showed, not yet carried by a sample.
     owed: u64,
+    /// The tick whose read last found it runnable.
+    runnable_at: Option<u64>,
 }
 
 impl Waits {
@@ -194,8 +197,12 @@ impl Waits {
         let absorbed = growth.min(self.credited);
         self.credited -= absorbed;
         let fresh = growth - absorbed;
+        let runnable_before = self.runnable_at.is_some_and(|at| at + 1 == tick);
+        self.runnable_at = running.then_some(tick);
         match before {
-            Some((at, before)) if running && at + 1 == tick && before.slices == now.slices => {
+            Some((at, before))
+                if running && runnable_before && at + 1 == tick && before.slices == now.slices =>
+            {
                 let ran = now.run_ns.saturating_sub(before.run_ns);
                 let waited = room_ns.min(interval_ns.saturating_sub(ran));
                 self.credited = self.credited.saturating_add(waited);
@@ -238,6 +245,14 @@ impl Sampler {
             true => std::mem::replace(&mut state.last_sched, now.map(|now| (tick, now))),
             false => None,
         };
+        // Totals read at an earlier tick than the previous one: the ticks between (at the full
+        // rate, where a sample stands for its whole interval, or while its switches were
+        // followed, which count its waits) had its waits already; what is owed or credited
+        // from before them is dropped too.
+        let before = before.filter(|(at, _)| at + 1 == tick);
+        if read && before.is_none() {
+            state.waits = Waits::default();
+        }
         let wall_ns = match (born && running, now) {
             (true, Some(now)) => interval_ns.min(now.run_ns.saturating_add(now.wait_ns)),
             _ => interval_ns,
@@ -343,6 +358,10 @@ mod tests {
         // Runnable at ticks 1, 2 and 3 and onto no CPU since 1: its time not running waited,
         // though the totals show nothing of it until it ends.
         let t1 = times(100, 50, 1000);
+        assert_eq!(
+            waits.settle((None, t1), 1, interval, true, interval, false),
+            0
+        );
         let t2 = times(100, 50, 1000);
         assert_eq!(
             waits.settle((Some((1, t1)), t2), 2, interval, true, interval, false),
@@ -360,10 +379,15 @@ mod tests {
             waits.settle((Some((3, t3)), t4), 4, interval, true, 10 * MS, false),
             10 * MS
         );
-        // Not in a row (a tick that did not read it): no estimate, the growth only.
-        let t6 = times(130, 140, 1001);
+        // Found blocked at tick 5, then runnable at 6 with no arrival since: woken at some
+        // point and waiting since, but not all along: no estimate.
+        let t5 = times(130, 140, 1001);
         assert_eq!(
-            waits.settle((Some((4, t4)), t6), 6, interval, true, interval, false),
+            waits.settle((Some((4, t4)), t5), 5, interval, false, interval, false),
+            0
+        );
+        assert_eq!(
+            waits.settle((Some((5, t5)), t5), 6, interval, true, interval, false),
             0
         );
     }
