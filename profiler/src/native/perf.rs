@@ -303,10 +303,10 @@ impl PerfSampler {
     /// before a thread has run that many periods, or samples are lost. A period may bring a
     /// sample and a departure's (at most one per period: `sampling::Departure`).
     pub fn ring_capacity(&self) -> usize {
-        if self.wide.is_some() {
+        if let Some(wide) = &self.wide {
             // A CPU's ring, which a sample per period may fill (departures' stacks go to the
             // shared ring, with the slot copies).
-            return RING_PAGES * self.page / (STACK_DUMP as usize + 256);
+            return wide.ring_bytes() / (STACK_DUMP as usize + 256);
         }
         let pages = if self.threads.len() > LARGE_RINGS {
             SMALL_RING_PAGES
@@ -314,6 +314,13 @@ impl PerfSampler {
             RING_PAGES
         };
         pages * self.page / (STACK_DUMP as usize + DEPARTURE_STACK_DUMP as usize + 256)
+    }
+
+    /// The most slot copies kept per thread waiting for their samples (or departures): more
+    /// than a thread's ring, or its CPU's, could need between two reads.
+    fn copies_bound(&self) -> usize {
+        let ring = (self.wide.as_ref()).map_or(0, CpuWide::ring_bytes);
+        SLOTS * 4 * ring.max(RING_PAGES * self.page) / STACK_DUMP as usize
     }
 
     /// How long the smallest ring lasts while its thread (or, per CPU, its CPU) runs, until
@@ -462,6 +469,7 @@ impl PerfSampler {
 
     /// [`PerfSampler::take`] with the thread's own events.
     fn take_own(&mut self, tid: u32, mut each: impl FnMut(Taken<'_>)) {
+        let bound = self.copies_bound();
         let Some(thread) = self.threads.get_mut(&tid) else {
             return;
         };
@@ -469,7 +477,6 @@ impl PerfSampler {
             return;
         };
         let head = own.ring.head();
-        let bound = SLOTS * 4 * RING_PAGES * self.page / STACK_DUMP as usize;
         self.queues.read(&mut self.copies, bound);
         let waiting = &mut self.queues.at_samples[thread.index as usize];
         let switch_waiting = &mut self.queues.at_switches[thread.index as usize];
@@ -555,12 +562,12 @@ impl PerfSampler {
     /// A thread removed at an `exec` is forgotten, to be watched again (checked) at its next
     /// sample.
     fn take_wide(&mut self, tid: u32, mut each: impl FnMut(Taken<'_>)) {
+        let bound = self.copies_bound();
         let (Some(thread), Some(wide)) = (self.threads.get(&tid), self.wide.as_mut()) else {
             return;
         };
         let index = thread.index as usize;
         read_cpus(wide, &mut self.births);
-        let bound = SLOTS * 4 * RING_PAGES * self.page / STACK_DUMP as usize;
         self.queues.read(&mut self.copies, bound);
         let tolerance = (self.period_ns / 2).min(MATCH_TOLERANCE_NS);
         let (mut unmatched, mut departures) = (0u64, 0u64);

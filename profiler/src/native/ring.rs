@@ -185,6 +185,11 @@ impl Ring {
         self.base.cast()
     }
 
+    /// Bytes of records the ring holds at most.
+    pub(super) fn data_size(&self) -> usize {
+        self.data_size
+    }
+
     /// Where the kernel's writing has got to; records before it are complete.
     pub(super) fn head(&self) -> u64 {
         // SAFETY: the metadata page is mapped; data_head is written by the kernel, so it is

@@ -606,3 +606,22 @@ fn the_switch_program_loads_in_both_forms() {
         bpf::load_typed_tracepoint_program(program(true), hook).expect("the typed hook's form");
     }
 }
+
+#[test]
+fn a_shorter_period_gets_larger_rings_within_the_bound() {
+    use super::ring_pages;
+    let page = 4096;
+    // The default rate's period or longer: the pages asked for.
+    assert_eq!(ring_pages(256, 4_000_000, 2, page), 256);
+    assert_eq!(ring_pages(256, 20_000_000, 2, page), 256);
+    // 1 kHz: four times as many, so that the ring lasts as long; 300 Hz: twice.
+    assert_eq!(ring_pages(256, 1_000_000, 2, page), 1024);
+    assert_eq!(ring_pages(256, 3_333_333, 2, page), 512);
+    // Within 64 MiB over all CPUs: 64 CPUs get 1 MiB at 10 kHz, 16 get 4 MiB; never less
+    // than asked.
+    assert_eq!(ring_pages(256, 100_000, 64, page), 256);
+    assert_eq!(ring_pages(256, 100_000, 16, page), 1024);
+    assert_eq!(ring_pages(256, 1_000_000, 512, page), 256);
+    // A period of zero is not a division by zero.
+    assert!(ring_pages(256, 0, 2, page).is_power_of_two());
+}
