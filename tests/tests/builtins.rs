@@ -392,6 +392,11 @@ fn samples_lost_while_fsprof_is_starved_are_shared_among_those_that_follow() {
         lost_us > 0,
         "no running time was lost: the test did not starve fsprof"
     );
+    let text = std::fs::read_to_string(dir.path().join("report.txt")).unwrap();
+    assert!(
+        text.contains("shared among the samples that followed"),
+        "the report does not say that running time was lost: {text}"
+    );
     own_feature_in(dir.path(), "handling");
 }
 

@@ -87,11 +87,17 @@ pub fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String>
         ));
     }
     let losses = &meta.native_stacks.losses;
+    let lost_ms = losses.perf_lost_cpu_us as f64 / 1000.0;
     if losses.perf_lost * 100 > meta.native_stacks.native_captured.max(1) {
         notes.push(format!(
-            "{} perf records were lost (fsprof read the threads' rings too late: it was short of CPU), with {:.1} ms of the threads' running time, shared among the samples that followed each loss",
+            "{} perf records were lost (fsprof read the threads' rings too late: it was short of CPU), with {lost_ms:.1} ms of the threads' running time, shared among the samples that followed each loss",
             losses.perf_lost,
-            losses.perf_lost_cpu_us as f64 / 1000.0
+        ));
+    } else if losses.perf_lost_cpu_us.saturating_mul(1000 * 100) > report.total_ns.max(1) {
+        // Records dropped without a count: a ring read nearly full, or a thread's samples
+        // beyond what is kept between two reads.
+        notes.push(format!(
+            "{lost_ms:.1} ms of the threads' running time had no sample of its own (fsprof read the rings too late: it was short of CPU); it is shared among the samples that followed each gap"
         ));
     }
     if meta.sampling.ticks > 0 && meta.sampling.late_ticks * 10 > meta.sampling.ticks {
@@ -368,6 +374,33 @@ mod tests {
         assert!(with("ptrace", 641, LATE_STOP_P50_US).is_empty());
         assert!(with("ptrace", LATE_STOP_LEAST - 1, 265).is_empty());
         assert!(with("perf", 641, 265).is_empty());
+    }
+
+    /// Running time without samples is noted past 1% of the time counted, as records lost
+    /// where the kernel counted them, else as gaps (a ring read nearly full, samples beyond
+    /// what a thread keeps between reads).
+    #[test]
+    fn running_time_lost_is_noted_with_or_without_lost_records() {
+        let mut report = analyse(&build(&[]), TimeView::Active);
+        report.total_ns = 1_000_000_000;
+        let mut meta = Meta::default();
+        meta.native_stacks.native_captured = 1_000;
+        meta.native_stacks.losses.perf_lost_cpu_us = 5_000;
+        assert!(notes(&report, &meta, 2).is_empty());
+        meta.native_stacks.losses.perf_lost_cpu_us = 20_000;
+        let gaps = notes(&report, &meta, 2);
+        assert_eq!(gaps.len(), 1, "{gaps:?}");
+        assert!(
+            gaps[0].starts_with("20.0 ms of the threads' running time had no sample of its own"),
+            "{gaps:?}"
+        );
+        meta.native_stacks.losses.perf_lost = 11;
+        let lost = notes(&report, &meta, 2);
+        assert_eq!(lost.len(), 1, "{lost:?}");
+        assert!(
+            lost[0].starts_with("11 perf records were lost") && lost[0].contains("20.0 ms"),
+            "{lost:?}"
+        );
     }
 
     #[test]
