@@ -810,7 +810,6 @@ fn attach_exit(program: &OwnedFd) -> Result<OwnedFd, String> {
         .map_err(|e| format!("cannot attach to sched_process_exit ({})", e.desc()))
 }
 
-/// The CPUs online, from `/sys/devices/system/cpu/online` ("0-3,5"); CPU 0 alone if unreadable.
 /// Data pages of each CPU's ring, `pages` (a power of two) at a period of [`RING_PERIOD_NS`]:
 /// at a shorter one, as many more as keep the ring lasting as long, so that the sampler, which
 /// reads the rings when a third of that time is gone (`record/clock.rs`), wakes no more often
@@ -820,17 +819,26 @@ fn attach_exit(program: &OwnedFd) -> Result<OwnedFd, String> {
 /// with 4 MiB and 70 for `perf record -F 1000`. Larger rings also lose nothing while fsprof is
 /// starved of its CPU for longer (at 2 kHz, 30 ms of a busy CPU's samples filled 1 MiB).
 fn ring_pages(pages: usize, period_ns: u64, cpus: usize, page: usize) -> usize {
-    let scale = RING_PERIOD_NS
-        .div_ceil(period_ns.max(1))
-        .next_power_of_two();
     let room = RINGS_MOST / cpus.max(1) / page.max(1);
-    let mut chosen = pages.saturating_mul(usize::try_from(scale).unwrap_or(usize::MAX));
+    let mut chosen = pages.saturating_mul(rate_scale(period_ns));
     while chosen > room && chosen > pages {
         chosen /= 2;
     }
     chosen.max(pages)
 }
 
+/// How many times the default rate's ring a ring needs at a sampling period of `period_ns` to
+/// last as long: 1 at [`RING_PERIOD_NS`] or longer, a power of two at shorter periods (4 at
+/// 1 kHz). The shared ring of slot copies grows by as much (`perf.rs`): departures' stacks go
+/// there too, at most one per period.
+pub(in crate::native) fn rate_scale(period_ns: u64) -> usize {
+    let scale = RING_PERIOD_NS
+        .div_ceil(period_ns.max(1))
+        .next_power_of_two();
+    usize::try_from(scale).unwrap_or(usize::MAX)
+}
+
+/// The CPUs online, from `/sys/devices/system/cpu/online` ("0-3,5"); CPU 0 alone if unreadable.
 fn online_cpus() -> Vec<u32> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
     let mut cpus = Vec::new();

@@ -61,9 +61,11 @@ const RING_PAGES: usize = 256;
 const SMALL_RING_PAGES: usize = 64;
 /// Threads that get a ring of [`RING_PAGES`].
 const LARGE_RINGS: usize = 64;
-/// Bytes of the shared ring of slot copies per CPU (the copies of one sample, or of one
-/// departure from a CPU, are a few hundred bytes; a CPU runs one thread at a time): room for
-/// about 10 ms of a thread that leaves its CPU 100 000 times a second between two reads.
+/// Bytes of the shared ring of slot copies per CPU at the default rate, more at a higher one
+/// (`cpu_wide::rate_scale`, as the CPUs' rings: reads come as seldom; the copies of one sample,
+/// or of one departure from a CPU, are a few hundred bytes, a preempted departure's stack up
+/// to 64 KiB once a period; a CPU runs one thread at a time): room for about 10 ms of a thread
+/// that leaves its CPU 100 000 times a second between two reads.
 const COPIES_PER_CPU: usize = 1024 * 1024;
 /// At most this many bytes for that ring, however many CPUs.
 const COPIES_MAX: usize = 32 * 1024 * 1024;
@@ -240,7 +242,10 @@ impl PerfSampler {
         let cpus = crate::os::machine::cpus();
         let copies = CopyRing::new(
             page,
-            (cpus * COPIES_PER_CPU).min(COPIES_MAX).next_power_of_two(),
+            (cpus * COPIES_PER_CPU)
+                .saturating_mul(crate::native::cpu_wide::rate_scale(period_ns))
+                .min(COPIES_MAX)
+                .next_power_of_two(),
         )
         .map_err(|e| format!("cannot create a BPF ring buffer ({}): {needs}", e.desc()))?;
         let values = Values::map(&map, page, capacity)
