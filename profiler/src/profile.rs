@@ -286,9 +286,14 @@ pub struct ReadingMeta {
 /// How the sampler ticked: its scheduling, and its ticks late, stretched or slow.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SamplingMeta {
-    /// How the sampler was scheduled: "real-time", "raised" or "normal" (see `sampler.rs`).
+    /// How the sampler was scheduled: "real-time", "raised" (nice 10 below fsprof's), "nice
+    /// -20" (real-time refused), or "normal" (see `os/priority.rs`).
     #[serde(default)]
     pub sampler_priority: String,
+    /// Why real-time scheduling was refused to the sampler, where it asked for it (its ticks
+    /// came late) and was refused; empty otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub realtime_refused: String,
     /// Ticks that started more than half a period late (the sampler waited for a CPU).
     #[serde(default)]
     pub late_ticks: u64,
@@ -791,6 +796,7 @@ impl Profile {
             &mut meta.mode,
             &mut meta.fsprof_version,
             &mut meta.sampling.sampler_priority,
+            &mut meta.sampling.realtime_refused,
         ] {
             clean(text);
         }

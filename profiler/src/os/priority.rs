@@ -59,6 +59,8 @@ pub struct Raised {
     /// Its nice value was lowered (and is put back).
     niced: bool,
     already: bool,
+    /// Why real-time scheduling was refused, once it was (it is not asked for again).
+    refused: Option<String>,
 }
 
 impl Raised {
@@ -71,6 +73,7 @@ impl Raised {
                 nice,
                 niced: how == "raised",
                 already: false,
+                refused: None,
             }
         })
     }
@@ -96,6 +99,7 @@ impl Raised {
                 nice,
                 niced,
                 already: false,
+                refused: None,
             }
         })
     }
@@ -109,25 +113,50 @@ impl Raised {
             nice: 0,
             niced: false,
             already: true,
+            refused: None,
         })
     }
 
     /// Makes the thread real-time where the system allows it (its ticks came late); `true`
-    /// when it is now.
+    /// when it is now. Where it is refused (see [`Raised::refused`]), the thread takes the
+    /// lowest nice value it may instead, "nice -20", for the rest of its life (not calmed
+    /// again, as a real-time one is not), and real-time is not asked for again.
+    ///
+    /// Among busy threads a normally scheduled thread gets its weight's share of a CPU (at nice
+    /// -10 beside 500 busy threads a CPU, 1.8%; at -20, 15%): beside 1000 busy threads on two
+    /// CPUs, in a cgroup without real-time time, 6 runs each lost 142 to 1127 perf samples at
+    /// nice -10 and 0 to 130 at nice -20, their ticks 12-76 against 72-120 (BENCHMARKS.md, the
+    /// fifty-ninth session). Late ticks stay (27-40%): real-time is what keeps them on time.
     pub fn escalate(&mut self) -> bool {
         use nix::libc;
         if self.how == "real-time" {
             return true;
         }
-        let param = libc::sched_param { sched_priority: 1 };
-        // SAFETY: a plain system call on the calling thread with a valid parameter block.
-        let set = unsafe {
-            libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
-        } == 0;
-        if set {
-            self.how = "real-time";
+        if self.refused.is_none() {
+            let param = libc::sched_param { sched_priority: 1 };
+            // SAFETY: a plain system call on the calling thread with a valid parameter block.
+            let set = unsafe {
+                libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
+            } == 0;
+            if set {
+                self.how = "real-time";
+                return true;
+            }
+            self.refused = Some(refusal(nix::errno::Errno::last()));
         }
-        set
+        if self.how != "nice -20" {
+            // SAFETY: a plain system call on the calling thread (the kernel clamps at -20).
+            if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) } == 0 {
+                (self.how, self.niced) = ("nice -20", true);
+            }
+        }
+        false
+    }
+
+    /// Why real-time scheduling was refused to the thread, in words for the report, once
+    /// [`Raised::escalate`] asked for it and was refused.
+    pub fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
     }
 
     /// Puts a thread raised by its nice value alone back to the nice value it had, until
@@ -151,6 +180,69 @@ impl Raised {
     /// How the thread is scheduled (see [`raise`]).
     pub fn how(&self) -> &'static str {
         self.how
+    }
+}
+
+/// Why `sched_setscheduler` refused real-time scheduling with `errno`, and what would allow it.
+fn refusal(errno: nix::errno::Errno) -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    // SAFETY: a plain query of this process's limits into a valid structure.
+    let rtprio = unsafe {
+        let mut limit = std::mem::zeroed::<nix::libc::rlimit>();
+        (nix::libc::getrlimit(nix::libc::RLIMIT_RTPRIO, &mut limit) == 0).then_some(limit.rlim_cur)
+    };
+    refusal_words(errno, may_be_real_time(&status, rtprio), &cgroups)
+}
+
+/// Whether a process with this `/proc/self/status` and real-time limit (`RLIMIT_RTPRIO`) may
+/// make a thread real-time by its privileges: `CAP_SYS_NICE` (bit 23 of the effective set) or
+/// a limit of at least 1.
+fn may_be_real_time(status: &str, rtprio: Option<u64>) -> bool {
+    const CAP_SYS_NICE: u32 = 23;
+    let effective = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    effective & (1 << CAP_SYS_NICE) != 0 || rtprio.is_some_and(|limit| limit >= 1)
+}
+
+/// The words of [`refusal`]: `privileged` where the process may be real-time by its
+/// privileges (then a cgroup without real-time time refused it: the kernel's real-time group
+/// scheduling, `CONFIG_RT_GROUP_SCHED`), `cgroups` the text of `/proc/self/cgroup`.
+fn refusal_words(errno: nix::errno::Errno, privileged: bool, cgroups: &str) -> String {
+    if errno != nix::errno::Errno::EPERM {
+        return format!("real-time scheduling refused: {}", errno.desc());
+    }
+    if !privileged {
+        return "real-time scheduling refused: fsprof has neither CAP_SYS_NICE nor a real-time limit (`ulimit -r`); run it as root or with CAP_SYS_NICE".to_owned();
+    }
+    // A version 1 hierarchy's line with the cpu controller, else the unified hierarchy's.
+    let line = |cpu: bool| {
+        cgroups.lines().find_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            let has = match cpu {
+                true => controllers.split(',').any(|c| c == "cpu"),
+                false => controllers.is_empty(),
+            };
+            has.then_some(path)
+        })
+    };
+    let (path, unified) = match line(true) {
+        Some(path) => (Some(path), false),
+        None => (line(false), true),
+    };
+    let root = match unified {
+        true => "the root cgroup (as root: `echo $$ > /sys/fs/cgroup/cgroup.procs` in its shell)",
+        false => "the root of the cpu controller's hierarchy (its cgroup.procs)",
+    };
+    match path {
+        Some(path) if path != "/" => format!(
+            "real-time scheduling refused: the kernel's real-time group scheduling gives fsprof's cgroup ({path}) no real-time time; run fsprof from {root}, or give that cgroup real-time time (cpu.rt_runtime_us)"
+        ),
+        _ => "real-time scheduling refused, though fsprof may use it (kernel.sched_rt_runtime_us, or a security module?)".to_owned(),
     }
 }
 
@@ -204,6 +296,29 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    /// What a refusal says: the error where it is not a permission's, the privilege where the
+    /// process has none, the cgroup where it has one (real-time group scheduling).
+    #[test]
+    fn a_refusal_names_its_cause_and_what_would_allow_real_time() {
+        use nix::errno::Errno;
+        let nice = "Name:\tfsprof\nCapEff:\t0000000000800000\n";
+        let none = "Name:\tfsprof\nCapEff:\t0000000000000000\n";
+        assert!(may_be_real_time(nice, Some(0)));
+        assert!(may_be_real_time(none, Some(1)));
+        assert!(!may_be_real_time(none, Some(0)) && !may_be_real_time("", None));
+        let v2 = "0::/process_api/eabc\n";
+        let words = refusal_words(Errno::EPERM, true, v2);
+        assert!(words.contains("cgroup (/process_api/eabc)"), "{words}");
+        assert!(words.contains("/sys/fs/cgroup/cgroup.procs"), "{words}");
+        let v1 = "12:pids:/a\n4:cpu,cpuacct:/docker/x\n0::/\n";
+        let words = refusal_words(Errno::EPERM, true, v1);
+        assert!(words.contains("cgroup (/docker/x)"), "{words}");
+        assert!(words.contains("the cpu controller's hierarchy"), "{words}");
+        assert!(refusal_words(Errno::EPERM, true, "0::/\n").contains("though fsprof may use it"));
+        assert!(refusal_words(Errno::EPERM, false, v2).contains("neither CAP_SYS_NICE"));
+        assert!(refusal_words(Errno::EBUSY, true, v2).ends_with(Errno::EBUSY.desc()));
     }
 
     /// Calmed, a gently raised thread is at its own nice value again, may still escalate, and is

@@ -152,6 +152,8 @@ struct Threads {
 struct Tally {
     /// How the sampler's thread was scheduled.
     priority: &'static str,
+    /// Why real-time scheduling was refused to it, where it was.
+    realtime_refused: Option<String>,
     notes: Vec<String>,
     /// Thread samples whose marks changed between the tick and the thread's stop (no stack).
     native_moved: u64,
@@ -252,8 +254,11 @@ impl Sampler {
     }
 
     /// Says how the sampler's thread is scheduled (for the report).
-    pub(super) fn set_priority(&mut self, priority: &'static str) {
-        self.tally.priority = priority;
+    pub(super) fn set_priority(&mut self, raised: &crate::os::priority::Raised) {
+        self.tally.priority = raised.how();
+        if self.tally.realtime_refused.is_none() {
+            self.tally.realtime_refused = raised.refused().map(str::to_owned);
+        }
     }
 
     /// Its perf sampler for the recordings of the processes it follows to join, where it

@@ -95,7 +95,7 @@ pub fn record(
 ) -> End {
     let period = Duration::from_secs_f64(1.0 / schedule.rate_hz);
     let mut raised = priority::Raised::gently();
-    sampler.set_priority(raised.how());
+    sampler.set_priority(&raised);
     // With the default 50 µs timer slack our wake-ups would be batched with the target's own
     // timers; one nanosecond keeps the sampling times independent of the target's.
     let _ = nix::sys::prctl::set_timerslack(1);
@@ -158,7 +158,7 @@ fn sample_until_stopped(
             && (late_ticks.count_ones() >= LATE_BEFORE_REAL_TIME || crowded())
         {
             raised.escalate();
-            sampler.set_priority(raised.how());
+            sampler.set_priority(raised);
         } else if raised.how() == "raised"
             && late_ticks == 0
             && sampler.clock().ticks() >= CALM_TICKS
@@ -167,7 +167,7 @@ fn sample_until_stopped(
             // Calm, and the kernel takes the samples at their instants: a late tick would only
             // read them later (see `priority::Raised::calm`).
             raised.calm();
-            sampler.set_priority(raised.how());
+            sampler.set_priority(raised);
         }
         if schedule
             .suspend
@@ -202,7 +202,7 @@ fn sample_until_stopped(
             late_ticks |= 1;
             if waited >= STALL_BEFORE_REAL_TIME && raised.how() != "real-time" {
                 raised.escalate();
-                sampler.set_priority(raised.how());
+                sampler.set_priority(raised);
             }
         }
         let (builder, threads) = sampler.progress();

@@ -101,10 +101,19 @@ pub fn notes(report: &FeatureReport, meta: &Meta, threads: usize) -> Vec<String>
         ));
     }
     if meta.sampling.ticks > 0 && meta.sampling.late_ticks * 10 > meta.sampling.ticks {
+        let sampling = &meta.sampling;
+        let priority = match sampling.sampler_priority.as_str() {
+            "" => "unknown",
+            known => known,
+        };
+        // Why it was not real-time, where it asked and was refused; else what would allow it.
+        let remedy = match sampling.realtime_refused.as_str() {
+            "" => "Run on a quieter machine, or with the privilege to use real-time scheduling (root or CAP_SYS_NICE)".to_owned(),
+            refused => format!("Run on a quieter machine; {refused}"),
+        };
         notes.push(format!(
-            "{:.0}% of samples were taken late because fsprof waited for a CPU (sampler priority: {}); shares may lean toward features in which the program blocks. Run on a quieter machine, or with the privilege to use real-time scheduling (root or CAP_SYS_NICE)",
-            meta.sampling.late_ticks as f64 * 100.0 / meta.sampling.ticks as f64,
-            if meta.sampling.sampler_priority.is_empty() { "unknown" } else { &meta.sampling.sampler_priority }
+            "{:.0}% of samples were taken late because fsprof waited for a CPU (sampler priority: {priority}); shares may lean toward features in which the program blocks. {remedy}",
+            sampling.late_ticks as f64 * 100.0 / sampling.ticks as f64,
         ));
     }
     notes
@@ -424,6 +433,14 @@ mod tests {
             notes[1].starts_with(
                 "25% of samples were taken late because fsprof waited for a CPU (sampler priority: nice 0)"
             ),
+            "{notes:?}"
+        );
+        assert!(notes[1].ends_with("(root or CAP_SYS_NICE)"), "{notes:?}");
+        // Refused real-time scheduling: the note says why instead.
+        meta.sampling.realtime_refused = "real-time scheduling refused: because".into();
+        let notes = super::notes(&report, &meta, 300);
+        assert!(
+            notes[1].ends_with("Run on a quieter machine; real-time scheduling refused: because"),
             "{notes:?}"
         );
     }

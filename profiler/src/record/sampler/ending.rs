@@ -33,6 +33,7 @@ impl Sampler {
         self.reader.fill(&mut meta);
         meta.reading.mark_capacity = fsprof_shim::abi::MARK_CAPACITY as u32;
         meta.sampling.sampler_priority = self.tally.priority.to_owned();
+        meta.sampling.realtime_refused = self.tally.realtime_refused.unwrap_or_default();
         let mut notes = self.tally.notes;
         let (mut modules, mut jit_dumps) = (Vec::new(), Vec::new());
         if let Some(mut native) = self.native {
