@@ -185,7 +185,8 @@ impl Raised {
 
 /// Why `sched_setscheduler` refused real-time scheduling with `errno`, and what would allow it.
 fn refusal(errno: nix::errno::Errno) -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    // The calling thread's capabilities: fsprof's threads drop theirs one by one.
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
     let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     // SAFETY: a plain query of this process's limits into a valid structure.
     let rtprio = unsafe {
@@ -195,8 +196,8 @@ fn refusal(errno: nix::errno::Errno) -> String {
     refusal_words(errno, may_be_real_time(&status, rtprio), &cgroups)
 }
 
-/// Whether a process with this `/proc/self/status` and real-time limit (`RLIMIT_RTPRIO`) may
-/// make a thread real-time by its privileges: `CAP_SYS_NICE` (bit 23 of the effective set) or
+/// Whether a thread with this `/proc/thread-self/status` and real-time limit (`RLIMIT_RTPRIO`)
+/// may make itself real-time by its privileges: `CAP_SYS_NICE` (bit 23 of the effective set) or
 /// a limit of at least 1.
 fn may_be_real_time(status: &str, rtprio: Option<u64>) -> bool {
     const CAP_SYS_NICE: u32 = 23;
