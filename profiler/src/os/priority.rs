@@ -122,7 +122,7 @@ impl Raised {
     /// lowest nice value it may instead, "nice -20", for the rest of its life (not calmed
     /// again, as a real-time one is not), and real-time is not asked for again.
     ///
-    /// Among busy threads a normally scheduled thread gets its weight's share of a CPU (at nice
+    /// Among busy threads a normally scheduled thread gets its weight's share of a CPU (by the kernel's weights, at nice
     /// -10 beside 500 busy threads a CPU, 1.8%; at -20, 15%): beside 1000 busy threads on two
     /// CPUs, in a cgroup without real-time time, 6 runs each lost 142 to 1127 perf samples at
     /// nice -10 and 0 to 130 at nice -20, their ticks 12-76 against 72-120 (BENCHMARKS.md, the
