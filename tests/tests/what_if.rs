@@ -442,7 +442,7 @@ fn a_c_server_of_posix_semaphores_is_predicted() {
 #[test]
 fn a_c_programs_barrier_phases_are_predicted() {
     let cases = [("solve", 20), ("solve", 50), ("check", 20), ("check", 50)];
-    c_program_predicted("whatif_barrier", &cases, 7, |truth| {
+    c_program_predicted("whatif_barrier", &cases, 9, |truth| {
         // The truth itself: solve's 50% is capped by check's half (at 40%), check's buys
         // nothing.
         assert!(truth.gains[1] < 46.0, "{truth:?}");
@@ -452,7 +452,9 @@ fn a_c_programs_barrier_phases_are_predicted() {
 
 /// `fsprof what-if` of the C ground truth `name` (`tests/c/NAME.c`, built with the agent), each
 /// feature of `cases` named and tried at each speedup of `cases`, `runs` runs each, against its
-/// knob (5 rounds): every case within 5 points ([`compare`]); then `also` holds of the truth.
+/// knob (9 rounds): every case within 5 points ([`compare`]); then `also` holds of the truth.
+/// Over 5 rounds the truth moved with a loaded CI machine (2026-12-04: the barrier's `solve` 20%
+/// read +16.7% and +17.6% there, 17.9-20.1% on a calm one), and so failed the prediction.
 fn c_program_predicted(name: &str, cases: &[(&str, u32)], runs: u32, also: impl Fn(&Truth)) {
     let _serial = serial();
     let temp = tempdir();
@@ -473,7 +475,7 @@ fn c_program_predicted(name: &str, cases: &[(&str, u32)], runs: u32, also: impl 
     again_if_stolen(|| {
         again_if_slowed(|| {
             let json = what_if_of(dir, &options, &[program.to_str().unwrap()]);
-            let truth = knob_times_of(&program, &[], cases, 5, c_knob);
+            let truth = knob_times_of(&program, &[], cases, 9, c_knob);
             compare(name, &json, cases, &truth);
             also(&truth);
         })
