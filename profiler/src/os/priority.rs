@@ -1,8 +1,8 @@
 //! The scheduling priority of fsprof's threads that must run when the target's threads want the
 //! same CPUs: the sampler (`schedule.rs`: a lower nice value, back to its own once calm where
 //! perf takes the samples; real-time once its ticks come late) and the region scanner
-//! (`scanner.rs`: real-time), raised where the system allows it, and back. It does not decide
-//! when they run.
+//! (`scanner.rs`: real-time), raised where the system allows it, and back; where real-time is
+//! refused, the lowest nice value and short slices instead. It does not decide when they run.
 
 /// Gives the calling thread priority over the target's threads where the system allows it, and
 /// says how it is scheduled, with the nice value it had.
@@ -11,8 +11,8 @@
 /// machine a normally scheduled sampler runs when the target blocks, so its samples cluster at
 /// the moments the target sleeps inside a mark and overstate that feature (we measured 5 points on
 /// two cores with two other busy processes). Real-time scheduling (`SCHED_FIFO`, lowest priority,
-/// reset on fork so that programs we start never inherit it) removes the delay; failing that, a
-/// lower nice value shortens it. The thread sleeps almost all the time, but each wake-up takes
+/// reset on fork so that programs we start never inherit it) removes the delay; failing that, the
+/// lowest nice value and short slices shorten it (see [`Raised::escalate`]). The thread sleeps almost all the time, but each wake-up takes
 /// the CPU it last ran on, the program's thread's there (see [`Raised::gently`]).
 pub fn raise() -> (&'static str, i32) {
     use nix::libc;
@@ -23,11 +23,29 @@ pub fn raise() -> (&'static str, i32) {
         if libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) == 0 {
             return ("real-time", nice);
         }
-        if libc::setpriority(libc::PRIO_PROCESS, 0, nice - 10) == 0 {
-            return ("raised", nice);
+        match nearest_to_real_time(nice) {
+            true => ("raised", nice),
+            false => ("normal", nice),
         }
-        ("normal", nice)
     }
+}
+
+/// Where real-time scheduling is refused: the calling thread (at `nice`) takes the lowest nice
+/// value it may, -20 (else 10 below `nice`), and short slices ([`slice`]); `true` when its nice
+/// value is lower now.
+fn nearest_to_real_time(nice: i32) -> bool {
+    use nix::libc;
+    // SAFETY: plain system calls on the calling thread (the kernel clamps at -20).
+    let lowered = unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, -20) == 0
+            || libc::setpriority(libc::PRIO_PROCESS, 0, nice - 10) == 0
+    };
+    // SAFETY: a plain query of the calling thread.
+    slice(
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) },
+        SHORT_SLICE,
+    );
+    lowered
 }
 
 /// Back to normal scheduling for the calling thread, raised by [`raise`] (`nice`: the value it
@@ -42,7 +60,8 @@ pub fn lower(raised: &str, nice: i32) {
             "real-time" => {
                 libc::sched_setscheduler(0, libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK, &param);
             }
-            "raised" => {
+            // The kernel's slices again too (see `nearest_to_real_time`).
+            "raised" if !slice(nice, std::time::Duration::ZERO) => {
                 libc::setpriority(libc::PRIO_PROCESS, 0, nice);
             }
             _ => {}
@@ -61,6 +80,44 @@ pub struct Raised {
     already: bool,
     /// Why real-time scheduling was refused, once it was (it is not asked for again).
     refused: Option<String>,
+}
+
+/// The slice a raised thread asks for where real-time is refused (see [`slice`]): the shortest
+/// the kernel gives.
+const SHORT_SLICE: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// Asks the kernel for slices of `length` for the calling thread, normally scheduled at `nice`
+/// (`Duration::ZERO`: the kernel's own again); `true` when it took the request. Linux 6.12 and
+/// later (EEVDF's `sched_attr.sched_runtime`, clamped to 0.1-100 ms): a woken thread whose slice
+/// is shorter than the running thread's preempts it at once rather than at the end of that
+/// slice (the running thread's 3 ms by default); earlier kernels ignore it.
+fn slice(nice: i32, length: std::time::Duration) -> bool {
+    use nix::libc;
+    /// `struct sched_attr` as the kernel's first version has it (48 bytes).
+    #[repr(C)]
+    struct SchedAttr {
+        size: u32,
+        policy: u32,
+        flags: u64,
+        nice: i32,
+        priority: u32,
+        runtime: u64,
+        deadline: u64,
+        period: u64,
+    }
+    const RESET_ON_FORK: u64 = 0x01;
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        policy: libc::SCHED_OTHER as u32,
+        flags: RESET_ON_FORK,
+        nice,
+        priority: 0,
+        runtime: length.as_nanos() as u64,
+        deadline: 0,
+        period: 0,
+    };
+    // SAFETY: a plain system call on the calling thread with a valid, sized attribute block.
+    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) == 0 }
 }
 
 impl Raised {
@@ -119,14 +176,19 @@ impl Raised {
 
     /// Makes the thread real-time where the system allows it (its ticks came late); `true`
     /// when it is now. Where it is refused (see [`Raised::refused`]), the thread takes the
-    /// lowest nice value it may instead, "nice -20", for the rest of its life (not calmed
-    /// again, as a real-time one is not), and real-time is not asked for again.
+    /// lowest nice value it may instead, "nice -20", and short slices, for the rest of its life
+    /// (not calmed again, as a real-time one is not), and real-time is not asked for again.
     ///
     /// Among busy threads a normally scheduled thread gets its weight's share of a CPU (by the kernel's weights, at nice
     /// -10 beside 500 busy threads a CPU, 1.8%; at -20, 15%): beside 1000 busy threads on two
     /// CPUs, in a cgroup without real-time time, 6 runs each lost 142 to 1127 perf samples at
     /// nice -10 and 0 to 130 at nice -20, their ticks 12-76 against 72-120 (BENCHMARKS.md, the
-    /// fifty-ninth session). Late ticks stay (27-40%): real-time is what keeps them on time.
+    /// fifty-ninth session). Late ticks stay: a tick that takes more than its share of the CPU
+    /// leaves the thread behind the others (the kernel's lag), and the next waits until they
+    /// catch up. Short slices (see [`slice`]) let a woken thread preempt at once where it is not
+    /// behind: late ticks 24-32% (median 26%) against 23-47% (36%) at nice -20 alone, 6
+    /// interleaved runs each, and 21-37% (26%) against 29-43% (32%) in 9 more with the sampler
+    /// alone so (the sixtieth session). Real-time is what keeps them on time.
     pub fn escalate(&mut self) -> bool {
         use nix::libc;
         if self.how == "real-time" {
@@ -143,11 +205,10 @@ impl Raised {
                 return true;
             }
             self.refused = Some(refusal(nix::errno::Errno::last()));
-        }
-        if self.how != "nice -20" {
-            // SAFETY: a plain system call on the calling thread (the kernel clamps at -20).
-            if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) } == 0 {
-                (self.how, self.niced) = ("nice -20", true);
+            if nearest_to_real_time(self.nice) {
+                // SAFETY: a plain query of the calling thread.
+                let now = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+                (self.how, self.niced) = (if now == -20 { "nice -20" } else { "raised" }, true);
             }
         }
         false
@@ -255,7 +316,7 @@ impl Drop for Raised {
         if self.how == "real-time" {
             lower("real-time", self.nice);
         }
-        if self.niced {
+        if self.niced || self.refused.is_some() {
             lower("raised", self.nice);
         }
     }
@@ -340,6 +401,42 @@ mod tests {
                 }
             }
             assert_eq!((nice(), policy()), (before, policy_before));
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// The kernel's slice for the calling thread, in ns (`se.slice` of its `sched`), where shown.
+    fn kernel_slice() -> Option<u64> {
+        let sched = std::fs::read_to_string("/proc/thread-self/sched").ok()?;
+        let line = sched.lines().find(|line| line.starts_with("se.slice"))?;
+        line.split(':').nth(1)?.trim().parse().ok()
+    }
+
+    /// Whether the running kernel is at least Linux 6.12 (a slice per thread).
+    fn slices_per_thread() -> bool {
+        let release = nix::sys::utsname::uname().unwrap();
+        let release = release.release().to_string_lossy().into_owned();
+        let mut parts = release.split(|c: char| !c.is_ascii_digit());
+        let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        (major, minor) >= (6, 12)
+    }
+
+    /// A short slice asked for is the thread's (on kernels that give one per thread), and
+    /// lowering the thread gives the kernel's back, its nice value unchanged.
+    #[test]
+    fn a_short_slice_is_taken_and_given_back() {
+        std::thread::spawn(|| {
+            let (before, slice_before) = (nice(), kernel_slice());
+            let took = slice(before, SHORT_SLICE);
+            if slices_per_thread() && slice_before.is_some() {
+                assert!(took, "sched_setattr refused a slice");
+                assert_eq!(kernel_slice(), Some(SHORT_SLICE.as_nanos() as u64));
+            }
+            assert_eq!(nice(), before);
+            lower("raised", before);
+            assert_eq!((nice(), kernel_slice()), (before, slice_before));
         })
         .join()
         .unwrap();
