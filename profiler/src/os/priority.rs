@@ -31,8 +31,10 @@ pub fn raise() -> (&'static str, i32) {
 }
 
 /// Where real-time scheduling is refused: the calling thread (at `nice`) takes the lowest nice
-/// value it may, -20 (else 10 below `nice`), and short slices ([`slice`]); `true` when its nice
-/// value is lower now.
+/// value it may, -20 (else 10 below `nice`), and then short slices ([`slice`]); `true` when its
+/// nice value is lower now. A thread that may not lower its nice value (an unprivileged fsprof)
+/// takes no short slices either: with a thread's weight, its wake-ups would preempt the
+/// program's threads at every tick for little gain (see [`Raised::gently`]).
 fn nearest_to_real_time(nice: i32) -> bool {
     use nix::libc;
     // SAFETY: plain system calls on the calling thread (the kernel clamps at -20).
@@ -40,11 +42,13 @@ fn nearest_to_real_time(nice: i32) -> bool {
         libc::setpriority(libc::PRIO_PROCESS, 0, -20) == 0
             || libc::setpriority(libc::PRIO_PROCESS, 0, nice - 10) == 0
     };
-    // SAFETY: a plain query of the calling thread.
-    slice(
-        unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) },
-        SHORT_SLICE,
-    );
+    if lowered {
+        // SAFETY: a plain query of the calling thread.
+        slice(
+            unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) },
+            SHORT_SLICE,
+        );
+    }
     lowered
 }
 
@@ -75,8 +79,6 @@ pub fn lower(raised: &str, nice: i32) {
 pub struct Raised {
     how: &'static str,
     nice: i32,
-    /// Its nice value was lowered (and is put back).
-    niced: bool,
     already: bool,
     /// Why real-time scheduling was refused, once it was (it is not asked for again).
     refused: Option<String>,
@@ -121,20 +123,6 @@ fn slice(nice: i32, length: std::time::Duration) -> bool {
 }
 
 impl Raised {
-    /// Raises the calling thread now, to real-time where the system allows it (see [`raise`]).
-    pub fn now() -> Raised {
-        Raised::already().unwrap_or_else(|| {
-            let (how, nice) = raise();
-            Raised {
-                how,
-                nice,
-                niced: how == "raised",
-                already: false,
-                refused: None,
-            }
-        })
-    }
-
     /// Raises the calling thread now by its nice value only (10 below what it had), until
     /// [`Raised::escalate`]: a sampler that keeps its time.
     ///
@@ -143,7 +131,11 @@ impl Raised {
     /// on unless a real-time thread holds it): under `fsprof run`, awk (one thread, a second
     /// CPU idle) was switched out 289 and 428 times in 7 s against 24 alone, 30 and 35 with the
     /// sampler normally scheduled, which a woken thread finds an idle CPU for. A lower nice
-    /// value keeps most of the priority's effect where the CPUs are busy.
+    /// value keeps most of the priority's effect where the CPUs are busy. Not short slices
+    /// ([`slice`]) as well: with them a sampler taking its samples itself (`--no-native`, never
+    /// calmed) cost python3 with four threads 1.075 of its time alone against 1.002 without
+    /// (8 rounds, interleaved, the sixtieth session), its wake-ups preempting the thread that
+    /// held the interpreter's lock.
     pub fn gently() -> Raised {
         use nix::libc;
         Raised::already().unwrap_or_else(|| {
@@ -154,7 +146,6 @@ impl Raised {
             Raised {
                 how: if niced { "raised" } else { "normal" },
                 nice,
-                niced,
                 already: false,
                 refused: None,
             }
@@ -168,7 +159,6 @@ impl Raised {
         (policy == nix::libc::SCHED_FIFO).then_some(Raised {
             how: "real-time",
             nice: 0,
-            niced: false,
             already: true,
             refused: None,
         })
@@ -208,7 +198,7 @@ impl Raised {
             if nearest_to_real_time(self.nice) {
                 // SAFETY: a plain query of the calling thread.
                 let now = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
-                (self.how, self.niced) = (if now == -20 { "nice -20" } else { "raised" }, true);
+                self.how = if now == -20 { "nice -20" } else { "raised" };
             }
         }
         false
@@ -220,7 +210,8 @@ impl Raised {
         self.refused.as_deref()
     }
 
-    /// Puts a thread raised by its nice value alone back to the nice value it had, until
+    /// Puts a thread raised by its nice value alone back to the nice value it had, and the
+    /// kernel's slices, until
     /// [`Raised::escalate`]: a sampler whose samples the kernel takes at their instants (perf),
     /// for which a tick that waits for a CPU delays only their reading, once its ticks have
     /// come on time for a while. At nice -10 such a sampler cost python3 with four threads (two
@@ -235,7 +226,7 @@ impl Raised {
             return;
         }
         lower("raised", self.nice);
-        (self.how, self.niced) = ("normal", false);
+        self.how = "normal";
     }
 
     /// How the thread is scheduled (see [`raise`]).
@@ -316,9 +307,8 @@ impl Drop for Raised {
         if self.how == "real-time" {
             lower("real-time", self.nice);
         }
-        if self.niced || self.refused.is_some() {
-            lower("raised", self.nice);
-        }
+        // Its nice value and the kernel's slices back (where neither changed, nothing changes).
+        lower("raised", self.nice);
     }
 }
 
