@@ -176,8 +176,8 @@ impl Raised {
     /// fifty-ninth session). Late ticks stay: a tick that takes more than its share of the CPU
     /// leaves the thread behind the others (the kernel's lag), and the next waits until they
     /// catch up. Short slices (see [`slice`]) let a woken thread preempt at once where it is not
-    /// behind: late ticks 24-32% (median 26%) against 23-47% (36%) at nice -20 alone, 6
-    /// interleaved runs each, and 21-37% (26%) against 29-43% (32%) in 9 more with the sampler
+    /// behind: late ticks 23-33% (median 27%) against 23-51% (38%) at nice -20 alone, 14 and
+    /// 12 interleaved runs, and 21-37% (26%) against 29-43% (32%) in 9 more with the sampler
     /// alone so (the sixtieth session). Real-time is what keeps them on time.
     pub fn escalate(&mut self) -> bool {
         use nix::libc;
