@@ -1,6 +1,7 @@
 //! The placing of marks on a captured stack (`place`).
 
 use super::*;
+use crate::native::unwind::UnwoundFrame;
 
 fn mark(sp: u64) -> RecordView {
     RecordView {
@@ -67,23 +68,6 @@ fn marks_outside_a_cut_stack_go_first_and_order_is_kept() {
     let stack = place(&captured, &[mark(700), mark(450), mark(900)]).unwrap();
     assert_eq!(stack.marks_at, vec![0, 2, 2]);
     assert!(stack.truncated);
-}
-
-/// A stack unwound to its root is read no further than its outermost known CFA (and a margin);
-/// one with no CFA known says nothing.
-#[test]
-fn a_stacks_root_end_is_its_outermost_known_cfa() {
-    let frame = |cfa| UnwoundFrame { address: 1, cfa };
-    let captured = Captured {
-        frames: vec![frame(800), frame(900), frame(u64::MAX)],
-        complete: true,
-    };
-    assert_eq!(root_end(&captured), 900 + ROOT_MARGIN);
-    let unknown = Captured {
-        frames: vec![frame(u64::MAX)],
-        complete: true,
-    };
-    assert_eq!(root_end(&unknown), 0);
 }
 
 /// A stack not taken (no frames: a perf sample the kernel copied none of) places nothing, so
