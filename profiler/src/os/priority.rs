@@ -12,8 +12,9 @@
 /// the moments the target sleeps inside a mark and overstate that feature (we measured 5 points on
 /// two cores with two other busy processes). Real-time scheduling (`SCHED_FIFO`, lowest priority,
 /// reset on fork so that programs we start never inherit it) removes the delay; failing that, the
-/// lowest nice value and short slices shorten it (see [`Raised::escalate`]). The thread sleeps almost all the time, but each wake-up takes
-/// the CPU it last ran on, the program's thread's there (see [`Raised::gently`]).
+/// lowest nice value and short slices shorten it (see [`Raised::escalate`]). The thread sleeps
+/// almost all the time, but each wake-up takes the CPU it last ran on, the program's thread's
+/// there (see [`Raised::gently`]).
 pub fn raise() -> (&'static str, i32) {
     use nix::libc;
     let param = libc::sched_param { sched_priority: 1 };
@@ -169,8 +170,9 @@ impl Raised {
     /// lowest nice value it may instead, "nice -20", and short slices, for the rest of its life
     /// (not calmed again, as a real-time one is not), and real-time is not asked for again.
     ///
-    /// Among busy threads a normally scheduled thread gets its weight's share of a CPU (by the kernel's weights, at nice
-    /// -10 beside 500 busy threads a CPU, 1.8%; at -20, 15%): beside 1000 busy threads on two
+    /// Among busy threads a normally scheduled thread gets its weight's share of a CPU (by the
+    /// kernel's weights, at nice -10 beside 500 busy threads a CPU, 1.8%; at -20, 15%): beside
+    /// 1000 busy threads on two
     /// CPUs, in a cgroup without real-time time, 6 runs each lost 142 to 1127 perf samples at
     /// nice -10 and 0 to 130 at nice -20, their ticks 12-76 against 72-120 (BENCHMARKS.md, the
     /// fifty-ninth session). Late ticks stay: a tick that takes more than its share of the CPU
