@@ -114,6 +114,10 @@ pub(super) struct CpuWide {
     /// Threads whose bare samples are dropped: seen by the sampler's ticks (whose samples stand
     /// for their time until they are watched), or watched once.
     ignored: HashSet<u32>,
+    /// Those of `ignored` that perf sampled bare since the sampler last asked ([`CpuWide::ran`]):
+    /// they run, though no tick found them running (a thread on a CPU a few percent of the
+    /// time, between ticks), and are to be watched.
+    ran: HashSet<u32>,
 }
 
 /// The `sched_switch` program, loaded for the typed hook where the kernel has one and lets it
@@ -317,6 +321,7 @@ impl CpuWide {
             strangers: HashMap::new(),
             stranger_bytes: 0,
             ignored: HashSet::new(),
+            ran: HashSet::new(),
         })
     }
 
@@ -402,11 +407,18 @@ impl CpuWide {
         samples
     }
 
+    /// Whether perf sampled thread `tid` bare since it was ignored (or since the previous call):
+    /// it ran unwatched, and its time on a CPU is in no sample (see [`CpuWide::ignore`]).
+    pub(super) fn ran(&mut self, tid: u32) -> bool {
+        self.ran.remove(&tid)
+    }
+
     /// Drops thread `tid`'s bare samples, held and to come (the sampler's ticks saw it).
     pub(super) fn ignore(&mut self, tid: u32) {
         self.take_stranger(tid);
         if self.ignored.len() >= MOST_IGNORED {
             self.ignored.clear();
+            self.ran.clear();
         }
         self.ignored.insert(tid);
     }
@@ -468,7 +480,7 @@ impl CpuWide {
         let most_held = MOST_HELD.max(self.ring_bytes() / (STACK_DUMP as usize + 256));
         let threads = &mut self.threads;
         let (lost, foreign) = (&mut self.lost, &mut self.foreign);
-        let (processes, ignored) = (&self.processes, &mut self.ignored);
+        let (processes, ignored, ran) = (&self.processes, &mut self.ignored, &mut self.ran);
         let (strangers, stranger_bytes) = (&mut self.strangers, &mut self.stranger_bytes);
         for cpu in &mut self.cpus {
             let head = cpu.ring.head();
@@ -482,6 +494,9 @@ impl CpuWide {
                         let bytes = sample.stack.bytes;
                         let room = strangers.len() < MOST_STRANGERS || strangers.contains_key(&tid);
                         let held = strangers.get(&tid).map_or(0, |s| s.samples.len());
+                        if processes.contains_key(&pid) && ignored.contains(&tid) {
+                            ran.insert(tid);
+                        }
                         if !processes.contains_key(&pid)
                             || ignored.contains(&tid)
                             || !room
@@ -528,6 +543,7 @@ impl CpuWide {
                 Record::Fork { tid, time, parent } => {
                     // A new thread: its id may be one ignored before.
                     ignored.remove(&tid);
+                    ran.remove(&tid);
                     if threads.contains_key(&parent) {
                         birth(tid, time);
                     }

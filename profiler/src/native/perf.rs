@@ -389,6 +389,11 @@ impl PerfSampler {
         Some(self.values.read(index, VALUE_SWITCHES) != handed)
     }
 
+    /// Per CPU, whether `tid`, not watched, ran since a tick saw it (see `CpuWide::ran`).
+    pub fn ran_unwatched(&mut self, tid: u32) -> bool {
+        self.wide.as_mut().is_some_and(|wide| wide.ran(tid))
+    }
+
     /// Per CPU, when `tid` left its CPU, if it is blocked since a departure that the
     /// `sched_switch` program folded (not recorded: see `layout::FOLD_MOST_NS`); read again if the
     /// departure changed between the two words.

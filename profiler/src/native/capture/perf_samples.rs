@@ -311,6 +311,12 @@ impl NativeSampler {
         self.perf.as_ref()?.lock().complete_until()
     }
 
+    /// Per CPU, whether `tid`, not watched, ran since a tick saw it (see
+    /// [`PerfSampler::ran_unwatched`]); asked once a tick.
+    pub fn perf_ran_unwatched(&self, tid: u32) -> bool {
+        (self.perf.as_ref()).is_some_and(|perf| perf.lock().ran_unwatched(tid))
+    }
+
     /// Per CPU, whether `tid` switched since its stream's latest switch (see
     /// [`PerfSampler::switched_unseen`]).
     pub fn perf_switched_unseen(&self, tid: u32) -> Option<bool> {

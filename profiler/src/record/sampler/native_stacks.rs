@@ -84,7 +84,11 @@ impl Sampler {
         // its blocks until then read once and the first stack standing for all (`folds.c`
         // without its first 100 ms of CPU: its `read` read 0 or all of the sleeps' time in 5
         // runs of 8).
-        let watched = native.perf_watches(tid) || (tid == self.pid && native.perf_per_cpu());
+        // So is a thread that perf sampled bare (unwatched) since a tick saw it: it runs, though
+        // no tick found it running, and its time on a CPU would be in no sample (an echo
+        // server's client thread, on a CPU 3% of the time, lost all its 77 ms in 1 run of 15).
+        let watched = native.perf_watches(tid)
+            || (native.perf_per_cpu() && (tid == self.pid || native.perf_ran_unwatched(tid)));
         if !native.uses_perf() || !(running || watched) {
             return None;
         }
