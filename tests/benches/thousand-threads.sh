@@ -5,13 +5,35 @@
 # priority (with why real-time was refused, where it was), then how many runs met the bar: every
 # thread seen, none of their samples lost, at most 5% of the ticks late.
 # Run from the workspace root after `cargo build --release --workspace` (needs gcc, python3).
-# Usage: [BIN=dir with fsprof] [THREADS=1000] tests/benches/thousand-threads.sh [RUNS]
+# NO_REALTIME=1 runs fsprof and the program in a cpu cgroup given no real-time time, where the
+# kernel schedules real-time threads by group (`CONFIG_RT_GROUP_SCHED`, a version 1 cpu
+# hierarchy; as root): the sampler is refused `SCHED_FIFO` there, as in some containers.
+# Usage: [BIN=dir with fsprof] [THREADS=1000] [NO_REALTIME=1] tests/benches/thousand-threads.sh [RUNS]
 set -euo pipefail
 runs=${1:-6}
 threads=${THREADS:-1000}
 bin=$(realpath "${BIN:-target/release}")
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+group=
+cleanup() {
+  rm -rf "$work"
+  if [ -n "$group" ]; then
+    # Its processes back to the hierarchy's root, then the group gone.
+    while read -r pid; do echo "$pid" > /sys/fs/cgroup/cpu/cgroup.procs 2> /dev/null || true; done < "$group/cgroup.procs"
+    rmdir "$group" 2> /dev/null || true
+  fi
+}
+trap cleanup EXIT
+if [ "${NO_REALTIME:-0}" = 1 ]; then
+  [ -e /sys/fs/cgroup/cpu/cpu.rt_runtime_us ] || {
+    echo "NO_REALTIME=1 needs a version 1 cpu hierarchy with real-time group scheduling (/sys/fs/cgroup/cpu/cpu.rt_runtime_us)" >&2
+    exit 1
+  }
+  group=/sys/fs/cgroup/cpu/fsprof-no-realtime-$$
+  mkdir "$group"
+  echo 0 > "$group/cpu.rt_runtime_us"
+  echo $$ > "$group/cgroup.procs"
+fi
 gcc -O2 -pthread -o "$work/spin" tests/benches/cost-model/spin.c
 echo "machine: nproc $(nproc);$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); kernel $(uname -r); fsprof $bin/fsprof"
 # spin's steps a second on one CPU, for about 4 s of every CPU in all.

@@ -2,7 +2,8 @@
 //! same CPUs: the sampler (`schedule.rs`: a lower nice value, back to its own once calm where
 //! perf takes the samples; real-time once its ticks come late) and the region scanner
 //! (`scanner.rs`: real-time), raised where the system allows it, and back; where real-time is
-//! refused, the lowest nice value and short slices instead. It does not decide when they run.
+//! refused, a deadline task for the sampler, else the lowest nice value and short slices. It
+//! does not decide when they run.
 
 /// Gives the calling thread priority over the target's threads where the system allows it, and
 /// says how it is scheduled, with the nice value it had.
@@ -65,6 +66,11 @@ pub fn lower(raised: &str, nice: i32) {
             "real-time" => {
                 libc::sched_setscheduler(0, libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK, &param);
             }
+            // Normally scheduled again, at its nice value, with the kernel's slices.
+            "deadline" if !slice(nice, std::time::Duration::ZERO) => {
+                libc::sched_setscheduler(0, libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK, &param);
+                libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+            }
             // The kernel's slices again too (see `nearest_to_real_time`).
             "raised" if !slice(nice, std::time::Duration::ZERO) => {
                 libc::setpriority(libc::PRIO_PROCESS, 0, nice);
@@ -95,30 +101,74 @@ const SHORT_SLICE: std::time::Duration = std::time::Duration::from_micros(100);
 /// is shorter than the running thread's preempts it at once rather than at the end of that
 /// slice (the running thread's 3 ms by default); earlier kernels ignore it.
 fn slice(nice: i32, length: std::time::Duration) -> bool {
-    use nix::libc;
-    /// `struct sched_attr` as the kernel's first version has it (48 bytes).
-    #[repr(C)]
-    struct SchedAttr {
-        size: u32,
-        policy: u32,
-        flags: u64,
-        nice: i32,
-        priority: u32,
-        runtime: u64,
-        deadline: u64,
-        period: u64,
-    }
-    const RESET_ON_FORK: u64 = 0x01;
-    let attr = SchedAttr {
-        size: std::mem::size_of::<SchedAttr>() as u32,
-        policy: libc::SCHED_OTHER as u32,
-        flags: RESET_ON_FORK,
+    set_attr(SchedAttr {
+        policy: nix::libc::SCHED_OTHER as u32,
         nice,
-        priority: 0,
         runtime: length.as_nanos() as u64,
-        deadline: 0,
-        period: 0,
-    };
+        ..SchedAttr::default()
+    })
+}
+
+/// The bandwidth a sampler refused real-time scheduling asks for as a deadline task
+/// ([`deadline`]): up to `DEADLINE_RUNTIME` of CPU in every `DEADLINE_PERIOD`, half of a CPU, as
+/// the sampler's loop allows itself (it is never busier than half the time); a tick that takes
+/// more waits for the next period.
+const DEADLINE_RUNTIME: std::time::Duration = std::time::Duration::from_millis(10);
+const DEADLINE_PERIOD: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Makes the calling thread a deadline task (`SCHED_DEADLINE`, reset on fork: its bandwidth is
+/// [`DEADLINE_RUNTIME`] in every [`DEADLINE_PERIOD`]); `true` when it is now. Where real-time
+/// group scheduling (`CONFIG_RT_GROUP_SCHED`) gives fsprof's cgroup no real-time time, the kernel
+/// refuses `SCHED_FIFO` but not a deadline: that check is the real-time policies' only. A deadline
+/// task wakes ahead of every normally scheduled thread, as a real-time one does, but only within
+/// its bandwidth, which the kernel admits against every CPU's (`kernel.sched_rt_runtime_us`, 95%
+/// of each): refused where that is spent, or where the thread may not run on every CPU
+/// (`taskset`).
+fn deadline() -> bool {
+    set_attr(SchedAttr {
+        policy: SCHED_DEADLINE,
+        runtime: DEADLINE_RUNTIME.as_nanos() as u64,
+        deadline: DEADLINE_PERIOD.as_nanos() as u64,
+        period: DEADLINE_PERIOD.as_nanos() as u64,
+        ..SchedAttr::default()
+    })
+}
+
+/// `SCHED_DEADLINE` (not in the libc crate's Linux constants for every target).
+const SCHED_DEADLINE: u32 = 6;
+
+/// `struct sched_attr` as the kernel's first version has it (48 bytes), for `sched_setattr`.
+#[repr(C)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+}
+
+impl Default for SchedAttr {
+    /// Sized, reset on fork (programs fsprof starts never inherit what it asks), the rest zero.
+    fn default() -> SchedAttr {
+        SchedAttr {
+            size: std::mem::size_of::<SchedAttr>() as u32,
+            policy: 0,
+            flags: 0x01, // SCHED_FLAG_RESET_ON_FORK
+            nice: 0,
+            priority: 0,
+            runtime: 0,
+            deadline: 0,
+            period: 0,
+        }
+    }
+}
+
+/// Sets the calling thread's scheduling to `attr`; `true` when the kernel took it.
+fn set_attr(attr: SchedAttr) -> bool {
+    use nix::libc;
     // SAFETY: a plain system call on the calling thread with a valid, sized attribute block.
     unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) == 0 }
 }
@@ -166,24 +216,26 @@ impl Raised {
     }
 
     /// Makes the thread real-time where the system allows it (its ticks came late); `true`
-    /// when it is now. Where it is refused (see [`Raised::refused`]), the thread takes the
-    /// lowest nice value it may instead, "nice -20", and short slices, for the rest of its life
+    /// when it is now, or a deadline task instead. Where real-time is refused (see
+    /// [`Raised::refused`]), the thread becomes a deadline task ([`deadline`]: ahead of the
+    /// program's threads within half a CPU's time) where the kernel allows that, else takes the
+    /// lowest nice value it may, "nice -20", and short slices; either for the rest of its life
     /// (not calmed again, as a real-time one is not), and real-time is not asked for again.
     ///
     /// Among busy threads a normally scheduled thread gets its weight's share of a CPU (by the
     /// kernel's weights, at nice -10 beside 500 busy threads a CPU, 1.8%; at -20, 15%): beside
-    /// 1000 busy threads on two
-    /// CPUs, in a cgroup without real-time time, 6 runs each lost 142 to 1127 perf samples at
-    /// nice -10 and 0 to 130 at nice -20, their ticks 12-76 against 72-120 (BENCHMARKS.md, the
-    /// fifty-ninth session). Late ticks stay: a tick that takes more than its share of the CPU
-    /// leaves the thread behind the others (the kernel's lag), and the next waits until they
-    /// catch up. Short slices (see [`slice`]) let a woken thread preempt at once where it is not
-    /// behind: late ticks 23-33% (median 27%) against 23-51% (38%) at nice -20 alone, 14 and
-    /// 12 interleaved runs, and 21-37% (26%) against 29-43% (32%) in 9 more with the sampler
-    /// alone so (the sixtieth session). Real-time is what keeps them on time.
+    /// 1000 busy threads on two CPUs, in a cgroup without real-time time, 6 runs each lost 142
+    /// to 1127 perf samples at nice -10 and 0 to 130 at nice -20, their ticks 12-76 against
+    /// 72-120 (BENCHMARKS.md, the fifty-ninth session). Late ticks stay: a tick that takes more
+    /// than its share of the CPU leaves the thread behind the others (the kernel's lag), and the
+    /// next waits until they catch up (waits of 300 ms were seen). Short slices (see [`slice`])
+    /// let a woken thread preempt at once where it is not behind: late ticks 23-33% (median 27%)
+    /// against 23-51% (38%) at nice -20 alone (the sixtieth session). As a deadline task, in the
+    /// same cgroup: 0.9-1.9% late, none lost, against 18-31% at nice -20 and short slices (6
+    /// interleaved runs each, the sixty-first session), as real-time keeps them.
     pub fn escalate(&mut self) -> bool {
         use nix::libc;
-        if self.how == "real-time" {
+        if self.ahead() {
             return true;
         }
         if self.refused.is_none() {
@@ -197,6 +249,10 @@ impl Raised {
                 return true;
             }
             self.refused = Some(refusal(nix::errno::Errno::last()));
+            if deadline() {
+                self.how = "deadline";
+                return true;
+            }
             if nearest_to_real_time(self.nice) {
                 // SAFETY: a plain query of the calling thread.
                 let now = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
@@ -231,9 +287,16 @@ impl Raised {
         self.how = "normal";
     }
 
-    /// How the thread is scheduled (see [`raise`]).
+    /// How the thread is scheduled (see [`raise`]; "deadline" where [`Raised::escalate`] made
+    /// it a deadline task).
     pub fn how(&self) -> &'static str {
         self.how
+    }
+
+    /// Whether the thread is scheduled ahead of every normally scheduled thread: real-time, or
+    /// a deadline task within its bandwidth.
+    pub fn ahead(&self) -> bool {
+        matches!(self.how, "real-time" | "deadline")
     }
 }
 
@@ -306,8 +369,8 @@ impl Drop for Raised {
         if self.already {
             return;
         }
-        if self.how == "real-time" {
-            lower("real-time", self.nice);
+        if self.ahead() {
+            lower(self.how, self.nice);
         }
         // Its nice value and the kernel's slices back (where neither changed, nothing changes).
         lower("raised", self.nice);
@@ -393,6 +456,26 @@ mod tests {
                 }
             }
             assert_eq!((nice(), policy()), (before, policy_before));
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// A deadline task (where the kernel admits one: root, every CPU allowed) starts threads
+    /// that are normally scheduled (reset on fork: a deadline task's fork fails without it),
+    /// and lowered is normally scheduled again at the nice value it had.
+    #[test]
+    fn a_deadline_task_starts_normal_threads_and_comes_back() {
+        std::thread::spawn(|| {
+            let before = nice();
+            if !deadline() {
+                return; // this test may not make a deadline task
+            }
+            assert_eq!(policy(), SCHED_DEADLINE as i32);
+            let child = std::thread::spawn(policy).join().expect("a thread started");
+            assert_eq!(child, libc::SCHED_OTHER);
+            lower("deadline", before);
+            assert_eq!((policy(), nice()), (libc::SCHED_OTHER, before));
         })
         .join()
         .unwrap();

@@ -133,8 +133,9 @@ pub struct ReadingMeta {
 /// How the sampler ticked: its scheduling, and its ticks late, stretched or slow.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SamplingMeta {
-    /// How the sampler was scheduled: "real-time", "raised" (nice 10 below fsprof's), "nice
-    /// -20" (real-time refused), or "normal" (see `os/priority.rs`).
+    /// How the sampler was scheduled: "real-time", "deadline" (real-time refused; a deadline
+    /// task instead), "raised" (nice 10 below fsprof's), "nice -20" (real-time and a deadline
+    /// refused), or "normal" (see `os/priority.rs`).
     #[serde(default)]
     pub sampler_priority: String,
     /// Why real-time scheduling was refused to the sampler, where it asked for it (its ticks

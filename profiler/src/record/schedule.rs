@@ -154,9 +154,7 @@ fn sample_until_stopped(
         late_ticks = (late_ticks << 1) | u32::from(late);
         // The sampler waited for a CPU, or would at its share of one: from now on it takes one
         // before the program's threads (see `priority::Raised::gently`).
-        if raised.how() != "real-time"
-            && (late_ticks.count_ones() >= LATE_BEFORE_REAL_TIME || crowded())
-        {
+        if !raised.ahead() && (late_ticks.count_ones() >= LATE_BEFORE_REAL_TIME || crowded()) {
             raised.escalate();
             sampler.set_priority(raised);
         } else if raised.how() == "raised"
@@ -200,7 +198,7 @@ fn sample_until_stopped(
                 sampler.clock().count_late(); // not counted at its wake-up already
             }
             late_ticks |= 1;
-            if waited >= STALL_BEFORE_REAL_TIME && raised.how() != "real-time" {
+            if waited >= STALL_BEFORE_REAL_TIME && !raised.ahead() {
                 raised.escalate();
                 sampler.set_priority(raised);
             }
