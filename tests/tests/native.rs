@@ -715,3 +715,81 @@ fn threads_born_and_gone_between_two_ticks_are_in_the_profile_with_perf() {
         "{summary} (bound {bound:.2})"
     );
 }
+
+/// Threads that run 2 ms every 400 ms, each a CPU half a percent of the time, which a tick
+/// seldom finds running (`rare_threads`: three of them, their bursts spread, beside a main
+/// thread busy throughout): per CPU, perf's samples of such a thread have it watched, and its
+/// time (on a CPU and waiting for one after its wake-ups, as the kernel's `schedstat` of it
+/// says) is counted within 30% of what it was: until it was (96e6e04), 4 runs of 5 left one
+/// or two of the three out altogether (no tick found them running, and perf's samples of them
+/// were dropped), and those a tick found read 1.3 to 3 times their time (31 to 74 ms for 23;
+/// the test failed 3 runs of 3 with that build); now 80 to 95% of it (the bursts before perf's
+/// first sample of the thread are not counted).
+#[test]
+fn threads_a_tick_seldom_finds_running_are_counted_with_perf() {
+    let _serial = serial();
+    if !perf_backend_available() {
+        eprintln!("perf backend not available: threads a tick seldom finds are not checked");
+        return;
+    }
+    let build = tempdir();
+    let program = build_c_program(build.path(), "rare_threads");
+    let dir = tempdir();
+    let output = Command::new(fsprof())
+        .args(["run", "--rate", "1000", "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(&program)
+        .args(["5", "3", "2", "400"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stderr}");
+    // "thread TID CPU_MS WAIT_MS" per rare thread, then "main PID CPU_MS WAIT_MS".
+    let truths: Vec<(String, u64, f64)> = (stdout.lines())
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let [kind, tid, cpu, wait] = words[..] else {
+                return None;
+            };
+            let ms = cpu.parse::<f64>().ok()? + wait.parse::<f64>().ok()?;
+            Some((kind.to_owned(), tid.parse().ok()?, ms))
+        })
+        .collect();
+    assert_eq!(truths.len(), 4, "no figures in {stdout:?}");
+    let profile: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("profile.json")).unwrap()).unwrap();
+    let tids: Vec<u64> = (profile["threads"].as_array().unwrap().iter())
+        .map(|thread| thread["tid"].as_u64().unwrap())
+        .collect();
+    let mut active = vec![0.0f64; tids.len()];
+    for sample in profile["samples"].as_array().unwrap() {
+        let thread = sample["thread"].as_u64().unwrap() as usize;
+        active[thread] += sample["active_ns"].as_u64().unwrap_or(0) as f64 / 1e6;
+    }
+    let counted = |tid: u64| {
+        tids.iter()
+            .position(|&t| t == tid)
+            .map_or(0.0, |i| active[i])
+    };
+    let rows: Vec<String> = (truths.iter())
+        .map(|(kind, tid, ms)| format!("{kind} {tid}: {:.1} ms of {ms:.1}", counted(*tid)))
+        .collect();
+    let summary = format!(
+        "{} (ticks {}, perf samples lost {})",
+        rows.join(", "),
+        profile["meta"]["ticks"],
+        profile["meta"]["perf_lost"]
+    );
+    eprintln!("{summary}");
+    for (kind, tid, ms) in &truths {
+        let ratio = counted(*tid) / ms;
+        match kind.as_str() {
+            "thread" => assert!((0.7..=1.3).contains(&ratio), "{summary}"),
+            _ => assert!((0.95..=1.05).contains(&ratio), "{summary}"),
+        }
+    }
+}
