@@ -720,11 +720,11 @@ fn threads_born_and_gone_between_two_ticks_are_in_the_profile_with_perf() {
 /// seldom finds running (`rare_threads`: three of them, their bursts spread, beside a main
 /// thread busy throughout): per CPU, perf's samples of such a thread have it watched, and its
 /// time (on a CPU and waiting for one after its wake-ups, as the kernel's `schedstat` of it
-/// says) is counted within 30% of what it was: until it was (96e6e04), 4 runs of 5 left one
+/// says) is counted within 20% of what it was: until it was (96e6e04), 4 runs of 5 left one
 /// or two of the three out altogether (no tick found them running, and perf's samples of them
 /// were dropped), and those a tick found read 1.3 to 3 times their time (31 to 74 ms for 23;
-/// the test failed 3 runs of 3 with that build); now 80 to 95% of it (the bursts before perf's
-/// first sample of the thread are not counted).
+/// the test failed 3 runs of 3 with that build); then 88 to 93% of it (the bursts before
+/// perf's first sample of the thread were dropped, until `Sampler::add_bare`); now 95 to 104%.
 #[test]
 fn threads_a_tick_seldom_finds_running_are_counted_with_perf() {
     let _serial = serial();
@@ -788,7 +788,7 @@ fn threads_a_tick_seldom_finds_running_are_counted_with_perf() {
     for (kind, tid, ms) in &truths {
         let ratio = counted(*tid) / ms;
         match kind.as_str() {
-            "thread" => assert!((0.7..=1.3).contains(&ratio), "{summary}"),
+            "thread" => assert!((0.8..=1.2).contains(&ratio), "{summary}"),
             _ => assert!((0.95..=1.05).contains(&ratio), "{summary}"),
         }
     }

@@ -494,11 +494,12 @@ impl CpuWide {
                         let bytes = sample.stack.bytes;
                         let room = strangers.len() < MOST_STRANGERS || strangers.contains_key(&tid);
                         let held = strangers.get(&tid).map_or(0, |s| s.samples.len());
+                        // A thread the ticks saw that runs unwatched: its samples are held
+                        // until the sampler watches it (or drops them at its tick's end).
                         if processes.contains_key(&pid) && ignored.contains(&tid) {
                             ran.insert(tid);
                         }
                         if !processes.contains_key(&pid)
-                            || ignored.contains(&tid)
                             || !room
                             || held >= MOST_HELD
                             || *stranger_bytes + bytes.len() > MOST_STRANGER_BYTES

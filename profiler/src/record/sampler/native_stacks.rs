@@ -87,11 +87,20 @@ impl Sampler {
         // So is a thread that perf sampled bare (unwatched) since a tick saw it: it runs, though
         // no tick found it running, and its time on a CPU would be in no sample (an echo
         // server's client thread, on a CPU 3% of the time, lost all its 77 ms in 1 run of 15).
-        let watched = native.perf_watches(tid)
-            || (native.perf_per_cpu() && (tid == self.pid || native.perf_ran_unwatched(tid)));
+        // Its samples since then, bare (perf read no marks of it: see `Sampler::add_bare`),
+        // have its time until it is watched.
+        let ran = !native.perf_watches(tid)
+            && native.perf_per_cpu()
+            && tid != self.pid
+            && native.perf_ran_unwatched(tid);
+        let watched = native.perf_watches(tid) || (native.perf_per_cpu() && tid == self.pid) || ran;
         if !native.uses_perf() || !(running || watched) {
             return None;
         }
+        if ran && !running {
+            self.add_bare(tid, thread);
+        }
+        let native = self.native.as_mut()?;
         if !watched {
             // Its time since the previous tick is not in samples: this tick's sample has it.
             self.clock.needs_every_tick();
