@@ -406,11 +406,16 @@ fn a_progress_points_mean_latency_is_predicted() {
             assert_eq!(quiet, 10, "a quiet baseline a round");
             for stretch in stretches {
                 // Every request of the stretch timed (each one mark), and at least 20 of them.
+                // The shim counts an end, then its timing, in two counters that fsprof reads at
+                // any instant: a stretch whose first or last read fell between the two has one
+                // more of either (611 timed of 610 ends in 1 suite run of 3, 2026-12-04).
                 assert!(stretch["round"].as_u64().is_some(), "{stretch}");
-                assert_eq!(
-                    stretch["progress_timed"], stretch["progress_ends"],
-                    "{stretch}"
+                let (timed, ends) = (
+                    stretch["progress_timed"].as_u64(),
+                    stretch["progress_ends"].as_u64(),
                 );
+                let (timed, ends) = (timed.unwrap(), ends.unwrap());
+                assert!(timed.abs_diff(ends) <= 1, "{stretch}");
                 assert!(
                     stretch["progress_timed"].as_u64().unwrap() >= 20,
                     "{stretch}"
