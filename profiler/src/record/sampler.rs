@@ -55,8 +55,8 @@ struct ThreadState {
     stacks: native_stacks::StackHistory,
     /// Its samples that wait for its late stop.
     pending: LateStop,
-    /// Its scheduling totals at its previous sample while perf samples it, with that tick's
-    /// count.
+    /// Its scheduling totals at its previous sample while perf samples it (and once at its
+    /// first rare tick, whatever it does: see `Sampler::weigh`), with that tick's count.
     last_sched: Option<(u64, process::SchedTimes)>,
     /// Its waits for a CPU not yet counted, or counted ahead of its totals (where its switches
     /// are not followed).
