@@ -13,6 +13,9 @@ use std::time::{Duration, Instant, SystemTime};
 /// CPUs: 40 ms took `fsprof run`'s cost to it from 12.9% to 5.5% (BENCHMARKS.md, issue 39,
 /// twenty-ninth session).
 const SLOW_TICK: Duration = Duration::from_millis(40);
+/// The longest mean interval between ticks while a brisk hold lasts (see
+/// [`TickClock::hold_brisk`]): the default rate's period.
+const BRISK_TICK: Duration = Duration::from_millis(4);
 
 /// The sampler's ticks, past and next.
 #[derive(Debug)]
@@ -32,6 +35,8 @@ pub struct TickClock {
     every_tick: bool,
     /// Ticks come at the full rate until then.
     fast_until: Option<Instant>,
+    /// Ticks come at least every [`BRISK_TICK`] until then.
+    brisk_until: Option<Instant>,
     /// The mean interval chosen for the next tick, and whether it is a long one.
     planned: (Duration, bool),
     /// Whether the interval since the previous tick was a long one (chosen so, or late).
@@ -50,6 +55,7 @@ impl Default for TickClock {
             slow_ticks: 0,
             every_tick: true,
             fast_until: None,
+            brisk_until: None,
             planned: (Duration::ZERO, false),
             slow_interval: false,
         }
@@ -117,6 +123,16 @@ impl TickClock {
         self.fast_until = self.fast_until.max(Some(until));
     }
 
+    /// Keeps ticks at least every [`BRISK_TICK`] (or at the full rate, if slower) until at
+    /// least `until`: where they are not samples but must come soon, to see a thread born after
+    /// a birth, or to read a deep stack while its image is still on the stack. The default
+    /// rate's period is soon enough for those; at 1 kHz, ticks at the full rate for 50 ms after
+    /// each birth were most of a short program's ticks (48 of 65 in 0.63 s of `spin 2`), each
+    /// waking fsprof on the program's CPUs.
+    pub fn hold_brisk(&mut self, until: Instant) {
+        self.brisk_until = self.brisk_until.max(Some(until));
+    }
+
     /// The tick that began at `now` is complete.
     pub fn end(&mut self, now: Instant) {
         if self.first.is_none() {
@@ -145,17 +161,23 @@ impl TickClock {
     /// perf does not sample. After a tick that found a thread blocked inside a mark they stay
     /// fast for a while (see [`TickClock::hold_fast`]), so that the intervals' lengths do not
     /// follow what each thread does from one tick to the next (short intervals right after a
-    /// blocked thread was seen would understate blocked time); after a thread's birth too: a
-    /// thread born and gone between two rare ticks would not be seen at all. Otherwise perf's
+    /// blocked thread was seen would understate blocked time); after a thread's birth they come
+    /// at least every [`BRISK_TICK`] for a while (see [`TickClock::hold_brisk`]): a thread born
+    /// and gone between two rare ticks would not be seen at all. Otherwise perf's
     /// samples carry the running threads' time and marks, and ticks need only come before their
     /// rings fill, at most every `SLOW_TICK`: each tick wakes fsprof, which on a machine without
     /// an idle core preempts the target.
     pub fn period(&mut self, fast: Duration, patience: Option<Duration>) -> Duration {
-        let hold = self.fast_until.is_some_and(|until| Instant::now() < until);
+        let now = Instant::now();
+        let hold = self.fast_until.is_some_and(|until| now < until);
+        let longest = match self.brisk_until {
+            Some(until) if now < until => BRISK_TICK,
+            _ => SLOW_TICK,
+        };
         let period = match patience {
             // The longest interval drawn is 1.5 times the mean; half the ring is left for
             // lateness.
-            Some(patience) if !self.every_tick && !hold => (patience / 3).min(SLOW_TICK).max(fast),
+            Some(patience) if !self.every_tick && !hold => (patience / 3).min(longest).max(fast),
             _ => fast,
         };
         self.planned = (period, period > fast);
@@ -176,5 +198,39 @@ impl TickClock {
         meta.sampling.stretched_ticks = self.stretched;
         meta.sampling.ticks = self.ticks;
         meta.sampling.slow_ticks = self.slow_ticks;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A clock past its first tick, where perf carries the running threads' time.
+    fn calm() -> TickClock {
+        let mut clock = TickClock::default();
+        let now = Instant::now();
+        clock.begin(now, true);
+        clock.end(now);
+        clock.begin(now, false);
+        clock
+    }
+
+    #[test]
+    fn ticks_are_slow_where_perf_carries_the_time_and_brisk_or_fast_while_held() {
+        let (fast, patience) = (Duration::from_millis(1), Some(Duration::from_secs(1)));
+        let mut clock = calm();
+        assert_eq!(clock.period(fast, patience), SLOW_TICK);
+        // After a birth: the default rate's period, not 1 kHz's.
+        clock.hold_brisk(Instant::now() + Duration::from_secs(60));
+        assert_eq!(clock.period(fast, patience), BRISK_TICK);
+        // A rate slower than the default keeps its own period.
+        let slow_rate = Duration::from_millis(20);
+        assert_eq!(clock.period(slow_rate, patience), slow_rate);
+        // A thread blocked inside a mark: the ticks are its samples, at the full rate.
+        clock.hold_fast(Instant::now() + Duration::from_secs(60));
+        assert_eq!(clock.period(fast, patience), fast);
+        // Without perf, every tick is a sample.
+        let mut clock = calm();
+        assert_eq!(clock.period(fast, None), fast);
     }
 }

@@ -35,9 +35,10 @@ use std::time::{Duration, Instant};
 
 /// How long ticks stay at the full rate after one found a thread blocked inside a mark.
 const FAST_HOLD: Duration = Duration::from_millis(250);
-/// How long ticks stay at the full rate after one found a thread born since the previous.
+/// How long ticks stay brisk (see `TickClock::hold_brisk`) after one found a thread born since
+/// the previous.
 const BIRTH_HOLD: Duration = Duration::from_millis(50);
-/// How long ticks stay fast after a thread's anchors were set (`native/complete.rs`): its deep
+/// How long ticks stay brisk after a thread's anchors were set (`native/complete.rs`): its deep
 /// samples taken before them could not be completed, and a sample read sooner finds more of its
 /// image still its stack.
 const ANCHORS_HOLD: Duration = Duration::from_millis(50);

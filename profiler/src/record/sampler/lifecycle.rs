@@ -47,7 +47,7 @@ impl Sampler {
         // A thread born since the previous tick: perf does not sample it yet, and
         // the next ones may end before a rare tick could see them.
         if !first {
-            self.clock.hold_fast(now + BIRTH_HOLD);
+            self.clock.hold_brisk(now + BIRTH_HOLD);
         }
         let keep_open = self.threads.descriptor_budget >= 2;
         let Some(status) = ThreadStatus::open(self.pid, tid, keep_open) else {

@@ -113,7 +113,7 @@ impl Sampler {
         if native.learnt() {
             // Deep stacks that images complete, or that the walk follows: read them soon
             // (`native/complete.rs`, `native/walk.rs`).
-            self.clock.hold_fast(Instant::now() + ANCHORS_HOLD);
+            self.clock.hold_brisk(Instant::now() + ANCHORS_HOLD);
         }
         let follows = native.follows_switches(tid);
         let followed = self.followed_off_cpu(tid);
