@@ -666,7 +666,12 @@ impl Sampler {
     /// The mean interval to the next tick, for a sampler whose rate asks for `fast` (see
     /// [`TickClock::period`]).
     pub fn tick_period(&mut self, fast: Duration) -> Duration {
+        // Before perf's rings fill, and before the histories of later branches do.
         let patience = self.native.as_ref().and_then(NativeSampler::perf_patience);
+        let patience = match (patience, self.reader.history_patience()) {
+            (Some(rings), Some(histories)) => Some(rings.min(histories)),
+            (rings, _) => rings,
+        };
         self.clock.period(fast, patience)
     }
 
