@@ -49,8 +49,7 @@ impl Sampler {
             if samples.is_empty() {
                 continue;
             }
-            let marks = self.reader.knows_regions() || native.label_format().is_some();
-            if marks {
+            if Self::marks_unknown_to_bare(&self.reader, native) {
                 self.unseen.counts.native_unseen_dropped += samples.len() as u64;
                 continue;
             }
@@ -72,12 +71,18 @@ impl Sampler {
         let Some(native) = self.native.as_mut() else {
             return;
         };
-        if self.reader.knows_regions() || native.label_format().is_some() {
+        if Self::marks_unknown_to_bare(&self.reader, native) {
             native.ignore_stranger(tid);
             return;
         }
         let samples = native.unseen_samples(tid);
         self.add_bare_samples(thread, samples);
+    }
+
+    /// Whether the process marks (a region is known) or publishes labels: its threads' bare
+    /// samples would lack what they were inside of, and are left out.
+    pub(super) fn marks_unknown_to_bare(reader: &MarkReader, native: &NativeSampler) -> bool {
+        reader.knows_regions() || native.label_format().is_some()
     }
 
     /// Adds `samples`, bare, of sample thread `thread`, each standing for its tick, with no
