@@ -190,7 +190,7 @@ enum Cmd {
         #[arg(long)]
         agent: bool,
         /// Output directory for what-if.json, what-if.svg, the first profile and the program's
-        /// output. Default: ./fsprof-<program>-<n>.
+        /// output. Default: `./fsprof-<program>-<n>`.
         #[arg(short, long, value_name = "DIR")]
         output: Option<PathBuf>,
         /// Program and arguments.
@@ -213,7 +213,7 @@ enum Cmd {
 #[derive(Debug, Args)]
 struct RecordArgs {
     /// Output directory for profile.json and report.txt (created if missing).
-    /// Default: ./fsprof-<program>-<n>, with the first n not already taken.
+    /// Default: `./fsprof-<program>-<n>`, with the first n not already taken.
     #[arg(short, long, value_name = "DIR")]
     output: Option<PathBuf>,
     /// Mean sampling rate, samples per second; intervals are jittered around it.

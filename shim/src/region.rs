@@ -382,7 +382,7 @@ unsafe fn map_in(slot: *mut Slot) {
 }
 
 /// Frees a slot at thread exit. Its `seq` may be odd, if a push of the thread was left by a jump
-/// that [`jumping_to`] did not see: a released slot is left even, so that it is clean for the
+/// that [`jumping_to`](crate::stack::jumping_to) did not see: a released slot is left even, so that it is clean for the
 /// next owner and readable meanwhile.
 fn release(slot: &Slot) {
     make_even(slot);

@@ -37,7 +37,7 @@ pub(super) fn counts_image(profile: &Profile, view: TimeView, group: &SampleGrou
 }
 
 /// The time each sample group stands for in `view`, indexed like [`Profile::samples`]: the same
-/// rule as [`analyse`] (in the active view, a sample inside some feature's mark counts its wall
+/// rule as [`analyse`](crate::analysis::features::analyse) (in the active view, a sample inside some feature's mark counts its wall
 /// time, blocked time included; other samples their active time), so the weights add up to the
 /// report's total.
 pub fn group_weights(profile: &Profile, view: TimeView) -> Vec<u64> {

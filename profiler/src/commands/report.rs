@@ -26,7 +26,7 @@ pub enum Format {
     /// `instance` labels on each sample (`go tool pprof -tagfocus=feature=output FILE`). Binary:
     /// redirect stdout or use --output.
     Pprof,
-    /// speedscope's JSON file format (open it at https://www.speedscope.app): one profile per
+    /// speedscope's JSON file format (open it at <https://www.speedscope.app>): one profile per
     /// thread, its stacks (marks as frames) weighted by their time in ns.
     Speedscope,
 }

@@ -7,7 +7,7 @@
 //! that passes the selection and brings back the delays is `fsprof_shim::whatif`), and the
 //! program's time less the delay inserted is its time with that code faster.
 //!
-//! Each round of experiments also has a quiet baseline ([`Turn::Quiet`]): nothing selected and
+//! Each round of experiments also has a quiet baseline (`Turn::Quiet`): nothing selected and
 //! the looks slowed tenfold. The looks every millisecond cost the program a few percent in every
 //! other run or stretch; against the quiet baselines fsprof measures that cost, and has a look
 //! in the selected code credit that much more than its period (`what_if/results.rs`). The

@@ -110,7 +110,7 @@ fn find_members<const N: usize>(data: &[u8], wanted: &[(&str, &str); N]) -> [Opt
     find_members_and_typedef(data, wanted, "").0
 }
 
-/// [`find_members`], and the type id of the typedef named `typedef` (none for an empty name),
+/// `find_members`, and the type id of the typedef named `typedef` (none for an empty name),
 /// in the same walk.
 fn find_members_and_typedef<const N: usize>(
     data: &[u8],

@@ -133,7 +133,7 @@ const _: () = assert!(
 pub(in crate::native) const FOLD_KINDS: usize = 3;
 const _: () = assert!(VALUE_SIZE.is_multiple_of(8), "values hold aligned words");
 
-/// The stack word (u32) that holds the thread's map value index (see [`Index`]).
+/// The stack word (u32) that holds the thread's map value index (see `sampling::Index`).
 pub(in crate::native) const INDEX_SLOT: i16 = -4;
 
 /// Added to a process id, the key under which the per-CPU design's map of watched threads

@@ -79,7 +79,7 @@ const COPIES_MAX: usize = 32 * 1024 * 1024;
 /// length (`Credit::calibrate`, `record/sampler/off_cpu/followed.rs`): by CPU time since the previous sample, one tick read a loop of
 /// 700 us of `hashing`, a 500 us sleep and 300 us unmarked 1.9 to 2.8 points high (the thread's
 /// CPU time between two ticks of its CPU depends on where its sleep fell). Against a loop in step
-/// with the ticks, [`rephase`] restarts them at random. BENCHMARKS.md (issue 18's section, and
+/// with the ticks, `rephase` restarts them at random. BENCHMARKS.md (issue 18's section, and
 /// issue 39's of the twenty-second, twenty-third and twenty-eighth sessions) has the runs.
 ///
 /// A twentieth less than

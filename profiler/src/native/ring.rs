@@ -89,7 +89,7 @@ pub(super) enum ThreadEvent {
     /// It was removed from the watched threads as it began an `exec`.
     Execed { time: u64 },
     /// Its short stretches off its CPU since its previous record, folded (see
-    /// [`FOLD_MOST_NS`]); `seq` as for a departure.
+    /// [`FOLD_MOST_NS`](crate::native::layout::FOLD_MOST_NS)); `seq` as for a departure.
     Folded { folded: Folded, seq: u64 },
 }
 

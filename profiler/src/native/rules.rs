@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 pub const MAX_RULES: u32 = 1 << 15;
 
 /// The rules of a process's return addresses, as the programs read them: a hash map, and a
-/// bitmap of them (by [`bit`]) mapped into fsprof; made with the walk's other maps when the
-/// process is made for (see [`WalkMaps`]).
+/// bitmap of them (by `bit`) mapped into fsprof; made with the walk's other maps when the
+/// process is made for (see `WalkMaps`).
 pub struct Rules {
     maps: Option<WalkMaps>,
     /// Each CPU's scratch for the walk (its state, its record, a window of words): per CPU,

@@ -586,7 +586,7 @@ pub(super) fn bit(word: u64) -> (usize, u32) {
 }
 
 /// `r0` = a pointer to the rule of the return address at [`KEY`] (as the program reads a
-/// rule: see [`encode`]): the one learnt, else its function's body rule; jumps to `none`
+/// rule: see [`encode`](crate::native::layout::encode)): the one learnt, else its function's body rule; jumps to `none`
 /// without one.
 fn rule_of(p: &mut Asm, maps: [RawFd; 3], none: Label) {
     let [rules, _, functions] = maps;

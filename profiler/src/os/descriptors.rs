@@ -9,7 +9,7 @@ use std::os::fd::AsRawFd;
 /// Descriptors the table is sized for at the start (two per thread of a 2000-thread program).
 const PRESIZED: u64 = 4096;
 
-/// Sizes this process's table of file descriptors for [`PRESIZED`] descriptors (or its hard
+/// Sizes this process's table of file descriptors for `PRESIZED` descriptors (or its hard
 /// limit), while it has a single thread. The kernel grows the table by doubling it, and once
 /// the process has several threads each growth waits for an RCU grace period: beside 1000 busy
 /// threads on 2 CPUs, one took 165 ms of the sampler's tick that admitted 135 threads (each

@@ -29,7 +29,7 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
-/// Writes `bytes` to a file the user named (`--output`, `--flamegraph`): as [`write`] when it is
+/// Writes `bytes` to a file the user named (`--output`, `--flamegraph`): as [`write()`] when it is
 /// a regular file or new; straight into it when it is a device, a pipe or a link the user made
 /// (`-o /dev/stdout`).
 pub fn write_named(path: &Path, bytes: &[u8]) -> io::Result<()> {

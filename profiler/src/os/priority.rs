@@ -33,7 +33,7 @@ pub fn raise() -> (&'static str, i32) {
 }
 
 /// Where real-time scheduling is refused: the calling thread (at `nice`) takes the lowest nice
-/// value it may, -20 (else 10 below `nice`), and then short slices ([`slice`]); `true` when its
+/// value it may, -20 (else 10 below `nice`), and then short slices ([`slice()`]); `true` when its
 /// nice value is lower now. A thread that may not lower its nice value (an unprivileged fsprof)
 /// takes no short slices either: with a thread's weight, its wake-ups would preempt the
 /// program's threads at every tick for little gain (see [`Raised::gently`]).
@@ -91,7 +91,7 @@ pub struct Raised {
     refused: Option<String>,
 }
 
-/// The slice a raised thread asks for where real-time is refused (see [`slice`]): the shortest
+/// The slice a raised thread asks for where real-time is refused (see [`slice()`]): the shortest
 /// the kernel gives.
 const SHORT_SLICE: std::time::Duration = std::time::Duration::from_micros(100);
 
@@ -183,7 +183,7 @@ impl Raised {
     /// CPU idle) was switched out 289 and 428 times in 7 s against 24 alone, 30 and 35 with the
     /// sampler normally scheduled, which a woken thread finds an idle CPU for. A lower nice
     /// value keeps most of the priority's effect where the CPUs are busy. Not short slices
-    /// ([`slice`]) as well: with them a sampler taking its samples itself (`--no-native`, never
+    /// (`slice()`) as well: with them a sampler taking its samples itself (`--no-native`, never
     /// calmed) cost python3 with four threads 1.075 of its time alone against 1.002 without
     /// (8 rounds, interleaved, the sixtieth session), its wake-ups preempting the thread that
     /// held the interpreter's lock.
@@ -217,7 +217,7 @@ impl Raised {
 
     /// Makes the thread real-time where the system allows it (its ticks came late); `true`
     /// when it is now, or a deadline task instead. Where real-time is refused (see
-    /// [`Raised::refused`]), the thread becomes a deadline task ([`deadline`]: ahead of the
+    /// [`Raised::refused`]), the thread becomes a deadline task (`deadline`: ahead of the
     /// program's threads within half a CPU's time) where the kernel allows that, else takes the
     /// lowest nice value it may, "nice -20", and short slices; either for the rest of its life
     /// (not calmed again, as a real-time one is not), and real-time is not asked for again.
@@ -228,7 +228,7 @@ impl Raised {
     /// to 1127 perf samples at nice -10 and 0 to 130 at nice -20, their ticks 12-76 against
     /// 72-120 (BENCHMARKS.md, the fifty-ninth session). Late ticks stay: a tick that takes more
     /// than its share of the CPU leaves the thread behind the others (the kernel's lag), and the
-    /// next waits until they catch up (waits of 300 ms were seen). Short slices (see [`slice`])
+    /// next waits until they catch up (waits of 300 ms were seen). Short slices (see `slice()`)
     /// let a woken thread preempt at once where it is not behind: late ticks 23-33% (median 27%)
     /// against 23-51% (38%) at nice -20 alone (the sixtieth session). As a deadline task, in the
     /// same cgroup: 0.9-1.9% late, none lost, against 18-31% at nice -20 and short slices (6

@@ -8,7 +8,7 @@
 //! file's `PT_LOAD` segments, not from `start - offset`. The vdso is copied from the target's
 //! memory. Unwinding (`unwind.rs`) and symbolization (`symbols.rs`) both use these.
 //!
-//! A file mapped once is shared by every process of the recording that maps it ([`shared`]): a
+//! A file mapped once is shared by every process of the recording that maps it (`shared`): a
 //! build runs the same compiler, assembler and libraries in process after process, and mapping
 //! each again (its pages faulted in anew, its parse redone, unmapped at the end with a TLB flush
 //! that interrupts the other CPUs) was most of what setting up a followed process cost.
@@ -62,7 +62,7 @@ impl Image {
 
 impl Image {
     /// Where its bytes are held: the same for every process that maps the same file (see
-    /// [`shared`]), different for different images while both live.
+    /// `shared`), different for different images while both live.
     pub fn address(&self) -> usize {
         Arc::as_ptr(&self.0) as usize
     }
@@ -389,7 +389,7 @@ pub struct JitDump {
 }
 
 /// Opens the jitdump files mapped in `maps` that `known` does not hold (those tried before,
-/// opened or not), at most [`MAX_JIT_DUMPS`] with `known`. A JIT maps its dump
+/// opened or not), at most `MAX_JIT_DUMPS` with `known`. A JIT maps its dump
 /// (`jit-PID.dump`, perf's name for it) so that profilers find it there; it writes its records
 /// on, and they are read once recording has ended (`symbolize/jitdump.rs`).
 pub fn jit_dumps(pid: u32, maps: &[Mapping], known: &[(u64, u64)]) -> Vec<JitDump> {

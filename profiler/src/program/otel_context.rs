@@ -13,7 +13,7 @@
 //! Here: finding the thread-local (`thread_local.rs`), reading the key map from outside as
 //! the specification's seqlock asks (the publication time read before and after the payload),
 //! and parsing a record's bytes into labels (a key a feature, its value the instance): all of
-//! it untrusted input, bounded ([`MAX_RECORD`], [`MAX_PAYLOAD`], [`MAX_KEYS`]). A record not
+//! it untrusted input, bounded ([`MAX_RECORD`], `MAX_PAYLOAD`, `MAX_KEYS`). A record not
 //! valid has no labels; of two attributes with one key the last counts; an index the key map
 //! does not name is skipped (and says the map may have grown). Not here: copying a thread's
 //! record at a sample (`native/sampling.rs`), or turning labels into features.

@@ -142,7 +142,7 @@ impl NewestPid {
     }
 }
 
-/// Most children [`children`] returns for one process (what `/proc` says is the target's word:
+/// Most children a [`ChildList`] gives for one process (what `/proc` says is the target's word:
 /// bounded).
 pub const MAX_CHILDREN: usize = 4096;
 

@@ -104,7 +104,7 @@ impl ScannedFiles {
 }
 
 /// Whether the environment process `pid`'s program started with holds `entry` (`NAME=value`),
-/// as far as [`MAX_ENVIRONMENT_BYTES`]; `false` where it cannot be read.
+/// as far as `MAX_ENVIRONMENT_BYTES`; `false` where it cannot be read.
 pub fn environment_holds(pid: u32, entry: &str) -> bool {
     use std::io::Read;
     let Ok(file) = fs::File::open(proc_dir(pid).join("environ")) else {

@@ -123,7 +123,7 @@ impl TickClock {
         self.fast_until = self.fast_until.max(Some(until));
     }
 
-    /// Keeps ticks at least every [`BRISK_TICK`] (or at the full rate, if slower) until at
+    /// Keeps ticks at least every `BRISK_TICK` (or at the full rate, if slower) until at
     /// least `until`: where they are not samples but must come soon, to see a thread born after
     /// a birth, or to read a deep stack while its image is still on the stack. The default
     /// rate's period is soon enough for those; at 1 kHz, ticks at the full rate for 50 ms after
@@ -162,7 +162,7 @@ impl TickClock {
     /// fast for a while (see [`TickClock::hold_fast`]), so that the intervals' lengths do not
     /// follow what each thread does from one tick to the next (short intervals right after a
     /// blocked thread was seen would understate blocked time); after a thread's birth they come
-    /// at least every [`BRISK_TICK`] for a while (see [`TickClock::hold_brisk`]): a thread born
+    /// at least every `BRISK_TICK` for a while (see [`TickClock::hold_brisk`]): a thread born
     /// and gone between two rare ticks would not be seen at all. Otherwise perf's
     /// samples carry the running threads' time and marks, and ticks need only come before their
     /// rings fill, at most every `SLOW_TICK`: each tick wakes fsprof, which on a machine without

@@ -17,10 +17,10 @@
 //! own. A process whose program announces its regions (`announce.rs`: its environment names
 //! this recording's socket, as `fsprof run` sets it) is looked at when it announces one, and
 //! otherwise, in case a datagram was lost, every twentieth of its age (between
-//! [`ANNOUNCED_INTERVAL`] and [`ANNOUNCED_LONGEST`]), reading its whole map only when its
-//! address space changed size or every [`ANNOUNCED_FULL_SCAN`]; and
+//! `ANNOUNCED_INTERVAL` and `ANNOUNCED_LONGEST`), reading its whole map only when its
+//! address space changed size or every `ANNOUNCED_FULL_SCAN`; and
 //! its thread starts only when the process announces a region (or has lived
-//! [`UNANNOUNCED_LIFE`], or runs a program that may not announce), since most processes of a
+//! `UNANNOUNCED_LIFE`, or runs a program that may not announce), since most processes of a
 //! build never mark.
 //!
 //! Not here: reading the regions' marks (`region.rs`), what the marks mean (`sampler.rs`).
@@ -85,9 +85,9 @@ impl Scanner {
     /// A process whose environment names the recording's socket announces the regions its
     /// program creates (the registry keeps those sent before this registers), so its thread
     /// starts only when it announces one, when its program changes to one that may not
-    /// (an `exec` with another environment), or once it has lived [`UNANNOUNCED_LIFE`] (a
+    /// (an `exec` with another environment), or once it has lived `UNANNOUNCED_LIFE` (a
     /// datagram lost to a full socket): most of a build's processes never mark and live less,
-    /// and a thread, its first look at the map and its looks every [`ANNOUNCED_INTERVAL`]
+    /// and a thread, its first look at the map and its looks every `ANNOUNCED_INTERVAL`
     /// cost about 0.4 ms of CPU a process (79 of them over 3 builds of 12 files). Otherwise
     /// it looks at once.
     pub fn start(pid: u32, registry: Option<&Registry>) -> Scanner {
@@ -138,8 +138,8 @@ impl Scanner {
 
     /// Takes what was found since the previous call, and records which regions the sampler now
     /// reads (`held`: their addresses). A scanner whose thread starts now (its process
-    /// announced its first region, or lived [`UNANNOUNCED_LIFE`]) is waited for, up to
-    /// [`FIRST_ANNOUNCED_WAIT`]: found only at
+    /// announced its first region, or lived `UNANNOUNCED_LIFE`) is waited for, up to
+    /// `FIRST_ANNOUNCED_WAIT`: found only at
     /// the next tick, the region's marks were unknown for one more (two slow ticks after the
     /// program's first mark, 20 to 50 ms, which `growth`'s first instance lost).
     pub fn take(&mut self, held: impl Iterator<Item = u64>) -> Found {

@@ -49,8 +49,8 @@ pub struct Schedule {
     pub duration: Option<Duration>,
     /// Set by SIGTSTP (Ctrl-Z): fsprof is to suspend itself, see [`suspend`].
     pub suspend: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// Whether `stop` is asked between ticks too, every [`BETWEEN_TICKS`] or at each fork of a
-    /// process followed (see [`Asking`]): where it looks for the program's new processes
+    /// Whether `stop` is asked between ticks too, every `BETWEEN_TICKS` or at each fork of a
+    /// process followed (see `Asking`): where it looks for the program's new processes
     /// (`children.rs`).
     pub asks_between_ticks: bool,
 }

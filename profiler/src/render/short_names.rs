@@ -14,8 +14,8 @@ const KEPT: usize = 12;
 /// overloads apart.
 const PARAMETERS_KEPT: usize = 40;
 
-/// `name` with each template or generic argument list longer than [`KEPT`] characters written
-/// `<…>`, and each parameter list longer than [`PARAMETERS_KEPT`] `(…)`.
+/// `name` with each template or generic argument list longer than `KEPT` characters written
+/// `<…>`, and each parameter list longer than `PARAMETERS_KEPT` `(…)`.
 pub fn elide_arguments(name: &str) -> Cow<'_, str> {
     if !name.contains('<') && !name.contains('(') {
         return Cow::Borrowed(name);

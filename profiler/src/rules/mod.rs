@@ -1,5 +1,5 @@
 //! Feature rules over native stacks: a rule names a feature and the functions that are it
-//! ([`Pattern`]). Applied to a profile ([`apply`]), a rule gives each sample whose native stack
+//! ([`Pattern`]). Applied to a profile ([`apply()`]), a rule gives each sample whose native stack
 //! holds a matching frame a mark of its feature, whose instance is the program's call site, and
 //! an antimark where the program's own code is called back from inside the feature's frames.
 //!

@@ -66,7 +66,7 @@ impl Pattern {
         })
     }
 
-    /// Whether a frame of function `names` (see [`FrameNames`]) in module file `module` matches.
+    /// Whether a frame of function `names` (see `FrameNames`) in module file `module` matches.
     pub fn matches(&self, names: &FrameNames, module: &str) -> bool {
         if let Some(glob) = &self.module {
             if !glob.matches(module) {

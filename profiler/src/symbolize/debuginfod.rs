@@ -3,12 +3,12 @@
 //! asked in turn for `/buildid/<hex>/debuginfo` once recording has ended (symbolization runs
 //! then; never while sampling), the answers kept in a cache private to the user,
 //! `$XDG_CACHE_HOME/fsprof/debuginfod/<hex>/debuginfo`. A build id no server has is remembered
-//! for [`MISSING_FOR`] (`missing` beside it), as debuginfod's own client does, so that a second
+//! for `MISSING_FOR` (`missing` beside it), as debuginfod's own client does, so that a second
 //! report does not ask again for every library; a server that cannot be reached is not asked again
 //! by this fsprof.
 //!
-//! `DEBUGINFOD_TIMEOUT` (seconds, default [`TIMEOUT`]) bounds the wait for a server to answer,
-//! `DEBUGINFOD_MAXSIZE` (bytes, default [`MAX_SIZE`]) the size of a file taken; `--offline`
+//! `DEBUGINFOD_TIMEOUT` (seconds, default `TIMEOUT`) bounds the wait for a server to answer,
+//! `DEBUGINFOD_MAXSIZE` (bytes, default `MAX_SIZE`) the size of a file taken; `--offline`
 //! asks nothing. A fetch runs on a thread of its own without fsprof's capabilities, as the user
 //! who ran it, and writes only into that user's cache (`os/cache.rs` checks whose it is). What a
 //! server sends is untrusted: `debug_files.rs` takes a file only if its build id is the module's.

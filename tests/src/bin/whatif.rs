@@ -2,7 +2,7 @@
 //! (its work, a fixed count of arithmetic steps, cut by a percentage), so the gain a speedup
 //! buys is measured by running with the knob, and compared with what `what-if` predicts.
 //!
-//!   whatif batch|pipeline|server [ITEMS] [--cheaper FEATURE=PERCENT]...
+//!   whatif batch|pipeline|server \[ITEMS\] [--cheaper FEATURE=PERCENT]...
 //!
 //! * `batch`: one thread, per item `parse` (3 units of work) then `check` (1 unit): a speedup
 //!   of either buys its share of the time times the speedup.

@@ -317,36 +317,36 @@ impl NativeSampler {
     }
 
     /// Up to when what perf handed out is complete, where earlier than the take (see
-    /// [`PerfSampler::complete_until`]).
+    /// [`PerfSampler::complete_until`](crate::native::perf::PerfSampler::complete_until)).
     pub fn perf_complete_until(&self) -> Option<u64> {
         self.perf.as_ref()?.lock().complete_until()
     }
 
     /// Per CPU, whether `tid`, not watched, ran since a tick saw it (see
-    /// [`PerfSampler::ran_unwatched`]); asked once a tick.
+    /// [`PerfSampler::ran_unwatched`](crate::native::perf::PerfSampler::ran_unwatched)); asked once a tick.
     pub fn perf_ran_unwatched(&self, tid: u32) -> bool {
         (self.perf.as_ref()).is_some_and(|perf| perf.lock().ran_unwatched(tid))
     }
 
     /// Per CPU, whether `tid` switched since its stream's latest switch (see
-    /// [`PerfSampler::switched_unseen`]).
+    /// [`PerfSampler::switched_unseen`](crate::native::perf::PerfSampler::switched_unseen)).
     pub fn perf_switched_unseen(&self, tid: u32) -> Option<bool> {
         self.perf.as_ref()?.lock().switched_unseen(tid)
     }
 
     /// When `tid` left its CPU, if it is blocked since a departure folded (see
-    /// [`PerfSampler::folded_open`]).
+    /// [`PerfSampler::folded_open`](crate::native::perf::PerfSampler::folded_open)).
     pub fn perf_folded_open(&self, tid: u32) -> Option<u64> {
         self.perf.as_ref()?.lock().folded_open(tid)
     }
 
-    /// `tid`'s time on a CPU since perf began to sample it (see [`PerfSampler::cpu_ns`]).
+    /// `tid`'s time on a CPU since perf began to sample it (see [`PerfSampler::cpu_ns`](crate::native::perf::PerfSampler::cpu_ns)).
     pub fn perf_cpu_ns(&self, tid: u32) -> Option<u64> {
         self.perf.as_ref()?.lock().cpu_ns(tid)
     }
 
     /// When thread `tid` was born, if perf saw a sampled thread make it (see
-    /// [`PerfSampler::birth`]).
+    /// [`PerfSampler::birth`](crate::native::perf::PerfSampler::birth)).
     pub fn birth(&mut self, tid: u32) -> Option<u64> {
         self.perf.as_ref()?.lock().birth(tid)
     }

@@ -42,7 +42,7 @@ pub const MAX_MACHINE_SWITCH_RATE: u64 = 25_000;
 const MACHINE_WINDOW_NS: u64 = 200_000_000;
 
 impl PerfSampler {
-    /// Whether `tid`'s departures from its CPU are followed (see [`Taken::Switch`]).
+    /// Whether `tid`'s departures from its CPU are followed (see [`Taken::Switch`](crate::native::stream::Taken::Switch)).
     pub fn follows_switches(&self, tid: u32) -> bool {
         self.threads
             .get(&tid)
@@ -53,7 +53,7 @@ impl PerfSampler {
     }
 
     /// Decides, at a tick, whether the threads' switches are followed (see
-    /// [`MAX_MACHINE_SWITCH_RATE`]); `marks`: the caller's process marks (it has a region). The
+    /// `MAX_MACHINE_SWITCH_RATE`); `marks`: the caller's process marks (it has a region). The
     /// error says what the kernel refused as following began again.
     pub fn mind_following(&mut self, marks: bool) -> Result<(), String> {
         self.marked |= marks;
