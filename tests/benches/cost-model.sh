@@ -17,6 +17,11 @@
 #              of it, no stacks: what a tick costs); the program's elapsed and CPU time (the
 #              latter includes the kernel's work in interrupts on its threads); not in the
 #              default PARTS
+#   segments   where in the run the cost falls: spin 2 threads, each reading its CPU time at
+#              every tenth of its steps: alone | default | r1000 | perf250 | perf1000; per
+#              tenth, the threads' CPU time against alone's (the kernel's work per sample is
+#              the same in every tenth; a profiler's start shows in the first); not in the
+#              default PARTS
 #   preempted  spin 2 threads beside a busy loop on every CPU (so preempted every few ms):
 #              alone | default | r1000, by the program's CPU time (the kernel's copies of a
 #              preempted thread's stack, at most one per period, are made on it); not in the
@@ -224,6 +229,34 @@ for part in $PARTS; do
       configs="alone default percpu nonative r125"
       command -v perf > /dev/null && configs="$configs perf250 ptick ptick2"
       rounds spin2-ticks "$configs" "$WORK/spin" 2 1500000000 ;;
+    segments)
+      # Where in the run a configuration's cost falls: each thread's CPU time in each tenth of
+      # its steps (spin's SPIN_SEGMENTS), summed over the threads, against alone's.
+      configs="alone default r1000"
+      command -v perf > /dev/null && configs="$configs perf250 perf1000"
+      echo "== segments: spin 2 500000000, the threads' CPU time in each tenth of their steps"
+      : > "$WORK/segments.tsv"
+      for r in $(seq "$ROUNDS"); do
+        for c in $(echo $configs | tr ' ' '\n' | shuf); do
+          echo "round $r $c"
+          one "$c" env SPIN_SEGMENTS=10 "$WORK/spin" 2 500000000 > "$WORK/one"
+          sed -n "s/.* segments=\([0-9.,]*\).*/\1/p" "$WORK/one" | head -1 | sed "s/^/$c\t/" >> "$WORK/segments.tsv"
+        done
+      done
+      python3 - "$WORK/segments.tsv" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    config, values = line.split()
+    runs.setdefault(config, []).append([float(v) for v in values.split(",")])
+alone = [statistics.median(column) for column in zip(*runs["alone"])]
+print("  per tenth, the median against alone's (%), then the whole run's:")
+for config, rows in sorted(runs.items()):
+    medians = [statistics.median(column) for column in zip(*rows)]
+    tenths = " ".join(f"{100 * (m / a - 1):+5.1f}" for m, a in zip(medians, alone))
+    print(f"  {config:9s} {tenths}   {100 * (sum(medians) / sum(alone) - 1):+5.1f}")
+PY
+      ;;
     preempted)
       busy=()
       for _ in $(seq "$(nproc)"); do yes > /dev/null & busy+=($!); done
