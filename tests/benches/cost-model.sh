@@ -18,7 +18,8 @@
 #              latter includes the kernel's work in interrupts on its threads); not in the
 #              default PARTS
 #   segments   where in the run the cost falls: spin 2 threads, each reading its CPU time at
-#              every tenth of its steps: alone | default | r1000 | perf250 | perf1000; per
+#              every tenth of its steps: alone | default | r1000 | perf250 | perf1000 (and
+#              base, base1000 with BASE); per
 #              tenth, the threads' CPU time against alone's (the kernel's work per sample is
 #              the same in every tenth; a profiler's start shows in the first); not in the
 #              default PARTS
@@ -234,6 +235,7 @@ for part in $PARTS; do
       # its steps (spin's SPIN_SEGMENTS), summed over the threads, against alone's.
       configs="alone default r1000"
       command -v perf > /dev/null && configs="$configs perf250 perf1000"
+      [ -n "${BASE:-}" ] && configs="$configs base base1000"
       echo "== segments: spin 2 500000000, the threads' CPU time in each tenth of their steps"
       : > "$WORK/segments.tsv"
       for r in $(seq "$ROUNDS"); do
