@@ -240,11 +240,13 @@ impl RegionReader {
     /// Appends the later branches written to the slots' histories since the previous call (see
     /// `fsprof_shim::abi`), of the slots claimed at the last [`RegionReader::read`], whoever owns
     /// them now (a thread that exited since keeps its entries), oldest first per slot. Returns
-    /// the most entries one history was given since the previous call (none at the first).
+    /// the most entries one history read before was given since the previous call.
     pub fn read_history(&mut self, out: &mut Vec<RecordView>, stats: &mut ReadStats) -> u64 {
         let used = (self.slots_used as usize).min(SLOT_COUNT);
         let (first, before) = (self.history_taken.is_empty(), out.len());
-        let mut most = 0;
+        // Slots read before: a slot first read now has its whole history counted since 0,
+        // which says nothing of how fast it fills.
+        let (known, mut most) = (self.history_taken.len(), 0);
         if self.history_taken.len() < used {
             self.history_taken.resize(used, 0);
         }
@@ -266,7 +268,9 @@ impl RegionReader {
             self.history_taken[index] = written;
             if !first {
                 stats.later_branches_lost += lost;
-                most = most.max(written.saturating_sub(since));
+                if index < known {
+                    most = most.max(written.saturating_sub(since));
+                }
             }
         }
         stats.later_branches += (out.len() - before) as u64;
