@@ -143,6 +143,18 @@ impl NativeSampler {
         sampler
     }
 
+    /// Re-reads the memory map for an instruction at `ip` that no module known holds (see
+    /// [`MemoryMap::refresh_for_code`]).
+    fn refresh_for_code(&mut self, via: u32, ip: u64) {
+        (self.maps).refresh_for_code(via, &mut self.unwinder, worker(&mut self.reads), ip);
+        self.look_for_labels();
+    }
+
+    /// Whether `ip` is in a module known or in an executable mapping known (a JIT's code).
+    fn knows_code(&self, ip: u64) -> bool {
+        self.unwinder.knows(ip) || self.maps.code_holds(ip)
+    }
+
     /// Re-reads the memory map's modules, and the mapping that holds `stack` (see
     /// [`MemoryMap::refresh`]).
     fn refresh(&mut self, via: u32, stack: Option<u64>) {
@@ -354,21 +366,37 @@ impl NativeSampler {
         copied_here: bool,
     ) -> Captured {
         let stack_unknown = copied_here && !self.maps.holds(regs.sp);
-        if !self.unwinder.knows(regs.ip) || stack_unknown {
-            // A library loaded, or a new thread's stack, since the last read.
-            self.refresh(tid, stack_unknown.then_some(regs.sp));
+        if stack_unknown {
+            // A new thread's stack since the last read.
+            self.refresh(tid, Some(regs.sp));
+        }
+        if !self.unwinder.knows(regs.ip) {
+            // A library loaded since the last read, or code without a file (a JIT's).
+            self.refresh_for_code(tid, regs.ip);
+        }
+        if !self.knows_code(regs.ip) {
+            // No mapping known holds the instruction (the map could not be read in time, or
+            // no longer can be: the process is gone): its stack would be guessed (by the
+            // frame pointer register, which libraries do not keep), so it has none.
+            self.unwound.frames.clear();
+            self.unwound.complete = false;
+            return Captured::default();
         }
         self.unwinder.unwind(regs, stack, &mut self.unwound);
         if !self.unwound.complete {
             // The stack may run through a library loaded since the maps were read.
-            let unknown = self
-                .unwound
-                .frames
-                .last()
-                .is_some_and(|f| !self.unwinder.knows(f.address));
-            if unknown {
-                self.refresh(tid, None);
+            let unknown = (self.unwound.frames.last())
+                .map(|f| f.address)
+                .filter(|&address| !self.unwinder.knows(address));
+            if let Some(address) = unknown {
+                self.refresh_for_code(tid, address);
                 self.unwinder.unwind(regs, stack, &mut self.unwound);
+            }
+            // A return address into no code known (read from a frame whose rule was guessed)
+            // is no frame.
+            let last = self.unwound.frames.last().map(|f| f.address);
+            if self.unwound.frames.len() > 1 && last.is_some_and(|a| !self.knows_code(a)) {
+                self.unwound.frames.pop();
             }
         }
         Captured {

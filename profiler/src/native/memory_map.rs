@@ -54,6 +54,9 @@ pub struct MemoryMap {
     /// interval, as the whole map is (a stack pointer outside every mapping would otherwise
     /// cost a read at each of its samples).
     stack_missed: Option<Instant>,
+    /// When a read for an instruction found no executable mapping holding it: read for one
+    /// again only after an interval.
+    code_missed: Option<Instant>,
     /// Always read whole (`PROCMAP_QUERY` is not asked).
     whole: bool,
     /// The executable mappings as last read, whole or not.
@@ -76,6 +79,7 @@ impl MemoryMap {
             maps: Vec::new(),
             queried: false,
             stack_missed: None,
+            code_missed: None,
             whole,
             code: Vec::new(),
             seen: Vec::new(),
@@ -100,14 +104,65 @@ impl MemoryMap {
         worker: Option<&mut OffThread>,
         stack: Option<u64>,
     ) {
+        self.read_again(via, unwinder, worker, stack, false);
+    }
+
+    /// [`MemoryMap::refresh`] for an instruction at `ip` that no module known holds. Where no
+    /// executable mapping known holds it either (a library loaded since the last read, rather
+    /// than code a JIT wrote into a mapping known), the map is read whatever the interval
+    /// (unless such a read found nothing there within the last [`MAPS_REFRESH`]), and the
+    /// worker is waited for up to [`off_thread::CODE_WAIT`], a read it was still making
+    /// included, and then asked again if that read came too early to show it: without the
+    /// library's unwind tables the stack through it cannot be unwound, only guessed.
+    pub fn refresh_for_code(
+        &mut self,
+        via: u32,
+        unwinder: &mut Unwinder,
+        mut worker: Option<&mut OffThread>,
+        ip: u64,
+    ) {
+        let now = Instant::now();
+        let missed = (self.code_missed).is_some_and(|missed| now < missed + MAPS_REFRESH);
+        if self.code_holds(ip) || missed {
+            self.read_again(via, unwinder, worker, None, false);
+            return;
+        }
+        if let Some(late) =
+            (worker.as_deref_mut()).and_then(|w| w.late_within(off_thread::CODE_WAIT))
+        {
+            self.apply(late, unwinder, now);
+        }
+        let read = !self.code_holds(ip) && self.read_again(via, unwinder, worker, None, true);
+        if read && !self.code_holds(ip) {
+            self.code_missed = Some(now);
+        }
+    }
+
+    /// Whether an executable mapping known (a module's, or one without a file) holds `ip`.
+    pub fn code_holds(&self, ip: u64) -> bool {
+        self.code.iter().any(|m| m.range.contains(&ip))
+    }
+
+    /// [`MemoryMap::refresh`]; for code (see [`MemoryMap::refresh_for_code`]) if `for_code`:
+    /// whatever the interval, waiting up to [`off_thread::CODE_WAIT`]. Whether a read was
+    /// taken in.
+    fn read_again(
+        &mut self,
+        via: u32,
+        unwinder: &mut Unwinder,
+        worker: Option<&mut OffThread>,
+        stack: Option<u64>,
+        for_code: bool,
+    ) -> bool {
         let now = Instant::now();
         // A stack's mapping is looked up at once where that is cheap, and the first whole
         // read is not put off either: the map held has no stack yet.
         let cheap =
             self.queried && (self.stack_missed).is_none_or(|missed| now >= missed + MAPS_REFRESH);
-        let urgent = stack.is_some() && (cheap || (!self.queried && self.maps.is_empty()));
+        let urgent =
+            for_code || stack.is_some() && (cheap || (!self.queried && self.maps.is_empty()));
         if now < self.next_refresh && !urgent {
-            return;
+            return false;
         }
         let (pid, known) = (self.pid, unwinder.modules().to_vec());
         let known_dumps = self.jit_dumps_tried.clone();
@@ -128,16 +183,26 @@ impl MemoryMap {
             let dumps = modules::jit_dumps(pid, code, &known_dumps);
             Ok::<_, std::io::Error>((read, loaded, dumps))
         };
+        let wait = match for_code {
+            true => off_thread::CODE_WAIT,
+            false => off_thread::WAIT,
+        };
         let read = match worker {
             Some(worker) => match worker.late::<ReadMap>() {
                 Some(late) => late,
-                None => match worker.run(read, off_thread::WAIT) {
+                None => match worker.run(read, wait) {
                     Some(read) => read,
-                    None => return, // taken at a later call, once read
+                    None => return false, // taken at a later call, once read
                 },
             },
             None => read(),
         };
+        self.apply(read, unwinder, now);
+        true
+    }
+
+    /// Takes in a read of the map asked for at `now`, and gives `unwinder` its modules.
+    fn apply(&mut self, read: ReadMap, unwinder: &mut Unwinder, now: Instant) {
         let Ok((read, loaded, dumps)) = read else {
             self.next_refresh = now + MAPS_REFRESH;
             return;
@@ -260,5 +325,33 @@ mod tests {
             !maps.holds(other),
             "looked up within the interval after a miss"
         );
+    }
+
+    #[test]
+    fn code_mapped_since_the_last_read_is_read_for_at_once_and_code_nowhere_waits() {
+        use nix::libc::{mmap, munmap, MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE};
+        use nix::libc::{PROT_EXEC, PROT_READ};
+        let pid = std::process::id();
+        let tid = nix::unistd::gettid().as_raw() as u32;
+        let mut unwinder = Unwinder::new();
+        let mut maps = MemoryMap::new(pid, false);
+        maps.refresh(tid, &mut unwinder, None, None);
+        // Executable memory mapped after the read (as a library's code is).
+        let (flags, prot) = (MAP_PRIVATE | MAP_ANONYMOUS, PROT_READ | PROT_EXEC);
+        // SAFETY: a fresh private mapping, unmapped below and never touched.
+        let page = unsafe { mmap(std::ptr::null_mut(), 4096, prot, flags, -1, 0) };
+        assert_ne!(page, MAP_FAILED);
+        let ip = page as u64 + 16;
+        maps.refresh(tid, &mut unwinder, None, None);
+        assert!(!maps.code_holds(ip), "read again within the interval");
+        maps.refresh_for_code(tid, &mut unwinder, None, ip);
+        assert!(maps.code_holds(ip), "not read for the instruction");
+        // An instruction in no mapping: read for once, then not within the interval.
+        maps.refresh_for_code(tid, &mut unwinder, None, 0x1000);
+        let missed = maps.code_missed.expect("a read found no code there");
+        maps.refresh_for_code(tid, &mut unwinder, None, 0x1000);
+        assert_eq!(maps.code_missed, Some(missed), "read again at once");
+        // SAFETY: mapped above, not used since.
+        assert_eq!(unsafe { munmap(page, 4096) }, 0);
     }
 }

@@ -7,8 +7,9 @@
 //! stack and 41 ms at the memory map (`perf record -e sched:sched_switch -g`: `down_read` in
 //! `process_vm_rw_core`, `proc_get_vma`), and the CPUs' perf rings overflowed meanwhile.
 //!
-//! Here a worker does the read; the sampler waits for it at most a few milliseconds, then goes
-//! on without it (a blocked thread's sample is skipped and tried again, as where the thread ran
+//! Here a worker does the read; the sampler waits for it at most a few milliseconds (longer,
+//! once per read, for a memory map that must say where a sample's code is: [`CODE_WAIT`]),
+//! then goes on without it (a blocked thread's sample is skipped and tried again, as where the thread ran
 //! meanwhile; the memory map stays as it was read last), and asks nothing more until the worker
 //! has finished. Its late answer is kept for [`OffThread::late`] (a memory map read late is still
 //! newer than the one held; a stack copied late is not asked for: the thread may have run). A
@@ -24,6 +25,14 @@ use std::time::Duration;
 /// a memory map of a few thousand lines, takes microseconds to a millisecond.
 pub const WAIT: Duration = Duration::from_millis(3);
 
+/// How long the sampler waits for a memory map that must say where a sample's instruction is
+/// (a library just loaded): the target's threads mapping memory while they wait for a CPU kept
+/// the read of a starting `rg` beside a busy loop longer than [`WAIT`], and its samples in
+/// `libc.so.6`, unwound without its tables, were guessed by the frame pointer, whose register
+/// that code does not keep (a frame named by the bytes of a path on the stack, standing for 50
+/// ms of `open`). Rare: once per library, while a program maps them.
+pub const CODE_WAIT: Duration = Duration::from_millis(50);
+
 type Job = Box<dyn FnOnce() -> Box<dyn Any + Send> + Send>;
 
 /// The sampler's side of the worker.
@@ -32,6 +41,9 @@ pub struct OffThread {
     answers: Receiver<(u64, Box<dyn Any + Send>)>,
     /// The job the worker has not answered yet.
     pending: Option<u64>,
+    /// Whether [`OffThread::late_within`] waited for the pending job in vain already: it is not
+    /// waited for again (callers at each of a thousand samples would wait at each).
+    outwaited: bool,
     next: u64,
     /// The answer of a read that outlasted its wait, until taken or another read's replaces it.
     late: Option<Box<dyn Any + Send>>,
@@ -57,6 +69,7 @@ impl OffThread {
             jobs,
             answers,
             pending: None,
+            outwaited: false,
             next: 0,
             late: None,
             dead: false,
@@ -81,7 +94,7 @@ impl OffThread {
             self.dead = true;
             return None;
         }
-        self.pending = Some(id);
+        (self.pending, self.outwaited) = (Some(id), false);
         match self.answers.recv_timeout(wait) {
             // One read at a time: the answer is this one's.
             Ok((_, value)) => {
@@ -94,6 +107,29 @@ impl OffThread {
                 None
             }
         }
+    }
+
+    /// [`OffThread::late`], waiting up to `wait` for a read still being made, unless a wait
+    /// for it ended in vain already.
+    pub fn late_within<T: 'static>(&mut self, wait: Duration) -> Option<T> {
+        self.collect();
+        if self.pending.is_some() && self.late.is_none() && !self.outwaited {
+            match self.answers.recv_timeout(wait) {
+                Ok((_, value)) => {
+                    self.pending = None;
+                    self.late = Some(value);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    self.outwaited = true;
+                    return None;
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.dead = true;
+                    return None;
+                }
+            }
+        }
+        self.late()
     }
 
     /// The answer of the read that outlasted its wait, if it has come since and is a `T`.
@@ -201,6 +237,41 @@ mod tests {
         assert_eq!(worker.late::<u32>(), None, "taken as another type");
         assert_eq!(worker.late::<Option<String>>(), Some(Some("late".into())));
         assert_eq!(worker.late::<Option<String>>(), None, "taken twice");
+    }
+
+    #[test]
+    fn a_read_still_being_made_is_waited_for_once() {
+        let mut worker = OffThread::new(|| {}).unwrap();
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let held = worker.run(move || hold.recv().map(|_| 7u32).ok(), Duration::ZERO);
+        assert_eq!(held, None);
+        // Waited for in vain: the next call does not wait, even for an answer on its way.
+        let begun = std::time::Instant::now();
+        assert_eq!(
+            worker.late_within::<Option<u32>>(Duration::from_millis(20)),
+            None
+        );
+        assert!(begun.elapsed() >= Duration::from_millis(20), "did not wait");
+        release.send(()).unwrap();
+        let begun = std::time::Instant::now();
+        let _ = worker.late_within::<Option<u32>>(Duration::from_secs(10));
+        assert!(begun.elapsed() < Duration::from_secs(5), "waited again");
+        // A new read is waited for, and its answer taken.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while worker.pending.is_some() {
+            worker.collect();
+            assert!(std::time::Instant::now() < deadline, "never answered");
+            std::thread::yield_now();
+        }
+        let _ = worker.late::<Option<u32>>();
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        assert_eq!(
+            worker.run(move || hold.recv().map(|_| 8u32).ok(), Duration::ZERO),
+            None
+        );
+        release.send(()).unwrap();
+        let late = worker.late_within::<Option<u32>>(Duration::from_secs(10));
+        assert_eq!(late, Some(Some(8)));
     }
 
     #[test]

@@ -26,6 +26,11 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Unwinder as _};
 use std::collections::HashMap;
 use std::ops::{Deref, Range};
 
+/// The last address of x86-64's user space (the lower half of the 57-bit address space of
+/// five-level paging; 48-bit below it): a return address above it is data that a guessed rule
+/// read as one (a path's bytes, from a library frame unwound by a frame pointer it does not
+/// keep).
+const USER_SPACE_END: u64 = 0x00ff_ffff_ffff_ffff;
 /// A thread's native stack at one sample.
 #[derive(Clone, Debug, Default)]
 pub struct Captured {
@@ -459,6 +464,9 @@ impl Unwinder {
                         cfa: unwind_regs.sp(),
                     });
                     innermost.set(false);
+                    if return_address > USER_SPACE_END {
+                        return; // not an address of code: a guessed rule read other data
+                    }
                     match FrameAddress::from_return_address(return_address) {
                         Some(next) => address = next,
                         None => {
