@@ -337,9 +337,10 @@ fn own_feature_in(dir: &Path, feature_name: &str) -> (Value, Value) {
     (report, truth)
 }
 
-/// A profiler starved of its CPU (fsprof stopped for 1 s in every 1.2 s here, as a loaded
-/// host's steal starves it; a CPU's ring holds some 250 ms of its samples at any rate, 30 ms at
-/// this test's 2 kHz before the rings grew with the rate, when 80 ms in every 280 starved it)
+/// A profiler starved of its CPU (fsprof stopped for 2 s in every 2.2 s here, as a loaded
+/// host's steal starves it; a CPU's ring holds some 500 ms of a busy CPU's samples at any rate,
+/// 30 ms at this test's 2 kHz before the rings grew with the rate, when 80 ms in every 280
+/// starved it, and a 1 s stop no longer filled them once a sample copied 8 KiB of stack, not 16)
 /// loses samples from the full rings of the threads it follows; what
 /// a thread ran in them is shared among the samples that follow (and said), not given to the
 /// first sample kept after fsprof read the ring again: on a starved machine fsprof reads it as
@@ -374,7 +375,7 @@ fn samples_lost_while_fsprof_is_starved_are_shared_among_those_that_follow() {
         std::thread::sleep(std::time::Duration::from_millis(200));
         // SAFETY: kill(2) with fsprof's pid, a child not yet reaped (try_wait saw it running).
         unsafe { libc::kill(pid, libc::SIGSTOP) };
-        std::thread::sleep(std::time::Duration::from_millis(1000));
+        std::thread::sleep(std::time::Duration::from_millis(2000));
         // SAFETY: as above; a Guarded kills it if the test fails while it is stopped.
         unsafe { libc::kill(pid, libc::SIGCONT) };
     }

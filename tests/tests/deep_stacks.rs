@@ -1,6 +1,6 @@
 //! Whole native stacks of deep programs: `deep leaves` recurses 400 to 2,400 frames deep (up to
 //! about 480 KiB of stack; `deep tenk`, 9,000 to 10,000) and marks its leaves; the leaves' time must be drawn under the
-//! program's `main`, not under `[stack truncated]`, with either backend (perf copies 16 KiB of
+//! program's `main`, not under `[stack truncated]`, with either backend (perf copies 8 KiB of
 //! stack per sample; the rest comes from an image of the thread's outer stack, checked against
 //! the sample: `native/complete.rs`). `deep roots` runs the same recursion under `left_root` and
 //! `right_root` in turns: each leaf must be drawn under its own root, each root's share of the
@@ -337,7 +337,7 @@ fn stacks_of_ten_thousand_frames_are_kept_whole() {
 
 /// `deep paths` with `backend`: a compiler's way down, another at every descent (40 to 90
 /// levels of four functions, 30 to 80 KiB of stack), so that with perf no image of an earlier
-/// stack is this one beyond the 16 KiB copy: the BPF program's walk at the sample has to
+/// stack is this one beyond the 8 KiB copy: the BPF program's walk at the sample has to
 /// reach the root (`native/walk.rs`). At least 95% of the leaves' time with a native stack is drawn under `main`,
 /// and each leaf under its own descent: the two outermost levels' functions are the ones its
 /// mark names.

@@ -1,4 +1,4 @@
-//! Completing perf samples of deep stacks. The kernel copies 16 KiB of a thread's stack per
+//! Completing perf samples of deep stacks. The kernel copies 8 KiB of a thread's stack per
 //! sample; a deeper stack's unwinding stops where the copy ends. The outer part of a deep stack
 //! changes rarely (a recursion's frames are laid out the same way at every descent), so the
 //! rest is taken from an *image*: the thread's outer stack read live (`process_vm_readv`, the

@@ -209,7 +209,7 @@ struct Thread {
     quiet: bool,
     /// Where its samples' stacks stop being kept (0: kept whole): the outermost frame of its
     /// stacks unwound to their root, as the sampler last said ([`CpuWide::keep_stacks_below`]).
-    /// The kernel copies up to 16 KiB from the stack pointer, whatever lies beyond the root
+    /// The kernel copies up to 8 KiB (`STACK_DUMP`) from the stack pointer, whatever lies beyond the root
     /// (a thread's control block, the main thread's environment); copying that out of the ring
     /// for each sample was a fifth of fsprof's CPU at 1 kHz.
     stack_end: u64,

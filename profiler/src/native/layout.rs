@@ -9,12 +9,15 @@
 use crate::native::unwind::FrameRule;
 use fsprof_shim::abi::{MARK_CAPACITY, RECORDS_OFFSET, RECORD_SIZE};
 
-/// Bytes of stack copied per sample, from the stack pointer up. At most 65528 (a sample record's
-/// size is a 16-bit number); deeper stacks are cut (and marked as such). The kernel writes this
-/// many bytes per sample whatever the stack's depth, in the thread's time: 48 KiB cost two busy
-/// threads 5% at 1 kHz, 16 KiB 2.5% as perf record's 8 KiB did (BENCHMARKS.md), and the stacks
-/// of the tests' programs, python3 and ripgrep unwind as completely.
-pub const STACK_DUMP: u32 = 16 * 1024;
+/// Bytes of stack copied per sample, from the stack pointer up, as `perf record` copies. At most
+/// 65528 (a sample record's size is a 16-bit number); deeper stacks are walked by the BPF program
+/// (`walk.rs`) or completed from a stack image (`complete.rs`), else cut (and marked as such).
+/// The kernel writes this many bytes per sample whatever the stack's depth, in the thread's
+/// time: 48 KiB cost two busy threads 5% at 1 kHz; 16 KiB cost their CPU 0.4 to 0.8 points more
+/// than 8 KiB at 1 kHz, in every part of the run (`cost-model.sh`'s segments), which put fsprof
+/// over `perf record -F 1000`; python3's and ripgrep's stacks unwind as completely with 8
+/// (BENCHMARKS.md).
+pub const STACK_DUMP: u32 = 8 * 1024;
 /// Bytes of stack copied as a thread leaves its CPU (`sampling::Departure`): the most a record holds
 /// (per CPU, the `sched_switch` program copies 16 pages from the stack pointer's page up, less
 /// what lies below the stack pointer in its page: `cpu_wide/programs.rs`). A departure's stack that does not reach its root is not used, and the latest sample's stands

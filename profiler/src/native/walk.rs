@@ -1,4 +1,4 @@
-//! The walk: once a process had a stack deeper than the kernel's copy (16 KiB), at each sample
+//! The walk: once a process had a stack deeper than the kernel's copy (8 KiB), at each sample
 //! of its threads whose copy does not hold the whole stack, the BPF program unwinds the thread's stack itself, far enough, and keeps the words it read
 //! beyond the copy at the sample's instant: each frame's return-address slot, and the slot its
 //! frame pointer was saved in. fsprof then unwinds the sample through the copy and these words

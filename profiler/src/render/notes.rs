@@ -271,9 +271,10 @@ fn native_notes(meta: &Meta, notes: &mut Vec<String>) {
         let beyond = &meta.native_stacks.beyond;
         if beyond.native_walked + beyond.native_completed > 0 {
             notes.push(format!(
-                "{} of the {} native stacks reached the root beyond the 16 KiB perf copies of the top of the stack: {} through words of the stack the BPF program read along it at each sample, {} through an image of the thread's outer stack read while it ran, checked against words read at each sample (README: Native stacks)",
+                "{} of the {} native stacks reached the root beyond the {} KiB perf copies of the top of the stack: {} through words of the stack the BPF program read along it at each sample, {} through an image of the thread's outer stack read while it ran, checked against words read at each sample (README: Native stacks)",
                 beyond.native_walked + beyond.native_completed,
                 meta.native_stacks.native_complete,
+                crate::native::layout::STACK_DUMP / 1024,
                 beyond.native_walked,
                 beyond.native_completed,
             ));
