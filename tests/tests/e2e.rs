@@ -146,6 +146,18 @@ fn threads_starting_and_exiting_during_sampling() {
         "saw {threads} threads of {started} started"
     );
     assert!(report["samples"].as_u64().unwrap() > 1000);
+    // Threads born and gone between two ticks have their samples dropped (their marks were
+    // never read): 3.1% and 3.4% in two runs when a slow tick could come 50 ms after a birth,
+    // 0 to 0.2% in four since.
+    let dropped = profile["meta"]["native_unseen_dropped"]
+        .as_u64()
+        .unwrap_or(0);
+    let samples = report["samples"].as_u64().unwrap();
+    eprintln!("{dropped} of {samples} samples dropped");
+    assert!(
+        dropped * 100 <= samples,
+        "{dropped} of {samples} samples dropped, of threads no tick saw"
+    );
 }
 
 #[test]
