@@ -165,7 +165,8 @@ pub fn run(program: &[OsString], options: &RecordOptions) -> Result<i32> {
             status = Some(exit);
             return Some(End::TargetExited(describe_exit(exit)));
         }
-        match child.try_wait() {
+        // Reaped normally scheduled (see `priority::normally`).
+        match crate::os::priority::normally(|| child.try_wait()) {
             Ok(Some(exit)) => {
                 status = Some(exit);
                 Some(End::TargetExited(describe_exit(exit)))

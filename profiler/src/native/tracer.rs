@@ -161,13 +161,14 @@ impl Tracer {
     pub fn poll(&mut self, mut late: impl FnMut(u32, Registers)) {
         loop {
             let mut status = 0;
+            let flags = libc::__WALL | libc::__WNOTHREAD | libc::WNOHANG;
             // SAFETY: waitpid with a valid status pointer.
-            let tid = unsafe {
-                libc::waitpid(
-                    -1,
-                    &mut status,
-                    libc::__WALL | libc::__WNOTHREAD | libc::WNOHANG,
-                )
+            let mut wait = || unsafe { libc::waitpid(-1, &mut status, flags) };
+            // Reaping an exited thread or process is done normally scheduled (see
+            // `priority::normally`).
+            let tid = match exit_waiting() {
+                true => crate::os::priority::normally(wait),
+                false => wait(),
             };
             if tid <= 0 {
                 return;
@@ -497,6 +498,18 @@ fn sigchld_set() -> libc::sigset_t {
 fn gettid() -> libc::pid_t {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t }
+}
+
+/// Whether a child or tracee of the calling thread has exited and waits to be reaped (looked
+/// at without reaping it).
+fn exit_waiting() -> bool {
+    // SAFETY: an all-zero siginfo_t is valid; waitid fills it (its pid stays 0 where none waits).
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL | libc::__WNOTHREAD;
+    // SAFETY: waitid with a valid siginfo pointer; WNOWAIT leaves the child waitable.
+    let found = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) } == 0;
+    // SAFETY: si_pid is valid for the SIGCHLD information waitid writes.
+    found && unsafe { info.si_pid() } != 0
 }
 
 #[cfg(test)]
