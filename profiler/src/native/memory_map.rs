@@ -1,5 +1,6 @@
 //! The target's memory map as fsprof last read it (`/proc/PID/maps`), read again when an
-//! address or a stack falls outside it, at most every [`MAPS_REFRESH`], with the modules mapped
+//! address or a stack falls outside it, at most every [`MAPS_REFRESH`] (at once for an
+//! instruction in no executable mapping known: a library just loaded), with the modules mapped
 //! (handed to the unwinder) and every module seen during the session, for symbolization after
 //! recording. Where the kernel answers `PROCMAP_QUERY` (Linux 6.11), a read asks for the
 //! executable mappings only (a fifth of a compiler's), and for the mapping that holds a stack
