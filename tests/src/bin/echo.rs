@@ -16,7 +16,9 @@
 //! CPU.
 
 use fsprof_shim::Feature;
-use fsprof_tests::{runtime_counted_in, thread_runnable_time, Rng, Truth};
+use fsprof_tests::{
+    runtime_counted_in, thread_cpu_time, thread_runnable_time, thread_wait_time, Rng, Truth,
+};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -54,6 +56,10 @@ fn main() {
             std::thread::spawn(move || {
                 let bytes = client(address, name, CHUNK * scale, deadline, seed);
                 truth.extra(&format!("bytes {}", name as char), bytes as f64);
+                // Each client's own figures, for a failing test's message.
+                let (cpu, wait) = (thread_cpu_time(), thread_wait_time());
+                truth.extra(&format!("client {} cpu_ms", name as char), ms(cpu));
+                truth.extra(&format!("client {} wait_ms", name as char), ms(wait));
                 truth.active(thread_runnable_time());
             })
         })
@@ -159,4 +165,9 @@ fn client(address: SocketAddr, name: u8, mean: usize, deadline: Instant, seed: u
     }
     socket.shutdown(std::net::Shutdown::Write).unwrap();
     sent
+}
+
+/// `duration` in milliseconds.
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
 }

@@ -97,7 +97,17 @@ impl Sampler {
         if !native.uses_perf() || !(running || watched) {
             return None;
         }
-        if ran && !running {
+        // Running, its bare samples are its time on a CPU as much as blocked: watching it now
+        // drops those left. Where they are dropped instead (the process marks), running, no
+        // sample carried its time: the tick's sample weighs it as such (see `Sampler::weigh`).
+        // Weighed as carried by perf, the rest of the interval was its blocked time inside the
+        // marks it runs in now: an echo server's tokio worker, seen by the first tick and
+        // running at the second 110 ms later (the first loads the program's debug
+        // information), had 98 ms blocked in its actor's poll, which it had spent parked, while
+        // the other worker lost its bare samples' 80 ms, in 1 run of 10 beside a busy loop.
+        let carried =
+            watched && !(ran && running && Self::marks_unknown_to_bare(&self.reader, native));
+        if ran {
             self.add_bare(tid, thread);
         }
         let native = self.native.as_mut()?;
@@ -230,7 +240,7 @@ impl Sampler {
             state.stacks.set_latest_labels(labels);
         }
         self.follow_from_now(tid, thread, follows, latest);
-        watched.then_some(covered)
+        carried.then_some(covered)
     }
 
     /// After thread `tid`'s samples were taken (sample thread `thread`; `latest`: its latest
@@ -307,19 +317,32 @@ impl Sampler {
     /// Otherwise the tick's marks stand for it (with the sample's, threads of `requests` that
     /// waited milliseconds for a CPU before they marked counted that wait in their mark),
     /// unless they were read before fsprof knew where the thread marks: the first sample with
-    /// its slot known stands for it then (the first tick of `fsprof run` comes before the
-    /// program's first region is found, and its sample has the program's first 10 to 25 ms).
+    /// its slot known stands for its active time then (the first tick of `fsprof run` comes
+    /// before the program's first region is found, and its sample has the program's first 10
+    /// to 25 ms). Not for its blocked time: a thread blocked at the tick is not where a later
+    /// sample runs (a parked worker's block would count inside the mark its first sample
+    /// runs in); with its marks unknown, the blocked part stays with the tick's (none).
     fn add_before_perf(&mut self, before: PendingSample, stack: u32, native: Option<u32>) {
-        let same = before.marks_unknown || same_marks(&before.records, &self.records);
-        let (stack, native) = match same {
-            true => (stack, native),
-            false => (before.stack, None),
-        };
         let Weight {
             wall_ns, active_ns, ..
         } = before.weight;
-        self.builder
-            .add_sample(before.thread, stack, native, wall_ns, active_ns);
+        let same = same_marks(&before.records, &self.records);
+        if same || !before.marks_unknown {
+            let (stack, native) = match same {
+                true => (stack, native),
+                false => (before.stack, None),
+            };
+            self.builder
+                .add_sample(before.thread, stack, native, wall_ns, active_ns);
+            return;
+        }
+        if active_ns > 0 {
+            (self.builder).add_sample(before.thread, stack, native, active_ns, active_ns);
+        }
+        let blocked_ns = wall_ns.saturating_sub(active_ns);
+        if blocked_ns > 0 {
+            (self.builder).add_sample(before.thread, before.stack, None, blocked_ns, 0);
+        }
     }
 
     /// The native stack of a blocked thread without stopping it, when its marks are still the

@@ -266,6 +266,8 @@ impl Sampler {
             (true, Some(now)) => interval_ns.min(now.run_ns.saturating_add(now.wait_ns)),
             _ => interval_ns,
         };
+        // Whether its time is its totals' growth (see below): gone, it stands for no more.
+        let estimated = by_perf.is_none() && running && !born && now.is_some();
         let (wall_ns, active_ns) = match (by_perf, running, now) {
             // Its running time is in perf's samples; of the rest of the interval, its waits for
             // a CPU are active, the remainder blocked (its wall time only, which counts inside
@@ -288,23 +290,24 @@ impl Sampler {
             // kernel had not added yet (a running thread's time on a CPU is brought up to date
             // at the scheduler's ticks and switches: `RUN_LAG`). Beside a busy thread, threads
             // running 2 ms every 400 ms read 2.5 times their time at the defaults in 1 run of
-            // 3 when each such tick stood for the whole 40 ms interval.
+            // 3 when each such tick stood for the whole 40 ms interval. The rest of the interval
+            // it was blocked, where is not known: not in the marks it runs in now (the whole
+            // interval, a tokio worker parked 98 ms outside every mark counted them in the
+            // actor's poll it ran at the tick).
             (None, true, Some(now)) if !born => {
                 let active = |t: &SchedTimes| t.run_ns.saturating_add(t.wait_ns);
                 let grown = earlier.map_or(u64::MAX, |(_, was)| {
                     active(&now).saturating_sub(active(&was))
                 });
-                (
-                    wall_ns,
-                    wall_ns.min(grown.saturating_add(RUN_LAG.as_nanos() as u64)),
-                )
+                let active = wall_ns.min(grown.saturating_add(RUN_LAG.as_nanos() as u64));
+                (active, active)
             }
             (None, true, _) => (wall_ns, wall_ns),
         };
         Weight {
             wall_ns,
             active_ns,
-            if_gone_ns: (running && wall_ns < interval_ns).then_some(interval_ns),
+            if_gone_ns: (running && !estimated && wall_ns < interval_ns).then_some(interval_ns),
         }
     }
 }
