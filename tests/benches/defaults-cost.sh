@@ -9,7 +9,8 @@
 # events for the program, per-thread for its children), percpu (per CPU for every process,
 # FSPROF_PER_CPU=1), perthread (per thread for every process, FSPROF_PER_CPU=0), agent (`fsprof run --agent`), nofollow
 # (`--no-follow`), nonative (`--no-native`), r1000 (`--rate 1000`), perf1000 (`perf record -F
-# 1000 --call-graph dwarf` of the job, where perf is installed), base (another fsprof at its
+# 1000 --call-graph dwarf` of the job, where perf is installed), perf250 (the same at fsprof's
+# default rate), base (another fsprof at its
 # defaults, BASE=path/to/fsprof: an earlier build, for a before and after in one run), base2
 # (a third build, BASE2=path/to/fsprof).
 # The programs are those of real-programs.sh (gcc, make -j2, sqlite3, git log -p, xz -T2,
@@ -49,13 +50,15 @@ every = {
     "base": ([os.environ.get("BASE", "fsprof-base"), "run", "-o", "out", "--"], {}),
     "base2": ([os.environ.get("BASE2", "fsprof-base2"), "run", "-o", "out", "--"], {}),
     "perf1000": (["perf", "record", "-F", "1000", "--call-graph", "dwarf", "-o", "out/perf.data", "--"], {}),
+    "perf250": (["perf", "record", "-F", "250", "--call-graph", "dwarf", "-o", "out/perf.data", "--"], {}),
 }
 asked = os.environ.get("CONFIGS", "defaults percpu").split()
 for base in ("base", "base2"):
     if base in asked and not os.environ.get(base.upper()):
         sys.exit(f"CONFIGS has {base}: set {base.upper()}=path/to/another/fsprof")
-if "perf1000" in asked and not shutil.which("perf"):
-    sys.exit("CONFIGS has perf1000, and perf is not installed")
+for perf in ("perf1000", "perf250"):
+    if perf in asked and not shutil.which("perf"):
+        sys.exit(f"CONFIGS has {perf}, and perf is not installed")
 configs = {name: every[name] for name in ["alone"] + asked}
 env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 walls = {}
@@ -64,7 +67,7 @@ for _ in range(rounds):
     random.shuffle(order)
     for program, config in order:
         shutil.rmtree("out", ignore_errors=True)
-        if config == "perf1000":
+        if config.startswith("perf"):
             os.makedirs("out")
         timed = f"s=$(date +%s%N); ( {jobs[program]}\n); st=$?; e=$(date +%s%N); echo $(( (e - s) / 1000 )) > elapsed; exit $st"
         start = time.monotonic()
