@@ -296,7 +296,8 @@ impl Sampler {
             // actor's poll it ran at the tick).
             (None, true, Some(now)) if !born => {
                 let active = |t: &SchedTimes| t.run_ns.saturating_add(t.wait_ns);
-                let grown = earlier.map_or(u64::MAX, |(_, was)| {
+                // Its totals never read before: at most all it ran and waited in its life.
+                let grown = earlier.map_or(active(&now), |(_, was)| {
                     active(&now).saturating_sub(active(&was))
                 });
                 let active = wall_ns.min(grown.saturating_add(RUN_LAG.as_nanos() as u64));
