@@ -97,14 +97,13 @@ impl Sampler {
         if !native.uses_perf() || !(running || watched) {
             return None;
         }
-        // Running, its bare samples are its time on a CPU as much as blocked: watching it now
-        // drops those left. Where they are dropped instead (the process marks), running, no
-        // sample carried its time: the tick's sample weighs it as such (see `Sampler::weigh`).
-        // Weighed as carried by perf, the rest of the interval was its blocked time inside the
-        // marks it runs in now: an echo server's tokio worker, seen by the first tick and
-        // running at the second 110 ms later (the first loads the program's debug
-        // information), had 98 ms blocked in its actor's poll, which it had spent parked, while
-        // the other worker lost its bare samples' 80 ms, in 1 run of 10 beside a busy loop.
+        // Its bare samples are its running time since, whether it runs at this tick or not
+        // (watching it drops those left). Where they are dropped instead (the process marks),
+        // perf's samples carried none of it, and a thread running now is weighed as such (see
+        // `Sampler::weigh`): weighed as carried, the rest of the interval counted as blocked
+        // inside the marks it runs in now. An echo server's tokio worker, found running 112 ms
+        // after a tick saw it parked, had 98 ms counted in its actor's poll, while the other
+        // worker lost its bare samples' 80 ms (1 run in 10 beside a busy loop).
         let carried =
             watched && !(ran && running && Self::marks_unknown_to_bare(&self.reader, native));
         if ran {
