@@ -23,8 +23,8 @@ use crate::native::cpu_wide::CpuWide;
 use crate::native::layout::{ANCHORS, DEPARTURE_STACK_DUMP, SLOTS, STACK_DUMP};
 use crate::native::layout::{
     FOLD_KINDS, VALUE_ADDRESSES, VALUE_ANCHORS, VALUE_BLOCK_COPIED, VALUE_CPU_NS, VALUE_DEPARTED,
-    VALUE_FOLD_KIND, VALUE_FOLD_LEFT, VALUE_LABELS_OFFSET, VALUE_QUIET, VALUE_SIZE, VALUE_SWITCHES,
-    VALUE_TID, VALUE_WALK, VALUE_WATCHED_AT,
+    VALUE_FOLD_KIND, VALUE_FOLD_LEFT, VALUE_LABELS_OFFSET, VALUE_ON_SINCE, VALUE_QUIET, VALUE_SIZE,
+    VALUE_SWITCHES, VALUE_TID, VALUE_WALK, VALUE_WATCHED_AT,
 };
 use crate::native::layout::{LABELS_CUSTOM, LABELS_OTEL};
 use crate::native::map_value::Values;
@@ -378,6 +378,19 @@ impl PerfSampler {
             .ok()
             .filter(|n| *n == 8)?;
         Some(u64::from_ne_bytes(value))
+    }
+
+    /// Per CPU, `tid`'s time on a CPU up to its latest departure and its count of switches,
+    /// while it is off its CPU (the time is then whole, as the kernel's totals are); `None`
+    /// while it runs (or its return went untraced), and with per-thread events.
+    pub fn cpu_ns_off(&self, tid: u32) -> Option<(u64, u64)> {
+        self.wide.as_ref()?;
+        let index = self.threads.get(&tid)?.index;
+        let switches = self.values.read(index, VALUE_SWITCHES);
+        let off = self.values.read(index, VALUE_ON_SINCE) == 0;
+        let cpu_ns = self.values.read(index, VALUE_CPU_NS);
+        let still = self.values.read(index, VALUE_SWITCHES) == switches;
+        (off && still).then_some((cpu_ns, switches))
     }
 
     /// Per CPU, whether `tid` left or came back to a CPU since the latest switch its stream

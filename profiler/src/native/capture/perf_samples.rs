@@ -345,6 +345,12 @@ impl NativeSampler {
         self.perf.as_ref()?.lock().cpu_ns(tid)
     }
 
+    /// Per CPU, `tid`'s time on a CPU and count of switches while it is off its CPU (see
+    /// [`PerfSampler::cpu_ns_off`](crate::native::perf::PerfSampler::cpu_ns_off)).
+    pub fn perf_cpu_ns_off(&self, tid: u32) -> Option<(u64, u64)> {
+        self.perf.as_ref()?.lock().cpu_ns_off(tid)
+    }
+
     /// When thread `tid` was born, if perf saw a sampled thread make it (see
     /// [`PerfSampler::birth`](crate::native::perf::PerfSampler::birth)).
     pub fn birth(&mut self, tid: u32) -> Option<u64> {

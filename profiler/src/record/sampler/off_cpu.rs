@@ -275,12 +275,17 @@ impl Sampler {
         if !(self.followed_mut(tid)).is_some_and(|f| f.wakeups_due(time, WAKEUP_READ_NS, now)) {
             return;
         }
+        // Its switches' count off its CPU, the same before and after its totals are read.
+        let counted = |s: &Self| s.native.as_ref().and_then(|n| n.perf_cpu_ns_off(tid));
+        let before = counted(self);
         let Some(times) = self.sched_times(tid) else {
             return;
         };
+        let counted = before.filter(|&before| counted(self) == Some(before));
         let Some(followed) = self.followed_mut(tid) else {
             return;
         };
+        followed.switch_path(times.run_ns, counted);
         for share in followed.share_wakeups(times.wait_ns, time) {
             self.builder
                 .add_active(thread, share.stack, share.native, share.ns);
