@@ -63,6 +63,10 @@
 # The slowdowns are medians against the same run's `alone`: on a machine with as many cores
 # as the program has threads they show the work done on the program's own CPU (the kernel's,
 # for fsprof's events); on a smaller one fsprof's own CPU time competes with the program too.
+# Each part that runs rounds also prints the differences issue 39's bars are about (the defaults
+# against alone, `--rate 1000` against perf at 1 kHz, a base build against this one), paired
+# within rounds, with 95% intervals by bootstrap (paired.py): an interval that holds 0 is a
+# difference the run did not resolve.
 set -u
 cd "$(dirname "$0")/../.."
 BIN=$(realpath "${BIN:-target/release}")
@@ -186,9 +190,11 @@ rounds() { # rounds NAME "CONFIGS" COMMAND...: ROUNDS rounds, then medians again
     done
   done
   medians "$WORK/$name.tsv" alone ${SWITCHES:-}
+  paired "$WORK/$name.tsv"
   if [ -z "${METRIC:-}" ] && [ -s "$WORK/$name-cpu.tsv" ]; then
     echo "  the program's CPU time (its threads', with the kernel's work in their interrupts):"
     medians "$WORK/$name-cpu.tsv" alone
+    paired "$WORK/$name-cpu.tsv"
   fi
   if [ -s "$WORK/$name-parent.tsv" ]; then
     echo "  the CPU time of the program's parent (fsprof, perf, the shell) while the program ran:"
@@ -202,6 +208,10 @@ for config, values in sorted(runs.items()):
     print(f"  {config}: median {statistics.median(values):.1f} ms ({min(values):.1f}-{max(values):.1f})")
 PY
   fi
+}
+paired() { # paired TSV: the differences the bars are about, each with its 95% interval (paired.py)
+  python3 tests/benches/paired.py "$1" alone default-alone r1000-alone r1000-perf1000 \
+    default-perf250 base-default base1000-r1000
 }
 medians() { # medians TSV BASE [SWITCHES]: each configuration's median, against BASE's (and per switch)
   python3 - "$@" <<'PY'

@@ -22,6 +22,8 @@
 # alone (paired within a round, which cancels the host's drift). A time is the program's own
 # (the job times itself inside what fsprof runs): fsprof's start before it and its report after
 # it are not the program's cost, and are printed apart (the whole command's wall time).
+# Then each ratio's 95% interval (bootstrap over the rounds): one that holds 1.000 is no
+# measured cost, and two that overlap are no measured difference.
 set -euo pipefail
 rounds=${1:-5}
 fsprof=${FSPROF:-$PWD/target/release/fsprof}
@@ -91,4 +93,16 @@ for program in jobs:
     for config in configs:
         whole.append(f"{statistics.median(w for _, w in walls[(program, config)]):.0f}")
     print(f"{program:<9} " + " ".join(cells) + "   [" + ", ".join(whole) + "]")
+# How sure the run is of each ratio: the median of the paired ratios over the rounds resampled
+# with replacement (bootstrap), its 95% interval; one that holds 1.000 is no measured cost.
+rng = random.Random(1)
+print("95% intervals of the ratios (bootstrap over the rounds):")
+for program in jobs:
+    alone = walls[(program, "alone")]
+    spans = []
+    for config in asked:
+        ratios = [b[0] / a[0] for a, b in zip(alone, walls[(program, config)])]
+        draws = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(4000))
+        spans.append(f"{config} {draws[100]:.3f}-{draws[3899]:.3f}")
+    print(f"{program:<9} " + ", ".join(spans))
 EOF_PY
