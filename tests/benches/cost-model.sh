@@ -10,7 +10,9 @@
 #   samples    spin 2 threads of a hash loop: alone | default (per-CPU events for the program)
 #              | percpu (FSPROF_PER_CPU=1, the same for one process) | r1000 (--rate 1000) |
 #              nonative | perf1000 (`perf record -F 1000 --call-graph dwarf`, where perf is
-#              installed); also the CPU time of spin's parent (fsprof, perf) while spin ran
+#              installed); with TICK=1 also tick (samples at the scheduler's tick,
+#              FSPROF_CLOCK=tick) and perf250; also the CPU time of spin's parent (fsprof, perf)
+#              while spin ran
 #   ticks      where the samples' cost goes: spin 2 threads, longer (about 2.5 s): alone | default
 #              | percpu | nonative | r125 | perf250 (`perf record -F 250 --call-graph dwarf`) |
 #              ptick, ptick2 (`perf record -e task-clock` at fsprof's default tick rate and half
@@ -151,6 +153,7 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
       kill -INT $bt; wait $bt 2> /dev/null
       return ;;
     default) flags= ;;
+    tick) flags= ;;
     percpu) flags= ;;
     base) flags= ;;
     base1000) flags="--rate 1000" ;;
@@ -168,7 +171,9 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
   case $config in base*) bin=$BASE ;; esac
   local design=
   [ "$config" = percpu ] && design=1
-  { time env FSPROF_PER_CPU=$design "$bin/fsprof" run $flags -o "$WORK/p-$config" -- "$@" > "$WORK/out" 2> "$WORK/err"; } 2> "$WORK/time"
+  local clock=
+  [ "$config" = tick ] && clock=tick
+  { time env FSPROF_PER_CPU=$design FSPROF_CLOCK=$clock "$bin/fsprof" run $flags -o "$WORK/p-$config" -- "$@" > "$WORK/out" 2> "$WORK/err"; } 2> "$WORK/time"
   if [ -n "$bp" ]; then sleep 0.05; kill $bp; wait $bp 2>/dev/null; bpf_summary; fi
   grep -h elapsed "$WORK/out"
   read -r wall user sys < "$WORK/time"
@@ -211,7 +216,7 @@ PY
 }
 paired() { # paired TSV: the differences the bars are about, each with its 95% interval (paired.py)
   python3 tests/benches/paired.py "$1" alone default-alone r1000-alone r1000-perf1000 \
-    default-perf250 base-default base1000-r1000
+    default-perf250 base-default base1000-r1000 tick-alone tick-default
 }
 medians() { # medians TSV BASE [SWITCHES]: each configuration's median, against BASE's (and per switch)
   python3 - "$@" <<'PY'
@@ -235,6 +240,7 @@ for part in $PARTS; do
       configs="alone default percpu r1000 nonative"
       command -v perf > /dev/null && configs="$configs perf1000"
       [ -n "${BASE:-}" ] && configs="$configs base base1000"
+      [ -n "${TICK:-}" ] && configs="$configs tick perf250"
       rounds spin2 "$configs" "$WORK/spin" 2 500000000 ;;
     ticks)
       configs="alone default percpu nonative r125"

@@ -19,6 +19,7 @@ pub(super) const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub(super) const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
 const BPF_F_NO_PREALLOC: u32 = 1;
+const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
 const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
 const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 const BPF_PROG_TYPE_TRACING: u32 = 26;
@@ -186,6 +187,12 @@ fn create_map_with(
 
 pub(super) fn load(insns: Vec<Insn>) -> Result<OwnedFd, String> {
     load_as(BPF_PROG_TYPE_PERF_EVENT, insns)
+}
+
+/// Loads a program for a tracepoint's perf event (its context the tracepoint's record), attached
+/// to the event as a sampling event's program is (`cpu_wide/tick.rs`).
+pub(super) fn load_tracepoint_event_program(insns: Vec<Insn>) -> Result<OwnedFd, String> {
+    load_as(BPF_PROG_TYPE_TRACEPOINT, insns)
 }
 
 /// Loads a program run at a tracepoint (`cpu_wide.rs`), attached with [`attach_tracepoint`].

@@ -41,11 +41,11 @@ use crate::native::bpf::{
 };
 use crate::native::layout::PROCESS_KEY;
 use crate::native::layout::STACK_DUMP;
-use crate::native::perf_events::{attach, open_cpu_event, rephase};
+use crate::native::perf_events::{attach, open_cpu_event, open_tracepoint_event, rephase};
 use crate::native::ring::{
     match_copies, parse, DepartureStack, Matched, Record, Ring, SlotCopy, ThreadEvent,
 };
-use crate::native::sampling::{load_program, Index};
+use crate::native::sampling::{load_program, load_tick_program, Index};
 use crate::native::stream::{PerfSample, Switch, Taken};
 use crate::native::unwind::{Registers, StackView};
 use direct::Direct;
@@ -77,6 +77,9 @@ const MOST_IGNORED: usize = 1 << 16;
 
 /// The kernel side of the per-CPU design, and the samples read from it not yet taken.
 pub(super) struct CpuWide {
+    /// Whether the CPUs' events sample at the scheduler's tick (`tick.rs`), which is never
+    /// re-phased, rather than by a clock of their own.
+    at_tick: bool,
     watched: OwnedFd,
     /// The ids of `watched`'s threads and their values, as the switch program looks at them
     /// first.
@@ -238,7 +241,11 @@ impl CpuWide {
         let w = watched.as_raw_fd();
         let direct =
             Direct::new().map_err(|e| format!("cannot create a BPF array ({})", e.desc()))?;
-        let sampling = load_program(map, copies, walk, Index::Watched(w), None)?;
+        let at_tick = tick::asked(period_ns);
+        let sampling = match at_tick {
+            Some(tick) => load_tick_program(map, copies, w, tick.handler)?,
+            None => load_program(map, copies, walk, Index::Watched(w), None)?,
+        };
         let program = |typed| {
             let (ring, watch) = ((copies, copies_size), (w, direct.fd()));
             switch_program(map, ring, watch, pid_offset, period_ns, typed)
@@ -279,19 +286,26 @@ impl CpuWide {
         let pages = ring_pages(pages, period_ns, online.len(), page);
         for cpu in online {
             let refused = |what: &str, e: Errno| format!("{what} on CPU {cpu} ({})", e.desc());
-            let event = open_cpu_event(cpu, sys::bindings::PERF_COUNT_SW_CPU_CLOCK, period_ns)
-                .map_err(|e| refused("perf_event_open refused", e))?;
+            let event = match at_tick {
+                Some(tick) => open_tracepoint_event(cpu, tick.tracepoint),
+                None => open_cpu_event(cpu, sys::bindings::PERF_COUNT_SW_CPU_CLOCK, period_ns),
+            }
+            .map_err(|e| refused("perf_event_open refused", e))?;
             let ring =
                 Ring::new(&event, page, pages).map_err(|e| refused("cannot map a ring", e))?;
-            attach(&event, &sampling).map_err(|e| refused("cannot attach a program", e))?;
+            // A tracepoint's programs are the tracepoint's, whichever event attached them: one
+            // attach serves every CPU's event (a second one is refused, `EEXIST`).
+            if at_tick.is_none() || cpus.is_empty() {
+                attach(&event, &sampling).map_err(|e| refused("cannot attach a program", e))?;
+            }
             cpus.push(Cpu {
                 event,
                 ring,
                 sampled: false,
                 timer: Timer {
-                    tick_ns: period_ns,
+                    tick_ns: at_tick.map_or(period_ns, |tick| tick.tick_ns),
                     since: 0,
-                    before_ns: period_ns,
+                    before_ns: at_tick.map_or(period_ns, |tick| tick.tick_ns),
                 },
             });
         }
@@ -322,6 +336,7 @@ impl CpuWide {
             stranger_bytes: 0,
             ignored: HashSet::new(),
             ran: HashSet::new(),
+            at_tick: at_tick.is_some(),
         })
     }
 
@@ -594,6 +609,9 @@ impl CpuWide {
     /// program's rhythm: `sleepy`'s `hashing` read +0.2 to +1.3 that way (5 runs), +0.2 to
     /// +1.0 this way, +0.3 to +0.5 with every CPU restarted at every read (4 runs).
     pub(super) fn rephase(&mut self, tick_ns: u64) {
+        if self.at_tick {
+            return;
+        }
         let now = crate::os::time::monotonic_ns();
         for cpu in &mut self.cpus {
             if cpu.sampled && now.saturating_sub(cpu.timer.since) >= REPHASE_NS {
@@ -880,5 +898,6 @@ mod forks;
 pub(super) mod programs;
 #[cfg(test)]
 mod tests;
+pub(in crate::native) mod tick;
 
 use programs::{exec_program, exit_program, switch_program};

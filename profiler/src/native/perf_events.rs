@@ -142,6 +142,22 @@ pub(super) fn open_cpu_event(cpu: u32, config: u32, period: u64) -> Result<Owned
     open_on(attr, -1, cpu as i32)
 }
 
+/// Opens a sampling event on CPU `cpu` at the tracepoint `tracepoint` (its id in tracefs) that
+/// writes a sample at every hit its program keeps, with the registers and stack of the thread
+/// the hit interrupted, as `open_cpu_event`'s clock does (the kernel takes a tracepoint's user
+/// registers from the task's saved ones): the scheduler's own tick, in `cpu_wide::tick`.
+pub(super) fn open_tracepoint_event(cpu: u32, tracepoint: u64) -> Result<OwnedFd, Errno> {
+    let mut attr = software_event(0, 1, SAMPLE);
+    attr.type_ = sys::bindings::PERF_TYPE_TRACEPOINT;
+    attr.config = tracepoint;
+    attr.sample_regs_user = REGS_MASK;
+    attr.sample_stack_user = STACK_DUMP;
+    attr.set_exclude_hv(1);
+    attr.set_exclude_callchain_kernel(1);
+    attr.set_sample_id_all(1);
+    open_on(attr, -1, cpu as i32)
+}
+
 /// Gives a thread's timer a tick of a new length, drawn around `tick_ns` (half to one and a
 /// half times it), from its next tick on, which then comes that long after now (or after the
 /// thread's next return to a CPU). Called at each read of the thread's ring that has samples

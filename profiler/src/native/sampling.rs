@@ -8,8 +8,8 @@
 use crate::native::asm::{
     insn, Asm, Insn, Label, ADD64_IMM, ADD64_REG, CALL, EXIT, HELPER_GET_CURRENT_PID_TGID,
     HELPER_GET_CURRENT_TASK, HELPER_KTIME_GET_NS, HELPER_PROBE_READ_KERNEL, HELPER_PROBE_READ_USER,
-    JA, JEQ_IMM, JLE_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_H, LDX_W, MOV64_IMM, MOV64_REG, OR64_IMM,
-    RSH64_IMM, STX_DW, STX_W, ST_DW, ST_W,
+    JA, JEQ_IMM, JEQ_REG, JLE_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_H, LDX_W, LD_IMM64, MOV64_IMM,
+    MOV64_REG, OR64_IMM, RSH64_IMM, STX_DW, STX_W, ST_DW, ST_W,
 };
 use crate::native::bpf::load;
 use crate::native::fragments::{copy_slots, output_sized, value_of_thread, watched_index};
@@ -52,7 +52,7 @@ pub(super) enum Index {
 fn program(
     map: RawFd,
     copies: RawFd,
-    walk: [RawFd; 2],
+    walk: Option<[RawFd; 2]>,
     index: Index,
     at_switch: Option<Departure>,
 ) -> Vec<Insn> {
@@ -81,7 +81,9 @@ fn program(
         if let Some(thread_pointer) = crate::native::btf::thread_pointer_offset() {
             labels(&mut p, copies, thread_pointer);
         }
-        crate::native::walk::hand_over(&mut p, walk);
+        if let Some(walk) = walk {
+            crate::native::walk::hand_over(&mut p, walk);
+        }
     }
     if let Some(gap_ns) = departure {
         departed(&mut p, gap_ns);
@@ -363,7 +365,30 @@ pub(super) fn load_program(
     index: Index,
     at_switch: Option<Departure>,
 ) -> Result<OwnedFd, String> {
-    load(program(map, copies, walk, index, at_switch))
+    load(program(map, copies, Some(walk), index, at_switch))
+}
+
+/// The program of a CPU's event at the scheduler's tick (`cpu_wide/tick.rs`): the hits of the
+/// tracepoint `hrtimer_expire_entry` whose timer's function is not `handler` (the tick's) are
+/// left at once, the others are [`program`] with `Index::Watched(watched)`, without the walk (a
+/// tail call stays within one type of program, and the walk's are the clock's).
+pub(super) fn load_tick_program(
+    map: RawFd,
+    copies: RawFd,
+    watched: RawFd,
+    handler: u64,
+) -> Result<OwnedFd, String> {
+    let function = crate::native::cpu_wide::tick::FUNCTION_OFFSET;
+    let mut insns = vec![
+        insn(LDX_DW, 2, 1, function, 0),
+        insn(LD_IMM64, 3, 0, 0, handler as u32 as i32),
+        insn(0, 0, 0, 0, (handler >> 32) as u32 as i32),
+        insn(JEQ_REG, 2, 3, 2, 0),
+        insn(MOV64_IMM, 0, 0, 0, 0),
+        insn(EXIT, 0, 0, 0, 0),
+    ];
+    insns.extend(program(map, copies, None, Index::Watched(watched), None));
+    crate::native::bpf::load_tracepoint_event_program(insns)
 }
 
 /// The programs a perf sampler attaches to its threads' events, per map value index (the one
