@@ -158,6 +158,29 @@ pub(super) fn open_tracepoint_event(cpu: u32, tracepoint: u64) -> Result<OwnedFd
     open_on(attr, -1, cpu as i32)
 }
 
+/// How many BPF programs are attached to `event`'s tracepoint (by any process: a tracepoint's
+/// programs are the tracepoint's); `None` where the kernel does not say.
+pub(super) fn tracepoint_programs(event: &OwnedFd) -> Option<u32> {
+    #[repr(C)]
+    struct Query {
+        ids_len: u32,
+        prog_cnt: u32,
+    }
+    let mut query = Query {
+        ids_len: 0,
+        prog_cnt: 0,
+    };
+    // SAFETY: a valid descriptor and a query block the kernel fills (no ids asked for).
+    let done = unsafe {
+        libc::ioctl(
+            event.as_raw_fd(),
+            sys::bindings::QUERY_BPF as _,
+            std::ptr::from_mut(&mut query),
+        )
+    } == 0;
+    done.then_some(query.prog_cnt)
+}
+
 /// Gives a thread's timer a tick of a new length, drawn around `tick_ns` (half to one and a
 /// half times it), from its next tick on, which then comes that long after now (or after the
 /// thread's next return to a CPU). Called at each read of the thread's ring that has samples
