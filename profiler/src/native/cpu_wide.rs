@@ -241,7 +241,16 @@ impl CpuWide {
         let w = watched.as_raw_fd();
         let direct =
             Direct::new().map_err(|e| format!("cannot create a BPF array ({})", e.desc()))?;
-        let at_tick = tick::asked(period_ns);
+        let online = online_cpus();
+        // At the tick, the first CPU's event is opened first: to ask whether the tick is free.
+        let mut at_tick = tick::asked(period_ns);
+        let mut first = None;
+        if let (Some(tick), Some(&cpu)) = (at_tick, online.first()) {
+            first = open_tracepoint_event(cpu, tick.tracepoint).ok();
+            if !first.as_ref().is_some_and(tick::free) {
+                (at_tick, first) = (None, None);
+            }
+        }
         let sampling = match at_tick {
             Some(tick) => load_tick_program(map, copies, w, tick.handler)?,
             None => load_program(map, copies, walk, Index::Watched(w), None)?,
@@ -282,13 +291,15 @@ impl CpuWide {
                 .map_err(|e| format!("cannot attach to sched_process_exec ({})", e.desc()))?,
         );
         let mut cpus = Vec::new();
-        let online = online_cpus();
         let pages = ring_pages(pages, period_ns, online.len(), page);
         for cpu in online {
             let refused = |what: &str, e: Errno| format!("{what} on CPU {cpu} ({})", e.desc());
-            let event = match at_tick {
-                Some(tick) => open_tracepoint_event(cpu, tick.tracepoint),
-                None => open_cpu_event(cpu, sys::bindings::PERF_COUNT_SW_CPU_CLOCK, period_ns),
+            let event = match (first.take(), at_tick) {
+                (Some(event), _) => Ok(event),
+                (None, Some(tick)) => open_tracepoint_event(cpu, tick.tracepoint),
+                (None, None) => {
+                    open_cpu_event(cpu, sys::bindings::PERF_COUNT_SW_CPU_CLOCK, period_ns)
+                }
             }
             .map_err(|e| refused("perf_event_open refused", e))?;
             let ring =

@@ -11,8 +11,8 @@
 //! tenth of the kernel's `CONFIG_HZ`. Why it is not the default yet: a tracepoint's programs are
 //! the tracepoint's, and the kernel writes a hit's sample only where every program attached
 //! there keeps it, so two fsprof processes sampling at the tick would drop each other's samples
-//! (a second one finds the first's program there and keeps the clock; two started at once do
-//! not); the
+//! (a second one finds the first's program there and keeps the clock: [`free`]; two started
+//! at once do not); the
 //! walk of stacks deeper than the copy (`walk.rs`, a tail call into programs of the clock's
 //! type) is left out, so those stacks stop at the copy's end (the `unmarked` program's
 //! `regex-compile` read 0.5% of 13.7%); the tick cannot be re-phased, so a loop in step with it
@@ -22,7 +22,8 @@
 //! these (BENCHMARKS.md, sixty-fifth session). Not here: the program's body
 //! (`sampling::load_tick_program`), the event (`perf_events.rs`).
 
-use crate::native::perf_events::{open_tracepoint_event, tracepoint_programs};
+use crate::native::perf_events::tracepoint_programs;
+use std::os::fd::OwnedFd;
 
 /// Where the tracepoint's record holds the expiring timer's function (`hrtimer_expire_entry`'s
 /// format: 8 bytes of common fields, the timer, the time, then the function).
@@ -55,6 +56,22 @@ pub(in crate::native) fn asked(period_ns: u64) -> Option<Tick> {
     None
 }
 
+/// Whether the first CPU's event at the tick, `event`, is free to sample there; if not, says so
+/// (the caller keeps the clock). Another process's program there (another fsprof at the tick)
+/// would drop this one's samples, and this one its: the kernel writes a hit's sample only where
+/// every program attached to the tracepoint keeps it. Two started at the same instant still
+/// can. (Asked of a probe event of its own, closing it cost a grace period, 34 ms.)
+pub(in crate::native) fn free(event: &OwnedFd) -> bool {
+    let free = tracepoint_programs(event) == Some(0);
+    if !free {
+        eprintln!(
+            "fsprof: FSPROF_CLOCK=tick: another program samples at the tick (another fsprof?); \
+             sampling with the CPU clock"
+        );
+    }
+    free
+}
+
 fn find(period_ns: u64) -> Result<Tick, String> {
     let hz = kernel_hz().ok_or("the kernel's CONFIG_HZ is unknown")?;
     // The clock's period is a twentieth short of the rate's (`perf::sampling_period`).
@@ -70,13 +87,6 @@ fn find(period_ns: u64) -> Result<Tick, String> {
             id.ok()?.trim().parse::<u64>().ok()
         })
         .ok_or("no tracefs id for timer:hrtimer_expire_entry")?;
-    // Another process's program there (another fsprof at the tick) would drop this one's
-    // samples, and this one its: the kernel writes a hit's sample only where every program
-    // attached to the tracepoint keeps it. Two started at the same instant still can.
-    let probe = open_tracepoint_event(0, tracepoint).map_err(|e| e.desc().to_owned())?;
-    if tracepoint_programs(&probe) != Some(0) {
-        return Err("another program samples at the tick (another fsprof?)".to_owned());
-    }
     let symbols = std::fs::read_to_string("/proc/kallsyms").map_err(|e| e.to_string())?;
     let handler = handler_in(&symbols)
         .ok_or("the tick's handler is not in /proc/kallsyms (its addresses need root)")?;
