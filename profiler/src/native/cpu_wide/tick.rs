@@ -87,8 +87,13 @@ fn find(period_ns: u64) -> Result<Tick, String> {
             id.ok()?.trim().parse::<u64>().ok()
         })
         .ok_or("no tracefs id for timer:hrtimer_expire_entry")?;
-    let symbols = std::fs::read_to_string("/proc/kallsyms").map_err(|e| e.to_string())?;
-    let handler = handler_in(&symbols)
+    // Read up to the handler's line only: the whole file takes the kernel ~30 ms to write.
+    use std::io::BufRead as _;
+    let symbols = std::fs::File::open("/proc/kallsyms").map_err(|e| e.to_string())?;
+    let lines = std::io::BufReader::new(symbols)
+        .lines()
+        .map_while(Result::ok);
+    let handler = handler_in(lines)
         .ok_or("the tick's handler is not in /proc/kallsyms (its addresses need root)")?;
     Ok(Tick {
         tracepoint,
@@ -97,18 +102,21 @@ fn find(period_ns: u64) -> Result<Tick, String> {
     })
 }
 
-/// The tick's handler's address in `symbols` (`/proc/kallsyms`'s lines); `None` where it is not
-/// there or shown as 0 (addresses hidden from this user).
-fn handler_in(symbols: &str) -> Option<u64> {
-    ["tick_nohz_handler", "tick_sched_timer"]
-        .iter()
-        .find_map(|name| {
-            symbols.lines().find_map(|line| {
-                let mut fields = line.split_whitespace();
-                let address = u64::from_str_radix(fields.next()?, 16).ok()?;
-                (fields.nth(1)? == *name && address != 0).then_some(address)
-            })
+/// The tick's handler's address in `lines` (`/proc/kallsyms`'s; a kernel has one of the two
+/// names), read up to its line; `None` where it is not there or shown as 0 (addresses hidden
+/// from this user).
+fn handler_in(lines: impl Iterator<Item = String>) -> Option<u64> {
+    lines
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+            let name = fields.nth(1)?;
+            ["tick_nohz_handler", "tick_sched_timer"]
+                .contains(&name)
+                .then_some(address)
         })
+        .next()
+        .filter(|&address| address != 0)
 }
 
 /// `CONFIG_HZ` in a kernel configuration's text.
@@ -142,13 +150,23 @@ mod tests {
 
     #[test]
     fn the_ticks_handler_is_found_by_either_name_and_not_where_hidden() {
+        let lines = |text: &str| {
+            text.lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+                .into_iter()
+        };
         let newer =
             "ffffffff81442900 t tick_nohz_lowres_handler\nffffffff81442960 t tick_nohz_handler\n";
-        assert_eq!(handler_in(newer), Some(0xffff_ffff_8144_2960));
+        assert_eq!(handler_in(lines(newer)), Some(0xffff_ffff_8144_2960));
         let older = "ffffffff81100000 T tick_sched_timer\n";
-        assert_eq!(handler_in(older), Some(0xffff_ffff_8110_0000));
-        assert_eq!(handler_in("0000000000000000 t tick_nohz_handler\n"), None);
-        assert_eq!(handler_in("ffffffff81442960 t tick_nohz_handler_x\n"), None);
+        assert_eq!(handler_in(lines(older)), Some(0xffff_ffff_8110_0000));
+        let hidden = "0000000000000000 t tick_nohz_handler\n";
+        assert_eq!(handler_in(lines(hidden)), None);
+        assert_eq!(
+            handler_in(lines("ffffffff81442960 t tick_nohz_handler_x\n")),
+            None
+        );
     }
 
     #[test]
