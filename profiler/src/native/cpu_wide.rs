@@ -246,10 +246,8 @@ impl CpuWide {
         let mut at_tick = tick::asked(period_ns);
         let mut first = None;
         if let (Some(tick), Some(&cpu)) = (at_tick, online.first()) {
-            first = open_tracepoint_event(cpu, tick.tracepoint).ok();
-            if !first.as_ref().is_some_and(tick::free) {
-                (at_tick, first) = (None, None);
-            }
+            first = tick::first_event(cpu, tick);
+            at_tick = at_tick.filter(|_| first.is_some());
         }
         let sampling = match at_tick {
             Some(tick) => load_tick_program(map, copies, w, tick.handler)?,

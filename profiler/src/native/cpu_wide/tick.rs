@@ -11,7 +11,7 @@
 //! tenth of the kernel's `CONFIG_HZ`. Why it is not the default yet: a tracepoint's programs are
 //! the tracepoint's, and the kernel writes a hit's sample only where every program attached
 //! there keeps it, so two fsprof processes sampling at the tick would drop each other's samples
-//! (a second one finds the first's program there and keeps the clock: [`free`]; two started
+//! (a second one finds the first's program there and keeps the clock: [`first_event`]; two started
 //! at once do not); the
 //! walk of stacks deeper than the copy (`walk.rs`, a tail call into programs of the clock's
 //! type) is left out, so those stacks stop at the copy's end (the `unmarked` program's
@@ -22,7 +22,7 @@
 //! these (BENCHMARKS.md, sixty-fifth session). Not here: the program's body
 //! (`sampling::load_tick_program`), the event (`perf_events.rs`).
 
-use crate::native::perf_events::tracepoint_programs;
+use crate::native::perf_events::{open_tracepoint_event, tracepoint_programs};
 use std::os::fd::OwnedFd;
 
 /// Where the tracepoint's record holds the expiring timer's function (`hrtimer_expire_entry`'s
@@ -56,20 +56,20 @@ pub(in crate::native) fn asked(period_ns: u64) -> Option<Tick> {
     None
 }
 
-/// Whether the first CPU's event at the tick, `event`, is free to sample there; if not, says so
-/// (the caller keeps the clock). Another process's program there (another fsprof at the tick)
-/// would drop this one's samples, and this one its: the kernel writes a hit's sample only where
-/// every program attached to the tracepoint keeps it. Two started at the same instant still
-/// can. (Asked of a probe event of its own, closing it cost a grace period, 34 ms.)
-pub(in crate::native) fn free(event: &OwnedFd) -> bool {
-    let free = tracepoint_programs(event) == Some(0);
-    if !free {
-        eprintln!(
-            "fsprof: FSPROF_CLOCK=tick: another program samples at the tick (another fsprof?); \
-             sampling with the CPU clock"
-        );
-    }
-    free
+/// The first CPU's (`cpu`'s) event at the tick, if it opens and the tick is free to sample:
+/// else `None`, said (the caller keeps the clock). Another process's program there (another
+/// fsprof at the tick) would drop this one's samples, and this one its: the kernel writes a
+/// hit's sample only where every program attached to the tracepoint keeps it. Two started at
+/// the same instant still can. (Asked of a probe event of its own, closing it cost a grace
+/// period, 34 ms.)
+pub(in crate::native) fn first_event(cpu: u32, tick: Tick) -> Option<OwnedFd> {
+    let why = match open_tracepoint_event(cpu, tick.tracepoint) {
+        Ok(event) if tracepoint_programs(&event) == Some(0) => return Some(event),
+        Ok(_) => "another program samples at the tick (another fsprof?)".to_owned(),
+        Err(e) => format!("cannot open an event at the tracepoint ({})", e.desc()),
+    };
+    eprintln!("fsprof: FSPROF_CLOCK=tick: {why}; sampling with the CPU clock");
+    None
 }
 
 fn find(period_ns: u64) -> Result<Tick, String> {
