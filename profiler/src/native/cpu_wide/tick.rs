@@ -11,11 +11,10 @@
 //! tenth of the kernel's `CONFIG_HZ`. Why it is not the default yet: a tracepoint's programs are
 //! the tracepoint's, and the kernel writes a hit's sample only where every program attached
 //! there keeps it, so two fsprof processes sampling at the tick would drop each other's samples
-//! (a second one finds the first's program there and keeps the clock: [`first_event`]; two started
-//! at once do not); the
-//! walk of stacks deeper than the copy (`walk.rs`, a tail call into programs of the clock's
-//! type) is left out, so those stacks stop at the copy's end (the `unmarked` program's
-//! `regex-compile` read 0.5% of 13.7%); the tick cannot be re-phased, so a loop in step with it
+//! (a second one finds the first's program there and keeps the clock: [`first_event`]; two
+//! started at once do not); the walk of stacks deeper than the copy (`walk.rs`, a tail call into
+//! programs of the clock's type) is left out, so those stacks stop at the copy's end (the
+//! `unmarked` program's `regex-compile` read 0.5% of 13.7%); the tick cannot be re-phased, so a loop in step with it
 //! is not sampled evenly (the clock's grid moves every 40 ms: `CpuWide::rephase`); and the
 //! handler's address comes from `/proc/kallsyms`, which shows addresses to root only. A program
 //! at the tracepoint's BTF hook that copies the registers and stack itself would have none of
@@ -26,7 +25,8 @@ use crate::native::perf_events::{open_tracepoint_event, tracepoint_programs};
 use std::os::fd::OwnedFd;
 
 /// Where the tracepoint's record holds the expiring timer's function (`hrtimer_expire_entry`'s
-/// format: 8 bytes of common fields, the timer, the time, then the function).
+/// format: 8 bytes of common fields, the timer, the time, then the function; fixed here, not
+/// read from the tracepoint's `format` file).
 pub(in crate::native) const FUNCTION_OFFSET: i16 = 24;
 
 /// The tracepoint and the tick's handler, where sampling at the tick was asked for and is
