@@ -2,7 +2,7 @@
 //! description (BTF, `/sys/kernel/btf/vmlinux`): the per-CPU sampler's switch program
 //! (`cpu_wide.rs`) reads the pid of the thread coming onto a CPU from its `task_struct`, whose
 //! layout differs between kernels and builds, and its fork program the process id of a task
-//! just made; and the id of the type of the `sched_switch`
+//! just made; the walk at the scheduler's tick, where a thread's kernel stack is; and the id of the type of the `sched_switch`
 //! tracepoint's hook, to which that program attaches where the kernel lets it (a program that
 //! then reads its arguments' members directly). It reads top-level members of named structures
 //! and names of typedefs only; it does not load BTF into the kernel or resolve types beyond
@@ -10,11 +10,12 @@
 //! use.
 
 /// The members fsprof's programs read, as `(structure, member)`: [`Offsets`] in this order.
-const WANTED: [(&str, &str); 4] = [
+const WANTED: [(&str, &str); 5] = [
     ("task_struct", "pid"),
     ("task_struct", "tgid"),
     ("task_struct", "thread"),
     ("thread_struct", "fsbase"),
+    ("task_struct", "stack"),
 ];
 
 /// The byte offsets of the members fsprof's programs read, from one walk of the description.
@@ -25,6 +26,7 @@ struct Offsets {
     task_tgid: Option<u32>,
     task_thread: Option<u32>,
     thread_fsbase: Option<u32>,
+    task_stack: Option<u32>,
     /// The type id of the typedef [`SWITCH_HOOK`].
     switch_hook: Option<u32>,
 }
@@ -48,13 +50,14 @@ fn offsets() -> &'static Offsets {
             None => std::fs::read(PATH).unwrap_or_default(),
         };
         let data = mapped.as_deref().unwrap_or(&read);
-        let ([task_pid, task_tgid, task_thread, thread_fsbase], switch_hook) =
+        let ([task_pid, task_tgid, task_thread, thread_fsbase, task_stack], switch_hook) =
             find_members_and_typedef(data, &WANTED, SWITCH_HOOK);
         Offsets {
             task_pid,
             task_tgid,
             task_thread,
             thread_fsbase,
+            task_stack,
             switch_hook,
         }
     })
@@ -87,6 +90,16 @@ pub fn thread_pointer_offset() -> Option<u32> {
     }
     let offsets = offsets();
     offsets.task_thread?.checked_add(offsets.thread_fsbase?)
+}
+
+/// The byte offset of the pointer to a thread's kernel stack in the kernel's `task_struct`
+/// (`stack`): its user registers lie at that stack's top (x86-64). `None` where the kernel
+/// does not describe it (or on other architectures).
+pub fn task_stack_offset() -> Option<u32> {
+    if !cfg!(target_arch = "x86_64") {
+        return None;
+    }
+    offsets().task_stack
 }
 
 const MAGIC: u16 = 0xeb9f;

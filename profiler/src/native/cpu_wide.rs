@@ -250,7 +250,10 @@ impl CpuWide {
             at_tick = at_tick.filter(|_| first.is_some());
         }
         let sampling = match at_tick {
-            Some(tick) => load_tick_program(map, copies, w, tick.handler)?,
+            Some(tick) => {
+                let walk = crate::native::btf::task_stack_offset().map(|_| walk);
+                load_tick_program(map, copies, walk, w, tick.handler)?
+            }
             None => load_program(map, copies, walk, Index::Watched(w), None)?,
         };
         let program = |typed| {
@@ -634,6 +637,11 @@ impl CpuWide {
                 }
             }
         }
+    }
+
+    /// Whether the CPUs' events sample at the scheduler's tick (`tick.rs`).
+    pub(super) fn at_tick(&self) -> bool {
+        self.at_tick
     }
 
     /// Bytes of records a CPU's ring holds at most.

@@ -12,7 +12,7 @@ use crate::native::bpf::{
 };
 use crate::native::layout::{encode, BITMAP_BITS};
 use crate::native::unwind::FrameRule;
-use crate::native::walk::{bit, SCRATCH_SIZE};
+use crate::native::walk::{bit, Registers, SCRATCH_SIZE};
 use crate::program::modules::Module;
 use nix::errno::Errno;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -36,6 +36,9 @@ pub struct Rules {
     /// program (see [`Rules::prepare_walk`]).
     programs: OwnedFd,
     walk: Walk,
+    /// Where the walk finds a sample's registers: which programs call it (a perf event's, or
+    /// the tick's tracepoint's: `Rules::walk_at_tick`).
+    source: Registers,
     /// Entries the table has room for (besides entry 0).
     capacity: usize,
     /// The functions' table as read so far.
@@ -182,6 +185,7 @@ impl Rules {
             scratch,
             programs,
             walk: Walk::NotAsked,
+            source: Registers::Context,
             maps,
             capacity,
             reading: Reading {
@@ -214,6 +218,22 @@ impl Rules {
                 Ok(()) => self.load_walk(copies),
                 Err(_) => Walk::Refused,
             };
+        }
+    }
+
+    /// Has the walk called by the program of the scheduler's tick (`cpu_wide/tick.rs`), a
+    /// tracepoint's, rather than by perf events' programs: a program can tail-call only
+    /// programs of its own type, and the tracepoint's context holds no registers, so the walk
+    /// reads them from the current thread's kernel stack (`stack`: where `task_struct` points
+    /// to it). A walk loaded, or being loaded, for perf events is loaded again.
+    pub(super) fn walk_at_tick(&mut self, stack: u32, copies: RawFd) {
+        if self.source == Registers::Task(stack) {
+            return;
+        }
+        self.source = Registers::Task(stack);
+        if !matches!(self.walk, Walk::NotAsked) {
+            self.walk = Walk::NotAsked;
+            self.prepare_walk(copies);
         }
     }
 
@@ -292,6 +312,7 @@ impl Rules {
         let Some(fds) = fds else {
             return Walk::Refused;
         };
+        let source = self.source;
         let (send, loaded) = std::sync::mpsc::channel();
         let spawned = std::thread::Builder::new()
             .name("fsprof-walk".to_owned())
@@ -303,7 +324,7 @@ impl Rules {
                 let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
                 let maps = [raw[0], raw[1], raw[2], raw[3]];
                 // With fsprof's BPF privilege raised for the load (this thread's own set).
-                let load = || load_walk(maps, raw[4]);
+                let load = || load_walk(maps, raw[4], source);
                 let _ = send.send(crate::os::privilege::with_perf(load));
             });
         match spawned {
@@ -463,9 +484,14 @@ impl Rules {
 }
 
 /// Loads the walk (`walk.rs`), which the threads' programs tail-call; `maps`: the rules, the
-/// bitmap, the functions' table, the scratch. Its loops need Linux 6.9 (`may_goto`).
-fn load_walk(maps: [RawFd; 4], copies: RawFd) -> Result<OwnedFd, String> {
-    crate::native::bpf::load(crate::native::walk::program(maps, copies))
+/// bitmap, the functions' table, the scratch; `source`: the type of program that calls it. Its
+/// loops need Linux 6.9 (`may_goto`).
+fn load_walk(maps: [RawFd; 4], copies: RawFd, source: Registers) -> Result<OwnedFd, String> {
+    let program = crate::native::walk::program(maps, copies, source);
+    match source {
+        Registers::Context => crate::native::bpf::load(program),
+        Registers::Task(_) => crate::native::bpf::load_tracepoint_event_program(program),
+    }
 }
 
 #[cfg(test)]
@@ -510,6 +536,32 @@ mod tests {
         child.learn(0x40_2000, Some(rule));
         assert!(is_set(&child, 0x40_2000), "a rule learnt after");
         assert!(Rules::new(false).unwrap().maps.is_some(), "the program's");
+    }
+
+    /// At the tick, the walk is loaded again as a tracepoint's program, reading the registers
+    /// from the thread's kernel stack: it loads wherever the perf events' walk does (Linux 6.9;
+    /// as root, with BTF; elsewhere skipped).
+    #[test]
+    fn the_walk_at_the_tick_loads_where_the_clocks_walk_does() {
+        let Some((ring, mut clock)) = child_rules() else {
+            return;
+        };
+        let Some(stack) = crate::native::btf::task_stack_offset() else {
+            eprintln!("skipped: the kernel does not describe task_struct's stack");
+            return;
+        };
+        let wait = Duration::from_secs(10);
+        clock.prepare_walk(ring.fd());
+        let loads = crate::os::privilege::with_perf(|| clock.walk_ready(wait));
+        let mut tick = Rules::new(true).unwrap();
+        tick.prepare_walk(ring.fd());
+        tick.walk_at_tick(stack, ring.fd());
+        assert_eq!(tick.source, Registers::Task(stack));
+        assert_eq!(
+            crate::os::privilege::with_perf(|| tick.walk_ready(wait)),
+            loads,
+            "the tick's walk loads (or not) as the clock's does"
+        );
     }
 
     /// A child's walk is not loaded at its first deep stack, only `CHILD_WALK_AFTER` later; the

@@ -370,11 +370,12 @@ pub(super) fn load_program(
 
 /// The program of a CPU's event at the scheduler's tick (`cpu_wide/tick.rs`): the hits of the
 /// tracepoint `hrtimer_expire_entry` whose timer's function is not `handler` (the tick's) are
-/// left at once, the others are [`program`] with `Index::Watched(watched)`, without the walk (a
-/// tail call stays within one type of program, and the walk's are the clock's).
+/// left at once, the others are [`program`] with `Index::Watched(watched)`, handing over to a
+/// walk of the tracepoint's type through `walk` where given (`Rules::walk_at_tick`).
 pub(super) fn load_tick_program(
     map: RawFd,
     copies: RawFd,
+    walk: Option<[RawFd; 2]>,
     watched: RawFd,
     handler: u64,
 ) -> Result<OwnedFd, String> {
@@ -387,7 +388,7 @@ pub(super) fn load_tick_program(
         insn(MOV64_IMM, 0, 0, 0, 0),
         insn(EXIT, 0, 0, 0, 0),
     ];
-    insns.extend(program(map, copies, None, Index::Watched(watched), None));
+    insns.extend(program(map, copies, walk, Index::Watched(watched), None));
     crate::native::bpf::load_tracepoint_event_program(insns)
 }
 

@@ -22,18 +22,21 @@
 //! its caller's rule is its own). The walk is a program of its own, which the threads' sampling
 //! programs tail-call (the kernel verifies its loops in some 15 ms: once per process, when a
 //! stack first needs it); its loops use `may_goto` (Linux 6.9): an older kernel refuses it,
-//! and samples are completed from images alone (`complete.rs`).
+//! and samples are completed from images alone (`complete.rs`). It takes the sample's user
+//! registers from a perf event's context, or, called from the tick's tracepoint
+//! (`cpu_wide/tick.rs`), whose context has none, from the top of the thread's kernel stack
+//! (`Registers`).
 //!
 //! This module: the walk's layout in a thread's map value and its instructions. Not here: what
 //! it knows (`rules.rs`), loading and attaching (`bpf.rs`, `perf.rs`), the ring (`ring.rs`).
 
 use crate::native::asm::{
     insn, Asm, Insn, Label, ADD64_IMM, ADD64_REG, AND64_IMM, ARSH64_IMM, CALL, EXIT,
-    HELPER_MAP_LOOKUP_ELEM, HELPER_PROBE_READ_KERNEL, HELPER_PROBE_READ_USER,
-    HELPER_RINGBUF_OUTPUT, HELPER_TAIL_CALL, JA, JEQ_IMM, JGE_IMM, JGE_REG, JGT_IMM, JGT_REG,
-    JLE_REG, JLT_REG, JNE_IMM, JNE_REG, LDX_B, LDX_DW, LDX_H, LDX_W, LD_IMM64, LSH64_IMM, MAY_GOTO,
-    MOV64_IMM, MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, RSH64_IMM, RSH64_REG, STX_DW, STX_W, ST_DW,
-    ST_W, SUB64_REG, XOR64_REG,
+    HELPER_GET_CURRENT_TASK, HELPER_MAP_LOOKUP_ELEM, HELPER_PROBE_READ_KERNEL,
+    HELPER_PROBE_READ_USER, HELPER_RINGBUF_OUTPUT, HELPER_TAIL_CALL, JA, JEQ_IMM, JGE_IMM, JGE_REG,
+    JGT_IMM, JGT_REG, JLE_REG, JLT_REG, JNE_IMM, JNE_REG, LDX_B, LDX_DW, LDX_H, LDX_W, LD_IMM64,
+    LSH64_IMM, MAY_GOTO, MOV64_IMM, MOV64_REG, PSEUDO_MAP_FD, RB_NO_WAKEUP, RSH64_IMM, RSH64_REG,
+    STX_DW, STX_W, ST_DW, ST_W, SUB64_REG, XOR64_REG,
 };
 use crate::native::layout::CONTEXT;
 use crate::native::layout::{BITMAP_BITS, KIND_BP, KIND_ROOT, KIND_SP};
@@ -153,7 +156,8 @@ fn scratch_of(p: &mut Asm, scratch: RawFd, none: Label) {
 /// The walk, a program of its own (its loops take the kernel's verifier some 15 ms: once per
 /// process, not per thread), tail-called by [`hand_over`] (see the module's documentation).
 /// `maps`: the rules, the bitmap, the functions' table, the scratch; `copies`: the ring.
-pub(super) fn program(maps: [RawFd; 4], copies: RawFd) -> Vec<Insn> {
+/// `source`: where it finds the sample's user registers.
+pub(super) fn program(maps: [RawFd; 4], copies: RawFd, source: Registers) -> Vec<Insn> {
     let mut p = Asm::new();
     p.push(insn(STX_DW, 10, 1, CONTEXT, 0));
     let end = p.label();
@@ -164,7 +168,7 @@ pub(super) fn program(maps: [RawFd; 4], copies: RawFd) -> Vec<Insn> {
         insn(MOV64_REG, 6, 0, 0, 0), // r6: the scratch
         insn(LDX_DW, 7, 6, TIME as i16, 0),
     ]);
-    walk(&mut p, maps, copies, end);
+    walk(&mut p, maps, copies, source, end);
     p.bind(end);
     p.extend([insn(MOV64_IMM, 0, 0, 0, 1), insn(EXIT, 0, 0, 0, 0)]);
     p.finish()
@@ -172,8 +176,8 @@ pub(super) fn program(maps: [RawFd; 4], copies: RawFd) -> Vec<Insn> {
 
 /// The walk's instructions: `r6` is the scratch, `r7` the sample's time; ends jumping to
 /// `end`, or at its end.
-fn walk(p: &mut Asm, maps: [RawFd; 3], copies: RawFd, end: Label) {
-    registers(p, end);
+fn walk(p: &mut Asm, maps: [RawFd; 3], copies: RawFd, source: Registers, end: Label) {
+    registers(p, source, end);
     p.extend([
         insn(STX_DW, 6, 2, FIRST_BP as i16, 0),
         insn(STX_DW, 10, 9, STACK_POINTER, 0),
@@ -532,30 +536,65 @@ fn output(p: &mut Asm, copies: RawFd, end: Label) {
     ]);
 }
 
+/// Where the walk finds a sample's user registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::native) enum Registers {
+    /// In its context, a perf event's (`struct pt_regs`, the interrupted registers).
+    Context,
+    /// At the top of the current thread's kernel stack, whose address is at this offset in its
+    /// `task_struct` (`btf::task_stack_offset`): for the tick's tracepoint (`cpu_wide/tick.rs`),
+    /// whose context is the tracepoint's record.
+    Task(u32),
+}
+
 /// `r9` = the user stack pointer at the sample, `r2` = its rbp; jumps to `end` if there
 /// are none. In user code they are the interrupted registers; in the kernel (a system call, a
 /// page fault), the user registers saved at the top of the thread's kernel stack, 16 KiB
-/// aligned on x86-64, if they look like user registers (user code and stack segments).
-fn registers(p: &mut Asm, end: Label) {
-    let (kernel, user) = (p.label(), p.label());
-    p.extend([
-        insn(LDX_DW, 1, 10, CONTEXT, 0),
-        insn(LDX_DW, 2, 1, PT_CS, 0),
-        insn(AND64_IMM, 2, 0, 0, 3), // the privilege level
-    ]);
-    p.jump(JEQ_IMM, 2, 0, 0, kernel);
-    p.extend([
-        insn(LDX_DW, 9, 1, PT_SP, 0),
-        insn(LDX_DW, 2, 1, PT_IP, 0),
-        insn(STX_DW, 6, 2, IP as i16, 0),
-        insn(LDX_DW, 2, 1, PT_BP, 0),
-    ]);
-    p.jump(JA, 0, 0, 0, user);
-    p.bind(kernel);
+/// aligned on x86-64, if they look like user registers (user code and stack segments). With
+/// `Registers::Task`, always the latter: the kernel saves the user registers there at every
+/// entry from user code, an interrupt's included.
+fn registers(p: &mut Asm, source: Registers, end: Label) {
+    let user = p.label();
     let regs = SCAN as i32;
+    match source {
+        Registers::Context => {
+            let kernel = p.label();
+            p.extend([
+                insn(LDX_DW, 1, 10, CONTEXT, 0),
+                insn(LDX_DW, 2, 1, PT_CS, 0),
+                insn(AND64_IMM, 2, 0, 0, 3), // the privilege level
+            ]);
+            p.jump(JEQ_IMM, 2, 0, 0, kernel);
+            p.extend([
+                insn(LDX_DW, 9, 1, PT_SP, 0),
+                insn(LDX_DW, 2, 1, PT_IP, 0),
+                insn(STX_DW, 6, 2, IP as i16, 0),
+                insn(LDX_DW, 2, 1, PT_BP, 0),
+            ]);
+            p.jump(JA, 0, 0, 0, user);
+            p.bind(kernel);
+            p.extend([
+                insn(LDX_DW, 3, 1, PT_SP, 0),
+                insn(AND64_IMM, 3, 0, 0, -KERNEL_STACK),
+            ]);
+        }
+        Registers::Task(stack) => {
+            // r3 = current->stack, read into the scratch's window.
+            p.extend([
+                insn(CALL, 0, 0, 0, HELPER_GET_CURRENT_TASK),
+                insn(MOV64_REG, 3, 0, 0, 0),
+                insn(ADD64_IMM, 3, 0, 0, stack as i32),
+                insn(MOV64_REG, 1, 6, 0, 0),
+                insn(ADD64_IMM, 1, 0, 0, regs),
+                insn(MOV64_IMM, 2, 0, 0, 8),
+                insn(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL),
+            ]);
+            p.jump(JNE_IMM, 0, 0, 0, end);
+            p.push(insn(LDX_DW, 3, 6, regs as i16, 0));
+            p.jump(JEQ_IMM, 3, 0, 0, end);
+        }
+    }
     p.extend([
-        insn(LDX_DW, 3, 1, PT_SP, 0),
-        insn(AND64_IMM, 3, 0, 0, -KERNEL_STACK),
         insn(ADD64_IMM, 3, 0, 0, KERNEL_STACK - PT_REGS_SIZE),
         insn(MOV64_REG, 1, 6, 0, 0),
         insn(ADD64_IMM, 1, 0, 0, regs),

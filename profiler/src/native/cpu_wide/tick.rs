@@ -12,13 +12,14 @@
 //! the tracepoint's, and the kernel writes a hit's sample only where every program attached
 //! there keeps it, so two fsprof processes sampling at the tick would drop each other's samples
 //! (a second one finds the first's program there and keeps the clock: [`first_event`]; two
-//! started at once do not); the walk of stacks deeper than the copy (`walk.rs`, a tail call into
-//! programs of the clock's type) is left out, so those stacks stop at the copy's end (the
-//! `unmarked` program's `regex-compile` read 0.5% of 13.7%); the tick cannot be re-phased, so a loop in step with it
+//! started at once do not); the tick cannot be re-phased, so a loop in step with it
 //! is not sampled evenly (the clock's grid moves every 40 ms: `CpuWide::rephase`); and the
 //! handler's address comes from `/proc/kallsyms`, which shows addresses to root only. A program
 //! at the tracepoint's BTF hook that copies the registers and stack itself would have none of
-//! these (BENCHMARKS.md, sixty-fifth session). Not here: the program's body
+//! these (BENCHMARKS.md, sixty-fifth session). Stacks deeper than the copy are walked as the
+//! clock's are (`walk.rs`), by a walk loaded as a tracepoint's program (a tail call stays within
+//! one type of program) that reads the user registers from the thread's kernel stack
+//! (`Rules::walk_at_tick`). Not here: the program's body
 //! (`sampling::load_tick_program`), the event (`perf_events.rs`).
 
 use crate::native::perf_events::{open_tracepoint_event, tracepoint_programs};

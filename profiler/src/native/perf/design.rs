@@ -50,6 +50,11 @@ impl PerfSampler {
             RING_PAGES,
         )
         .map_err(|why| format!("{ASKED}: {why}"))?;
+        // At the tick, the walk its program calls is a tracepoint's program too.
+        if let Some(stack) = crate::native::btf::task_stack_offset().filter(|_| events.at_tick()) {
+            let copies = self.copies.fd();
+            self.programs.rules.walk_at_tick(stack, copies);
+        }
         // Switches are followed from the start (`following.rs` may stop that later).
         events
             .follow_switches()
