@@ -9,7 +9,8 @@
 # events for the program, per-thread for its children), percpu (per CPU for every process,
 # FSPROF_PER_CPU=1), perthread (per thread for every process, FSPROF_PER_CPU=0), agent (`fsprof run --agent`), nofollow
 # (`--no-follow`), nonative (`--no-native`), r1000 (`--rate 1000`), tick (samples at the
-# scheduler's tick, FSPROF_CLOCK=tick: `native/cpu_wide/tick.rs`), perf1000 (`perf record -F
+# scheduler's tick, asked for by name: FSPROF_CLOCK=tick, `native/cpu_wide/tick.rs`), clock
+# (samples on fsprof's own cpu-clock per CPU, FSPROF_CLOCK=clock), perf1000 (`perf record -F
 # 1000 --call-graph dwarf` of the job, where perf is installed), perf250 (the same at fsprof's
 # default rate), base (another fsprof at its
 # defaults, BASE=path/to/fsprof: an earlier build, for a before and after in one run), base2
@@ -51,6 +52,7 @@ every = {
     "nonative": ([fsprof, "run", "--no-native", "-o", "out", "--"], {}),
     "r1000": ([fsprof, "run", "--rate", "1000", "-o", "out", "--"], {}),
     "tick": ([fsprof, "run", "-o", "out", "--"], {"FSPROF_CLOCK": "tick"}),
+    "clock": ([fsprof, "run", "-o", "out", "--"], {"FSPROF_CLOCK": "clock"}),
     "base": ([os.environ.get("BASE", "fsprof-base"), "run", "-o", "out", "--"], {}),
     "base2": ([os.environ.get("BASE2", "fsprof-base2"), "run", "-o", "out", "--"], {}),
     "perf1000": (["perf", "record", "-F", "1000", "--call-graph", "dwarf", "-o", "out/perf.data", "--"], {}),

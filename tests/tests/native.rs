@@ -125,9 +125,13 @@ fn profile_chain(dir: &Path, program: &Path, backend: &str) {
     // The report names the backend on the header's third line, and perf's events as the
     // profile has them.
     let text = std::fs::read_to_string(dir.join("out").join("report.txt")).unwrap();
-    let events = match meta["perf_per_cpu"].as_bool() {
+    let events = match (
+        meta["perf_per_cpu"].as_bool(),
+        meta["perf_at_tick"].as_bool(),
+    ) {
         _ if backend != "perf" => "",
-        Some(true) => ", one event per CPU",
+        (Some(true), Some(true)) => ", one event per CPU, at the kernel's own tick",
+        (Some(true), _) => ", one event per CPU",
         _ => ", one event per thread",
     };
     assert!(

@@ -338,6 +338,11 @@ impl NativeSampler {
         self.perf.as_ref().is_some_and(|perf| perf.lock().per_cpu())
     }
 
+    /// Whether perf's events per CPU sample at the scheduler's tick (`cpu_wide/tick.rs`).
+    pub fn perf_at_tick(&self) -> bool {
+        self.perf.as_ref().is_some_and(|perf| perf.lock().at_tick())
+    }
+
     /// The perf sampler for the processes this one's recording follows to join, where it
     /// samples per CPU (see `perf/shared.rs`).
     pub fn share_perf(&self) -> Option<SharedPerf> {

@@ -1,6 +1,7 @@
 //! The per-CPU design of the perf backend (by default for the program's own process, for every
 //! process with `FSPROF_PER_CPU=1`: `perf/design.rs`): no event on any thread. Each CPU has one
-//! cpu-clock event (or, an experiment, one at the scheduler's own tick: `tick.rs`) whose program (`sampling::program` with `Index::Watched`) keeps the samples of
+//! event at the scheduler's own tick where it can be had (`tick.rs`), else a cpu-clock event,
+//! whose program (`sampling::program` with `Index::Watched`) keeps the samples of
 //! watched threads only (a hash map of thread ids that fsprof fills) and copies their slots as a
 //! thread's own event's program does; a program at the scheduler's `sched_switch` tracepoint
 //! records each departure of a watched thread from its CPU (its slots, whether it was preempted,
@@ -252,7 +253,7 @@ impl CpuWide {
         let sampling = match at_tick {
             Some(tick) => {
                 let walk = crate::native::btf::task_stack_offset().map(|_| walk);
-                load_tick_program(map, copies, walk, w, tick.handler)?
+                load_tick_program(map, copies, walk, w, (tick.handler, tick.every))?
             }
             None => load_program(map, copies, walk, Index::Watched(w), None)?,
         };

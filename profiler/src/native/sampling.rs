@@ -7,9 +7,9 @@
 
 use crate::native::asm::{
     insn, Asm, Insn, Label, ADD64_IMM, ADD64_REG, CALL, EXIT, HELPER_GET_CURRENT_PID_TGID,
-    HELPER_GET_CURRENT_TASK, HELPER_KTIME_GET_NS, HELPER_PROBE_READ_KERNEL, HELPER_PROBE_READ_USER,
-    JA, JEQ_IMM, JEQ_REG, JLE_IMM, JLT_REG, JNE_IMM, LDX_DW, LDX_H, LDX_W, LD_IMM64, MOV64_IMM,
-    MOV64_REG, OR64_IMM, RSH64_IMM, STX_DW, STX_W, ST_DW, ST_W,
+    HELPER_GET_CURRENT_TASK, HELPER_GET_PRANDOM_U32, HELPER_KTIME_GET_NS, HELPER_PROBE_READ_KERNEL,
+    HELPER_PROBE_READ_USER, JA, JEQ_IMM, JLE_IMM, JLT_REG, JNE_IMM, JNE_REG, LDX_DW, LDX_H, LDX_W,
+    LD_IMM64, MOD64_IMM, MOV64_IMM, MOV64_REG, OR64_IMM, RSH64_IMM, STX_DW, STX_W, ST_DW, ST_W,
 };
 use crate::native::bpf::load;
 use crate::native::fragments::{copy_slots, output_sized, value_of_thread, watched_index};
@@ -370,24 +370,38 @@ pub(super) fn load_program(
 
 /// The program of a CPU's event at the scheduler's tick (`cpu_wide/tick.rs`): the hits of the
 /// tracepoint `hrtimer_expire_entry` whose timer's function is not `handler` (the tick's) are
-/// left at once, the others are [`program`] with `Index::Watched(watched)`, handing over to a
+/// left at once, and of the others one in `every` at random is kept, which is [`program`] with `Index::Watched(watched)`, handing over to a
 /// walk of the tracepoint's type through `walk` where given (`Rules::walk_at_tick`).
 pub(super) fn load_tick_program(
     map: RawFd,
     copies: RawFd,
     walk: Option<[RawFd; 2]>,
     watched: RawFd,
-    handler: u64,
+    (handler, every): (u64, u32),
 ) -> Result<OwnedFd, String> {
     let function = crate::native::cpu_wide::tick::FUNCTION_OFFSET;
-    let mut insns = vec![
+    let mut p = Asm::new();
+    let (leave, keep) = (p.label(), p.label());
+    p.extend([
         insn(LDX_DW, 2, 1, function, 0),
         insn(LD_IMM64, 3, 0, 0, handler as u32 as i32),
         insn(0, 0, 0, 0, (handler >> 32) as u32 as i32),
-        insn(JEQ_REG, 2, 3, 2, 0),
-        insn(MOV64_IMM, 0, 0, 0, 0),
-        insn(EXIT, 0, 0, 0, 0),
-    ];
+    ]);
+    p.jump(JNE_REG, 2, 3, 0, leave);
+    if every > 1 {
+        p.extend([
+            insn(MOV64_REG, 6, 1, 0, 0), // the context, kept across the call
+            insn(CALL, 0, 0, 0, HELPER_GET_PRANDOM_U32),
+            insn(MOD64_IMM, 0, 0, 0, every as i32),
+            insn(MOV64_REG, 1, 6, 0, 0),
+        ]);
+        p.jump(JNE_IMM, 0, 0, 0, leave);
+    }
+    p.jump(JA, 0, 0, 0, keep);
+    p.bind(leave);
+    p.extend([insn(MOV64_IMM, 0, 0, 0, 0), insn(EXIT, 0, 0, 0, 0)]);
+    p.bind(keep);
+    let mut insns = p.finish();
     insns.extend(program(map, copies, walk, Index::Watched(watched), None));
     crate::native::bpf::load_tracepoint_event_program(insns)
 }

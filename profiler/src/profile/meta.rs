@@ -194,6 +194,10 @@ pub struct NativeMeta {
     /// rather than one per thread (`FSPROF_PER_CPU`, `perf::Design`).
     #[serde(default)]
     pub perf_per_cpu: bool,
+    /// Per CPU, whether the events sampled at the scheduler's tick rather than on a clock of
+    /// fsprof's (`FSPROF_CLOCK`, `native/cpu_wide/tick.rs`).
+    #[serde(default)]
+    pub perf_at_tick: bool,
     /// Thread samples whose native stack was captured (by perf or a ptrace stop).
     #[serde(default)]
     pub native_captured: u64,

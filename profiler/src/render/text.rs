@@ -263,6 +263,7 @@ fn header(report: &FeatureReport, meta: &Meta, (threads, processes): (usize, usi
         "native stacks: {}",
         match native.native_backend.as_str() {
             _ if !native.native => "not recorded (--no-native)",
+            "perf" if native.perf_at_tick => "perf, one event per CPU, at the kernel's own tick (each running thread sampled when its CPU's tick finds it running, without stopping it)",
             "perf" if native.perf_per_cpu => "perf, one event per CPU (each running thread sampled every period of its CPU time, without stopping it)",
             "perf" => "perf, one event per thread (each running thread sampled every period of its CPU time, without stopping it)",
             "ptrace" => "ptrace (each running thread stopped for an instant per sample: perf was not available)",

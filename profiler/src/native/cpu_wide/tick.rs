@@ -1,26 +1,33 @@
-//! Samples at the scheduler's own tick (an experiment, `FSPROF_CLOCK=tick`): each CPU's
-//! sampling event is the tracepoint `timer:hrtimer_expire_entry`, kept by its program only where
-//! the expiring timer is the tick's (its function `tick_nohz_handler`, `tick_sched_timer` before
+//! Samples at the scheduler's own tick, the default where it can be had (`FSPROF_CLOCK=clock`
+//! asks for the clock; `FSPROF_CLOCK=tick` says why the tick cannot be had): each CPU's sampling
+//! event is the tracepoint `timer:hrtimer_expire_entry`, kept by its program only where the
+//! expiring timer is the tick's (its function `tick_nohz_handler`, `tick_sched_timer` before
 //! Linux 6.10), rather than a `cpu-clock` event of fsprof's own. A busy CPU takes the tick anyway
 //! (`CONFIG_HZ` times a second; an idle one, under `NO_HZ_IDLE`, none): sampled there, the
-//! program's CPUs take no interrupt of fsprof's. On the Intel guest python3 with four threads
-//! cost 1.040 of alone under `perf record -a` at the tick against 1.096 under its `cpu-clock`
-//! per CPU (BENCHMARKS.md, sixty-fifth session).
+//! program's CPUs take no interrupt of fsprof's, and no tick of fsprof's ends a sleep early
+//! within its timer slack (which ties a sleeping thread's runs to the clock's ticks: BENCHMARKS.md,
+//! "A sleep's timer slack"). On the Intel guest python3 with four threads cost 1.040 of alone
+//! under `perf record -a` at the tick against 1.096 under its `cpu-clock` per CPU (BENCHMARKS.md,
+//! sixty-fifth session).
 //!
-//! The tick's length is the sampling period: used only where the rate asked for is within a
-//! tenth of the kernel's `CONFIG_HZ`. Why it is not the default yet: a tracepoint's programs are
-//! the tracepoint's, and the kernel writes a hit's sample only where every program attached
-//! there keeps it, so two fsprof processes sampling at the tick would drop each other's samples
-//! (a second one finds the first's program there and keeps the clock: [`first_event`]; two
-//! started at once do not); the tick cannot be re-phased, so a loop in step with it
-//! is not sampled evenly (the clock's grid moves every 40 ms: `CpuWide::rephase`); and the
-//! handler's address comes from `/proc/kallsyms`, which shows addresses to root only. A program
-//! at the tracepoint's BTF hook that copies the registers and stack itself would have none of
-//! these (BENCHMARKS.md, sixty-fifth session). Stacks deeper than the copy are walked as the
-//! clock's are (`walk.rs`), by a walk loaded as a tracepoint's program (a tail call stays within
-//! one type of program) that reads the user registers from the thread's kernel stack
-//! (`Rules::walk_at_tick`). Not here: the program's body
-//! (`sampling::load_tick_program`), the event (`perf_events.rs`).
+//! Where the rate asked for is the kernel's `CONFIG_HZ` divided by a whole number (to a tenth),
+//! the program keeps one tick in that many, at random, and each sample stands for that many
+//! ticks; elsewhere (a rate above `CONFIG_HZ`, or between) the clock samples. Also the clock:
+//! where `/proc/kallsyms` hides the handler's address (it shows addresses to root only), where
+//! the kernel's configuration cannot be read, and where another program is attached to the
+//! tracepoint: a tracepoint's programs are the tracepoint's, and the kernel writes a hit's
+//! sample only where every program attached there keeps it, so two fsprof processes at the tick
+//! would drop each other's samples (a second one finds the first's program there and keeps the
+//! clock: [`first_event`]; two started at the same instant do not), and while fsprof samples
+//! there, another tool's event at that tracepoint gets only the hits fsprof keeps. The tick
+//! cannot be re-phased (the clock's grid moves every 40 ms: `CpuWide::rephase`): a loop in step
+//! with the tick is not sampled evenly. Its events' start and release cost fsprof about 65 ms
+//! of waiting (the kernel's grace periods). A program at the tracepoint's BTF hook that copies
+//! the registers and stack itself would have none of these limits (BENCHMARKS.md, sixty-fifth
+//! session). Stacks deeper than the copy are walked as the clock's are (`walk.rs`), by a walk
+//! loaded as a tracepoint's program (a tail call stays within one type of program) that reads
+//! the user registers from the thread's kernel stack (`Rules::walk_at_tick`). Not here: the
+//! program's body (`sampling::load_tick_program`), the event (`perf_events.rs`).
 
 use crate::native::perf_events::{open_tracepoint_event, tracepoint_programs};
 use std::os::fd::OwnedFd;
@@ -38,22 +45,35 @@ pub(in crate::native) struct Tick {
     pub(in crate::native) tracepoint: u64,
     /// The address of the tick's timer function.
     pub(in crate::native) handler: u64,
-    /// The tick's length, what each of its samples stands for.
+    /// Ticks per sample: the program keeps each tick with a chance of one in this many (at
+    /// random, so that no loop in step with the ticks is sampled unevenly), where the rate
+    /// asked for is the kernel's `CONFIG_HZ` divided by it.
+    pub(in crate::native) every: u32,
+    /// What each sample stands for: `every` ticks' length.
     pub(in crate::native) tick_ns: u64,
+    /// Whether `FSPROF_CLOCK=tick` asked for it by name: then a tick that cannot be had is said.
+    named: bool,
 }
 
-/// The tick's tracepoint and handler if `FSPROF_CLOCK=tick` asks for them and `period_ns` is
-/// within a tenth of the kernel's tick (`CONFIG_HZ` from the kernel's configuration); else
-/// `None` (the clock).
+/// Ticks per sample at most: below `CONFIG_HZ / MOST_EVERY` the clock samples.
+const MOST_EVERY: u64 = 64;
+
+/// The tick's tracepoint and handler unless `FSPROF_CLOCK=clock` asks for the clock, where
+/// `period_ns` is within a tenth of a whole number of the kernel's ticks (`CONFIG_HZ` from the
+/// kernel's configuration); else `None` (the clock), said where `FSPROF_CLOCK=tick` asked.
 pub(in crate::native) fn asked(period_ns: u64) -> Option<Tick> {
-    if std::env::var("FSPROF_CLOCK").ok()? != "tick" {
-        return None;
-    }
+    let named = match std::env::var("FSPROF_CLOCK").as_deref() {
+        Ok("clock") => return None,
+        Ok("tick") => true,
+        _ => false,
+    };
     let why = match find(period_ns) {
-        Ok(tick) => return Some(tick),
+        Ok(tick) => return Some(Tick { named, ..tick }),
         Err(why) => why,
     };
-    eprintln!("fsprof: FSPROF_CLOCK=tick: {why}; sampling with the CPU clock");
+    if named {
+        eprintln!("fsprof: FSPROF_CLOCK=tick: {why}; sampling with the CPU clock");
+    }
     None
 }
 
@@ -69,17 +89,18 @@ pub(in crate::native) fn first_event(cpu: u32, tick: Tick) -> Option<OwnedFd> {
         Ok(_) => "another program samples at the tick (another fsprof?)".to_owned(),
         Err(e) => format!("cannot open an event at the tracepoint ({})", e.desc()),
     };
-    eprintln!("fsprof: FSPROF_CLOCK=tick: {why}; sampling with the CPU clock");
+    if tick.named {
+        eprintln!("fsprof: FSPROF_CLOCK=tick: {why}; sampling with the CPU clock");
+    }
     None
 }
 
 fn find(period_ns: u64) -> Result<Tick, String> {
     let hz = kernel_hz().ok_or("the kernel's CONFIG_HZ is unknown")?;
-    // The clock's period is a twentieth short of the rate's (`perf::sampling_period`).
-    let tick_ns = 1_000_000_000 / hz.max(1);
-    if period_ns.abs_diff(tick_ns) > tick_ns / 10 {
-        return Err(format!("the rate is not the kernel's tick ({hz} Hz)"));
-    }
+    let every = ticks_per_sample(period_ns, hz).ok_or_else(|| {
+        format!("the rate is not the kernel's tick ({hz} Hz) divided by a whole number")
+    })?;
+    let tick_ns = every * (1_000_000_000 / hz);
     let tracepoint = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
         .iter()
         .find_map(|root| {
@@ -99,8 +120,21 @@ fn find(period_ns: u64) -> Result<Tick, String> {
     Ok(Tick {
         tracepoint,
         handler,
+        every: every as u32,
         tick_ns,
+        named: false,
     })
+}
+
+/// How many of the kernel's ticks (`hz` a second) make one period of `period_ns`, where that is
+/// a whole number (to a tenth; the clock's period is a twentieth short of the rate's:
+/// `perf::sampling_period`) of at most [`MOST_EVERY`].
+fn ticks_per_sample(period_ns: u64, hz: u64) -> Option<u64> {
+    let tick_ns = 1_000_000_000 / hz.max(1);
+    let every = (period_ns + tick_ns / 2) / tick_ns;
+    ((1..=MOST_EVERY).contains(&every)
+        && period_ns.abs_diff(every * tick_ns) <= every * tick_ns / 10)
+        .then_some(every)
 }
 
 /// The tick's handler's address in `lines` (`/proc/kallsyms`'s; a kernel has one of the two
@@ -168,6 +202,21 @@ mod tests {
             handler_in(lines("ffffffff81442960 t tick_nohz_handler_x\n")),
             None
         );
+    }
+
+    #[test]
+    fn a_rate_is_sampled_at_the_tick_where_it_divides_the_kernels() {
+        let period = |hz: u64| 1_000_000_000 / hz * 19 / 20; // as the clock's
+        assert_eq!(ticks_per_sample(period(250), 250), Some(1));
+        assert_eq!(ticks_per_sample(period(250), 1000), Some(4));
+        assert_eq!(ticks_per_sample(period(100), 1000), Some(10));
+        assert_eq!(
+            ticks_per_sample(period(1000), 250),
+            None,
+            "faster than the tick"
+        );
+        assert_eq!(ticks_per_sample(period(400), 1000), None, "2.5 ticks");
+        assert_eq!(ticks_per_sample(period(10), 1000), None, "100 ticks");
     }
 
     #[test]

@@ -111,6 +111,11 @@ impl PerfSampler {
         self.wide.is_some()
     }
 
+    /// Whether its events per CPU sample at the scheduler's tick (`cpu_wide/tick.rs`).
+    pub fn at_tick(&self) -> bool {
+        self.wide.as_ref().is_some_and(CpuWide::at_tick)
+    }
+
     /// What wakes a thread at each fork of a watched process, where it samples per CPU and
     /// the kernel allows it (`cpu_wide/forks.rs`).
     pub(in crate::native) fn fork_wakes(

@@ -47,6 +47,7 @@ impl Sampler {
             meta.native_stacks.native_backend =
                 if native.uses_perf() { "perf" } else { "ptrace" }.to_owned();
             meta.native_stacks.perf_per_cpu = native.perf_per_cpu();
+            meta.native_stacks.perf_at_tick = native.perf_at_tick();
             meta.native_stacks.native_captured = stats.captured;
             meta.native_stacks.native_complete = stats.complete;
             meta.native_stacks.native_not_stopped = stats.not_stopped;
