@@ -10,8 +10,9 @@
 #   samples    spin 2 threads of a hash loop: alone | default (per-CPU events for the program)
 #              | percpu (FSPROF_PER_CPU=1, the same for one process) | r1000 (--rate 1000) |
 #              nonative | perf1000 (`perf record -F 1000 --call-graph dwarf`, where perf is
-#              installed); with TICK=1 also tick (samples at the scheduler's tick,
-#              FSPROF_CLOCK=tick) and perf250; also the CPU time of spin's parent (fsprof, perf)
+#              installed); with TICK=1 also clock (samples on fsprof's own cpu-clock per CPU,
+#              FSPROF_CLOCK=clock, where the defaults take them at the scheduler's tick) and
+#              perf250; also the CPU time of spin's parent (fsprof, perf)
 #              while spin ran
 #   ticks      where the samples' cost goes: spin 2 threads, longer (about 2.5 s): alone | default
 #              | percpu | nonative | r125 | perf250 (`perf record -F 250 --call-graph dwarf`) |
@@ -153,7 +154,7 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
       kill -INT $bt; wait $bt 2> /dev/null
       return ;;
     default) flags= ;;
-    tick) flags= ;;
+    tick | clock) flags= ;;
     percpu) flags= ;;
     base) flags= ;;
     base1000) flags="--rate 1000" ;;
@@ -172,7 +173,7 @@ one() { # one CONFIG COMMAND...: the command alone or under fsprof run
   local design=
   [ "$config" = percpu ] && design=1
   local clock=
-  [ "$config" = tick ] && clock=tick
+  case $config in tick | clock) clock=$config ;; esac
   { time env FSPROF_PER_CPU=$design FSPROF_CLOCK=$clock "$bin/fsprof" run $flags -o "$WORK/p-$config" -- "$@" > "$WORK/out" 2> "$WORK/err"; } 2> "$WORK/time"
   if [ -n "$bp" ]; then sleep 0.05; kill $bp; wait $bp 2>/dev/null; bpf_summary; fi
   grep -h elapsed "$WORK/out"
@@ -216,7 +217,7 @@ PY
 }
 paired() { # paired TSV: the differences the bars are about, each with its 95% interval (paired.py)
   python3 tests/benches/paired.py "$1" alone default-alone r1000-alone r1000-perf1000 \
-    default-perf250 base-default base1000-r1000 tick-alone tick-default
+    default-perf250 base-default base1000-r1000 clock-alone default-clock
 }
 medians() { # medians TSV BASE [SWITCHES]: each configuration's median, against BASE's (and per switch)
   python3 - "$@" <<'PY'
@@ -240,7 +241,7 @@ for part in $PARTS; do
       configs="alone default percpu r1000 nonative"
       command -v perf > /dev/null && configs="$configs perf1000"
       [ -n "${BASE:-}" ] && configs="$configs base base1000"
-      [ -n "${TICK:-}" ] && configs="$configs tick perf250"
+      [ -n "${TICK:-}" ] && configs="$configs clock perf250"
       rounds spin2 "$configs" "$WORK/spin" 2 500000000 ;;
     ticks)
       configs="alone default percpu nonative r125"
