@@ -370,8 +370,9 @@ pub(super) fn load_program(
 
 /// The program of a CPU's event at the scheduler's tick (`cpu_wide/tick.rs`): the hits of the
 /// tracepoint `hrtimer_expire_entry` whose timer's function is not `handler` (the tick's) are
-/// left at once, and of the others one in `every` at random is kept, which is [`program`] with `Index::Watched(watched)`, handing over to a
-/// walk of the tracepoint's type through `walk` where given (`Rules::walk_at_tick`).
+/// left at once, and of the others one in `every` at random is kept: [`program`] with
+/// `Index::Watched(watched)`, handing over to a walk of the tracepoint's type through `walk`
+/// where given (`Rules::walk_at_tick`).
 pub(super) fn load_tick_program(
     map: RawFd,
     copies: RawFd,
