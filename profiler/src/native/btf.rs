@@ -1,13 +1,12 @@
-//! Where a member of one of the kernel's structures lies, from the kernel's own type
-//! description (BTF, `/sys/kernel/btf/vmlinux`): the per-CPU sampler's switch program
-//! (`cpu_wide.rs`) reads the pid of the thread coming onto a CPU from its `task_struct`, whose
-//! layout differs between kernels and builds, and its fork program the process id of a task
-//! just made; the walk at the scheduler's tick, where a thread's kernel stack is; and the id of
-//! the type of the `sched_switch` tracepoint's hook, to which that program attaches where the kernel lets it (a program that
-//! then reads its arguments' members directly). It reads top-level members of named structures
-//! and names of typedefs only; it does not load BTF into the kernel or resolve types beyond
-//! that. The file is the kernel's, but every length and index read from it is bounded before
-//! use.
+//! Where a member of one of the kernel's structures lies, from the kernel's own type description
+//! (BTF, `/sys/kernel/btf/vmlinux`): the per-CPU sampler's switch program (`cpu_wide.rs`) reads the
+//! pid of the thread coming onto a CPU from its `task_struct`, whose layout differs between kernels
+//! and builds, and its fork program the process id of a task just made; the walk at the scheduler's
+//! tick, where a thread's kernel stack is; and the id of the type of the `sched_switch`
+//! tracepoint's hook, to which that program attaches where the kernel lets it (a program that then
+//! reads its arguments' members directly). It reads top-level members of named structures and names
+//! of typedefs only; it does not load BTF into the kernel or resolve types beyond that. The file is
+//! the kernel's, but every length and index read from it is bounded before use.
 
 /// The members fsprof's programs read, as `(structure, member)`: [`Offsets`] in this order.
 const WANTED: [(&str, &str); 5] = [
