@@ -8,6 +8,7 @@ use nix::libc;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 const BPF_MAP_CREATE: u32 = 0;
+const BPF_MAP_LOOKUP_ELEM: u32 = 1;
 const BPF_MAP_UPDATE_ELEM: u32 = 2;
 const BPF_MAP_DELETE_ELEM: u32 = 3;
 const BPF_PROG_LOAD: u32 = 5;
@@ -77,6 +78,18 @@ pub(super) fn update_bytes(map: RawFd, key: &[u8], value: &[u8]) -> Result<(), E
         ..Default::default()
     };
     bpf_call(BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
+}
+
+/// Whether the hash map `map` holds `key` (keys of this size; values of at most 8 bytes).
+pub(super) fn holds_key(map: RawFd, key: &[u8]) -> bool {
+    let mut value = 0u64;
+    let mut attr = MapUpdate {
+        map_fd: map as u32,
+        key: key.as_ptr() as u64,
+        value: &mut value as *mut u64 as u64,
+        ..Default::default()
+    };
+    bpf_call(BPF_MAP_LOOKUP_ELEM, &mut attr).is_ok()
 }
 
 /// Removes `key` from the hash map `map` (keys of this size).

@@ -258,6 +258,13 @@ impl NativeSampler {
         self.forks.is_some()
     }
 
+    /// Whether every process the perf sampler serves is watched by its per-CPU programs now, so
+    /// that each one's forks end the sleeps of [`NativeSampler::wake_on_forks`] (see
+    /// `PerfSampler::every_process_watched`).
+    pub fn every_process_watched(&self) -> bool {
+        (self.perf.as_ref()).is_some_and(|perf| perf.lock().every_process_watched())
+    }
+
     /// Whether `tid` is attached: for a sample now, or waiting for a stop asked for earlier.
     pub fn is_attached(&self, tid: u32) -> bool {
         self.tracer.is_attached(tid)

@@ -37,8 +37,8 @@
 //! (`perf/shared.rs`).
 
 use crate::native::bpf::{
-    attach_tracepoint, attach_typed_tracepoint, create_map, delete_bytes, load_tracepoint_program,
-    load_typed_tracepoint_program, update_bytes, BPF_MAP_TYPE_HASH,
+    attach_tracepoint, attach_typed_tracepoint, create_map, delete_bytes, holds_key,
+    load_tracepoint_program, load_typed_tracepoint_program, update_bytes, BPF_MAP_TYPE_HASH,
 };
 use crate::native::layout::PROCESS_KEY;
 use crate::native::layout::STACK_DUMP;
@@ -397,6 +397,13 @@ impl CpuWide {
         update_bytes(self.watched.as_raw_fd(), &key, &0u32.to_ne_bytes())?;
         self.processes.insert(pid, true);
         Ok(())
+    }
+
+    /// Whether the programs watch process `pid` now, as the kernel's map says: from
+    /// [`CpuWide::watch_process`] until an `exec` of it (its program removes the key at once,
+    /// where `processes` learns of it only once the exec's record is read).
+    pub(super) fn watches_process_now(&self, pid: u32) -> bool {
+        holds_key(self.watched.as_raw_fd(), &(pid | PROCESS_KEY).to_ne_bytes())
     }
 
     /// Writes no bare samples of process `pid`'s threads any more, and drops those held.

@@ -182,6 +182,8 @@ pub struct PerfSampler {
     wide: Option<CpuWide>,
     /// The latest owner given out (see [`Owner`]).
     owners: Owner,
+    /// Holders alive (`perf/shared.rs`'s `Perf`s), each of one process.
+    holders: usize,
     /// Per owner whose labels are read, the offset of their thread-local pointer from a
     /// thread's thread pointer and their format (see `layout::VALUE_LABELS_OFFSET`).
     labels: HashMap<Owner, [u64; 2]>,
@@ -275,6 +277,7 @@ impl PerfSampler {
             ),
             wide: None,
             owners: FIRST_OWNER,
+            holders: 0,
             labels: HashMap::new(),
             processes: HashMap::new(),
         };

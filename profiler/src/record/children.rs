@@ -19,6 +19,7 @@
 //! child whose parent exited before it was found is not found (it is no longer a descendant).
 //! Not here: what a sampler records (`sampler.rs`), or the report per process (`analysis`).
 
+use crate::native::perf::Perf;
 use crate::profile::{self, Meta, Process, Profile};
 use crate::program::process;
 use crate::record::sampler::{Recorded, Sampler, SamplerOptions};
@@ -177,8 +178,12 @@ impl Tree {
         self.parents.push(process::ChildList::new(pid));
         let sampling = self.sampling.clone();
         let stop = Arc::clone(&self.stop);
+        // Joined here, before its thread starts: until its sampler watches the process, the
+        // program's recording knows of one not watched, and keeps looking for new processes
+        // (`schedule::BUSY_AFTER_FORK`).
+        let perf = sampling.options.perf_sampler();
         let spawned = crate::os::threads::spawn(&format!("fsprof {pid}"), move || {
-            record(pid, command, sampling, &stop)
+            record(pid, command, sampling, perf, &stop)
         });
         match spawned {
             Ok(handle) => self.followers.push(Follower {
@@ -258,10 +263,16 @@ impl Tree {
     }
 }
 
-/// A follower's thread: records process `pid` (whose command line was `command`) until it
-/// exits, `stop` is set or it runs a program this fsprof's user may not trace.
-fn record(pid: u32, mut command: Vec<String>, sampling: Sampling, stop: &AtomicBool) -> Followed {
-    let perf = sampling.options.perf_sampler();
+/// A follower's thread: records process `pid` (whose command line was `command`) with `perf`
+/// (joined by `Tree::follow`) until it exits, `stop` is set or it runs a program this fsprof's
+/// user may not trace.
+fn record(
+    pid: u32,
+    mut command: Vec<String>,
+    sampling: Sampling,
+    perf: Option<Result<Perf, String>>,
+    stop: &AtomicBool,
+) -> Followed {
     let mut sampler = Sampler::new(pid, sampling.descriptors, sampling.options, perf);
     let schedule = Schedule {
         rate_hz: sampling.rate_hz,

@@ -302,6 +302,12 @@ impl Sampler {
             .is_some_and(NativeSampler::wake_on_forks)
     }
 
+    /// Whether every process followed is watched in the kernel now, so that each one's forks
+    /// end the sleeps of [`Sampler::wake_on_forks`] (see `NativeSampler::every_process_watched`).
+    pub(super) fn every_process_watched(&self) -> bool {
+        (self.native.as_ref()).is_some_and(NativeSampler::every_process_watched)
+    }
+
     /// Detaches from the target's threads (native sampling), leaving them running. Done by
     /// [`Sampler::finish`] too, and on drop.
     pub fn stop_tracing(&mut self) {

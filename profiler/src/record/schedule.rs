@@ -238,9 +238,11 @@ fn sample_until_stopped(
 const BETWEEN_TICKS: Duration = Duration::from_millis(5);
 
 /// How long after a fork `stop` is still asked every [`BETWEEN_TICKS`] where forks wake the
-/// loop: a child found may make its own children before fsprof watches its process (at once,
-/// or after an `exec`, which unwatches it in the kernel until its next tick, as `sh -c` makes
-/// its command), and those forks wake nothing.
+/// loop, at most: a child found may make its own children before fsprof watches its process
+/// (at once, or after an `exec`, which unwatches it in the kernel until its next tick, as `sh
+/// -c` makes its command), and those forks wake nothing. Asking stops sooner once the kernel
+/// watches every process followed (their forks wake the loop again): in a shell's loop of
+/// `rg` runs, one every 60 ms, it asked 200 times a second throughout.
 const BUSY_AFTER_FORK: Duration = Duration::from_millis(100);
 
 /// When `stop` is asked between ticks.
@@ -286,8 +288,18 @@ fn sleep_asking(
         if wake >= next && sampler.exit_status().is_none() {
             return None;
         }
+        // Where the kernel watches every process followed, each one's fork wakes the loop: no
+        // need to ask until the next. Forks wake it from before this look on (a fork meanwhile
+        // is found by the look, or ends the next sleep at once).
+        let settled = asking.forks && sampler.every_process_watched();
+        if settled {
+            sampler.quiet_forks_until(Instant::now());
+        }
         if let Some(end) = stop(sampler) {
             return Some(end);
+        }
+        if settled && sampler.every_process_watched() {
+            asking.busy_until = Instant::now();
         }
     }
 }

@@ -394,6 +394,25 @@ fn switches_are_followed_again_once_asked() {
 
 /// A watched process's fork wakes the thread that asked (`forks.rs`), and so does its `exec`;
 /// a process an unwatched one makes does not, nor a fork while the recording is quiet.
+/// `sh -c script` with its stdin a pipe, past its own exec (which would wake the recording,
+/// watched), however slow the machine.
+fn shell(script: &str) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    let own = std::fs::read_link("/proc/self/exe").unwrap();
+    let child = Command::new("sh")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exe = format!("/proc/{}/exe", child.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_link(&exe).ok().as_ref() == Some(&own) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    child
+}
+
 #[test]
 fn a_watched_process_fork_wakes_the_recording() {
     let Some(mut perf) = sampler() else {
@@ -405,23 +424,6 @@ fn a_watched_process_fork_wakes_the_recording() {
     };
     wakes.wake_me();
     use std::io::Write;
-    use std::process::{Command, Stdio};
-    // A shell past its own exec (which would wake, watched), however slow the machine.
-    let own = std::fs::read_link("/proc/self/exe").unwrap();
-    let shell = |script: &str| {
-        let child = Command::new("sh")
-            .args(["-c", script])
-            .stdin(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let exe = format!("/proc/{}/exe", child.id());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::fs::read_link(&exe).ok().as_ref() == Some(&own) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-        child
-    };
     let mut watched = shell("read line; /bin/true; read line");
     let mut other = shell("/bin/true; read line");
     perf.watch_process(crate::native::perf::FIRST_OWNER, watched.id());
@@ -467,6 +469,38 @@ fn a_watched_process_fork_wakes_the_recording() {
         !wakes.take(),
         "a fork woke the recording while it was quiet"
     );
+}
+
+/// Every holder's process is watched in the kernel (so that its forks wake the recording) once
+/// each holder watched its own, and until one of them runs `exec`; a holder that watched none
+/// yet keeps the answer no.
+#[test]
+fn every_process_is_watched_until_a_holder_joins_or_its_process_execs() {
+    use crate::native::perf::Perf;
+    use std::io::Write;
+    let Some(first) = sampler() else {
+        return;
+    };
+    let first = Perf::own(first);
+    let shared = first.share().expect("a per-CPU sampler is shared");
+    let watched = || first.lock().every_process_watched();
+    assert!(!watched(), "watched before its holder watched its process");
+    let mut shell = shell("read line; exec /bin/true");
+    first.lock().watch_process(first.owner(), shell.id());
+    assert!(watched(), "not watched once its holder watched its process");
+    let joined = Perf::join(&shared);
+    assert!(
+        !watched(),
+        "watched while a holder has not watched its process"
+    );
+    drop(joined);
+    assert!(
+        watched(),
+        "not watched once the holder that watched none is gone"
+    );
+    writeln!(shell.stdin.as_mut().unwrap()).unwrap();
+    let _ = shell.wait();
+    assert!(!watched(), "still watched after its process ran its exec");
 }
 
 /// A second process's holder joins the per-CPU sampler (`perf/shared.rs`): its thread's

@@ -41,7 +41,8 @@ impl std::fmt::Debug for SharedPerf {
 
 impl Perf {
     /// The holder of a sampler made for its process.
-    pub fn own(sampler: PerfSampler) -> Perf {
+    pub fn own(mut sampler: PerfSampler) -> Perf {
+        sampler.holders += 1;
         Perf {
             sampler: Arc::new(Mutex::new(sampler)),
             owner: FIRST_OWNER,
@@ -52,7 +53,11 @@ impl Perf {
 
     /// A holder for another process of `shared`'s.
     pub fn join(shared: &SharedPerf) -> Perf {
-        let owner = lock(&shared.0).new_owner();
+        let owner = {
+            let mut sampler = lock(&shared.0);
+            sampler.holders += 1;
+            sampler.new_owner()
+        };
         Perf {
             sampler: Arc::clone(&shared.0),
             owner,
@@ -89,7 +94,9 @@ impl Drop for Perf {
     /// Its threads are no longer watched (their map values go back to the sampler).
     fn drop(&mut self) {
         let owner = self.owner;
-        self.lock().forget_all_of(owner);
+        let mut sampler = self.lock();
+        sampler.forget_all_of(owner);
+        sampler.holders -= 1;
     }
 }
 
@@ -151,6 +158,18 @@ impl PerfSampler {
                 self.processes.insert(owner, pid);
             }
         }
+    }
+
+    /// Whether the per-CPU programs watch every holder's process now, so that each fork of one
+    /// wakes the recording (`cpu_wide/forks.rs`): false while a holder has not watched its
+    /// process yet (a process just found), or one ran `exec` since (the kernel unwatched it
+    /// until its holder's next [`PerfSampler::watch_process`]), and without per-CPU events.
+    pub fn every_process_watched(&self) -> bool {
+        let Some(wide) = &self.wide else {
+            return false;
+        };
+        self.processes.len() == self.holders
+            && (self.processes.values()).all(|&pid| wide.watches_process_now(pid))
     }
 
     /// The threads of `owner`'s process whose bare samples are held; with `read`, after the
