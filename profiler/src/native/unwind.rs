@@ -264,14 +264,6 @@ impl Unwinder {
         self.sizes = FrameSizes::default();
     }
 
-    /// Drops the cached unwind rules: after a frame's unwinding missed a word of the stack,
-    /// framehop may have cached its frame-pointer fallback for the frame's address in place of
-    /// the frame's real rule (it does so when evaluating the rule itself failed), which would
-    /// unwind that function wrongly from then on; the cache cannot drop one address.
-    fn forget_fallbacks(&mut self) {
-        self.cache = CacheX86_64::new();
-    }
-
     /// The rule of the frame that `return_address` returns into, as framehop unwinds it: found
     /// by unwinding that one frame over a made-up stack whose every word says where it lies.
     /// `None` for a rule in another form, or none.
@@ -365,9 +357,12 @@ impl Unwinder {
         out.frames.clear();
         out.complete = false;
         // A word the view lacks ends the walk there, even where framehop unwound the frame
-        // anyway: it falls back to the frame pointer when its DWARF evaluation could not read
-        // (a frame too large for its cached rules), and caches that rule for the address, to
-        // use it again on a stack that holds the word (see `forget_fallbacks`).
+        // anyway. framehop reads it as 0: where its DWARF evaluation fails to read (a frame too
+        // large for its cached rules), it falls back to the frame pointer and caches that rule
+        // for the address, which would unwind the function wrongly on every stack after. (The
+        // whole cache was dropped at each miss instead: with stacks deeper than the copy, at
+        // every sample, and each frame's rule was looked up again, 9% of fsprof's CPU beside a
+        // recursive python3 program.)
         let missed = std::cell::Cell::new(false);
         // Below the innermost frame's stack pointer no copy reaches (the kernel's and ours start
         // there). A rule reads there only at a function's `ret` after its `pop %rbp`: the CFI
@@ -384,8 +379,10 @@ impl Unwinder {
                 Some(bp) if popped && innermost_sp - address <= POPPED_BELOW_SP => Ok(bp),
                 _ => stack.read_u64(address),
             };
-            missed.set(missed.get() || word.is_err());
-            word
+            word.or_else(|()| {
+                missed.set(true);
+                Ok(0)
+            })
         };
         while out.frames.len() < MAX_NATIVE_FRAMES {
             let lookup = match address {
@@ -429,7 +426,7 @@ impl Unwinder {
             let mut result =
                 self.unwinder
                     .unwind_frame(address, &mut unwind_regs, &mut self.cache, &mut read);
-            if !bp_known && result.is_err() {
+            if !bp_known && (result.is_err() || missed.get()) {
                 if let Some(size) = self.sizes.get(lookup) {
                     unwind_regs = before;
                     missed.set(false);
@@ -441,20 +438,17 @@ impl Unwinder {
                         &mut self.cache,
                         &mut read,
                     );
-                    bp_known = result.is_ok();
+                    bp_known = result.is_ok() && !missed.get();
                 }
+            }
+            if missed.get() {
+                result = Err(framehop::Error::CouldNotReadStack(0));
             }
             if let Ok(Some(_)) = result {
                 if bp_known && unwind_regs.sp() == before.bp().wrapping_add(16) {
                     self.sizes.learn(lookup, unwind_regs.sp() - before.sp());
                 } else if !bp_known && unwind_regs.bp() != UNKNOWN_BP {
                     bp_known = true; // restored from the stack by this frame's rule
-                }
-            }
-            if missed.get() {
-                self.forget_fallbacks();
-                if result.is_ok() {
-                    result = Err(framehop::Error::CouldNotReadStack(0));
                 }
             }
             match result {
