@@ -361,8 +361,7 @@ impl Unwinder {
         // large for its cached rules), it falls back to the frame pointer and caches that rule
         // for the address, which would unwind the function wrongly on every stack after. (The
         // whole cache was dropped at each miss instead: with stacks deeper than the copy, at
-        // every sample, and each frame's rule was looked up again, 9% of fsprof's CPU beside a
-        // recursive python3 program.)
+        // every sample.)
         let missed = std::cell::Cell::new(false);
         // Below the innermost frame's stack pointer no copy reaches (the kernel's and ours start
         // there). A rule reads there only at a function's `ret` after its `pop %rbp`: the CFI

@@ -392,8 +392,6 @@ fn switches_are_followed_again_once_asked() {
     );
 }
 
-/// A watched process's fork wakes the thread that asked (`forks.rs`), and so does its `exec`;
-/// a process an unwatched one makes does not, nor a fork while the recording is quiet.
 /// `sh -c script` with its stdin a pipe, past its own exec (which would wake the recording,
 /// watched), however slow the machine.
 fn shell(script: &str) -> std::process::Child {
@@ -413,6 +411,8 @@ fn shell(script: &str) -> std::process::Child {
     child
 }
 
+/// A watched process's fork wakes the thread that asked (`forks.rs`), and so does its `exec`;
+/// a process an unwatched one makes does not, nor a fork while the recording is quiet.
 #[test]
 fn a_watched_process_fork_wakes_the_recording() {
     let Some(mut perf) = sampler() else {
