@@ -178,11 +178,15 @@ impl Tree {
         self.parents.push(process::ChildList::new(pid));
         let sampling = self.sampling.clone();
         let stop = Arc::clone(&self.stop);
-        // Joined here, before its thread starts: until its sampler watches the process, the
-        // program's recording knows of one not watched, and keeps looking for new processes
-        // (`schedule::BUSY_AFTER_FORK`).
-        let perf = sampling.options.perf_sampler();
+        // The program's per-CPU sampler is joined here, before the thread starts: until its
+        // sampler watches the process, the program's recording knows of one not watched, and
+        // keeps looking for new processes (`schedule::BUSY_AFTER_FORK`). A sampler of its own
+        // (per thread: its events opened, its programs loaded) is made by its thread.
+        let joined = (sampling.options.shared_perf)
+            .is_some()
+            .then(|| sampling.options.perf_sampler());
         let spawned = crate::os::threads::spawn(&format!("fsprof {pid}"), move || {
+            let perf = joined.unwrap_or_else(|| sampling.options.perf_sampler());
             record(pid, command, sampling, perf, &stop)
         });
         match spawned {
@@ -264,8 +268,8 @@ impl Tree {
 }
 
 /// A follower's thread: records process `pid` (whose command line was `command`) with `perf`
-/// (joined by `Tree::follow`) until it exits, `stop` is set or it runs a program this fsprof's
-/// user may not trace.
+/// (see `Tree::follow`) until it exits, `stop` is set or it runs a program this fsprof's user
+/// may not trace.
 fn record(
     pid: u32,
     mut command: Vec<String>,
