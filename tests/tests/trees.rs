@@ -2,7 +2,8 @@
 //! once, then a third) must record each of them, report each against the truth it measured
 //! itself (`fsprof report --process PID`) and all of them together against the sum of their
 //! truths; `--no-follow` must record the script alone. A program that runs short children one
-//! after the other, as a build does, must have each found and its CPU time counted.
+//! after the other, as a build does, must have each found and its CPU time counted, and so must
+//! grandchildren that shells fork right after their `exec`.
 
 use crate::support;
 
@@ -319,4 +320,41 @@ fn short_children_found_and_counted() {
     );
     assert_eq!(children.len(), 20, "{found}");
     assert!((0.75..=1.10).contains(&(counted / truth_ms)), "{found}");
+}
+
+/// Grandchildren forked right after their parent's `exec`: a shell's loop runs `sh -c "burn;
+/// true"` ten times, and each such shell forks its `burn` (30 ms of CPU, timed by itself) at
+/// once, while the kernel does not watch it yet (its `exec` unwatched it, so its fork wakes
+/// nothing): the recording must go on looking for new processes until it does. All ten must be
+/// found, with at least three quarters of their CPU time counted.
+#[test]
+fn grandchildren_forked_at_once_after_an_exec_are_all_found() {
+    let _serial = serial();
+    again_if_stolen(grandchildren_found);
+}
+
+fn grandchildren_found() {
+    let dir = tempdir();
+    let program = support::native::build_c_program(dir.path(), "short_children");
+    let out = dir.path().join("out");
+    let inner = format!("{} burn 30; true", program.display());
+    let script = format!("for i in 1 2 3 4 5 6 7 8 9 10; do sh -c '{inner}'; done");
+    succeeded(
+        Command::new(fsprof())
+            .args(["run", "-o"])
+            .arg(&out)
+            .args(["--", "sh", "-c", &script]),
+    );
+    let report = report_json(&out);
+    let burns: Vec<&Value> = (report["processes"].as_array().unwrap().iter())
+        .filter(|p| p["command"].as_str().unwrap().contains(" burn 30"))
+        .filter(|p| !p["command"].as_str().unwrap().starts_with("sh"))
+        .collect();
+    let counted: f64 = burns.iter().map(|p| p["ms"].as_f64().unwrap()).sum();
+    let found = format!(
+        "{} of 10 grandchildren found, {counted:.1} of their 300 ms counted",
+        burns.len()
+    );
+    assert_eq!(burns.len(), 10, "{found}");
+    assert!(counted >= 0.75 * 300.0, "{found}");
 }
