@@ -41,10 +41,12 @@ pub(super) mod syscall {
             c_long,
         ) -> c_long = core::mem::transmute::<usize, _>(REAL.get());
         let waits = waits(number, a2);
-        if !waits {
-            // A futex wake, here only during a what-if experiment: pay before waking.
-            super::whatif::pay();
-        }
+        // A futex wake, here only during a what-if experiment: pay before waking.
+        let waking = if waits {
+            None
+        } else {
+            super::whatif::wake_start()
+        };
         let _marked = if waits {
             enter(LOCKS, caller, false)
         } else {
@@ -57,6 +59,7 @@ pub(super) mod syscall {
         };
         let result = real(number, a1, a2, a3, a4, a5, a6);
         super::whatif::block_end(waited);
+        super::whatif::wake_end(waking);
         result
     }
 }

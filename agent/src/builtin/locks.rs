@@ -136,7 +136,8 @@ interpose! {
 
 /// Interposes wake-ups of one argument: a trampoline that jumps to the real function unless a
 /// what-if experiment runs (or the real function is not known yet), and then calls `paying`,
-/// which pays the thread's delay first (`whatif.rs`). Not features.
+/// which pays the thread's delay first and forgives what accrued while it was off its CPU
+/// inside the call (`whatif::wake_start`, `whatif::wake_end`). Not features.
 macro_rules! interpose_wake {
     (list $list:ident; $(fn $name:ident($arg:ident: $ty:ty);)*) => {
         /// The real functions of this group, resolved by the constructor.
@@ -148,10 +149,12 @@ macro_rules! interpose_wake {
             pub(super) static REAL: Real = Real::new(concat!(stringify!($name), "\0").as_bytes());
 
             pub(super) unsafe extern "C-unwind" fn paying($arg: $ty) -> c_int {
-                super::super::whatif::pay();
+                let waking = super::super::whatif::wake_start();
                 let real: unsafe extern "C" fn($ty) -> c_int =
                     core::mem::transmute::<usize, _>(REAL.get());
-                real($arg)
+                let result = real($arg);
+                super::super::whatif::wake_end(waking);
+                result
             }
         }
 
