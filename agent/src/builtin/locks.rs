@@ -136,8 +136,8 @@ interpose! {
 
 /// Interposes wake-ups of one argument: a trampoline that jumps to the real function unless a
 /// what-if experiment runs (or the real function is not known yet), and then calls `paying`,
-/// which pays the thread's delay first and forgives what accrued while it was off its CPU
-/// inside the call (`whatif::wake_start`, `whatif::wake_end`). Not features.
+/// which pays the thread's delay first and forgives what accrued where the thread waited for its
+/// CPU through most of the call (`whatif::wake_start`, `whatif::wake_end`). Not features.
 macro_rules! interpose_wake {
     (list $list:ident; $(fn $name:ident($arg:ident: $ty:ty);)*) => {
         /// The real functions of this group, resolved by the constructor.
