@@ -1,0 +1,150 @@
+//! Reads a small file of tracefs where tracefs is not mounted (a fresh virtual machine, a
+//! minimal image: its mount point `/sys/kernel/tracing` is there, empty): a child process
+//! mounts it in a mount namespace of its own, reads the file into a pipe and exits, so nothing
+//! stays mounted and nothing changes for the rest of the system. Needs `CAP_SYS_ADMIN` (root);
+//! elsewhere, or where the kernel has no tracefs, `None`. Not here: what is read there and why
+//! (`native/cpu_wide/tick.rs`, a tracepoint's id).
+
+use nix::libc;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+/// Where tracefs is mounted when it is.
+pub const ROOT: &str = "/sys/kernel/tracing";
+
+/// Bytes read of the file at most (a tracepoint's id is a few digits).
+const MOST: usize = 64;
+
+/// How long the child may take before it is killed (mounting tracefs takes well under a
+/// millisecond; a child stuck in the kernel must not hold fsprof's start).
+const PATIENCE: Duration = Duration::from_secs(1);
+
+/// The text of `relative` (a path under tracefs's root, such as
+/// `events/timer/hrtimer_expire_entry/id`), at most [`MOST`] bytes of it, read through a
+/// tracefs mounted in a mount namespace of a child's own; `None` where that cannot be done.
+pub fn read_unmounted(relative: &str) -> Option<String> {
+    if !std::path::Path::new(ROOT).is_dir() || relative.starts_with('/') {
+        return None;
+    }
+    let path = CString::new(format!("{ROOT}/{relative}")).ok()?;
+    let (reader, writer) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
+    // SAFETY: the child makes only async-signal-safe system calls on memory prepared before
+    // the fork (no allocation, no lock: other threads of fsprof may hold them) and ends with
+    // `_exit`.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: as above; every pointer is a NUL-terminated string or a buffer of its length.
+        unsafe { in_child(&path, writer.as_raw_fd()) }
+    }
+    drop(writer);
+    if child < 0 {
+        return None;
+    }
+    let text = read_within(&reader, PATIENCE);
+    // SAFETY: `child` is this process's child; reaped here, once.
+    unsafe {
+        if text.is_none() {
+            libc::kill(child, libc::SIGKILL);
+        }
+        let mut status = 0;
+        libc::waitpid(child, &mut status, 0);
+    }
+    let text = String::from_utf8(text?).ok()?;
+    Some(text.trim().to_owned())
+}
+
+/// The child: a mount namespace of its own, private (nothing it mounts shows elsewhere), tracefs
+/// mounted there, `path` read into `out`; then it exits (status 0 where it wrote).
+///
+/// # Safety
+/// Called only in a child just forked.
+unsafe fn in_child(path: &CString, out: libc::c_int) -> ! {
+    let null = std::ptr::null::<libc::c_char>();
+    let root = c"/";
+    let mount_point = c"/sys/kernel/tracing";
+    let ok = libc::unshare(libc::CLONE_NEWNS) == 0
+        && libc::mount(
+            null,
+            root.as_ptr(),
+            null,
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) == 0
+        && libc::mount(
+            c"nodev".as_ptr(),
+            mount_point.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        ) == 0;
+    if !ok {
+        libc::_exit(1);
+    }
+    let file = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+    if file < 0 {
+        libc::_exit(2);
+    }
+    let mut buffer = [0u8; MOST];
+    let read = libc::read(file, buffer.as_mut_ptr().cast(), MOST);
+    if read <= 0 || libc::write(out, buffer.as_ptr().cast(), read as usize) != read {
+        libc::_exit(3);
+    }
+    libc::_exit(0)
+}
+
+/// What the child wrote before it closed the pipe, waiting at most `patience`; `None` if it
+/// wrote nothing or took longer.
+fn read_within(reader: &OwnedFd, patience: Duration) -> Option<Vec<u8>> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let deadline = Instant::now() + patience;
+    let mut text = Vec::new();
+    loop {
+        let left = deadline.checked_duration_since(Instant::now())?;
+        let timeout = PollTimeout::try_from(left.as_millis().max(1) as u64).ok()?;
+        let mut fds = [PollFd::new(
+            std::os::fd::AsFd::as_fd(reader),
+            PollFlags::POLLIN,
+        )];
+        match poll(&mut fds, timeout) {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return None,
+        }
+        let mut buffer = [0u8; MOST];
+        match nix::unistd::read(reader.as_raw_fd(), &mut buffer) {
+            Ok(0) => return (!text.is_empty()).then_some(text),
+            Ok(n) => {
+                text.extend_from_slice(&buffer[..n]);
+                if text.len() > MOST {
+                    return None;
+                }
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As root where the kernel has tracefs, a tracepoint's id is read whether or not tracefs
+    /// is mounted here, and it is the mounted one's where it is; elsewhere nothing is read.
+    #[test]
+    fn a_tracepoint_id_is_read_without_a_mount() {
+        let relative = "events/timer/hrtimer_expire_entry/id";
+        let read = read_unmounted(relative);
+        let mounted = std::fs::read_to_string(format!("{ROOT}/{relative}")).ok();
+        if let (Some(read), Some(mounted)) = (&read, &mounted) {
+            assert_eq!(read, mounted.trim());
+        }
+        if nix::unistd::geteuid().is_root() && std::path::Path::new(ROOT).is_dir() {
+            let id = read.expect("root reads tracefs in a namespace of its own");
+            assert!(id.parse::<u64>().is_ok(), "{id}");
+        }
+        assert_eq!(read_unmounted("/etc/passwd"), None);
+    }
+}
