@@ -21,7 +21,7 @@ const MOST: usize = 64;
 const PATIENCE: Duration = Duration::from_secs(1);
 
 /// The text of `relative` (a path under tracefs's root, such as
-/// `events/timer/hrtimer_expire_entry/id`), at most [`MOST`] bytes of it, read through a
+/// `events/timer/hrtimer_expire_entry/id`), at most 64 bytes of it, read through a
 /// tracefs mounted in a mount namespace of a child's own; `None` where that cannot be done.
 pub fn read_unmounted(relative: &str) -> Option<String> {
     if !std::path::Path::new(ROOT).is_dir() || relative.starts_with('/') {
