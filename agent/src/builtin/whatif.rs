@@ -522,6 +522,8 @@ pub(super) fn wake_start() -> Option<Waking> {
     }
     pay();
     let control = control()?;
+    // No look pays inside the call (as in a wait): what accrues there is settled at its end.
+    thread().waiting.fetch_add(1, Relaxed);
     Some(Waking {
         global: control.global_delay_ns.load(Acquire),
         since: clock(CLOCK_MONOTONIC),
@@ -545,7 +547,11 @@ pub(super) fn wake_start() -> Option<Waking> {
 /// read's is. Costs each wake call two clock reads (system calls) during an experiment, the
 /// baselines' stretches as much as the experiments'.
 pub(super) fn wake_end(waking: Option<Waking>) {
-    let (Some(waking), Some(control)) = (waking, control()) else {
+    let Some(waking) = waking else {
+        return;
+    };
+    thread().waiting.fetch_sub(1, Relaxed);
+    let Some(control) = control() else {
         return;
     };
     let accrued = control
@@ -560,9 +566,9 @@ pub(super) fn wake_end(waking: Option<Waking>) {
     if wall.saturating_sub(ran) <= ran {
         return;
     }
-    // At most what the thread still owes: a look inside the call (a signal handler's wake,
-    // a tick delivered on the way out of the system call) may have paid some of it, or added
-    // the thread's own delay, already.
+    // At most what the thread still owes: a look inside the call may have added the thread's
+    // own delay (it pays nothing there: a tick delivered on the way out of the system call
+    // paid, inside the call, what was then forgiven again), a signal handler's own wake paid.
     let me = thread();
     let owed = control
         .global_delay_ns
