@@ -92,8 +92,9 @@ struct Thread {
     paying: AtomicU64,
     /// Its thread id, 0 until known.
     tid: AtomicU64,
-    /// Waits begun by [`block_start`] and not ended by [`block_end`]: a tick then does not pay (what accrued is
-    /// forgiven when the wait ends). A thread woken from `pthread_join` ran on inside it long
+    /// Waits begun by [`block_start`] and not ended by [`block_end`], and wake calls begun by
+    /// [`wake_start`] and not ended by [`wake_end`]: a tick then does not pay (what accrued is
+    /// forgiven, or left owed, when the wait or the call ends). A thread woken from `pthread_join` ran on inside it long
     /// enough for a tick, which paid the whole global delay: the program ended that much later.
     waiting: AtomicU64,
     /// The real functions of the system-call wrappers entered and not yet called (see
