@@ -149,6 +149,41 @@ fn a_cpu_samples_only_the_threads_watched() {
     );
 }
 
+/// A thread of a watched process spins bare (the CPUs' rings hold its samples, no marks copied)
+/// and is watched before they were read: none of them is handed out as its (the program copied
+/// nothing then: the marks are unknown, not a copy that failed), and every sample handed out
+/// has its copies. Before, the 50 ms of bare samples came out as failed copies, their running
+/// time lost (a program's first mark read 5% low where its thread was watched 6 ms in).
+#[test]
+fn samples_taken_before_the_watch_are_not_handed_out() {
+    let Some(mut perf) = sampler() else {
+        return;
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let (spinning, tid) = spinner(&stop);
+    perf.watch_process(crate::native::perf::FIRST_OWNER, std::process::id());
+    std::thread::sleep(Duration::from_millis(50));
+    let watched_from = crate::os::time::monotonic_ns();
+    perf.watch(tid, [0, 0]).unwrap();
+    let (mut samples, mut before, mut unknown) = (0u64, 0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while samples < 50 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        perf.take(tid, |item| {
+            if let Taken::Sample(sample) = item {
+                samples += 1;
+                before += u64::from(sample.time < watched_from);
+                unknown += u64::from(!sample.marks_known);
+            }
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    spinning.join().unwrap();
+    assert!(samples >= 50, "{samples} samples within 10 s");
+    assert_eq!(before, 0, "samples taken before the watch handed out");
+    assert_eq!(unknown, 0, "samples without their copies");
+}
+
 /// A thread runs about 2 ms and sleeps 1 ms, over and over: each block is a departure (not
 /// preempted) and a return, in turn, and the time on a CPU they carry is the thread's own
 /// measure of it.
