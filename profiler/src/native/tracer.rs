@@ -110,6 +110,8 @@ pub struct Tracer {
     exit: Option<std::process::ExitStatus>,
     pauses: Pauses,
     old_mask: libc::sigset_t,
+    /// A wait took a SIGCHLD since the latest [`Tracer::poll`] began: events may wait.
+    signalled: std::cell::Cell<bool>,
 }
 
 impl Tracer {
@@ -125,6 +127,7 @@ impl Tracer {
             exit: None,
             pauses: Pauses::default(),
             old_mask,
+            signalled: std::cell::Cell::new(true),
         }
     }
 
@@ -159,6 +162,7 @@ impl Tracer {
     /// forgotten, and the stops of earlier samples that did not stop in time handed to `late`
     /// (with the thread's registers, while it is stopped) and detached.
     pub fn poll(&mut self, mut late: impl FnMut(u32, Registers)) {
+        self.signalled.set(false);
         loop {
             let mut status = 0;
             let flags = libc::__WALL | libc::__WNOTHREAD | libc::WNOHANG;
@@ -189,7 +193,17 @@ impl Tracer {
 
     /// Sleeps until a tracee changes state (then [`Tracer::poll`] has work) or `timeout` passes.
     pub fn wait_for_event(&self, timeout: Duration) {
-        wait_for_sigchld(timeout);
+        if wait_for_sigchld(timeout) {
+            self.signalled.set(true);
+        }
+    }
+
+    /// Whether a wait of this tracer took a SIGCHLD since the latest [`Tracer::poll`] began:
+    /// only then can a tracee's change of state (or the program's exit) wait to be handled. A
+    /// SIGCHLD is pending until a wait takes it (it is blocked in every thread of fsprof, and
+    /// one that another tracer's wait takes is passed on: [`TRACERS`]).
+    pub fn signalled(&self) -> bool {
+        self.signalled.get()
     }
 
     /// Handles one event of a thread outside a sample.
@@ -298,7 +312,9 @@ impl Tracer {
             if now >= deadline {
                 return None;
             }
-            wait_for_sigchld(deadline - now);
+            if wait_for_sigchld(deadline - now) {
+                self.signalled.set(true);
+            }
         }
     }
 
@@ -414,10 +430,10 @@ fn registers(tid: u32) -> Option<Registers> {
     }
 }
 
-/// Sleeps until a SIGCHLD arrives (a tracee changed state) or `timeout` passes. A SIGCHLD from
-/// the kernel (sent to the process: the tracee may be another tracer's) is passed on to the
-/// other tracers (see [`TRACERS`]); one passed on is not passed on again.
-fn wait_for_sigchld(timeout: Duration) {
+/// Sleeps until a SIGCHLD arrives (a tracee changed state) or `timeout` passes; whether one
+/// came. A SIGCHLD from the kernel (sent to the process: the tracee may be another tracer's)
+/// is passed on to the other tracers (see [`TRACERS`]); one passed on is not passed on again.
+fn wait_for_sigchld(timeout: Duration) -> bool {
     // SAFETY: sigtimedwait with a valid set, siginfo and timespec; SIGCHLD is blocked in this
     // thread.
     let (got, info) = unsafe {
@@ -433,7 +449,7 @@ fn wait_for_sigchld(timeout: Duration) {
     // The kernel's SIGCHLD says how the child changed (`CLD_*`, all above 0); one passed on by
     // another tracer carries `SI_TKILL` or, on Linux 6.18, `SI_USER` (0).
     if got != libc::SIGCHLD || info.si_code <= 0 {
-        return;
+        return got == libc::SIGCHLD;
     }
     let me = gettid();
     // SAFETY: getpid has no preconditions.
@@ -443,6 +459,7 @@ fn wait_for_sigchld(timeout: Duration) {
         // refused, ESRCH: a thread id is only ever another process's under another group id).
         unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGCHLD) };
     }
+    true
 }
 
 /// The signal mask fsprof started with, before [`block_sigchld_from_start`].

@@ -1,10 +1,11 @@
 //! The machine fsprof runs on, asked once for all of fsprof's threads: how many CPUs this
-//! process may use, `/proc/loadavg` kept open, and the runnable threads it counts, read at most
-//! so often whatever the number of threads that ask; and its CPUs' switches and busy time so far. A follower of each process `run` follows
-//! asked all three anew: Rust's `available_parallelism` opens three cgroup files each time, an
-//! open of a `/proc` file costs about 7 us, more than its read, and each follower read the
-//! runnable threads before each of its ticks (4% of the followers' CPU over a build). Not here:
-//! what the numbers are used for (`record/schedule.rs`, `program/process.rs`).
+//! process may use; `/proc/loadavg`, kept open, for the runnable threads it counts (read at
+//! most so often whatever the number of threads that ask) and the newest process id; and its
+//! CPUs' switches and busy time so far. A follower of each process `run` follows asked all three
+//! anew: Rust's `available_parallelism` opens three cgroup files each time, an open of a `/proc`
+//! file costs about 7 us, more than its read, and each follower read the runnable threads
+//! before each of its ticks (4% of the followers' CPU over a build). Not here: what the numbers
+//! are used for (`record/schedule.rs`, `record/children.rs`, `native/perf/following.rs`).
 
 use std::fs::File;
 use std::sync::{Mutex, OnceLock};
@@ -18,37 +19,68 @@ pub fn cpus() -> usize {
 }
 
 /// `/proc/loadavg`, opened at the first call and kept (`None` where it cannot be opened); read
-/// it from its start with `read_at`, which any thread may do at once.
-pub fn loadavg() -> Option<&'static File> {
+/// from its start each time (opening it cost 7 us, three times the read).
+fn loadavg() -> Option<&'static File> {
     static LOADAVG: OnceLock<Option<File>> = OnceLock::new();
     LOADAVG
         .get_or_init(|| File::open("/proc/loadavg").ok())
         .as_ref()
 }
 
-/// The machine's runnable threads (running or waiting for a CPU: the fourth field of
-/// `/proc/loadavg`, "3/250"), as read at most `max_age` ago by any of fsprof's threads, else
-/// read now; `None` where unreadable.
-pub fn runnable_threads(max_age: Duration) -> Option<u32> {
-    use std::os::unix::fs::FileExt;
-    static LATEST: Mutex<Option<(Instant, Option<u32>)>> = Mutex::new(None);
-    let mut latest = LATEST
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some((at, runnable)) = *latest {
-        if at.elapsed() < max_age {
-            return runnable;
-        }
-    }
-    let mut bytes = [0u8; 128];
-    let runnable = loadavg()
-        .and_then(|file| file.read_at(&mut bytes, 0).ok())
-        .and_then(|read| std::str::from_utf8(&bytes[..read]).ok())
-        .and_then(|text| text.split_ascii_whitespace().nth(3))
-        .and_then(|field| field.split('/').next()?.parse().ok());
-    *latest = Some((Instant::now(), runnable));
-    runnable
+/// What `/proc/loadavg` said at the latest read by any of fsprof's threads, and when.
+static LATEST: Mutex<Option<(Instant, Option<LoadAvg>)>> = Mutex::new(None);
+
+/// The two fields of `/proc/loadavg` fsprof uses ("0.52 0.58 0.59 3/250 4711").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LoadAvg {
+    /// The machine's runnable threads (running or waiting for a CPU: "3" of "3/250").
+    runnable: u32,
+    /// The id the kernel gave last to a process or thread created in fsprof's PID namespace.
+    newest_pid: u32,
 }
+
+/// Reads `/proc/loadavg` now, and keeps what it said for [`runnable_threads`].
+fn read_loadavg() -> Option<LoadAvg> {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = [0u8; 128]; // five short fields
+    let loadavg = loadavg()
+        .and_then(|file| file.read_at(&mut bytes, 0).ok())
+        .and_then(|read| parse_loadavg(std::str::from_utf8(&bytes[..read]).ok()?));
+    *LATEST.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), loadavg));
+    loadavg
+}
+
+fn parse_loadavg(text: &str) -> Option<LoadAvg> {
+    let mut fields = text.split_ascii_whitespace().skip(3);
+    let runnable = fields.next()?.split('/').next()?.parse().ok()?;
+    let newest_pid = fields.next()?.parse().ok()?;
+    Some(LoadAvg {
+        runnable,
+        newest_pid,
+    })
+}
+
+/// The machine's runnable threads (running or waiting for a CPU), as `/proc/loadavg` said at
+/// most `max_age` ago to any of fsprof's threads (a look for new processes reads it at each
+/// tick: [`newest_pid`]), else read now; `None` where unreadable.
+pub fn runnable_threads(max_age: Duration) -> Option<u32> {
+    let latest = *LATEST.lock().unwrap_or_else(|p| p.into_inner());
+    match latest {
+        Some((at, loadavg)) if at.elapsed() < max_age => loadavg,
+        _ => read_loadavg(),
+    }
+    .map(|loadavg| loadavg.runnable)
+}
+
+/// The id the kernel gave last to a process or thread created in fsprof's PID namespace (a
+/// child in a nested namespace has an id here too), read now: unchanged since an earlier look,
+/// no process has been created since. `None` where unreadable. The same read tells
+/// [`runnable_threads`] (two reads of the file a tick were 7% of fsprof's CPU beside a
+/// two-thread program, the machine's the other half).
+pub fn newest_pid() -> Option<u32> {
+    read_loadavg().map(|loadavg| loadavg.newest_pid)
+}
+
 /// What the machine's CPUs have done since it booted (`/proc/stat`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Activity {
@@ -103,5 +135,21 @@ mod tests {
         assert_eq!(parse_activity(stat), Some(expected));
         assert_eq!(parse_activity("cpu  1 2 3\nintr 4\n"), None);
         assert!(activity().is_some());
+    }
+
+    #[test]
+    fn the_runnable_threads_and_newest_pid_are_read_from_proc_loadavg() {
+        let expected = LoadAvg {
+            runnable: 3,
+            newest_pid: 4711,
+        };
+        assert_eq!(parse_loadavg("0.52 0.58 0.59 3/250 4711\n"), Some(expected));
+        assert_eq!(parse_loadavg("0.52 0.58 0.59 3/250"), None);
+        let before = newest_pid().expect("/proc/loadavg names the newest id");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        // Read again from the start of the file kept open: a new value, not the first one's.
+        assert_ne!(newest_pid(), Some(before));
+        assert!(runnable_threads(Duration::from_secs(1)).is_some_and(|n| n >= 1));
     }
 }

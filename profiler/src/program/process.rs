@@ -120,28 +120,6 @@ pub fn command_line(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The id the kernel gave last to a process or thread created in fsprof's PID namespace (the
-/// last field of `/proc/loadavg`; a child in a nested namespace has an id here too): unchanged
-/// since an earlier look, no process has been created since. The file is kept open and read
-/// from its start each time (opening it cost 7 us, three times the read), one for all of
-/// fsprof's threads (`os::machine`).
-pub struct NewestPid(Option<&'static fs::File>);
-
-impl NewestPid {
-    pub fn open() -> NewestPid {
-        NewestPid(crate::os::machine::loadavg())
-    }
-
-    /// The newest id now; `None` if unreadable.
-    pub fn read(&self) -> Option<u32> {
-        use std::os::unix::fs::FileExt;
-        let mut bytes = [0u8; 128]; // five short fields
-        let read = self.0?.read_at(&mut bytes, 0).ok()?;
-        let text = std::str::from_utf8(&bytes[..read]).ok()?;
-        text.split_ascii_whitespace().nth(4)?.parse().ok()
-    }
-}
-
 /// Most children a [`ChildList`] gives for one process (what `/proc` says is the target's word:
 /// bounded).
 pub const MAX_CHILDREN: usize = 4096;
@@ -638,16 +616,6 @@ fn in_container() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_newest_pid_moves_when_a_process_is_made() {
-        let newest = NewestPid::open();
-        let before = newest.read().expect("/proc/loadavg names the newest id");
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        child.wait().unwrap();
-        // Read again from the start of the file kept open: a new value, not the first one's.
-        assert_ne!(newest.read(), Some(before));
-    }
 
     #[test]
     fn a_task_list_kept_open_sees_threads_come_and_go_and_a_gone_process_has_none() {

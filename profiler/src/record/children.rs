@@ -55,8 +55,6 @@ pub struct Tree {
     refused: usize,
     /// The kernel has no `children` files: nothing can be followed.
     unsupported: bool,
-    /// Where the newest process id is read ([`process::NewestPid`]).
-    newest_pids: process::NewestPid,
     /// The newest process id at the latest scan: while it stays the same, no process was
     /// created, and a scan would find nothing new.
     newest_pid: Option<u32>,
@@ -107,7 +105,6 @@ impl Tree {
             not_followed: 0,
             refused: 0,
             unsupported: false,
-            newest_pids: process::NewestPid::open(),
             newest_pid: None,
             again: false,
         }
@@ -124,7 +121,7 @@ impl Tree {
         // A program that makes no processes is not listed 200 times a second for nothing (a
         // scan read every thread's `children` file: a fifth of fsprof's CPU at 1 kHz beside a
         // two-thread program that never forks).
-        let newest = self.newest_pids.read();
+        let newest = crate::os::machine::newest_pid();
         if newest.is_some() && newest == self.newest_pid && !self.again {
             return;
         }
