@@ -432,17 +432,21 @@ impl Parsed {
             }
         };
 
-        let mut symbols = Symbols::from_table(&module.image, object.symbol_table());
+        let mut symbols = Symbols::from_table(&module.image, &object, object.symbol_table());
         if symbols.is_empty() {
             if let (Some((image, _)), Some(debug_object)) = (&debug, &debug_object) {
-                symbols = Symbols::from_table(image, debug_object.symbol_table());
+                symbols = Symbols::from_table(image, debug_object, debug_object.symbol_table());
             }
         }
         if symbols.is_empty() {
-            symbols = Symbols::from_table(&module.image, object.dynamic_symbol_table());
+            symbols = Symbols::from_table(&module.image, &object, object.dynamic_symbol_table());
             if let Some(mini) = super::mini_debug_info::decompressed(&object) {
                 if let Ok(mini_object) = object::File::parse(&*mini) {
-                    symbols = symbols.with(Symbols::from_table(&mini, mini_object.symbol_table()));
+                    symbols = symbols.with(Symbols::from_table(
+                        &mini,
+                        &mini_object,
+                        mini_object.symbol_table(),
+                    ));
                 }
             }
         }

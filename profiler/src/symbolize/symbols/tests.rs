@@ -711,6 +711,31 @@ fn plt_stubs_are_named_and_are_not_missing_symbols() {
     assert_eq!(symbolizer.missing_symbols(), None);
 }
 
+/// The C runtime's `__do_global_dtors_aux` has no size in the symbol table (nor DWARF, in a
+/// program built without `-g`): an address inside it is named by it, as the nearest symbol
+/// below, and not reported missing (a sample at a program's exit once was, `module+0x1366`).
+#[test]
+fn a_function_symbol_without_a_size_names_the_addresses_after_it() {
+    let dir = temp_dir("sizeless");
+    let source = "int main(void) { return 0; }\n";
+    let program = compile(&dir, "gcc", source, "sizeless", &["-O2"]);
+    let start = {
+        let image = std::fs::read(&program).unwrap();
+        let object = object::File::parse(&*image).unwrap();
+        let symbol = (object.symbols()).find(|s| s.name() == Ok("__do_global_dtors_aux"));
+        match symbol {
+            Some(symbol) if symbol.size() == 0 => symbol.address(),
+            _ => return eprintln!("skipped: no sizeless __do_global_dtors_aux in this C runtime"),
+        }
+    };
+    let mut symbolizer = Symbolizer::with_debug_dirs(&[file_module(&program)], no_debug_dirs());
+    assert_eq!(
+        symbolizer.symbolize(start + 4)[0].function,
+        "__do_global_dtors_aux"
+    );
+    assert_eq!(symbolizer.missing_symbols(), None);
+}
+
 /// Two stripped copies of one program, one where the system keeps its files: both are listed as
 /// missing symbols, the system's as such, with the directories looked in.
 #[test]
