@@ -142,7 +142,7 @@ fn profile_chain(dir: &Path, program: &Path, backend: &str) {
     );
     if backend == "perf" {
         // Busy threads, none blocked inside a mark: perf's samples carry their time, so fsprof
-        // wakes at most every 80 ms rather than at the rate (each wake-up would preempt the
+        // wakes at most every 40 ms rather than at the rate (each wake-up would preempt the
         // program), and reads every sample in time. Some ticks come at the rate whatever the
         // program does (the first, 50 ms after each thread's birth, 50 ms after deep stacks'
         // anchors are set): some 15 to 20 of the 85 to 95 a run here, so the bound is on the

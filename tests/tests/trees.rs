@@ -282,7 +282,7 @@ fn young_childrens_first_marks_are_read_announced_or_not() {
 /// kernel's counts), at the defaults: every child in the report, and their time from 75 to 110%
 /// of the truth (0.86-0.93 in 18 quiet runs, 0.83-0.94 beside two busy loops; the rest is each
 /// child's first milliseconds, before it is found). The parent's
-/// ticks slowed to one every 40 ms (80 since 2026-12-05) while it waits (perf's samples carry the threads' time), and
+/// ticks slow to one every 40 ms while it waits (perf's samples carry the threads' time), and
 /// new processes were looked for only at its ticks, and a child's samples since its own
 /// previous tick were left in the rings when it exited: 6 of 20 children were not found and
 /// 75 of their 600 ms counted (2026-12-03).

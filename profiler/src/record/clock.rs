@@ -11,13 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 /// [`TickClock::period`]). Every 10 ms, the ticks of the followers of a build's processes
 /// (one thread each) preempted its compilers some 400 times in 0.7 s of `make -j2` on two
 /// CPUs: 40 ms took `fsprof run`'s cost to it from 12.9% to 5.5% (BENCHMARKS.md, issue 39,
-/// twenty-ninth session). A tick costs fsprof about 300 us of CPU however little it reads
-/// (its caches are cold after the sleep: three fewer system calls a tick saved nothing
-/// measurable), taken from the program where no CPU is idle: 80 ms took fsprof's CPU beside
-/// a two-thread program from 4.8 to 4.0 ms in a 0.7 s run, and at `--rate 1000` from 6.7 to
-/// 5.9 (AMD host, 20 rounds each, 2026-12-05). The CPUs' rings last 500 ms at the default
-/// rate and 250 at 1 kHz: the longest interval drawn, 120 ms, reads them within half.
-const SLOW_TICK: Duration = Duration::from_millis(80);
+/// twenty-ninth session).
+const SLOW_TICK: Duration = Duration::from_millis(40);
 /// The longest mean interval between ticks while a brisk hold lasts (see
 /// [`TickClock::hold_brisk`]): the default rate's period.
 const BRISK_TICK: Duration = Duration::from_millis(4);
