@@ -201,7 +201,7 @@ impl Tracer {
     /// Whether a wait of this tracer took a SIGCHLD since the latest [`Tracer::poll`] began:
     /// only then can a tracee's change of state (or the program's exit) wait to be handled. A
     /// SIGCHLD is pending until a wait takes it (it is blocked in every thread of fsprof, and
-    /// one that another tracer's wait takes is passed on: [`TRACERS`]).
+    /// one that another tracer's wait takes is passed on to the others).
     pub fn signalled(&self) -> bool {
         self.signalled.get()
     }
