@@ -75,8 +75,9 @@ pub fn runnable_threads(max_age: Duration) -> Option<u32> {
 /// The id the kernel gave last to a process or thread created in fsprof's PID namespace (a
 /// child in a nested namespace has an id here too), read now: unchanged since an earlier look,
 /// no process has been created since. `None` where unreadable. The same read tells
-/// [`runnable_threads`] (two reads of the file a tick were 7% of fsprof's CPU beside a
-/// two-thread program, the machine's the other half).
+/// [`runnable_threads`] (the look's own read was 7% of fsprof's CPU beside a two-thread
+/// program by a profile, and the count's a second read a tick; one read saved nothing that
+/// fsprof's CPU showed, 2026-12-05).
 pub fn newest_pid() -> Option<u32> {
     read_loadavg().map(|loadavg| loadavg.newest_pid)
 }

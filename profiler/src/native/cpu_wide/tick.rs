@@ -15,10 +15,10 @@
 //! ticks; elsewhere (a rate above `CONFIG_HZ`, or between) the clock samples. Also the clock:
 //! where `/proc/kallsyms` hides the handler's address (it shows addresses to root only), where
 //! the kernel's configuration cannot be read, where the tracepoint's id cannot be read (tracefs
-//! not mounted and no `CAP_SYS_ADMIN` to mount it for a moment: `os::tracefs`), and where another program is attached to the
-//! tracepoint: a tracepoint's programs are the tracepoint's, and the kernel writes a hit's
-//! sample only where every program attached there keeps it, so two fsprof processes at the tick
-//! would drop each other's samples (a second one finds the first's program there and keeps the
+//! not mounted and no `CAP_SYS_ADMIN` to mount it for a moment: `os::tracefs`), and where
+//! another program is attached to the tracepoint: a tracepoint's programs are the tracepoint's,
+//! and the kernel writes a hit's sample only where every program attached there keeps it, so
+//! two fsprof processes at the tick would drop each other's samples (a second one finds the first's program there and keeps the
 //! clock: [`first_event`]; two started at the same instant do not), and while fsprof samples
 //! there, another tool's event at that tracepoint gets only the hits fsprof keeps. The tick
 //! cannot be re-phased (the clock's grid moves every 40 ms: `CpuWide::rephase`): a loop in step
