@@ -8,11 +8,11 @@
 # so every run after the first reads rustc's from there; with `cold`, each run gets an empty
 # cache directory of its own (XDG_CACHE_HOME), as a first run has.
 # Run from the workspace root after `cargo build --release --workspace`.
-# Usage: tests/benches/deep-rustc.sh [RUNS] [cold]
+# Usage: [FSPROF=path/to/fsprof] tests/benches/deep-rustc.sh [RUNS] [cold]
 set -euo pipefail
 runs=${1:-3}
 cold=${2:-}
-fsprof=$PWD/target/release/fsprof
+fsprof=${FSPROF:-$PWD/target/release/fsprof}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
