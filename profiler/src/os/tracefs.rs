@@ -41,26 +41,38 @@ pub fn read_unmounted(relative: &str) -> Option<String> {
     if child < 0 {
         return None;
     }
-    let text = read_within(&reader, PATIENCE);
-    if text.is_none() {
+    // The child's exit, not the pipe's end, says it is done: a process another thread of
+    // fsprof forks meanwhile (a test harness's, say) holds the pipe's writing end too, and
+    // waiting for the end of the pipe waited for that process (a suite run read nothing).
+    if !exited_within(child, PATIENCE)? {
         // SAFETY: `child` is this process's child, not reaped yet.
         unsafe { libc::kill(child, libc::SIGKILL) };
+        let _ = exited_within(child, PATIENCE);
+        return None;
     }
-    reap(child, PATIENCE);
-    let text = String::from_utf8(text?).ok()?;
+    let text = read_written(&reader)?;
+    let text = String::from_utf8(text).ok()?;
     Some(text.trim().to_owned())
 }
 
-/// Reaps `child`, waiting at most `patience` (a child killed in an uninterruptible sleep, in
-/// the kernel's mount code say, is left a zombie rather than hold fsprof's start).
-fn reap(child: libc::pid_t, patience: Duration) {
+/// Waits at most `patience` for `child` to exit, and reaps it: `Some(true)` where it exited
+/// with status 0 (it wrote what it read), `Some(false)` where it is still running (a child in an
+/// uninterruptible sleep, in the kernel's mount code say, is then left a zombie rather than
+/// hold fsprof's start), `None` where it failed.
+fn exited_within(child: libc::pid_t, patience: Duration) -> Option<bool> {
     let deadline = Instant::now() + patience;
     loop {
         let mut status = 0;
         // SAFETY: waitpid of this process's own child, with a valid status pointer.
         let done = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
-        if done != 0 || Instant::now() >= deadline {
-            return;
+        if done == child {
+            return (libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0).then_some(true);
+        }
+        if done < 0 {
+            return None;
+        }
+        if Instant::now() >= deadline {
+            return Some(false);
         }
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -83,13 +95,16 @@ unsafe fn in_child(path: &CString, out: libc::c_int) -> ! {
             libc::MS_REC | libc::MS_PRIVATE,
             std::ptr::null(),
         ) == 0
-        && libc::mount(
+        && (libc::mount(
             c"nodev".as_ptr(),
             mount_point.as_ptr(),
             c"tracefs".as_ptr(),
             0,
             std::ptr::null(),
-        ) == 0;
+        ) == 0
+            // Mounted there already (since the parent looked, or by its caller's choice):
+            // the namespace's copy of that mount is read.
+            || *libc::__errno_location() == libc::EBUSY);
     if !ok {
         libc::_exit(1);
     }
@@ -105,37 +120,21 @@ unsafe fn in_child(path: &CString, out: libc::c_int) -> ! {
     libc::_exit(0)
 }
 
-/// What the child wrote before it closed the pipe, waiting at most `patience`; `None` if it
-/// wrote nothing or took longer.
-fn read_within(reader: &OwnedFd, patience: Duration) -> Option<Vec<u8>> {
+/// What the child wrote into the pipe before it exited (one write of at most [`MOST`] bytes),
+/// read without waiting; `None` if it wrote nothing.
+fn read_written(reader: &OwnedFd) -> Option<Vec<u8>> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let deadline = Instant::now() + patience;
-    let mut text = Vec::new();
-    loop {
-        let left = deadline.checked_duration_since(Instant::now())?;
-        let timeout = PollTimeout::try_from(left.as_millis().max(1) as u64).ok()?;
-        let mut fds = [PollFd::new(
-            std::os::fd::AsFd::as_fd(reader),
-            PollFlags::POLLIN,
-        )];
-        match poll(&mut fds, timeout) {
-            Ok(0) => return None,
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return None,
-        }
-        let mut buffer = [0u8; MOST];
-        match nix::unistd::read(reader.as_raw_fd(), &mut buffer) {
-            Ok(0) => return (!text.is_empty()).then_some(text),
-            Ok(n) => {
-                text.extend_from_slice(&buffer[..n]);
-                if text.len() > MOST {
-                    return None;
-                }
-            }
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return None,
-        }
+    let mut fds = [PollFd::new(
+        std::os::fd::AsFd::as_fd(reader),
+        PollFlags::POLLIN,
+    )];
+    if poll(&mut fds, PollTimeout::ZERO).ok()? == 0 {
+        return None;
+    }
+    let mut buffer = [0u8; MOST];
+    match nix::unistd::read(reader.as_raw_fd(), &mut buffer) {
+        Ok(n) if n > 0 => Some(buffer[..n].to_vec()),
+        _ => None,
     }
 }
 
