@@ -60,6 +60,9 @@
 # Run from the workspace root after `cargo build --release --workspace` (needs gcc, python3;
 # root for the BPF figures):  tests/benches/cost-model.sh
 # Knobs: BIN (dir with fsprof; default target/release), ROUNDS (3), PARTS, WORK (temp dir),
+# CONFIGS (the configurations `samples` runs, e.g. "alone default r1000 perf1000"), BPF_STATS=no
+# (as root, no BPF run times: their statistics cost each program run two clock reads, and
+# their reader wakes every 100 ms beside fsprof's configurations only; for the bars' figures),
 # BASE (a dir with another fsprof, an earlier build say: then `samples` and `switches` also run
 # a `base` configuration, that fsprof at the defaults, for a before and after in one run;
 # `samples` also `base1000`, that fsprof at --rate 1000).
@@ -85,7 +88,7 @@ for p in spin pingpong forks births bpfstat evcost; do
   gcc -O2 -g -pthread -o "$WORK/$p" "$SRC/$p.c" || exit 1
 done
 BPF=no
-if [ "$(id -u)" = 0 ] && sysctl -qw kernel.bpf_stats_enabled=1 2>/dev/null; then
+if [ "${BPF_STATS:-yes}" != no ] && [ "$(id -u)" = 0 ] && sysctl -qw kernel.bpf_stats_enabled=1 2>/dev/null; then
   BPF=yes
   trap 'sysctl -qw kernel.bpf_stats_enabled=0' EXIT
 fi
@@ -242,7 +245,7 @@ for part in $PARTS; do
       command -v perf > /dev/null && configs="$configs perf1000"
       [ -n "${BASE:-}" ] && configs="$configs base base1000"
       [ -n "${TICK:-}" ] && configs="$configs clock perf250"
-      rounds spin2 "$configs" "$WORK/spin" 2 500000000 ;;
+      rounds spin2 "${CONFIGS:-$configs}" "$WORK/spin" 2 500000000 ;;
     ticks)
       configs="alone default percpu nonative r125"
       command -v perf > /dev/null && configs="$configs perf250 ptick ptick2"

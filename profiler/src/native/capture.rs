@@ -203,6 +203,16 @@ impl NativeSampler {
         }
     }
 
+    /// [`NativeSampler::poll`], where a wait took a SIGCHLD since the latest poll (during a
+    /// tick, or a sleep): else no event can wait (SIGCHLD is blocked in all of fsprof's
+    /// threads, and only the tracers' waits take it). Three polls a tick (a `waitid` and a
+    /// `wait4` each) were about 5% of fsprof's CPU beside a two-thread program by a profile.
+    pub fn poll_if_signalled(&mut self) {
+        if self.tracer.signalled() {
+            self.poll();
+        }
+    }
+
     /// Labels read at a stop of thread `tid`, their keys named; `None` where none were read
     /// (the process publishes none).
     fn name_labels(&mut self, copied: Option<CopiedLabels>, tid: u32) -> Option<Vec<Label>> {
@@ -221,16 +231,7 @@ impl NativeSampler {
     /// program exits (its end is then seen at once, as when the loop looked every few
     /// milliseconds). Whether a fork or the exit woke it.
     pub fn sleep_until(&mut self, deadline: Instant) -> bool {
-        // Only where a wait took a SIGCHLD (during the tick, or the sleep): polled at every
-        // tick's start anyway. Three polls a tick (a `waitid` and a `wait4` each) were about 5%
-        // of fsprof's CPU beside a two-thread program by a profile; one a tick saved nothing
-        // that fsprof's CPU showed (a tick's cost is mostly its wake-up).
-        let poll = |native: &mut Self| {
-            if native.tracer.signalled() {
-                native.poll();
-            }
-        };
-        poll(self);
+        self.poll_if_signalled();
         loop {
             if let Some(forks) = &self.forks {
                 if forks.take() || self.tracer.exit_status().is_some() {
@@ -242,7 +243,7 @@ impl NativeSampler {
                 return false;
             }
             self.tracer.wait_for_event(deadline - now);
-            poll(self);
+            self.poll_if_signalled();
         }
     }
 

@@ -11,6 +11,7 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
+use std::time::Instant;
 
 /// The `/proc` directory of a process.
 pub fn proc_dir(pid: u32) -> PathBuf {
@@ -328,6 +329,8 @@ pub struct ThreadStatus {
     /// Its `schedstat` file, opened at the first [`ThreadStatus::sched_times`] where `file` is
     /// kept open (else opened at each read).
     sched: Option<File>,
+    /// The instant of the latest [`ThreadStatus::is_running_at`] that read, and what it read.
+    read_for: Option<(Instant, Option<bool>)>,
 }
 
 impl ThreadStatus {
@@ -346,6 +349,7 @@ impl ThreadStatus {
             buf: vec![0; 1024],
             len: 0,
             sched: None,
+            read_for: None,
         })
     }
 
@@ -392,6 +396,20 @@ impl ThreadStatus {
         self.len = len;
         let stat = std::str::from_utf8(&self.buf[..len]).ok();
         Ok(stat.and_then(state_from_stat).map(|state| state == 'R'))
+    }
+
+    /// [`ThreadStatus::is_running`] as of `at` (a tick's instant): the file is read at the
+    /// first call for an instant, and what it said is given again to the others (the main
+    /// thread's, asked whether it exited and whether it runs, was read twice a tick).
+    pub fn is_running_at(&mut self, at: Instant) -> io::Result<Option<bool>> {
+        if let Some((read_for, running)) = self.read_for {
+            if read_for == at {
+                return Ok(running);
+            }
+        }
+        let running = self.is_running()?;
+        self.read_for = Some((at, running));
+        Ok(running)
     }
 
     /// Whether the thread had exited at the last [`ThreadStatus::is_running`] (a zombie: a
@@ -776,6 +794,36 @@ mod tests {
         assert_eq!(status.image_token(), token);
     }
 
+    /// A status asked again for the same instant is not read again; for a later one it is.
+    #[test]
+    fn a_status_is_read_once_for_an_instant() {
+        let dir = std::env::temp_dir().join(format!("fsprof-status-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("stat");
+        fs::write(&path, "7 (a b) R 1 2 3").unwrap();
+        let mut status = ThreadStatus {
+            file: None, // opened at each read
+            path: path.clone(),
+            buf: vec![0; 1024],
+            len: 0,
+            sched: None,
+            read_for: None,
+        };
+        let (tick, next) = (
+            Instant::now(),
+            Instant::now() + std::time::Duration::from_millis(1),
+        );
+        assert_eq!(status.is_running_at(tick).unwrap(), Some(true));
+        fs::write(&path, "7 (a b) S 1 2 3").unwrap();
+        assert_eq!(
+            status.is_running_at(tick).unwrap(),
+            Some(true),
+            "read again"
+        );
+        assert_eq!(status.is_running_at(next).unwrap(), Some(false));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn an_exiting_process_has_no_image_token() {
         let mut fields: Vec<String> = (3..=52).map(|n| n.to_string()).collect();
@@ -786,6 +834,7 @@ mod tests {
             len: text.len(),
             buf: text.into_bytes(),
             sched: None,
+            read_for: None,
         };
         assert_eq!(status(stat(&fields)).image_token(), Some(48));
         fields[48 - 3] = "0".into(); // no memory left, or not ours to read

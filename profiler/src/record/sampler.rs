@@ -361,7 +361,7 @@ impl Sampler {
         // beside a two-thread program (BENCHMARKS.md, issue 39).
         let leader = self.threads.states.get_mut(&self.pid);
         let leader_exited = leader.is_none_or(|state| {
-            !matches!(state.status.is_running(), Ok(Some(_))) || state.status.exited()
+            !matches!(state.status.is_running_at(now), Ok(Some(_))) || state.status.exited()
         });
         let via_gone = (self.via.get()).is_some_and(|via| !self.tasks.tids().contains(&via));
         if leader_exited || via_gone {
@@ -406,7 +406,7 @@ impl Sampler {
     /// Adds the samples that waited for their thread's late stop, now that it stopped.
     fn take_late_stacks(&mut self) {
         if let Some(native) = &mut self.native {
-            native.poll();
+            native.poll_if_signalled();
             for (tid, captured, labels) in native.take_late() {
                 let Some(state) = self.threads.states.get_mut(&tid) else {
                     continue;
@@ -468,7 +468,7 @@ impl Sampler {
         let known = match (pass, tid != self.pid && self.followed_off_cpu(tid)) {
             (Pass::Blocked, _) => Some(false),
             (Pass::First, true) => None,
-            (Pass::First, false) => match self.proc_running(tid) {
+            (Pass::First, false) => match self.proc_running_at(tid, now) {
                 Some(running) => Some(running),
                 None => return true,
             },

@@ -125,8 +125,14 @@ impl Sampler {
     /// (then it is forgotten at the tick's end) or could not be read this time (out of
     /// descriptors, say: its time is carried to its next sample).
     pub(super) fn proc_running(&mut self, tid: u32) -> Option<bool> {
+        self.proc_running_at(tid, Instant::now())
+    }
+
+    /// [`Sampler::proc_running`] as of the tick's instant `at`: /proc is read once for it
+    /// however often asked (see `ThreadStatus::is_running_at`).
+    pub(super) fn proc_running_at(&mut self, tid: u32, at: Instant) -> Option<bool> {
         let state = self.threads.states.get_mut(&tid)?;
-        match state.status.is_running() {
+        match state.status.is_running_at(at) {
             Ok(Some(running)) => Some(running),
             Ok(None) => {
                 state.seen_at = u64::MAX; // gone (or its id reused): forget it below
