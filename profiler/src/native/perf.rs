@@ -333,8 +333,9 @@ impl PerfSampler {
 
     /// How long the smallest ring lasts while its thread (or, per CPU, its CPU) runs, until
     /// the next read: its capacity at the shortest tick a timer has. A rephase gives a timer a
-    /// tick of half to one and a half periods (`perf_events::rephase`): per CPU, the ticks the
-    /// CPUs' timers have now (kept until the next read); per thread, half a period. At whole
+    /// tick of two thirds to two periods (`perf_events::rephase`): per CPU, the ticks the
+    /// CPUs' timers have now (kept until the next read); per thread, half a period (a margin
+    /// below the shortest). At whole
     /// periods, as before, a CPU's ring of 63 samples at 1 kHz was taken to last 60 ms where
     /// it lasted 30 at the shortest tick (this module's tests lost 20 and 1 samples in two
     /// suites, reading 45 and 55 ms apart).

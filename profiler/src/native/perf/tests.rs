@@ -168,8 +168,8 @@ fn sampled_with_its_slot(mut perf: PerfSampler) {
         unknown * 100 <= taken,
         "{unknown} samples without their marks, {taken} with"
     );
-    // Read again before the ring can fill at the shortest tick a rephase draws (half a
-    // period), nothing is lost.
+    // Read again before the ring can fill at half a period (below the shortest tick a
+    // rephase draws, two thirds of one), nothing is lost.
     if longest < perf.period() / 2 * perf.ring_capacity() as u32 {
         assert_eq!(perf.lost, 0, "lost, though read again within {longest:?}");
     } else {
