@@ -457,7 +457,7 @@ impl NativeSampler {
             self.stats.blocked_skipped += 1;
             return Blocked::Skip;
         }
-        let Some(before) = process::times_scheduled(self.pid, tid) else {
+        let Some(before) = crate::program::thread_status::times_scheduled(self.pid, tid) else {
             return Blocked::Stop;
         };
         let Some((sp, ip)) = process::blocked_registers(self.pid, tid) else {
@@ -494,7 +494,7 @@ impl NativeSampler {
             }
             None => copy_stack(Remote::new(tid), &self.maps, regs, &mut self.copy),
         }
-        if process::times_scheduled(self.pid, tid) != Some(before) {
+        if crate::program::thread_status::times_scheduled(self.pid, tid) != Some(before) {
             self.stats.blocked_skipped += 1;
             return Blocked::Skip;
         }

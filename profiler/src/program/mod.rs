@@ -13,3 +13,4 @@ pub mod remote;
 pub mod scanned;
 pub mod static_data;
 pub mod thread_local;
+pub mod thread_status;

@@ -21,8 +21,9 @@ use crate::native::perf::{Following, Perf, PerfSampler, SharedPerf};
 use crate::native::unwind::Captured;
 use crate::native::unwind::UnwoundFrame;
 use crate::profile::{ProfileBuilder, Stack, MAX_STACK_FRAMES};
-use crate::program::process::{self, ThreadStatus};
+use crate::program::process;
 use crate::program::remote::Remote;
+use crate::program::thread_status::{self, ThreadStatus};
 use crate::record::announce::Registry;
 use crate::record::clock::TickClock;
 use crate::record::interner::{Interner, Target};
@@ -58,7 +59,7 @@ struct ThreadState {
     pending: LateStop,
     /// Its scheduling totals at its previous sample while perf samples it (and once at its
     /// first rare tick, whatever it does: see `Sampler::weigh`), with that tick's count.
-    last_sched: Option<(u64, process::SchedTimes)>,
+    last_sched: Option<(u64, thread_status::SchedTimes)>,
     /// Its waits for a CPU not yet counted, or counted ahead of its totals (where its switches
     /// are not followed).
     waits: weight::Waits,
@@ -682,10 +683,10 @@ impl Sampler {
     }
 
     /// Thread `tid`'s scheduling totals now: through its status's descriptor where it is kept.
-    fn sched_times(&mut self, tid: u32) -> Option<process::SchedTimes> {
+    fn sched_times(&mut self, tid: u32) -> Option<thread_status::SchedTimes> {
         match self.threads.states.get_mut(&tid) {
             Some(state) => state.status.sched_times(),
-            None => process::sched_times(self.pid, tid),
+            None => thread_status::sched_times(self.pid, tid),
         }
     }
 

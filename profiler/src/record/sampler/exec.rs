@@ -27,7 +27,7 @@
 
 use super::Sampler;
 use crate::os::privilege::{self, Refusal, MOST_UNSETTLED};
-use crate::program::process::ThreadStatus;
+use crate::program::thread_status::ThreadStatus;
 use std::time::Instant;
 
 /// The process's image as last checked.

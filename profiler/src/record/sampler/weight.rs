@@ -6,7 +6,7 @@
 //! interval a sample stands for (from its thread's previous sample or birth: `sampler.rs`).
 
 use super::*;
-use crate::program::process::SchedTimes;
+use crate::program::thread_status::SchedTimes;
 
 /// How far behind a running thread's time on a CPU in its scheduling totals may be: the
 /// kernel adds to it at the scheduler's ticks (every 4 ms at its usual 250 Hz, 10 ms at 100 Hz)
