@@ -335,10 +335,9 @@ impl PerfSampler {
     /// the next read: its capacity at the shortest tick a timer has. A rephase gives a timer a
     /// tick of two thirds to two periods (`perf_events::rephase`): per CPU, the ticks the
     /// CPUs' timers have now (kept until the next read); per thread, half a period (a margin
-    /// below the shortest). At whole
-    /// periods, as before, a CPU's ring of 63 samples at 1 kHz was taken to last 60 ms where
-    /// it lasted 30 at the shortest tick (this module's tests lost 20 and 1 samples in two
-    /// suites, reading 45 and 55 ms apart).
+    /// below the shortest). At whole periods, as before, a CPU's ring of 63 samples at 1 kHz
+    /// was taken to last 60 ms where it lasted 30 at the shortest tick (this module's tests
+    /// lost 20 and 1 samples in two suites, reading 45 and 55 ms apart).
     pub fn ring_lasts(&self) -> std::time::Duration {
         let tick_ns = match &self.wide {
             Some(wide) => wide.shortest_tick_ns().unwrap_or(self.period_ns),

@@ -186,8 +186,8 @@ pub(super) fn tracepoint_programs(event: &OwnedFd) -> Option<u32> {
 }
 
 /// Gives a thread's timer a tick of a new length, drawn around `tick_ns` (its rate half to one
-/// and a half times `1 / tick_ns`, uniformly: see below), from its next tick on, which then comes that long after now (or after the
-/// thread's next return to a CPU). Called at each read of the thread's ring that has samples
+/// and a half times `1 / tick_ns`, uniformly: see below), from its next tick on, which then
+/// comes that long after now (or after the thread's next return to a CPU). Called at each read of the thread's ring that has samples
 /// (see `perf::REPHASE_SAMPLES`), it moves the grid of ticks, which otherwise stays fixed in the
 /// thread's CPU time: keeping a random tick of several (as 0817dca to 27873a6 did) does not
 /// move the grid, and a loop whose CPU time is near a multiple of the tick length kept in step
